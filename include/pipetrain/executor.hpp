@@ -1,0 +1,74 @@
+// executor.hpp: the one executor that runs any valid schedule.
+//
+// For each action of this rank's list it does exactly what the action says
+// (see schedule.hpp for the semantics): F and B run the stage, SEND_* and
+// RECV_* post non-blocking transfers whose tags carry (stage, direction,
+// micro-batch). A wait longer than the deck's timeout throws a TimeoutError
+// naming the rank, the step and the action waited for.
+#pragma once
+
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "pipetrain/backend.hpp"
+#include "pipetrain/data.hpp"
+#include "pipetrain/model.hpp"
+#include "pipetrain/schedule.hpp"
+#include "pipetrain/transport.hpp"
+
+namespace pt {
+
+struct StepOutcome {
+  double loss_sum = 0.0;  // last stage: summed loss terms of the step; else 0
+};
+
+class Executor {
+ public:
+  Executor(StageModel& stage, Transport& transport, const Schedule& schedule,
+           const Dataset& data, const Deck& deck, Backend& backend);
+  StepOutcome run_step(int64_t step);
+
+ private:
+  struct MicroBatch {
+    std::vector<Tensor> layer_inputs;              // (layers) input of each layer
+    std::vector<std::vector<Tensor>> layer_saved;  // (layers) extra saved tensors
+    Tensor output;                                 // (rows, out) stage output, until sent
+    Tensor grad_output;                            // (rows, out) dL/d output
+    Tensor grad_input;                             // (rows, in) dL/d input, until sent
+    Tensor recv_input;                             // (rows, in) buffer of RECV_F
+    std::unique_ptr<PendingTransfer> recv_f, recv_b;
+    bool forward_done = false;
+  };
+  struct Send {
+    Tensor buffer;
+    std::unique_ptr<PendingTransfer> transfer;
+    Action action;
+  };
+
+  void run_action(const Action& a);
+  void forward(int mb);
+  void backward(int mb);
+  void post_recv(const Action& a);
+  void post_send(const Action& a);
+  void wait_for(PendingTransfer& t, const Action& a);
+  void reap_sends(bool wait_all);
+  int tag(int dst_stage, int direction, int mb) const;
+  int peer_rank(int stage) const { return stage_rank(schedule_, stage); }
+  std::string describe(const Action& a) const;
+
+  StageModel& stage_;
+  Transport& transport_;
+  const Schedule& schedule_;
+  const Dataset& data_;
+  const Deck& deck_;
+  Backend& be_;
+  int64_t rows_;  // samples per micro-batch
+  int64_t step_ = 0;
+  double loss_sum_ = 0.0;
+  std::map<int, MicroBatch> mbs_;
+  std::vector<Send> sends_;
+};
+
+}  // namespace pt

@@ -1,0 +1,64 @@
+// layers.hpp: layers with forward and backward, written against a Backend.
+//
+// A layer maps x (rows, in) to y (rows, out). Forward may save tensors that
+// backward needs besides x; backward adds parameter gradients into Param::grad
+// (gradient accumulation over micro-batches) and returns dx.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "pipetrain/backend.hpp"
+
+namespace pt {
+
+struct Param {
+  std::string name;  // "unit3.linear.weight"
+  Tensor value;      // shape of the parameter, e.g. (out, in)
+  Tensor grad;       // same shape: accumulated over the micro-batches of a step
+  Tensor state1;     // same shape: SGD momentum, or AdamW first moment
+  Tensor state2;     // same shape: AdamW second moment (unused by SGD)
+};
+
+class Layer {
+ public:
+  virtual ~Layer() = default;
+  virtual std::string kind() const = 0;
+  virtual Shape output_shape(const Shape& input) const = 0;
+  virtual std::vector<Param*> params() { return {}; }
+  // y = f(x); `saved` receives what backward needs besides x.
+  virtual Tensor forward(Backend& be, const Tensor& x, std::vector<Tensor>& saved) = 0;
+  // Returns dx (undefined when !need_dx); adds into Param::grad.
+  virtual Tensor backward(Backend& be, const Tensor& x, const std::vector<Tensor>& saved,
+                          const Tensor& dy, bool need_dx) = 0;
+};
+
+// y = x W^T + b. W: (out, in) uniform with standard deviation gain/sqrt(in)
+// (gain sqrt(2) before a ReLU/GELU keeps the activation scale through deep
+// stacks, gain 1 for the output layer), drawn from (seed, stream) so the values
+// do not depend on the partition; b: (out) zeros.
+std::unique_ptr<Layer> make_linear(const std::string& name, int64_t in, int64_t out,
+                                   uint64_t seed, uint64_t stream, float gain);
+std::unique_ptr<Layer> make_relu();
+std::unique_ptr<Layer> make_gelu();
+// "relu" | "gelu"
+std::unique_ptr<Layer> make_activation(const std::string& kind);
+
+// A loss at the end of the last stage. The gradient is scaled by
+// grad_scale (1 / elements of the whole batch), so that accumulating over
+// micro-batches gives the full-batch gradient.
+class Loss {
+ public:
+  virtual ~Loss() = default;
+  virtual std::string kind() const = 0;
+  // Returns the summed (unnormalised) loss of these rows; writes dpred.
+  virtual double forward_backward(Backend& be, const Tensor& pred, const Tensor& target,
+                                  float grad_scale, Tensor& dpred) = 0;
+  // Loss terms per row: 1 for cross-entropy, the output width for MSE.
+  virtual int64_t terms_per_row(int64_t output_dim) const = 0;
+};
+// "mse" | "cross_entropy"
+std::unique_ptr<Loss> make_loss(const std::string& kind);
+
+}  // namespace pt

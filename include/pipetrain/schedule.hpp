@@ -1,0 +1,87 @@
+// schedule.hpp: pipeline schedules as data.
+//
+// A schedule is, for every rank, the ordered list of actions that rank runs in
+// one training step. An action is (stage, kind, micro-batch) and prints as
+// "<stage><KIND><mb>", e.g. "2F5", "0B3", "1SEND_F4", "3RECV_B0"; the text
+// parses back to the same action. Generators build GPipe and 1F1B schedules,
+// a schedule can also be read from a text file (one line per rank), and the
+// validator checks any schedule before step 0. One executor
+// (runtime/executor) runs every valid schedule.
+//
+// Semantics the validator and the executor share:
+//   F      forward of one micro-batch through the stage. Needs the stage input:
+//          the data for stage 0, else the completed RECV_F of (stage, mb).
+//   B      backward of one micro-batch; accumulates parameter gradients. Needs
+//          F of (stage, mb) done and, except on the last stage (which starts
+//          from the loss), the completed RECV_B of (stage, mb).
+//   SEND_F post a non-blocking send of F's output to stage+1 (after F).
+//   RECV_F post a non-blocking receive of this stage's input from stage-1.
+//   SEND_B post a non-blocking send of B's input gradient to stage-1 (after B).
+//   RECV_B post a non-blocking receive of this stage's output gradient from stage+1.
+// Sends and receives never block when posted. F/B block until their input has
+// arrived; all sends are completed at the end of the step. Stage s lives on
+// rank s % num_ranks. Comm actions are required exactly when the two stages
+// live on different ranks.
+#pragma once
+
+#include <string>
+#include <vector>
+
+namespace pt {
+
+enum class ActionKind { F, B, SEND_F, RECV_F, SEND_B, RECV_B };
+
+struct Action {
+  int stage = 0;
+  ActionKind kind = ActionKind::F;
+  int mb = 0;  // micro-batch index
+  bool operator==(const Action& o) const {
+    return stage == o.stage && kind == o.kind && mb == o.mb;
+  }
+};
+
+const char* kind_name(ActionKind kind);   // "F", "SEND_F", ...
+std::string to_string(const Action& a);   // "2F5"
+// Parses "2F5" etc.; throws InputError naming the text and what was expected.
+Action parse_action(const std::string& text);
+
+struct Schedule {
+  std::string name;        // "gpipe", "1f1b", or the file it came from
+  int num_stages = 1;      // P
+  int num_micro_batches = 1;  // N
+  int num_ranks = 1;
+  std::vector<std::vector<Action>> ranks;  // (num_ranks, actions of that rank)
+};
+
+inline int stage_rank(const Schedule& s, int stage) { return stage % s.num_ranks; }
+
+// Fill-drain: all F, then all B (both in ascending micro-batch order).
+Schedule generate_gpipe(int num_stages, int num_micro_batches);
+// PipeDream-flush: stage s runs min(P-s, N) warm-up forwards, then alternates
+// one F and one B, then drains. B runs in ascending micro-batch order.
+Schedule generate_1f1b(int num_stages, int num_micro_batches);
+// "gpipe" | "1f1b"; throws InputError for other names.
+Schedule generate_schedule(const std::string& name, int num_stages, int num_micro_batches);
+
+// One line per rank: actions separated by spaces. parse_schedule(format(s))
+// gives back s. Lines starting with '#' and blank lines are ignored.
+std::string format_schedule(const Schedule& s);
+Schedule parse_schedule(const std::string& text, const std::string& source_name,
+                        int num_stages, int num_micro_batches);
+Schedule load_schedule_file(const std::string& path, int num_stages, int num_micro_batches);
+
+struct ScheduleReport {
+  std::vector<int> peak_in_flight;  // (num_stages) max micro-batches with F done, B not yet
+  int simulated_rounds = 0;         // rounds of the deadlock simulation
+};
+
+// Checks the schedule; throws InputError whose message explains the problem
+// and shows the rank x step grid with the failing action(s) marked.
+ScheduleReport validate_schedule(const Schedule& s);
+
+// The rank x step grid; actions listed in `marks` ((rank, index) pairs) are
+// shown as ">2F5<".
+std::string format_grid(const Schedule& s,
+                        const std::vector<std::pair<int, int>>& marks = {});
+
+}  // namespace pt

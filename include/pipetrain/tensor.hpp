@@ -1,0 +1,84 @@
+// tensor.hpp: dense tensors that know their device, dtype and memory category.
+//
+// A Tensor is a shape plus a shared, reference-counted block of storage.
+// Storage comes from a caching allocator (blocks of the same size are reused,
+// so a training step does not page-fault on fresh memory) and every live byte
+// is counted under a MemCategory, so that per-stage memory can be reported.
+// Only Device::CPU storage is allocated here; the CUDA backend brings its own.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace pt {
+
+enum class Device { CPU, CUDA };
+enum class DType { F32, I32 };
+enum class MemCategory { Parameters, Gradients, OptimizerState, Activations, Workspace, Count };
+
+size_t dtype_size(DType dtype);
+const char* category_name(MemCategory cat);
+
+using Shape = std::vector<int64_t>;
+std::string shape_string(const Shape& shape);  // "(8, 512)"
+int64_t shape_numel(const Shape& shape);
+
+struct Storage;  // defined in tensor.cpp
+
+class Tensor {
+ public:
+  Tensor() = default;
+  // Uninitialised storage.
+  static Tensor empty(const Shape& shape, DType dtype = DType::F32,
+                      MemCategory cat = MemCategory::Workspace, Device dev = Device::CPU);
+  static Tensor zeros(const Shape& shape, DType dtype = DType::F32,
+                      MemCategory cat = MemCategory::Workspace, Device dev = Device::CPU);
+
+  bool defined() const { return storage_ != nullptr; }
+  const Shape& shape() const { return shape_; }
+  int64_t dim(int i) const;          // negative i counts from the end
+  int ndim() const { return static_cast<int>(shape_.size()); }
+  int64_t numel() const { return shape_numel(shape_); }
+  size_t bytes() const { return static_cast<size_t>(numel()) * dtype_size(dtype_); }
+  DType dtype() const { return dtype_; }
+  Device device() const;
+  MemCategory category() const;
+
+  // Rows x cols view: all leading dimensions folded into rows.
+  int64_t rows() const { return numel() / (shape_.empty() ? 1 : shape_.back()); }
+  int64_t cols() const { return shape_.empty() ? 1 : shape_.back(); }
+
+  float* f32();
+  const float* f32() const;
+  int32_t* i32();
+  const int32_t* i32() const;
+  void* raw();
+  const void* raw() const;
+
+  // Same storage, another shape with the same element count.
+  Tensor reshaped(const Shape& shape) const;
+  // A deep copy in a (possibly different) memory category.
+  Tensor clone(MemCategory cat) const;
+
+ private:
+  std::shared_ptr<Storage> storage_;
+  Shape shape_;
+  DType dtype_ = DType::F32;
+};
+
+// Live and peak bytes of CPU tensors per category, for this process.
+struct MemoryStats {
+  size_t live[static_cast<int>(MemCategory::Count)] = {};
+  size_t peak[static_cast<int>(MemCategory::Count)] = {};
+  size_t live_total = 0;
+  size_t peak_total = 0;
+};
+MemoryStats memory_stats();
+void reset_memory_peaks();  // peaks := current live values
+// Frees cached (unused) blocks of the caching allocator.
+void release_cached_memory();
+
+}  // namespace pt

@@ -1,0 +1,69 @@
+// trainer.hpp: one rank's part of pipeline-parallel training.
+//
+// Builds this rank's stage, the optimizer, the data set and the schedule
+// (generated or loaded, then validated), and runs training steps:
+// zero gradients, run the schedule through the Executor, combine the loss and
+// the global gradient norm, take one optimizer step per batch.
+#pragma once
+
+#include <mpi.h>
+
+#include <memory>
+#include <vector>
+
+#include "pipetrain/deck.hpp"
+#include "pipetrain/executor.hpp"
+#include "pipetrain/optimizer.hpp"
+
+namespace pt {
+
+struct StepRecord {
+  int64_t step = 0;          // 0-based
+  double loss = 0.0;         // mean loss of the batch
+  double lr = 0.0;           // learning rate used
+  double grad_norm = 0.0;    // global L2 norm before clipping
+  double step_time_s = 0.0;  // wall time of the step on this rank
+};
+
+// The deck's schedule for `stages` stages: generated, or read from its file.
+Schedule schedule_for_deck(const Deck& deck, int stages);
+
+// BLAS threads for this rank: the deck's value, or node cores / ranks on the node.
+struct BlasThreadsChoice {
+  int threads = 1;
+  int node_cores = 1;
+  int ranks_on_node = 1;
+  bool automatic = true;
+};
+BlasThreadsChoice choose_blas_threads(const Deck& deck, MPI_Comm comm);
+
+class Trainer {
+ public:
+  // `comm` holds exactly one rank per stage.
+  Trainer(const Deck& deck, MPI_Comm comm);
+  ~Trainer();
+  StepRecord train_step(int64_t step);  // collective over comm
+  // Every parameter in global order, on rank 0 of comm (empty elsewhere).
+  std::vector<float> gather_parameters();
+
+  const Schedule& schedule() const { return schedule_; }
+  const ScheduleReport& schedule_report() const { return report_; }
+  const StageModel& stage() const { return stage_; }
+  int rank() const { return rank_; }
+
+ private:
+  double global_grad_norm();
+
+  Deck deck_;
+  MPI_Comm comm_;
+  int rank_ = 0, size_ = 1;
+  Schedule schedule_;
+  ScheduleReport report_;
+  StageModel stage_;
+  std::unique_ptr<Dataset> data_;
+  std::unique_ptr<Transport> transport_;
+  std::unique_ptr<Optimizer> optimizer_;
+  std::unique_ptr<Executor> executor_;
+};
+
+}  // namespace pt

@@ -1,0 +1,39 @@
+// transport.hpp: non-blocking point-to-point exchange of activations and
+// gradients between the ranks that own neighbouring stages.
+//
+// The CPU build uses MPI (MpiTransport); the CUDA build adds NCCL and a
+// host-staged MPI path behind the same interface. Posting never blocks; the
+// executor polls test() and enforces the timeout itself, so a stuck peer is
+// always reported with the action that waits for it.
+#pragma once
+
+#include <mpi.h>
+
+#include <memory>
+
+#include "pipetrain/tensor.hpp"
+
+namespace pt {
+
+class PendingTransfer {
+ public:
+  virtual ~PendingTransfer() = default;
+  // True once the transfer has completed (the buffer may be read or reused).
+  virtual bool test() = 0;
+};
+
+class Transport {
+ public:
+  virtual ~Transport() = default;
+  virtual const char* name() const = 0;
+  virtual int rank() const = 0;
+  virtual int size() const = 0;
+  // The buffer must stay alive until the transfer completes.
+  virtual std::unique_ptr<PendingTransfer> isend(const Tensor& buf, int peer, int tag) = 0;
+  virtual std::unique_ptr<PendingTransfer> irecv(Tensor& buf, int peer, int tag) = 0;
+  virtual int max_tag() const = 0;
+};
+
+std::unique_ptr<Transport> make_mpi_transport(MPI_Comm comm);
+
+}  // namespace pt

@@ -1,0 +1,197 @@
+// driver.cpp: the `train` and `validate` commands.
+//
+// Rank 0 reads and checks the deck, creates the output directory and
+// broadcasts either the resolved deck or the error text, so every rank agrees
+// on the outcome before any training starts. Failures after that point end
+// the job through MPI_Abort, so no rank is ever left waiting.
+#include "pipetrain/driver.hpp"
+
+#include <cmath>
+#include <cstdio>
+#include <iostream>
+#include <sstream>
+
+#include "pipetrain/deck_io.hpp"
+#include "pipetrain/error.hpp"
+#include "pipetrain/metrics.hpp"
+#include "pipetrain/trainer.hpp"
+
+namespace pt {
+
+namespace {
+
+struct World {
+  MPI_Comm comm;
+  int rank = 0, size = 1;
+};
+
+// Rank 0's text reaches every rank; `ok` says whether it is a deck or an error.
+std::string broadcast_text(const World& w, std::string text, bool& ok) {
+  long long header[2] = {ok ? 1 : 0, static_cast<long long>(text.size())};
+  MPI_CHECK(MPI_Bcast(header, 2, MPI_LONG_LONG, 0, w.comm));
+  ok = header[0] == 1;
+  text.resize(static_cast<size_t>(header[1]));
+  MPI_CHECK(MPI_Bcast(text.data(), static_cast<int>(header[1]), MPI_CHAR, 0, w.comm));
+  return text;
+}
+
+// Returns false (after rank 0 printed the message) when the deck is bad.
+bool load_deck(const World& w, const CommandLine& cli, Deck& deck) {
+  std::string text;
+  bool ok = true;
+  if (w.rank == 0) {
+    try {
+      deck = parse_deck_file(cli.deck_path, cli.overrides);
+      const int stages = check_deck_layout(deck, cli.ranks > 0 ? cli.ranks : w.size);
+      validate_schedule(schedule_for_deck(deck, stages));
+      if (cli.command == "train") ensure_directory(deck.output.dir, deck.where("output.dir"));
+      text = deck_to_toml(deck);
+    } catch (const InputError& e) {
+      ok = false;
+      text = e.what();
+      std::fprintf(stderr, "pipetrain: error: %s\n", e.what());
+    }
+  }
+  text = broadcast_text(w, text, ok);
+  if (ok && w.rank != 0) deck = parse_deck_text(text, cli.deck_path + " (resolved)", {});
+  return ok;
+}
+
+std::string format_duration(double seconds) {
+  long s = static_cast<long>(std::lround(std::max(0.0, seconds)));
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%ld:%02ld:%02ld", s / 3600, (s / 60) % 60, s % 60);
+  return buf;
+}
+
+std::string join(const std::vector<int64_t>& v) {
+  std::ostringstream os;
+  for (size_t i = 0; i < v.size(); ++i) os << (i ? ", " : "") << v[i];
+  return "[" + os.str() + "]";
+}
+
+double theory_bubble(const Schedule& s) {
+  const double p = s.num_stages, n = s.num_micro_batches;
+  return (p - 1.0) / (n + p - 1.0);
+}
+
+std::string schedule_summary(const Schedule& s, const ScheduleReport& r) {
+  std::vector<int64_t> peaks(r.peak_in_flight.begin(), r.peak_in_flight.end());
+  char buf[256];
+  std::snprintf(buf, sizeof buf,
+                "schedule %s: %d stages, %d micro-batches, peak in-flight micro-batches "
+                "per stage %s, theoretical bubble (P-1)/(N+P-1) = %.1f%%",
+                s.name.c_str(), s.num_stages, s.num_micro_batches, join(peaks).c_str(),
+                100.0 * theory_bubble(s));
+  return buf;
+}
+
+int run_validate(const World& w, const CommandLine& cli, const Deck& deck) {
+  if (w.rank != 0) return 0;
+  const int stages = check_deck_layout(deck, cli.ranks > 0 ? cli.ranks : w.size);
+  Schedule s = schedule_for_deck(deck, stages);
+  ScheduleReport report = validate_schedule(s);
+  std::printf("%s\n", deck_to_toml(deck).c_str());
+  if (cli.print_schedule) std::printf("%s\n%s\n", format_schedule(s).c_str(), format_grid(s).c_str());
+  std::printf("%s\n", schedule_summary(s, report).c_str());
+  std::printf("deck %s is valid for %d ranks\n", cli.deck_path.c_str(), stages);
+  return 0;
+}
+
+void print_step(const Deck& deck, const StepRecord& rec, double samples_per_s,
+                double elapsed_s) {
+  const int64_t total = deck.training.steps;
+  const double eta = elapsed_s / static_cast<double>(rec.step + 1) *
+                     static_cast<double>(total - rec.step - 1);
+  std::printf("step %6lld/%lld | loss %.6f | lr %.3e | grad norm %.3e | %9.1f samples/s | "
+              "%8.2f ms/step | ETA %s\n",
+              static_cast<long long>(rec.step + 1), static_cast<long long>(total), rec.loss,
+              rec.lr, rec.grad_norm, samples_per_s, rec.step_time_s * 1e3,
+              format_duration(eta).c_str());
+  std::fflush(stdout);
+}
+
+void print_start(const World& w, const Deck& deck, const Trainer& trainer,
+                 const BlasThreadsChoice& blas) {
+  std::printf("pipetrain: %d ranks, one stage per rank\n%s\n", w.size,
+              deck_to_toml(deck).c_str());
+  std::printf("BLAS threads per rank: %d (%s)\n", blas.threads,
+              blas.automatic ? ("auto: " + std::to_string(blas.node_cores) + " cores / " +
+                                std::to_string(blas.ranks_on_node) + " ranks on this node")
+                                   .c_str()
+                             : "training.blas_threads");
+  std::printf("%s\n", schedule_summary(trainer.schedule(), trainer.schedule_report()).c_str());
+  std::fflush(stdout);
+}
+
+int run_train(const World& w, const Deck& deck) {
+  BlasThreadsChoice blas = choose_blas_threads(deck, w.comm);
+  set_blas_threads(blas.threads);
+  Trainer trainer(deck, w.comm);
+  const std::string resolved = deck_to_toml(deck);
+  MetricsFile metrics(deck.output.dir + "/metrics.h5", resolved);
+  if (w.rank == 0) {
+    print_start(w, deck, trainer, blas);
+    write_file_atomic(deck.output.dir + "/deck.resolved.toml", resolved);
+    metrics.set_attribute("schedule", format_schedule(trainer.schedule()));
+    const auto& peaks = trainer.schedule_report().peak_in_flight;
+    metrics.set_attribute("peak_in_flight", std::vector<int64_t>(peaks.begin(), peaks.end()));
+    metrics.set_attribute("blas_threads", std::vector<int64_t>{blas.threads});
+  }
+  double elapsed = 0.0, last_write = 0.0;
+  StepRecord rec;
+  for (int64_t step = 0; step < deck.training.steps; ++step) {
+    rec = trainer.train_step(step);
+    if (w.rank != 0) continue;
+    elapsed += rec.step_time_s;
+    const double rate = static_cast<double>(deck.training.batch_size) / rec.step_time_s;
+    metrics.add_step(rec, rate);
+    const bool last = step + 1 == deck.training.steps;
+    if ((step + 1) % deck.output.log_every == 0 || last) print_step(deck, rec, rate, elapsed);
+    if (last || elapsed - last_write > 5.0) {
+      metrics.write();
+      last_write = elapsed;
+    }
+  }
+  if (w.rank == 0)
+    std::printf("done: %lld steps in %.2f s, final loss %.6f; outputs in %s\n",
+                static_cast<long long>(deck.training.steps), elapsed, rec.loss,
+                deck.output.dir.c_str());
+  return 0;
+}
+
+[[noreturn]] void abort_job(const World& w, const char* what) {
+  std::fprintf(stderr, "pipetrain: rank %d: error: %s\n", w.rank, what);
+  std::fflush(stderr);
+  MPI_Abort(w.comm, 1);
+  std::abort();
+}
+
+}  // namespace
+
+int run_main(int argc, char** argv, MPI_Comm comm) {
+  World w{comm};
+  MPI_Comm_rank(comm, &w.rank);
+  MPI_Comm_size(comm, &w.size);
+  CommandLine cli;
+  try {
+    cli = parse_command_line(argc, argv);  // same arguments on every rank
+  } catch (const InputError& e) {
+    if (w.rank == 0) std::fprintf(stderr, "pipetrain: error: %s\n", e.what());
+    return 2;
+  }
+  if (cli.command == "help") {
+    if (w.rank == 0) std::printf("%s\n", cli.help_text.c_str());
+    return 0;
+  }
+  try {
+    Deck deck;
+    if (!load_deck(w, cli, deck)) return 2;
+    if (cli.command == "validate") return run_validate(w, cli, deck);
+    return run_train(w, deck);
+  } catch (const std::exception& e) {
+    abort_job(w, e.what());
+  }
+}
+
+}  // namespace pt

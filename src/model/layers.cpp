@@ -1,0 +1,139 @@
+// layers.cpp: Linear, ReLU, GELU and the losses (MSE, softmax cross-entropy).
+#include "pipetrain/layers.hpp"
+
+#include <cmath>
+
+#include "pipetrain/error.hpp"
+#include "pipetrain/rng.hpp"
+
+namespace pt {
+
+namespace {
+
+Tensor uniform_init(const Shape& shape, float bound, uint64_t seed, uint64_t stream) {
+  Tensor t = Tensor::empty(shape, DType::F32, MemCategory::Parameters);
+  float* p = t.f32();
+  for (int64_t i = 0, n = t.numel(); i < n; ++i)
+    p[i] = (2.f * uniform01(seed, stream, static_cast<uint64_t>(i)) - 1.f) * bound;
+  return t;
+}
+
+Param make_param(const std::string& name, Tensor value) {
+  Param p;
+  p.name = name;
+  p.grad = Tensor::zeros(value.shape(), DType::F32, MemCategory::Gradients);
+  p.value = std::move(value);
+  return p;
+}
+
+Shape with_last(const Shape& shape, int64_t last) {
+  Shape out = shape;
+  out.back() = last;
+  return out;
+}
+
+class Linear final : public Layer {
+ public:
+  Linear(const std::string& name, int64_t in, int64_t out, uint64_t seed, uint64_t stream,
+         float gain)
+      : in_(in), out_(out) {
+    float bound = gain * std::sqrt(3.f / static_cast<float>(in));
+    weight_ = make_param(name + ".weight", uniform_init({out, in}, bound, seed, stream));
+    bias_ = make_param(name + ".bias", Tensor::zeros({out}, DType::F32, MemCategory::Parameters));
+  }
+  std::string kind() const override { return "linear"; }
+  Shape output_shape(const Shape& input) const override {
+    PT_CHECK(!input.empty() && input.back() == in_, "linear input " + shape_string(input));
+    return with_last(input, out_);
+  }
+  std::vector<Param*> params() override { return {&weight_, &bias_}; }
+
+  Tensor forward(Backend& be, const Tensor& x, std::vector<Tensor>&) override {
+    Tensor y = Tensor::empty(output_shape(x.shape()), DType::F32, MemCategory::Activations);
+    be.matmul(x, false, weight_.value, true, y, 1.f, 0.f);  // (rows, in) x (in, out)
+    be.add_bias(y, bias_.value);
+    return y;
+  }
+
+  Tensor backward(Backend& be, const Tensor& x, const std::vector<Tensor>&, const Tensor& dy,
+                  bool need_dx) override {
+    be.matmul(dy, true, x, false, weight_.grad, 1.f, 1.f);  // dW += dy^T x: (out, in)
+    be.accumulate_bias_grad(dy, bias_.grad);
+    if (!need_dx) return Tensor();
+    Tensor dx = Tensor::empty(x.shape(), DType::F32, MemCategory::Activations);
+    be.matmul(dy, false, weight_.value, false, dx, 1.f, 0.f);  // (rows, out) x (out, in)
+    return dx;
+  }
+
+ private:
+  int64_t in_, out_;
+  Param weight_;  // (out, in)
+  Param bias_;    // (out)
+};
+
+class Activation final : public Layer {
+ public:
+  explicit Activation(bool gelu) : gelu_(gelu) {}
+  std::string kind() const override { return gelu_ ? "gelu" : "relu"; }
+  Shape output_shape(const Shape& input) const override { return input; }
+  Tensor forward(Backend& be, const Tensor& x, std::vector<Tensor>&) override {
+    Tensor y = Tensor::empty(x.shape(), DType::F32, MemCategory::Activations);
+    if (gelu_) be.gelu_forward(x, y);
+    else be.relu_forward(x, y);
+    return y;
+  }
+  Tensor backward(Backend& be, const Tensor& x, const std::vector<Tensor>&, const Tensor& dy,
+                  bool need_dx) override {
+    if (!need_dx) return Tensor();
+    Tensor dx = Tensor::empty(x.shape(), DType::F32, MemCategory::Activations);
+    if (gelu_) be.gelu_backward(x, dy, dx);
+    else be.relu_backward(x, dy, dx);
+    return dx;
+  }
+
+ private:
+  bool gelu_;
+};
+
+class MseLoss final : public Loss {
+ public:
+  std::string kind() const override { return "mse"; }
+  double forward_backward(Backend& be, const Tensor& pred, const Tensor& target,
+                          float grad_scale, Tensor& dpred) override {
+    return be.mse_loss(pred, target, grad_scale, dpred);
+  }
+  int64_t terms_per_row(int64_t output_dim) const override { return output_dim; }
+};
+
+class CrossEntropyLoss final : public Loss {
+ public:
+  std::string kind() const override { return "cross_entropy"; }
+  double forward_backward(Backend& be, const Tensor& pred, const Tensor& target,
+                          float grad_scale, Tensor& dpred) override {
+    return be.softmax_cross_entropy(pred, target, grad_scale, dpred);
+  }
+  int64_t terms_per_row(int64_t) const override { return 1; }
+};
+
+}  // namespace
+
+std::unique_ptr<Layer> make_linear(const std::string& name, int64_t in, int64_t out,
+                                   uint64_t seed, uint64_t stream, float gain) {
+  return std::make_unique<Linear>(name, in, out, seed, stream, gain);
+}
+std::unique_ptr<Layer> make_relu() { return std::make_unique<Activation>(false); }
+std::unique_ptr<Layer> make_gelu() { return std::make_unique<Activation>(true); }
+
+std::unique_ptr<Layer> make_activation(const std::string& kind) {
+  if (kind == "relu") return make_relu();
+  if (kind == "gelu") return make_gelu();
+  PT_FAIL("unknown activation '" + kind + "'");
+}
+
+std::unique_ptr<Loss> make_loss(const std::string& kind) {
+  if (kind == "mse") return std::make_unique<MseLoss>();
+  if (kind == "cross_entropy") return std::make_unique<CrossEntropyLoss>();
+  PT_FAIL("unknown loss '" + kind + "'");
+}
+
+}  // namespace pt

@@ -1,0 +1,51 @@
+// optimizer.cpp: SGD with momentum, AdamW, warm-up + cosine learning rate.
+#include "pipetrain/optimizer.hpp"
+
+#include <cmath>
+
+#include "pipetrain/error.hpp"
+
+namespace pt {
+
+double learning_rate(const TrainingConfig& cfg, int64_t step) {
+  if (cfg.warmup_steps > 0 && step < cfg.warmup_steps)
+    return cfg.lr * static_cast<double>(step + 1) / static_cast<double>(cfg.warmup_steps);
+  if (cfg.lr_schedule == "constant") return cfg.lr;
+  const int64_t decay_steps = cfg.steps - cfg.warmup_steps;
+  if (decay_steps <= 1) return cfg.lr;
+  const double progress =
+      static_cast<double>(step - cfg.warmup_steps) / static_cast<double>(decay_steps - 1);
+  return cfg.min_lr + 0.5 * (cfg.lr - cfg.min_lr) * (1.0 + std::cos(M_PI * progress));
+}
+
+Optimizer::Optimizer(const TrainingConfig& cfg, std::vector<Param*> params)
+    : cfg_(cfg), params_(std::move(params)) {
+  PT_CHECK(cfg.optimizer == "sgd" || cfg.optimizer == "adamw",
+           "unknown optimizer '" + cfg.optimizer + "'");
+  for (Param* p : params_) {
+    p->state1 = Tensor::zeros(p->value.shape(), DType::F32, MemCategory::OptimizerState);
+    if (cfg.optimizer == "adamw")
+      p->state2 = Tensor::zeros(p->value.shape(), DType::F32, MemCategory::OptimizerState);
+  }
+}
+
+void Optimizer::zero_grad(Backend& be) {
+  for (Param* p : params_) be.fill(p->grad, 0.f);
+}
+
+void Optimizer::step(Backend& be, int64_t step, float lr, float grad_scale) {
+  for (Param* p : params_) {
+    if (grad_scale != 1.f) be.scale(p->grad, grad_scale);
+    if (cfg_.optimizer == "sgd") {
+      be.sgd_step(p->value, p->grad, p->state1, lr, static_cast<float>(cfg_.momentum),
+                  static_cast<float>(cfg_.weight_decay));
+    } else {
+      be.adamw_step(p->value, p->grad, p->state1, p->state2, lr,
+                    static_cast<float>(cfg_.beta1), static_cast<float>(cfg_.beta2),
+                    static_cast<float>(cfg_.eps), static_cast<float>(cfg_.weight_decay),
+                    static_cast<long>(step + 1));
+    }
+  }
+}
+
+}  // namespace pt

@@ -1,0 +1,197 @@
+// executor.cpp: runs one rank's action list for one training step.
+#include "pipetrain/executor.hpp"
+
+#include <mpi.h>
+
+#include <chrono>
+#include <cmath>
+#include <thread>
+
+#include "pipetrain/error.hpp"
+
+namespace pt {
+
+namespace {
+constexpr int kActivation = 0;  // direction in message tags
+constexpr int kGradient = 1;
+}  // namespace
+
+Executor::Executor(StageModel& stage, Transport& transport, const Schedule& schedule,
+                   const Dataset& data, const Deck& deck, Backend& backend)
+    : stage_(stage), transport_(transport), schedule_(schedule), data_(data), deck_(deck),
+      be_(backend), rows_(deck.training.batch_size / deck.pipeline.micro_batches) {
+  PT_CHECK(tag(schedule.num_stages - 1, kGradient, schedule.num_micro_batches - 1) <=
+               transport.max_tag(),
+           "micro-batch count too large for MPI tags");
+}
+
+int Executor::tag(int dst_stage, int direction, int mb) const {
+  return (mb * schedule_.num_stages + dst_stage) * 2 + direction;
+}
+
+StepOutcome Executor::run_step(int64_t step) {
+  step_ = step;
+  loss_sum_ = 0.0;
+  mbs_.clear();
+  for (const Action& a : schedule_.ranks[transport_.rank()]) {
+    run_action(a);
+    reap_sends(false);
+  }
+  reap_sends(true);
+  for (auto& [mb, state] : mbs_)
+    PT_CHECK(!state.recv_f && !state.recv_b,
+             "micro-batch " + std::to_string(mb) + " has a receive nobody consumed");
+  mbs_.clear();
+  return StepOutcome{loss_sum_};
+}
+
+void Executor::run_action(const Action& a) {
+  PT_CHECK(a.stage == stage_.stage, "action " + to_string(a) + " is not for stage " +
+                                        std::to_string(stage_.stage));
+  switch (a.kind) {
+    case ActionKind::F: forward(a.mb); break;
+    case ActionKind::B: backward(a.mb); break;
+    case ActionKind::RECV_F:
+    case ActionKind::RECV_B: post_recv(a); break;
+    case ActionKind::SEND_F:
+    case ActionKind::SEND_B: post_send(a); break;
+  }
+}
+
+void Executor::forward(int mb) {
+  MicroBatch& state = mbs_[mb];
+  Tensor x;
+  if (stage_.is_first()) {
+    x = data_.inputs(micro_batch_first_sample(deck_, step_, mb), rows_);
+  } else {
+    PT_CHECK(state.recv_f, "F of micro-batch " + std::to_string(mb) + " without RECV_F");
+    wait_for(*state.recv_f, Action{stage_.stage, ActionKind::RECV_F, mb});
+    state.recv_f.reset();
+    x = std::move(state.recv_input);
+  }
+  const size_t n = stage_.layers.size();
+  state.layer_inputs.resize(n);
+  state.layer_saved.assign(n, {});
+  for (size_t i = 0; i < n; ++i) {
+    Tensor y = stage_.layers[i]->forward(be_, x, state.layer_saved[i]);
+    state.layer_inputs[i] = std::move(x);
+    x = std::move(y);
+  }
+  state.forward_done = true;
+  if (!stage_.is_last()) {
+    state.output = std::move(x);
+    return;
+  }
+  const int64_t batch = deck_.training.batch_size;
+  const int64_t terms = stage_.loss->terms_per_row(x.cols());
+  Tensor target = data_.targets(micro_batch_first_sample(deck_, step_, mb), rows_);
+  state.grad_output = Tensor::empty(x.shape(), DType::F32, MemCategory::Activations);
+  const float grad_scale = static_cast<float>(1.0 / static_cast<double>(batch * terms));
+  double loss = stage_.loss->forward_backward(be_, x, target, grad_scale, state.grad_output);
+  if (!std::isfinite(loss))
+    throw Error("non-finite loss at step " + std::to_string(step_) + ", stage " +
+                std::to_string(stage_.stage) + ", micro-batch " + std::to_string(mb));
+  loss_sum_ += loss;
+}
+
+void Executor::backward(int mb) {
+  auto it = mbs_.find(mb);
+  PT_CHECK(it != mbs_.end() && it->second.forward_done,
+           "B of micro-batch " + std::to_string(mb) + " before its F");
+  MicroBatch& state = it->second;
+  Tensor dy;
+  if (stage_.is_last()) {
+    dy = std::move(state.grad_output);
+  } else {
+    PT_CHECK(state.recv_b, "B of micro-batch " + std::to_string(mb) + " without RECV_B");
+    wait_for(*state.recv_b, Action{stage_.stage, ActionKind::RECV_B, mb});
+    state.recv_b.reset();
+    dy = std::move(state.grad_output);
+  }
+  for (size_t i = stage_.layers.size(); i-- > 0;) {
+    const bool need_dx = i > 0 || !stage_.is_first();
+    Tensor dx = stage_.layers[i]->backward(be_, state.layer_inputs[i], state.layer_saved[i],
+                                           dy, need_dx);
+    state.layer_inputs[i] = Tensor();  // stash released as soon as it is used
+    state.layer_saved[i].clear();
+    dy = std::move(dx);
+  }
+  for (Param* p : stage_.params())
+    if (!be_.all_finite(p->grad))
+      throw Error("non-finite gradient of " + p->name + " at step " + std::to_string(step_) +
+                  ", stage " + std::to_string(stage_.stage) + ", micro-batch " +
+                  std::to_string(mb));
+  state.grad_input = std::move(dy);
+}
+
+void Executor::post_recv(const Action& a) {
+  MicroBatch& state = mbs_[a.mb];
+  if (a.kind == ActionKind::RECV_F) {
+    PT_CHECK(!state.recv_f, "second " + to_string(a));
+    state.recv_input = Tensor::empty(stage_.input_shape(rows_), DType::F32,
+                                     MemCategory::Activations);
+    state.recv_f = transport_.irecv(state.recv_input, peer_rank(a.stage - 1),
+                                    tag(a.stage, kActivation, a.mb));
+  } else {
+    PT_CHECK(!state.recv_b, "second " + to_string(a));
+    state.grad_output = Tensor::empty(stage_.output_shape(rows_), DType::F32,
+                                      MemCategory::Activations);
+    state.recv_b = transport_.irecv(state.grad_output, peer_rank(a.stage + 1),
+                                    tag(a.stage, kGradient, a.mb));
+  }
+}
+
+void Executor::post_send(const Action& a) {
+  MicroBatch& state = mbs_[a.mb];
+  Send send;
+  send.action = a;
+  if (a.kind == ActionKind::SEND_F) {
+    PT_CHECK(state.output.defined(), to_string(a) + " before its F");
+    send.buffer = std::move(state.output);
+    send.transfer = transport_.isend(send.buffer, peer_rank(a.stage + 1),
+                                     tag(a.stage + 1, kActivation, a.mb));
+  } else {
+    PT_CHECK(state.grad_input.defined(), to_string(a) + " before its B");
+    send.buffer = std::move(state.grad_input);
+    send.transfer = transport_.isend(send.buffer, peer_rank(a.stage - 1),
+                                     tag(a.stage - 1, kGradient, a.mb));
+  }
+  sends_.push_back(std::move(send));
+}
+
+void Executor::reap_sends(bool wait_all) {
+  size_t kept = 0;
+  for (size_t i = 0; i < sends_.size(); ++i) {
+    if (wait_all) wait_for(*sends_[i].transfer, sends_[i].action);
+    if (!sends_[i].transfer->test()) sends_[kept++] = std::move(sends_[i]);
+  }
+  sends_.resize(kept);
+}
+
+// Polls with a short spin, then sleeps in small slices so an oversubscribed
+// node keeps its cores for the ranks that compute.
+void Executor::wait_for(PendingTransfer& t, const Action& a) {
+  using Clock = std::chrono::steady_clock;
+  const auto start = Clock::now();
+  const auto limit = std::chrono::duration<double>(deck_.pipeline.timeout_s);
+  for (int spins = 0; !t.test(); ++spins) {
+    if (spins < 200) continue;
+    if (Clock::now() - start > limit) throw TimeoutError(describe(a));
+    std::this_thread::sleep_for(std::chrono::microseconds(20));
+  }
+}
+
+std::string Executor::describe(const Action& a) const {
+  const bool is_send = a.kind == ActionKind::SEND_F || a.kind == ActionKind::SEND_B;
+  const bool forward_dir = a.kind == ActionKind::SEND_F || a.kind == ActionKind::RECV_F;
+  const int peer_stage = (forward_dir == is_send) ? a.stage + 1 : a.stage - 1;
+  const char* what = forward_dir ? "activation" : "gradient";
+  return "rank " + std::to_string(transport_.rank()) + " (stage " + std::to_string(a.stage) +
+         ") timed out after " + std::to_string(deck_.pipeline.timeout_s) +
+         " s at step " + std::to_string(step_) + " waiting on " + to_string(a) + ": the " +
+         what + " of micro-batch " + std::to_string(a.mb) + (is_send ? " to" : " from") +
+         " rank " + std::to_string(peer_rank(peer_stage)) + " (stage " +
+         std::to_string(peer_stage) + "); see pipeline.timeout_s";
+}
+
+}  // namespace pt

@@ -1,0 +1,108 @@
+// trainer.cpp: the training step around the executor.
+#include "pipetrain/trainer.hpp"
+
+#include <chrono>
+#include <cmath>
+#include <thread>
+
+#include "pipetrain/error.hpp"
+
+namespace pt {
+
+Schedule schedule_for_deck(const Deck& deck, int stages) {
+  const int n = static_cast<int>(deck.pipeline.micro_batches);
+  if (deck.pipeline.schedule == "file")
+    return load_schedule_file(deck.pipeline.schedule_file, stages, n);
+  return generate_schedule(deck.pipeline.schedule, stages, n);
+}
+
+BlasThreadsChoice choose_blas_threads(const Deck& deck, MPI_Comm comm) {
+  BlasThreadsChoice c;
+  MPI_Comm node = MPI_COMM_NULL;
+  MPI_CHECK(MPI_Comm_split_type(comm, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node));
+  MPI_CHECK(MPI_Comm_size(node, &c.ranks_on_node));
+  MPI_CHECK(MPI_Comm_free(&node));
+  c.node_cores = std::max(1u, std::thread::hardware_concurrency());
+  c.automatic = deck.training.blas_threads == 0;
+  c.threads = c.automatic ? std::max(1, c.node_cores / c.ranks_on_node)
+                          : static_cast<int>(deck.training.blas_threads);
+  return c;
+}
+
+Trainer::Trainer(const Deck& deck, MPI_Comm comm) : deck_(deck), comm_(comm) {
+  MPI_CHECK(MPI_Comm_rank(comm_, &rank_));
+  MPI_CHECK(MPI_Comm_size(comm_, &size_));
+  schedule_ = schedule_for_deck(deck_, size_);
+  report_ = validate_schedule(schedule_);
+  const auto units = partition_units(model_units(deck_.model), size_, deck_.pipeline.partition);
+  stage_ = build_stage(deck_.model, units, rank_);
+  data_ = make_dataset(deck_);
+  transport_ = make_mpi_transport(comm_);
+  optimizer_ = std::make_unique<Optimizer>(deck_.training, stage_.params());
+  executor_ = std::make_unique<Executor>(stage_, *transport_, schedule_, *data_, deck_,
+                                         cpu_backend());
+}
+
+Trainer::~Trainer() = default;
+
+StepRecord Trainer::train_step(int64_t step) {
+  const auto start = std::chrono::steady_clock::now();
+  Backend& be = cpu_backend();
+  optimizer_->zero_grad(be);
+  StepOutcome outcome = executor_->run_step(step);
+
+  StepRecord rec;
+  rec.step = step;
+  if (stage_.is_last()) {
+    const int64_t terms = stage_.loss->terms_per_row(deck_.model.output_dim);
+    rec.loss = outcome.loss_sum / static_cast<double>(deck_.training.batch_size * terms);
+  }
+  MPI_CHECK(MPI_Bcast(&rec.loss, 1, MPI_DOUBLE, size_ - 1, comm_));
+  rec.grad_norm = global_grad_norm();
+  rec.lr = learning_rate(deck_.training, step);
+  float clip_scale = 1.f;
+  const double clip = deck_.training.grad_clip;
+  if (clip > 0.0 && rec.grad_norm > clip)
+    clip_scale = static_cast<float>(clip / (rec.grad_norm + 1e-6));
+  optimizer_->step(be, step, static_cast<float>(rec.lr), clip_scale);
+  rec.step_time_s =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  return rec;
+}
+
+// Per-parameter sums of squares are gathered in global parameter order and
+// added in that order, so the norm is bitwise the same at any stage count.
+double Trainer::global_grad_norm() {
+  Backend& be = cpu_backend();
+  std::vector<double> local;
+  for (Param* p : stage_.params()) local.push_back(be.sum_squares(p->grad));
+  int count = static_cast<int>(local.size());
+  std::vector<int> counts(size_), offsets(size_, 0);
+  MPI_CHECK(MPI_Allgather(&count, 1, MPI_INT, counts.data(), 1, MPI_INT, comm_));
+  for (int r = 1; r < size_; ++r) offsets[r] = offsets[r - 1] + counts[r - 1];
+  std::vector<double> all(static_cast<size_t>(offsets.back() + counts.back()));
+  MPI_CHECK(MPI_Allgatherv(local.data(), count, MPI_DOUBLE, all.data(), counts.data(),
+                           offsets.data(), MPI_DOUBLE, comm_));
+  double sum = 0.0;
+  for (double v : all) sum += v;
+  return std::sqrt(sum);
+}
+
+std::vector<float> Trainer::gather_parameters() {
+  std::vector<float> local;
+  for (Param* p : stage_.params())
+    local.insert(local.end(), p->value.f32(), p->value.f32() + p->value.numel());
+  int count = static_cast<int>(local.size());
+  std::vector<int> counts(size_), offsets(size_, 0);
+  MPI_CHECK(MPI_Gather(&count, 1, MPI_INT, counts.data(), 1, MPI_INT, 0, comm_));
+  std::vector<float> all;
+  if (rank_ == 0) {
+    for (int r = 1; r < size_; ++r) offsets[r] = offsets[r - 1] + counts[r - 1];
+    all.resize(static_cast<size_t>(offsets.back() + counts.back()));
+  }
+  MPI_CHECK(MPI_Gatherv(local.data(), count, MPI_FLOAT, all.data(), counts.data(),
+                        offsets.data(), MPI_FLOAT, 0, comm_));
+  return all;
+}
+
+}  // namespace pt

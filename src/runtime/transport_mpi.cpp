@@ -1,0 +1,77 @@
+// transport_mpi.cpp: the MPI transport (MPI_Isend / MPI_Irecv / MPI_Test).
+#include <mpi.h>
+
+#include "pipetrain/error.hpp"
+#include "pipetrain/transport.hpp"
+
+namespace pt {
+
+namespace {
+
+class MpiTransfer final : public PendingTransfer {
+ public:
+  MpiTransfer() = default;
+  ~MpiTransfer() override {
+    // A transfer dropped before completion (only on an error path) is
+    // cancelled so MPI does not write into freed memory.
+    if (!done_ && request_ != MPI_REQUEST_NULL) {
+      MPI_Cancel(&request_);
+      MPI_Request_free(&request_);
+    }
+  }
+  bool test() override {
+    if (done_) return true;
+    int flag = 0;
+    MPI_CHECK(MPI_Test(&request_, &flag, MPI_STATUS_IGNORE));
+    done_ = flag != 0;
+    return done_;
+  }
+  MPI_Request request_ = MPI_REQUEST_NULL;
+
+ private:
+  bool done_ = false;
+};
+
+int checked_count(const Tensor& buf) {
+  PT_CHECK(buf.bytes() <= static_cast<size_t>(INT32_MAX), "message over 2 GiB");
+  return static_cast<int>(buf.bytes());
+}
+
+class MpiTransport final : public Transport {
+ public:
+  explicit MpiTransport(MPI_Comm comm) : comm_(comm) {
+    MPI_CHECK(MPI_Comm_rank(comm_, &rank_));
+    MPI_CHECK(MPI_Comm_size(comm_, &size_));
+    int flag = 0;
+    int* ub = nullptr;
+    MPI_CHECK(MPI_Comm_get_attr(comm_, MPI_TAG_UB, &ub, &flag));
+    max_tag_ = flag ? *ub : 32767;
+  }
+  const char* name() const override { return "mpi"; }
+  int rank() const override { return rank_; }
+  int size() const override { return size_; }
+  int max_tag() const override { return max_tag_; }
+
+  std::unique_ptr<PendingTransfer> isend(const Tensor& buf, int peer, int tag) override {
+    auto t = std::make_unique<MpiTransfer>();
+    MPI_CHECK(MPI_Isend(buf.raw(), checked_count(buf), MPI_BYTE, peer, tag, comm_, &t->request_));
+    return t;
+  }
+  std::unique_ptr<PendingTransfer> irecv(Tensor& buf, int peer, int tag) override {
+    auto t = std::make_unique<MpiTransfer>();
+    MPI_CHECK(MPI_Irecv(buf.raw(), checked_count(buf), MPI_BYTE, peer, tag, comm_, &t->request_));
+    return t;
+  }
+
+ private:
+  MPI_Comm comm_;
+  int rank_ = 0, size_ = 1, max_tag_ = 32767;
+};
+
+}  // namespace
+
+std::unique_ptr<Transport> make_mpi_transport(MPI_Comm comm) {
+  return std::make_unique<MpiTransport>(comm);
+}
+
+}  // namespace pt

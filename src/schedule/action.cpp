@@ -1,0 +1,171 @@
+// action.cpp: the text form of schedule actions and whole schedules.
+//
+// An action prints as "<stage><KIND><mb>" ("2F5", "1SEND_F4"); a schedule
+// prints as one line per rank with its actions separated by single spaces.
+// Parsing is strict and reports bad input as pt::InputError naming the text,
+// the source and the line.
+#include <cctype>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "pipetrain/error.hpp"
+#include "pipetrain/schedule.hpp"
+
+namespace pt {
+
+namespace {
+
+constexpr ActionKind kAllKinds[] = {ActionKind::F,      ActionKind::B,
+                                    ActionKind::SEND_F, ActionKind::RECV_F,
+                                    ActionKind::SEND_B, ActionKind::RECV_B};
+
+// At most 9 digits so that the value always fits in an int.
+constexpr size_t kMaxDigits = 9;
+
+const char* expected_form() {
+  return "expected <stage><KIND><micro-batch> such as 2F5 or 1SEND_F4, with "
+         "decimal stage and micro-batch and KIND one of F, B, SEND_F, RECV_F, "
+         "SEND_B, RECV_B";
+}
+
+[[noreturn]] void bad_action(const std::string& text, const std::string& why) {
+  throw InputError("bad action '" + text + "': " + why + "; " + expected_form());
+}
+
+// Reads a run of decimal digits starting at `pos`; advances `pos`.
+int read_number(const std::string& text, size_t& pos, const char* what) {
+  size_t start = pos;
+  while (pos < text.size() && std::isdigit(static_cast<unsigned char>(text[pos]))) ++pos;
+  if (pos == start) bad_action(text, std::string("no ") + what + " number");
+  if (pos - start > kMaxDigits) bad_action(text, std::string(what) + " number too large");
+  return std::stoi(text.substr(start, pos - start));
+}
+
+// The KIND is everything between the two numbers.
+bool is_kind_char(char c) { return !std::isdigit(static_cast<unsigned char>(c)); }
+
+ActionKind kind_from_name(const std::string& text, const std::string& name) {
+  for (ActionKind kind : kAllKinds) {
+    if (name == kind_name(kind)) return kind;
+  }
+  bad_action(text, name.empty() ? "no KIND" : "unknown KIND '" + name + "'");
+}
+
+std::vector<std::string> split_lines(const std::string& text) {
+  std::vector<std::string> lines;
+  std::istringstream in(text);
+  std::string line;
+  while (std::getline(in, line)) {
+    if (!line.empty() && line.back() == '\r') line.pop_back();
+    lines.push_back(line);
+  }
+  return lines;
+}
+
+// True for blank lines and lines whose first non-blank character is '#'.
+bool is_ignored_line(const std::string& line) {
+  size_t first = line.find_first_not_of(" \t");
+  return first == std::string::npos || line[first] == '#';
+}
+
+std::vector<Action> parse_rank_line(const std::string& line, const std::string& where) {
+  std::vector<Action> actions;
+  std::istringstream tokens(line);
+  std::string token;
+  while (tokens >> token) {
+    try {
+      actions.push_back(parse_action(token));
+    } catch (const InputError& e) {
+      throw InputError(where + ": " + e.what());
+    }
+  }
+  return actions;
+}
+
+void check_sizes(const std::string& source, int num_stages, int num_micro_batches) {
+  if (num_stages < 1 || num_micro_batches < 1) {
+    throw InputError(source + ": a schedule needs at least 1 stage and 1 micro-batch (got " +
+                     std::to_string(num_stages) + " stages, " +
+                     std::to_string(num_micro_batches) + " micro-batches)");
+  }
+}
+
+}  // namespace
+
+const char* kind_name(ActionKind kind) {
+  switch (kind) {
+    case ActionKind::F: return "F";
+    case ActionKind::B: return "B";
+    case ActionKind::SEND_F: return "SEND_F";
+    case ActionKind::RECV_F: return "RECV_F";
+    case ActionKind::SEND_B: return "SEND_B";
+    case ActionKind::RECV_B: return "RECV_B";
+  }
+  PT_FAIL("unknown ActionKind " + std::to_string(static_cast<int>(kind)));
+}
+
+std::string to_string(const Action& a) {
+  return std::to_string(a.stage) + kind_name(a.kind) + std::to_string(a.mb);
+}
+
+Action parse_action(const std::string& text) {
+  size_t pos = 0;
+  Action a;
+  a.stage = read_number(text, pos, "stage");
+  size_t kind_start = pos;
+  while (pos < text.size() && is_kind_char(text[pos])) ++pos;
+  a.kind = kind_from_name(text, text.substr(kind_start, pos - kind_start));
+  a.mb = read_number(text, pos, "micro-batch");
+  if (pos != text.size()) bad_action(text, "unexpected text after the micro-batch");
+  return a;
+}
+
+std::string format_schedule(const Schedule& s) {
+  std::string out;
+  for (const std::vector<Action>& rank : s.ranks) {
+    for (size_t i = 0; i < rank.size(); ++i) {
+      if (i > 0) out += ' ';
+      out += to_string(rank[i]);
+    }
+    out += '\n';
+  }
+  return out;
+}
+
+Schedule parse_schedule(const std::string& text, const std::string& source_name,
+                        int num_stages, int num_micro_batches) {
+  check_sizes(source_name, num_stages, num_micro_batches);
+  Schedule s;
+  s.name = source_name;
+  s.num_stages = num_stages;
+  s.num_micro_batches = num_micro_batches;
+  std::vector<std::string> lines = split_lines(text);
+  for (size_t i = 0; i < lines.size(); ++i) {
+    if (is_ignored_line(lines[i])) continue;
+    std::string where = source_name + ":" + std::to_string(i + 1);
+    s.ranks.push_back(parse_rank_line(lines[i], where));
+  }
+  int rank_lines = static_cast<int>(s.ranks.size());
+  if (rank_lines < 1 || rank_lines > num_stages) {
+    throw InputError(source_name + ": found " + std::to_string(rank_lines) +
+                     " rank lines; expected one line per rank, between 1 and the " +
+                     std::to_string(num_stages) +
+                     " stages (every rank must own at least one stage)");
+  }
+  s.num_ranks = rank_lines;
+  return s;
+}
+
+Schedule load_schedule_file(const std::string& path, int num_stages, int num_micro_batches) {
+  std::ifstream in(path);
+  if (!in) {
+    throw InputError("schedule file '" + path + "' cannot be opened (missing or unreadable)");
+  }
+  std::ostringstream text;
+  text << in.rdbuf();
+  return parse_schedule(text.str(), path, num_stages, num_micro_batches);
+}
+
+}  // namespace pt

@@ -1,0 +1,166 @@
+// generators.cpp: builds the GPipe and 1F1B schedules, one stage per rank.
+//
+// Each generator first decides the order of the compute actions (F, B) of a
+// stage, then add_communication() inserts the sends and receives:
+//
+//   Sends    SEND_F(s,m) / SEND_B(s,m) come immediately after the F / B that
+//            produced the data, so the peer can start as early as possible.
+//   Receives a RECV_F / RECV_B is posted one compute ahead of its consumer:
+//            just before the compute action that precedes the consuming F / B
+//            on the rank (after that preceding compute's send), or at the very
+//            beginning when the consumer is the rank's first compute.
+//            Exception: RECV_B(s,m) is never posted before F(s,m) has run
+//            (it lands right after F(s,m) and its SEND_F instead), so a
+//            gradient receive never exists for a micro-batch whose activations
+//            do not exist yet. Receives posted at the same point appear in the
+//            order of their consumers.
+// Posting never blocks and every receive precedes its consumer, so this
+// placement adds overlap without changing which orders deadlock.
+//
+// Backward always runs in ascending micro-batch order on every stage, so the
+// gradient accumulation order (and therefore the bits) is the same for every
+// schedule.
+#include <algorithm>
+#include <string>
+#include <vector>
+
+#include "pipetrain/error.hpp"
+#include "pipetrain/schedule.hpp"
+
+namespace pt {
+
+namespace {
+
+Action make(int stage, ActionKind kind, int mb) {
+  Action a;
+  a.stage = stage;
+  a.kind = kind;
+  a.mb = mb;
+  return a;
+}
+
+void check_sizes(const std::string& name, int num_stages, int num_micro_batches) {
+  if (num_stages < 1 || num_micro_batches < 1) {
+    throw InputError("schedule '" + name + "' needs at least 1 stage and 1 micro-batch (got " +
+                     std::to_string(num_stages) + " stages, " +
+                     std::to_string(num_micro_batches) + " micro-batches)");
+  }
+}
+
+// GPipe (fill-drain): F0 .. F(N-1), then B0 .. B(N-1).
+std::vector<Action> gpipe_compute(int stage, int num_micro_batches) {
+  std::vector<Action> order;
+  for (int m = 0; m < num_micro_batches; ++m) order.push_back(make(stage, ActionKind::F, m));
+  for (int m = 0; m < num_micro_batches; ++m) order.push_back(make(stage, ActionKind::B, m));
+  return order;
+}
+
+// 1F1B (PipeDream-flush). Exact rule for stage s of P with N micro-batches:
+//   w = min(P - s, N) warm-up forwards F0 .. F(w-1);
+//   then for k = 0 .. N-1: B(k), followed by F(w + k) while w + k < N.
+// So the stage holds at most w micro-batches in flight (F done, B not yet),
+// the last stage alternates F0 B0 F1 B1 ..., and the tail is the cool-down of
+// backwards. (This equals the classic "P-s-1 warm-up forwards, then F,B
+// pairs" form, counting the first steady F as the w-th warm-up forward.)
+std::vector<Action> one_f_one_b_compute(int stage, int num_stages, int num_micro_batches) {
+  int warmup = std::min(num_stages - stage, num_micro_batches);
+  std::vector<Action> order;
+  for (int m = 0; m < warmup; ++m) order.push_back(make(stage, ActionKind::F, m));
+  for (int k = 0; k < num_micro_batches; ++k) {
+    order.push_back(make(stage, ActionKind::B, k));
+    if (warmup + k < num_micro_batches) {
+      order.push_back(make(stage, ActionKind::F, warmup + k));
+    }
+  }
+  return order;
+}
+
+bool needs_receive(const Action& a, int num_stages) {
+  if (a.kind == ActionKind::F) return a.stage > 0;
+  return a.kind == ActionKind::B && a.stage < num_stages - 1;
+}
+
+bool needs_send(const Action& a, int num_stages) {
+  if (a.kind == ActionKind::F) return a.stage < num_stages - 1;
+  return a.kind == ActionKind::B && a.stage > 0;
+}
+
+Action receive_for(const Action& a) {
+  return make(a.stage, a.kind == ActionKind::F ? ActionKind::RECV_F : ActionKind::RECV_B, a.mb);
+}
+
+Action send_for(const Action& a) {
+  return make(a.stage, a.kind == ActionKind::F ? ActionKind::SEND_F : ActionKind::SEND_B, a.mb);
+}
+
+int index_of_forward(const std::vector<Action>& compute, int mb) {
+  for (size_t i = 0; i < compute.size(); ++i) {
+    if (compute[i].kind == ActionKind::F && compute[i].mb == mb) return static_cast<int>(i);
+  }
+  PT_FAIL("no forward of micro-batch " + std::to_string(mb) + " in the compute order");
+}
+
+// Index of the compute action before which the receive for compute[i] is
+// posted (see the placement rule at the top of this file).
+int receive_slot(const std::vector<Action>& compute, int i) {
+  int slot = std::max(i - 1, 0);
+  if (compute[i].kind == ActionKind::B) {
+    slot = std::max(slot, index_of_forward(compute, compute[i].mb) + 1);
+  }
+  return slot;
+}
+
+std::vector<Action> add_communication(const std::vector<Action>& compute, int num_stages) {
+  int n = static_cast<int>(compute.size());
+  std::vector<std::vector<Action>> receives_before(n);
+  for (int i = 0; i < n; ++i) {
+    if (needs_receive(compute[i], num_stages)) {
+      receives_before[receive_slot(compute, i)].push_back(receive_for(compute[i]));
+    }
+  }
+  std::vector<Action> actions;
+  for (int i = 0; i < n; ++i) {
+    for (const Action& recv : receives_before[i]) actions.push_back(recv);
+    actions.push_back(compute[i]);
+    if (needs_send(compute[i], num_stages)) actions.push_back(send_for(compute[i]));
+  }
+  return actions;
+}
+
+Schedule empty_schedule(const std::string& name, int num_stages, int num_micro_batches) {
+  Schedule s;
+  s.name = name;
+  s.num_stages = num_stages;
+  s.num_micro_batches = num_micro_batches;
+  s.num_ranks = num_stages;
+  return s;
+}
+
+}  // namespace
+
+Schedule generate_gpipe(int num_stages, int num_micro_batches) {
+  check_sizes("gpipe", num_stages, num_micro_batches);
+  Schedule s = empty_schedule("gpipe", num_stages, num_micro_batches);
+  for (int stage = 0; stage < num_stages; ++stage) {
+    s.ranks.push_back(add_communication(gpipe_compute(stage, num_micro_batches), num_stages));
+  }
+  return s;
+}
+
+Schedule generate_1f1b(int num_stages, int num_micro_batches) {
+  check_sizes("1f1b", num_stages, num_micro_batches);
+  Schedule s = empty_schedule("1f1b", num_stages, num_micro_batches);
+  for (int stage = 0; stage < num_stages; ++stage) {
+    std::vector<Action> compute = one_f_one_b_compute(stage, num_stages, num_micro_batches);
+    s.ranks.push_back(add_communication(compute, num_stages));
+  }
+  return s;
+}
+
+Schedule generate_schedule(const std::string& name, int num_stages, int num_micro_batches) {
+  if (name == "gpipe") return generate_gpipe(num_stages, num_micro_batches);
+  if (name == "1f1b") return generate_1f1b(num_stages, num_micro_batches);
+  throw InputError("unknown schedule '" + name + "'; expected 'gpipe' or '1f1b'");
+}
+
+}  // namespace pt

@@ -1,0 +1,366 @@
+// validator.cpp: checks a schedule before step 0 and draws its rank x step grid.
+//
+// validate_schedule() runs, in order: shape checks; per-action checks (ranges,
+// owning rank, comm actions that may not exist); counts (exactly one of every
+// required action); order on each rank (F before B, send after its compute,
+// receive before its consumer); and a lock-step simulation that finds
+// deadlocks. Every failure is a pt::InputError that explains the problem and
+// shows format_grid() with the offending actions marked ">2F5<".
+#include <algorithm>
+#include <limits>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "pipetrain/error.hpp"
+#include "pipetrain/schedule.hpp"
+
+namespace pt {
+
+namespace {
+
+using Mark = std::pair<int, int>;  // (rank, index in that rank's list)
+
+constexpr ActionKind kComputeKinds[] = {ActionKind::F, ActionKind::B};
+constexpr ActionKind kCommKinds[] = {ActionKind::SEND_F, ActionKind::RECV_F,
+                                     ActionKind::SEND_B, ActionKind::RECV_B};
+constexpr int kNumKinds = 6;
+constexpr size_t kGridLineBudget = 120;  // characters per grid line
+constexpr int kNever = std::numeric_limits<int>::max();  // a round after all rounds
+
+Action make(int stage, ActionKind kind, int mb) {
+  Action a;
+  a.stage = stage;
+  a.kind = kind;
+  a.mb = mb;
+  return a;
+}
+
+// "1 stage", "4 stages", "2 micro-batches".
+std::string count(int n, const std::string& noun) {
+  std::string plural = noun.back() == 'h' ? noun + "es" : noun + "s";
+  return std::to_string(n) + " " + (n == 1 ? noun : plural);
+}
+
+[[noreturn]] void reject(const Schedule& s, const std::string& problem,
+                         const std::vector<Mark>& marks) {
+  throw InputError("invalid schedule '" + s.name + "' (" + count(s.num_stages, "stage") +
+                   ", " + count(s.num_micro_batches, "micro-batch") + ", " +
+                   count(s.num_ranks, "rank") + "): " + problem + "\n" + format_grid(s, marks));
+}
+
+std::string at(const Schedule& s, const Mark& m) {
+  return to_string(s.ranks[m.first][m.second]) + " (rank " + std::to_string(m.first) +
+         ", step " + std::to_string(m.second) + ")";
+}
+
+bool same_rank(const Schedule& s, int stage_a, int stage_b) {
+  return stage_rank(s, stage_a) == stage_rank(s, stage_b);
+}
+
+// The stage on the other end of a comm action.
+int peer_stage(const Action& a) {
+  bool towards_next = a.kind == ActionKind::SEND_F || a.kind == ActionKind::RECV_B;
+  return towards_next ? a.stage + 1 : a.stage - 1;
+}
+
+// Why this comm action may not exist; empty when it is required.
+std::string comm_forbidden(const Schedule& s, const Action& a) {
+  int last = s.num_stages - 1;
+  if (a.kind == ActionKind::SEND_F && a.stage == last)
+    return "the last stage has no next stage to send activations to";
+  if (a.kind == ActionKind::RECV_F && a.stage == 0)
+    return "stage 0 reads the data and receives no activations";
+  if (a.kind == ActionKind::SEND_B && a.stage == 0)
+    return "stage 0 has no previous stage to send gradients to";
+  if (a.kind == ActionKind::RECV_B && a.stage == last)
+    return "the last stage starts backward from the loss and receives no gradient";
+  int peer = peer_stage(a);
+  if (same_rank(s, a.stage, peer))
+    return "stages " + std::to_string(a.stage) + " and " + std::to_string(peer) +
+           " both live on rank " + std::to_string(stage_rank(s, peer)) +
+           ", so their handoff is local and takes no comm action";
+  return "";
+}
+
+// Positions of every action, looked up by (kind, stage, mb). Built only after
+// the per-action range checks passed.
+class ActionIndex {
+ public:
+  explicit ActionIndex(const Schedule& s)
+      : stages_(s.num_stages), mbs_(s.num_micro_batches),
+        slots_(static_cast<size_t>(kNumKinds) * stages_ * mbs_) {
+    for (int r = 0; r < static_cast<int>(s.ranks.size()); ++r)
+      for (int i = 0; i < static_cast<int>(s.ranks[r].size()); ++i)
+        slots_[key(s.ranks[r][i])].push_back({r, i});
+  }
+  size_t key(const Action& a) const {
+    return (static_cast<size_t>(a.kind) * stages_ + a.stage) * mbs_ + a.mb;
+  }
+  size_t size() const { return slots_.size(); }
+  const std::vector<Mark>& find(const Action& a) const { return slots_[key(a)]; }
+  Mark only(const Action& a) const { return find(a).front(); }
+
+ private:
+  int stages_, mbs_;
+  std::vector<std::vector<Mark>> slots_;
+};
+
+void check_shape(const Schedule& s) {
+  if (s.num_stages < 1 || s.num_micro_batches < 1)
+    reject(s, "needs at least 1 stage and 1 micro-batch", {});
+  if (s.num_ranks < 1 || s.num_ranks > s.num_stages)
+    reject(s, "the number of ranks must be between 1 and the number of stages", {});
+  if (static_cast<int>(s.ranks.size()) != s.num_ranks)
+    reject(s, "has " + std::to_string(s.ranks.size()) + " rank lists for " +
+                  std::to_string(s.num_ranks) + " ranks",
+           {});
+}
+
+void check_action(const Schedule& s, const Mark& m) {
+  const Action& a = s.ranks[m.first][m.second];
+  std::string what = at(s, m) + ": ";
+  if (a.stage < 0 || a.stage >= s.num_stages)
+    reject(s, what + "stage out of range; stages are 0.." + std::to_string(s.num_stages - 1),
+           {m});
+  if (a.mb < 0 || a.mb >= s.num_micro_batches)
+    reject(s, what + "micro-batch out of range; micro-batches are 0.." +
+                  std::to_string(s.num_micro_batches - 1),
+           {m});
+  if (stage_rank(s, a.stage) != m.first)
+    reject(s, what + "wrong rank; stage " + std::to_string(a.stage) + " lives on rank " +
+                  std::to_string(stage_rank(s, a.stage)),
+           {m});
+  if (a.kind == ActionKind::F || a.kind == ActionKind::B) return;
+  std::string why = comm_forbidden(s, a);
+  if (!why.empty()) reject(s, what + "comm action not allowed: " + why, {m});
+}
+
+void check_actions(const Schedule& s) {
+  for (int r = 0; r < s.num_ranks; ++r)
+    for (int i = 0; i < static_cast<int>(s.ranks[r].size()); ++i) check_action(s, {r, i});
+}
+
+// The compute action a comm action belongs to (sends follow it, receives
+// precede it).
+Action compute_of(const Action& a) {
+  bool forward = a.kind == ActionKind::SEND_F || a.kind == ActionKind::RECV_F;
+  return make(a.stage, forward ? ActionKind::F : ActionKind::B, a.mb);
+}
+
+std::string missing_comm_reason(const Schedule& s, const Action& a) {
+  std::string peer = "stage " + std::to_string(peer_stage(a)) + " on rank " +
+                     std::to_string(stage_rank(s, peer_stage(a)));
+  std::string compute = to_string(compute_of(a));
+  switch (a.kind) {
+    case ActionKind::SEND_F: return "the output of " + compute + " must be sent to " + peer;
+    case ActionKind::RECV_F: return compute + " needs a receive of its input from " + peer;
+    case ActionKind::SEND_B: return "the input gradient of " + compute + " must be sent to " + peer;
+    default: return compute + " needs a receive of its output gradient from " + peer;
+  }
+}
+
+void check_count(const Schedule& s, const ActionIndex& index, const Action& a) {
+  const std::vector<Mark>& found = index.find(a);
+  if (found.size() > 1)
+    reject(s, to_string(a) + " appears " + std::to_string(found.size()) +
+                  " times; it must appear exactly once",
+           found);
+  if (!found.empty()) return;
+  if (a.kind == ActionKind::F || a.kind == ActionKind::B)
+    reject(s, "missing " + to_string(a) + ": every stage runs exactly one " +
+                  kind_name(a.kind) + " per micro-batch",
+           {});
+  if (!comm_forbidden(s, a).empty()) return;
+  const std::vector<Mark>& owner = index.find(compute_of(a));
+  reject(s, "missing " + to_string(a) + ": " + missing_comm_reason(s, a), owner);
+}
+
+void check_counts(const Schedule& s, const ActionIndex& index) {
+  for (ActionKind kind : kComputeKinds)
+    for (int st = 0; st < s.num_stages; ++st)
+      for (int mb = 0; mb < s.num_micro_batches; ++mb) check_count(s, index, make(st, kind, mb));
+  for (ActionKind kind : kCommKinds)
+    for (int st = 0; st < s.num_stages; ++st)
+      for (int mb = 0; mb < s.num_micro_batches; ++mb) check_count(s, index, make(st, kind, mb));
+}
+
+// `first` must come before `second` on their (shared) rank.
+void check_before(const Schedule& s, const ActionIndex& index, const Action& first,
+                  const Action& second, const std::string& rule) {
+  if (index.find(first).empty() || index.find(second).empty()) return;
+  Mark a = index.only(first), b = index.only(second);
+  if (a.second < b.second) return;
+  reject(s, at(s, b) + " comes before " + at(s, a) + "; " + rule, {b, a});
+}
+
+void check_order(const Schedule& s, const ActionIndex& index, int st, int mb) {
+  Action f = make(st, ActionKind::F, mb), b = make(st, ActionKind::B, mb);
+  check_before(s, index, f, b, "backward needs the forward of the same micro-batch");
+  const char* send_rule = "a send must follow the compute that produces its data";
+  const char* recv_rule = "a receive must be posted before the compute that consumes it";
+  check_before(s, index, f, make(st, ActionKind::SEND_F, mb), send_rule);
+  check_before(s, index, make(st, ActionKind::RECV_F, mb), f, recv_rule);
+  check_before(s, index, b, make(st, ActionKind::SEND_B, mb), send_rule);
+  check_before(s, index, make(st, ActionKind::RECV_B, mb), b, recv_rule);
+}
+
+// Lock-step simulation: in each round every rank runs its next action if the
+// action's inputs were produced in an earlier round. Posting a send or a
+// receive never blocks.
+class Simulation {
+ public:
+  Simulation(const Schedule& s, const ActionIndex& index)
+      : s_(s), index_(index), pc_(s.num_ranks, 0), done_round_(index.size(), -1) {}
+
+  int run() {
+    int round = 0;
+    while (!finished()) {
+      if (!step(round)) report_deadlock();
+      ++round;
+    }
+    return round;
+  }
+
+ private:
+  bool finished() const {
+    for (int r = 0; r < s_.num_ranks; ++r)
+      if (pc_[r] < static_cast<int>(s_.ranks[r].size())) return false;
+    return true;
+  }
+
+  bool step(int round) {
+    bool progressed = false;
+    for (int r = 0; r < s_.num_ranks; ++r) {
+      if (pc_[r] >= static_cast<int>(s_.ranks[r].size())) continue;
+      const Action& a = s_.ranks[r][pc_[r]];
+      if (!unmet_dependencies(a, round).empty()) continue;
+      done_round_[index_.key(a)] = round;
+      ++pc_[r];
+      progressed = true;
+    }
+    return progressed;
+  }
+
+  // What `a` needs before it can run: its input from the previous (F) or
+  // next (B) stage, delivered by the peer's send or, for stages sharing a
+  // rank, by the local compute; B also needs its own F.
+  std::vector<Action> dependencies(const Action& a) const {
+    std::vector<Action> deps;
+    if (a.kind == ActionKind::F && a.stage > 0) {
+      int prev = a.stage - 1;
+      bool local = same_rank(s_, prev, a.stage);
+      deps.push_back(make(prev, local ? ActionKind::F : ActionKind::SEND_F, a.mb));
+    }
+    if (a.kind == ActionKind::B) {
+      deps.push_back(make(a.stage, ActionKind::F, a.mb));
+      int next = a.stage + 1;
+      if (next < s_.num_stages) {
+        bool local = same_rank(s_, next, a.stage);
+        deps.push_back(make(next, local ? ActionKind::B : ActionKind::SEND_B, a.mb));
+      }
+    }
+    return deps;
+  }
+
+  std::vector<Action> unmet_dependencies(const Action& a, int round) const {
+    std::vector<Action> unmet;
+    for (const Action& dep : dependencies(a)) {
+      int done = done_round_[index_.key(dep)];
+      if (done < 0 || done >= round) unmet.push_back(dep);
+    }
+    return unmet;
+  }
+
+  [[noreturn]] void report_deadlock() const {
+    std::vector<Mark> stuck;
+    std::string why;
+    for (int r = 0; r < s_.num_ranks; ++r) {
+      if (pc_[r] >= static_cast<int>(s_.ranks[r].size())) continue;
+      Mark m{r, pc_[r]};
+      stuck.push_back(m);
+      why += "\n  " + at(s_, m) + " waits for";
+      for (const Action& dep : unmet_dependencies(s_.ranks[r][pc_[r]], kNever))
+        why += " " + to_string(dep) + " on rank " + std::to_string(stage_rank(s_, dep.stage));
+    }
+    reject(s_, "schedule deadlocks; no rank can make progress:" + why, stuck);
+  }
+
+  const Schedule& s_;
+  const ActionIndex& index_;
+  std::vector<int> pc_;
+  std::vector<int> done_round_;
+};
+
+// Per stage, the most micro-batches with F done and B not yet done.
+std::vector<int> peak_in_flight(const Schedule& s) {
+  std::vector<int> now(s.num_stages, 0), peak(s.num_stages, 0);
+  for (const std::vector<Action>& rank : s.ranks) {
+    for (const Action& a : rank) {
+      if (a.kind == ActionKind::F) peak[a.stage] = std::max(peak[a.stage], ++now[a.stage]);
+      if (a.kind == ActionKind::B) --now[a.stage];
+    }
+  }
+  return peak;
+}
+
+std::string pad_right(std::string text, size_t width) {
+  if (text.size() < width) text.append(width - text.size(), ' ');
+  return text;
+}
+
+std::string trim_right(std::string line) {
+  line.erase(line.find_last_not_of(' ') + 1);
+  return line;
+}
+
+bool is_marked(const std::vector<Mark>& marks, int rank, int index) {
+  return std::find(marks.begin(), marks.end(), Mark{rank, index}) != marks.end();
+}
+
+}  // namespace
+
+ScheduleReport validate_schedule(const Schedule& s) {
+  check_shape(s);
+  check_actions(s);
+  ActionIndex index(s);
+  check_counts(s, index);
+  for (int st = 0; st < s.num_stages; ++st)
+    for (int mb = 0; mb < s.num_micro_batches; ++mb) check_order(s, index, st, mb);
+  ScheduleReport report;
+  report.simulated_rounds = Simulation(s, index).run();
+  report.peak_in_flight = peak_in_flight(s);
+  return report;
+}
+
+// Columns are one step (action index) wide; long schedules wrap into blocks
+// of columns so that each line stays within kGridLineBudget characters.
+std::string format_grid(const Schedule& s, const std::vector<std::pair<int, int>>& marks) {
+  size_t cell = 4, steps = 0;
+  for (const std::vector<Action>& rank : s.ranks) {
+    steps = std::max(steps, rank.size());
+    for (const Action& a : rank) cell = std::max(cell, to_string(a).size() + 2);
+  }
+  int num_rows = static_cast<int>(s.ranks.size());
+  size_t label = std::string("rank " + std::to_string(std::max(num_rows - 1, 0))).size();
+  size_t per_block = std::max<size_t>(1, (kGridLineBudget - label - 2) / (cell + 1));
+  std::string out;
+  for (size_t start = 0; start == 0 || start < steps; start += per_block) {
+    size_t end = std::min(steps, start + per_block);
+    std::string header = pad_right("step", label) + " |";
+    for (size_t i = start; i < end; ++i) header += " " + pad_right(" " + std::to_string(i), cell);
+    out += (start > 0 ? "\n" : "") + trim_right(header) + "\n";
+    for (int r = 0; r < num_rows; ++r) {
+      std::string line = pad_right("rank " + std::to_string(r), label) + " |";
+      for (size_t i = start; i < end && i < s.ranks[r].size(); ++i) {
+        std::string text = to_string(s.ranks[r][i]);
+        bool mark = is_marked(marks, r, static_cast<int>(i));
+        line += " " + pad_right(mark ? ">" + text + "<" : " " + text + " ", cell);
+      }
+      out += trim_right(line) + "\n";
+    }
+  }
+  return out;
+}
+
+}  // namespace pt

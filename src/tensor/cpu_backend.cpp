@@ -1,0 +1,230 @@
+// cpu_backend.cpp: the CPU backend: GEMMs through OpenBLAS, everything else
+// as plain loops in a fixed order (bitwise deterministic).
+#include <cblas.h>
+
+#include <cmath>
+#include <cstring>
+
+#include "pipetrain/backend.hpp"
+#include "pipetrain/error.hpp"
+
+namespace pt {
+
+namespace {
+
+void check_same_numel(const Tensor& a, const Tensor& b, const char* what) {
+  PT_CHECK(a.numel() == b.numel(), std::string(what) + ": " + shape_string(a.shape()) +
+                                       " vs " + shape_string(b.shape()));
+}
+
+constexpr float kGeluScale = 0.7978845608028654f;  // sqrt(2/pi)
+constexpr float kGeluCubic = 0.044715f;
+
+class CpuBackend final : public Backend {
+ public:
+  const char* name() const override { return "cpu"; }
+  Device device() const override { return Device::CPU; }
+
+  void matmul(const Tensor& a, bool trans_a, const Tensor& b, bool trans_b, Tensor& c,
+              float alpha, float beta) override {
+    const int64_t m = trans_a ? a.cols() : a.rows();
+    const int64_t k = trans_a ? a.rows() : a.cols();
+    const int64_t kb = trans_b ? b.cols() : b.rows();
+    const int64_t n = trans_b ? b.rows() : b.cols();
+    PT_CHECK(k == kb && c.rows() == m && c.cols() == n,
+             "matmul shapes " + shape_string(a.shape()) + (trans_a ? "^T" : "") + " x " +
+                 shape_string(b.shape()) + (trans_b ? "^T" : "") + " -> " +
+                 shape_string(c.shape()));
+    if (m == 0 || n == 0) return;
+    cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans,
+                trans_b ? CblasTrans : CblasNoTrans, static_cast<int>(m), static_cast<int>(n),
+                static_cast<int>(k), alpha, a.f32(), static_cast<int>(a.cols()), b.f32(),
+                static_cast<int>(b.cols()), beta, c.f32(), static_cast<int>(c.cols()));
+  }
+
+  void add_bias(Tensor& y, const Tensor& bias) override {
+    const int64_t rows = y.rows(), n = y.cols();
+    PT_CHECK(bias.numel() == n, "bias size");
+    float* py = y.f32();
+    const float* pb = bias.f32();
+    for (int64_t r = 0; r < rows; ++r)
+      for (int64_t j = 0; j < n; ++j) py[r * n + j] += pb[j];
+  }
+
+  void accumulate_bias_grad(const Tensor& dy, Tensor& dbias) override {
+    const int64_t rows = dy.rows(), n = dy.cols();
+    PT_CHECK(dbias.numel() == n, "bias grad size");
+    const float* pdy = dy.f32();
+    float* pdb = dbias.f32();
+    for (int64_t r = 0; r < rows; ++r)
+      for (int64_t j = 0; j < n; ++j) pdb[j] += pdy[r * n + j];
+  }
+
+  void relu_forward(const Tensor& x, Tensor& y) override {
+    check_same_numel(x, y, "relu");
+    const float* px = x.f32();
+    float* py = y.f32();
+    for (int64_t i = 0, n = x.numel(); i < n; ++i) py[i] = px[i] > 0.f ? px[i] : 0.f;
+  }
+
+  void relu_backward(const Tensor& x, const Tensor& dy, Tensor& dx) override {
+    check_same_numel(x, dy, "relu backward");
+    const float* px = x.f32();
+    const float* pdy = dy.f32();
+    float* pdx = dx.f32();
+    for (int64_t i = 0, n = x.numel(); i < n; ++i) pdx[i] = px[i] > 0.f ? pdy[i] : 0.f;
+  }
+
+  void gelu_forward(const Tensor& x, Tensor& y) override {
+    check_same_numel(x, y, "gelu");
+    const float* px = x.f32();
+    float* py = y.f32();
+    for (int64_t i = 0, n = x.numel(); i < n; ++i) {
+      float v = px[i];
+      float u = kGeluScale * (v + kGeluCubic * v * v * v);
+      py[i] = 0.5f * v * (1.f + std::tanh(u));
+    }
+  }
+
+  void gelu_backward(const Tensor& x, const Tensor& dy, Tensor& dx) override {
+    check_same_numel(x, dy, "gelu backward");
+    const float* px = x.f32();
+    const float* pdy = dy.f32();
+    float* pdx = dx.f32();
+    for (int64_t i = 0, n = x.numel(); i < n; ++i) {
+      float v = px[i];
+      float u = kGeluScale * (v + kGeluCubic * v * v * v);
+      float t = std::tanh(u);
+      float du = kGeluScale * (1.f + 3.f * kGeluCubic * v * v);
+      float grad = 0.5f * (1.f + t) + 0.5f * v * (1.f - t * t) * du;
+      pdx[i] = grad * pdy[i];
+    }
+  }
+
+  double mse_loss(const Tensor& pred, const Tensor& target, float grad_scale,
+                  Tensor& dpred) override {
+    check_same_numel(pred, target, "mse");
+    const float* pp = pred.f32();
+    const float* pt = target.f32();
+    float* pd = dpred.f32();
+    double sum = 0.0;
+    for (int64_t i = 0, n = pred.numel(); i < n; ++i) {
+      float diff = pp[i] - pt[i];
+      sum += static_cast<double>(diff) * diff;
+      pd[i] = 2.f * diff * grad_scale;
+    }
+    return sum;
+  }
+
+  double softmax_cross_entropy(const Tensor& logits, const Tensor& labels, float grad_scale,
+                               Tensor& dlogits) override {
+    const int64_t rows = logits.rows(), classes = logits.cols();
+    PT_CHECK(labels.numel() == rows, "labels size");
+    const float* pl = logits.f32();
+    const int32_t* py = labels.i32();
+    float* pd = dlogits.f32();
+    double sum = 0.0;
+    for (int64_t r = 0; r < rows; ++r) {
+      const float* row = pl + r * classes;
+      float* drow = pd + r * classes;
+      int32_t label = py[r];
+      PT_CHECK(label >= 0 && label < classes, "label out of range");
+      float maxv = row[0];
+      for (int64_t j = 1; j < classes; ++j) maxv = std::fmax(maxv, row[j]);
+      double denom = 0.0;
+      for (int64_t j = 0; j < classes; ++j) denom += std::exp(static_cast<double>(row[j] - maxv));
+      double log_denom = std::log(denom);
+      sum += log_denom - static_cast<double>(row[label] - maxv);
+      for (int64_t j = 0; j < classes; ++j) {
+        float prob = static_cast<float>(std::exp(static_cast<double>(row[j] - maxv) - log_denom));
+        drow[j] = (prob - (j == label ? 1.f : 0.f)) * grad_scale;
+      }
+    }
+    return sum;
+  }
+
+  void fill(Tensor& x, float value) override {
+    float* p = x.f32();
+    for (int64_t i = 0, n = x.numel(); i < n; ++i) p[i] = value;
+  }
+
+  void copy(const Tensor& src, Tensor& dst) override {
+    PT_CHECK(src.bytes() == dst.bytes(), "copy size");
+    std::memcpy(dst.raw(), src.raw(), src.bytes());
+  }
+
+  double sum_squares(const Tensor& x) override {
+    const float* p = x.f32();
+    double sum = 0.0;
+    for (int64_t i = 0, n = x.numel(); i < n; ++i) sum += static_cast<double>(p[i]) * p[i];
+    return sum;
+  }
+
+  bool all_finite(const Tensor& x) override {
+    // An exponent of all ones marks inf and NaN; OR-reduce over the bits so
+    // the loop vectorises.
+    const uint32_t* bits = static_cast<const uint32_t*>(x.raw());
+    uint32_t bad = 0;
+    for (int64_t i = 0, n = x.numel(); i < n; ++i)
+      bad |= static_cast<uint32_t>((bits[i] & 0x7f800000u) == 0x7f800000u);
+    return bad == 0;
+  }
+
+  void scale(Tensor& x, float s) override {
+    float* p = x.f32();
+    for (int64_t i = 0, n = x.numel(); i < n; ++i) p[i] *= s;
+  }
+
+  void sgd_step(Tensor& p, const Tensor& g, Tensor& v, float lr, float momentum,
+                float weight_decay) override {
+    check_same_numel(p, g, "sgd");
+    float* pp = p.f32();
+    const float* pg = g.f32();
+    float* pv = v.f32();
+    for (int64_t i = 0, n = p.numel(); i < n; ++i) {
+      float grad = pg[i] + weight_decay * pp[i];
+      pv[i] = momentum * pv[i] + grad;
+      pp[i] -= lr * pv[i];
+    }
+  }
+
+  void adamw_step(Tensor& p, const Tensor& g, Tensor& m, Tensor& v, float lr, float beta1,
+                  float beta2, float eps, float weight_decay, long step) override {
+    check_same_numel(p, g, "adamw");
+    const float bias1 = static_cast<float>(1.0 - std::pow(static_cast<double>(beta1), step));
+    const float bias2_sqrt =
+        static_cast<float>(std::sqrt(1.0 - std::pow(static_cast<double>(beta2), step)));
+    const float step_size = lr / bias1;
+    const float decay = 1.f - lr * weight_decay;
+    float* pp = p.f32();
+    const float* pg = g.f32();
+    float* pm = m.f32();
+    float* pv = v.f32();
+    for (int64_t i = 0, n = p.numel(); i < n; ++i) {
+      pp[i] *= decay;
+      pm[i] = beta1 * pm[i] + (1.f - beta1) * pg[i];
+      pv[i] = beta2 * pv[i] + (1.f - beta2) * pg[i] * pg[i];
+      float denom = std::sqrt(pv[i]) / bias2_sqrt + eps;
+      pp[i] -= step_size * (pm[i] / denom);
+    }
+  }
+};
+
+int g_blas_threads = 1;
+
+}  // namespace
+
+Backend& cpu_backend() {
+  static CpuBackend backend;
+  return backend;
+}
+
+void set_blas_threads(int threads) {
+  PT_CHECK(threads >= 1, "BLAS threads must be >= 1");
+  openblas_set_num_threads(threads);
+  g_blas_threads = threads;
+}
+
+int blas_threads() { return g_blas_threads; }
+
+}  // namespace pt

@@ -1,0 +1,192 @@
+// tensor.cpp: CPU storage, the caching allocator and memory accounting.
+#include "pipetrain/tensor.hpp"
+
+#include <cstdlib>
+#include <cstring>
+#include <map>
+#include <mutex>
+
+#include "pipetrain/error.hpp"
+
+namespace pt {
+
+namespace {
+
+constexpr size_t kAlignment = 64;  // cache line; also suits AVX-512 loads
+
+// Reuses freed blocks of exactly the same size. Shapes repeat every
+// micro-batch, so after the first step no new memory is requested.
+class CachingAllocator {
+ public:
+  void* allocate(size_t bytes, MemCategory cat) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    void* ptr = nullptr;
+    auto it = free_blocks_.find(bytes);
+    if (it != free_blocks_.end()) {
+      ptr = it->second;
+      free_blocks_.erase(it);
+    } else {
+      size_t padded = (bytes + kAlignment - 1) / kAlignment * kAlignment;
+      ptr = std::aligned_alloc(kAlignment, padded == 0 ? kAlignment : padded);
+      PT_CHECK(ptr != nullptr, "out of host memory allocating " + std::to_string(bytes) + " bytes");
+    }
+    count(cat, static_cast<long long>(bytes));
+    return ptr;
+  }
+
+  void release(void* ptr, size_t bytes, MemCategory cat) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    free_blocks_.emplace(bytes, ptr);
+    count(cat, -static_cast<long long>(bytes));
+  }
+
+  void release_cached() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    for (auto& block : free_blocks_) std::free(block.second);
+    free_blocks_.clear();
+  }
+
+  MemoryStats stats() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return stats_;
+  }
+
+  void reset_peaks() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    for (int c = 0; c < static_cast<int>(MemCategory::Count); ++c) stats_.peak[c] = stats_.live[c];
+    stats_.peak_total = stats_.live_total;
+  }
+
+ private:
+  void count(MemCategory cat, long long delta) {
+    int c = static_cast<int>(cat);
+    stats_.live[c] += delta;
+    stats_.live_total += delta;
+    if (stats_.live[c] > stats_.peak[c]) stats_.peak[c] = stats_.live[c];
+    if (stats_.live_total > stats_.peak_total) stats_.peak_total = stats_.live_total;
+  }
+
+  std::mutex mutex_;
+  std::multimap<size_t, void*> free_blocks_;
+  MemoryStats stats_;
+};
+
+CachingAllocator& allocator() {
+  static CachingAllocator* instance = new CachingAllocator();  // never destroyed
+  return *instance;
+}
+
+}  // namespace
+
+struct Storage {
+  void* data = nullptr;
+  size_t bytes = 0;
+  MemCategory category = MemCategory::Workspace;
+  Device device = Device::CPU;
+  Storage(size_t n, MemCategory cat) : bytes(n), category(cat) {
+    data = allocator().allocate(n, cat);
+  }
+  ~Storage() { allocator().release(data, bytes, category); }
+  Storage(const Storage&) = delete;
+  Storage& operator=(const Storage&) = delete;
+};
+
+size_t dtype_size(DType dtype) {
+  switch (dtype) {
+    case DType::F32: return 4;
+    case DType::I32: return 4;
+  }
+  return 0;
+}
+
+const char* category_name(MemCategory cat) {
+  switch (cat) {
+    case MemCategory::Parameters: return "parameters";
+    case MemCategory::Gradients: return "gradients";
+    case MemCategory::OptimizerState: return "optimizer_state";
+    case MemCategory::Activations: return "activations";
+    case MemCategory::Workspace: return "workspace";
+    case MemCategory::Count: break;
+  }
+  return "?";
+}
+
+std::string shape_string(const Shape& shape) {
+  std::string s = "(";
+  for (size_t i = 0; i < shape.size(); ++i) s += (i ? ", " : "") + std::to_string(shape[i]);
+  return s + ")";
+}
+
+int64_t shape_numel(const Shape& shape) {
+  int64_t n = 1;
+  for (int64_t d : shape) n *= d;
+  return n;
+}
+
+Tensor Tensor::empty(const Shape& shape, DType dtype, MemCategory cat, Device dev) {
+  PT_CHECK(dev == Device::CPU, "CPU tensors only in this build");
+  for (int64_t d : shape) PT_CHECK(d >= 0, "negative dimension in " + shape_string(shape));
+  Tensor t;
+  t.shape_ = shape;
+  t.dtype_ = dtype;
+  t.storage_ = std::make_shared<Storage>(t.bytes(), cat);
+  return t;
+}
+
+Tensor Tensor::zeros(const Shape& shape, DType dtype, MemCategory cat, Device dev) {
+  Tensor t = empty(shape, dtype, cat, dev);
+  std::memset(t.raw(), 0, t.bytes());
+  return t;
+}
+
+int64_t Tensor::dim(int i) const {
+  int n = ndim();
+  int j = i < 0 ? n + i : i;
+  PT_CHECK(j >= 0 && j < n, "dim " + std::to_string(i) + " of " + shape_string(shape_));
+  return shape_[j];
+}
+
+Device Tensor::device() const { return storage_ ? storage_->device : Device::CPU; }
+MemCategory Tensor::category() const {
+  return storage_ ? storage_->category : MemCategory::Workspace;
+}
+
+void* Tensor::raw() { return storage_ ? storage_->data : nullptr; }
+const void* Tensor::raw() const { return storage_ ? storage_->data : nullptr; }
+
+float* Tensor::f32() {
+  PT_CHECK(dtype_ == DType::F32, "tensor is not f32");
+  return static_cast<float*>(raw());
+}
+const float* Tensor::f32() const {
+  PT_CHECK(dtype_ == DType::F32, "tensor is not f32");
+  return static_cast<const float*>(raw());
+}
+int32_t* Tensor::i32() {
+  PT_CHECK(dtype_ == DType::I32, "tensor is not i32");
+  return static_cast<int32_t*>(raw());
+}
+const int32_t* Tensor::i32() const {
+  PT_CHECK(dtype_ == DType::I32, "tensor is not i32");
+  return static_cast<const int32_t*>(raw());
+}
+
+Tensor Tensor::reshaped(const Shape& shape) const {
+  PT_CHECK(shape_numel(shape) == numel(),
+           "cannot reshape " + shape_string(shape_) + " to " + shape_string(shape));
+  Tensor t = *this;
+  t.shape_ = shape;
+  return t;
+}
+
+Tensor Tensor::clone(MemCategory cat) const {
+  Tensor t = empty(shape_, dtype_, cat, device());
+  std::memcpy(t.raw(), raw(), bytes());
+  return t;
+}
+
+MemoryStats memory_stats() { return allocator().stats(); }
+void reset_memory_peaks() { allocator().reset_peaks(); }
+void release_cached_memory() { allocator().release_cached(); }
+
+}  // namespace pt
