@@ -3,6 +3,7 @@
 
 #include <cmath>
 
+#include "pipetrain/backend.hpp"
 #include "pipetrain/error.hpp"
 #include "pipetrain/rng.hpp"
 
@@ -19,10 +20,10 @@ class TeacherData final : public Dataset {
       : samples_(deck.data.samples), seed_(deck.data.seed), in_(deck.model.input_dim),
         out_(deck.model.output_dim), classify_(deck.model.loss == "cross_entropy") {
     PT_CHECK(samples_ >= 1, "data.samples");
-    teacher_.resize(static_cast<size_t>(out_ * in_));
+    teacher_ = Tensor::empty({out_, in_}, DType::F32, MemCategory::Workspace);
     const float scale = 1.f / std::sqrt(static_cast<float>(in_));
-    for (size_t i = 0; i < teacher_.size(); ++i)
-      teacher_[i] = normal01(seed_, kTeacherStream, i) * scale;
+    for (int64_t i = 0; i < teacher_.numel(); ++i)
+      teacher_.f32()[i] = normal01(seed_, kTeacherStream, static_cast<uint64_t>(i)) * scale;
   }
 
   int64_t size() const override { return samples_; }
@@ -33,18 +34,18 @@ class TeacherData final : public Dataset {
     return x;
   }
 
+  // Z = X A^T through the backend's GEMM, then tanh (MSE) or argmax (labels).
   Tensor targets(int64_t first, int64_t count) const override {
-    Tensor y = classify_ ? Tensor::empty({count}, DType::I32, MemCategory::Workspace)
-                         : Tensor::empty({count, out_}, DType::F32, MemCategory::Workspace);
-    std::vector<float> x(static_cast<size_t>(in_)), z(static_cast<size_t>(out_));
-    for (int64_t r = 0; r < count; ++r) {
-      sample_input(index(first + r), x.data());
-      teacher(x.data(), z.data());
-      if (classify_) y.i32()[r] = argmax(z);
-      else
-        for (int64_t j = 0; j < out_; ++j) y.f32()[r * out_ + j] = std::tanh(z[j]);
+    Tensor x = inputs(first, count);
+    Tensor z = Tensor::empty({count, out_}, DType::F32, MemCategory::Workspace);
+    cpu_backend().matmul(x, false, teacher_, true, z, 1.f, 0.f);
+    if (classify_) {
+      Tensor labels = Tensor::empty({count}, DType::I32, MemCategory::Workspace);
+      for (int64_t r = 0; r < count; ++r) labels.i32()[r] = argmax(z.f32() + r * out_, out_);
+      return labels;
     }
-    return y;
+    for (int64_t i = 0; i < z.numel(); ++i) z.f32()[i] = std::tanh(z.f32()[i]);
+    return z;
   }
 
  private:
@@ -55,17 +56,9 @@ class TeacherData final : public Dataset {
       x[j] = normal01(seed_, kInputStream, static_cast<uint64_t>(sample * in_ + j));
   }
 
-  void teacher(const float* x, float* z) const {
-    for (int64_t i = 0; i < out_; ++i) {
-      float acc = 0.f;
-      for (int64_t j = 0; j < in_; ++j) acc += teacher_[i * in_ + j] * x[j];
-      z[i] = acc;
-    }
-  }
-
-  static int32_t argmax(const std::vector<float>& z) {
+  static int32_t argmax(const float* z, int64_t n) {
     int32_t best = 0;
-    for (size_t i = 1; i < z.size(); ++i)
+    for (int64_t i = 1; i < n; ++i)
       if (z[i] > z[best]) best = static_cast<int32_t>(i);
     return best;
   }
@@ -74,7 +67,7 @@ class TeacherData final : public Dataset {
   uint64_t seed_;
   int64_t in_, out_;
   bool classify_;
-  std::vector<float> teacher_;  // (out, in)
+  Tensor teacher_;  // (out, in)
 };
 
 }  // namespace

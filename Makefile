@@ -1,0 +1,50 @@
+# pipetrain: top-level entry points. On a fresh machine each of `make run` and
+# `make test` installs what is missing, builds, and runs.
+#   make            build build/pipetrain
+#   make test       build and run every test (CTest; MPI tests at 1, 2, 4 ranks)
+#   make run        train the default deck on NP ranks
+#   make bench      the pipeline speedup benchmark (results/ table)
+#   make cuda       also build the CUDA backend (CMAKE_CUDA_ARCHITECTURES=90)
+BUILD    ?= build
+NP       ?= 4
+DECK     ?= inputs/mlp.toml
+JOBS     ?= $(shell nproc)
+CMAKE_ARGS ?=
+
+# Open MPI refuses root without these; CI and the dev machines run as root.
+export OMPI_ALLOW_RUN_AS_ROOT := 1
+export OMPI_ALLOW_RUN_AS_ROOT_CONFIRM := 1
+MPIRUN := mpirun --oversubscribe --bind-to none
+
+.PHONY: all deps configure build test run bench cuda tools clean
+
+all: build
+
+deps:
+	@scripts/install-deps.sh
+
+$(BUILD)/CMakeCache.txt: | deps
+	cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=Release $(CMAKE_ARGS)
+
+configure: deps $(BUILD)/CMakeCache.txt
+
+build: configure
+	cmake --build $(BUILD) -j $(JOBS)
+
+test: build
+	cd $(BUILD) && ctest --output-on-failure -j 1
+
+run: build
+	$(MPIRUN) -np $(NP) $(BUILD)/pipetrain train $(DECK)
+
+tools:
+	@scripts/setup-tools-venv.sh
+
+bench: build tools
+	jobs/bench_speedup.sh
+
+cuda:
+	$(MAKE) BUILD=build-cuda CMAKE_ARGS="-DPIPETRAIN_CUDA=ON $(CMAKE_ARGS)" build
+
+clean:
+	rm -rf $(BUILD) build-cuda

@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# install-deps.sh: installs the Debian packages pipetrain needs, only if one is
+# missing (so `make` stays fast once set up). Needs root or sudo.
+set -euo pipefail
+
+packages=(
+  build-essential cmake pkg-config
+  openmpi-bin libopenmpi-dev          # MPI (ranks, transport)
+  libhdf5-openmpi-dev                 # HDF5 built against Open MPI
+  libopenblas-dev                     # CPU GEMMs
+  libgtest-dev                        # tests
+  libtoml11-dev libcli11-dev          # input decks, command line
+)
+
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+[ ${#missing[@]} -eq 0 ] && exit 0
+
+echo "install-deps: installing ${missing[*]}"
+SUDO=""
+[ "$(id -u)" -ne 0 ] && SUDO="sudo"
+export DEBIAN_FRONTEND=noninteractive
+$SUDO apt-get update -qq
+$SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"

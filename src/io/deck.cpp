@@ -1,0 +1,123 @@
+// deck.cpp: the toml-free part of the input deck: Deck::where (the
+// "file:line: key" prefix of every deck message) and check_deck_layout (the
+// checks that need the rank count: stages, layers per stage, partition,
+// schedule file).
+#include <cerrno>
+#include <cstring>
+#include <fstream>
+#include <numeric>
+#include <string>
+
+#include "pipetrain/deck.hpp"
+#include "pipetrain/deck_io.hpp"
+#include "pipetrain/error.hpp"
+#include "pipetrain/schedule.hpp"
+
+namespace pt {
+
+std::string Deck::where(const std::string& dotted_key) const {
+  auto it = key_origin.find(dotted_key);
+  if (it != key_origin.end()) return it->second + ": " + dotted_key;
+  return (source_file.empty() ? std::string("deck") : source_file) + ": " + dotted_key;
+}
+
+namespace {
+
+// "pipeline.micro_batches = 8 (inputs/mlp.toml:20)": a second key named in a
+// message, with where it was set.
+std::string other_key(const Deck& deck, const std::string& key, const std::string& value) {
+  auto it = deck.key_origin.find(key);
+  std::string origin = it == deck.key_origin.end() ? "default" : it->second;
+  return key + " = " + value + " (" + origin + ")";
+}
+
+std::string list_text(const std::vector<int64_t>& values) {
+  std::string text = "[";
+  for (size_t i = 0; i < values.size(); ++i) {
+    text += (i ? ", " : "") + std::to_string(values[i]);
+  }
+  return text + "]";
+}
+
+// "1 stage", "2 stages"; `many` is the plural when not word + "s".
+std::string plural(int64_t n, const std::string& word, const std::string& many = "") {
+  return std::to_string(n) + " " + (n == 1 ? word : many.empty() ? word + "s" : many);
+}
+
+void check_stages(const Deck& deck, int num_ranks) {
+  int64_t stages = deck.pipeline.stages;
+  if (stages == 0 || stages == num_ranks) return;
+  throw InputError(deck.where("pipeline.stages") + " = " + std::to_string(stages) +
+                   " but the job has " + plural(num_ranks, "MPI rank") +
+                   "; pipetrain runs one stage per rank (use pipeline.stages = 0 to"
+                   " take the rank count)");
+}
+
+void check_layers_per_stage(const Deck& deck, int stages) {
+  if (deck.model.depth >= stages) return;
+  std::string why = deck.pipeline.stages == 0 ? ", one per MPI rank" : "";
+  throw InputError(deck.where("model.depth") + " = " + std::to_string(deck.model.depth) +
+                   ": must be >= the number of stages (" + std::to_string(stages) + why +
+                   "); each stage needs at least one Linear layer");
+}
+
+void check_partition(const Deck& deck, int stages) {
+  const std::vector<int64_t>& part = deck.pipeline.partition;
+  if (part.empty()) return;
+  std::string head = deck.where("pipeline.partition") + " = " + list_text(part) + ": ";
+  if (static_cast<int64_t>(part.size()) != stages) {
+    throw InputError(head + "has " + plural(static_cast<int64_t>(part.size()), "entry", "entries") +
+                     " but there are " + plural(stages, "stage") +
+                     "; give one layer count per stage");
+  }
+  for (size_t s = 0; s < part.size(); ++s) {
+    if (part[s] < 1) {
+      throw InputError(head + "entry " + std::to_string(s) + " = " + std::to_string(part[s]) +
+                       ": must be >= 1 (each stage needs at least one Linear layer)");
+    }
+  }
+  int64_t sum = std::accumulate(part.begin(), part.end(), int64_t{0});
+  if (sum != deck.model.depth) {
+    throw InputError(head + "sums to " + std::to_string(sum) + " but " +
+                     other_key(deck, "model.depth", std::to_string(deck.model.depth)) +
+                     "; the entries count the Linear layers of each stage");
+  }
+}
+
+// The schedule file must open, parse, have one line per rank (= stage) and
+// pass validate_schedule for the deck's stage and micro-batch counts.
+void check_schedule_file(const Deck& deck, int stages) {
+  const std::string& path = deck.pipeline.schedule_file;
+  if (path.empty()) {
+    throw InputError(deck.where("pipeline.schedule") +
+                     " = \"file\": needs pipeline.schedule_file (the schedule text file)");
+  }
+  std::string head = deck.where("pipeline.schedule_file") + " = \"" + path + "\": ";
+  std::ifstream probe(path);
+  if (!probe) throw InputError(head + "cannot open the schedule file: " + std::strerror(errno));
+  int micro_batches = static_cast<int>(deck.pipeline.micro_batches);
+  try {
+    Schedule schedule = load_schedule_file(path, stages, micro_batches);
+    if (schedule.num_ranks != stages) {
+      throw InputError("has " + plural(schedule.num_ranks, "rank line") + " but the job runs " +
+                       plural(stages, "stage") + ", one per rank; give one line per rank");
+    }
+    validate_schedule(schedule);
+  } catch (const InputError& e) {
+    throw InputError(head + e.what());
+  }
+}
+
+}  // namespace
+
+int check_deck_layout(const Deck& deck, int num_ranks) {
+  PT_CHECK(num_ranks >= 1, "num_ranks = " + std::to_string(num_ranks));
+  check_stages(deck, num_ranks);
+  int stages = num_ranks;
+  check_layers_per_stage(deck, stages);
+  check_partition(deck, stages);
+  if (deck.pipeline.schedule == "file") check_schedule_file(deck, stages);
+  return stages;
+}
+
+}  // namespace pt

@@ -1,0 +1,429 @@
+// test_deck.cpp: the input deck: every class of bad deck gets its one clear
+// message (file, line, key, expectation), --set overrides, the deck_to_toml
+// round trip, check_deck_layout, the command line, and the example decks.
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <cstdio>
+#include <fstream>
+#include <functional>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "pipetrain/deck_io.hpp"
+#include "pipetrain/error.hpp"
+#include "pipetrain/schedule.hpp"
+
+namespace {
+
+using Strings = std::vector<std::string>;
+
+// The directory of this file: fixtures live in tests/decks/, examples in inputs/.
+std::string tests_dir() {
+  std::string file = __FILE__;
+  return file.substr(0, file.rfind('/'));
+}
+std::string deck_fixture(const std::string& name) { return tests_dir() + "/decks/" + name; }
+std::string example_deck(const std::string& name) { return tests_dir() + "/../inputs/" + name; }
+
+// The message of the InputError `action` throws ("" and a test failure if none).
+std::string input_error(const std::function<void()>& action) {
+  try {
+    action();
+  } catch (const pt::InputError& e) {
+    return e.what();
+  } catch (const std::exception& e) {
+    ADD_FAILURE() << "expected pt::InputError, got: " << e.what();
+    return "";
+  }
+  ADD_FAILURE() << "expected pt::InputError, nothing was thrown";
+  return "";
+}
+
+std::string text_error(const std::string& text, const Strings& overrides = {}) {
+  return input_error([&] { pt::parse_deck_text(text, "t.toml", overrides); });
+}
+
+#define EXPECT_HAS(message, part) \
+  EXPECT_NE((message).find(part), std::string::npos) << "message: " << (message) << "\nmissing: " << (part)
+
+// ---- clean decks -----------------------------------------------------------
+
+TEST(Deck, EmptyTextGivesDefaultsAndWhereNamesTheFile) {
+  pt::Deck deck = pt::parse_deck_text("", "t.toml", {});
+  EXPECT_EQ(deck.source_file, "t.toml");
+  EXPECT_TRUE(deck.key_origin.empty());
+  EXPECT_EQ(deck.model.depth, pt::ModelConfig{}.depth);
+  EXPECT_EQ(deck.where("training.lr"), "t.toml: training.lr");
+}
+
+TEST(Deck, RecordsTheLineOfEveryKey) {
+  pt::Deck deck = pt::parse_deck_text("[model]\ndepth = 4\n\n[training]\nlr = 2\n", "t.toml", {});
+  EXPECT_EQ(deck.model.depth, 4);
+  EXPECT_EQ(deck.training.lr, 2.0);  // an integer is accepted for a float
+  EXPECT_EQ(deck.key_origin.at("model.depth"), "t.toml:2");
+  EXPECT_EQ(deck.where("training.lr"), "t.toml:5: training.lr");
+}
+
+TEST(Deck, ExampleDecksParseAndFitTheirRankCounts) {
+  pt::Deck big = pt::parse_deck_file(example_deck("mlp.toml"), {});
+  EXPECT_EQ(big.model.depth, 16);
+  EXPECT_EQ(big.model.input_dim, 256);
+  EXPECT_EQ(big.pipeline.micro_batches, 8);
+  EXPECT_EQ(big.output.dir, "runs/mlp");
+  EXPECT_EQ(pt::check_deck_layout(big, 4), 4);
+  pt::Deck small = pt::parse_deck_file(example_deck("mlp_small.toml"), {});
+  EXPECT_EQ(small.model.depth, 8);
+  EXPECT_EQ(small.training.batch_size, 16);
+  EXPECT_EQ(small.training.steps, 5);
+  for (int ranks : {1, 2, 4, 8}) EXPECT_EQ(pt::check_deck_layout(small, ranks), ranks);
+}
+
+// ---- one test per class of bad deck ----------------------------------------
+
+TEST(DeckErrors, MissingFileNamesThePath) {
+  std::string msg = input_error([] { pt::parse_deck_file("no/such/deck.toml", {}); });
+  EXPECT_HAS(msg, "no/such/deck.toml");
+  EXPECT_HAS(msg, "cannot open the deck file");
+  msg = input_error([] { pt::parse_deck_file(tests_dir() + "/decks", {}); });
+  EXPECT_HAS(msg, "is a directory");
+}
+
+TEST(DeckErrors, SyntaxErrorGivesFileLineAndTomlExplanation) {
+  std::string msg = text_error("[model]\ndepth = 3\nhidden_dim = \n");
+  EXPECT_EQ(msg.rfind("t.toml:3: TOML syntax error: ", 0), 0u) << msg;
+  msg = input_error([] { pt::parse_deck_file(deck_fixture("bad_syntax.toml"), {}); });
+  EXPECT_HAS(msg, "bad_syntax.toml:5: TOML syntax error: ");
+  EXPECT_HAS(msg, "hidden_dim 32");  // toml11's excerpt of the line
+  msg = text_error("[model]\ndepth = 3\ndepth = 4\n");
+  EXPECT_HAS(msg, "t.toml:3: TOML syntax error: ");
+}
+
+TEST(DeckErrors, UnknownSectionSuggestsOrListsSections) {
+  EXPECT_EQ(text_error("[model]\ndepth = 3\n[trainig]\nlr = 1\n"),
+            "t.toml:3: [trainig]: unknown section; did you mean [training]?");
+  EXPECT_HAS(text_error("[optim]\nlr = 1\n"),
+             "t.toml:1: [optim]: unknown section; the sections are [model], [data], [training], "
+             "[pipeline], [output]");
+}
+
+TEST(DeckErrors, KeyOutsideAnySection) {
+  EXPECT_EQ(text_error("steps = 5\n"),
+            "t.toml:1: steps: key outside any section; did you mean to put it under [training]?");
+  EXPECT_EQ(text_error("\nmodel = 3\n"),
+            "t.toml:2: model: expected a section [model], got an integer (3)");
+}
+
+TEST(DeckErrors, UnknownKeySuggestsTheClosestKey) {
+  EXPECT_EQ(text_error("[pipeline]\nmicro_batch = 8\n"),
+            "t.toml:2: pipeline.micro_batch: unknown key; did you mean 'micro_batches'?");
+  EXPECT_EQ(text_error("[training]\n\nmicro_batches = 8\n"),
+            "t.toml:3: training.micro_batches: unknown key; did you mean 'pipeline.micro_batches'?");
+  std::string msg = text_error("[output]\nformat = \"h5\"\n");
+  EXPECT_HAS(msg, "t.toml:2: output.format: unknown key; the keys of [output] are: dir, log_every");
+  msg = input_error([] { pt::parse_deck_file(deck_fixture("bad_unknown_key.toml"), {}); });
+  EXPECT_HAS(msg, "bad_unknown_key.toml:6: pipeline.micro_batch: unknown key; did you mean 'micro_batches'?");
+}
+
+TEST(DeckErrors, WrongTypeSaysExpectedAndGot) {
+  EXPECT_EQ(text_error("[training]\nsteps = 10.0\n"),
+            "t.toml:2: training.steps: expected an integer, got a float (10.0)");
+  EXPECT_EQ(text_error("[model]\nactivation = 1\n"),
+            "t.toml:2: model.activation: expected a string, got an integer (1)");
+  EXPECT_EQ(text_error("[pipeline]\npartition = 4\n"),
+            "t.toml:2: pipeline.partition: expected an array of integers, got an integer (4)");
+  EXPECT_EQ(text_error("[pipeline]\npartition = [4, 2.5]\n"),
+            "t.toml:2: pipeline.partition entry 1: expected an integer, got a float (2.5)");
+  EXPECT_EQ(text_error("[training]\ngrad_clip = true\n"),
+            "t.toml:2: training.grad_clip: expected a float (an integer is accepted), got a boolean (true)");
+  std::string msg = input_error([] { pt::parse_deck_file(deck_fixture("bad_type.toml"), {}); });
+  EXPECT_HAS(msg, "bad_type.toml:5: training.lr: expected a float (an integer is accepted), got a string (\"0.001\")");
+}
+
+TEST(DeckErrors, OutOfRangeNamesTheAllowedRange) {
+  struct Case { std::string text, message; };
+  const Case cases[] = {
+      {"[training]\nbatch_size = 0", "t.toml:2: training.batch_size = 0: must be in [1, 1073741824]"},
+      {"[pipeline]\nmicro_batches = 0", "t.toml:2: pipeline.micro_batches = 0: must be in [1, 1048576]"},
+      {"[training]\nlr = 0", "t.toml:2: training.lr = 0.0: must be > 0"},
+      {"[training]\nlr = -1e-3", "t.toml:2: training.lr = -0.001: must be > 0"},
+      {"[training]\nlr = inf", "t.toml:2: training.lr = inf: must be a finite number > 0"},
+      {"[training]\nbeta1 = 1", "t.toml:2: training.beta1 = 1.0: must be in [0, 1)"},
+      {"[training]\nbeta2 = nan", "t.toml:2: training.beta2 = nan: must be a finite number in [0, 1)"},
+      {"[training]\nmomentum = -0.5", "t.toml:2: training.momentum = -0.5: must be in [0, 1)"},
+      {"[training]\neps = 0.0", "t.toml:2: training.eps = 0.0: must be > 0"},
+      {"[training]\nweight_decay = -1", "t.toml:2: training.weight_decay = -1.0: must be >= 0"},
+      {"[training]\nsteps = 0", "t.toml:2: training.steps = 0: must be >= 1"},
+      {"[training]\nwarmup_steps = -1", "t.toml:2: training.warmup_steps = -1: must be >= 0"},
+      {"[training]\nblas_threads = -1", "t.toml:2: training.blas_threads = -1: must be in [0, 4096]"},
+      {"[pipeline]\ntimeout_s = 0", "t.toml:2: pipeline.timeout_s = 0.0: must be > 0"},
+      {"[pipeline]\nstages = -2", "t.toml:2: pipeline.stages = -2: must be in [0, 65536]"},
+      {"[model]\ndepth = 0", "t.toml:2: model.depth = 0: must be in [1, 1048576]"},
+      {"[model]\nhidden_dim = -4", "t.toml:2: model.hidden_dim = -4: must be in [1, 16777216]"},
+      {"[model]\ninit_seed = -1", "t.toml:2: model.init_seed = -1: must be >= 0"},
+      {"[data]\nsamples = 0", "t.toml:2: data.samples = 0: must be >= 1"},
+      {"[output]\nlog_every = 0", "t.toml:2: output.log_every = 0: must be >= 1"},
+  };
+  for (const Case& c : cases) EXPECT_EQ(text_error(c.text), c.message) << c.text;
+}
+
+TEST(DeckErrors, BadChoiceListsTheAllowedValues) {
+  EXPECT_EQ(text_error("[model]\nactivation = \"tanh\""),
+            "t.toml:2: model.activation = \"tanh\": must be one of \"relu\", \"gelu\"");
+  EXPECT_EQ(text_error("[pipeline]\nschedule = \"zb\""),
+            "t.toml:2: pipeline.schedule = \"zb\": must be one of \"gpipe\", \"1f1b\", \"file\"");
+  EXPECT_HAS(text_error("[training]\noptimizer = \"adam\""), "must be one of \"sgd\", \"adamw\"");
+  EXPECT_HAS(text_error("[training]\nlr_schedule = \"linear\""), "must be one of \"constant\", \"cosine\"");
+  EXPECT_HAS(text_error("[model]\nloss = \"l1\""), "must be one of \"mse\", \"cross_entropy\"");
+  EXPECT_HAS(text_error("[model]\ntype = \"gpt\""), "model.type = \"gpt\": must be one of \"mlp\"");
+  EXPECT_HAS(text_error("[data]\ntype = \"mnist\""), "data.type = \"mnist\": must be one of \"synthetic\"");
+}
+
+TEST(DeckErrors, BatchSizeMustBeDivisibleByMicroBatches) {
+  EXPECT_EQ(text_error("[training]\nbatch_size = 60\n[pipeline]\nmicro_batches = 8\n"),
+            "t.toml:2: training.batch_size = 60: must be divisible by pipeline.micro_batches = 8 (t.toml:4)");
+  EXPECT_EQ(text_error("[pipeline]\nmicro_batches = 5\n"),
+            "t.toml: training.batch_size = 64: must be divisible by pipeline.micro_batches = 5 (t.toml:2)");
+  std::string path = deck_fixture("bad_batch.toml");
+  EXPECT_EQ(input_error([&] { pt::parse_deck_file(path, {}); }),
+            path + ":7: training.batch_size = 60: must be divisible by pipeline.micro_batches = 8 (" +
+                path + ":10)");
+}
+
+TEST(DeckErrors, ScheduleFileNeedsScheduleFileAndViceVersa) {
+  EXPECT_EQ(text_error("[pipeline]\nschedule = \"file\"\n"),
+            "t.toml:2: pipeline.schedule = \"file\": needs pipeline.schedule_file (the schedule text file to run)");
+  EXPECT_EQ(text_error("[pipeline]\nschedule = \"gpipe\"\nschedule_file = \"s.txt\"\n"),
+            "t.toml:3: pipeline.schedule_file = \"s.txt\": is only used with pipeline.schedule = \"file\", "
+            "but pipeline.schedule = \"gpipe\" (t.toml:2)");
+  EXPECT_NO_THROW(pt::parse_deck_text("[pipeline]\nschedule = \"file\"\nschedule_file = \"s.txt\"\n", "t.toml", {}));
+}
+
+TEST(DeckErrors, OtherInconsistencies) {
+  EXPECT_EQ(text_error("[pipeline]\npartition = [3, 0, 5]\n"),
+            "t.toml:2: pipeline.partition = [3, 0, 5]: entry 1 is 0; every entry must be >= 1");
+  EXPECT_EQ(text_error("[training]\nlr = 0.01\nmin_lr = 0.1\n"),
+            "t.toml:3: training.min_lr = 0.1: must be <= training.lr = 0.01 (t.toml:2)");
+  EXPECT_EQ(text_error("[model]\nloss = \"cross_entropy\"\noutput_dim = 1\n"),
+            "t.toml:2: model.loss = \"cross_entropy\": needs at least 2 classes, but model.output_dim = 1 (t.toml:3)");
+  EXPECT_EQ(text_error("[training]\nsteps = 10\nwarmup_steps = 10\n"),
+            "t.toml:3: training.warmup_steps = 10: must be < training.steps = 10 (t.toml:2)");
+  EXPECT_EQ(text_error("[output]\ndir = \"\"\n"), "t.toml:2: output.dir = \"\": must name a directory");
+}
+
+// ---- overrides -------------------------------------------------------------
+
+TEST(DeckOverrides, ValuesAreTomlAndBareWordsAreStrings) {
+  pt::Deck deck = pt::parse_deck_text(
+      "[training]\nsteps = 10\n", "t.toml",
+      {"training.steps=3", "training.lr=0.5", "model.activation=relu", "pipeline.partition=[2, 6]",
+       "output.dir = \"runs/a b\"", "training.steps=4", "output.log_every=2", "output.dir=2024"});
+  EXPECT_EQ(deck.training.steps, 4);  // the last --set wins
+  EXPECT_EQ(deck.training.lr, 0.5);
+  EXPECT_EQ(deck.model.activation, "relu");
+  EXPECT_EQ(deck.pipeline.partition, (std::vector<int64_t>{2, 6}));
+  EXPECT_EQ(deck.output.dir, "2024");  // a string key takes the text as written
+  EXPECT_EQ(deck.key_origin.at("training.steps"), "--set training.steps=4");
+  EXPECT_EQ(deck.where("model.activation"), "--set model.activation=relu: model.activation");
+}
+
+TEST(DeckOverrides, BadFormNamesTheArgument) {
+  EXPECT_EQ(text_error("", {"training.lr"}),
+            "--set training.lr: expected section.key=value, e.g. --set training.lr=0.01");
+  EXPECT_HAS(text_error("", {"lr=0.1"}), "--set lr=0.1: the key must name its section");
+  EXPECT_HAS(text_error("", {".lr=0.1"}), "--set .lr=0.1: the key must name its section");
+}
+
+TEST(DeckOverrides, UnknownKeyOrSectionUsesTheSameMessages) {
+  EXPECT_EQ(text_error("", {"pipeline.microbatches=4"}),
+            "--set pipeline.microbatches=4: pipeline.microbatches: unknown key; did you mean 'micro_batches'?");
+  EXPECT_EQ(text_error("", {"pipe.stages=4"}),
+            "--set pipe.stages=4: [pipe]: unknown section; the sections are [model], [data], [training], "
+            "[pipeline], [output]");
+}
+
+TEST(DeckOverrides, TypeRangeAndConsistencyErrorsPointAtTheOverride) {
+  EXPECT_EQ(text_error("", {"training.steps=ten"}),
+            "--set training.steps=ten: training.steps: expected an integer, got a string (\"ten\")");
+  EXPECT_EQ(text_error("", {"training.beta2=1.5"}),
+            "--set training.beta2=1.5: training.beta2 = 1.5: must be in [0, 1)");
+  EXPECT_EQ(text_error("[training]\nbatch_size = 32\n", {"pipeline.micro_batches=3"}),
+            "t.toml:2: training.batch_size = 32: must be divisible by pipeline.micro_batches = 3 "
+            "(--set pipeline.micro_batches=3)");
+}
+
+// ---- deck_to_toml ----------------------------------------------------------
+
+void expect_same_deck(const pt::Deck& a, const pt::Deck& b) {
+  EXPECT_EQ(a.model.type, b.model.type);
+  EXPECT_EQ(a.model.input_dim, b.model.input_dim);
+  EXPECT_EQ(a.model.hidden_dim, b.model.hidden_dim);
+  EXPECT_EQ(a.model.output_dim, b.model.output_dim);
+  EXPECT_EQ(a.model.depth, b.model.depth);
+  EXPECT_EQ(a.model.activation, b.model.activation);
+  EXPECT_EQ(a.model.loss, b.model.loss);
+  EXPECT_EQ(a.model.init_seed, b.model.init_seed);
+  EXPECT_EQ(a.data.type, b.data.type);
+  EXPECT_EQ(a.data.samples, b.data.samples);
+  EXPECT_EQ(a.data.seed, b.data.seed);
+  const pt::TrainingConfig &t = a.training, &u = b.training;
+  EXPECT_EQ(t.steps, u.steps);
+  EXPECT_EQ(t.batch_size, u.batch_size);
+  EXPECT_EQ(t.optimizer, u.optimizer);
+  EXPECT_EQ(t.lr, u.lr);  // exact: floats must round-trip bit for bit
+  EXPECT_EQ(t.min_lr, u.min_lr);
+  EXPECT_EQ(t.warmup_steps, u.warmup_steps);
+  EXPECT_EQ(t.lr_schedule, u.lr_schedule);
+  EXPECT_EQ(t.momentum, u.momentum);
+  EXPECT_EQ(t.beta1, u.beta1);
+  EXPECT_EQ(t.beta2, u.beta2);
+  EXPECT_EQ(t.eps, u.eps);
+  EXPECT_EQ(t.weight_decay, u.weight_decay);
+  EXPECT_EQ(t.grad_clip, u.grad_clip);
+  EXPECT_EQ(t.blas_threads, u.blas_threads);
+  EXPECT_EQ(a.pipeline.stages, b.pipeline.stages);
+  EXPECT_EQ(a.pipeline.micro_batches, b.pipeline.micro_batches);
+  EXPECT_EQ(a.pipeline.schedule, b.pipeline.schedule);
+  EXPECT_EQ(a.pipeline.schedule_file, b.pipeline.schedule_file);
+  EXPECT_EQ(a.pipeline.partition, b.pipeline.partition);
+  EXPECT_EQ(a.pipeline.timeout_s, b.pipeline.timeout_s);
+  EXPECT_EQ(a.output.dir, b.output.dir);
+  EXPECT_EQ(a.output.log_every, b.output.log_every);
+}
+
+TEST(DeckToToml, DefaultsRoundTripAndEveryKeyIsWritten) {
+  pt::Deck deck;
+  std::string text = pt::deck_to_toml(deck);
+  for (const char* part : {"[model]", "[data]", "[training]", "[pipeline]", "[output]", "schedule_file = \"\"",
+                           "partition = []", "timeout_s = 120.0", "lr = 0.001", "min_lr = 0.0", "# "}) {
+    EXPECT_HAS(text, part);
+  }
+  expect_same_deck(pt::parse_deck_text(text, "resolved.toml", {}), deck);
+}
+
+TEST(DeckToToml, AwkwardValuesRoundTripExactly) {
+  pt::Deck deck;
+  deck.model.init_seed = std::numeric_limits<int64_t>::max();
+  deck.data.seed = 0;
+  deck.training.lr = 1.0 / 3.0;
+  deck.training.min_lr = 5e-324;  // the smallest denormal
+  deck.training.eps = 1e-300;
+  deck.training.beta1 = 0.1;
+  deck.training.beta2 = 0.9999999999999999;
+  deck.training.grad_clip = 1e20;
+  deck.training.weight_decay = 123456789.0;
+  deck.pipeline.timeout_s = 0.30000000000000004;
+  deck.pipeline.partition = {1, 2, 5};
+  deck.pipeline.schedule = "file";
+  deck.pipeline.schedule_file = "dir with \"quotes\"\\and\ttab\nnewline \x01 \xc3\xa9.txt";
+  deck.output.dir = "runs/\xe2\x9c\x93";
+  std::string text = pt::deck_to_toml(deck);
+  pt::Deck back = pt::parse_deck_text(text, "resolved.toml", {});
+  expect_same_deck(back, deck);
+  EXPECT_EQ(pt::deck_to_toml(back), text);
+}
+
+// ---- check_deck_layout -----------------------------------------------------
+
+TEST(DeckLayout, StagesMustMatchTheRankCount) {
+  pt::Deck deck = pt::parse_deck_text("[pipeline]\nstages = 4\n", "t.toml", {});
+  EXPECT_EQ(pt::check_deck_layout(deck, 4), 4);
+  EXPECT_HAS(input_error([&] { pt::check_deck_layout(deck, 2); }),
+             "t.toml:2: pipeline.stages = 4 but the job has 2 MPI ranks; pipetrain runs one stage per rank");
+  pt::Deck any = pt::parse_deck_text("", "t.toml", {});
+  EXPECT_EQ(pt::check_deck_layout(any, 3), 3);
+}
+
+TEST(DeckLayout, EachStageNeedsALayer) {
+  pt::Deck deck = pt::parse_deck_text("[model]\ndepth = 3\n", "t.toml", {});
+  EXPECT_EQ(input_error([&] { pt::check_deck_layout(deck, 4); }),
+            "t.toml:2: model.depth = 3: must be >= the number of stages (4, one per MPI rank); "
+            "each stage needs at least one Linear layer");
+}
+
+TEST(DeckLayout, PartitionHasOneEntryPerStageSummingToDepth) {
+  pt::Deck deck = pt::parse_deck_text("[model]\ndepth = 8\n[pipeline]\npartition = [3, 5]\n", "t.toml", {});
+  EXPECT_EQ(pt::check_deck_layout(deck, 2), 2);
+  EXPECT_EQ(input_error([&] { pt::check_deck_layout(deck, 4); }),
+            "t.toml:4: pipeline.partition = [3, 5]: has 2 entries but there are 4 stages; "
+            "give one layer count per stage");
+  std::string path = deck_fixture("bad_partition.toml");
+  pt::Deck bad = pt::parse_deck_file(path, {});
+  EXPECT_EQ(input_error([&] { pt::check_deck_layout(bad, 3); }),
+            path + ":8: pipeline.partition = [4, 4, 4]: sums to 12 but model.depth = 8 (" + path +
+                ":5); the entries count the Linear layers of each stage");
+}
+
+TEST(DeckLayout, ScheduleFileMustExistAndMatch) {
+  std::string path = testing::TempDir() + "pipetrain_test_deck_gpipe_p2_n2.txt";
+  {
+    std::ofstream out(path);
+    out << pt::format_schedule(pt::generate_schedule("gpipe", 2, 2));
+  }
+  std::string text = "[training]\nbatch_size = 4\n[pipeline]\nmicro_batches = 2\nschedule = \"file\"\n"
+                     "schedule_file = \"" + path + "\"\n";
+  pt::Deck deck = pt::parse_deck_text(text, "t.toml", {});
+  EXPECT_EQ(pt::check_deck_layout(deck, 2), 2);
+  std::string msg = input_error([&] { pt::check_deck_layout(deck, 4); });  // 2 rank lines, 4 ranks
+  EXPECT_HAS(msg, "t.toml:6: pipeline.schedule_file = \"" + path + "\": ");
+  EXPECT_HAS(msg, "has 2 rank lines but the job runs 4 stages");
+  pt::Deck more = pt::parse_deck_text(text, "t.toml", {"pipeline.micro_batches=4"});
+  msg = input_error([&] { pt::check_deck_layout(more, 2); });  // the file has 2 micro-batches
+  EXPECT_HAS(msg, "t.toml:6: pipeline.schedule_file = \"" + path + "\": ");
+  std::remove(path.c_str());
+  msg = input_error([&] { pt::check_deck_layout(deck, 2); });
+  EXPECT_HAS(msg, "t.toml:6: pipeline.schedule_file = \"" + path + "\": cannot open the schedule file");
+}
+
+// ---- the command line ------------------------------------------------------
+
+pt::CommandLine parse_args(Strings args) {
+  args.insert(args.begin(), "pipetrain");
+  std::vector<char*> argv;
+  for (std::string& a : args) argv.push_back(a.data());
+  return pt::parse_command_line(static_cast<int>(argv.size()), argv.data());
+}
+
+std::string args_error(const Strings& args) {
+  return input_error([&] { parse_args(args); });
+}
+
+TEST(CommandLine, TrainAndValidate) {
+  pt::CommandLine train = parse_args({"train", "--set", "training.steps=3", "d.toml", "--set=model.depth=4"});
+  EXPECT_EQ(train.command, "train");
+  EXPECT_EQ(train.deck_path, "d.toml");
+  EXPECT_EQ(train.overrides, (Strings{"training.steps=3", "model.depth=4"}));
+  pt::CommandLine validate = parse_args({"validate", "d.toml", "--ranks", "4", "--print-schedule"});
+  EXPECT_EQ(validate.command, "validate");
+  EXPECT_EQ(validate.ranks, 4);
+  EXPECT_TRUE(validate.print_schedule);
+  EXPECT_EQ(parse_args({"validate", "d.toml"}).ranks, 0);
+}
+
+TEST(CommandLine, HelpNeverExits) {
+  for (const Strings& args : {Strings{}, Strings{"--help"}, Strings{"help"}, Strings{"train", "--help"}}) {
+    pt::CommandLine cl = parse_args(args);
+    EXPECT_EQ(cl.command, "help");
+    EXPECT_HAS(cl.help_text, "Usage: pipetrain");
+  }
+  EXPECT_HAS(parse_args({"validate", "-h"}).help_text, "--print-schedule");
+}
+
+TEST(CommandLine, ErrorsCarryAUsageHint) {
+  const std::pair<Strings, std::string> cases[] = {
+      {{"frob"}, "unknown command 'frob'"},
+      {{"train"}, "DECK is required"},
+      {{"train", "a.toml", "b.toml"}, "b.toml"},
+      {{"train", "a.toml", "--ranks", "2"}, "--ranks"},
+      {{"validate", "a.toml", "--ranks", "0"}, "--ranks"},
+      {{"train", "a.toml", "--set"}, "--set"},
+  };
+  for (const auto& [args, part] : cases) {
+    std::string msg = args_error(args);
+    EXPECT_HAS(msg, part);
+    EXPECT_HAS(msg, "usage: pipetrain train DECK");
+  }
+}
+
+}  // namespace
