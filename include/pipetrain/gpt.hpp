@@ -1,0 +1,47 @@
+// gpt.hpp: the layers of a decoder-only (GPT-style) transformer.
+//
+// Partition units are the transformer blocks. The first stage also holds the
+// embedding, the last stage also the head (final LayerNorm + LM head, untied
+// from the token embedding) and the softmax cross-entropy over the vocabulary.
+// Shapes: tokens (mb, T) i32 -> embedding (mb, T, C) -> blocks (mb, T, C) ->
+// head logits (mb, T, V). No dropout.
+//
+// Parameter names (shared with tests/reference/gpt_reference.py):
+//   embed.wte (V, C), embed.wpe (T, C)
+//   block{i}.ln1.weight (C), block{i}.ln1.bias (C)
+//   block{i}.attn.qkv.weight (3C, C), block{i}.attn.qkv.bias (3C)
+//   block{i}.attn.proj.weight (C, C), block{i}.attn.proj.bias (C)
+//   block{i}.ln2.weight (C), block{i}.ln2.bias (C)
+//   block{i}.mlp.fc.weight (R*C, C), block{i}.mlp.fc.bias (R*C)
+//   block{i}.mlp.proj.weight (C, R*C), block{i}.mlp.proj.bias (C)
+//   head.ln_f.weight (C), head.ln_f.bias (C), head.lm_head.weight (V, C)
+// Initialisation (GPT-2 style, from counter-based RNG keyed by the seed and
+// the parameter's name, so independent of the partition): weights N(0, 0.02),
+// the two residual projections N(0, 0.02 / sqrt(2 * n_blocks)), biases 0,
+// LayerNorm weight 1 and bias 0.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "pipetrain/layers.hpp"
+
+namespace pt {
+
+struct GptDims {
+  int64_t vocab_size = 256;  // V
+  int64_t seq_len = 64;      // T
+  int64_t d_model = 128;     // C
+  int64_t heads = 4;         // H; C % H == 0
+  int64_t mlp_ratio = 4;     // R: MLP hidden width R*C
+  int64_t blocks = 4;        // n_blocks (for the residual init scale)
+};
+
+// tokens (mb, T) i32 -> (mb, T, C): wte[token] + wpe[position].
+std::unique_ptr<Layer> make_gpt_embedding(const GptDims& dims, uint64_t seed);
+// Pre-LayerNorm block: x + attn(ln1(x)), then + mlp(ln2(x)); causal attention.
+std::unique_ptr<Layer> make_gpt_block(const GptDims& dims, int64_t index, uint64_t seed);
+// (mb, T, C) -> logits (mb, T, V): ln_f then lm_head (no bias).
+std::unique_ptr<Layer> make_gpt_head(const GptDims& dims, uint64_t seed);
+
+}  // namespace pt
