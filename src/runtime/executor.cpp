@@ -4,7 +4,9 @@
 #include <mpi.h>
 
 #include <chrono>
+#include <cstdlib>
 #include <cmath>
+#include <cstdio>
 #include <thread>
 
 #include "pipetrain/error.hpp"
@@ -14,6 +16,12 @@ namespace pt {
 namespace {
 constexpr int kActivation = 0;  // direction in message tags
 constexpr int kGradient = 1;
+
+std::string format_seconds(double s) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%g", s);
+  return buf;
+}
 }  // namespace
 
 Executor::Executor(StageModel& stage, Transport& transport, const Schedule& schedule,
@@ -29,8 +37,17 @@ int Executor::tag(int dst_stage, int direction, int mb) const {
   return (mb * schedule_.num_stages + dst_stage) * 2 + direction;
 }
 
+// Test-only fault injection: PIPETRAIN_TEST_STALL_RANK=r makes rank r stall
+// at the start of step 0 for three timeouts, so its peers' timeout fires.
+void Executor::maybe_stall_for_test() const {
+  const char* env = std::getenv("PIPETRAIN_TEST_STALL_RANK");
+  if (step_ != 0 || env == nullptr || std::atoi(env) != transport_.rank()) return;
+  std::this_thread::sleep_for(std::chrono::duration<double>(3 * deck_.pipeline.timeout_s));
+}
+
 StepOutcome Executor::run_step(int64_t step) {
   step_ = step;
+  maybe_stall_for_test();
   loss_sum_ = 0.0;
   mbs_.clear();
   for (const Action& a : schedule_.ranks[transport_.rank()]) {
@@ -187,7 +204,7 @@ std::string Executor::describe(const Action& a) const {
   const int peer_stage = (forward_dir == is_send) ? a.stage + 1 : a.stage - 1;
   const char* what = forward_dir ? "activation" : "gradient";
   return "rank " + std::to_string(transport_.rank()) + " (stage " + std::to_string(a.stage) +
-         ") timed out after " + std::to_string(deck_.pipeline.timeout_s) +
+         ") timed out after " + format_seconds(deck_.pipeline.timeout_s) +
          " s at step " + std::to_string(step_) + " waiting on " + to_string(a) + ": the " +
          what + " of micro-batch " + std::to_string(a.mb) + (is_send ? " to" : " from") +
          " rank " + std::to_string(peer_rank(peer_stage)) + " (stage " +

@@ -1,0 +1,86 @@
+#!/usr/bin/env bash
+# test_cli.sh: the pipetrain executable end to end under mpirun.
+#   tests/cli/test_cli.sh BUILD_DIR
+# Checks exit statuses, the specific error messages, that every rank exits
+# (each case runs under `timeout`, so a hang fails the test), and the outputs.
+set -uo pipefail
+build=$(cd "$1" && pwd)
+here=$(cd "$(dirname "$0")/../.." && pwd)
+cd "$here"
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+passed=0; failed=0
+
+run() {  # run NP ARGS... : runs pipetrain on NP ranks, output in $tmp/out, status in $status
+  local np=$1; shift
+  timeout 60 mpirun --oversubscribe --bind-to none -np "$np" "$build/pipetrain" "$@" \
+    > "$tmp/out" 2>&1
+  status=$?
+}
+
+check() {  # check NAME CONDITION-COMMAND...
+  local name=$1; shift
+  if "$@"; then passed=$((passed + 1)); echo "ok   $name"
+  else failed=$((failed + 1)); echo "FAIL $name"; sed 's/^/     | /' "$tmp/out" | tail -20; fi
+}
+output_has() { grep -qF -- "$1" "$tmp/out"; }
+status_is() { [ "$status" -eq "$1" ]; }
+status_not() { [ "$status" -ne 0 ] && [ "$status" -ne 124 ]; }  # 124 = timeout: a hang
+
+# A bad deck: specific message, non-zero exit on every rank, no hang.
+run 2 train tests/decks/bad_batch.toml
+check "bad deck exits non-zero" status_not
+check "bad deck names file, line and key" output_has "bad_batch.toml:"
+check "bad deck says what was expected" output_has "must be divisible by pipeline.micro_batches"
+
+# A bad --set override.
+run 2 train inputs/mlp_small.toml --set pipeline.micro_batch=3
+check "unknown override key exits non-zero" status_not
+check "unknown override key suggests the right one" output_has "did you mean 'micro_batches'"
+
+# Rank count not matching the stage count.
+run 2 train inputs/mlp_small.toml --set pipeline.stages=4
+check "stage/rank mismatch exits non-zero" status_not
+check "stage/rank mismatch explained" output_has "pipeline.stages = 4 but the job has 2 MPI ranks"
+
+# Unknown command line option.
+run 1 train inputs/mlp_small.toml --bogus
+check "unknown option exits non-zero" status_not
+
+# validate prints the schedule and accepts the deck.
+run 1 validate inputs/mlp_small.toml --ranks 4 --print-schedule
+check "validate succeeds" status_is 0
+check "validate prints the grid" output_has "0F0"
+check "validate reports peak in-flight" output_has "peak in-flight micro-batches per stage [4, 3, 2, 1]"
+
+# A short training run writes its outputs.
+run 2 train inputs/mlp_small.toml --set output.dir=\"$tmp/run\"
+check "training succeeds" status_is 0
+check "step line printed" output_has "step      5/5"
+check "resolved deck echoed" output_has "micro_batches = 4"
+check "metrics.h5 written" test -s "$tmp/run/metrics.h5"
+check "resolved deck stored" test -s "$tmp/run/deck.resolved.toml"
+check "no temporary file left" bash -c "! ls '$tmp/run' | grep -q '\\.tmp$'"
+
+# The stored resolved deck reproduces the run bitwise (deterministic on CPU).
+cp "$tmp/out" "$tmp/first"
+run 2 train "$tmp/run/deck.resolved.toml" --set output.dir=\"$tmp/run2\"
+check "resolved deck reruns" status_is 0
+check "same deck, same losses" bash -c "diff <(grep -o 'loss [0-9.e+-]*' '$tmp/first') <(grep -o 'loss [0-9.e+-]*' '$tmp/out')"
+
+# A peer that stops answering: the waiting rank names its action, the job ends.
+PIPETRAIN_TEST_STALL_RANK=1 run 2 train inputs/mlp_small.toml \
+  --set pipeline.timeout_s=1 --set output.dir=\"$tmp/stall\"
+check "stalled peer ends the job" status_not
+check "timeout names the action waited on" output_has "waiting on 0RECV_B0"
+
+# A diverging run stops with step, stage and micro-batch.
+run 2 train inputs/mlp_small.toml --set training.lr=1e30 --set training.optimizer=\"sgd\" \
+  --set output.dir=\"$tmp/nan\"
+check "non-finite run exits non-zero" status_not
+check "non-finite message names step, stage and micro-batch" \
+  bash -c "grep -Eq 'non-finite (loss|gradient).* at step [0-9]+, stage [0-9]+, micro-batch [0-9]+' '$tmp/out'"
+
+echo "cli: $passed passed, $failed failed"
+[ "$failed" -eq 0 ]
