@@ -176,8 +176,9 @@ TEST(DeckErrors, BadChoiceListsTheAllowedValues) {
   EXPECT_HAS(text_error("[training]\noptimizer = \"adam\""), "must be one of \"sgd\", \"adamw\"");
   EXPECT_HAS(text_error("[training]\nlr_schedule = \"linear\""), "must be one of \"constant\", \"cosine\"");
   EXPECT_HAS(text_error("[model]\nloss = \"l1\""), "must be one of \"mse\", \"cross_entropy\"");
-  EXPECT_HAS(text_error("[model]\ntype = \"gpt\""), "model.type = \"gpt\": must be one of \"mlp\"");
-  EXPECT_HAS(text_error("[data]\ntype = \"mnist\""), "data.type = \"mnist\": must be one of \"synthetic\"");
+  EXPECT_HAS(text_error("[model]\ntype = \"rnn\""), "model.type = \"rnn\": must be one of \"mlp\", \"gpt\"");
+  EXPECT_HAS(text_error("[data]\ntype = \"mnist\""),
+             "data.type = \"mnist\": must be one of \"synthetic\", \"markov\", \"hdf5\"");
 }
 
 TEST(DeckErrors, BatchSizeMustBeDivisibleByMicroBatches) {
@@ -213,6 +214,35 @@ TEST(DeckErrors, OtherInconsistencies) {
 }
 
 // ---- overrides -------------------------------------------------------------
+
+TEST(DeckErrors, KeysOfAnotherModelOrDataTypeAreRejected) {
+  EXPECT_EQ(text_error("[model]\ntype = \"gpt\"\nhidden_dim = 64\n[data]\ntype = \"markov\"\n"),
+            "t.toml:3: model.hidden_dim: only applies with model.type = \"mlp\"; remove it or change that key");
+  EXPECT_EQ(text_error("[model]\nd_model = 64\n"),
+            "t.toml:2: model.d_model: only applies with model.type = \"gpt\"; remove it or change that key");
+  EXPECT_HAS(text_error("[model]\ntype = \"gpt\"\n[data]\ntype = \"markov\"\npath = \"x.h5\"\n"),
+             "t.toml:5: data.path: only applies with data.type = \"hdf5\"");
+}
+
+TEST(DeckErrors, GptNeedsTokenDataAndHeadsDividingWidth) {
+  EXPECT_EQ(text_error("[model]\ntype = \"gpt\"\n"),
+            "t.toml:2: model.type = \"gpt\": needs token data, data.type = \"markov\" or \"hdf5\", not "
+            "data.type = \"synthetic\" (default)");
+  EXPECT_EQ(text_error("[model]\ntype = \"gpt\"\nd_model = 100\nheads = 8\n[data]\ntype = \"markov\"\n"),
+            "t.toml:4: model.heads = 8: must divide model.d_model = 100 (t.toml:3)");
+  EXPECT_EQ(text_error("[model]\ntype = \"gpt\"\n[data]\ntype = \"hdf5\"\n"),
+            "t.toml:4: data.type = \"hdf5\": needs data.path (the token file)");
+  EXPECT_EQ(text_error("[data]\ntype = \"markov\"\n"),
+            "t.toml: model.type = \"mlp\": trains on data.type = \"synthetic\", not data.type = \"markov\" "
+            "(t.toml:2)");
+  EXPECT_HAS(text_error("[model]\ntype = \"gpt\"\n[data]\ntype = \"markov\"\nshuffle = true\n"),
+             "data.shuffle: only applies with data.type = \"hdf5\"");
+}
+
+TEST(DeckErrors, BooleanKeysNeedBooleans) {
+  EXPECT_EQ(text_error("[model]\ntype = \"gpt\"\n[data]\ntype = \"hdf5\"\npath = \"a.h5\"\nshuffle = 1\n"),
+            "t.toml:6: data.shuffle: expected a boolean (true or false), got an integer (1)");
+}
 
 TEST(DeckOverrides, ValuesAreTomlAndBareWordsAreStrings) {
   pt::Deck deck = pt::parse_deck_text(

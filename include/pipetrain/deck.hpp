@@ -14,20 +14,37 @@
 namespace pt {
 
 struct ModelConfig {
-  std::string type = "mlp";        // "mlp" (the GPT model arrives later)
+  std::string type = "mlp";        // "mlp" | "gpt"
+  // mlp
   int64_t input_dim = 64;          // features per sample
   int64_t hidden_dim = 128;        // width of hidden layers
   int64_t output_dim = 8;          // regression outputs or classes
   int64_t depth = 8;               // number of Linear layers (partition units)
   std::string activation = "gelu"; // "relu" | "gelu"
   std::string loss = "mse";        // "mse" | "cross_entropy"
+  // gpt
+  int64_t vocab_size = 256;        // V: token ids 0..V-1
+  int64_t seq_len = 64;            // T: tokens per sample
+  int64_t d_model = 128;           // C
+  int64_t heads = 4;               // attention heads; divides d_model
+  int64_t blocks = 4;              // transformer blocks (partition units)
+  int64_t mlp_ratio = 4;           // MLP hidden width = mlp_ratio * d_model
   uint64_t init_seed = 1234;       // parameter initialisation seed
 };
 
 struct DataConfig {
-  std::string type = "synthetic";  // "synthetic": a fixed random teacher network
-  int64_t samples = 4096;          // size of the training set
-  uint64_t seed = 42;              // data seed
+  // "synthetic": MLP data from a fixed random teacher network
+  // "markov": token streams from a seeded random Markov chain (GPT)
+  // "hdf5": token ids from an HDF5 file (GPT)
+  std::string type = "synthetic";
+  int64_t samples = 4096;          // synthetic: size of the training set
+  uint64_t seed = 42;              // data seed (teacher, chain, shuffle)
+  int64_t markov_order = 2;        // markov: tokens of context (k)
+  double concentration = 0.1;      // markov: Dirichlet concentration of each row
+  std::string path;                // hdf5: training token file
+  std::string dataset = "tokens";  // hdf5: 1-D integer dataset in the files
+  std::string eval_path;           // hdf5: held-out token file ("" = none)
+  bool shuffle = false;            // hdf5: seeded shuffle of the windows
 };
 
 struct TrainingConfig {
@@ -45,6 +62,8 @@ struct TrainingConfig {
   double weight_decay = 0.0;       // decoupled weight decay (AdamW), L2 (SGD)
   double grad_clip = 0.0;          // global-norm clip; 0 = off
   int64_t blas_threads = 0;        // 0 = node cores / ranks on the node
+  int64_t eval_every = 0;          // held-out loss every k steps; 0 = off
+  int64_t eval_batches = 2;        // batches per evaluation
 };
 
 struct PipelineConfig {

@@ -1,0 +1,400 @@
+// deck_schema.cpp: the table of deck keys, value and consistency checks, and
+// deck_to_toml. No toml11 here: it is confined to deck_toml.cpp.
+#include "deck_schema.hpp"
+
+#include <algorithm>
+#include <cctype>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <sstream>
+
+#include "pipetrain/deck_io.hpp"
+#include "pipetrain/error.hpp"
+
+namespace pt::deck_schema {
+namespace {
+// ---- the key schema --------------------------------------------------------
+
+constexpr Range at_least(double lo) { return {lo, kInf, false, false}; }
+constexpr Range above(double lo) { return {lo, kInf, true, false}; }
+constexpr Range between(double lo, double hi) { return {lo, hi, false, false}; }
+constexpr Range fraction() { return {0.0, 1.0, false, true}; }  // [0, 1)
+constexpr Range any() { return {}; }
+
+bool is_mlp(const Deck& d) { return d.model.type == "mlp"; }
+bool is_gpt(const Deck& d) { return d.model.type == "gpt"; }
+bool is_synthetic(const Deck& d) { return d.data.type == "synthetic"; }
+bool is_markov(const Deck& d) { return d.data.type == "markov"; }
+bool is_hdf5(const Deck& d) { return d.data.type == "hdf5"; }
+
+#define PT_FIELD(member) [](Deck& d) -> Field { return &d.member; }
+#define PT_MLP is_mlp, "model.type = \"mlp\""
+#define PT_GPT is_gpt, "model.type = \"gpt\""
+#define PT_ALWAYS nullptr, nullptr
+
+// Upper bounds keep counts inside `int` where the runtime uses it.
+const std::vector<KeySpec> kDeckKeys = {
+    {"model", "type", PT_FIELD(model.type), any(), "mlp|gpt", "model family", PT_ALWAYS},
+    {"model", "input_dim", PT_FIELD(model.input_dim), between(1, 1 << 24), nullptr, "features per sample", PT_MLP},
+    {"model", "hidden_dim", PT_FIELD(model.hidden_dim), between(1, 1 << 24), nullptr, "width of the hidden layers", PT_MLP},
+    {"model", "output_dim", PT_FIELD(model.output_dim), between(1, 1 << 24), nullptr, "regression outputs, or classes for cross_entropy", PT_MLP},
+    {"model", "depth", PT_FIELD(model.depth), between(1, 1 << 20), nullptr, "number of Linear layers (the unit split between stages)", PT_MLP},
+    {"model", "activation", PT_FIELD(model.activation), any(), "relu|gelu", "activation between Linear layers", PT_MLP},
+    {"model", "loss", PT_FIELD(model.loss), any(), "mse|cross_entropy", "training loss", PT_MLP},
+    {"model", "vocab_size", PT_FIELD(model.vocab_size), between(2, 1 << 24), nullptr, "vocabulary size V (token ids 0..V-1)", PT_GPT},
+    {"model", "seq_len", PT_FIELD(model.seq_len), between(1, 1 << 16), nullptr, "tokens per sample T", PT_GPT},
+    {"model", "d_model", PT_FIELD(model.d_model), between(1, 1 << 16), nullptr, "model width C", PT_GPT},
+    {"model", "heads", PT_FIELD(model.heads), between(1, 1 << 12), nullptr, "attention heads; must divide d_model", PT_GPT},
+    {"model", "blocks", PT_FIELD(model.blocks), between(1, 1 << 16), nullptr, "transformer blocks (the unit split between stages)", PT_GPT},
+    {"model", "mlp_ratio", PT_FIELD(model.mlp_ratio), between(1, 64), nullptr, "MLP hidden width = mlp_ratio * d_model", PT_GPT},
+    {"model", "init_seed", PT_FIELD(model.init_seed), at_least(0), nullptr, "parameter initialisation seed", PT_ALWAYS},
+    {"data", "type", PT_FIELD(data.type), any(), "synthetic|markov|hdf5", "synthetic: teacher-network data (mlp); markov: random Markov chain tokens, hdf5: token file (gpt)", PT_ALWAYS},
+    {"data", "samples", PT_FIELD(data.samples), at_least(1), nullptr, "size of the training set", is_synthetic, "data.type = \"synthetic\""},
+    {"data", "seed", PT_FIELD(data.seed), at_least(0), nullptr, "data seed (teacher, Markov chain, shuffle)", PT_ALWAYS},
+    {"data", "markov_order", PT_FIELD(data.markov_order), between(1, 8), nullptr, "Markov chain order k: tokens of context", is_markov, "data.type = \"markov\""},
+    {"data", "concentration", PT_FIELD(data.concentration), above(0), nullptr, "Dirichlet concentration of each transition row (small = predictable)", is_markov, "data.type = \"markov\""},
+    {"data", "path", PT_FIELD(data.path), any(), nullptr, "HDF5 token file for training", is_hdf5, "data.type = \"hdf5\""},
+    {"data", "dataset", PT_FIELD(data.dataset), any(), nullptr, "1-D integer dataset of token ids in the HDF5 files", is_hdf5, "data.type = \"hdf5\""},
+    {"data", "eval_path", PT_FIELD(data.eval_path), any(), nullptr, "HDF5 token file for held-out evaluation (\"\" = none)", is_hdf5, "data.type = \"hdf5\""},
+    {"data", "shuffle", PT_FIELD(data.shuffle), any(), nullptr, "seeded shuffle of the training windows", is_hdf5, "data.type = \"hdf5\""},
+    {"training", "steps", PT_FIELD(training.steps), at_least(1), nullptr, "optimizer steps", PT_ALWAYS},
+    {"training", "batch_size", PT_FIELD(training.batch_size), between(1, 1 << 30), nullptr, "samples per optimizer step (global batch)", PT_ALWAYS},
+    {"training", "optimizer", PT_FIELD(training.optimizer), any(), "sgd|adamw", "optimizer", PT_ALWAYS},
+    {"training", "lr", PT_FIELD(training.lr), above(0), nullptr, "peak learning rate", PT_ALWAYS},
+    {"training", "min_lr", PT_FIELD(training.min_lr), at_least(0), nullptr, "floor of the cosine decay (<= lr)", PT_ALWAYS},
+    {"training", "warmup_steps", PT_FIELD(training.warmup_steps), at_least(0), nullptr, "linear warm-up steps (< steps)", PT_ALWAYS},
+    {"training", "lr_schedule", PT_FIELD(training.lr_schedule), any(), "constant|cosine", "learning-rate schedule after warm-up", PT_ALWAYS},
+    {"training", "momentum", PT_FIELD(training.momentum), fraction(), nullptr, "SGD momentum", PT_ALWAYS},
+    {"training", "beta1", PT_FIELD(training.beta1), fraction(), nullptr, "AdamW first-moment decay", PT_ALWAYS},
+    {"training", "beta2", PT_FIELD(training.beta2), fraction(), nullptr, "AdamW second-moment decay", PT_ALWAYS},
+    {"training", "eps", PT_FIELD(training.eps), above(0), nullptr, "AdamW denominator epsilon", PT_ALWAYS},
+    {"training", "weight_decay", PT_FIELD(training.weight_decay), at_least(0), nullptr, "decoupled weight decay (AdamW), L2 (SGD)", PT_ALWAYS},
+    {"training", "grad_clip", PT_FIELD(training.grad_clip), at_least(0), nullptr, "global gradient-norm clip; 0 = off", PT_ALWAYS},
+    {"training", "blas_threads", PT_FIELD(training.blas_threads), between(0, 4096), nullptr, "BLAS threads per rank; 0 = node cores / ranks on the node", PT_ALWAYS},
+    {"training", "eval_every", PT_FIELD(training.eval_every), at_least(0), nullptr, "held-out evaluation loss every k steps; 0 = off", PT_ALWAYS},
+    {"training", "eval_batches", PT_FIELD(training.eval_batches), between(1, 1 << 20), nullptr, "batches per evaluation", PT_ALWAYS},
+    {"pipeline", "stages", PT_FIELD(pipeline.stages), between(0, 1 << 16), nullptr, "pipeline stages, one per MPI rank; 0 = number of ranks", PT_ALWAYS},
+    {"pipeline", "micro_batches", PT_FIELD(pipeline.micro_batches), between(1, 1 << 20), nullptr, "micro-batches per step; must divide batch_size", PT_ALWAYS},
+    {"pipeline", "schedule", PT_FIELD(pipeline.schedule), any(), "gpipe|1f1b|file", "pipeline schedule", PT_ALWAYS},
+    {"pipeline", "schedule_file", PT_FIELD(pipeline.schedule_file), any(), nullptr, "schedule text file, with schedule = \"file\"", PT_ALWAYS},
+    {"pipeline", "partition", PT_FIELD(pipeline.partition), at_least(1), nullptr, "partition units (Linear layers or blocks) per stage; [] = as even as possible", PT_ALWAYS},
+    {"pipeline", "timeout_s", PT_FIELD(pipeline.timeout_s), above(0), nullptr, "seconds a rank waits for a peer before aborting", PT_ALWAYS},
+    {"output", "dir", PT_FIELD(output.dir), any(), nullptr, "run directory: metrics.h5, deck.resolved.toml, ...", PT_ALWAYS},
+    {"output", "log_every", PT_FIELD(output.log_every), at_least(1), nullptr, "print a step line every k steps", PT_ALWAYS},
+};
+
+#undef PT_FIELD
+#undef PT_MLP
+#undef PT_GPT
+#undef PT_ALWAYS
+
+const std::vector<std::string> kSections = {"model", "data", "training", "pipeline", "output"};
+
+std::vector<std::string> split_choices(const char* choices) {
+  std::vector<std::string> out;
+  std::istringstream in(choices);
+  for (std::string item; std::getline(in, item, '|');) out.push_back(item);
+  return out;
+}
+
+}  // namespace
+
+const std::vector<KeySpec>& keys() { return kDeckKeys; }
+const std::vector<std::string>& sections() { return kSections; }
+
+bool is_section(const std::string& name) {
+  return std::find(kSections.begin(), kSections.end(), name) != kSections.end();
+}
+
+const KeySpec* find_spec(const std::string& section, const std::string& name) {
+  for (const KeySpec& spec : kDeckKeys) {
+    if (section == spec.section && name == spec.name) return &spec;
+  }
+  return nullptr;
+}
+
+// ---- text helpers ----------------------------------------------------------
+
+// Shortest %g text that reads back as exactly `x`.
+std::string shortest(double x) {
+  char buf[40];
+  for (int precision = 1; precision <= 17; ++precision) {
+    std::snprintf(buf, sizeof buf, "%.*g", precision, x);
+    if (std::strtod(buf, nullptr) == x) break;
+  }
+  return buf;
+}
+
+std::string toml_float(double x) {
+  if (std::isnan(x)) return "nan";
+  if (std::isinf(x)) return x > 0 ? "inf" : "-inf";
+  std::string text = shortest(x);
+  if (text.find('e') != std::string::npos && std::fabs(x) >= 1 && std::fabs(x) < 1e15) {
+    char buf[40];  // an integer written as 1.2e+02: write 120 instead (exact below 2^53)
+    std::snprintf(buf, sizeof buf, "%.0f", x);
+    text = buf;
+  }
+  if (text.find_first_of(".e") == std::string::npos) text += ".0";
+  return text;
+}
+
+std::string toml_string(const std::string& s) {
+  std::string out = "\"";
+  for (unsigned char c : s) {
+    switch (c) {
+      case '"': out += "\\\""; break;
+      case '\\': out += "\\\\"; break;
+      case '\n': out += "\\n"; break;
+      case '\t': out += "\\t"; break;
+      case '\r': out += "\\r"; break;
+      default:
+        if (c < 0x20 || c == 0x7f) {
+          char buf[8];
+          std::snprintf(buf, sizeof buf, "\\u%04X", c);
+          out += buf;
+        } else {
+          out += static_cast<char>(c);
+        }
+    }
+  }
+  return out + "\"";
+}
+
+// The value of a deck field as TOML text.
+std::string toml_text(const Field& field) {
+  if (auto p = std::get_if<int64_t*>(&field)) return std::to_string(**p);
+  if (auto p = std::get_if<uint64_t*>(&field)) return std::to_string(**p);
+  if (auto p = std::get_if<double*>(&field)) return toml_float(**p);
+  if (auto p = std::get_if<bool*>(&field)) return **p ? "true" : "false";
+  if (auto p = std::get_if<std::string*>(&field)) return toml_string(**p);
+  const std::vector<int64_t>& list = *std::get<std::vector<int64_t>*>(field);
+  std::string text = "[";
+  for (size_t i = 0; i < list.size(); ++i) text += (i ? ", " : "") + std::to_string(list[i]);
+  return text + "]";
+}
+
+namespace {
+
+size_t edit_distance(const std::string& a, const std::string& b) {
+  std::vector<size_t> row(b.size() + 1);
+  for (size_t j = 0; j <= b.size(); ++j) row[j] = j;
+  for (size_t i = 1; i <= a.size(); ++i) {
+    size_t diagonal = row[0];
+    row[0] = i;
+    for (size_t j = 1; j <= b.size(); ++j) {
+      bool same = std::tolower(a[i - 1]) == std::tolower(b[j - 1]);
+      size_t next = std::min({row[j] + 1, row[j - 1] + 1, diagonal + (same ? 0 : 1)});
+      diagonal = row[j];
+      row[j] = next;
+    }
+  }
+  return row[b.size()];
+}
+
+bool is_close(const std::string& typed, const std::string& known) {
+  return edit_distance(typed, known) <= std::max<size_t>(1, typed.size() / 3);
+}
+
+std::string section_list() {
+  std::string text;
+  for (const std::string& s : kSections) text += (text.empty() ? "" : ", ") + ("[" + s + "]");
+  return text;
+}
+
+// "; did you mean 'micro_batches'?" or the list of keys of the section.
+std::string key_hint(const std::string& section, const std::string& name) {
+  for (const KeySpec& spec : kDeckKeys) {
+    if (section == spec.section && is_close(name, spec.name)) {
+      return "; did you mean '" + std::string(spec.name) + "'?";
+    }
+  }
+  for (const KeySpec& spec : kDeckKeys) {
+    if (is_close(name, spec.name)) {
+      return "; did you mean '" + std::string(spec.section) + "." + spec.name + "'?";
+    }
+  }
+  std::string keys;
+  for (const KeySpec& spec : kDeckKeys) {
+    if (section == spec.section) keys += (keys.empty() ? "" : ", ") + std::string(spec.name);
+  }
+  return "; the keys of [" + section + "] are: " + keys;
+}
+
+}  // namespace
+
+[[noreturn]] void unknown_key(const std::string& origin, const std::string& section,
+                              const std::string& name) {
+  throw InputError(origin + ": " + section + "." + name + ": unknown key" + key_hint(section, name));
+}
+
+[[noreturn]] void unknown_section(const std::string& origin, const std::string& name) {
+  for (const std::string& s : kSections) {
+    if (is_close(name, s)) {
+      throw InputError(origin + ": [" + name + "]: unknown section; did you mean [" + s + "]?");
+    }
+  }
+  throw InputError(origin + ": [" + name + "]: unknown section; the sections are " + section_list());
+}
+
+// A key written outside any section, e.g. "steps = 5" at the top of the file.
+[[noreturn]] void key_outside_section(const std::string& origin, const std::string& name) {
+  for (const KeySpec& spec : kDeckKeys) {
+    if (name == spec.name) {
+      throw InputError(origin + ": " + name + ": key outside any section; did you mean to put it under [" +
+                       spec.section + "]?");
+    }
+  }
+  throw InputError(origin + ": " + name + ": key outside any section; the sections are " + section_list());
+}
+
+namespace {
+
+// ---- value checks ----------------------------------------------------------
+
+bool in_range(double x, const Range& r) {
+  bool lo_ok = r.lo_open ? x > r.lo : x >= r.lo;
+  bool hi_ok = r.hi_open ? x < r.hi : x <= r.hi;
+  return lo_ok && hi_ok;
+}
+
+std::string range_text(const Range& r) {
+  if (r.hi == kInf) return std::string(r.lo_open ? "> " : ">= ") + shortest(r.lo);
+  return std::string("in ") + (r.lo_open ? "(" : "[") + shortest(r.lo) + ", " + shortest(r.hi) +
+         (r.hi_open ? ")" : "]");
+}
+
+bool applies(const Deck& deck, const KeySpec& spec) {
+  return spec.applies == nullptr || spec.applies(deck);
+}
+
+// A key the user set that the chosen model or data type does not use.
+void check_applies(const Deck& deck, const KeySpec& spec) {
+  const std::string dotted = std::string(spec.section) + "." + spec.name;
+  if (applies(deck, spec) || deck.key_origin.count(dotted) == 0) return;
+  throw InputError(deck.where(dotted) + ": only applies with " + spec.applies_when +
+                   "; remove it or change that key");
+}
+
+void check_value(Deck& deck, const KeySpec& spec) {
+  if (!applies(deck, spec)) return;
+  Field field = spec.field(deck);
+  std::string at = deck.where(std::string(spec.section) + "." + spec.name) + " = " + toml_text(field);
+  if (auto p = std::get_if<int64_t*>(&field)) {
+    if (!in_range(static_cast<double>(**p), spec.range)) throw InputError(at + ": must be " + range_text(spec.range));
+  } else if (auto p = std::get_if<double*>(&field)) {
+    if (!std::isfinite(**p)) throw InputError(at + ": must be a finite number " + range_text(spec.range));
+    if (!in_range(**p, spec.range)) throw InputError(at + ": must be " + range_text(spec.range));
+  } else if (auto p = std::get_if<std::string*>(&field)) {
+    if (!spec.choices) return;
+    std::vector<std::string> allowed = split_choices(spec.choices);
+    if (std::find(allowed.begin(), allowed.end(), **p) != allowed.end()) return;
+    std::string list;
+    for (const std::string& a : allowed) list += (list.empty() ? "" : ", ") + toml_string(a);
+    throw InputError(at + ": must be one of " + list);
+  } else if (auto p = std::get_if<std::vector<int64_t>*>(&field)) {
+    for (size_t i = 0; i < (*p)->size(); ++i) {
+      if (!in_range(static_cast<double>((**p)[i]), spec.range)) {
+        throw InputError(at + ": entry " + std::to_string(i) + " is " + std::to_string((**p)[i]) +
+                         "; every entry must be " + range_text(spec.range));
+      }
+    }
+  }
+}
+
+// "pipeline.micro_batches = 8 (inputs/mlp.toml:20)": a second key in a message.
+std::string other_key(const Deck& deck, const std::string& dotted, const std::string& value) {
+  auto it = deck.key_origin.find(dotted);
+  return dotted + " = " + value + " (" + (it == deck.key_origin.end() ? "default" : it->second) + ")";
+}
+
+// The data source must suit the model, and its own keys must be complete.
+void check_model_data(const Deck& deck) {
+  const ModelConfig& m = deck.model;
+  const DataConfig& d = deck.data;
+  const std::string data_type = other_key(deck, "data.type", toml_string(d.type));
+  if (m.type == "mlp" && d.type != "synthetic")
+    throw InputError(deck.where("model.type") + " = \"mlp\": trains on data.type = \"synthetic\", not " +
+                     data_type);
+  if (m.type == "gpt" && d.type == "synthetic")
+    throw InputError(deck.where("model.type") + " = \"gpt\": needs token data, data.type = \"markov\" or "
+                     "\"hdf5\", not " + data_type);
+  if (m.type == "gpt" && m.d_model % m.heads != 0)
+    throw InputError(deck.where("model.heads") + " = " + std::to_string(m.heads) + ": must divide " +
+                     other_key(deck, "model.d_model", std::to_string(m.d_model)));
+  if (d.type == "hdf5" && d.path.empty())
+    throw InputError(deck.where("data.type") + " = \"hdf5\": needs data.path (the token file)");
+  if (d.type == "hdf5" && deck.training.eval_every > 0 && d.eval_path.empty())
+    throw InputError(deck.where("training.eval_every") + " = " + std::to_string(deck.training.eval_every) +
+                     ": needs data.eval_path (held-out token file) with data.type = \"hdf5\"");
+}
+
+void check_consistency(const Deck& deck) {
+  const TrainingConfig& t = deck.training;
+  const PipelineConfig& p = deck.pipeline;
+  if (t.batch_size % p.micro_batches != 0) {
+    throw InputError(deck.where("training.batch_size") + " = " + std::to_string(t.batch_size) +
+                     ": must be divisible by " +
+                     other_key(deck, "pipeline.micro_batches", std::to_string(p.micro_batches)));
+  }
+  if (t.warmup_steps >= t.steps) {
+    throw InputError(deck.where("training.warmup_steps") + " = " + std::to_string(t.warmup_steps) +
+                     ": must be < " + other_key(deck, "training.steps", std::to_string(t.steps)));
+  }
+  if (t.min_lr > t.lr) {
+    throw InputError(deck.where("training.min_lr") + " = " + toml_float(t.min_lr) + ": must be <= " +
+                     other_key(deck, "training.lr", toml_float(t.lr)));
+  }
+  if (deck.model.type == "mlp" && deck.model.loss == "cross_entropy" && deck.model.output_dim < 2) {
+    throw InputError(deck.where("model.loss") + " = \"cross_entropy\": needs at least 2 classes, but " +
+                     other_key(deck, "model.output_dim", std::to_string(deck.model.output_dim)));
+  }
+  if (p.schedule == "file" && p.schedule_file.empty()) {
+    throw InputError(deck.where("pipeline.schedule") +
+                     " = \"file\": needs pipeline.schedule_file (the schedule text file to run)");
+  }
+  if (p.schedule != "file" && !p.schedule_file.empty()) {
+    throw InputError(deck.where("pipeline.schedule_file") + " = " + toml_string(p.schedule_file) +
+                     ": is only used with pipeline.schedule = \"file\", but " +
+                     other_key(deck, "pipeline.schedule", toml_string(p.schedule)));
+  }
+  if (deck.output.dir.empty()) {
+    throw InputError(deck.where("output.dir") + " = \"\": must name a directory");
+  }
+  check_model_data(deck);
+}
+
+}  // namespace
+
+void check_deck(Deck& deck) {
+  for (const KeySpec& spec : kDeckKeys) check_applies(deck, spec);
+  for (const KeySpec& spec : kDeckKeys) check_value(deck, spec);
+  check_consistency(deck);
+}
+
+}  // namespace pt::deck_schema
+
+namespace pt {
+
+std::string deck_to_toml(const Deck& deck) {
+  using namespace deck_schema;
+  Deck copy = deck;  // the schema hands out non-const field pointers
+  std::ostringstream out;
+  out << "# pipetrain input deck, resolved: every key, defaults included.\n"
+         "# Run it with: mpirun -np <ranks> pipetrain train <this file>\n";
+  for (const std::string& section : sections()) {
+    out << "\n[" << section << "]\n";
+    for (const KeySpec& spec : keys()) {
+      if (section != spec.section || (spec.applies && !spec.applies(deck))) continue;
+      std::string line = std::string(spec.name) + " = " + toml_text(spec.field(copy));
+      if (line.size() < 32) line.resize(32, ' ');
+      out << line << "  # " << spec.help;
+      if (spec.choices) out << " (" << std::string(spec.choices) << ")";
+      out << "\n";
+    }
+  }
+  return out.str();
+}
+
+}  // namespace pt
