@@ -1,31 +1,52 @@
-// data.hpp: training data, addressed by global sample index.
+// data.hpp: training and evaluation data, addressed by global sample index.
 //
-// Step t uses samples (t * batch + j) mod samples, j = 0..batch-1; micro-batch
-// m of that step holds j = m * rows .. (m + 1) * rows - 1. The first stage
-// asks for inputs and the last stage for targets; neither needs the other.
+// Step t uses samples t * batch + j, j = 0..batch-1; micro-batch m of that
+// step holds j = m * rows .. (m + 1) * rows - 1. The first stage asks for
+// inputs and the last stage for targets; neither needs the other, and no rank
+// holds the whole data set.
+//   synthetic (MLP): x ~ N(0, 1), targets from a fixed random teacher.
+//   markov (GPT): windows of a seeded random Markov chain of order k.
+//   hdf5 (GPT): windows of T+1 tokens of a 1-D integer dataset.
 #pragma once
 
 #include <memory>
+#include <optional>
 
 #include "pipetrain/deck.hpp"
 #include "pipetrain/tensor.hpp"
 
 namespace pt {
 
+enum class Split { Train, Eval };
+
+// The best loss any model can reach on this data (nats per target token).
+struct LossFloor {
+  double entropy_rate = 0.0;  // H of the next token given the full past
+  double window = 0.0;        // mean over the T positions of a window (early
+                              // positions see less than k tokens of context)
+};
+
 class Dataset {
  public:
   virtual ~Dataset() = default;
-  virtual int64_t size() const = 0;
-  // (count, input_dim) f32 for samples first..first+count-1 (mod size).
+  // MLP: (count, input_dim) f32. GPT: (count, T) i32 token ids.
   virtual Tensor inputs(int64_t first, int64_t count) const = 0;
-  // (count, output_dim) f32 for MSE, (count) i32 class labels for cross-entropy.
+  // MLP: (count, output_dim) f32 for MSE, (count) i32 labels for
+  // cross-entropy. GPT: (count, T) i32 next tokens.
   virtual Tensor targets(int64_t first, int64_t count) const = 0;
+  virtual std::optional<LossFloor> loss_floor() const { return std::nullopt; }
 };
 
-// Synthetic regression/classification: x ~ N(0, 1); a fixed random teacher
-// A (output_dim, input_dim) gives targets tanh(A x) (MSE) or argmax(A x)
-// (cross-entropy). Every value is a pure function of (seed, sample index).
-std::unique_ptr<Dataset> make_dataset(const Deck& deck);
+std::unique_ptr<Dataset> make_dataset(const Deck& deck, Split split);
+
+// Markov chain data (token_data.cpp).
+std::unique_ptr<Dataset> make_markov_dataset(const Deck& deck, Split split);
+// HDF5 token file data (token_data.cpp).
+std::unique_ptr<Dataset> make_hdf5_dataset(const Deck& deck, Split split);
+// Opens `path` and checks it fully (the dataset exists, is 1-D integer, every
+// id is < vocab_size, there are enough windows for one batch), reading it in
+// chunks. Throws InputError naming the file and the problem.
+void check_token_file(const Deck& deck, const std::string& path, const std::string& deck_key);
 
 // First global sample of micro-batch `mb` of step `step`.
 inline int64_t micro_batch_first_sample(const Deck& deck, int64_t step, int64_t mb) {

@@ -24,11 +24,14 @@ struct StepOutcome {
   double loss_sum = 0.0;  // last stage: summed loss terms of the step; else 0
 };
 
+enum class Pass { Train, Evaluate };
+
 class Executor {
  public:
-  Executor(StageModel& stage, Transport& transport, const Schedule& schedule,
-           const Dataset& data, const Deck& deck, Backend& backend);
-  StepOutcome run_step(int64_t step);
+  Executor(StageModel& stage, Transport& transport, const Deck& deck, Backend& backend);
+  // Runs this rank's actions of `schedule` for batch `step` of `data`.
+  // Evaluate: forward only, nothing stashed; needs a forward-only schedule.
+  StepOutcome run(const Schedule& schedule, const Dataset& data, int64_t step, Pass pass);
 
  private:
   struct MicroBatch {
@@ -55,17 +58,18 @@ class Executor {
   void wait_for(PendingTransfer& t, const Action& a);
   void reap_sends(bool wait_all);
   int tag(int dst_stage, int direction, int mb) const;
-  int peer_rank(int stage) const { return stage_rank(schedule_, stage); }
+  int peer_rank(int stage) const { return stage_rank(*schedule_, stage); }
   std::string describe(const Action& a) const;
   void maybe_stall_for_test() const;
 
   StageModel& stage_;
   Transport& transport_;
-  const Schedule& schedule_;
-  const Dataset& data_;
   const Deck& deck_;
   Backend& be_;
   int64_t rows_;  // samples per micro-batch
+  const Schedule* schedule_ = nullptr;  // of the pass being run
+  const Dataset* data_ = nullptr;
+  Pass pass_ = Pass::Train;
   int64_t step_ = 0;
   double loss_sum_ = 0.0;
   std::map<int, MicroBatch> mbs_;

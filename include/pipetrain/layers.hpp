@@ -55,8 +55,6 @@ class Loss {
   // Returns the summed (unnormalised) loss of these rows; writes dpred.
   virtual double forward_backward(Backend& be, const Tensor& pred, const Tensor& target,
                                   float grad_scale, Tensor& dpred) = 0;
-  // Loss terms per row: 1 for cross-entropy, the output width for MSE.
-  virtual int64_t terms_per_row(int64_t output_dim) const = 0;
 };
 // "mse" | "cross_entropy"
 std::unique_ptr<Loss> make_loss(const std::string& kind);

@@ -1,11 +1,12 @@
 // model.hpp: the model as a sequence of partition units, and one stage's share.
 //
 // A model is a list of units; a unit is the smallest piece a partition may
-// assign to a stage (for the MLP: one Linear layer and its activation). The
-// partition gives each stage a contiguous run of units; every unit belongs to
-// exactly one stage, and build_stage asserts it. Parameters are initialised
-// from (init_seed, unit index), so a unit's weights are the same whatever the
-// stage count.
+// assign to a stage (MLP: one Linear layer and its activation; GPT: one
+// transformer block, with the embedding pinned to the first stage and the
+// head and loss to the last). The partition gives each stage a contiguous run
+// of units; every unit belongs to exactly one stage, and build_stage asserts
+// it. Parameters are initialised from (init_seed, unit or parameter name), so
+// a unit's weights are the same whatever the stage count.
 #pragma once
 
 #include <memory>
@@ -22,6 +23,10 @@ std::vector<int64_t> partition_units(int64_t total_units, int num_stages,
                                      const std::vector<int64_t>& explicit_counts);
 
 int64_t model_units(const ModelConfig& model);
+// Training FLOPs (forward + backward = 3 x forward matmul FLOPs) per sample,
+// and the tokens in one sample (1 for the MLP, seq_len for GPT).
+double model_train_flops_per_sample(const ModelConfig& model);
+int64_t tokens_per_sample(const ModelConfig& model);
 
 class StageModel {
  public:
@@ -31,16 +36,17 @@ class StageModel {
   int64_t num_units = 0;
   std::vector<std::unique_ptr<Layer>> layers;  // in forward order
   std::unique_ptr<Loss> loss;                  // last stage only
+  Shape sample_input_shape;                    // input of one sample, e.g. (T, C)
+  DType input_dtype = DType::F32;              // I32 token ids on the GPT's first stage
+  int64_t loss_terms_per_sample = 1;           // MSE: outputs; GPT: T; class CE: 1
 
   bool is_first() const { return stage == 0; }
   bool is_last() const { return stage == num_stages - 1; }
   // Input and output of one micro-batch of `rows` samples.
-  Shape input_shape(int64_t rows) const { return {rows, input_width}; }
+  Shape input_shape(int64_t rows) const;
   Shape output_shape(int64_t rows) const;
   // This stage's parameters in global order.
   std::vector<Param*> params();
-
-  int64_t input_width = 0;  // features entering the stage
 };
 
 StageModel build_stage(const ModelConfig& model, const std::vector<int64_t>& units_per_stage,

@@ -51,6 +51,8 @@ struct Schedule {
   int num_micro_batches = 1;  // N
   int num_ranks = 1;
   std::vector<std::vector<Action>> ranks;  // (num_ranks, actions of that rank)
+  // Evaluation schedules: F and its comm actions only, no B, SEND_B, RECV_B.
+  bool forward_only = false;
 };
 
 inline int stage_rank(const Schedule& s, int stage) { return stage % s.num_ranks; }
@@ -60,6 +62,8 @@ Schedule generate_gpipe(int num_stages, int num_micro_batches);
 // PipeDream-flush: stage s runs min(P-s, N) warm-up forwards, then alternates
 // one F and one B, then drains. B runs in ascending micro-batch order.
 Schedule generate_1f1b(int num_stages, int num_micro_batches);
+// The same schedule without backward actions, for evaluation passes.
+Schedule forward_only_schedule(const Schedule& training);
 // "gpipe" | "1f1b"; throws InputError for other names.
 Schedule generate_schedule(const std::string& name, int num_stages, int num_micro_batches);
 

@@ -8,7 +8,9 @@
 
 #include <mpi.h>
 
+#include <cmath>
 #include <memory>
+#include <optional>
 #include <vector>
 
 #include "pipetrain/deck.hpp"
@@ -23,6 +25,7 @@ struct StepRecord {
   double lr = 0.0;           // learning rate used
   double grad_norm = 0.0;    // global L2 norm before clipping
   double step_time_s = 0.0;  // wall time of the step on this rank
+  double eval_loss = std::nan("");  // held-out loss when evaluated this step
 };
 
 // The deck's schedule for `stages` stages: generated, or read from its file.
@@ -43,6 +46,10 @@ class Trainer {
   Trainer(const Deck& deck, MPI_Comm comm);
   ~Trainer();
   StepRecord train_step(int64_t step);  // collective over comm
+  // Mean loss over training.eval_batches held-out batches (forward only).
+  double evaluate();                    // collective over comm
+  // The data's best achievable loss, when known (Markov data).
+  std::optional<LossFloor> loss_floor() const { return data_->loss_floor(); }
   // Every parameter in global order, on rank 0 of comm (empty elsewhere).
   std::vector<float> gather_parameters();
 
@@ -53,14 +60,17 @@ class Trainer {
 
  private:
   double global_grad_norm();
+  double mean_loss(double loss_sum);  // broadcast from the last stage
 
   Deck deck_;
   MPI_Comm comm_;
   int rank_ = 0, size_ = 1;
   Schedule schedule_;
   ScheduleReport report_;
+  Schedule eval_schedule_;  // forward-only version of schedule_
   StageModel stage_;
   std::unique_ptr<Dataset> data_;
+  std::unique_ptr<Dataset> eval_data_;  // null when training.eval_every = 0
   std::unique_ptr<Transport> transport_;
   std::unique_ptr<Optimizer> optimizer_;
   std::unique_ptr<Executor> executor_;

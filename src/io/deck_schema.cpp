@@ -323,6 +323,14 @@ void check_model_data(const Deck& deck) {
   if (m.type == "gpt" && m.d_model % m.heads != 0)
     throw InputError(deck.where("model.heads") + " = " + std::to_string(m.heads) + ": must divide " +
                      other_key(deck, "model.d_model", std::to_string(m.d_model)));
+  if (d.type == "markov") {
+    double entries = std::pow(static_cast<double>(m.vocab_size), static_cast<double>(d.markov_order + 1));
+    if (entries > 16777216.0)
+      throw InputError(deck.where("data.markov_order") + " = " + std::to_string(d.markov_order) +
+                       ": the chain needs vocab_size^(order+1) = " + shortest(entries) +
+                       " transition probabilities; at most 2^24 (16777216) are allowed with " +
+                       other_key(deck, "model.vocab_size", std::to_string(m.vocab_size)));
+  }
   if (d.type == "hdf5" && d.path.empty())
     throw InputError(deck.where("data.type") + " = \"hdf5\": needs data.path (the token file)");
   if (d.type == "hdf5" && deck.training.eval_every > 0 && d.eval_path.empty())

@@ -1,4 +1,4 @@
-// data.cpp: the synthetic teacher data set.
+// data.cpp: the synthetic teacher data set (MLP) and the data-set factory.
 #include "pipetrain/data.hpp"
 
 #include <cmath>
@@ -16,8 +16,8 @@ constexpr uint64_t kTeacherStream = 2;
 
 class TeacherData final : public Dataset {
  public:
-  explicit TeacherData(const Deck& deck)
-      : samples_(deck.data.samples), seed_(deck.data.seed), in_(deck.model.input_dim),
+  TeacherData(const Deck& deck, Split split)
+      : first_(split == Split::Train ? 0 : deck.data.samples), samples_(deck.data.samples), seed_(deck.data.seed), in_(deck.model.input_dim),
         out_(deck.model.output_dim), classify_(deck.model.loss == "cross_entropy") {
     PT_CHECK(samples_ >= 1, "data.samples");
     teacher_ = Tensor::empty({out_, in_}, DType::F32, MemCategory::Workspace);
@@ -25,8 +25,6 @@ class TeacherData final : public Dataset {
     for (int64_t i = 0; i < teacher_.numel(); ++i)
       teacher_.f32()[i] = normal01(seed_, kTeacherStream, static_cast<uint64_t>(i)) * scale;
   }
-
-  int64_t size() const override { return samples_; }
 
   Tensor inputs(int64_t first, int64_t count) const override {
     Tensor x = Tensor::empty({count, in_}, DType::F32, MemCategory::Activations);
@@ -49,7 +47,9 @@ class TeacherData final : public Dataset {
   }
 
  private:
-  int64_t index(int64_t global) const { return global % samples_; }
+  // Training samples are 0..samples-1 (repeating); evaluation samples are
+  // the next `samples` indices, never seen in training.
+  int64_t index(int64_t global) const { return first_ + global % samples_; }
 
   void sample_input(int64_t sample, float* x) const {
     for (int64_t j = 0; j < in_; ++j)
@@ -63,6 +63,7 @@ class TeacherData final : public Dataset {
     return best;
   }
 
+  int64_t first_;
   int64_t samples_;
   uint64_t seed_;
   int64_t in_, out_;
@@ -72,9 +73,11 @@ class TeacherData final : public Dataset {
 
 }  // namespace
 
-std::unique_ptr<Dataset> make_dataset(const Deck& deck) {
-  PT_CHECK(deck.data.type == "synthetic", "unknown data type '" + deck.data.type + "'");
-  return std::make_unique<TeacherData>(deck);
+std::unique_ptr<Dataset> make_dataset(const Deck& deck, Split split) {
+  if (deck.data.type == "synthetic") return std::make_unique<TeacherData>(deck, split);
+  if (deck.data.type == "markov") return make_markov_dataset(deck, split);
+  if (deck.data.type == "hdf5") return make_hdf5_dataset(deck, split);
+  PT_FAIL("unknown data type '" + deck.data.type + "'");
 }
 
 }  // namespace pt

@@ -102,7 +102,6 @@ class MseLoss final : public Loss {
                           float grad_scale, Tensor& dpred) override {
     return be.mse_loss(pred, target, grad_scale, dpred);
   }
-  int64_t terms_per_row(int64_t output_dim) const override { return output_dim; }
 };
 
 class CrossEntropyLoss final : public Loss {
@@ -112,7 +111,6 @@ class CrossEntropyLoss final : public Loss {
                           float grad_scale, Tensor& dpred) override {
     return be.softmax_cross_entropy(pred, target, grad_scale, dpred);
   }
-  int64_t terms_per_row(int64_t) const override { return 1; }
 };
 
 }  // namespace

@@ -1,10 +1,11 @@
-// model.cpp: partitioning the MLP into stages and building one stage.
+// model.cpp: partitioning a model (MLP or GPT) into stages and building one stage.
 #include "pipetrain/model.hpp"
 
 #include <cmath>
 #include <numeric>
 
 #include "pipetrain/error.hpp"
+#include "pipetrain/gpt.hpp"
 
 namespace pt {
 
@@ -26,8 +27,51 @@ std::vector<int64_t> partition_units(int64_t total_units, int num_stages,
 }
 
 int64_t model_units(const ModelConfig& model) {
-  PT_CHECK(model.type == "mlp", "unknown model type '" + model.type + "'");
-  return model.depth;
+  if (model.type == "mlp") return model.depth;
+  if (model.type == "gpt") return model.blocks;
+  PT_FAIL("unknown model type '" + model.type + "'");
+}
+
+int64_t tokens_per_sample(const ModelConfig& model) {
+  return model.type == "gpt" ? model.seq_len : 1;
+}
+
+GptDims gpt_dims(const ModelConfig& m) {
+  GptDims d;
+  d.vocab_size = m.vocab_size;
+  d.seq_len = m.seq_len;
+  d.d_model = m.d_model;
+  d.heads = m.heads;
+  d.mlp_ratio = m.mlp_ratio;
+  d.blocks = m.blocks;
+  return d;
+}
+
+// Matmul FLOPs: 2 per multiply-add; training = 3 x forward (the backward
+// computes two products per forward product).
+double model_train_flops_per_sample(const ModelConfig& m) {
+  double forward = 0.0;
+  if (m.type == "mlp") {
+    for (int64_t u = 0; u < m.depth; ++u) {
+      const double in = u == 0 ? m.input_dim : m.hidden_dim;
+      const double out = u == m.depth - 1 ? m.output_dim : m.hidden_dim;
+      forward += 2.0 * in * out;
+    }
+  } else {
+    const double c = m.d_model, t = m.seq_len, r = m.mlp_ratio;
+    const double per_token_block = 2.0 * c * 3.0 * c   // qkv
+                                   + 2.0 * t * c * 2.0  // scores and weighted values (full T)
+                                   + 2.0 * c * c        // attention projection
+                                   + 2.0 * 2.0 * c * r * c;  // MLP
+    forward = t * (static_cast<double>(m.blocks) * per_token_block + 2.0 * c * m.vocab_size);
+  }
+  return 3.0 * forward;
+}
+
+Shape StageModel::input_shape(int64_t rows) const {
+  Shape shape{rows};
+  shape.insert(shape.end(), sample_input_shape.begin(), sample_input_shape.end());
+  return shape;
 }
 
 Shape StageModel::output_shape(int64_t rows) const {
@@ -44,10 +88,48 @@ std::vector<Param*> StageModel::params() {
 }
 
 namespace {
+
 // Width of the activation entering MLP unit u.
 int64_t mlp_width_before(const ModelConfig& m, int64_t unit) {
   return unit == 0 ? m.input_dim : m.hidden_dim;
 }
+
+void add_mlp_layers(const ModelConfig& model, StageModel& sm) {
+  const int64_t total = model.depth;
+  sm.sample_input_shape = {mlp_width_before(model, sm.first_unit)};
+  for (int64_t u = sm.first_unit; u < sm.first_unit + sm.num_units; ++u) {
+    const bool last_unit = (u == total - 1);
+    const int64_t in = mlp_width_before(model, u);
+    const int64_t out = last_unit ? model.output_dim : model.hidden_dim;
+    sm.layers.push_back(make_linear("unit" + std::to_string(u) + ".linear", in, out,
+                                    model.init_seed, static_cast<uint64_t>(u),
+                                    last_unit ? 1.f : std::sqrt(2.f)));
+    if (!last_unit) sm.layers.push_back(make_activation(model.activation));
+  }
+  if (sm.is_last()) {
+    sm.loss = make_loss(model.loss);
+    sm.loss_terms_per_sample = model.loss == "mse" ? model.output_dim : 1;
+  }
+}
+
+void add_gpt_layers(const ModelConfig& model, StageModel& sm) {
+  const GptDims dims = gpt_dims(model);
+  if (sm.is_first()) {
+    sm.sample_input_shape = {model.seq_len};
+    sm.input_dtype = DType::I32;
+    sm.layers.push_back(make_gpt_embedding(dims, model.init_seed));
+  } else {
+    sm.sample_input_shape = {model.seq_len, model.d_model};
+  }
+  for (int64_t u = sm.first_unit; u < sm.first_unit + sm.num_units; ++u)
+    sm.layers.push_back(make_gpt_block(dims, u, model.init_seed));
+  if (sm.is_last()) {
+    sm.layers.push_back(make_gpt_head(dims, model.init_seed));
+    sm.loss = make_loss("cross_entropy");
+    sm.loss_terms_per_sample = model.seq_len;
+  }
+}
+
 }  // namespace
 
 StageModel build_stage(const ModelConfig& model, const std::vector<int64_t>& units_per_stage,
@@ -63,17 +145,8 @@ StageModel build_stage(const ModelConfig& model, const std::vector<int64_t>& uni
   PT_CHECK(sm.first_unit + sm.num_units <= total, "stage units beyond the model");
   PT_CHECK(!sm.is_last() || sm.first_unit + sm.num_units == total,
            "the last stage must end at the last unit");
-  sm.input_width = mlp_width_before(model, sm.first_unit);
-  for (int64_t u = sm.first_unit; u < sm.first_unit + sm.num_units; ++u) {
-    const bool last_unit = (u == total - 1);
-    const int64_t in = mlp_width_before(model, u);
-    const int64_t out = last_unit ? model.output_dim : model.hidden_dim;
-    sm.layers.push_back(make_linear("unit" + std::to_string(u) + ".linear", in, out,
-                                    model.init_seed, static_cast<uint64_t>(u),
-                                    last_unit ? 1.f : std::sqrt(2.f)));
-    if (!last_unit) sm.layers.push_back(make_activation(model.activation));
-  }
-  if (sm.is_last()) sm.loss = make_loss(model.loss);
+  if (model.type == "mlp") add_mlp_layers(model, sm);
+  else add_gpt_layers(model, sm);
   return sm;
 }
 

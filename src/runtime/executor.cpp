@@ -24,17 +24,12 @@ std::string format_seconds(double s) {
 }
 }  // namespace
 
-Executor::Executor(StageModel& stage, Transport& transport, const Schedule& schedule,
-                   const Dataset& data, const Deck& deck, Backend& backend)
-    : stage_(stage), transport_(transport), schedule_(schedule), data_(data), deck_(deck),
-      be_(backend), rows_(deck.training.batch_size / deck.pipeline.micro_batches) {
-  PT_CHECK(tag(schedule.num_stages - 1, kGradient, schedule.num_micro_batches - 1) <=
-               transport.max_tag(),
-           "micro-batch count too large for MPI tags");
-}
+Executor::Executor(StageModel& stage, Transport& transport, const Deck& deck, Backend& backend)
+    : stage_(stage), transport_(transport), deck_(deck), be_(backend),
+      rows_(deck.training.batch_size / deck.pipeline.micro_batches) {}
 
 int Executor::tag(int dst_stage, int direction, int mb) const {
-  return (mb * schedule_.num_stages + dst_stage) * 2 + direction;
+  return (mb * schedule_->num_stages + dst_stage) * 2 + direction;
 }
 
 // Test-only fault injection: PIPETRAIN_TEST_STALL_RANK=r makes rank r stall
@@ -45,12 +40,21 @@ void Executor::maybe_stall_for_test() const {
   std::this_thread::sleep_for(std::chrono::duration<double>(3 * deck_.pipeline.timeout_s));
 }
 
-StepOutcome Executor::run_step(int64_t step) {
+StepOutcome Executor::run(const Schedule& schedule, const Dataset& data, int64_t step,
+                          Pass pass) {
+  PT_CHECK(schedule.forward_only == (pass == Pass::Evaluate),
+           "an evaluation pass runs a forward-only schedule, training a full one");
+  schedule_ = &schedule;
+  PT_CHECK(tag(schedule.num_stages - 1, kGradient, schedule.num_micro_batches - 1) <=
+               transport_.max_tag(),
+           "micro-batch count too large for MPI tags");
+  data_ = &data;
+  pass_ = pass;
   step_ = step;
-  maybe_stall_for_test();
+  if (pass == Pass::Train) maybe_stall_for_test();
   loss_sum_ = 0.0;
   mbs_.clear();
-  for (const Action& a : schedule_.ranks[transport_.rank()]) {
+  for (const Action& a : schedule.ranks[transport_.rank()]) {
     run_action(a);
     reap_sends(false);
   }
@@ -79,7 +83,7 @@ void Executor::forward(int mb) {
   MicroBatch& state = mbs_[mb];
   Tensor x;
   if (stage_.is_first()) {
-    x = data_.inputs(micro_batch_first_sample(deck_, step_, mb), rows_);
+    x = data_->inputs(micro_batch_first_sample(deck_, step_, mb), rows_);
   } else {
     PT_CHECK(state.recv_f, "F of micro-batch " + std::to_string(mb) + " without RECV_F");
     wait_for(*state.recv_f, Action{stage_.stage, ActionKind::RECV_F, mb});
@@ -87,11 +91,13 @@ void Executor::forward(int mb) {
     x = std::move(state.recv_input);
   }
   const size_t n = stage_.layers.size();
+  const bool stash = pass_ == Pass::Train;
   state.layer_inputs.resize(n);
   state.layer_saved.assign(n, {});
   for (size_t i = 0; i < n; ++i) {
     Tensor y = stage_.layers[i]->forward(be_, x, state.layer_saved[i]);
-    state.layer_inputs[i] = std::move(x);
+    if (stash) state.layer_inputs[i] = std::move(x);
+    else state.layer_saved[i].clear();
     x = std::move(y);
   }
   state.forward_done = true;
@@ -100,8 +106,8 @@ void Executor::forward(int mb) {
     return;
   }
   const int64_t batch = deck_.training.batch_size;
-  const int64_t terms = stage_.loss->terms_per_row(x.cols());
-  Tensor target = data_.targets(micro_batch_first_sample(deck_, step_, mb), rows_);
+  const int64_t terms = stage_.loss_terms_per_sample;
+  Tensor target = data_->targets(micro_batch_first_sample(deck_, step_, mb), rows_);
   state.grad_output = Tensor::empty(x.shape(), DType::F32, MemCategory::Activations);
   const float grad_scale = static_cast<float>(1.0 / static_cast<double>(batch * terms));
   double loss = stage_.loss->forward_backward(be_, x, target, grad_scale, state.grad_output);
@@ -109,6 +115,7 @@ void Executor::forward(int mb) {
     throw Error("non-finite loss at step " + std::to_string(step_) + ", stage " +
                 std::to_string(stage_.stage) + ", micro-batch " + std::to_string(mb));
   loss_sum_ += loss;
+  if (!stash) state.grad_output = Tensor();
 }
 
 void Executor::backward(int mb) {
@@ -145,7 +152,7 @@ void Executor::post_recv(const Action& a) {
   MicroBatch& state = mbs_[a.mb];
   if (a.kind == ActionKind::RECV_F) {
     PT_CHECK(!state.recv_f, "second " + to_string(a));
-    state.recv_input = Tensor::empty(stage_.input_shape(rows_), DType::F32,
+    state.recv_input = Tensor::empty(stage_.input_shape(rows_), stage_.input_dtype,
                                      MemCategory::Activations);
     state.recv_f = transport_.irecv(state.recv_input, peer_rank(a.stage - 1),
                                     tag(a.stage, kActivation, a.mb));

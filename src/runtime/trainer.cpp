@@ -34,13 +34,15 @@ Trainer::Trainer(const Deck& deck, MPI_Comm comm) : deck_(deck), comm_(comm) {
   MPI_CHECK(MPI_Comm_size(comm_, &size_));
   schedule_ = schedule_for_deck(deck_, size_);
   report_ = validate_schedule(schedule_);
+  eval_schedule_ = forward_only_schedule(schedule_);
+  validate_schedule(eval_schedule_);
   const auto units = partition_units(model_units(deck_.model), size_, deck_.pipeline.partition);
   stage_ = build_stage(deck_.model, units, rank_);
-  data_ = make_dataset(deck_);
+  data_ = make_dataset(deck_, Split::Train);
+  if (deck_.training.eval_every > 0) eval_data_ = make_dataset(deck_, Split::Eval);
   transport_ = make_mpi_transport(comm_);
   optimizer_ = std::make_unique<Optimizer>(deck_.training, stage_.params());
-  executor_ = std::make_unique<Executor>(stage_, *transport_, schedule_, *data_, deck_,
-                                         cpu_backend());
+  executor_ = std::make_unique<Executor>(stage_, *transport_, deck_, cpu_backend());
 }
 
 Trainer::~Trainer() = default;
@@ -49,15 +51,11 @@ StepRecord Trainer::train_step(int64_t step) {
   const auto start = std::chrono::steady_clock::now();
   Backend& be = cpu_backend();
   optimizer_->zero_grad(be);
-  StepOutcome outcome = executor_->run_step(step);
+  StepOutcome outcome = executor_->run(schedule_, *data_, step, Pass::Train);
 
   StepRecord rec;
   rec.step = step;
-  if (stage_.is_last()) {
-    const int64_t terms = stage_.loss->terms_per_row(deck_.model.output_dim);
-    rec.loss = outcome.loss_sum / static_cast<double>(deck_.training.batch_size * terms);
-  }
-  MPI_CHECK(MPI_Bcast(&rec.loss, 1, MPI_DOUBLE, size_ - 1, comm_));
+  rec.loss = mean_loss(outcome.loss_sum);
   rec.grad_norm = global_grad_norm();
   rec.lr = learning_rate(deck_.training, step);
   float clip_scale = 1.f;
@@ -68,6 +66,22 @@ StepRecord Trainer::train_step(int64_t step) {
   rec.step_time_s =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   return rec;
+}
+
+double Trainer::mean_loss(double loss_sum) {
+  double mean = 0.0;
+  if (stage_.is_last())
+    mean = loss_sum / static_cast<double>(deck_.training.batch_size * stage_.loss_terms_per_sample);
+  MPI_CHECK(MPI_Bcast(&mean, 1, MPI_DOUBLE, size_ - 1, comm_));
+  return mean;
+}
+
+double Trainer::evaluate() {
+  PT_CHECK(eval_data_ != nullptr, "evaluation needs training.eval_every > 0");
+  double sum = 0.0;
+  for (int64_t b = 0; b < deck_.training.eval_batches; ++b)
+    sum += mean_loss(executor_->run(eval_schedule_, *eval_data_, b, Pass::Evaluate).loss_sum);
+  return sum / static_cast<double>(deck_.training.eval_batches);
 }
 
 // Per-parameter sums of squares are gathered in global parameter order and

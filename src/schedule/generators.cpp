@@ -163,4 +163,18 @@ Schedule generate_schedule(const std::string& name, int num_stages, int num_micr
   throw InputError("unknown schedule '" + name + "'; expected 'gpipe' or '1f1b'");
 }
 
+Schedule forward_only_schedule(const Schedule& training) {
+  Schedule eval = training;
+  eval.name = training.name + " (forward only)";
+  eval.forward_only = true;
+  for (std::vector<Action>& rank : eval.ranks) {
+    std::vector<Action> kept;
+    for (const Action& a : rank)
+      if (a.kind == ActionKind::F || a.kind == ActionKind::SEND_F || a.kind == ActionKind::RECV_F)
+        kept.push_back(a);
+    rank = kept;
+  }
+  return eval;
+}
+
 }  // namespace pt

@@ -176,13 +176,28 @@ void check_count(const Schedule& s, const ActionIndex& index, const Action& a) {
   reject(s, "missing " + to_string(a) + ": " + missing_comm_reason(s, a), owner);
 }
 
+bool is_backward(ActionKind kind) {
+  return kind == ActionKind::B || kind == ActionKind::SEND_B || kind == ActionKind::RECV_B;
+}
+
+// A forward-only (evaluation) schedule must contain no backward action.
+void check_absent(const Schedule& s, const ActionIndex& index, const Action& a) {
+  const std::vector<Mark>& found = index.find(a);
+  if (!found.empty())
+    reject(s, to_string(a) + " in a forward-only schedule; it must have no backward actions",
+           found);
+}
+
 void check_counts(const Schedule& s, const ActionIndex& index) {
-  for (ActionKind kind : kComputeKinds)
+  auto check_kind = [&](ActionKind kind) {
     for (int st = 0; st < s.num_stages; ++st)
-      for (int mb = 0; mb < s.num_micro_batches; ++mb) check_count(s, index, make(st, kind, mb));
-  for (ActionKind kind : kCommKinds)
-    for (int st = 0; st < s.num_stages; ++st)
-      for (int mb = 0; mb < s.num_micro_batches; ++mb) check_count(s, index, make(st, kind, mb));
+      for (int mb = 0; mb < s.num_micro_batches; ++mb) {
+        if (s.forward_only && is_backward(kind)) check_absent(s, index, make(st, kind, mb));
+        else check_count(s, index, make(st, kind, mb));
+      }
+  };
+  for (ActionKind kind : kComputeKinds) check_kind(kind);
+  for (ActionKind kind : kCommKinds) check_kind(kind);
 }
 
 // `first` must come before `second` on their (shared) rank.
