@@ -51,6 +51,45 @@ class Backend {
   // x *= s
   virtual void scale(Tensor& x, float s) = 0;
 
+  // ---- Transformer (GPT) kernels. Shapes: mb micro-batch, T sequence, C model
+  // width, H heads, D = C / H head width, V vocabulary.
+
+  // out = a + b elementwise (the residual add); out may alias a or b.
+  virtual void add(const Tensor& a, const Tensor& b, Tensor& out) = 0;
+
+  // LayerNorm over the last dimension, biased variance, eps inside the sqrt:
+  // y = (x - mean) * rstd * gamma + beta. x, y: (rows, C); gamma, beta: (C);
+  // writes mean, rstd: (rows) for the backward pass.
+  virtual void layernorm_forward(const Tensor& x, const Tensor& gamma, const Tensor& beta,
+                                 float eps, Tensor& y, Tensor& mean, Tensor& rstd) = 0;
+  // Writes dx (rows, C) and ADDS into dgamma, dbeta (C). mean, rstd: from forward.
+  virtual void layernorm_backward(const Tensor& x, const Tensor& gamma, const Tensor& mean,
+                                  const Tensor& rstd, const Tensor& dy, Tensor& dx,
+                                  Tensor& dgamma, Tensor& dbeta) = 0;
+
+  // y[b, t] = wte[tokens[b, t]] + wpe[t]. tokens: (mb, T) i32; wte: (V, C);
+  // wpe: (Tmax, C) with T <= Tmax; y: (mb, T, C).
+  virtual void embedding_forward(const Tensor& tokens, const Tensor& wte, const Tensor& wpe,
+                                 Tensor& y) = 0;
+  // ADDS dy (mb, T, C) into dwte[tokens[b, t]] and dwpe[t], in (b, t) order.
+  virtual void embedding_backward(const Tensor& tokens, const Tensor& dy, Tensor& dwte,
+                                  Tensor& dwpe) = 0;
+
+  // Causal multi-head self-attention on the fused qkv (mb, T, 3C): columns
+  // [0, C) are the queries, [C, 2C) the keys, [2C, 3C) the values, head h in
+  // columns [h*D, (h+1)*D) of each. Split in two so that backward can run from
+  // probabilities recomputed by attention_probs (selective recomputation).
+  //
+  // probs (mb, H, T, T) = softmax(Q K^T / sqrt(D) + causal mask); entries
+  // above the diagonal are exactly 0.
+  virtual void attention_probs(const Tensor& qkv, int64_t heads, Tensor& probs) = 0;
+  // y (mb, T, C): head h of y[b] = probs[b, h] @ V[b, h].
+  virtual void attention_values(const Tensor& qkv, const Tensor& probs, int64_t heads,
+                                Tensor& y) = 0;
+  // Writes dqkv (mb, T, 3C) from dy (mb, T, C), the probs and qkv of forward.
+  virtual void attention_backward(const Tensor& qkv, const Tensor& probs, const Tensor& dy,
+                                  int64_t heads, Tensor& dqkv) = 0;
+
   // p -= lr * (v = momentum * v + g + weight_decay * p)
   virtual void sgd_step(Tensor& p, const Tensor& g, Tensor& v, float lr, float momentum,
                         float weight_decay) = 0;

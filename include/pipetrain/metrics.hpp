@@ -24,6 +24,7 @@ class MetricsFile {
   MetricsFile(std::string path, std::string resolved_deck);
   void set_attribute(const std::string& name, const std::string& value);
   void set_attribute(const std::string& name, const std::vector<int64_t>& values);
+  void set_attribute(const std::string& name, double value);
   void add_step(const StepRecord& rec, double samples_per_s);
   void write() const;  // atomic rewrite
 
@@ -32,6 +33,7 @@ class MetricsFile {
   std::string deck_;
   std::map<std::string, std::string> text_attrs_;
   std::map<std::string, std::vector<int64_t>> int_attrs_;
+  std::map<std::string, double> float_attrs_;
   std::vector<int64_t> step_;
   std::map<std::string, std::vector<double>> series_;  // loss, lr, grad_norm, ...
 };

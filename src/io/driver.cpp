@@ -12,6 +12,7 @@
 #include <sstream>
 
 #include "pipetrain/deck_io.hpp"
+#include "pipetrain/data.hpp"
 #include "pipetrain/error.hpp"
 #include "pipetrain/metrics.hpp"
 #include "pipetrain/trainer.hpp"
@@ -35,6 +36,13 @@ std::string broadcast_text(const World& w, std::string text, bool& ok) {
   return text;
 }
 
+void check_data_files(const Deck& deck) {
+  if (deck.data.type != "hdf5") return;
+  check_token_file(deck, deck.data.path, deck.where("data.path"));
+  if (!deck.data.eval_path.empty())
+    check_token_file(deck, deck.data.eval_path, deck.where("data.eval_path"));
+}
+
 // Returns false (after rank 0 printed the message) when the deck is bad.
 bool load_deck(const World& w, const CommandLine& cli, Deck& deck) {
   std::string text;
@@ -44,6 +52,7 @@ bool load_deck(const World& w, const CommandLine& cli, Deck& deck) {
       deck = parse_deck_file(cli.deck_path, cli.overrides);
       const int stages = check_deck_layout(deck, cli.ranks > 0 ? cli.ranks : w.size);
       validate_schedule(schedule_for_deck(deck, stages));
+      check_data_files(deck);
       if (cli.command == "train") ensure_directory(deck.output.dir, deck.where("output.dir"));
       text = deck_to_toml(deck);
     } catch (const InputError& e) {
@@ -103,12 +112,35 @@ void print_step(const Deck& deck, const StepRecord& rec, double samples_per_s,
   const int64_t total = deck.training.steps;
   const double eta = elapsed_s / static_cast<double>(rec.step + 1) *
                      static_cast<double>(total - rec.step - 1);
-  std::printf("step %6lld/%lld | loss %.6f | lr %.3e | grad norm %.3e | %9.1f samples/s | "
-              "%8.2f ms/step | ETA %s\n",
-              static_cast<long long>(rec.step + 1), static_cast<long long>(total), rec.loss,
-              rec.lr, rec.grad_norm, samples_per_s, rec.step_time_s * 1e3,
+  const double tokens_per_s = samples_per_s * static_cast<double>(tokens_per_sample(deck.model));
+  const double gflops = samples_per_s * model_train_flops_per_sample(deck.model) * 1e-9;
+  char eval[48] = "";
+  if (!std::isnan(rec.eval_loss)) std::snprintf(eval, sizeof eval, " | eval %.4f", rec.eval_loss);
+  std::printf("step %6lld/%lld | loss %.4f%s | lr %.2e | gnorm %.2e | %8.1f samples/s | "
+              "%9.0f tokens/s | %6.2f GFLOP/s | %7.1f ms | ETA %s\n",
+              static_cast<long long>(rec.step + 1), static_cast<long long>(total), rec.loss, eval,
+              rec.lr, rec.grad_norm, samples_per_s, tokens_per_s, gflops, rec.step_time_s * 1e3,
               format_duration(eta).c_str());
   std::fflush(stdout);
+}
+
+void print_floor(const std::optional<LossFloor>& floor) {
+  if (!floor) return;
+  std::printf("data: Markov chain entropy rate %.6f nats/token; loss floor of a window "
+              "(early positions see less context) %.6f nats/token\n",
+              floor->entropy_rate, floor->window);
+}
+
+void print_summary(const Deck& deck, const StepRecord& last, double elapsed,
+                   const std::optional<LossFloor>& floor) {
+  const double final_loss = std::isnan(last.eval_loss) ? last.loss : last.eval_loss;
+  const char* which = std::isnan(last.eval_loss) ? "training" : "held-out";
+  std::printf("done: %lld steps in %.2f s; final %s loss %.6f", static_cast<long long>(deck.training.steps),
+              elapsed, which, final_loss);
+  if (floor)
+    std::printf("; loss floor %.6f; gap %.6f (%.1f%% above the floor)", floor->window,
+                final_loss - floor->window, 100.0 * (final_loss - floor->window) / floor->window);
+  std::printf("; outputs in %s\n", deck.output.dir.c_str());
 }
 
 void print_start(const World& w, const Deck& deck, const Trainer& trainer,
@@ -121,6 +153,10 @@ void print_start(const World& w, const Deck& deck, const Trainer& trainer,
                                    .c_str()
                              : "training.blas_threads");
   std::printf("%s\n", schedule_summary(trainer.schedule(), trainer.schedule_report()).c_str());
+  std::printf("model: %.4g training FLOPs per token (%.4g per sample)\n",
+              model_train_flops_per_sample(deck.model) / tokens_per_sample(deck.model),
+              model_train_flops_per_sample(deck.model));
+  print_floor(trainer.loss_floor());
   std::fflush(stdout);
 }
 
@@ -137,26 +173,31 @@ int run_train(const World& w, const Deck& deck) {
     const auto& peaks = trainer.schedule_report().peak_in_flight;
     metrics.set_attribute("peak_in_flight", std::vector<int64_t>(peaks.begin(), peaks.end()));
     metrics.set_attribute("blas_threads", std::vector<int64_t>{blas.threads});
+    if (auto floor = trainer.loss_floor()) {
+      metrics.set_attribute("loss_floor", floor->window);
+      metrics.set_attribute("entropy_rate", floor->entropy_rate);
+    }
   }
   double elapsed = 0.0, last_write = 0.0;
   StepRecord rec;
+  const int64_t eval_every = deck.training.eval_every;
   for (int64_t step = 0; step < deck.training.steps; ++step) {
     rec = trainer.train_step(step);
+    const bool last = step + 1 == deck.training.steps;
+    if (eval_every > 0 && ((step + 1) % eval_every == 0 || last)) rec.eval_loss = trainer.evaluate();
     if (w.rank != 0) continue;
     elapsed += rec.step_time_s;
     const double rate = static_cast<double>(deck.training.batch_size) / rec.step_time_s;
     metrics.add_step(rec, rate);
-    const bool last = step + 1 == deck.training.steps;
-    if ((step + 1) % deck.output.log_every == 0 || last) print_step(deck, rec, rate, elapsed);
+    const bool evaluated = !std::isnan(rec.eval_loss);
+    if ((step + 1) % deck.output.log_every == 0 || last || evaluated)
+      print_step(deck, rec, rate, elapsed);
     if (last || elapsed - last_write > 5.0) {
       metrics.write();
       last_write = elapsed;
     }
   }
-  if (w.rank == 0)
-    std::printf("done: %lld steps in %.2f s, final loss %.6f; outputs in %s\n",
-                static_cast<long long>(deck.training.steps), elapsed, rec.loss,
-                deck.output.dir.c_str());
+  if (w.rank == 0) print_summary(deck, rec, elapsed, trainer.loss_floor());
   return 0;
 }
 

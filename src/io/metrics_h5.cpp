@@ -60,7 +60,7 @@ void write_file_atomic(const std::string& path, const std::string& text) {
 
 MetricsFile::MetricsFile(std::string path, std::string resolved_deck)
     : path_(std::move(path)), deck_(std::move(resolved_deck)) {
-  for (const char* name : {"loss", "lr", "grad_norm", "step_time_s", "samples_per_s"})
+  for (const char* name : {"loss", "lr", "grad_norm", "step_time_s", "samples_per_s", "eval_loss"})
     series_[name] = {};
 }
 
@@ -72,6 +72,10 @@ void MetricsFile::set_attribute(const std::string& name, const std::vector<int64
   int_attrs_[name] = values;
 }
 
+void MetricsFile::set_attribute(const std::string& name, double value) {
+  float_attrs_[name] = value;
+}
+
 void MetricsFile::add_step(const StepRecord& rec, double samples_per_s) {
   step_.push_back(rec.step);
   series_["loss"].push_back(rec.loss);
@@ -79,6 +83,7 @@ void MetricsFile::add_step(const StepRecord& rec, double samples_per_s) {
   series_["grad_norm"].push_back(rec.grad_norm);
   series_["step_time_s"].push_back(rec.step_time_s);
   series_["samples_per_s"].push_back(samples_per_s);
+  series_["eval_loss"].push_back(rec.eval_loss);
 }
 
 namespace {
@@ -107,6 +112,15 @@ void write_int_attr(hid_t obj, const std::string& name, const std::vector<int64_
   H5Sclose(space);
 }
 
+void write_double_attr(hid_t obj, const std::string& name, double value) {
+  hid_t space = H5Screate(H5S_SCALAR);
+  hid_t attr = H5Acreate2(obj, name.c_str(), H5T_IEEE_F64LE, space, H5P_DEFAULT, H5P_DEFAULT);
+  H5_CHECK(attr);
+  H5_CHECK(H5Awrite(attr, H5T_NATIVE_DOUBLE, &value));
+  H5Aclose(attr);
+  H5Sclose(space);
+}
+
 void write_dataset(hid_t file, const std::string& name, hid_t mem_type, const void* data,
                    size_t count) {
   hsize_t dims[1] = {count};
@@ -129,6 +143,7 @@ void MetricsFile::write() const {
   write_string_attr(file, "deck", deck_);
   for (const auto& [name, value] : text_attrs_) write_string_attr(file, name, value);
   for (const auto& [name, values] : int_attrs_) write_int_attr(file, name, values);
+  for (const auto& [name, value] : float_attrs_) write_double_attr(file, name, value);
   write_dataset(file, "step", H5T_NATIVE_INT64, step_.data(), step_.size());
   for (const auto& [name, values] : series_)
     write_dataset(file, name, H5T_NATIVE_DOUBLE, values.data(), values.size());

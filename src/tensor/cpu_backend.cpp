@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstring>
 
+#include "cpu_kernels_gpt.hpp"
 #include "pipetrain/backend.hpp"
 #include "pipetrain/error.hpp"
 
@@ -173,6 +174,37 @@ class CpuBackend final : public Backend {
   void scale(Tensor& x, float s) override {
     float* p = x.f32();
     for (int64_t i = 0, n = x.numel(); i < n; ++i) p[i] *= s;
+  }
+
+  // Transformer kernels: src/tensor/cpu_kernels_gpt.cpp.
+  void add(const Tensor& a, const Tensor& b, Tensor& out) override { cpu::add(a, b, out); }
+  void layernorm_forward(const Tensor& x, const Tensor& gamma, const Tensor& beta, float eps,
+                         Tensor& y, Tensor& mean, Tensor& rstd) override {
+    cpu::layernorm_forward(x, gamma, beta, eps, y, mean, rstd);
+  }
+  void layernorm_backward(const Tensor& x, const Tensor& gamma, const Tensor& mean,
+                          const Tensor& rstd, const Tensor& dy, Tensor& dx, Tensor& dgamma,
+                          Tensor& dbeta) override {
+    cpu::layernorm_backward(x, gamma, mean, rstd, dy, dx, dgamma, dbeta);
+  }
+  void embedding_forward(const Tensor& tokens, const Tensor& wte, const Tensor& wpe,
+                         Tensor& y) override {
+    cpu::embedding_forward(tokens, wte, wpe, y);
+  }
+  void embedding_backward(const Tensor& tokens, const Tensor& dy, Tensor& dwte,
+                          Tensor& dwpe) override {
+    cpu::embedding_backward(tokens, dy, dwte, dwpe);
+  }
+  void attention_probs(const Tensor& qkv, int64_t heads, Tensor& probs) override {
+    cpu::attention_probs(qkv, heads, probs);
+  }
+  void attention_values(const Tensor& qkv, const Tensor& probs, int64_t heads,
+                        Tensor& y) override {
+    cpu::attention_values(qkv, probs, heads, y);
+  }
+  void attention_backward(const Tensor& qkv, const Tensor& probs, const Tensor& dy,
+                          int64_t heads, Tensor& dqkv) override {
+    cpu::attention_backward(qkv, probs, dy, heads, dqkv);
   }
 
   void sgd_step(Tensor& p, const Tensor& g, Tensor& v, float lr, float momentum,

@@ -1,0 +1,339 @@
+// gpt.cpp: the GPT layers: token + position embedding, the pre-LayerNorm
+// transformer block with causal multi-head attention, and the head (final
+// LayerNorm + LM head). All compute goes through the Backend.
+#include "pipetrain/gpt.hpp"
+
+#include <cmath>
+
+#include "pipetrain/error.hpp"
+#include "pipetrain/rng.hpp"
+
+namespace pt {
+
+namespace {
+
+constexpr float kLayerNormEps = 1e-5f;  // as torch.nn.LayerNorm
+constexpr float kInitStd = 0.02f;
+
+// ---- parameters and initialisation ----
+
+// The RNG stream of a parameter: FNV-1a of its name, so the values depend on
+// (seed, name, element) only, not on the partition or construction order.
+uint64_t name_stream(const std::string& name) {
+  uint64_t h = 0xcbf29ce484222325ull;
+  for (unsigned char c : name) {
+    h ^= c;
+    h *= 0x100000001b3ull;
+  }
+  return h;
+}
+
+Param make_param(const std::string& name, Tensor value) {
+  Param p;
+  p.name = name;
+  p.grad = Tensor::zeros(value.shape(), DType::F32, MemCategory::Gradients);
+  p.value = std::move(value);
+  return p;
+}
+
+// N(0, std^2) drawn from (seed, name_stream(name), element index).
+Param normal_param(const std::string& name, const Shape& shape, float std, uint64_t seed) {
+  Tensor t = Tensor::empty(shape, DType::F32, MemCategory::Parameters);
+  const uint64_t stream = name_stream(name);
+  for (int64_t i = 0, n = t.numel(); i < n; ++i)
+    t.f32()[i] = std * normal01(seed, stream, static_cast<uint64_t>(i));
+  return make_param(name, std::move(t));
+}
+
+Param constant_param(const std::string& name, const Shape& shape, float value) {
+  Tensor t = Tensor::empty(shape, DType::F32, MemCategory::Parameters);
+  for (int64_t i = 0, n = t.numel(); i < n; ++i) t.f32()[i] = value;
+  return make_param(name, std::move(t));
+}
+
+Shape with_last(const Shape& shape, int64_t last) {
+  Shape out = shape;
+  out.back() = last;
+  return out;
+}
+
+Tensor activation(const Shape& shape) {
+  return Tensor::empty(shape, DType::F32, MemCategory::Activations);
+}
+
+// ---- building blocks shared by the layers ----
+
+// y = x W^T + b, W: (out, in), b: (out) or absent.
+struct Dense {
+  Param weight;
+  Param bias;  // value undefined when the layer has no bias
+
+  Dense(const std::string& name, int64_t in, int64_t out, float std, uint64_t seed, bool has_bias)
+      : weight(normal_param(name + ".weight", {out, in}, std, seed)) {
+    if (has_bias) bias = constant_param(name + ".bias", {out}, 0.f);
+  }
+  bool has_bias() const { return bias.value.defined(); }
+  int64_t out() const { return weight.value.dim(0); }
+
+  Tensor forward(Backend& be, const Tensor& x) {
+    Tensor y = activation(with_last(x.shape(), out()));  // (rows, out)
+    be.matmul(x, false, weight.value, true, y, 1.f, 0.f);
+    if (has_bias()) be.add_bias(y, bias.value);
+    return y;
+  }
+  // Adds dW = dy^T x and db = column sums of dy; returns dx (rows, in).
+  Tensor backward(Backend& be, const Tensor& x, const Tensor& dy) {
+    be.matmul(dy, true, x, false, weight.grad, 1.f, 1.f);
+    if (has_bias()) be.accumulate_bias_grad(dy, bias.grad);
+    Tensor dx = activation(x.shape());
+    be.matmul(dy, false, weight.value, false, dx, 1.f, 0.f);
+    return dx;
+  }
+};
+
+struct LayerNorm {
+  Param weight, bias;  // gamma, beta: (C)
+
+  LayerNorm(const std::string& name, int64_t C)
+      : weight(constant_param(name + ".weight", {C}, 1.f)),
+        bias(constant_param(name + ".bias", {C}, 0.f)) {}
+
+  // Appends y, mean, rstd to `saved` and returns y.
+  Tensor forward(Backend& be, const Tensor& x, std::vector<Tensor>& saved) {
+    Tensor y = activation(x.shape());
+    Tensor mean = activation({x.rows()});
+    Tensor rstd = activation({x.rows()});
+    be.layernorm_forward(x, weight.value, bias.value, kLayerNormEps, y, mean, rstd);
+    saved.push_back(y);
+    saved.push_back(mean);
+    saved.push_back(rstd);
+    return y;
+  }
+  // Adds dgamma, dbeta; returns dx.
+  Tensor backward(Backend& be, const Tensor& x, const Tensor& mean, const Tensor& rstd,
+                  const Tensor& dy) {
+    Tensor dx = activation(x.shape());
+    be.layernorm_backward(x, weight.value, mean, rstd, dy, dx, weight.grad, bias.grad);
+    return dx;
+  }
+};
+
+void check_tokens_shape(const Shape& s, const GptDims& dims) {
+  PT_CHECK(s.size() == 2 && s[1] >= 1 && s[1] <= dims.seq_len,
+           "GPT tokens must be (mb, T <= " + std::to_string(dims.seq_len) +
+               "): " + shape_string(s));
+}
+
+void check_hidden_shape(const Shape& s, const GptDims& dims) {
+  PT_CHECK(s.size() == 3 && s[1] <= dims.seq_len && s[2] == dims.d_model,
+           "GPT hidden state must be (mb, T, " + std::to_string(dims.d_model) +
+               "): " + shape_string(s));
+}
+
+// ---- embedding ----
+
+class GptEmbedding final : public Layer {
+ public:
+  GptEmbedding(const GptDims& dims, uint64_t seed)
+      : dims_(dims),
+        wte_(normal_param("embed.wte", {dims.vocab_size, dims.d_model}, kInitStd, seed)),
+        wpe_(normal_param("embed.wpe", {dims.seq_len, dims.d_model}, kInitStd, seed)) {}
+  std::string kind() const override { return "gpt_embedding"; }
+  Shape output_shape(const Shape& input) const override {
+    check_tokens_shape(input, dims_);
+    return {input[0], input[1], dims_.d_model};
+  }
+  std::vector<Param*> params() override { return {&wte_, &wpe_}; }
+
+  // x: tokens (mb, T) i32 -> (mb, T, C). Saves nothing.
+  Tensor forward(Backend& be, const Tensor& x, std::vector<Tensor>&) override {
+    Tensor y = activation(output_shape(x.shape()));
+    be.embedding_forward(x, wte_.value, wpe_.value, y);
+    return y;
+  }
+  // No dx: the input is integer tokens.
+  Tensor backward(Backend& be, const Tensor& x, const std::vector<Tensor>&, const Tensor& dy,
+                  bool) override {
+    be.embedding_backward(x, dy, wte_.grad, wpe_.grad);
+    return Tensor();
+  }
+
+ private:
+  GptDims dims_;
+  Param wte_;  // (V, C)
+  Param wpe_;  // (T, C)
+};
+
+// ---- transformer block ----
+
+// What GptBlock::forward leaves in `saved`, by index. Everything is needed by
+// backward except kProbs, which backward recomputes from kQkv when it is left
+// undefined (selective recomputation drops it: it is the only O(T^2) tensor).
+enum BlockSaved : size_t {
+  kLn1Out = 0,  // ln1(x)              (mb, T, C)
+  kLn1Mean,     // ln1 row means       (mb*T)
+  kLn1Rstd,     // ln1 row 1/std       (mb*T)
+  kQkv,         // fused q, k, v       (mb, T, 3C)
+  kProbs,       // attention probs     (mb, H, T, T)
+  kAttn,        // attention output    (mb, T, C), before attn.proj
+  kX1,          // x + attn branch     (mb, T, C)
+  kLn2Out,      // ln2(x1)             (mb, T, C)
+  kLn2Mean,     // ln2 row means       (mb*T)
+  kLn2Rstd,     // ln2 row 1/std       (mb*T)
+  kFcOut,       // mlp.fc output       (mb, T, R*C), before GELU
+  kGeluOut,     // GELU(fc output)     (mb, T, R*C)
+  kBlockSavedCount
+};
+
+class GptBlock final : public Layer {
+ public:
+  GptBlock(const GptDims& dims, int64_t index, uint64_t seed)
+      : dims_(dims),
+        ln1_(prefix(index) + "ln1", dims.d_model),
+        qkv_(prefix(index) + "attn.qkv", dims.d_model, 3 * dims.d_model, kInitStd, seed, true),
+        attn_proj_(prefix(index) + "attn.proj", dims.d_model, dims.d_model, residual_std(dims),
+                   seed, true),
+        ln2_(prefix(index) + "ln2", dims.d_model),
+        fc_(prefix(index) + "mlp.fc", dims.d_model, dims.mlp_ratio * dims.d_model, kInitStd,
+            seed, true),
+        mlp_proj_(prefix(index) + "mlp.proj", dims.mlp_ratio * dims.d_model, dims.d_model,
+                  residual_std(dims), seed, true) {
+    PT_CHECK(dims.heads >= 1 && dims.d_model % dims.heads == 0, "heads must divide d_model");
+  }
+  std::string kind() const override { return "gpt_block"; }
+  Shape output_shape(const Shape& input) const override {
+    check_hidden_shape(input, dims_);
+    return input;
+  }
+  std::vector<Param*> params() override {
+    return {&ln1_.weight,      &ln1_.bias,       &qkv_.weight, &qkv_.bias,
+            &attn_proj_.weight, &attn_proj_.bias, &ln2_.weight, &ln2_.bias,
+            &fc_.weight,       &fc_.bias,        &mlp_proj_.weight, &mlp_proj_.bias};
+  }
+
+  // x (mb, T, C) -> y (mb, T, C); `saved` as in BlockSaved.
+  Tensor forward(Backend& be, const Tensor& x, std::vector<Tensor>& saved) override {
+    check_hidden_shape(x.shape(), dims_);
+    saved.clear();
+    Tensor ln1 = ln1_.forward(be, x, saved);  // (mb, T, C)
+    Tensor qkv = qkv_.forward(be, ln1);       // (mb, T, 3C)
+    Tensor probs = attention_probs(be, qkv);  // (mb, H, T, T)
+    Tensor attn = activation(x.shape());      // (mb, T, C)
+    be.attention_values(qkv, probs, dims_.heads, attn);
+    Tensor x1 = attn_proj_.forward(be, attn);  // (mb, T, C)
+    be.add(x1, x, x1);                         // x1 = x + proj(attn)
+    saved.push_back(qkv);
+    saved.push_back(probs);
+    saved.push_back(attn);
+    saved.push_back(x1);
+    Tensor ln2 = ln2_.forward(be, x1, saved);  // (mb, T, C)
+    Tensor fc = fc_.forward(be, ln2);          // (mb, T, R*C)
+    Tensor gelu = activation(fc.shape());      // (mb, T, R*C)
+    be.gelu_forward(fc, gelu);
+    saved.push_back(fc);
+    saved.push_back(gelu);
+    Tensor y = mlp_proj_.forward(be, gelu);  // (mb, T, C)
+    be.add(y, x1, y);                        // y = x1 + mlp(ln2(x1))
+    PT_CHECK(saved.size() == kBlockSavedCount, "block saved layout");
+    return y;
+  }
+
+  Tensor backward(Backend& be, const Tensor& x, const std::vector<Tensor>& saved,
+                  const Tensor& dy, bool need_dx) override {
+    PT_CHECK(saved.size() == kBlockSavedCount, "block backward needs forward's saved tensors");
+    const Tensor& x1 = saved[kX1];
+    // MLP branch: y = x1 + mlp_proj(gelu(fc(ln2(x1)))).
+    Tensor dgelu = mlp_proj_.backward(be, saved[kGeluOut], dy);  // (mb, T, R*C)
+    Tensor dfc = Tensor::empty(dgelu.shape(), DType::F32, MemCategory::Activations);
+    be.gelu_backward(saved[kFcOut], dgelu, dfc);            // (mb, T, R*C)
+    Tensor dln2 = fc_.backward(be, saved[kLn2Out], dfc);    // (mb, T, C)
+    Tensor dx1 = ln2_.backward(be, x1, saved[kLn2Mean], saved[kLn2Rstd], dln2);
+    be.add(dx1, dy, dx1);  // + the residual path
+    // Attention branch: x1 = x + attn_proj(attention(qkv(ln1(x)))).
+    Tensor dattn = attn_proj_.backward(be, saved[kAttn], dx1);  // (mb, T, C)
+    const Tensor& qkv = saved[kQkv];
+    Tensor probs = saved[kProbs].defined() ? saved[kProbs] : attention_probs(be, qkv);
+    Tensor dqkv = Tensor::empty(qkv.shape(), DType::F32, MemCategory::Activations);
+    be.attention_backward(qkv, probs, dattn, dims_.heads, dqkv);  // (mb, T, 3C)
+    Tensor dln1 = qkv_.backward(be, saved[kLn1Out], dqkv);         // (mb, T, C)
+    Tensor dx = ln1_.backward(be, x, saved[kLn1Mean], saved[kLn1Rstd], dln1);
+    if (!need_dx) return Tensor();
+    be.add(dx, dx1, dx);  // + the residual path
+    return dx;
+  }
+
+ private:
+  static std::string prefix(int64_t index) { return "block" + std::to_string(index) + "."; }
+  static float residual_std(const GptDims& dims) {
+    return kInitStd / std::sqrt(2.f * static_cast<float>(dims.blocks));
+  }
+  // probs (mb, H, T, T) of qkv (mb, T, 3C).
+  Tensor attention_probs(Backend& be, const Tensor& qkv) const {
+    Tensor probs = activation({qkv.dim(0), dims_.heads, qkv.dim(1), qkv.dim(1)});
+    be.attention_probs(qkv, dims_.heads, probs);
+    return probs;
+  }
+
+  GptDims dims_;
+  LayerNorm ln1_;
+  Dense qkv_;        // (3C, C)
+  Dense attn_proj_;  // (C, C)
+  LayerNorm ln2_;
+  Dense fc_;        // (R*C, C)
+  Dense mlp_proj_;  // (C, R*C)
+};
+
+// ---- head ----
+
+// saved: [0] ln_f(x) (mb, T, C), [1] row means (mb*T), [2] row 1/std (mb*T).
+class GptHead final : public Layer {
+ public:
+  GptHead(const GptDims& dims, uint64_t seed)
+      : dims_(dims),
+        ln_f_("head.ln_f", dims.d_model),
+        lm_head_("head.lm_head", dims.d_model, dims.vocab_size, kInitStd, seed, false) {}
+  std::string kind() const override { return "gpt_head"; }
+  Shape output_shape(const Shape& input) const override {
+    check_hidden_shape(input, dims_);
+    return with_last(input, dims_.vocab_size);
+  }
+  std::vector<Param*> params() override {
+    return {&ln_f_.weight, &ln_f_.bias, &lm_head_.weight};
+  }
+
+  // x (mb, T, C) -> logits (mb, T, V).
+  Tensor forward(Backend& be, const Tensor& x, std::vector<Tensor>& saved) override {
+    check_hidden_shape(x.shape(), dims_);
+    saved.clear();
+    Tensor ln = ln_f_.forward(be, x, saved);  // (mb, T, C)
+    return lm_head_.forward(be, ln);          // (mb, T, V)
+  }
+  Tensor backward(Backend& be, const Tensor& x, const std::vector<Tensor>& saved,
+                  const Tensor& dy, bool need_dx) override {
+    PT_CHECK(saved.size() == 3, "head backward needs forward's saved tensors");
+    Tensor dln = lm_head_.backward(be, saved[0], dy);  // (mb, T, C)
+    Tensor dx = ln_f_.backward(be, x, saved[1], saved[2], dln);
+    return need_dx ? dx : Tensor();
+  }
+
+ private:
+  GptDims dims_;
+  LayerNorm ln_f_;
+  Dense lm_head_;  // (V, C), no bias
+};
+
+}  // namespace
+
+std::unique_ptr<Layer> make_gpt_embedding(const GptDims& dims, uint64_t seed) {
+  return std::make_unique<GptEmbedding>(dims, seed);
+}
+
+std::unique_ptr<Layer> make_gpt_block(const GptDims& dims, int64_t index, uint64_t seed) {
+  return std::make_unique<GptBlock>(dims, index, seed);
+}
+
+std::unique_ptr<Layer> make_gpt_head(const GptDims& dims, uint64_t seed) {
+  return std::make_unique<GptHead>(dims, seed);
+}
+
+}  // namespace pt

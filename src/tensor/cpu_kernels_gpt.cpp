@@ -1,0 +1,276 @@
+// cpu_kernels_gpt.cpp: transformer kernels of the CPU backend: residual add,
+// LayerNorm, token + position embedding and causal multi-head attention.
+// GEMMs go through OpenBLAS; everything else is plain loops in a fixed order,
+// reductions in double, so results are bitwise deterministic.
+#include "cpu_kernels_gpt.hpp"
+
+#include <cblas.h>
+
+#include <cmath>
+#include <vector>
+
+#include "pipetrain/error.hpp"
+
+namespace pt::cpu {
+
+namespace {
+
+void check_numel(const Tensor& t, int64_t n, const char* what) {
+  PT_CHECK(t.numel() == n, std::string(what) + ": " + shape_string(t.shape()) + " has " +
+                               std::to_string(t.numel()) + " elements, expected " +
+                               std::to_string(n));
+}
+
+// Row-major C = alpha * op(A) op(B) + beta * C on strided sub-matrices.
+void gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, const float* a,
+          int64_t lda, const float* b, int64_t ldb, float beta, float* c, int64_t ldc) {
+  cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans,
+              static_cast<int>(m), static_cast<int>(n), static_cast<int>(k), alpha, a,
+              static_cast<int>(lda), b, static_cast<int>(ldb), beta, c, static_cast<int>(ldc));
+}
+
+// ---- attention geometry ----
+
+struct AttnDims {
+  int64_t mb, T, C, H, D;
+  float scale;  // 1 / sqrt(D)
+};
+
+AttnDims attn_dims(const Tensor& qkv, int64_t heads) {
+  PT_CHECK(qkv.ndim() == 3 && qkv.dim(2) % 3 == 0,
+           "attention qkv must be (mb, T, 3C): " + shape_string(qkv.shape()));
+  AttnDims d;
+  d.mb = qkv.dim(0);
+  d.T = qkv.dim(1);
+  d.C = qkv.dim(2) / 3;
+  d.H = heads;
+  PT_CHECK(heads >= 1 && d.C % heads == 0, "attention heads must divide C");
+  d.D = d.C / heads;
+  d.scale = 1.f / std::sqrt(static_cast<float>(d.D));
+  return d;
+}
+
+// Start of head h of batch b in the fused qkv (mb, T, 3C), leading dimension 3C;
+// which = 0 queries, 1 keys, 2 values.
+const float* qkv_head(const Tensor& qkv, const AttnDims& d, int64_t b, int64_t h, int which) {
+  return qkv.f32() + b * d.T * 3 * d.C + which * d.C + h * d.D;
+}
+float* qkv_head(Tensor& qkv, const AttnDims& d, int64_t b, int64_t h, int which) {
+  return qkv.f32() + b * d.T * 3 * d.C + which * d.C + h * d.D;
+}
+// The (T, T) block of probs (mb, H, T, T) for (b, h).
+size_t probs_offset(const AttnDims& d, int64_t b, int64_t h) {
+  return static_cast<size_t>((b * d.H + h) * d.T * d.T);
+}
+// Head h of batch b in y (mb, T, C), leading dimension C.
+size_t head_offset(const AttnDims& d, int64_t b, int64_t h) {
+  return static_cast<size_t>(b * d.T * d.C + h * d.D);
+}
+
+// In place on scores s (T, T): row i becomes softmax over columns j <= i;
+// columns j > i become exactly 0.
+void causal_softmax(float* s, int64_t T) {
+  for (int64_t i = 0; i < T; ++i) {
+    float* row = s + i * T;
+    float maxv = row[0];
+    for (int64_t j = 1; j <= i; ++j) maxv = std::fmax(maxv, row[j]);
+    double sum = 0.0;
+    for (int64_t j = 0; j <= i; ++j) {
+      row[j] = std::exp(row[j] - maxv);
+      sum += row[j];
+    }
+    const float inv = static_cast<float>(1.0 / sum);
+    for (int64_t j = 0; j <= i; ++j) row[j] *= inv;
+    for (int64_t j = i + 1; j < T; ++j) row[j] = 0.f;
+  }
+}
+
+// In place on dp (T, T) (gradient w.r.t. probs p): becomes the gradient w.r.t.
+// the unscaled scores, scale * p * (dp - sum_j p dp). Masked entries become 0.
+void causal_softmax_backward(const float* p, float* dp, int64_t T, float scale) {
+  for (int64_t i = 0; i < T; ++i) {
+    const float* prow = p + i * T;
+    float* drow = dp + i * T;
+    double dot = 0.0;
+    for (int64_t j = 0; j <= i; ++j) dot += static_cast<double>(prow[j]) * drow[j];
+    const float dotf = static_cast<float>(dot);
+    for (int64_t j = 0; j <= i; ++j) drow[j] = scale * prow[j] * (drow[j] - dotf);
+    for (int64_t j = i + 1; j < T; ++j) drow[j] = 0.f;
+  }
+}
+
+}  // namespace
+
+void add(const Tensor& a, const Tensor& b, Tensor& out) {
+  check_numel(b, a.numel(), "add b");
+  check_numel(out, a.numel(), "add out");
+  const float* pa = a.f32();
+  const float* pb = b.f32();
+  float* po = out.f32();
+  for (int64_t i = 0, n = a.numel(); i < n; ++i) po[i] = pa[i] + pb[i];
+}
+
+// ---- LayerNorm ----
+
+void layernorm_forward(const Tensor& x, const Tensor& gamma, const Tensor& beta, float eps,
+                       Tensor& y, Tensor& mean, Tensor& rstd) {
+  const int64_t rows = x.rows(), C = x.cols();  // x: (rows, C)
+  check_numel(gamma, C, "layernorm gamma");
+  check_numel(beta, C, "layernorm beta");
+  check_numel(y, rows * C, "layernorm y");
+  check_numel(mean, rows, "layernorm mean");
+  check_numel(rstd, rows, "layernorm rstd");
+  const float* pg = gamma.f32();
+  const float* pb = beta.f32();
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* xr = x.f32() + r * C;
+    float* yr = y.f32() + r * C;
+    double sum = 0.0;
+    for (int64_t j = 0; j < C; ++j) sum += xr[j];
+    const double mu = sum / static_cast<double>(C);
+    double sq = 0.0;
+    for (int64_t j = 0; j < C; ++j) sq += (xr[j] - mu) * (xr[j] - mu);
+    const float m = static_cast<float>(mu);
+    const float rs = static_cast<float>(1.0 / std::sqrt(sq / static_cast<double>(C) + eps));
+    for (int64_t j = 0; j < C; ++j) yr[j] = (xr[j] - m) * rs * pg[j] + pb[j];
+    mean.f32()[r] = m;
+    rstd.f32()[r] = rs;
+  }
+}
+
+void layernorm_backward(const Tensor& x, const Tensor& gamma, const Tensor& mean,
+                        const Tensor& rstd, const Tensor& dy, Tensor& dx, Tensor& dgamma,
+                        Tensor& dbeta) {
+  const int64_t rows = x.rows(), C = x.cols();  // x, dy, dx: (rows, C)
+  check_numel(dy, rows * C, "layernorm dy");
+  check_numel(dx, rows * C, "layernorm dx");
+  check_numel(dgamma, C, "layernorm dgamma");
+  check_numel(dbeta, C, "layernorm dbeta");
+  const float* pg = gamma.f32();
+  float* pdg = dgamma.f32();
+  float* pdb = dbeta.f32();
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* xr = x.f32() + r * C;
+    const float* dyr = dy.f32() + r * C;
+    float* dxr = dx.f32() + r * C;
+    const float m = mean.f32()[r], rs = rstd.f32()[r];
+    double sum_g = 0.0, sum_gx = 0.0;  // sums of dxhat and dxhat * xhat
+    for (int64_t j = 0; j < C; ++j) {
+      const float xhat = (xr[j] - m) * rs;
+      const float g = dyr[j] * pg[j];
+      sum_g += g;
+      sum_gx += static_cast<double>(g) * xhat;
+      pdg[j] += dyr[j] * xhat;
+      pdb[j] += dyr[j];
+    }
+    const float mg = static_cast<float>(sum_g / static_cast<double>(C));
+    const float mgx = static_cast<float>(sum_gx / static_cast<double>(C));
+    for (int64_t j = 0; j < C; ++j) {
+      const float xhat = (xr[j] - m) * rs;
+      dxr[j] = rs * (dyr[j] * pg[j] - mg - xhat * mgx);
+    }
+  }
+}
+
+// ---- embedding ----
+
+void embedding_forward(const Tensor& tokens, const Tensor& wte, const Tensor& wpe, Tensor& y) {
+  PT_CHECK(tokens.dtype() == DType::I32 && tokens.ndim() == 2,
+           "embedding tokens must be (mb, T) i32: " + shape_string(tokens.shape()));
+  const int64_t mb = tokens.dim(0), T = tokens.dim(1);
+  const int64_t V = wte.rows(), C = wte.cols();  // wte: (V, C)
+  PT_CHECK(wpe.cols() == C && T <= wpe.rows(), "embedding wpe " + shape_string(wpe.shape()));
+  check_numel(y, mb * T * C, "embedding y");  // y: (mb, T, C)
+  for (int64_t b = 0; b < mb; ++b) {
+    for (int64_t t = 0; t < T; ++t) {
+      const int32_t tok = tokens.i32()[b * T + t];
+      PT_CHECK(tok >= 0 && tok < V, "token " + std::to_string(tok) + " outside [0, " +
+                                        std::to_string(V) + ")");
+      const float* e = wte.f32() + tok * C;
+      const float* p = wpe.f32() + t * C;
+      float* yr = y.f32() + (b * T + t) * C;
+      for (int64_t j = 0; j < C; ++j) yr[j] = e[j] + p[j];
+    }
+  }
+}
+
+void embedding_backward(const Tensor& tokens, const Tensor& dy, Tensor& dwte, Tensor& dwpe) {
+  PT_CHECK(tokens.dtype() == DType::I32 && tokens.ndim() == 2, "embedding tokens (mb, T) i32");
+  const int64_t mb = tokens.dim(0), T = tokens.dim(1);
+  const int64_t V = dwte.rows(), C = dwte.cols();  // dwte: (V, C)
+  PT_CHECK(dwpe.cols() == C && T <= dwpe.rows(), "embedding dwpe");
+  check_numel(dy, mb * T * C, "embedding dy");  // dy: (mb, T, C)
+  for (int64_t b = 0; b < mb; ++b) {
+    for (int64_t t = 0; t < T; ++t) {
+      const int32_t tok = tokens.i32()[b * T + t];
+      PT_CHECK(tok >= 0 && tok < V, "token out of range");
+      const float* d = dy.f32() + (b * T + t) * C;
+      float* ge = dwte.f32() + tok * C;
+      float* gp = dwpe.f32() + t * C;
+      for (int64_t j = 0; j < C; ++j) {
+        ge[j] += d[j];
+        gp[j] += d[j];
+      }
+    }
+  }
+}
+
+// ---- causal multi-head attention ----
+
+void attention_probs(const Tensor& qkv, int64_t heads, Tensor& probs) {
+  const AttnDims d = attn_dims(qkv, heads);  // qkv: (mb, T, 3C)
+  check_numel(probs, d.mb * d.H * d.T * d.T, "attention probs");  // (mb, H, T, T)
+  for (int64_t b = 0; b < d.mb; ++b) {
+    for (int64_t h = 0; h < d.H; ++h) {
+      float* s = probs.f32() + probs_offset(d, b, h);  // (T, T)
+      // s = scale * Q K^T: (T, D) x (D, T)
+      gemm(false, true, d.T, d.T, d.D, d.scale, qkv_head(qkv, d, b, h, 0), 3 * d.C,
+           qkv_head(qkv, d, b, h, 1), 3 * d.C, 0.f, s, d.T);
+      causal_softmax(s, d.T);
+    }
+  }
+}
+
+void attention_values(const Tensor& qkv, const Tensor& probs, int64_t heads, Tensor& y) {
+  const AttnDims d = attn_dims(qkv, heads);  // qkv: (mb, T, 3C)
+  check_numel(probs, d.mb * d.H * d.T * d.T, "attention probs");  // (mb, H, T, T)
+  check_numel(y, d.mb * d.T * d.C, "attention y");                 // (mb, T, C)
+  for (int64_t b = 0; b < d.mb; ++b) {
+    for (int64_t h = 0; h < d.H; ++h) {
+      // y_h = P V: (T, T) x (T, D)
+      gemm(false, false, d.T, d.D, d.T, 1.f, probs.f32() + probs_offset(d, b, h), d.T,
+           qkv_head(qkv, d, b, h, 2), 3 * d.C, 0.f, y.f32() + head_offset(d, b, h), d.C);
+    }
+  }
+}
+
+void attention_backward(const Tensor& qkv, const Tensor& probs, const Tensor& dy,
+                        int64_t heads, Tensor& dqkv) {
+  const AttnDims d = attn_dims(qkv, heads);  // qkv: (mb, T, 3C)
+  check_numel(probs, d.mb * d.H * d.T * d.T, "attention probs");  // (mb, H, T, T)
+  check_numel(dy, d.mb * d.T * d.C, "attention dy");               // (mb, T, C)
+  check_numel(dqkv, qkv.numel(), "attention dqkv");                // (mb, T, 3C)
+  std::vector<float> ds(static_cast<size_t>(d.T * d.T));           // (T, T) scratch
+  for (int64_t b = 0; b < d.mb; ++b) {
+    for (int64_t h = 0; h < d.H; ++h) {
+      const float* p = probs.f32() + probs_offset(d, b, h);  // (T, T)
+      const float* dyh = dy.f32() + head_offset(d, b, h);    // (T, D), ld C
+      const float* q = qkv_head(qkv, d, b, h, 0);            // (T, D), ld 3C
+      const float* k = qkv_head(qkv, d, b, h, 1);
+      const float* v = qkv_head(qkv, d, b, h, 2);
+      // dV = P^T dY: (T, T)^T x (T, D)
+      gemm(true, false, d.T, d.D, d.T, 1.f, p, d.T, dyh, d.C, 0.f, qkv_head(dqkv, d, b, h, 2),
+           3 * d.C);
+      // dP = dY V^T: (T, D) x (D, T); then dS = scale * softmax'(dP)
+      gemm(false, true, d.T, d.T, d.D, 1.f, dyh, d.C, v, 3 * d.C, 0.f, ds.data(), d.T);
+      causal_softmax_backward(p, ds.data(), d.T, d.scale);
+      // dQ = dS K: (T, T) x (T, D); dK = dS^T Q: (T, T)^T x (T, D)
+      gemm(false, false, d.T, d.D, d.T, 1.f, ds.data(), d.T, k, 3 * d.C, 0.f,
+           qkv_head(dqkv, d, b, h, 0), 3 * d.C);
+      gemm(true, false, d.T, d.D, d.T, 1.f, ds.data(), d.T, q, 3 * d.C, 0.f,
+           qkv_head(dqkv, d, b, h, 1), 3 * d.C);
+    }
+  }
+}
+
+}  // namespace pt::cpu

@@ -1,0 +1,371 @@
+// test_gpt_layers.cpp: the GPT kernels and layers against central finite
+// differences, plus their structural properties (causality, parameter order,
+// initialisation, determinism, backward from recomputed attention probs).
+//
+// As in test_layers.cpp: for y = f(x) and a fixed random r, L = sum(r * y)
+// (in double) has dL/dx = backward(r). Each analytic gradient element is
+// compared with (L(v + h) - L(v - h)) / 2h; the error is
+// |numeric - analytic| / max(1, |numeric|). Tiny dims: mb=2, T=5, C=8, H=2.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <functional>
+
+#include "pipetrain/gpt.hpp"
+#include "pipetrain/rng.hpp"
+
+namespace pt {
+namespace {
+
+constexpr double kTol = 2e-3;
+
+GptDims tiny_dims() {
+  GptDims d;
+  d.vocab_size = 11;
+  d.seq_len = 5;
+  d.d_model = 8;
+  d.heads = 2;
+  d.mlp_ratio = 4;
+  d.blocks = 2;
+  return d;
+}
+
+void fill_normal(Tensor& t, uint64_t stream, float std, float mean = 0.f) {
+  for (int64_t i = 0; i < t.numel(); ++i) t.f32()[i] = mean + std * normal01(99, stream, i);
+}
+
+Tensor random_tensor(const Shape& shape, uint64_t stream, float std = 1.f) {
+  Tensor t = Tensor::empty(shape);
+  fill_normal(t, stream, std);
+  return t;
+}
+
+// Tokens (mb, T) with repeats, so that gradient accumulation into wte is tested.
+Tensor tokens(int64_t mb, int64_t T, int64_t vocab) {
+  Tensor t = Tensor::empty({mb, T}, DType::I32);
+  for (int64_t i = 0; i < mb * T; ++i) t.i32()[i] = static_cast<int32_t>((i * 7 + 3) % vocab);
+  t.i32()[1] = t.i32()[0];
+  return t;
+}
+
+double dot(const Tensor& a, const Tensor& b) {
+  double s = 0.0;
+  for (int64_t i = 0; i < a.numel(); ++i) s += static_cast<double>(a.f32()[i]) * b.f32()[i];
+  return s;
+}
+
+// Max error of analytic `grad` against central differences of loss() over `value`.
+double max_fd_error(Tensor& value, const Tensor& grad, const std::function<double()>& loss) {
+  const float h = 1e-2f;
+  double worst = 0.0;
+  for (int64_t i = 0; i < value.numel(); ++i) {
+    float keep = value.f32()[i];
+    value.f32()[i] = keep + h;
+    double up = loss();
+    value.f32()[i] = keep - h;
+    double down = loss();
+    value.f32()[i] = keep;
+    double numeric = (up - down) / (2.0 * h);
+    double err = std::fabs(numeric - grad.f32()[i]) / std::max(1.0, std::fabs(numeric));
+    worst = std::max(worst, err);
+  }
+  return worst;
+}
+
+void expect_fd(Tensor& value, const Tensor& grad, const std::function<double()>& loss,
+               const std::string& label) {
+  double err = max_fd_error(value, grad, loss);
+  std::printf("  %-32s max rel error %.3e\n", label.c_str(), err);
+  EXPECT_LT(err, kTol) << label;
+}
+
+// Replaces the GPT-scale init (std 0.02, LayerNorm 1/0) by O(1) random values,
+// so that every path (attention pattern, LayerNorm affine, biases) matters.
+void randomise_params(Layer& layer, uint64_t stream) {
+  for (Param* p : layer.params()) {
+    const bool layernorm = p->name.find(".ln") != std::string::npos;
+    const bool bias = p->name.find(".bias") != std::string::npos;
+    const int64_t fan_in = p->value.ndim() == 2 ? p->value.dim(1) : 1;
+    if (layernorm && !bias) fill_normal(p->value, stream++, 0.2f, 1.f);
+    else if (bias) fill_normal(p->value, stream++, 0.2f);
+    else fill_normal(p->value, stream++, 1.f / std::sqrt(static_cast<float>(fan_in)));
+  }
+}
+
+// FD check of a layer: dx (when `check_dx`) and every parameter gradient.
+void check_layer(Layer& layer, Tensor x, bool check_dx, const char* label) {
+  Backend& be = cpu_backend();
+  std::vector<Tensor> saved;
+  Tensor y = layer.forward(be, x, saved);
+  Tensor r = random_tensor(y.shape(), 2);
+  for (Param* p : layer.params()) be.fill(p->grad, 0.f);
+  Tensor dx = layer.backward(be, x, saved, r, check_dx);
+  auto loss = [&] {
+    std::vector<Tensor> s;
+    return dot(layer.forward(be, x, s), r);
+  };
+  if (check_dx) expect_fd(x, dx, loss, std::string(label) + " dx");
+  for (Param* p : layer.params()) expect_fd(p->value, p->grad, loss, p->name);
+}
+
+// ---- kernels ----
+
+TEST(GptKernels, LayerNormMatchesFiniteDifferences) {
+  Backend& be = cpu_backend();
+  const int64_t rows = 6, C = 8;
+  Tensor x = random_tensor({rows, C}, 1, 2.f);
+  Tensor gamma = Tensor::empty({C}), beta = random_tensor({C}, 4, 0.3f);
+  fill_normal(gamma, 3, 0.3f, 1.f);
+  Tensor y = Tensor::empty({rows, C}), mean = Tensor::empty({rows}), rstd = Tensor::empty({rows});
+  Tensor r = random_tensor({rows, C}, 2);
+  Tensor dx = Tensor::empty({rows, C}), dgamma = Tensor::zeros({C}), dbeta = Tensor::zeros({C});
+  be.layernorm_forward(x, gamma, beta, 1e-5f, y, mean, rstd);
+  be.layernorm_backward(x, gamma, mean, rstd, r, dx, dgamma, dbeta);
+  auto loss = [&] {
+    Tensor yy = Tensor::empty({rows, C}), m = Tensor::empty({rows}), s = Tensor::empty({rows});
+    be.layernorm_forward(x, gamma, beta, 1e-5f, yy, m, s);
+    return dot(yy, r);
+  };
+  expect_fd(x, dx, loss, "layernorm dx");
+  expect_fd(gamma, dgamma, loss, "layernorm dgamma");
+  expect_fd(beta, dbeta, loss, "layernorm dbeta");
+  // The saved statistics are the row mean and 1 / sqrt(biased variance + eps).
+  for (int64_t rr = 0; rr < rows; ++rr) {
+    double m = 0, v = 0;
+    for (int64_t j = 0; j < C; ++j) m += x.f32()[rr * C + j];
+    m /= C;
+    for (int64_t j = 0; j < C; ++j) v += (x.f32()[rr * C + j] - m) * (x.f32()[rr * C + j] - m);
+    EXPECT_NEAR(mean.f32()[rr], m, 1e-5);
+    EXPECT_NEAR(rstd.f32()[rr], 1.0 / std::sqrt(v / C + 1e-5), 1e-4);
+  }
+}
+
+TEST(GptKernels, LayerNormBackwardAccumulatesParameterGrads) {
+  Backend& be = cpu_backend();
+  Tensor x = random_tensor({3, 4}, 1), gamma = random_tensor({4}, 2), beta = random_tensor({4}, 3);
+  Tensor y = Tensor::empty({3, 4}), mean = Tensor::empty({3}), rstd = Tensor::empty({3});
+  Tensor dy = random_tensor({3, 4}, 5), dx = Tensor::empty({3, 4});
+  Tensor dgamma = Tensor::zeros({4}), dbeta = Tensor::zeros({4});
+  be.layernorm_forward(x, gamma, beta, 1e-5f, y, mean, rstd);
+  be.layernorm_backward(x, gamma, mean, rstd, dy, dx, dgamma, dbeta);
+  Tensor g1 = dgamma.clone(MemCategory::Workspace), b1 = dbeta.clone(MemCategory::Workspace);
+  be.layernorm_backward(x, gamma, mean, rstd, dy, dx, dgamma, dbeta);
+  for (int j = 0; j < 4; ++j) {
+    EXPECT_FLOAT_EQ(dgamma.f32()[j], 2.f * g1.f32()[j]);
+    EXPECT_FLOAT_EQ(dbeta.f32()[j], 2.f * b1.f32()[j]);
+  }
+}
+
+struct AttnCase {
+  int64_t mb = 2, T = 5, C = 8, H = 2;
+  Tensor run(Backend& be, const Tensor& qkv, Tensor* probs_out = nullptr) const {
+    Tensor probs = Tensor::empty({mb, H, T, T});
+    Tensor y = Tensor::empty({mb, T, C});
+    be.attention_probs(qkv, H, probs);
+    be.attention_values(qkv, probs, H, y);
+    if (probs_out) *probs_out = probs;
+    return y;
+  }
+};
+
+TEST(GptKernels, AttentionMatchesFiniteDifferences) {
+  Backend& be = cpu_backend();
+  AttnCase c;
+  Tensor qkv = random_tensor({c.mb, c.T, 3 * c.C}, 1);
+  Tensor probs;
+  Tensor y = c.run(be, qkv, &probs);
+  Tensor r = random_tensor(y.shape(), 2);
+  Tensor dqkv = Tensor::empty(qkv.shape());
+  be.attention_backward(qkv, probs, r, c.H, dqkv);
+  expect_fd(qkv, dqkv, [&] { return dot(c.run(be, qkv), r); }, "attention dqkv");
+}
+
+TEST(GptKernels, AttentionProbsAreCausalRowStochastic) {
+  Backend& be = cpu_backend();
+  AttnCase c;
+  Tensor qkv = random_tensor({c.mb, c.T, 3 * c.C}, 1, 3.f);
+  Tensor probs;
+  c.run(be, qkv, &probs);
+  for (int64_t bh = 0; bh < c.mb * c.H; ++bh) {
+    for (int64_t i = 0; i < c.T; ++i) {
+      const float* row = probs.f32() + (bh * c.T + i) * c.T;
+      double sum = 0.0;
+      for (int64_t j = 0; j < c.T; ++j) {
+        if (j > i) EXPECT_EQ(row[j], 0.f);
+        else EXPECT_GT(row[j], 0.f);
+        sum += row[j];
+      }
+      EXPECT_NEAR(sum, 1.0, 1e-6);
+    }
+  }
+}
+
+TEST(GptKernels, AttentionDoesNotSeeTheFuture) {
+  Backend& be = cpu_backend();
+  AttnCase c;
+  Tensor qkv = random_tensor({c.mb, c.T, 3 * c.C}, 1);
+  Tensor y0 = c.run(be, qkv);
+  // Change q, k and v of the last position of every sequence.
+  for (int64_t b = 0; b < c.mb; ++b)
+    for (int64_t j = 0; j < 3 * c.C; ++j) qkv.f32()[((b * c.T) + c.T - 1) * 3 * c.C + j] += 1.f;
+  Tensor y1 = c.run(be, qkv);
+  for (int64_t b = 0; b < c.mb; ++b)
+    for (int64_t t = 0; t + 1 < c.T; ++t)
+      for (int64_t j = 0; j < c.C; ++j) {
+        const int64_t i = (b * c.T + t) * c.C + j;
+        EXPECT_EQ(y0.f32()[i], y1.f32()[i]) << "b " << b << " t " << t;
+      }
+}
+
+TEST(GptKernels, ResidualAdd) {
+  Backend& be = cpu_backend();
+  Tensor a = random_tensor({2, 3}, 1), b = random_tensor({2, 3}, 2), out = Tensor::empty({2, 3});
+  be.add(a, b, out);
+  for (int i = 0; i < 6; ++i) EXPECT_EQ(out.f32()[i], a.f32()[i] + b.f32()[i]);
+  be.add(a, b, a);  // aliasing the output with an input is allowed
+  for (int i = 0; i < 6; ++i) EXPECT_EQ(a.f32()[i], out.f32()[i]);
+}
+
+// ---- layers ----
+
+TEST(GptLayers, EmbeddingMatchesFiniteDifferences) {
+  GptDims d = tiny_dims();
+  auto layer = make_gpt_embedding(d, 7);
+  randomise_params(*layer, 10);
+  check_layer(*layer, tokens(2, d.seq_len, d.vocab_size), false, "embedding");
+}
+
+TEST(GptLayers, EmbeddingLooksUpTokenPlusPosition) {
+  Backend& be = cpu_backend();
+  GptDims d = tiny_dims();
+  auto layer = make_gpt_embedding(d, 7);
+  Tensor tok = tokens(2, 3, d.vocab_size);  // T = 3 < seq_len is allowed
+  std::vector<Tensor> saved;
+  Tensor y = layer->forward(be, tok, saved);
+  ASSERT_EQ(y.shape(), (Shape{2, 3, d.d_model}));
+  const Tensor& wte = layer->params()[0]->value;
+  const Tensor& wpe = layer->params()[1]->value;
+  for (int64_t i = 0; i < 6; ++i)
+    for (int64_t j = 0; j < d.d_model; ++j)
+      EXPECT_EQ(y.f32()[i * d.d_model + j],
+                wte.f32()[tok.i32()[i] * d.d_model + j] + wpe.f32()[(i % 3) * d.d_model + j]);
+}
+
+TEST(GptLayers, BlockMatchesFiniteDifferences) {
+  GptDims d = tiny_dims();
+  auto layer = make_gpt_block(d, 1, 7);
+  randomise_params(*layer, 20);
+  check_layer(*layer, random_tensor({2, d.seq_len, d.d_model}, 1), true, "block");
+}
+
+TEST(GptLayers, HeadMatchesFiniteDifferences) {
+  GptDims d = tiny_dims();
+  auto layer = make_gpt_head(d, 7);
+  randomise_params(*layer, 40);
+  check_layer(*layer, random_tensor({2, d.seq_len, d.d_model}, 1), true, "head");
+}
+
+// Runs forward + backward; returns dx followed by every parameter gradient.
+std::vector<Tensor> block_grads(Layer& layer, const Tensor& x, const Tensor& dy,
+                                bool drop_probs) {
+  Backend& be = cpu_backend();
+  std::vector<Tensor> saved;
+  layer.forward(be, x, saved);
+  if (drop_probs) saved[4] = Tensor();  // index 4: attention probs (see gpt.cpp)
+  for (Param* p : layer.params()) be.fill(p->grad, 0.f);
+  std::vector<Tensor> out = {layer.backward(be, x, saved, dy, true)};
+  for (Param* p : layer.params()) out.push_back(p->grad.clone(MemCategory::Workspace));
+  return out;
+}
+
+void expect_bitwise_equal(const std::vector<Tensor>& a, const std::vector<Tensor>& b) {
+  ASSERT_EQ(a.size(), b.size());
+  for (size_t i = 0; i < a.size(); ++i) {
+    ASSERT_EQ(a[i].bytes(), b[i].bytes());
+    EXPECT_EQ(std::memcmp(a[i].raw(), b[i].raw(), a[i].bytes()), 0) << "tensor " << i;
+  }
+}
+
+TEST(GptLayers, BlockIsDeterministicAndBackwardCanRecomputeProbs) {
+  GptDims d = tiny_dims();
+  auto layer = make_gpt_block(d, 0, 7);
+  randomise_params(*layer, 20);
+  Tensor x = random_tensor({2, d.seq_len, d.d_model}, 1);
+  Tensor dy = random_tensor({2, d.seq_len, d.d_model}, 2);
+  auto first = block_grads(*layer, x, dy, false);
+  expect_bitwise_equal(first, block_grads(*layer, x, dy, false));
+  expect_bitwise_equal(first, block_grads(*layer, x, dy, true));
+}
+
+TEST(GptLayers, ParamsInDocumentedOrderWithShapes) {
+  GptDims d = tiny_dims();
+  const int64_t C = d.d_model, V = d.vocab_size, R = d.mlp_ratio;
+  auto names_shapes = [](Layer& l) {
+    std::vector<std::pair<std::string, Shape>> v;
+    for (Param* p : l.params()) v.emplace_back(p->name, p->value.shape());
+    return v;
+  };
+  auto emb = make_gpt_embedding(d, 1);
+  auto blk = make_gpt_block(d, 3, 1);
+  auto head = make_gpt_head(d, 1);
+  using V_ = std::vector<std::pair<std::string, Shape>>;
+  EXPECT_EQ(names_shapes(*emb), (V_{{"embed.wte", {V, C}}, {"embed.wpe", {d.seq_len, C}}}));
+  EXPECT_EQ(names_shapes(*blk),
+            (V_{{"block3.ln1.weight", {C}},
+                {"block3.ln1.bias", {C}},
+                {"block3.attn.qkv.weight", {3 * C, C}},
+                {"block3.attn.qkv.bias", {3 * C}},
+                {"block3.attn.proj.weight", {C, C}},
+                {"block3.attn.proj.bias", {C}},
+                {"block3.ln2.weight", {C}},
+                {"block3.ln2.bias", {C}},
+                {"block3.mlp.fc.weight", {R * C, C}},
+                {"block3.mlp.fc.bias", {R * C}},
+                {"block3.mlp.proj.weight", {C, R * C}},
+                {"block3.mlp.proj.bias", {C}}}));
+  EXPECT_EQ(names_shapes(*head), (V_{{"head.ln_f.weight", {C}},
+                                     {"head.ln_f.bias", {C}},
+                                     {"head.lm_head.weight", {V, C}}}));
+}
+
+double sample_std(const Tensor& t) {
+  double s = 0.0;
+  for (int64_t i = 0; i < t.numel(); ++i) s += static_cast<double>(t.f32()[i]) * t.f32()[i];
+  return std::sqrt(s / static_cast<double>(t.numel()));
+}
+
+TEST(GptLayers, InitialisationIsGpt2StyleAndKeyedByName) {
+  GptDims d;  // default dims: enough elements for the statistics
+  d.blocks = 8;
+  auto blk = make_gpt_block(d, 5, 42);
+  for (Param* p : blk->params()) {
+    const std::string& n = p->name;
+    const bool ln = n.find(".ln") != std::string::npos;
+    const bool bias = n.find(".bias") != std::string::npos;
+    if (ln || bias) {
+      const float want = (ln && !bias) ? 1.f : 0.f;
+      for (int64_t i = 0; i < p->value.numel(); ++i) EXPECT_EQ(p->value.f32()[i], want) << n;
+      continue;
+    }
+    const bool residual = n.find(".proj.weight") != std::string::npos;
+    const double want = residual ? 0.02 / std::sqrt(2.0 * d.blocks) : 0.02;
+    EXPECT_NEAR(sample_std(p->value), want, 0.05 * want) << n;
+  }
+  // Same name and seed -> same values, whatever else was built; another
+  // block index or another seed -> other values.
+  auto again = make_gpt_block(d, 5, 42);
+  auto other = make_gpt_block(d, 4, 42);
+  auto reseeded = make_gpt_block(d, 5, 43);
+  const Tensor& w = blk->params()[2]->value;
+  EXPECT_EQ(std::memcmp(w.raw(), again->params()[2]->value.raw(), w.bytes()), 0);
+  EXPECT_NE(std::memcmp(w.raw(), other->params()[2]->value.raw(), w.bytes()), 0);
+  EXPECT_NE(std::memcmp(w.raw(), reseeded->params()[2]->value.raw(), w.bytes()), 0);
+  auto emb = make_gpt_embedding(d, 42);
+  auto head = make_gpt_head(d, 42);
+  EXPECT_NEAR(sample_std(emb->params()[0]->value), 0.02, 0.001);
+  EXPECT_NEAR(sample_std(head->params()[2]->value), 0.02, 0.001);
+}
+
+}  // namespace
+}  // namespace pt
