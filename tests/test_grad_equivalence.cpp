@@ -9,6 +9,7 @@
 //   (b) a single process on the whole batch (N = 1): bitwise when N = 1, else
 //       within rtol 1e-5, because the batch GEMM sums the rows in another order
 //       than the sum of N micro-batch GEMMs.
+// Both the MLP and a small GPT (Markov tokens) are checked.
 // (b) uses SGD with momentum: Adam divides by sqrt(v), which turns rounding
 // noise in near-zero gradients into full-size updates, so only (a) is run
 // with AdamW.
@@ -51,6 +52,26 @@ Deck small_deck(int micro_batches, const std::string& schedule, const std::strin
   d.pipeline.timeout_s = 60;
   return d;
 }
+
+// A tiny GPT on Markov tokens: 4 blocks split over the stages.
+Deck small_gpt_deck(int micro_batches, const std::string& schedule, const std::string& optimizer,
+                    const std::string&) {
+  Deck d = small_deck(micro_batches, schedule, optimizer, "cross_entropy");
+  d.model.type = "gpt";
+  d.model.vocab_size = 16;
+  d.model.seq_len = 8;
+  d.model.d_model = 16;
+  d.model.heads = 2;
+  d.model.blocks = 4;
+  d.model.mlp_ratio = 2;
+  d.data.type = "markov";
+  d.data.markov_order = 1;
+  d.data.concentration = 0.3;
+  d.training.lr = optimizer == "sgd" ? 0.1 : 3e-3;
+  return d;
+}
+
+using DeckMaker = Deck (*)(int, const std::string&, const std::string&, const std::string&);
 
 // Trains `deck` on the first `stages` ranks of the world; others sit out.
 RunResult train_on(const Deck& deck, int stages) {
@@ -127,16 +148,17 @@ void expect_bitwise(const RunResult& got, const RunResult& want, const std::stri
     EXPECT_EQ(got.losses[s], want.losses[s]) << label << " step " << s;
 }
 
-void check_against_single_process(const std::string& optimizer, const std::string& loss) {
+void check_against_single_process(const std::string& optimizer, const std::string& loss,
+                                  DeckMaker make_deck = small_deck) {
   for (const Case& c : cases_for_world()) {
-    const Deck deck = small_deck(c.micro_batches, c.schedule, optimizer, loss);
+    const Deck deck = make_deck(c.micro_batches, c.schedule, optimizer, loss);
     RunResult piped = train_on(deck, c.stages);
     if (!is_root()) continue;
-    const std::string label = optimizer + "/" + loss + " P=" + std::to_string(c.stages) +
+    const std::string label = deck.model.type + "/" + optimizer + "/" + loss + " P=" + std::to_string(c.stages) +
                               " N=" + std::to_string(c.micro_batches) + " " + c.schedule;
     expect_bitwise(piped, train_alone(deck), label + " vs P=1 same N");
     if (optimizer != "sgd") continue;
-    RunResult full = train_alone(small_deck(1, "gpipe", optimizer, loss));
+    RunResult full = train_alone(make_deck(1, "gpipe", optimizer, loss));
     if (c.micro_batches == 1) {
       expect_bitwise(piped, full, label + " vs full batch");
     } else {
@@ -158,6 +180,14 @@ TEST(GradientEquivalence, SgdCrossEntropyMatchesSingleProcessAndFullBatch) {
 
 TEST(GradientEquivalence, AdamwMatchesSingleProcessBitwise) {
   check_against_single_process("adamw", "mse");
+}
+
+TEST(GradientEquivalence, GptSgdMatchesSingleProcessAndFullBatch) {
+  check_against_single_process("sgd", "cross_entropy", small_gpt_deck);
+}
+
+TEST(GradientEquivalence, GptAdamwMatchesSingleProcessBitwise) {
+  check_against_single_process("adamw", "cross_entropy", small_gpt_deck);
 }
 
 TEST(GradientEquivalence, TrainingReducesLoss) {

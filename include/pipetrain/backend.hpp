@@ -7,6 +7,8 @@
 // Every kernel is deterministic: the same inputs give bitwise the same outputs.
 #pragma once
 
+#include <vector>
+
 #include "pipetrain/tensor.hpp"
 
 namespace pt {
@@ -101,6 +103,23 @@ class Backend {
 
 // The process-wide CPU backend.
 Backend& cpu_backend();
+
+// GEMM shapes of the CPU backend, for benchmarks: every sgemm call between
+// start and stop is recorded (arguments as in cblas_sgemm, row-major).
+struct GemmShape {
+  bool trans_a, trans_b;
+  int64_t m, n, k, lda, ldb, ldc;
+  float beta;
+};
+void start_gemm_recording();
+std::vector<GemmShape> stop_gemm_recording();
+
+namespace cpu {
+// Every GEMM of the CPU backend: row-major C = alpha * op(A) op(B) + beta * C
+// on strided sub-matrices, through OpenBLAS; recorded while recording is on.
+void sgemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, const float* a,
+           int64_t lda, const float* b, int64_t ldb, float beta, float* c, int64_t ldc);
+}  // namespace cpu
 
 // Sets OpenBLAS threads for this process.
 void set_blas_threads(int threads);

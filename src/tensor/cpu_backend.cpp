@@ -6,6 +6,7 @@
 #include <cstring>
 
 #include "cpu_kernels_gpt.hpp"
+#include "vec_math.hpp"
 #include "pipetrain/backend.hpp"
 #include "pipetrain/error.hpp"
 
@@ -37,10 +38,8 @@ class CpuBackend final : public Backend {
                  shape_string(b.shape()) + (trans_b ? "^T" : "") + " -> " +
                  shape_string(c.shape()));
     if (m == 0 || n == 0) return;
-    cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans,
-                trans_b ? CblasTrans : CblasNoTrans, static_cast<int>(m), static_cast<int>(n),
-                static_cast<int>(k), alpha, a.f32(), static_cast<int>(a.cols()), b.f32(),
-                static_cast<int>(b.cols()), beta, c.f32(), static_cast<int>(c.cols()));
+    cpu::sgemm(trans_a, trans_b, m, n, k, alpha, a.f32(), a.cols(), b.f32(), b.cols(), beta,
+               c.f32(), c.cols());
   }
 
   void add_bias(Tensor& y, const Tensor& bias) override {
@@ -83,7 +82,7 @@ class CpuBackend final : public Backend {
     for (int64_t i = 0, n = x.numel(); i < n; ++i) {
       float v = px[i];
       float u = kGeluScale * (v + kGeluCubic * v * v * v);
-      py[i] = 0.5f * v * (1.f + std::tanh(u));
+      py[i] = 0.5f * v * (1.f + cpu::fast_tanh(u));
     }
   }
 
@@ -95,7 +94,7 @@ class CpuBackend final : public Backend {
     for (int64_t i = 0, n = x.numel(); i < n; ++i) {
       float v = px[i];
       float u = kGeluScale * (v + kGeluCubic * v * v * v);
-      float t = std::tanh(u);
+      float t = cpu::fast_tanh(u);
       float du = kGeluScale * (1.f + 3.f * kGeluCubic * v * v);
       float grad = 0.5f * (1.f + t) + 0.5f * v * (1.f - t * t) * du;
       pdx[i] = grad * pdy[i];
@@ -244,7 +243,32 @@ class CpuBackend final : public Backend {
 
 int g_blas_threads = 1;
 
+std::vector<GemmShape>* g_gemm_recording = nullptr;
+
 }  // namespace
+
+namespace cpu {
+void sgemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, const float* a,
+           int64_t lda, const float* b, int64_t ldb, float beta, float* c, int64_t ldc) {
+  if (g_gemm_recording) g_gemm_recording->push_back({ta, tb, m, n, k, lda, ldb, ldc, beta});
+  cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans,
+              static_cast<int>(m), static_cast<int>(n), static_cast<int>(k), alpha, a,
+              static_cast<int>(lda), b, static_cast<int>(ldb), beta, c, static_cast<int>(ldc));
+}
+}  // namespace cpu
+
+void start_gemm_recording() {
+  delete g_gemm_recording;
+  g_gemm_recording = new std::vector<GemmShape>();
+}
+
+std::vector<GemmShape> stop_gemm_recording() {
+  PT_CHECK(g_gemm_recording != nullptr, "GEMM recording was not started");
+  std::vector<GemmShape> shapes = std::move(*g_gemm_recording);
+  delete g_gemm_recording;
+  g_gemm_recording = nullptr;
+  return shapes;
+}
 
 Backend& cpu_backend() {
   static CpuBackend backend;

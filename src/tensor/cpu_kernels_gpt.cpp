@@ -3,6 +3,7 @@
 // GEMMs go through OpenBLAS; everything else is plain loops in a fixed order,
 // reductions in double, so results are bitwise deterministic.
 #include "cpu_kernels_gpt.hpp"
+#include "vec_math.hpp"
 
 #include <cblas.h>
 
@@ -21,12 +22,9 @@ void check_numel(const Tensor& t, int64_t n, const char* what) {
                                std::to_string(n));
 }
 
-// Row-major C = alpha * op(A) op(B) + beta * C on strided sub-matrices.
 void gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, const float* a,
           int64_t lda, const float* b, int64_t ldb, float beta, float* c, int64_t ldc) {
-  cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans,
-              static_cast<int>(m), static_cast<int>(n), static_cast<int>(k), alpha, a,
-              static_cast<int>(lda), b, static_cast<int>(ldb), beta, c, static_cast<int>(ldc));
+  sgemm(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
 }
 
 // ---- attention geometry ----
@@ -74,11 +72,9 @@ void causal_softmax(float* s, int64_t T) {
     float* row = s + i * T;
     float maxv = row[0];
     for (int64_t j = 1; j <= i; ++j) maxv = std::fmax(maxv, row[j]);
+    for (int64_t j = 0; j <= i; ++j) row[j] = fast_exp(row[j] - maxv);  // vectorises
     double sum = 0.0;
-    for (int64_t j = 0; j <= i; ++j) {
-      row[j] = std::exp(row[j] - maxv);
-      sum += row[j];
-    }
+    for (int64_t j = 0; j <= i; ++j) sum += row[j];
     const float inv = static_cast<float>(1.0 / sum);
     for (int64_t j = 0; j <= i; ++j) row[j] *= inv;
     for (int64_t j = i + 1; j < T; ++j) row[j] = 0.f;

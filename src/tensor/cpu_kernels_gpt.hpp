@@ -3,9 +3,10 @@
 // Backend methods in include/pipetrain/backend.hpp.
 #pragma once
 
-#include "pipetrain/tensor.hpp"
+#include "pipetrain/backend.hpp"
 
 namespace pt::cpu {
+
 
 void add(const Tensor& a, const Tensor& b, Tensor& out);
 
