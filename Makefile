@@ -2,12 +2,12 @@
 # `make test` installs what is missing, builds, and runs.
 #   make            build build/pipetrain
 #   make test       build and run every test (CTest; MPI tests at 1, 2, 4 ranks)
-#   make run        train the default deck on NP ranks
+#   make run        train the default job (a small GPT on Markov tokens) on NP ranks
 #   make bench      the pipeline speedup benchmark (results/ table)
 #   make cuda       also build the CUDA backend (CMAKE_CUDA_ARCHITECTURES=90)
 BUILD    ?= build
 NP       ?= 4
-DECK     ?= inputs/mlp.toml
+DECK     ?= inputs/gpt_markov.toml
 JOBS     ?= $(shell nproc)
 CMAKE_ARGS ?=
 

@@ -1,7 +1,5 @@
-// deck.cpp: the toml-free part of the input deck: Deck::where (the
-// "file:line: key" prefix of every deck message) and check_deck_layout (the
-// checks that need the rank count: stages, layers per stage, partition,
-// schedule file).
+// deck.cpp: check_deck_layout, the deck checks that need the rank count:
+// stages, layers per stage, partition, schedule file.
 #include <cerrno>
 #include <cstring>
 #include <fstream>
@@ -15,11 +13,6 @@
 
 namespace pt {
 
-std::string Deck::where(const std::string& dotted_key) const {
-  auto it = key_origin.find(dotted_key);
-  if (it != key_origin.end()) return it->second + ": " + dotted_key;
-  return (source_file.empty() ? std::string("deck") : source_file) + ": " + dotted_key;
-}
 
 namespace {
 

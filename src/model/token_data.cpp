@@ -3,6 +3,7 @@
 #include <hdf5.h>
 
 #include <algorithm>
+#include <filesystem>
 #include <cmath>
 #include <numeric>
 #include <vector>
@@ -72,7 +73,7 @@ class MarkovData final : public Dataset {
     states_ = 1;
     for (int64_t i = 0; i < order_; ++i) states_ *= vocab_;
     build_rows(deck.data.concentration);
-    build_stationary();
+    build_stationary(deck);
     compute_floor();
   }
 
@@ -97,18 +98,28 @@ class MarkovData final : public Dataset {
 
   int64_t next_state(int64_t s, int64_t x) const { return (s % (states_ / vocab_)) * vocab_ + x; }
 
-  // Power iteration for the stationary distribution over states.
-  void build_stationary() {
+  // Power iteration for the stationary distribution over states, on the lazy
+  // chain (I + P) / 2: same fixed point, but it cannot oscillate on a nearly
+  // periodic chain. A chain that does not settle is reported, not used.
+  void build_stationary(const Deck& deck) {
     std::vector<double> pi(states_, 1.0 / static_cast<double>(states_)), next(states_);
-    for (int iter = 0; iter < 100000; ++iter) {
-      std::fill(next.begin(), next.end(), 0.0);
+    bool settled = false;
+    for (int iter = 0; iter < 200000 && !settled; ++iter) {
+      for (int64_t s = 0; s < states_; ++s) next[s] = 0.5 * pi[s];
       for (int64_t s = 0; s < states_; ++s)
-        for (int64_t x = 0; x < vocab_; ++x) next[next_state(s, x)] += pi[s] * rows_[s * vocab_ + x];
+        for (int64_t x = 0; x < vocab_; ++x)
+          next[next_state(s, x)] += 0.5 * pi[s] * rows_[s * vocab_ + x];
       double change = 0.0;
       for (int64_t s = 0; s < states_; ++s) change += std::fabs(next[s] - pi[s]);
       pi.swap(next);
-      if (change < 1e-14) break;
+      settled = change < 1e-14;
     }
+    if (!settled)
+      throw InputError(deck.where("data.concentration") + " = " + std::to_string(deck.data.concentration) +
+                       ": this Markov chain (model.vocab_size = " + std::to_string(vocab_) +
+                       ", data.markov_order = " + std::to_string(order_) +
+                       ") mixes too slowly to compute its stationary distribution; use a larger "
+                       "concentration or vocabulary, or another data.seed");
     stationary_ = pi;
     stationary_cdf_.resize(states_);
     std::partial_sum(pi.begin(), pi.end(), stationary_cdf_.begin());
@@ -191,6 +202,8 @@ class TokenFile {
       : path_(path) {
     QuietHdf5 quiet;
     const std::string at = key + " = \"" + path + "\": ";
+    std::error_code ec;
+    if (!std::filesystem::is_regular_file(path, ec)) throw InputError(at + "no such file");
     file_ = H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT);
     if (file_ < 0) throw InputError(at + "cannot open as an HDF5 file (missing or not HDF5)");
     dset_ = H5Dopen2(file_, dataset.c_str(), H5P_DEFAULT);
@@ -219,18 +232,25 @@ class TokenFile {
   const std::string& path() const { return path_; }
 
   void read(int64_t start, int64_t count, int32_t* out) const {
+    read_as(start, count, H5T_NATIVE_INT32, out);
+  }
+  void read(int64_t start, int64_t count, int64_t* out) const {
+    read_as(start, count, H5T_NATIVE_INT64, out);
+  }
+
+ private:
+  void read_as(int64_t start, int64_t count, hid_t mem_type, void* out) const {
     hsize_t offset[1] = {static_cast<hsize_t>(start)}, size[1] = {static_cast<hsize_t>(count)};
     hid_t file_space = H5Dget_space(dset_);
     H5_CHECK(H5Sselect_hyperslab(file_space, H5S_SELECT_SET, offset, nullptr, size, nullptr));
     hid_t mem_space = H5Screate_simple(1, size, nullptr);
-    herr_t rc = H5Dread(dset_, H5T_NATIVE_INT32, mem_space, file_space, H5P_DEFAULT, out);
+    herr_t rc = H5Dread(dset_, mem_type, mem_space, file_space, H5P_DEFAULT, out);
     H5Sclose(mem_space);
     H5Sclose(file_space);
     if (rc < 0) throw Error(path_ + ": reading tokens " + std::to_string(start) + ".." +
                             std::to_string(start + count - 1) + " failed");
   }
 
- private:
   void close() {
     if (dset_ >= 0) H5Dclose(dset_);
     if (file_ >= 0) H5Fclose(file_);
@@ -252,7 +272,7 @@ class Hdf5Data final : public Dataset {
         seq_len_(deck.model.seq_len), seed_(deck.data.seed),
         shuffle_(deck.data.shuffle && split == Split::Train) {
     windows_ = (file_.length() - 1) / seq_len_;
-    PT_CHECK(windows_ >= 1, file_.path() + ": too short for one window");
+    if (windows_ < 1) throw InputError(file_.path() + ": too short for one window of model.seq_len + 1 tokens");
   }
 
   Tensor inputs(int64_t first, int64_t count) const override { return read(first, count, 0); }
@@ -314,7 +334,7 @@ void check_token_file(const Deck& deck, const std::string& path, const std::stri
                      std::to_string(t + 1) + " tokens, but one batch needs training.batch_size = " +
                      std::to_string(batch));
   constexpr int64_t kChunk = 1 << 20;
-  std::vector<int32_t> buffer(kChunk);
+  std::vector<int64_t> buffer(kChunk);
   for (int64_t start = 0; start < file.length(); start += kChunk) {
     const int64_t n = std::min(kChunk, file.length() - start);
     file.read(start, n, buffer.data());

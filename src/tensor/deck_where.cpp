@@ -1,0 +1,13 @@
+// deck_where.cpp: Deck::where, the "file:line: key" prefix of every message
+// about a deck value. In the base layer, since every layer may report one.
+#include "pipetrain/deck.hpp"
+
+namespace pt {
+
+std::string Deck::where(const std::string& dotted_key) const {
+  auto it = key_origin.find(dotted_key);
+  if (it != key_origin.end()) return it->second + ": " + dotted_key;
+  return (source_file.empty() ? std::string("deck") : source_file) + ": " + dotted_key;
+}
+
+}  // namespace pt
