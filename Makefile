@@ -31,7 +31,7 @@ configure: deps $(BUILD)/CMakeCache.txt
 build: configure
 	cmake --build $(BUILD) -j $(JOBS)
 
-test: build
+test: build tools
 	cd $(BUILD) && ctest --output-on-failure -j 1
 
 run: build

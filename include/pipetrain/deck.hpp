@@ -73,6 +73,10 @@ struct PipelineConfig {
   std::string schedule_file;       // with schedule = "file"
   std::vector<int64_t> partition;  // per-stage unit counts; empty = uniform
   double timeout_s = 120.0;        // a wait longer than this aborts the job
+  // Activation recomputation: "none" | "selective" | "every:K" | "full" | "auto"
+  std::string recompute = "none";
+  std::vector<std::string> recompute_stages;  // per-stage override; empty = recompute
+  double memory_budget_mb = 0.0;   // per-stage budget for "auto"; 0 = none
 };
 
 struct OutputConfig {

@@ -15,6 +15,7 @@
 #include "pipetrain/backend.hpp"
 #include "pipetrain/data.hpp"
 #include "pipetrain/model.hpp"
+#include "pipetrain/recompute.hpp"
 #include "pipetrain/schedule.hpp"
 #include "pipetrain/transport.hpp"
 
@@ -26,16 +27,26 @@ struct StepOutcome {
 
 enum class Pass { Train, Evaluate };
 
+// Memory of one micro-batch on this stage under the executor's policy.
+struct MemoryProbe {
+  size_t stash_bytes = 0;      // kept from F until B (activations)
+  size_t transient_bytes = 0;  // peak of everything else during F + B
+};
+
 class Executor {
  public:
-  Executor(StageModel& stage, Transport& transport, const Deck& deck, Backend& backend);
+  Executor(StageModel& stage, Transport& transport, const Deck& deck, Backend& backend,
+           RecomputePolicy policy);
+  const RecomputePolicy& policy() const { return policy_; }
+  // Runs one micro-batch through this stage alone and measures its memory.
+  MemoryProbe probe_memory(const Dataset& data);
   // Runs this rank's actions of `schedule` for batch `step` of `data`.
   // Evaluate: forward only, nothing stashed; needs a forward-only schedule.
   StepOutcome run(const Schedule& schedule, const Dataset& data, int64_t step, Pass pass);
 
  private:
   struct MicroBatch {
-    std::vector<Tensor> layer_inputs;              // (layers) input of each layer
+    std::vector<Tensor> layer_inputs;              // (layers) input of each layer, when kept
     std::vector<std::vector<Tensor>> layer_saved;  // (layers) extra saved tensors
     Tensor output;                                 // (rows, out) stage output, until sent
     Tensor grad_output;                            // (rows, out) dL/d output
@@ -52,6 +63,11 @@ class Executor {
 
   void run_action(const Action& a);
   void forward(int mb);
+  Tensor forward_input(int mb);
+  void run_forward(int mb, Tensor x);
+  void run_backward(int mb, Tensor dy);
+  Tensor stashed(Tensor t);  // counted as an activation kept for backward
+  void recompute_segment(MicroBatch& state, size_t begin, size_t end);
   void backward(int mb);
   void post_recv(const Action& a);
   void post_send(const Action& a);
@@ -66,6 +82,7 @@ class Executor {
   Transport& transport_;
   const Deck& deck_;
   Backend& be_;
+  RecomputePolicy policy_;
   int64_t rows_;  // samples per micro-batch
   const Schedule* schedule_ = nullptr;  // of the pass being run
   const Dataset* data_ = nullptr;

@@ -32,6 +32,10 @@ class Layer {
   // Returns dx (undefined when !need_dx); adds into Param::grad.
   virtual Tensor backward(Backend& be, const Tensor& x, const std::vector<Tensor>& saved,
                           const Tensor& dy, bool need_dx) = 0;
+  // Selective recomputation: releases the saved tensors that are large and
+  // cheap to recompute (attention scores and softmax); backward then
+  // recomputes them, bitwise equal. Layers without such tensors keep all.
+  virtual void drop_recomputable(std::vector<Tensor>& /*saved*/) {}
 };
 
 // y = x W^T + b. W: (out, in) uniform with standard deviation gain/sqrt(in)

@@ -62,6 +62,10 @@ class Tensor {
   Tensor reshaped(const Shape& shape) const;
   // A deep copy in a (possibly different) memory category.
   Tensor clone(MemCategory cat) const;
+  // Counts this tensor's storage under another category from now on (e.g. a
+  // workspace output that the executor keeps for backward becomes an
+  // activation). Shared storage is re-counted once.
+  void retag(MemCategory cat);
 
  private:
   std::shared_ptr<Storage> storage_;

@@ -26,6 +26,17 @@ struct StepRecord {
   double grad_norm = 0.0;    // global L2 norm before clipping
   double step_time_s = 0.0;  // wall time of the step on this rank
   double eval_loss = std::nan("");  // held-out loss when evaluated this step
+  // Rank 0 only: per stage, peak bytes during the step by MemCategory, then
+  // the peak of the total. (stages, categories + 1)
+  std::vector<std::vector<double>> stage_peak_bytes;
+};
+
+// What "auto" recomputation measured and chose on one stage.
+struct RecomputeChoice {
+  std::string policy;          // chosen policy name
+  std::string requested;       // the deck's setting for this stage
+  double needed_bytes = 0.0;   // estimated peak with the chosen policy (auto only)
+  double budget_bytes = 0.0;   // pipeline.memory_budget_mb in bytes (auto only)
 };
 
 // The deck's schedule for `stages` stages: generated, or read from its file.
@@ -56,11 +67,15 @@ class Trainer {
   const Schedule& schedule() const { return schedule_; }
   const ScheduleReport& schedule_report() const { return report_; }
   const StageModel& stage() const { return stage_; }
+  // Every stage's recompute policy, on every rank (stage order).
+  const std::vector<RecomputeChoice>& recompute_choices() const { return recompute_; }
   int rank() const { return rank_; }
 
  private:
   double global_grad_norm();
   double mean_loss(double loss_sum);  // broadcast from the last stage
+  RecomputePolicy resolve_recompute();  // this stage's policy, "auto" decided collectively
+  std::vector<std::vector<double>> gather_memory_peaks();
 
   Deck deck_;
   MPI_Comm comm_;
@@ -74,6 +89,7 @@ class Trainer {
   std::unique_ptr<Transport> transport_;
   std::unique_ptr<Optimizer> optimizer_;
   std::unique_ptr<Executor> executor_;
+  std::vector<RecomputeChoice> recompute_;
 };
 
 }  // namespace pt

@@ -109,6 +109,11 @@ int check_deck_layout(const Deck& deck, int num_ranks) {
   int stages = num_ranks;
   check_layers_per_stage(deck, stages);
   check_partition(deck, stages);
+  const size_t overrides = deck.pipeline.recompute_stages.size();
+  if (overrides != 0 && overrides != static_cast<size_t>(stages))
+    throw InputError(deck.where("pipeline.recompute_stages") + " has " + std::to_string(overrides) +
+                     " entries but the job has " + std::to_string(stages) +
+                     " stages; give one policy per stage or leave it empty");
   if (deck.pipeline.schedule == "file") check_schedule_file(deck, stages);
   return stages;
 }

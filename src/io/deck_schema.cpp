@@ -12,6 +12,7 @@
 
 #include "pipetrain/deck_io.hpp"
 #include "pipetrain/error.hpp"
+#include "pipetrain/recompute.hpp"
 
 namespace pt::deck_schema {
 namespace {
@@ -80,6 +81,9 @@ const std::vector<KeySpec> kDeckKeys = {
     {"pipeline", "schedule", PT_FIELD(pipeline.schedule), any(), "gpipe|1f1b|file", "pipeline schedule", PT_ALWAYS},
     {"pipeline", "schedule_file", PT_FIELD(pipeline.schedule_file), any(), nullptr, "schedule text file, with schedule = \"file\"", PT_ALWAYS},
     {"pipeline", "partition", PT_FIELD(pipeline.partition), at_least(1), nullptr, "partition units (Linear layers or blocks) per stage; [] = as even as possible", PT_ALWAYS},
+    {"pipeline", "recompute", PT_FIELD(pipeline.recompute), any(), nullptr, "activation recomputation: none | selective | every:K | full | auto", PT_ALWAYS},
+    {"pipeline", "recompute_stages", PT_FIELD(pipeline.recompute_stages), any(), nullptr, "per-stage recompute policies, one per stage; [] = pipeline.recompute everywhere", PT_ALWAYS},
+    {"pipeline", "memory_budget_mb", PT_FIELD(pipeline.memory_budget_mb), at_least(0), nullptr, "per-stage memory budget (MiB) for recompute = \"auto\"; 0 = none", PT_ALWAYS},
     {"pipeline", "timeout_s", PT_FIELD(pipeline.timeout_s), above(0), nullptr, "seconds a rank waits for a peer before aborting", PT_ALWAYS},
     {"output", "dir", PT_FIELD(output.dir), any(), nullptr, "run directory: metrics.h5, deck.resolved.toml, ...", PT_ALWAYS},
     {"output", "log_every", PT_FIELD(output.log_every), at_least(1), nullptr, "print a step line every k steps", PT_ALWAYS},
@@ -169,6 +173,11 @@ std::string toml_text(const Field& field) {
   if (auto p = std::get_if<double*>(&field)) return toml_float(**p);
   if (auto p = std::get_if<bool*>(&field)) return **p ? "true" : "false";
   if (auto p = std::get_if<std::string*>(&field)) return toml_string(**p);
+  if (auto p = std::get_if<std::vector<std::string>*>(&field)) {
+    std::string text = "[";
+    for (size_t i = 0; i < (*p)->size(); ++i) text += (i ? ", " : "") + toml_string((**p)[i]);
+    return text + "]";
+  }
   const std::vector<int64_t>& list = *std::get<std::vector<int64_t>*>(field);
   std::string text = "[";
   for (size_t i = 0; i < list.size(); ++i) text += (i ? ", " : "") + std::to_string(list[i]);
@@ -338,6 +347,22 @@ void check_model_data(const Deck& deck) {
                      ": needs data.eval_path (held-out token file) with data.type = \"hdf5\"");
 }
 
+void check_recompute(const Deck& deck) {
+  const PipelineConfig& p = deck.pipeline;
+  const char* forms = "expected \"none\", \"selective\", \"every:K\" (K >= 1), \"full\" or \"auto\"";
+  if (!is_recompute_setting(p.recompute))
+    throw InputError(deck.where("pipeline.recompute") + " = " + toml_string(p.recompute) + ": " + forms);
+  for (size_t i = 0; i < p.recompute_stages.size(); ++i)
+    if (!is_recompute_setting(p.recompute_stages[i]))
+      throw InputError(deck.where("pipeline.recompute_stages") + " entry " + std::to_string(i) +
+                       " = " + toml_string(p.recompute_stages[i]) + ": " + forms);
+  bool uses_auto = p.recompute == "auto";
+  for (const std::string& s : p.recompute_stages) uses_auto = uses_auto || s == "auto";
+  if (uses_auto && p.memory_budget_mb <= 0.0)
+    throw InputError(deck.where("pipeline.recompute") +
+                     " = \"auto\": needs pipeline.memory_budget_mb, the memory each stage may use");
+}
+
 void check_consistency(const Deck& deck) {
   const TrainingConfig& t = deck.training;
   const PipelineConfig& p = deck.pipeline;
@@ -371,6 +396,7 @@ void check_consistency(const Deck& deck) {
     throw InputError(deck.where("output.dir") + " = \"\": must name a directory");
   }
   check_model_data(deck);
+  check_recompute(deck);
 }
 
 }  // namespace

@@ -13,7 +13,8 @@
 
 namespace pt::deck_schema {
 
-using Field = std::variant<int64_t*, uint64_t*, double*, bool*, std::string*, std::vector<int64_t>*>;
+using Field = std::variant<int64_t*, uint64_t*, double*, bool*, std::string*, std::vector<int64_t>*,
+                           std::vector<std::string>*>;
 using FieldOf = Field (*)(Deck&);
 
 constexpr double kInf = std::numeric_limits<double>::infinity();

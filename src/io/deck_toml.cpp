@@ -73,6 +73,16 @@ void read_list(const toml::value& v, std::vector<int64_t>& out, const std::strin
   out = list;
 }
 
+void read_string_list(const toml::value& v, std::vector<std::string>& out, const std::string& at) {
+  if (!v.is_array()) type_error(at, "an array of strings", v);
+  std::vector<std::string> list;
+  for (const toml::value& entry : v.as_array()) {
+    if (!entry.is_string()) type_error(at + " entry " + std::to_string(list.size()), "a string", entry);
+    list.push_back(entry.as_string().str);
+  }
+  out = list;
+}
+
 // Stores `v` in `field`, checking its TOML type; `at` prefixes messages.
 void read_field(const toml::value& v, const Field& field, const std::string& at) {
   if (auto p = std::get_if<int64_t*>(&field)) {
@@ -96,6 +106,8 @@ void read_field(const toml::value& v, const Field& field, const std::string& at)
   } else if (auto p = std::get_if<std::string*>(&field)) {
     if (!v.is_string()) type_error(at, "a string", v);
     **p = v.as_string().str;
+  } else if (auto p = std::get_if<std::vector<std::string>*>(&field)) {
+    read_string_list(v, **p, at);
   } else {
     read_list(v, *std::get<std::vector<int64_t>*>(field), at);
   }

@@ -27,7 +27,7 @@ class TeacherData final : public Dataset {
   }
 
   Tensor inputs(int64_t first, int64_t count) const override {
-    Tensor x = Tensor::empty({count, in_}, DType::F32, MemCategory::Activations);
+    Tensor x = Tensor::empty({count, in_}, DType::F32, MemCategory::Workspace);
     for (int64_t r = 0; r < count; ++r) sample_input(index(first + r), x.f32() + r * in_);
     return x;
   }

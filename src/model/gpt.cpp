@@ -58,7 +58,7 @@ Shape with_last(const Shape& shape, int64_t last) {
 }
 
 Tensor activation(const Shape& shape) {
-  return Tensor::empty(shape, DType::F32, MemCategory::Activations);
+  return Tensor::empty(shape, DType::F32, MemCategory::Workspace);
 }
 
 // ---- building blocks shared by the layers ----
@@ -211,6 +211,10 @@ class GptBlock final : public Layer {
             &fc_.weight,       &fc_.bias,        &mlp_proj_.weight, &mlp_proj_.bias};
   }
 
+  void drop_recomputable(std::vector<Tensor>& saved) override {
+    if (saved.size() == kBlockSavedCount) saved[kProbs] = Tensor();
+  }
+
   // x (mb, T, C) -> y (mb, T, C); `saved` as in BlockSaved.
   Tensor forward(Backend& be, const Tensor& x, std::vector<Tensor>& saved) override {
     check_hidden_shape(x.shape(), dims_);
@@ -244,7 +248,7 @@ class GptBlock final : public Layer {
     const Tensor& x1 = saved[kX1];
     // MLP branch: y = x1 + mlp_proj(gelu(fc(ln2(x1)))).
     Tensor dgelu = mlp_proj_.backward(be, saved[kGeluOut], dy);  // (mb, T, R*C)
-    Tensor dfc = Tensor::empty(dgelu.shape(), DType::F32, MemCategory::Activations);
+    Tensor dfc = Tensor::empty(dgelu.shape(), DType::F32, MemCategory::Workspace);
     be.gelu_backward(saved[kFcOut], dgelu, dfc);            // (mb, T, R*C)
     Tensor dln2 = fc_.backward(be, saved[kLn2Out], dfc);    // (mb, T, C)
     Tensor dx1 = ln2_.backward(be, x1, saved[kLn2Mean], saved[kLn2Rstd], dln2);
@@ -253,7 +257,7 @@ class GptBlock final : public Layer {
     Tensor dattn = attn_proj_.backward(be, saved[kAttn], dx1);  // (mb, T, C)
     const Tensor& qkv = saved[kQkv];
     Tensor probs = saved[kProbs].defined() ? saved[kProbs] : attention_probs(be, qkv);
-    Tensor dqkv = Tensor::empty(qkv.shape(), DType::F32, MemCategory::Activations);
+    Tensor dqkv = Tensor::empty(qkv.shape(), DType::F32, MemCategory::Workspace);
     be.attention_backward(qkv, probs, dattn, dims_.heads, dqkv);  // (mb, T, 3C)
     Tensor dln1 = qkv_.backward(be, saved[kLn1Out], dqkv);         // (mb, T, C)
     Tensor dx = ln1_.backward(be, x, saved[kLn1Mean], saved[kLn1Rstd], dln1);

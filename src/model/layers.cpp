@@ -49,7 +49,7 @@ class Linear final : public Layer {
   std::vector<Param*> params() override { return {&weight_, &bias_}; }
 
   Tensor forward(Backend& be, const Tensor& x, std::vector<Tensor>&) override {
-    Tensor y = Tensor::empty(output_shape(x.shape()), DType::F32, MemCategory::Activations);
+    Tensor y = Tensor::empty(output_shape(x.shape()), DType::F32, MemCategory::Workspace);
     be.matmul(x, false, weight_.value, true, y, 1.f, 0.f);  // (rows, in) x (in, out)
     be.add_bias(y, bias_.value);
     return y;
@@ -60,7 +60,7 @@ class Linear final : public Layer {
     be.matmul(dy, true, x, false, weight_.grad, 1.f, 1.f);  // dW += dy^T x: (out, in)
     be.accumulate_bias_grad(dy, bias_.grad);
     if (!need_dx) return Tensor();
-    Tensor dx = Tensor::empty(x.shape(), DType::F32, MemCategory::Activations);
+    Tensor dx = Tensor::empty(x.shape(), DType::F32, MemCategory::Workspace);
     be.matmul(dy, false, weight_.value, false, dx, 1.f, 0.f);  // (rows, out) x (out, in)
     return dx;
   }
@@ -77,7 +77,7 @@ class Activation final : public Layer {
   std::string kind() const override { return gelu_ ? "gelu" : "relu"; }
   Shape output_shape(const Shape& input) const override { return input; }
   Tensor forward(Backend& be, const Tensor& x, std::vector<Tensor>&) override {
-    Tensor y = Tensor::empty(x.shape(), DType::F32, MemCategory::Activations);
+    Tensor y = Tensor::empty(x.shape(), DType::F32, MemCategory::Workspace);
     if (gelu_) be.gelu_forward(x, y);
     else be.relu_forward(x, y);
     return y;
@@ -85,7 +85,7 @@ class Activation final : public Layer {
   Tensor backward(Backend& be, const Tensor& x, const std::vector<Tensor>&, const Tensor& dy,
                   bool need_dx) override {
     if (!need_dx) return Tensor();
-    Tensor dx = Tensor::empty(x.shape(), DType::F32, MemCategory::Activations);
+    Tensor dx = Tensor::empty(x.shape(), DType::F32, MemCategory::Workspace);
     if (gelu_) be.gelu_backward(x, dy, dx);
     else be.relu_backward(x, dy, dx);
     return dx;

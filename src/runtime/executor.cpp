@@ -24,8 +24,9 @@ std::string format_seconds(double s) {
 }
 }  // namespace
 
-Executor::Executor(StageModel& stage, Transport& transport, const Deck& deck, Backend& backend)
-    : stage_(stage), transport_(transport), deck_(deck), be_(backend),
+Executor::Executor(StageModel& stage, Transport& transport, const Deck& deck, Backend& backend,
+                   RecomputePolicy policy)
+    : stage_(stage), transport_(transport), deck_(deck), be_(backend), policy_(policy),
       rows_(deck.training.batch_size / deck.pipeline.micro_batches) {}
 
 int Executor::tag(int dst_stage, int direction, int mb) const {
@@ -79,7 +80,9 @@ void Executor::run_action(const Action& a) {
   }
 }
 
-void Executor::forward(int mb) {
+void Executor::forward(int mb) { run_forward(mb, forward_input(mb)); }
+
+Tensor Executor::forward_input(int mb) {
   MicroBatch& state = mbs_[mb];
   Tensor x;
   if (stage_.is_first()) {
@@ -90,14 +93,25 @@ void Executor::forward(int mb) {
     state.recv_f.reset();
     x = std::move(state.recv_input);
   }
+  return x;
+}
+
+void Executor::run_forward(int mb, Tensor x) {
+  MicroBatch& state = mbs_[mb];
   const size_t n = stage_.layers.size();
   const bool stash = pass_ == Pass::Train;
-  state.layer_inputs.resize(n);
+  state.layer_inputs.assign(n, Tensor());
   state.layer_saved.assign(n, {});
   for (size_t i = 0; i < n; ++i) {
     Tensor y = stage_.layers[i]->forward(be_, x, state.layer_saved[i]);
-    if (stash) state.layer_inputs[i] = std::move(x);
-    else state.layer_saved[i].clear();
+    if (stash && policy_.keeps_input(i)) state.layer_inputs[i] = stashed(std::move(x));
+    if (stash && policy_.keeps_saved()) {
+      if (policy_.kind == RecomputePolicy::Kind::Selective)
+        stage_.layers[i]->drop_recomputable(state.layer_saved[i]);
+      for (Tensor& t : state.layer_saved[i]) t.retag(MemCategory::Activations);
+    } else {
+      state.layer_saved[i].clear();
+    }
     x = std::move(y);
   }
   state.forward_done = true;
@@ -108,14 +122,61 @@ void Executor::forward(int mb) {
   const int64_t batch = deck_.training.batch_size;
   const int64_t terms = stage_.loss_terms_per_sample;
   Tensor target = data_->targets(micro_batch_first_sample(deck_, step_, mb), rows_);
-  state.grad_output = Tensor::empty(x.shape(), DType::F32, MemCategory::Activations);
+  state.grad_output = Tensor::empty(x.shape(), DType::F32, MemCategory::Workspace);
   const float grad_scale = static_cast<float>(1.0 / static_cast<double>(batch * terms));
   double loss = stage_.loss->forward_backward(be_, x, target, grad_scale, state.grad_output);
   if (!std::isfinite(loss))
     throw Error("non-finite loss at step " + std::to_string(step_) + ", stage " +
                 std::to_string(stage_.stage) + ", micro-batch " + std::to_string(mb));
   loss_sum_ += loss;
-  if (!stash) state.grad_output = Tensor();
+  if (stash) state.grad_output.retag(MemCategory::Activations);
+  else state.grad_output = Tensor();
+}
+
+// One micro-batch through this stage alone (no communication): a zero input
+// (data on the first stage), forward, then backward from a zero output
+// gradient (the loss gradient on the last stage). Gradients it adds are
+// cleared by the next step's zero_grad.
+MemoryProbe Executor::probe_memory(const Dataset& data) {
+  data_ = &data;
+  pass_ = Pass::Train;
+  step_ = 0;
+  loss_sum_ = 0.0;
+  mbs_.clear();
+  Tensor x = stage_.is_first()
+                 ? data.inputs(0, rows_)
+                 : Tensor::zeros(stage_.input_shape(rows_), stage_.input_dtype, MemCategory::Workspace);
+  Tensor dy;
+  if (!stage_.is_last()) dy = Tensor::zeros(stage_.output_shape(rows_), DType::F32, MemCategory::Workspace);
+  const MemoryStats before = memory_stats();
+  reset_memory_peaks();
+  run_forward(0, std::move(x));
+  MemoryProbe probe;
+  const int act = static_cast<int>(MemCategory::Activations);
+  probe.stash_bytes = memory_stats().live[act] - before.live[act];
+  if (stage_.is_last()) dy = std::move(mbs_[0].grad_output);
+  run_backward(0, std::move(dy));
+  probe.transient_bytes = memory_stats().peak_total - before.live_total - probe.stash_bytes;
+  mbs_.clear();
+  return probe;
+}
+
+Tensor Executor::stashed(Tensor t) {
+  t.retag(MemCategory::Activations);
+  return t;
+}
+
+// Re-runs the forward of layers [begin, end) from the kept input of `begin`,
+// keeping every input and saved tensor (as workspace) for the backward that
+// follows at once. The last layer's output is not needed and is dropped.
+void Executor::recompute_segment(MicroBatch& state, size_t begin, size_t end) {
+  Tensor x = state.layer_inputs[begin];
+  for (size_t i = begin; i < end; ++i) {
+    state.layer_saved[i].clear();
+    Tensor y = stage_.layers[i]->forward(be_, x, state.layer_saved[i]);
+    state.layer_inputs[i] = std::move(x);
+    x = std::move(y);
+  }
 }
 
 void Executor::backward(int mb) {
@@ -123,22 +184,30 @@ void Executor::backward(int mb) {
   PT_CHECK(it != mbs_.end() && it->second.forward_done,
            "B of micro-batch " + std::to_string(mb) + " before its F");
   MicroBatch& state = it->second;
-  Tensor dy;
-  if (stage_.is_last()) {
-    dy = std::move(state.grad_output);
-  } else {
+  if (!stage_.is_last()) {
     PT_CHECK(state.recv_b, "B of micro-batch " + std::to_string(mb) + " without RECV_B");
     wait_for(*state.recv_b, Action{stage_.stage, ActionKind::RECV_B, mb});
     state.recv_b.reset();
-    dy = std::move(state.grad_output);
   }
-  for (size_t i = stage_.layers.size(); i-- > 0;) {
-    const bool need_dx = i > 0 || !stage_.is_first();
-    Tensor dx = stage_.layers[i]->backward(be_, state.layer_inputs[i], state.layer_saved[i],
-                                           dy, need_dx);
-    state.layer_inputs[i] = Tensor();  // stash released as soon as it is used
-    state.layer_saved[i].clear();
-    dy = std::move(dx);
+  run_backward(mb, std::move(state.grad_output));
+}
+
+void Executor::run_backward(int mb, Tensor dy) {
+  MicroBatch& state = mbs_[mb];
+  // Segments in reverse: recompute a segment's forward when the policy
+  // dropped it, then run its backward, releasing the stash as it goes.
+  for (size_t end = stage_.layers.size(); end > 0;) {
+    const size_t begin = policy_.segment_start(end - 1);
+    if (!policy_.keeps_saved()) recompute_segment(state, begin, end);
+    for (size_t i = end; i-- > begin;) {
+      const bool need_dx = i > 0 || !stage_.is_first();
+      Tensor dx = stage_.layers[i]->backward(be_, state.layer_inputs[i], state.layer_saved[i],
+                                             dy, need_dx);
+      state.layer_inputs[i] = Tensor();
+      state.layer_saved[i].clear();
+      dy = std::move(dx);
+    }
+    end = begin;
   }
   for (Param* p : stage_.params())
     if (!be_.all_finite(p->grad))
@@ -153,13 +222,13 @@ void Executor::post_recv(const Action& a) {
   if (a.kind == ActionKind::RECV_F) {
     PT_CHECK(!state.recv_f, "second " + to_string(a));
     state.recv_input = Tensor::empty(stage_.input_shape(rows_), stage_.input_dtype,
-                                     MemCategory::Activations);
+                                     MemCategory::Workspace);
     state.recv_f = transport_.irecv(state.recv_input, peer_rank(a.stage - 1),
                                     tag(a.stage, kActivation, a.mb));
   } else {
     PT_CHECK(!state.recv_b, "second " + to_string(a));
     state.grad_output = Tensor::empty(stage_.output_shape(rows_), DType::F32,
-                                      MemCategory::Activations);
+                                      MemCategory::Workspace);
     state.recv_b = transport_.irecv(state.grad_output, peer_rank(a.stage + 1),
                                     tag(a.stage, kGradient, a.mb));
   }

@@ -2,6 +2,7 @@
 #include "pipetrain/trainer.hpp"
 
 #include <chrono>
+#include <cstdio>
 #include <cmath>
 #include <thread>
 
@@ -42,12 +43,14 @@ Trainer::Trainer(const Deck& deck, MPI_Comm comm) : deck_(deck), comm_(comm) {
   if (deck_.training.eval_every > 0) eval_data_ = make_dataset(deck_, Split::Eval);
   transport_ = make_mpi_transport(comm_);
   optimizer_ = std::make_unique<Optimizer>(deck_.training, stage_.params());
-  executor_ = std::make_unique<Executor>(stage_, *transport_, deck_, cpu_backend());
+  executor_ = std::make_unique<Executor>(stage_, *transport_, deck_, cpu_backend(),
+                                         resolve_recompute());
 }
 
 Trainer::~Trainer() = default;
 
 StepRecord Trainer::train_step(int64_t step) {
+  reset_memory_peaks();
   const auto start = std::chrono::steady_clock::now();
   Backend& be = cpu_backend();
   optimizer_->zero_grad(be);
@@ -65,7 +68,100 @@ StepRecord Trainer::train_step(int64_t step) {
   optimizer_->step(be, step, static_cast<float>(rec.lr), clip_scale);
   rec.step_time_s =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  rec.stage_peak_bytes = gather_memory_peaks();
   return rec;
+}
+
+std::vector<std::vector<double>> Trainer::gather_memory_peaks() {
+  const MemoryStats stats = memory_stats();
+  const int cats = static_cast<int>(MemCategory::Count);
+  std::vector<double> mine(stats.peak, stats.peak + cats);
+  mine.push_back(static_cast<double>(stats.peak_total));
+  std::vector<double> all(rank_ == 0 ? mine.size() * size_ : 0);
+  MPI_CHECK(MPI_Gather(mine.data(), static_cast<int>(mine.size()), MPI_DOUBLE, all.data(),
+                       static_cast<int>(mine.size()), MPI_DOUBLE, 0, comm_));
+  std::vector<std::vector<double>> per_stage;
+  for (int r = 0; rank_ == 0 && r < size_; ++r)
+    per_stage.emplace_back(all.begin() + r * mine.size(), all.begin() + (r + 1) * mine.size());
+  return per_stage;
+}
+
+namespace {
+
+std::string stage_setting(const Deck& deck, int stage) {
+  const auto& per_stage = deck.pipeline.recompute_stages;
+  return per_stage.empty() ? deck.pipeline.recompute : per_stage[static_cast<size_t>(stage)];
+}
+
+std::string mib(double bytes) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.1f MiB", bytes / 1048576.0);
+  return buf;
+}
+
+}  // namespace
+
+// "auto" measures one micro-batch under each candidate policy, from the
+// cheapest in compute to the most frugal in memory, and keeps the first whose
+// estimated peak -- persistent state + peak in-flight micro-batches x stash +
+// transient -- fits the budget. Every rank learns every stage's choice; if a
+// stage fits with none, every rank throws the same InputError.
+RecomputePolicy Trainer::resolve_recompute() {
+  const std::string setting = stage_setting(deck_, rank_);
+  const std::string key = deck_.pipeline.recompute_stages.empty()
+                              ? deck_.where("pipeline.recompute")
+                              : deck_.where("pipeline.recompute_stages") + " entry " +
+                                    std::to_string(rank_);
+  RecomputeChoice mine;
+  mine.requested = setting;
+  RecomputePolicy chosen;
+  bool fits = true;
+  if (setting != "auto") {
+    chosen = parse_recompute_policy(setting, key);
+  } else {
+    mine.budget_bytes = deck_.pipeline.memory_budget_mb * 1048576.0;
+    const double persistent = static_cast<double>(memory_stats().live_total);
+    const double in_flight = report_.peak_in_flight[stage_.stage];
+    fits = false;
+    for (const char* candidate : {"none", "selective", "every:2", "full"}) {
+      chosen = parse_recompute_policy(candidate, key);
+      Executor probe(stage_, *transport_, deck_, cpu_backend(), chosen);
+      const MemoryProbe m = probe.probe_memory(*data_);
+      mine.needed_bytes = persistent + in_flight * static_cast<double>(m.stash_bytes) +
+                          static_cast<double>(m.transient_bytes);
+      if (mine.needed_bytes <= mine.budget_bytes) {
+        fits = true;
+        break;
+      }
+    }
+  }
+  mine.policy = chosen.name();
+  // Share every stage's choice: (fits, needed, budget) numbers and names.
+  double numbers[3] = {fits ? 1.0 : 0.0, mine.needed_bytes, mine.budget_bytes};
+  std::vector<double> all(3 * size_);
+  MPI_CHECK(MPI_Allgather(numbers, 3, MPI_DOUBLE, all.data(), 3, MPI_DOUBLE, comm_));
+  char name[32] = {0};
+  std::snprintf(name, sizeof name, "%s", mine.policy.c_str());
+  std::vector<char> names(32 * size_);
+  MPI_CHECK(MPI_Allgather(name, 32, MPI_CHAR, names.data(), 32, MPI_CHAR, comm_));
+  recompute_.clear();
+  std::string failures;
+  for (int r = 0; r < size_; ++r) {
+    RecomputeChoice c;
+    c.requested = stage_setting(deck_, r);
+    c.policy = std::string(&names[32 * r]);
+    c.needed_bytes = all[3 * r + 1];
+    c.budget_bytes = all[3 * r + 2];
+    if (all[3 * r] == 0.0)
+      failures += "\n  stage " + std::to_string(r) + ": needs " + mib(c.needed_bytes) +
+                  " even with full recomputation, has " + mib(c.budget_bytes);
+    recompute_.push_back(c);
+  }
+  if (!failures.empty())
+    throw InputError(deck_.where("pipeline.memory_budget_mb") + " = " +
+                     std::to_string(deck_.pipeline.memory_budget_mb) +
+                     ": no recomputation policy fits the budget on every stage:" + failures);
+  return chosen;
 }
 
 double Trainer::mean_loss(double loss_sum) {

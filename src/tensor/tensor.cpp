@@ -51,6 +51,12 @@ class CachingAllocator {
     return stats_;
   }
 
+  void recategorize(size_t bytes, MemCategory from, MemCategory to) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    count(from, -static_cast<long long>(bytes));
+    count(to, static_cast<long long>(bytes));
+  }
+
   void reset_peaks() {
     std::lock_guard<std::mutex> lock(mutex_);
     for (int c = 0; c < static_cast<int>(MemCategory::Count); ++c) stats_.peak[c] = stats_.live[c];
@@ -177,6 +183,12 @@ Tensor Tensor::reshaped(const Shape& shape) const {
   Tensor t = *this;
   t.shape_ = shape;
   return t;
+}
+
+void Tensor::retag(MemCategory cat) {
+  if (!storage_ || storage_->category == cat) return;
+  allocator().recategorize(storage_->bytes, storage_->category, cat);
+  storage_->category = cat;
 }
 
 Tensor Tensor::clone(MemCategory cat) const {

@@ -1,0 +1,176 @@
+// test_recompute.cpp: activation recomputation under the real pipeline.
+//
+// For every policy (none, selective, every:2, full), on the MLP and the GPT,
+// with GPipe and 1F1B on all the ranks of the world:
+//   - the trained parameters are bitwise those of policy none;
+//   - the measured peak of stashed activations on each stage equals the
+//     schedule's peak in-flight micro-batches x the analytic bytes one
+//     micro-batch keeps under the policy (formulas in docs/memory.md).
+#include <gtest/gtest.h>
+#include <mpi.h>
+
+#include <cstring>
+
+#include "pipetrain/error.hpp"
+#include "pipetrain/model.hpp"
+#include "pipetrain/trainer.hpp"
+
+namespace pt {
+namespace {
+
+int world_size() {
+  int n = 1;
+  MPI_Comm_size(MPI_COMM_WORLD, &n);
+  return n;
+}
+int world_rank() {
+  int r = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &r);
+  return r;
+}
+
+Deck base_deck(const std::string& model, const std::string& schedule, const std::string& policy) {
+  Deck d;
+  d.training.steps = 2;
+  d.training.batch_size = 8;
+  d.training.lr = 1e-3;
+  d.training.blas_threads = 1;
+  d.pipeline.micro_batches = 4;
+  d.pipeline.schedule = schedule;
+  d.pipeline.recompute = policy;
+  d.pipeline.timeout_s = 60;
+  if (model == "mlp") {
+    d.model.input_dim = 6;
+    d.model.hidden_dim = 10;
+    d.model.output_dim = 3;
+    d.model.depth = 8;
+  } else {
+    d.model.type = "gpt";
+    d.model.vocab_size = 11;
+    d.model.seq_len = 6;
+    d.model.d_model = 8;
+    d.model.heads = 2;
+    d.model.blocks = 4;
+    d.model.mlp_ratio = 2;
+    d.data.type = "markov";
+    d.data.markov_order = 1;
+  }
+  return d;
+}
+
+struct Outcome {
+  std::vector<float> params;               // rank 0
+  std::vector<double> stash_peak;          // rank 0: per stage, peak activation bytes of the last step
+  std::vector<int> in_flight;              // per stage
+};
+
+Outcome train(const Deck& deck) {
+  Trainer trainer(deck, MPI_COMM_WORLD);
+  StepRecord rec;
+  for (int64_t s = 0; s < deck.training.steps; ++s) rec = trainer.train_step(s);
+  Outcome out;
+  out.params = trainer.gather_parameters();
+  for (const auto& stage : rec.stage_peak_bytes)
+    out.stash_peak.push_back(stage[static_cast<int>(MemCategory::Activations)]);
+  out.in_flight = trainer.schedule_report().peak_in_flight;
+  return out;
+}
+
+// Bytes one micro-batch keeps on stage `s` of the MLP (rows r, f32).
+double mlp_stash(const Deck& d, int s, int stages, const std::string& policy) {
+  const auto units = partition_units(d.model.depth, stages, {});
+  StageModel sm = build_stage(d.model, units, s);
+  const double r = static_cast<double>(d.training.batch_size / d.pipeline.micro_batches);
+  std::vector<double> input_floats;  // per layer of the stage
+  Shape shape = sm.input_shape(1);
+  for (auto& layer : sm.layers) {
+    input_floats.push_back(static_cast<double>(shape_numel(shape)));
+    shape = layer->output_shape(shape);
+  }
+  double floats = 0.0;
+  for (size_t i = 0; i < input_floats.size(); ++i) {
+    const bool kept = policy == "none" || policy == "selective" || (policy == "every:2" && i % 2 == 0) ||
+                      (policy == "full" && i == 0);
+    if (kept) floats += input_floats[i];
+  }
+  if (sm.is_last()) floats += static_cast<double>(d.model.output_dim);  // loss gradient
+  return 4.0 * r * floats;
+}
+
+// Bytes one micro-batch keeps on stage `s` of the GPT (docs/memory.md).
+double gpt_stash(const Deck& d, int s, int stages, const std::string& policy) {
+  const auto units = partition_units(d.model.blocks, stages, {});
+  const double r = static_cast<double>(d.training.batch_size / d.pipeline.micro_batches);
+  const double T = d.model.seq_len, C = d.model.d_model, H = d.model.heads, R = d.model.mlp_ratio;
+  const double V = d.model.vocab_size;
+  const bool first = s == 0, last = s == stages - 1;
+  const double blocks = static_cast<double>(units[s]);
+  // layer inputs, in layer order: [tokens] blocks... [head]
+  std::vector<double> inputs;
+  if (first) inputs.push_back(T);  // i32 tokens, 4 bytes each like f32
+  for (int b = 0; b < units[s]; ++b) inputs.push_back(T * C);
+  if (last) inputs.push_back(T * C);
+  const double block_saved = T * C * (7.0 + 2.0 * R) + 4.0 * T + H * T * T;
+  const double head_saved = T * C + 2.0 * T;
+  double floats = 0.0;
+  if (policy == "none" || policy == "selective") {
+    for (double f : inputs) floats += f;
+    floats += blocks * (block_saved - (policy == "selective" ? H * T * T : 0.0));
+    if (last) floats += head_saved;
+  } else {
+    for (size_t i = 0; i < inputs.size(); ++i)
+      if ((policy == "every:2" && i % 2 == 0) || (policy == "full" && i == 0)) floats += inputs[i];
+  }
+  if (last) floats += T * V;  // loss gradient (dL/dlogits)
+  return 4.0 * r * floats;
+}
+
+void check_model(const std::string& model) {
+  for (const char* schedule : {"gpipe", "1f1b"}) {
+    const Outcome reference = train(base_deck(model, schedule, "none"));
+    for (const char* policy : {"none", "selective", "every:2", "full"}) {
+      const Deck deck = base_deck(model, schedule, policy);
+      const Outcome got = train(deck);
+      if (world_rank() != 0) continue;
+      const std::string label = model + " " + schedule + " " + policy;
+      ASSERT_EQ(got.params.size(), reference.params.size());
+      EXPECT_EQ(0, std::memcmp(got.params.data(), reference.params.data(),
+                               got.params.size() * sizeof(float)))
+          << label << ": parameters differ from policy none";
+      const int stages = world_size();
+      for (int s = 0; s < stages; ++s) {
+        const double per_mb = model == "mlp" ? mlp_stash(deck, s, stages, policy)
+                                             : gpt_stash(deck, s, stages, policy);
+        const double expected = got.in_flight[s] * per_mb;
+        std::printf("  %-22s stage %d: peak stash %8.0f B = %d in flight x %6.0f B\n",
+                    label.c_str(), s, got.stash_peak[s], got.in_flight[s], per_mb);
+        EXPECT_EQ(got.stash_peak[s], expected) << label << " stage " << s;
+      }
+    }
+  }
+}
+
+TEST(Recompute, MlpPoliciesGiveIdenticalGradientsAndPredictedMemory) { check_model("mlp"); }
+TEST(Recompute, GptPoliciesGiveIdenticalGradientsAndPredictedMemory) { check_model("gpt"); }
+
+TEST(Recompute, AutoPicksTheCheapestPolicyThatFitsOrExplains) {
+  Deck deck = base_deck("gpt", "1f1b", "auto");
+  deck.pipeline.memory_budget_mb = 1024;  // everything fits: no recomputation
+  {
+    Trainer t(deck, MPI_COMM_WORLD);
+    for (const RecomputeChoice& c : t.recompute_choices()) EXPECT_EQ(c.policy, "none");
+  }
+  deck.pipeline.memory_budget_mb = 1e-4;  // 105 bytes: nothing fits
+  try {
+    Trainer t(deck, MPI_COMM_WORLD);
+    ADD_FAILURE() << "expected an InputError";
+  } catch (const InputError& e) {
+    const std::string msg = e.what();
+    EXPECT_NE(msg.find("no recomputation policy fits the budget on every stage"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("stage 0: needs"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("has 0.0 MiB"), std::string::npos) << msg;
+  }
+}
+
+}  // namespace
+}  // namespace pt
