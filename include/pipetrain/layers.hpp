@@ -36,6 +36,11 @@ class Layer {
   // cheap to recompute (attention scores and softmax); backward then
   // recomputes them, bitwise equal. Layers without such tensors keep all.
   virtual void drop_recomputable(std::vector<Tensor>& /*saved*/) {}
+  // Recomputation of the last layer of a segment: refills `saved` exactly as
+  // forward would, skipping work whose only use is the output y.
+  virtual void recompute_saved(Backend& be, const Tensor& x, std::vector<Tensor>& saved) {
+    forward(be, x, saved);
+  }
 };
 
 // y = x W^T + b. W: (out, in) uniform with standard deviation gain/sqrt(in)

@@ -36,6 +36,8 @@ class MetricsFile {
   std::map<std::string, double> float_attrs_;
   std::vector<int64_t> step_;
   std::map<std::string, std::vector<double>> series_;  // loss, lr, grad_norm, ...
+  // peak_bytes_<category>: per stage, one value per step
+  std::map<std::string, std::vector<std::vector<double>>> stage_series_;
 };
 
 }  // namespace pt

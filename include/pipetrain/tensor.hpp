@@ -4,7 +4,10 @@
 // Storage comes from a caching allocator (blocks of the same size are reused,
 // so a training step does not page-fault on fresh memory) and every live byte
 // is counted under a MemCategory, so that per-stage memory can be reported.
-// Only Device::CPU storage is allocated here; the CUDA backend brings its own.
+// Only Device::CPU storage is allocated here. Device::CUDA storage comes from
+// hooks that the CUDA library registers (pt::cuda::select_device /
+// init_device), so a CPU-only build has no CUDA symbols; device bytes are
+// counted by that library (pt::cuda::device_memory_stats), not here.
 #pragma once
 
 #include <cstddef>
@@ -28,14 +31,48 @@ int64_t shape_numel(const Shape& shape);
 
 struct Storage;  // defined in tensor.cpp
 
+// Device used by Tensor::empty/zeros when the caller names none; CPU unless
+// set. Per thread. Lets layers written with the defaults (src/model/*.cpp)
+// allocate their activations on the GPU: build the model (parameter init
+// writes host memory) with the CPU default, move the parameters with
+// Tensor::to, then run forward/backward under DefaultDeviceGuard(Device::CUDA).
+Device default_device();
+void set_default_device(Device dev);
+class DefaultDeviceGuard {
+ public:
+  explicit DefaultDeviceGuard(Device dev) : previous_(default_device()) {
+    set_default_device(dev);
+  }
+  ~DefaultDeviceGuard() { set_default_device(previous_); }
+  DefaultDeviceGuard(const DefaultDeviceGuard&) = delete;
+  DefaultDeviceGuard& operator=(const DefaultDeviceGuard&) = delete;
+
+ private:
+  Device previous_;
+};
+
+// Storage of a non-CPU device, registered by the library that drives it.
+struct DeviceMemoryHooks {
+  void* (*allocate)(size_t bytes, MemCategory cat) = nullptr;
+  void (*release)(void* ptr, size_t bytes, MemCategory cat) = nullptr;
+  // Copies bytes from src (on src_dev) to dst (on dst_dev); at most one side is
+  // the CPU. Host memory may be reused when it returns; device memory is
+  // ordered with the device's compute stream.
+  void (*copy)(void* dst, Device dst_dev, const void* src, Device src_dev, size_t bytes) = nullptr;
+  void (*zero)(void* ptr, size_t bytes) = nullptr;  // in compute-stream order
+};
+void register_device_memory(Device dev, const DeviceMemoryHooks& hooks);
+bool device_memory_registered(Device dev);
+const char* device_name(Device dev);  // "cpu" | "cuda"
+
 class Tensor {
  public:
   Tensor() = default;
   // Uninitialised storage.
   static Tensor empty(const Shape& shape, DType dtype = DType::F32,
-                      MemCategory cat = MemCategory::Workspace, Device dev = Device::CPU);
+                      MemCategory cat = MemCategory::Workspace, Device dev = default_device());
   static Tensor zeros(const Shape& shape, DType dtype = DType::F32,
-                      MemCategory cat = MemCategory::Workspace, Device dev = Device::CPU);
+                      MemCategory cat = MemCategory::Workspace, Device dev = default_device());
 
   bool defined() const { return storage_ != nullptr; }
   const Shape& shape() const { return shape_; }
@@ -60,8 +97,11 @@ class Tensor {
 
   // Same storage, another shape with the same element count.
   Tensor reshaped(const Shape& shape) const;
-  // A deep copy in a (possibly different) memory category.
+  // A deep copy in a (possibly different) memory category, on the same device.
   Tensor clone(MemCategory cat) const;
+  // A deep copy on `dev` (this tensor itself when it is already there).
+  Tensor to(Device dev) const;
+  Tensor to(Device dev, MemCategory cat) const;  // always a copy
   // Counts this tensor's storage under another category from now on (e.g. a
   // workspace output that the executor keeps for backward becomes an
   // activation). Shared storage is re-counted once.
@@ -72,6 +112,9 @@ class Tensor {
   Shape shape_;
   DType dtype_ = DType::F32;
 };
+
+// dst := src, byte for byte, between any two devices (same byte count).
+void copy_tensor(const Tensor& src, Tensor& dst);
 
 // Live and peak bytes of CPU tensors per category, for this process.
 struct MemoryStats {

@@ -6,6 +6,7 @@
 // the job through MPI_Abort, so no rank is ever left waiting.
 #include "pipetrain/driver.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <iostream>
@@ -116,11 +117,16 @@ void print_step(const Deck& deck, const StepRecord& rec, double samples_per_s,
   const double gflops = samples_per_s * model_train_flops_per_sample(deck.model) * 1e-9;
   char eval[48] = "";
   if (!std::isnan(rec.eval_loss)) std::snprintf(eval, sizeof eval, " | eval %.4f", rec.eval_loss);
+  double act_peak = 0.0, total_peak = 0.0;  // the largest stage's
+  for (const auto& stage : rec.stage_peak_bytes) {
+    act_peak = std::max(act_peak, stage[static_cast<int>(MemCategory::Activations)]);
+    total_peak = std::max(total_peak, stage.back());
+  }
   std::printf("step %6lld/%lld | loss %.4f%s | lr %.2e | gnorm %.2e | %8.1f samples/s | "
-              "%9.0f tokens/s | %6.2f GFLOP/s | %7.1f ms | ETA %s\n",
+              "%9.0f tokens/s | %6.2f GFLOP/s | %7.1f ms | mem act %.1f / total %.1f MiB | ETA %s\n",
               static_cast<long long>(rec.step + 1), static_cast<long long>(total), rec.loss, eval,
               rec.lr, rec.grad_norm, samples_per_s, tokens_per_s, gflops, rec.step_time_s * 1e3,
-              format_duration(eta).c_str());
+              act_peak / 1048576.0, total_peak / 1048576.0, format_duration(eta).c_str());
   std::fflush(stdout);
 }
 
@@ -157,6 +163,14 @@ void print_start(const World& w, const Deck& deck, const Trainer& trainer,
               model_train_flops_per_sample(deck.model) / tokens_per_sample(deck.model),
               model_train_flops_per_sample(deck.model));
   print_floor(trainer.loss_floor());
+  const auto& choices = trainer.recompute_choices();
+  for (size_t s = 0; s < choices.size(); ++s) {
+    std::printf("stage %zu: recompute %s", s, choices[s].policy.c_str());
+    if (choices[s].requested == "auto")
+      std::printf(" (auto: estimated peak %.1f MiB of a %.1f MiB budget)",
+                  choices[s].needed_bytes / 1048576.0, choices[s].budget_bytes / 1048576.0);
+    std::printf("\n");
+  }
   std::fflush(stdout);
 }
 
@@ -173,6 +187,9 @@ int run_train(const World& w, const Deck& deck) {
     const auto& peaks = trainer.schedule_report().peak_in_flight;
     metrics.set_attribute("peak_in_flight", std::vector<int64_t>(peaks.begin(), peaks.end()));
     metrics.set_attribute("blas_threads", std::vector<int64_t>{blas.threads});
+    std::string policies;
+    for (const auto& c : trainer.recompute_choices()) policies += (policies.empty() ? "" : ",") + c.policy;
+    metrics.set_attribute("recompute", policies);
     if (auto floor = trainer.loss_floor()) {
       metrics.set_attribute("loss_floor", floor->window);
       metrics.set_attribute("entropy_rate", floor->entropy_rate);

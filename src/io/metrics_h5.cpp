@@ -84,6 +84,13 @@ void MetricsFile::add_step(const StepRecord& rec, double samples_per_s) {
   series_["step_time_s"].push_back(rec.step_time_s);
   series_["samples_per_s"].push_back(samples_per_s);
   series_["eval_loss"].push_back(rec.eval_loss);
+  const int cats = static_cast<int>(MemCategory::Count);
+  for (size_t stage = 0; stage < rec.stage_peak_bytes.size(); ++stage)
+    for (int c = 0; c <= cats; ++c) {
+      const std::string name = c < cats ? category_name(static_cast<MemCategory>(c)) : "total";
+      stage_series_["peak_bytes_" + name].resize(rec.stage_peak_bytes.size());
+      stage_series_["peak_bytes_" + name][stage].push_back(rec.stage_peak_bytes[stage][c]);
+    }
 }
 
 namespace {
@@ -134,6 +141,22 @@ void write_dataset(hid_t file, const std::string& name, hid_t mem_type, const vo
   H5Sclose(space);
 }
 
+// (steps, stages) float64 from per-stage series of equal length.
+void write_matrix(hid_t file, const std::string& name, const std::vector<std::vector<double>>& per_stage) {
+  const size_t stages = per_stage.size(), steps = stages ? per_stage[0].size() : 0;
+  std::vector<double> data(steps * stages);
+  for (size_t s = 0; s < stages; ++s)
+    for (size_t t = 0; t < steps; ++t) data[t * stages + s] = per_stage[s][t];
+  hsize_t dims[2] = {steps, stages};
+  hid_t space = H5Screate_simple(2, dims, nullptr);
+  hid_t dset = H5Dcreate2(file, name.c_str(), H5T_IEEE_F64LE, space, H5P_DEFAULT, H5P_DEFAULT,
+                          H5P_DEFAULT);
+  H5_CHECK(dset);
+  if (!data.empty()) H5_CHECK(H5Dwrite(dset, H5T_NATIVE_DOUBLE, H5S_ALL, H5S_ALL, H5P_DEFAULT, data.data()));
+  H5Dclose(dset);
+  H5Sclose(space);
+}
+
 }  // namespace
 
 void MetricsFile::write() const {
@@ -147,6 +170,7 @@ void MetricsFile::write() const {
   write_dataset(file, "step", H5T_NATIVE_INT64, step_.data(), step_.size());
   for (const auto& [name, values] : series_)
     write_dataset(file, name, H5T_NATIVE_DOUBLE, values.data(), values.size());
+  for (const auto& [name, per_stage] : stage_series_) write_matrix(file, name, per_stage);
   H5_CHECK(H5Fclose(file));
   fsync_path(tmp);
   rename_or_throw(tmp, path_);

@@ -144,6 +144,10 @@ class GptEmbedding final : public Layer {
     return {input[0], input[1], dims_.d_model};
   }
   std::vector<Param*> params() override { return {&wte_, &wpe_}; }
+  // Backward needs only the tokens, which the executor keeps.
+  void recompute_saved(Backend&, const Tensor&, std::vector<Tensor>& saved) override {
+    saved.clear();
+  }
 
   // x: tokens (mb, T) i32 -> (mb, T, C). Saves nothing.
   Tensor forward(Backend& be, const Tensor& x, std::vector<Tensor>&) override {
@@ -217,6 +221,15 @@ class GptBlock final : public Layer {
 
   // x (mb, T, C) -> y (mb, T, C); `saved` as in BlockSaved.
   Tensor forward(Backend& be, const Tensor& x, std::vector<Tensor>& saved) override {
+    recompute_saved(be, x, saved);
+    Tensor y = mlp_proj_.forward(be, saved[kGeluOut]);  // (mb, T, C)
+    be.add(y, saved[kX1], y);                           // y = x1 + mlp(ln2(x1))
+    return y;
+  }
+
+  // Everything backward needs; skips the MLP projection, whose output only
+  // feeds the next layer.
+  void recompute_saved(Backend& be, const Tensor& x, std::vector<Tensor>& saved) override {
     check_hidden_shape(x.shape(), dims_);
     saved.clear();
     Tensor ln1 = ln1_.forward(be, x, saved);  // (mb, T, C)
@@ -236,10 +249,7 @@ class GptBlock final : public Layer {
     be.gelu_forward(fc, gelu);
     saved.push_back(fc);
     saved.push_back(gelu);
-    Tensor y = mlp_proj_.forward(be, gelu);  // (mb, T, C)
-    be.add(y, x1, y);                        // y = x1 + mlp(ln2(x1))
     PT_CHECK(saved.size() == kBlockSavedCount, "block saved layout");
-    return y;
   }
 
   Tensor backward(Backend& be, const Tensor& x, const std::vector<Tensor>& saved,
@@ -311,6 +321,12 @@ class GptHead final : public Layer {
     saved.clear();
     Tensor ln = ln_f_.forward(be, x, saved);  // (mb, T, C)
     return lm_head_.forward(be, ln);          // (mb, T, V)
+  }
+  // Backward needs ln_f's output and statistics, not the logits.
+  void recompute_saved(Backend& be, const Tensor& x, std::vector<Tensor>& saved) override {
+    check_hidden_shape(x.shape(), dims_);
+    saved.clear();
+    ln_f_.forward(be, x, saved);
   }
   Tensor backward(Backend& be, const Tensor& x, const std::vector<Tensor>& saved,
                   const Tensor& dy, bool need_dx) override {

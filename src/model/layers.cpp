@@ -47,6 +47,10 @@ class Linear final : public Layer {
     return with_last(input, out_);
   }
   std::vector<Param*> params() override { return {&weight_, &bias_}; }
+  // Backward needs only x, which the executor keeps: nothing to recompute.
+  void recompute_saved(Backend&, const Tensor&, std::vector<Tensor>& saved) override {
+    saved.clear();
+  }
 
   Tensor forward(Backend& be, const Tensor& x, std::vector<Tensor>&) override {
     Tensor y = Tensor::empty(output_shape(x.shape()), DType::F32, MemCategory::Workspace);
@@ -76,6 +80,9 @@ class Activation final : public Layer {
   explicit Activation(bool gelu) : gelu_(gelu) {}
   std::string kind() const override { return gelu_ ? "gelu" : "relu"; }
   Shape output_shape(const Shape& input) const override { return input; }
+  void recompute_saved(Backend&, const Tensor&, std::vector<Tensor>& saved) override {
+    saved.clear();
+  }
   Tensor forward(Backend& be, const Tensor& x, std::vector<Tensor>&) override {
     Tensor y = Tensor::empty(x.shape(), DType::F32, MemCategory::Workspace);
     if (gelu_) be.gelu_forward(x, y);

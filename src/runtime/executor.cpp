@@ -168,15 +168,17 @@ Tensor Executor::stashed(Tensor t) {
 
 // Re-runs the forward of layers [begin, end) from the kept input of `begin`,
 // keeping every input and saved tensor (as workspace) for the backward that
-// follows at once. The last layer's output is not needed and is dropped.
+// follows at once. The last layer's output is not needed: it only refills
+// its saved tensors.
 void Executor::recompute_segment(MicroBatch& state, size_t begin, size_t end) {
   Tensor x = state.layer_inputs[begin];
-  for (size_t i = begin; i < end; ++i) {
-    state.layer_saved[i].clear();
+  for (size_t i = begin; i + 1 < end; ++i) {
     Tensor y = stage_.layers[i]->forward(be_, x, state.layer_saved[i]);
     state.layer_inputs[i] = std::move(x);
     x = std::move(y);
   }
+  stage_.layers[end - 1]->recompute_saved(be_, x, state.layer_saved[end - 1]);
+  state.layer_inputs[end - 1] = std::move(x);
 }
 
 void Executor::backward(int mb) {

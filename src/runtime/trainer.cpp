@@ -104,7 +104,7 @@ std::string mib(double bytes) {
 // "auto" measures one micro-batch under each candidate policy, from the
 // cheapest in compute to the most frugal in memory, and keeps the first whose
 // estimated peak -- persistent state + peak in-flight micro-batches x stash +
-// transient -- fits the budget. Every rank learns every stage's choice; if a
+// transient + communication buffers -- fits the budget. Every rank learns every stage's choice; if a
 // stage fits with none, every rank throws the same InputError.
 RecomputePolicy Trainer::resolve_recompute() {
   const std::string setting = stage_setting(deck_, rank_);
@@ -122,13 +122,18 @@ RecomputePolicy Trainer::resolve_recompute() {
     mine.budget_bytes = deck_.pipeline.memory_budget_mb * 1048576.0;
     const double persistent = static_cast<double>(memory_stats().live_total);
     const double in_flight = report_.peak_in_flight[stage_.stage];
+    // Receives posted one action early and sends not yet completed: up to two
+    // micro-batches of stage input and output each.
+    const int64_t rows = deck_.training.batch_size / deck_.pipeline.micro_batches;
+    const double comm = 2.0 * 4.0 * static_cast<double>(shape_numel(stage_.input_shape(rows)) +
+                                                        shape_numel(stage_.output_shape(rows)));
     fits = false;
     for (const char* candidate : {"none", "selective", "every:2", "full"}) {
       chosen = parse_recompute_policy(candidate, key);
       Executor probe(stage_, *transport_, deck_, cpu_backend(), chosen);
       const MemoryProbe m = probe.probe_memory(*data_);
       mine.needed_bytes = persistent + in_flight * static_cast<double>(m.stash_bytes) +
-                          static_cast<double>(m.transient_bytes);
+                          static_cast<double>(m.transient_bytes) + comm;
       if (mine.needed_bytes <= mine.budget_bytes) {
         fits = true;
         break;

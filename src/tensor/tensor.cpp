@@ -1,4 +1,5 @@
-// tensor.cpp: CPU storage, the caching allocator and memory accounting.
+// tensor.cpp: CPU storage, the caching allocator and memory accounting; the
+// registry of device-memory hooks (filled by the CUDA library when built).
 #include "pipetrain/tensor.hpp"
 
 #include <cstdlib>
@@ -82,17 +83,47 @@ CachingAllocator& allocator() {
   return *instance;
 }
 
+constexpr int kDevices = 2;  // Device::CPU, Device::CUDA
+DeviceMemoryHooks g_device_hooks[kDevices];
+thread_local Device t_default_device = Device::CPU;
+
+const DeviceMemoryHooks& hooks_of(Device dev) {
+  const DeviceMemoryHooks& h = g_device_hooks[static_cast<int>(dev)];
+  PT_CHECK(h.allocate != nullptr, std::string("no memory registered for device '") +
+                                      device_name(dev) +
+                                      "' (CPU-only build, or pt::cuda::select_device not called)");
+  return h;
+}
+
 }  // namespace
+
+Device default_device() { return t_default_device; }
+void set_default_device(Device dev) { t_default_device = dev; }
+
+const char* device_name(Device dev) { return dev == Device::CPU ? "cpu" : "cuda"; }
+
+void register_device_memory(Device dev, const DeviceMemoryHooks& hooks) {
+  PT_CHECK(dev != Device::CPU, "CPU memory is built in");
+  PT_CHECK(hooks.allocate && hooks.release && hooks.copy && hooks.zero, "incomplete hooks");
+  g_device_hooks[static_cast<int>(dev)] = hooks;
+}
+
+bool device_memory_registered(Device dev) {
+  return dev == Device::CPU || g_device_hooks[static_cast<int>(dev)].allocate != nullptr;
+}
 
 struct Storage {
   void* data = nullptr;
   size_t bytes = 0;
   MemCategory category = MemCategory::Workspace;
   Device device = Device::CPU;
-  Storage(size_t n, MemCategory cat) : bytes(n), category(cat) {
-    data = allocator().allocate(n, cat);
+  Storage(size_t n, MemCategory cat, Device dev) : bytes(n), category(cat), device(dev) {
+    data = dev == Device::CPU ? allocator().allocate(n, cat) : hooks_of(dev).allocate(n, cat);
   }
-  ~Storage() { allocator().release(data, bytes, category); }
+  ~Storage() {
+    if (device == Device::CPU) allocator().release(data, bytes, category);
+    else g_device_hooks[static_cast<int>(device)].release(data, bytes, category);
+  }
   Storage(const Storage&) = delete;
   Storage& operator=(const Storage&) = delete;
 };
@@ -130,18 +161,18 @@ int64_t shape_numel(const Shape& shape) {
 }
 
 Tensor Tensor::empty(const Shape& shape, DType dtype, MemCategory cat, Device dev) {
-  PT_CHECK(dev == Device::CPU, "CPU tensors only in this build");
   for (int64_t d : shape) PT_CHECK(d >= 0, "negative dimension in " + shape_string(shape));
   Tensor t;
   t.shape_ = shape;
   t.dtype_ = dtype;
-  t.storage_ = std::make_shared<Storage>(t.bytes(), cat);
+  t.storage_ = std::make_shared<Storage>(t.bytes(), cat, dev);
   return t;
 }
 
 Tensor Tensor::zeros(const Shape& shape, DType dtype, MemCategory cat, Device dev) {
   Tensor t = empty(shape, dtype, cat, dev);
-  std::memset(t.raw(), 0, t.bytes());
+  if (dev == Device::CPU) std::memset(t.raw(), 0, t.bytes());
+  else hooks_of(dev).zero(t.raw(), t.bytes());
   return t;
 }
 
@@ -191,10 +222,30 @@ void Tensor::retag(MemCategory cat) {
   storage_->category = cat;
 }
 
-Tensor Tensor::clone(MemCategory cat) const {
-  Tensor t = empty(shape_, dtype_, cat, device());
-  std::memcpy(t.raw(), raw(), bytes());
+Tensor Tensor::clone(MemCategory cat) const { return to(device(), cat); }
+
+Tensor Tensor::to(Device dev) const { return dev == device() ? *this : to(dev, category()); }
+
+Tensor Tensor::to(Device dev, MemCategory cat) const {
+  if (!defined()) return Tensor();
+  Tensor t = empty(shape_, dtype_, cat, dev);
+  copy_tensor(*this, t);
   return t;
+}
+
+void copy_tensor(const Tensor& src, Tensor& dst) {
+  PT_CHECK(src.bytes() == dst.bytes(), "copy_tensor: " + shape_string(src.shape()) + " to " +
+                                           shape_string(dst.shape()));
+  if (src.bytes() == 0) return;
+  const Device from = src.device(), to = dst.device();
+  if (from == Device::CPU && to == Device::CPU) {
+    std::memcpy(dst.raw(), src.raw(), src.bytes());
+    return;
+  }
+  const Device other = from == Device::CPU ? to : from;
+  PT_CHECK(from == Device::CPU || to == Device::CPU || from == to,
+           "copy_tensor between two different accelerators");
+  hooks_of(other).copy(dst.raw(), to, src.raw(), from, src.bytes());
 }
 
 MemoryStats memory_stats() { return allocator().stats(); }

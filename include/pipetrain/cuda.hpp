@@ -1,0 +1,137 @@
+// cuda.hpp: the public API of the CUDA build (library pt_cuda, only built
+// with -DPIPETRAIN_CUDA=ON): device selection, the CUDA backend, the GPU
+// transports (NCCL and host-staged MPI), device memory statistics.
+//
+// Pure C++ and MPI: no CUDA header is needed to include it. Call order on
+// each rank (docs/cuda.md has the whole integration list):
+//   DeviceInfo info = cuda::select_device(comm);      // collective; before any CUDA use
+//   auto backend   = cuda::make_backend({precision});  // Backend on that device
+//   auto transport = cuda::make_transport("auto", comm, info, timeout_s);  // collective
+// Stream contract: every Backend kernel and every host<->device tensor copy
+// runs on one compute stream per process; the transports order themselves
+// after it (isend and irecv both make their stream wait for the work already
+// queued on the compute stream) and complete in PendingTransfer::test(), after
+// which the buffer may be used by any later Backend call. Backend calls that
+// return a value to the host (losses, sum_squares, all_finite) synchronise the
+// compute stream.
+#pragma once
+
+#include <mpi.h>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "pipetrain/backend.hpp"
+#include "pipetrain/tensor.hpp"
+#include "pipetrain/transport.hpp"
+
+namespace pt::cuda {
+
+// ---- devices ----
+
+// Number of visible CUDA devices; 0 when there is no driver or device (never
+// throws). `why` (optional) receives the CUDA error text when 0.
+int device_count(std::string* why = nullptr);
+
+// The device picked for this rank and where it is, for the run log.
+struct DeviceInfo {
+  int rank = 0;          // in the communicator given to select_device
+  int local_rank = 0;    // among the ranks on this host
+  int local_size = 1;    // ranks on this host
+  int device = 0;        // CUDA device index (after CUDA_VISIBLE_DEVICES)
+  int device_count = 0;  // visible devices
+  std::string host;      // MPI processor name
+  std::string name;      // "NVIDIA H200"
+  std::string pci_bus_id;  // "0000:19:00.0": identifies the physical GPU
+  size_t total_memory = 0;  // bytes
+  int cc_major = 0, cc_minor = 0;
+  bool override_used = false;  // PIPETRAIN_DEVICE decided the device
+  // "rank 3 on node7: cuda:1 NVIDIA H200 (sm_90, 139.8 GiB) pci 0000:2a:00.0, local rank 1/4"
+  std::string describe() const;
+};
+
+// Device index for a rank: local_rank mod device_count, or the environment
+// override PIPETRAIN_DEVICE when set: one index ("2": every rank of the host
+// uses device 2) or a comma list indexed by local rank mod its length
+// ("0,0,1,1"). Throws InputError on a malformed or out-of-range override.
+int choose_device_index(int local_rank, int device_count, const char* override_env);
+
+// Collective over comm: local rank from MPI_Comm_split_type(MPI_COMM_TYPE_SHARED),
+// choose_device_index(getenv("PIPETRAIN_DEVICE")), cudaSetDevice, creates the
+// compute stream and cuBLAS handle and registers Device::CUDA tensor memory.
+// Throws Error when no device is visible. Call before any other CUDA use.
+DeviceInfo select_device(MPI_Comm comm);
+// Single process (tests, benchmarks): the same on a given device index.
+DeviceInfo init_device(int device);
+
+// True when two ranks of comm drive the same physical GPU (same host and PCI
+// bus id). Collective. NCCL refuses such a communicator.
+bool any_device_shared(const DeviceInfo& info, MPI_Comm comm);
+// The pure rule behind it: keys are "host|pci_bus_id", one per rank.
+bool has_duplicate(const std::vector<std::string>& keys);
+
+// Waits for all work queued on the compute stream (and checks kernel errors).
+void synchronize();
+
+// ---- backend ----
+
+// fp32: plain fp32 GEMMs (pedantic, no TF32). tf32: fp32 tensors, TF32 tensor
+// cores in GEMMs. bf16 / fp16: fp32 master weights and fp32 activations in
+// memory; each GEMM casts its operands to bf16 / fp16 on the fly and
+// accumulates in fp32 into an fp32 output. Everything but GEMMs is fp32.
+// fp16 needs dynamic loss scaling (pipetrain/loss_scaler.hpp); bf16 does not.
+enum class Precision { FP32, TF32, BF16, FP16 };
+Precision parse_precision(const std::string& name);  // "fp32" | "tf32" | "bf16" | "fp16"
+const char* precision_name(Precision p);
+
+struct BackendOptions {
+  Precision precision = Precision::FP32;
+};
+
+// The CUDA backend on the device chosen by select_device / init_device.
+// Tensors given to it must be Device::CUDA (checked).
+std::unique_ptr<Backend> make_backend(const BackendOptions& options = {});
+
+// GEMMs issued by the CUDA backend between start and stop (for benchmarks):
+// row-major shapes as pt::GemmShape; batch > 1 for the attention GEMMs.
+struct DeviceGemm {
+  GemmShape shape;
+  int64_t batch = 1;
+};
+void start_device_gemm_recording();
+std::vector<DeviceGemm> stop_device_gemm_recording();
+
+// ---- transports ----
+
+// "nccl": one 2-rank NCCL communicator per neighbour link and direction,
+// split from a world communicator bootstrapped with MPI_Bcast of the unique
+// id; only peers rank +- 1. Sends and receives between a pair of ranks must be
+// posted in the same order on both sides (NCCL has no tags; the pipeline
+// schedules post each link's messages in micro-batch order).
+// A transfer still pending after timeout_s, or an asynchronous NCCL error,
+// aborts the communicators and throws (TimeoutError / Error).
+std::unique_ptr<Transport> make_nccl_transport(MPI_Comm comm, double timeout_s);
+// "mpi_staged": device -> pinned host -> MPI_Isend, MPI_Irecv -> pinned ->
+// device (Open MPI here is not CUDA-aware). Works when ranks share a GPU.
+std::unique_ptr<Transport> make_staged_transport(MPI_Comm comm);
+// "nccl" | "mpi_staged" for a request "nccl" | "mpi_staged" | "auto" (auto:
+// mpi_staged when any two ranks share a device, else nccl). Collective.
+// Throws InputError for an unknown name or "nccl" on shared devices.
+std::string resolve_transport(const std::string& requested, const DeviceInfo& info,
+                              MPI_Comm comm);
+// resolve_transport, then the matching factory. Collective.
+std::unique_ptr<Transport> make_transport(const std::string& requested, MPI_Comm comm,
+                                          const DeviceInfo& info, double timeout_s);
+
+// ---- memory ----
+
+// Live and peak bytes of Device::CUDA tensors per MemCategory (this process),
+// plus what the caching allocator holds from cudaMalloc.
+MemoryStats device_memory_stats();
+size_t device_bytes_reserved();
+void reset_device_memory_peaks();
+// Returns cached, unused device blocks to the driver (synchronises the device).
+void release_cached_device_memory();
+
+}  // namespace pt::cuda

@@ -1,0 +1,34 @@
+// check.hpp: one error-check macro per GPU library, each carrying file:line
+// like PT_CHECK (pt::fail_at): CUDA_CHECK (runtime), CUBLAS_CHECK, NCCL_CHECK.
+// Library headers are not needed here: every status type is an enum whose
+// success value is 0, and the text is looked up in check.cpp.
+#pragma once
+
+#include "pipetrain/error.hpp"
+
+namespace pt::cuda {
+
+[[noreturn]] void fail_cuda(const char* file, int line, const char* call, int code);
+[[noreturn]] void fail_cublas(const char* file, int line, const char* call, int code);
+[[noreturn]] void fail_nccl(const char* file, int line, const char* call, int code);
+
+}  // namespace pt::cuda
+
+#define CUDA_CHECK(call)                                                        \
+  do {                                                                          \
+    const int pt_cuda_rc_ = static_cast<int>(call);                             \
+    if (pt_cuda_rc_ != 0) ::pt::cuda::fail_cuda(__FILE__, __LINE__, #call, pt_cuda_rc_); \
+  } while (0)
+
+#define CUBLAS_CHECK(call)                                                      \
+  do {                                                                          \
+    const int pt_cublas_rc_ = static_cast<int>(call);                           \
+    if (pt_cublas_rc_ != 0)                                                     \
+      ::pt::cuda::fail_cublas(__FILE__, __LINE__, #call, pt_cublas_rc_);        \
+  } while (0)
+
+#define NCCL_CHECK(call)                                                        \
+  do {                                                                          \
+    const int pt_nccl_rc_ = static_cast<int>(call);                             \
+    if (pt_nccl_rc_ != 0) ::pt::cuda::fail_nccl(__FILE__, __LINE__, #call, pt_nccl_rc_); \
+  } while (0)

@@ -1,0 +1,83 @@
+// context.cpp: creation of the per-process CUDA context and the
+// synchronisation helpers shared by backend and transports.
+#include "context.hpp"
+
+#include <mutex>
+#include <string>
+
+#include "check.hpp"
+#include "pipetrain/cuda.hpp"
+
+namespace pt::cuda {
+
+namespace {
+
+Context* g_context = nullptr;  // never destroyed: streams must outlive static tensors
+std::mutex g_context_mutex;
+thread_local int t_current_device = -1;
+
+void make_current(int device) {
+  if (t_current_device == device) return;
+  CUDA_CHECK(cudaSetDevice(device));
+  t_current_device = device;
+}
+
+}  // namespace
+
+void create_context(int device) {
+  std::lock_guard<std::mutex> lock(g_context_mutex);
+  if (g_context != nullptr) {
+    PT_CHECK(g_context->device == device,
+             "CUDA context already on device " + std::to_string(g_context->device) +
+                 ", asked for " + std::to_string(device));
+    return;
+  }
+  make_current(device);
+  auto* ctx = new Context();
+  ctx->device = device;
+  CUDA_CHECK(cudaStreamCreateWithFlags(&ctx->compute, cudaStreamNonBlocking));
+  CUBLAS_CHECK(cublasCreate(&ctx->cublas));
+  CUBLAS_CHECK(cublasSetStream(ctx->cublas, ctx->compute));
+  void* word = nullptr;
+  CUDA_CHECK(cudaHostAlloc(&word, sizeof(unsigned), cudaHostAllocMapped));
+  ctx->error_host = static_cast<volatile unsigned*>(word);
+  *ctx->error_host = 0;
+  CUDA_CHECK(cudaHostGetDevicePointer(reinterpret_cast<void**>(&ctx->error_word), word, 0));
+  CUDA_CHECK(cudaMallocHost(reinterpret_cast<void**>(&ctx->readback), 64 * sizeof(double)));
+  g_context = ctx;
+  install_memory_hooks();
+}
+
+bool context_ready() { return g_context != nullptr; }
+
+Context& context() {
+  PT_CHECK(g_context != nullptr,
+           "CUDA not initialised: call pt::cuda::select_device (or init_device) first");
+  make_current(g_context->device);
+  return *g_context;
+}
+
+void order_after_compute(cudaStream_t stream) {
+  Context& ctx = context();
+  cudaEvent_t ev;
+  CUDA_CHECK(cudaEventCreateWithFlags(&ev, cudaEventDisableTiming));
+  CUDA_CHECK(cudaEventRecord(ev, ctx.compute));
+  CUDA_CHECK(cudaStreamWaitEvent(stream, ev, 0));
+  CUDA_CHECK(cudaEventDestroy(ev));  // released once the wait is satisfied
+}
+
+void sync_and_check() {
+  Context& ctx = context();
+  CUDA_CHECK(cudaStreamSynchronize(ctx.compute));
+  const unsigned bits = *ctx.error_host;
+  if (bits == 0) return;
+  *ctx.error_host = 0;
+  std::string what;
+  if (bits & kBadToken) what += "a token id outside [0, vocab_size) in the embedding; ";
+  if (bits & kBadLabel) what += "a label outside [0, classes) in the cross-entropy; ";
+  PT_FAIL("CUDA kernels met invalid input: " + what.substr(0, what.size() - 2));
+}
+
+void synchronize() { sync_and_check(); }
+
+}  // namespace pt::cuda

@@ -1,0 +1,154 @@
+// device_select.cpp: which GPU each rank drives (local rank mod visible
+// devices, or the PIPETRAIN_DEVICE override), its description for the run
+// log, and whether two ranks of a communicator share a physical GPU.
+#include <cuda_runtime.h>
+#include <mpi.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "check.hpp"
+#include "context.hpp"
+#include "pipetrain/cuda.hpp"
+
+namespace pt::cuda {
+
+namespace {
+
+std::vector<int> parse_index_list(const std::string& text) {
+  std::vector<int> out;
+  size_t pos = 0;
+  while (pos <= text.size()) {
+    const size_t comma = std::min(text.find(',', pos), text.size());
+    const std::string item = text.substr(pos, comma - pos);
+    char* end = nullptr;
+    const long v = std::strtol(item.c_str(), &end, 10);
+    if (item.empty() || end == nullptr || *end != '\0' || v < 0 || v > 1023)
+      throw InputError("PIPETRAIN_DEVICE='" + text +
+                       "': expected a device index or a comma list of indices, e.g. 0 or 0,0,1,1");
+    out.push_back(static_cast<int>(v));
+    pos = comma + 1;
+  }
+  return out;
+}
+
+std::string processor_name() {
+  char name[MPI_MAX_PROCESSOR_NAME] = {0};
+  int len = 0;
+  MPI_CHECK(MPI_Get_processor_name(name, &len));
+  return std::string(name, static_cast<size_t>(len));
+}
+
+// Fills the device fields of `info` for `device` and creates the context.
+void open_device(DeviceInfo& info, int device) {
+  create_context(device);
+  cudaDeviceProp prop;
+  CUDA_CHECK(cudaGetDeviceProperties(&prop, device));
+  char bus[32] = {0};
+  CUDA_CHECK(cudaDeviceGetPCIBusId(bus, sizeof bus, device));
+  info.device = device;
+  info.name = prop.name;
+  info.pci_bus_id = bus;
+  info.total_memory = prop.totalGlobalMem;
+  info.cc_major = prop.major;
+  info.cc_minor = prop.minor;
+}
+
+int visible_devices_or_throw(const std::string& host) {
+  std::string why;
+  const int count = device_count(&why);
+  if (count == 0) throw Error("no CUDA device visible on " + host + ": " + why);
+  return count;
+}
+
+}  // namespace
+
+int device_count(std::string* why) {
+  int count = 0;
+  const cudaError_t rc = cudaGetDeviceCount(&count);
+  if (rc != cudaSuccess) {
+    if (why) *why = std::string(cudaGetErrorName(rc)) + ": " + cudaGetErrorString(rc);
+    (void)cudaGetLastError();
+    return 0;
+  }
+  if (count == 0 && why) *why = "cudaGetDeviceCount returned 0";
+  return count;
+}
+
+int choose_device_index(int local_rank, int device_count, const char* override_env) {
+  PT_CHECK(device_count > 0 && local_rank >= 0, "choose_device_index arguments");
+  if (override_env == nullptr || *override_env == '\0') return local_rank % device_count;
+  const std::vector<int> list = parse_index_list(override_env);
+  const int device = list[static_cast<size_t>(local_rank) % list.size()];
+  if (device >= device_count)
+    throw InputError("PIPETRAIN_DEVICE='" + std::string(override_env) + "' names device " +
+                     std::to_string(device) + " but only " + std::to_string(device_count) +
+                     " are visible");
+  return device;
+}
+
+DeviceInfo select_device(MPI_Comm comm) {
+  DeviceInfo info;
+  MPI_CHECK(MPI_Comm_rank(comm, &info.rank));
+  MPI_Comm node;
+  MPI_CHECK(MPI_Comm_split_type(comm, MPI_COMM_TYPE_SHARED, info.rank, MPI_INFO_NULL, &node));
+  MPI_CHECK(MPI_Comm_rank(node, &info.local_rank));
+  MPI_CHECK(MPI_Comm_size(node, &info.local_size));
+  MPI_CHECK(MPI_Comm_free(&node));
+  info.host = processor_name();
+  info.device_count = visible_devices_or_throw(info.host);
+  const char* env = std::getenv("PIPETRAIN_DEVICE");
+  info.override_used = env != nullptr && *env != '\0';
+  open_device(info, choose_device_index(info.local_rank, info.device_count, env));
+  return info;
+}
+
+DeviceInfo init_device(int device) {
+  DeviceInfo info;
+  int mpi_up = 0;
+  MPI_Initialized(&mpi_up);
+  info.host = mpi_up ? processor_name() : "localhost";
+  info.device_count = visible_devices_or_throw(info.host);
+  PT_CHECK(device >= 0 && device < info.device_count,
+           "device " + std::to_string(device) + " of " + std::to_string(info.device_count));
+  open_device(info, device);
+  return info;
+}
+
+std::string DeviceInfo::describe() const {
+  char text[512];
+  std::snprintf(text, sizeof text,
+                "rank %d on %s: cuda:%d %s (sm_%d%d, %.1f GiB) pci %s, local rank %d/%d%s", rank,
+                host.c_str(), device, name.c_str(), cc_major, cc_minor,
+                static_cast<double>(total_memory) / (1024.0 * 1024.0 * 1024.0),
+                pci_bus_id.c_str(), local_rank, local_size,
+                override_used ? " (PIPETRAIN_DEVICE)" : "");
+  return text;
+}
+
+bool has_duplicate(const std::vector<std::string>& keys) {
+  std::set<std::string> seen;
+  for (const std::string& k : keys)
+    if (!seen.insert(k).second) return true;
+  return false;
+}
+
+bool any_device_shared(const DeviceInfo& info, MPI_Comm comm) {
+  constexpr int kKey = 256;
+  char mine[kKey] = {0};
+  std::snprintf(mine, sizeof mine, "%s|%s", info.host.c_str(), info.pci_bus_id.c_str());
+  int size = 1;
+  MPI_CHECK(MPI_Comm_size(comm, &size));
+  std::vector<char> all(static_cast<size_t>(size) * kKey);
+  MPI_CHECK(MPI_Allgather(mine, kKey, MPI_CHAR, all.data(), kKey, MPI_CHAR, comm));
+  std::vector<std::string> keys;
+  for (int r = 0; r < size; ++r) keys.emplace_back(all.data() + static_cast<size_t>(r) * kKey);
+  return has_duplicate(keys);
+}
+
+}  // namespace pt::cuda

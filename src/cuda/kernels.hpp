@@ -1,0 +1,69 @@
+// kernels.hpp: launchers of the CUDA backend's own kernels (internal to
+// pt_cuda). Raw device pointers, row-major; every launch goes on `s`.
+// Contracts match the Backend methods in include/pipetrain/backend.hpp; the
+// reductions (reduce_*) synchronise the compute stream and return to the host.
+// No kernel uses floating-point atomics: all results are bitwise reproducible
+// run to run on a given GPU and launch shape.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+namespace pt::cuda::kern {
+
+// ---- elementwise (kernels_elementwise.cu) ----
+void add_bias(float* y, const float* bias, int64_t rows, int64_t n, cudaStream_t s);  // y (rows, n) += bias (n)
+void relu_forward(const float* x, float* y, int64_t n, cudaStream_t s);
+void relu_backward(const float* x, const float* dy, float* dx, int64_t n, cudaStream_t s);
+void gelu_forward(const float* x, float* y, int64_t n, cudaStream_t s);
+void gelu_backward(const float* x, const float* dy, float* dx, int64_t n, cudaStream_t s);
+void add(const float* a, const float* b, float* out, int64_t n, cudaStream_t s);
+void fill(float* x, float value, int64_t n, cudaStream_t s);
+void scale(float* x, float factor, int64_t n, cudaStream_t s);
+void sgd_step(float* p, const float* g, float* v, float lr, float momentum, float weight_decay,
+              int64_t n, cudaStream_t s);
+// step_size = lr / (1 - beta1^t), decay = 1 - lr * wd, bias2_sqrt = sqrt(1 - beta2^t).
+void adamw_step(float* p, const float* g, float* m, float* v, float beta1, float beta2,
+                float eps, float step_size, float decay, float bias2_sqrt, int64_t n,
+                cudaStream_t s);
+// out[i] = x[i] rounded to nearest even in bf16 (to_bf16) or fp16.
+void cast_to_half(const float* x, void* out, int64_t n, bool to_bf16, cudaStream_t s);
+
+// ---- reductions (kernels_reduce.cu); each synchronises and returns ----
+double reduce_sum_squares(const float* x, int64_t n, cudaStream_t s);
+int64_t reduce_count_nonfinite(const float* x, int64_t n, cudaStream_t s);
+// Returns sum (pred - target)^2; writes dpred = 2 (pred - target) grad_scale.
+double reduce_mse(const float* pred, const float* target, float grad_scale, float* dpred,
+                  int64_t n, cudaStream_t s);
+double reduce_sum(const double* x, int64_t n, cudaStream_t s);
+
+// ---- row-wise kernels (kernels_rows.cu) ----
+void layernorm_forward(const float* x, const float* gamma, const float* beta, float eps,
+                       float* y, float* mean, float* rstd, int64_t rows, int64_t C,
+                       cudaStream_t s);
+// Writes dx; ADDS into dgamma, dbeta (via per-chunk partial sums, no atomics).
+void layernorm_backward(const float* x, const float* gamma, const float* mean,
+                        const float* rstd, const float* dy, float* dx, float* dgamma,
+                        float* dbeta, int64_t rows, int64_t C, cudaStream_t s);
+// Per-row loss into row_loss (rows, double); dlogits = (softmax - onehot) * grad_scale.
+void softmax_xent(const float* logits, const int32_t* labels, float grad_scale, float* dlogits,
+                  double* row_loss, int64_t rows, int64_t classes, cudaStream_t s);
+// s: rows of length T, row r being query position r % T of its (T, T) block.
+// In place: softmax over columns j <= i, exactly 0 above the diagonal.
+void causal_softmax_forward(float* scores, int64_t rows, int64_t T, cudaStream_t s);
+// In place on dp: scale * p * (dp - sum_j p dp) for j <= i, 0 above.
+void causal_softmax_backward(const float* p, float* dp, int64_t rows, int64_t T, float scale,
+                             cudaStream_t s);
+
+// ---- embedding (kernels_embedding.cu) ----
+// y (mb*T, C) = wte[tokens] + wpe[t]; invalid tokens set kBadToken.
+void embedding_forward(const int32_t* tokens, const float* wte, const float* wpe, float* y,
+                       int64_t mb, int64_t T, int64_t V, int64_t C, unsigned* error_word,
+                       cudaStream_t s);
+// ADDS dy into dwte[token] and dwpe[t], each sum in (b, t) order as on the CPU.
+void embedding_backward(const int32_t* tokens, const float* dy, float* dwte, float* dwpe,
+                        int64_t mb, int64_t T, int64_t V, int64_t C, unsigned* error_word,
+                        cudaStream_t s);
+
+}  // namespace pt::cuda::kern
