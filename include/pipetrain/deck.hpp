@@ -64,6 +64,7 @@ struct TrainingConfig {
   int64_t blas_threads = 0;        // 0 = node cores / ranks on the node
   int64_t eval_every = 0;          // held-out loss every k steps; 0 = off
   int64_t eval_batches = 2;        // batches per evaluation
+  std::string init_from;           // checkpoint whose weights (only) start training
 };
 
 struct PipelineConfig {
@@ -82,6 +83,10 @@ struct PipelineConfig {
 struct OutputConfig {
   std::string dir = "runs/default";  // metrics.h5, deck.resolved.toml, ...
   int64_t log_every = 1;             // print a step line every k steps
+  bool trace = false;                // write <dir>/trace.h5 (every rank's timeline)
+  int64_t checkpoint_every = 0;      // checkpoint every k steps (and at the end); 0 = off
+  int64_t checkpoint_keep = 3;       // newest checkpoints kept
+  std::string checkpoint_dir;        // "" = <dir>/checkpoints
 };
 
 struct Deck {

@@ -75,6 +75,7 @@ const std::vector<KeySpec> kDeckKeys = {
     {"training", "grad_clip", PT_FIELD(training.grad_clip), at_least(0), nullptr, "global gradient-norm clip; 0 = off", PT_ALWAYS},
     {"training", "blas_threads", PT_FIELD(training.blas_threads), between(0, 4096), nullptr, "BLAS threads per rank; 0 = node cores / ranks on the node", PT_ALWAYS},
     {"training", "eval_every", PT_FIELD(training.eval_every), at_least(0), nullptr, "held-out evaluation loss every k steps; 0 = off", PT_ALWAYS},
+    {"training", "init_from", PT_FIELD(training.init_from), any(), nullptr, "checkpoint whose weights (only) initialise the model; \"\" = none", PT_ALWAYS},
     {"training", "eval_batches", PT_FIELD(training.eval_batches), between(1, 1 << 20), nullptr, "batches per evaluation", PT_ALWAYS},
     {"pipeline", "stages", PT_FIELD(pipeline.stages), between(0, 1 << 16), nullptr, "pipeline stages, one per MPI rank; 0 = number of ranks", PT_ALWAYS},
     {"pipeline", "micro_batches", PT_FIELD(pipeline.micro_batches), between(1, 1 << 20), nullptr, "micro-batches per step; must divide batch_size", PT_ALWAYS},
@@ -87,6 +88,10 @@ const std::vector<KeySpec> kDeckKeys = {
     {"pipeline", "timeout_s", PT_FIELD(pipeline.timeout_s), above(0), nullptr, "seconds a rank waits for a peer before aborting", PT_ALWAYS},
     {"output", "dir", PT_FIELD(output.dir), any(), nullptr, "run directory: metrics.h5, deck.resolved.toml, ...", PT_ALWAYS},
     {"output", "log_every", PT_FIELD(output.log_every), at_least(1), nullptr, "print a step line every k steps", PT_ALWAYS},
+    {"output", "trace", PT_FIELD(output.trace), any(), nullptr, "write trace.h5: every rank's timeline of F, B, recompute, communication, waits, optimizer", PT_ALWAYS},
+    {"output", "checkpoint_every", PT_FIELD(output.checkpoint_every), at_least(0), nullptr, "checkpoint every k steps and at the end; 0 = off", PT_ALWAYS},
+    {"output", "checkpoint_keep", PT_FIELD(output.checkpoint_keep), between(1, 1000000), nullptr, "newest checkpoints kept", PT_ALWAYS},
+    {"output", "checkpoint_dir", PT_FIELD(output.checkpoint_dir), any(), nullptr, "checkpoint directory; \"\" = <dir>/checkpoints", PT_ALWAYS},
 };
 
 #undef PT_FIELD
