@@ -17,12 +17,15 @@
 #include "pipetrain/model.hpp"
 #include "pipetrain/recompute.hpp"
 #include "pipetrain/schedule.hpp"
+#include "pipetrain/trace.hpp"
 #include "pipetrain/transport.hpp"
 
 namespace pt {
 
 struct StepOutcome {
   double loss_sum = 0.0;  // last stage: summed loss terms of the step; else 0
+  double compute_us = 0.0;  // time in F and B, not counting waits for peers
+  double span_us = 0.0;     // first action's start to the end of the last wait or compute
 };
 
 enum class Pass { Train, Evaluate };
@@ -36,7 +39,7 @@ struct MemoryProbe {
 class Executor {
  public:
   Executor(StageModel& stage, Transport& transport, const Deck& deck, Backend& backend,
-           RecomputePolicy policy);
+           RecomputePolicy policy, Tracer* tracer = nullptr);
   const RecomputePolicy& policy() const { return policy_; }
   // Runs one micro-batch through this stage alone and measures its memory.
   MemoryProbe probe_memory(const Dataset& data);
@@ -45,6 +48,15 @@ class Executor {
   StepOutcome run(const Schedule& schedule, const Dataset& data, int64_t step, Pass pass);
 
  private:
+  // A posted transfer and when it was posted; its completion is recorded as
+  // a SEND or RECV event the first time it is observed.
+  struct Pending {
+    std::unique_ptr<PendingTransfer> transfer;
+    Action action;
+    double posted_us = 0.0;
+    bool done = false;
+    explicit operator bool() const { return transfer != nullptr; }
+  };
   struct MicroBatch {
     std::vector<Tensor> layer_inputs;              // (layers) input of each layer, when kept
     std::vector<std::vector<Tensor>> layer_saved;  // (layers) extra saved tensors
@@ -52,13 +64,12 @@ class Executor {
     Tensor grad_output;                            // (rows, out) dL/d output
     Tensor grad_input;                             // (rows, in) dL/d input, until sent
     Tensor recv_input;                             // (rows, in) buffer of RECV_F
-    std::unique_ptr<PendingTransfer> recv_f, recv_b;
+    Pending recv_f, recv_b;
     bool forward_done = false;
   };
   struct Send {
     Tensor buffer;
-    std::unique_ptr<PendingTransfer> transfer;
-    Action action;
+    Pending pending;
   };
 
   void run_action(const Action& a);
@@ -71,7 +82,13 @@ class Executor {
   void backward(int mb);
   void post_recv(const Action& a);
   void post_send(const Action& a);
-  void wait_for(PendingTransfer& t, const Action& a);
+  Pending posted(const Action& a, std::unique_ptr<PendingTransfer> transfer);
+  void wait_for(Pending& p);
+  bool poll(Pending& p);      // true once complete; records the transfer window
+  void poll_receives();       // progress on every posted receive
+  double compute_begin();     // start of an F/B: its time
+  void compute_end(EventKind kind, int mb, double start_us);
+  const Tracer& clock() const;
   void reap_sends(bool wait_all);
   int tag(int dst_stage, int direction, int mb) const;
   int peer_rank(int stage) const { return stage_rank(*schedule_, stage); }
@@ -83,6 +100,10 @@ class Executor {
   const Deck& deck_;
   Backend& be_;
   RecomputePolicy policy_;
+  Tracer* tracer_;            // null: no events recorded
+  Tracer local_clock_{false}; // times F/B and waits when no tracer is given
+  double compute_us_ = 0.0, nested_wait_us_ = 0.0, last_end_us_ = 0.0;
+  bool in_compute_ = false;
   int64_t rows_;  // samples per micro-batch
   const Schedule* schedule_ = nullptr;  // of the pass being run
   const Dataset* data_ = nullptr;

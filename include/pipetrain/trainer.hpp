@@ -26,6 +26,7 @@ struct StepRecord {
   double grad_norm = 0.0;    // global L2 norm before clipping
   double step_time_s = 0.0;  // wall time of the step on this rank
   double eval_loss = std::nan("");  // held-out loss when evaluated this step
+  double bubble = 0.0;       // measured pipeline bubble (fraction of the step idle)
   // Rank 0 only: per stage, peak bytes during the step by MemCategory, then
   // the peak of the total. (stages, categories + 1)
   std::vector<std::vector<double>> stage_peak_bytes;
@@ -67,6 +68,9 @@ class Trainer {
   const Schedule& schedule() const { return schedule_; }
   const ScheduleReport& schedule_report() const { return report_; }
   const StageModel& stage() const { return stage_; }
+  // Collective (output.trace): every rank's events on rank 0, on rank 0's clock.
+  std::vector<std::vector<TraceEvent>> gather_trace();
+  const ClockAlignment& clock_alignment() const { return clocks_; }
   // Every stage's recompute policy, on every rank (stage order).
   const std::vector<RecomputeChoice>& recompute_choices() const { return recompute_; }
   int rank() const { return rank_; }
@@ -74,6 +78,7 @@ class Trainer {
  private:
   double global_grad_norm();
   double mean_loss(double loss_sum);  // broadcast from the last stage
+  double measured_bubble(const StepOutcome& outcome);  // collective
   RecomputePolicy resolve_recompute();  // this stage's policy, "auto" decided collectively
   std::vector<std::vector<double>> gather_memory_peaks();
 
@@ -88,6 +93,8 @@ class Trainer {
   std::unique_ptr<Dataset> eval_data_;  // null when training.eval_every = 0
   std::unique_ptr<Transport> transport_;
   std::unique_ptr<Optimizer> optimizer_;
+  std::unique_ptr<Tracer> tracer_;
+  ClockAlignment clocks_;
   std::unique_ptr<Executor> executor_;
   std::vector<RecomputeChoice> recompute_;
 };

@@ -16,6 +16,7 @@
 #include "pipetrain/data.hpp"
 #include "pipetrain/error.hpp"
 #include "pipetrain/metrics.hpp"
+#include "pipetrain/trace_io.hpp"
 #include "pipetrain/trainer.hpp"
 
 namespace pt {
@@ -123,10 +124,10 @@ void print_step(const Deck& deck, const StepRecord& rec, double samples_per_s,
     total_peak = std::max(total_peak, stage.back());
   }
   std::printf("step %6lld/%lld | loss %.4f%s | lr %.2e | gnorm %.2e | %8.1f samples/s | "
-              "%9.0f tokens/s | %6.2f GFLOP/s | %7.1f ms | mem act %.1f / total %.1f MiB | ETA %s\n",
+              "%9.0f tokens/s | %6.2f GFLOP/s | %7.1f ms | bubble %4.1f%% | mem act %.1f / total %.1f MiB | ETA %s\n",
               static_cast<long long>(rec.step + 1), static_cast<long long>(total), rec.loss, eval,
               rec.lr, rec.grad_norm, samples_per_s, tokens_per_s, gflops, rec.step_time_s * 1e3,
-              act_peak / 1048576.0, total_peak / 1048576.0, format_duration(eta).c_str());
+              100.0 * rec.bubble, act_peak / 1048576.0, total_peak / 1048576.0, format_duration(eta).c_str());
   std::fflush(stdout);
 }
 
@@ -174,6 +175,18 @@ void print_start(const World& w, const Deck& deck, const Trainer& trainer,
   std::fflush(stdout);
 }
 
+// Collective when output.trace is on: rank 0 writes every rank's events.
+void write_trace(const World& w, const Deck& deck, Trainer& trainer) {
+  if (!deck.output.trace) return;
+  const auto events = trainer.gather_trace();
+  if (w.rank != 0) return;
+  const std::string path = deck.output.dir + "/trace.h5";
+  write_trace_file(path, deck_to_toml(deck), trainer.schedule(), events, trainer.clock_alignment());
+  double worst = 0.0;
+  for (double e : trainer.clock_alignment().error_us) worst = std::max(worst, e);
+  std::printf("trace: %s (clock offsets estimated to within %.1f us)\n", path.c_str(), worst);
+}
+
 int run_train(const World& w, const Deck& deck) {
   BlasThreadsChoice blas = choose_blas_threads(deck, w.comm);
   set_blas_threads(blas.threads);
@@ -214,6 +227,7 @@ int run_train(const World& w, const Deck& deck) {
       last_write = elapsed;
     }
   }
+  write_trace(w, deck, trainer);
   if (w.rank == 0) print_summary(deck, rec, elapsed, trainer.loss_floor());
   return 0;
 }

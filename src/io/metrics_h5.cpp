@@ -60,7 +60,7 @@ void write_file_atomic(const std::string& path, const std::string& text) {
 
 MetricsFile::MetricsFile(std::string path, std::string resolved_deck)
     : path_(std::move(path)), deck_(std::move(resolved_deck)) {
-  for (const char* name : {"loss", "lr", "grad_norm", "step_time_s", "samples_per_s", "eval_loss"})
+  for (const char* name : {"loss", "lr", "grad_norm", "step_time_s", "samples_per_s", "eval_loss", "bubble"})
     series_[name] = {};
 }
 
@@ -84,6 +84,7 @@ void MetricsFile::add_step(const StepRecord& rec, double samples_per_s) {
   series_["step_time_s"].push_back(rec.step_time_s);
   series_["samples_per_s"].push_back(samples_per_s);
   series_["eval_loss"].push_back(rec.eval_loss);
+  series_["bubble"].push_back(rec.bubble);
   const int cats = static_cast<int>(MemCategory::Count);
   for (size_t stage = 0; stage < rec.stage_peak_bytes.size(); ++stage)
     for (int c = 0; c <= cats; ++c) {

@@ -3,6 +3,7 @@
 
 #include <mpi.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdlib>
 #include <cmath>
@@ -25,8 +26,9 @@ std::string format_seconds(double s) {
 }  // namespace
 
 Executor::Executor(StageModel& stage, Transport& transport, const Deck& deck, Backend& backend,
-                   RecomputePolicy policy)
+                   RecomputePolicy policy, Tracer* tracer)
     : stage_(stage), transport_(transport), deck_(deck), be_(backend), policy_(policy),
+      tracer_(tracer),
       rows_(deck.training.batch_size / deck.pipeline.micro_batches) {}
 
 int Executor::tag(int dst_stage, int direction, int mb) const {
@@ -55,16 +57,39 @@ StepOutcome Executor::run(const Schedule& schedule, const Dataset& data, int64_t
   if (pass == Pass::Train) maybe_stall_for_test();
   loss_sum_ = 0.0;
   mbs_.clear();
+  compute_us_ = nested_wait_us_ = 0.0;
+  const double start_us = clock().now_us();
+  last_end_us_ = start_us;
   for (const Action& a : schedule.ranks[transport_.rank()]) {
     run_action(a);
     reap_sends(false);
+    poll_receives();
   }
   reap_sends(true);
   for (auto& [mb, state] : mbs_)
     PT_CHECK(!state.recv_f && !state.recv_b,
              "micro-batch " + std::to_string(mb) + " has a receive nobody consumed");
   mbs_.clear();
-  return StepOutcome{loss_sum_};
+  StepOutcome outcome;
+  outcome.loss_sum = loss_sum_;
+  outcome.compute_us = compute_us_ - nested_wait_us_;
+  outcome.span_us = last_end_us_ - start_us;
+  return outcome;
+}
+
+const Tracer& Executor::clock() const { return tracer_ ? *tracer_ : local_clock_; }
+
+double Executor::compute_begin() {
+  in_compute_ = true;
+  return clock().now_us();
+}
+
+void Executor::compute_end(EventKind kind, int mb, double start_us) {
+  const double end_us = clock().now_us();
+  in_compute_ = false;
+  compute_us_ += end_us - start_us;
+  last_end_us_ = end_us;
+  if (tracer_) tracer_->record(kind, step_, stage_.stage, mb, start_us, end_us);
 }
 
 void Executor::run_action(const Action& a) {
@@ -80,7 +105,11 @@ void Executor::run_action(const Action& a) {
   }
 }
 
-void Executor::forward(int mb) { run_forward(mb, forward_input(mb)); }
+void Executor::forward(int mb) {
+  const double start = compute_begin();
+  run_forward(mb, forward_input(mb));
+  compute_end(pass_ == Pass::Train ? EventKind::F : EventKind::EvalF, mb, start);
+}
 
 Tensor Executor::forward_input(int mb) {
   MicroBatch& state = mbs_[mb];
@@ -89,8 +118,8 @@ Tensor Executor::forward_input(int mb) {
     x = data_->inputs(micro_batch_first_sample(deck_, step_, mb), rows_);
   } else {
     PT_CHECK(state.recv_f, "F of micro-batch " + std::to_string(mb) + " without RECV_F");
-    wait_for(*state.recv_f, Action{stage_.stage, ActionKind::RECV_F, mb});
-    state.recv_f.reset();
+    wait_for(state.recv_f);
+    state.recv_f = Pending();
     x = std::move(state.recv_input);
   }
   return x;
@@ -186,12 +215,14 @@ void Executor::backward(int mb) {
   PT_CHECK(it != mbs_.end() && it->second.forward_done,
            "B of micro-batch " + std::to_string(mb) + " before its F");
   MicroBatch& state = it->second;
+  const double start = compute_begin();
   if (!stage_.is_last()) {
     PT_CHECK(state.recv_b, "B of micro-batch " + std::to_string(mb) + " without RECV_B");
-    wait_for(*state.recv_b, Action{stage_.stage, ActionKind::RECV_B, mb});
-    state.recv_b.reset();
+    wait_for(state.recv_b);
+    state.recv_b = Pending();
   }
   run_backward(mb, std::move(state.grad_output));
+  compute_end(EventKind::B, mb, start);
 }
 
 void Executor::run_backward(int mb, Tensor dy) {
@@ -200,7 +231,11 @@ void Executor::run_backward(int mb, Tensor dy) {
   // dropped it, then run its backward, releasing the stash as it goes.
   for (size_t end = stage_.layers.size(); end > 0;) {
     const size_t begin = policy_.segment_start(end - 1);
-    if (!policy_.keeps_saved()) recompute_segment(state, begin, end);
+    if (!policy_.keeps_saved()) {
+      const double start = clock().now_us();
+      recompute_segment(state, begin, end);
+      if (tracer_) tracer_->record(EventKind::Recompute, step_, stage_.stage, mb, start, clock().now_us());
+    }
     for (size_t i = end; i-- > begin;) {
       const bool need_dx = i > 0 || !stage_.is_first();
       Tensor dx = stage_.layers[i]->backward(be_, state.layer_inputs[i], state.layer_saved[i],
@@ -225,55 +260,86 @@ void Executor::post_recv(const Action& a) {
     PT_CHECK(!state.recv_f, "second " + to_string(a));
     state.recv_input = Tensor::empty(stage_.input_shape(rows_), stage_.input_dtype,
                                      MemCategory::Workspace);
-    state.recv_f = transport_.irecv(state.recv_input, peer_rank(a.stage - 1),
-                                    tag(a.stage, kActivation, a.mb));
+    state.recv_f = posted(a, transport_.irecv(state.recv_input, peer_rank(a.stage - 1),
+                                              tag(a.stage, kActivation, a.mb)));
   } else {
     PT_CHECK(!state.recv_b, "second " + to_string(a));
     state.grad_output = Tensor::empty(stage_.output_shape(rows_), DType::F32,
                                       MemCategory::Workspace);
-    state.recv_b = transport_.irecv(state.grad_output, peer_rank(a.stage + 1),
-                                    tag(a.stage, kGradient, a.mb));
+    state.recv_b = posted(a, transport_.irecv(state.grad_output, peer_rank(a.stage + 1),
+                                              tag(a.stage, kGradient, a.mb)));
   }
 }
 
 void Executor::post_send(const Action& a) {
   MicroBatch& state = mbs_[a.mb];
   Send send;
-  send.action = a;
   if (a.kind == ActionKind::SEND_F) {
     PT_CHECK(state.output.defined(), to_string(a) + " before its F");
     send.buffer = std::move(state.output);
-    send.transfer = transport_.isend(send.buffer, peer_rank(a.stage + 1),
-                                     tag(a.stage + 1, kActivation, a.mb));
+    send.pending = posted(a, transport_.isend(send.buffer, peer_rank(a.stage + 1),
+                                              tag(a.stage + 1, kActivation, a.mb)));
   } else {
     PT_CHECK(state.grad_input.defined(), to_string(a) + " before its B");
     send.buffer = std::move(state.grad_input);
-    send.transfer = transport_.isend(send.buffer, peer_rank(a.stage - 1),
-                                     tag(a.stage - 1, kGradient, a.mb));
+    send.pending = posted(a, transport_.isend(send.buffer, peer_rank(a.stage - 1),
+                                              tag(a.stage - 1, kGradient, a.mb)));
   }
   sends_.push_back(std::move(send));
+}
+
+Executor::Pending Executor::posted(const Action& a, std::unique_ptr<PendingTransfer> transfer) {
+  Pending p;
+  p.transfer = std::move(transfer);
+  p.action = a;
+  p.posted_us = clock().now_us();
+  return p;
+}
+
+bool Executor::poll(Pending& p) {
+  if (p.done) return true;
+  if (!p.transfer->test()) return false;
+  p.done = true;
+  if (tracer_) {
+    const bool send = p.action.kind == ActionKind::SEND_F || p.action.kind == ActionKind::SEND_B;
+    tracer_->record(send ? EventKind::Send : EventKind::Recv, step_, stage_.stage, p.action.mb,
+                    p.posted_us, tracer_->now_us());
+  }
+  return true;
+}
+
+void Executor::poll_receives() {
+  for (auto& [mb, state] : mbs_) {
+    if (state.recv_f) poll(state.recv_f);
+    if (state.recv_b) poll(state.recv_b);
+  }
 }
 
 void Executor::reap_sends(bool wait_all) {
   size_t kept = 0;
   for (size_t i = 0; i < sends_.size(); ++i) {
-    if (wait_all) wait_for(*sends_[i].transfer, sends_[i].action);
-    if (!sends_[i].transfer->test()) sends_[kept++] = std::move(sends_[i]);
+    if (wait_all) wait_for(sends_[i].pending);
+    if (!poll(sends_[i].pending)) sends_[kept++] = std::move(sends_[i]);
   }
   sends_.resize(kept);
 }
 
 // Polls with a short spin, then sleeps in small slices so an oversubscribed
-// node keeps its cores for the ranks that compute.
-void Executor::wait_for(PendingTransfer& t, const Action& a) {
-  using Clock = std::chrono::steady_clock;
-  const auto start = Clock::now();
-  const auto limit = std::chrono::duration<double>(deck_.pipeline.timeout_s);
-  for (int spins = 0; !t.test(); ++spins) {
+// node keeps its cores for the ranks that compute. Time spent blocked is a
+// WAIT event (nested in the F or B that waits, or at the end of the step).
+void Executor::wait_for(Pending& p) {
+  if (poll(p)) return;
+  const double start_us = clock().now_us();
+  const double limit_us = deck_.pipeline.timeout_s * 1e6;
+  for (int spins = 0; !poll(p); ++spins) {
     if (spins < 200) continue;
-    if (Clock::now() - start > limit) throw TimeoutError(describe(a));
+    if (clock().now_us() - start_us > limit_us) throw TimeoutError(describe(p.action));
     std::this_thread::sleep_for(std::chrono::microseconds(20));
   }
+  const double end_us = clock().now_us();
+  if (in_compute_) nested_wait_us_ += end_us - start_us;
+  last_end_us_ = std::max(last_end_us_, end_us);
+  if (tracer_) tracer_->record(EventKind::Wait, step_, stage_.stage, p.action.mb, start_us, end_us);
 }
 
 std::string Executor::describe(const Action& a) const {

@@ -1,6 +1,7 @@
 // trainer.cpp: the training step around the executor.
 #include "pipetrain/trainer.hpp"
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cmath>
@@ -43,8 +44,10 @@ Trainer::Trainer(const Deck& deck, MPI_Comm comm) : deck_(deck), comm_(comm) {
   if (deck_.training.eval_every > 0) eval_data_ = make_dataset(deck_, Split::Eval);
   transport_ = make_mpi_transport(comm_);
   optimizer_ = std::make_unique<Optimizer>(deck_.training, stage_.params());
+  tracer_ = std::make_unique<Tracer>(deck_.output.trace);
+  if (tracer_->enabled()) clocks_ = tracer_->align_clocks(comm_);
   executor_ = std::make_unique<Executor>(stage_, *transport_, deck_, cpu_backend(),
-                                         resolve_recompute());
+                                         resolve_recompute(), tracer_.get());
 }
 
 Trainer::~Trainer() = default;
@@ -58,14 +61,19 @@ StepRecord Trainer::train_step(int64_t step) {
 
   StepRecord rec;
   rec.step = step;
+  const double reduce_start = tracer_->now_us();
   rec.loss = mean_loss(outcome.loss_sum);
   rec.grad_norm = global_grad_norm();
+  rec.bubble = measured_bubble(outcome);
+  tracer_->record(EventKind::Reduction, step, stage_.stage, -1, reduce_start, tracer_->now_us());
   rec.lr = learning_rate(deck_.training, step);
   float clip_scale = 1.f;
   const double clip = deck_.training.grad_clip;
   if (clip > 0.0 && rec.grad_norm > clip)
     clip_scale = static_cast<float>(clip / (rec.grad_norm + 1e-6));
+  const double optimizer_start = tracer_->now_us();
   optimizer_->step(be, step, static_cast<float>(rec.lr), clip_scale);
+  tracer_->record(EventKind::Optimizer, step, stage_.stage, -1, optimizer_start, tracer_->now_us());
   rec.step_time_s =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   rec.stage_peak_bytes = gather_memory_peaks();
@@ -168,6 +176,20 @@ RecomputePolicy Trainer::resolve_recompute() {
                      ": no recomputation policy fits the budget on every stage:" + failures);
   return chosen;
 }
+
+// 1 - (this rank's F + B time without waits) / (the longest rank's span of
+// the schedule), averaged over ranks: the share of the step a stage idles.
+double Trainer::measured_bubble(const StepOutcome& outcome) {
+  double mine[2] = {outcome.compute_us, outcome.span_us};
+  std::vector<double> all(2 * size_);
+  MPI_CHECK(MPI_Allgather(mine, 2, MPI_DOUBLE, all.data(), 2, MPI_DOUBLE, comm_));
+  double span = 0.0, idle = 0.0;
+  for (int r = 0; r < size_; ++r) span = std::max(span, all[2 * r + 1]);
+  for (int r = 0; r < size_; ++r) idle += span > 0.0 ? 1.0 - all[2 * r] / span : 0.0;
+  return idle / size_;
+}
+
+std::vector<std::vector<TraceEvent>> Trainer::gather_trace() { return tracer_->gather(comm_, clocks_); }
 
 double Trainer::mean_loss(double loss_sum) {
   double mean = 0.0;

@@ -1,0 +1,63 @@
+// trace.hpp: per-rank timing events, kept in memory during training.
+//
+// The executor and trainer record what each rank did and when: F, B,
+// recompute, waits for a peer, the windows of asynchronous sends and
+// receives, the optimizer and the reductions. Recording appends to a vector
+// (the hot loop never touches a file); the driver gathers every rank's events
+// at the end and writes <output.dir>/trace.h5 (layout in docs/outputs.md).
+// Times are microseconds on this rank's steady clock since the tracer's
+// origin; align_clocks() estimates each rank's offset from rank 0.
+#pragma once
+
+#include <mpi.h>
+
+#include <chrono>
+#include <cstdint>
+#include <vector>
+
+namespace pt {
+
+// Codes stored in trace.h5 (kind_names attribute, same order).
+enum class EventKind : int32_t { F, B, Recompute, Wait, Send, Recv, Optimizer, Reduction, EvalF };
+constexpr const char* kEventKindNames = "F,B,RECOMPUTE,WAIT,SEND,RECV,OPTIMIZER,REDUCTION,EVAL_F";
+
+struct TraceEvent {
+  int64_t step;
+  int32_t stage;
+  int32_t mb;  // -1 when not about one micro-batch
+  int32_t kind;
+  double start_us;
+  double end_us;
+};
+
+struct ClockAlignment {
+  std::vector<double> offset_us;  // (ranks) rank clock - rank 0 clock
+  std::vector<double> error_us;   // (ranks) half the best round trip; 0 for rank 0
+};
+
+class Tracer {
+ public:
+  explicit Tracer(bool enabled);
+  bool enabled() const { return enabled_; }
+  // Microseconds since the origin on this rank's clock.
+  double now_us() const {
+    return std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - origin_).count();
+  }
+  void record(EventKind kind, int64_t step, int stage, int mb, double start_us, double end_us) {
+    if (enabled_) events_.push_back({step, stage, mb, static_cast<int32_t>(kind), start_us, end_us});
+  }
+  const std::vector<TraceEvent>& events() const { return events_; }
+  // Collective: a common origin (rank 0's) and each rank's clock offset,
+  // estimated by ping-pong with rank 0 (best of several round trips).
+  ClockAlignment align_clocks(MPI_Comm comm);
+  // Collective: every rank's events on rank 0, in rank order, shifted onto
+  // rank 0's clock. Empty on other ranks.
+  std::vector<std::vector<TraceEvent>> gather(MPI_Comm comm, const ClockAlignment& clocks) const;
+
+ private:
+  bool enabled_;
+  std::chrono::steady_clock::time_point origin_;
+  std::vector<TraceEvent> events_;
+};
+
+}  // namespace pt

@@ -1,0 +1,21 @@
+// trace_io.hpp: writing <output.dir>/trace.h5 (layout in docs/outputs.md).
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "pipetrain/schedule.hpp"
+#include "pipetrain/trace.hpp"
+
+namespace pt {
+
+// Rank 0: every rank's events (in rank order, on rank 0's clock) as one
+// compound, chunked dataset per rank under /events, with the resolved deck,
+// the schedule and the clock-offset estimates as attributes. Written to a
+// temporary name and renamed.
+void write_trace_file(const std::string& path, const std::string& resolved_deck,
+                      const Schedule& schedule,
+                      const std::vector<std::vector<TraceEvent>>& events_per_rank,
+                      const ClockAlignment& clocks);
+
+}  // namespace pt

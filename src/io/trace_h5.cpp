@@ -1,0 +1,112 @@
+// trace_h5.cpp: trace.h5, every rank's timeline as compound HDF5 datasets.
+#include <hdf5.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+
+#include "pipetrain/error.hpp"
+#include "pipetrain/trace_io.hpp"
+
+namespace pt {
+
+namespace {
+
+hid_t event_type() {
+  hid_t t = H5Tcreate(H5T_COMPOUND, sizeof(TraceEvent));
+  H5_CHECK(t);
+  H5_CHECK(H5Tinsert(t, "step", HOFFSET(TraceEvent, step), H5T_NATIVE_INT64));
+  H5_CHECK(H5Tinsert(t, "stage", HOFFSET(TraceEvent, stage), H5T_NATIVE_INT32));
+  H5_CHECK(H5Tinsert(t, "mb", HOFFSET(TraceEvent, mb), H5T_NATIVE_INT32));
+  H5_CHECK(H5Tinsert(t, "kind", HOFFSET(TraceEvent, kind), H5T_NATIVE_INT32));
+  H5_CHECK(H5Tinsert(t, "start_us", HOFFSET(TraceEvent, start_us), H5T_NATIVE_DOUBLE));
+  H5_CHECK(H5Tinsert(t, "end_us", HOFFSET(TraceEvent, end_us), H5T_NATIVE_DOUBLE));
+  return t;
+}
+
+void string_attr(hid_t obj, const char* name, const std::string& value) {
+  hid_t type = H5Tcopy(H5T_C_S1);
+  H5_CHECK(H5Tset_size(type, value.empty() ? 1 : value.size()));
+  hid_t space = H5Screate(H5S_SCALAR);
+  hid_t attr = H5Acreate2(obj, name, type, space, H5P_DEFAULT, H5P_DEFAULT);
+  H5_CHECK(attr);
+  H5_CHECK(H5Awrite(attr, type, value.empty() ? "" : value.c_str()));
+  H5Aclose(attr);
+  H5Sclose(space);
+  H5Tclose(type);
+}
+
+void numeric_attr(hid_t obj, const char* name, hid_t file_type, hid_t mem_type, const void* data,
+                  size_t count) {
+  hsize_t dims[1] = {count};
+  hid_t space = count == 1 ? H5Screate(H5S_SCALAR) : H5Screate_simple(1, dims, nullptr);
+  hid_t attr = H5Acreate2(obj, name, file_type, space, H5P_DEFAULT, H5P_DEFAULT);
+  H5_CHECK(attr);
+  H5_CHECK(H5Awrite(attr, mem_type, data));
+  H5Aclose(attr);
+  H5Sclose(space);
+}
+
+// A 1-D chunked dataset of events (chunks of up to 4096 events).
+void write_events(hid_t group, const std::string& name, const std::vector<TraceEvent>& events,
+                  hid_t type) {
+  hsize_t dims[1] = {events.size()}, chunk[1] = {std::max<hsize_t>(1, std::min<hsize_t>(4096, events.size()))};
+  hsize_t max_dims[1] = {H5S_UNLIMITED};
+  hid_t space = H5Screate_simple(1, dims, max_dims);
+  hid_t props = H5Pcreate(H5P_DATASET_CREATE);
+  H5_CHECK(H5Pset_chunk(props, 1, chunk));
+  hid_t dset = H5Dcreate2(group, name.c_str(), type, space, H5P_DEFAULT, props, H5P_DEFAULT);
+  H5_CHECK(dset);
+  if (!events.empty()) H5_CHECK(H5Dwrite(dset, type, H5S_ALL, H5S_ALL, H5P_DEFAULT, events.data()));
+  H5Dclose(dset);
+  H5Pclose(props);
+  H5Sclose(space);
+}
+
+std::string schedule_text(const Schedule& s) {
+  std::string text;
+  for (const auto& rank : s.ranks) {
+    for (size_t i = 0; i < rank.size(); ++i) text += (i ? " " : "") + to_string(rank[i]);
+    text += "\n";
+  }
+  return text;
+}
+
+}  // namespace
+
+void write_trace_file(const std::string& path, const std::string& resolved_deck,
+                      const Schedule& schedule,
+                      const std::vector<std::vector<TraceEvent>>& events_per_rank,
+                      const ClockAlignment& clocks) {
+  const std::string tmp = path + ".tmp";
+  hid_t file = H5Fcreate(tmp.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
+  if (file < 0) throw Error("cannot create " + tmp);
+  string_attr(file, "deck", resolved_deck);
+  string_attr(file, "schedule", schedule_text(schedule));
+  string_attr(file, "schedule_name", schedule.name);
+  string_attr(file, "kind_names", kEventKindNames);
+  const int64_t stages = schedule.num_stages, mbs = schedule.num_micro_batches;
+  numeric_attr(file, "num_stages", H5T_STD_I64LE, H5T_NATIVE_INT64, &stages, 1);
+  numeric_attr(file, "num_micro_batches", H5T_STD_I64LE, H5T_NATIVE_INT64, &mbs, 1);
+  numeric_attr(file, "clock_offset_us", H5T_IEEE_F64LE, H5T_NATIVE_DOUBLE, clocks.offset_us.data(),
+               clocks.offset_us.size());
+  numeric_attr(file, "clock_error_us", H5T_IEEE_F64LE, H5T_NATIVE_DOUBLE, clocks.error_us.data(),
+               clocks.error_us.size());
+  hid_t group = H5Gcreate2(file, "events", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
+  H5_CHECK(group);
+  hid_t type = event_type();
+  for (size_t r = 0; r < events_per_rank.size(); ++r) {
+    std::vector<TraceEvent> sorted = events_per_rank[r];  // recorded at their end
+    std::stable_sort(sorted.begin(), sorted.end(),
+                     [](const TraceEvent& a, const TraceEvent& b) { return a.start_us < b.start_us; });
+    write_events(group, "rank_" + std::to_string(r), sorted, type);
+  }
+  H5Tclose(type);
+  H5Gclose(group);
+  H5_CHECK(H5Fclose(file));
+  if (std::rename(tmp.c_str(), path.c_str()) != 0)
+    throw Error("cannot rename " + tmp + " to " + path + ": " + std::strerror(errno));
+}
+
+}  // namespace pt

@@ -1,0 +1,57 @@
+// loss_scaler.cpp: dynamic loss scaling (see include/pipetrain/loss_scaler.hpp).
+#include "pipetrain/loss_scaler.hpp"
+
+#include <algorithm>
+
+#include "pipetrain/error.hpp"
+
+namespace pt {
+
+LossScaler::LossScaler(const LossScalerConfig& cfg) : cfg_(cfg), scale_(cfg.initial_scale) {
+  PT_CHECK(cfg.initial_scale > 0 && cfg.min_scale > 0 && cfg.min_scale <= cfg.max_scale,
+           "loss scale bounds");
+  PT_CHECK(cfg.growth_factor >= 1 && cfg.backoff_factor > 0 && cfg.backoff_factor < 1,
+           "loss scale factors");
+  PT_CHECK(cfg.growth_interval >= 1, "loss scale growth interval");
+  scale_ = std::min(std::max(scale_, cfg.min_scale), cfg.max_scale);
+}
+
+bool LossScaler::grads_finite(Backend& be, const std::vector<Param*>& params) {
+  for (Param* p : params)
+    if (!be.all_finite(p->grad)) return false;
+  return true;
+}
+
+bool LossScaler::all_ranks_finite(bool local_finite, MPI_Comm comm) {
+  int mine = local_finite ? 1 : 0, all = 0;
+  MPI_CHECK(MPI_Allreduce(&mine, &all, 1, MPI_INT, MPI_MIN, comm));
+  return all == 1;
+}
+
+void LossScaler::unscale(Backend& be, const std::vector<Param*>& params) const {
+  const float inv = static_cast<float>(1.0 / scale_);
+  for (Param* p : params) be.scale(p->grad, inv);
+}
+
+bool LossScaler::update(bool finite) {
+  if (!finite) {
+    scale_ = std::max(scale_ * cfg_.backoff_factor, cfg_.min_scale);
+    run_ = 0;
+    ++skipped_;
+    return false;
+  }
+  if (++run_ >= cfg_.growth_interval) {
+    scale_ = std::min(scale_ * cfg_.growth_factor, cfg_.max_scale);
+    run_ = 0;
+  }
+  return true;
+}
+
+bool LossScaler::finish_backward(Backend& be, const std::vector<Param*>& params,
+                                 MPI_Comm comm) {
+  const bool finite = all_ranks_finite(grads_finite(be, params), comm);
+  if (finite) unscale(be, params);
+  return update(finite);
+}
+
+}  // namespace pt
