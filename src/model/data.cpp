@@ -1,7 +1,9 @@
 // data.cpp: the synthetic teacher data set (MLP) and the data-set factory.
 #include "pipetrain/data.hpp"
 
+#include <algorithm>
 #include <cmath>
+#include <cstring>
 
 #include "pipetrain/backend.hpp"
 #include "pipetrain/error.hpp"
@@ -27,14 +29,61 @@ class TeacherData final : public Dataset {
   }
 
   Tensor inputs(int64_t first, int64_t count) const override {
+    if (cacheable()) return gather_rows(cached(cached_inputs_, false), first, count);
+    return generate_inputs(first, count);
+  }
+
+  Tensor targets(int64_t first, int64_t count) const override {
+    if (cacheable()) return gather_rows(cached(cached_targets_, true), first, count);
+    return generate_targets(first, count);
+  }
+
+ private:
+  // The whole split is generated once, on first use, when it is small (at
+  // most 2^26 values): the steps then spend no time making data, and a
+  // sample's values never depend on which rows were generated with it.
+  bool cacheable() const { return samples_ * std::max(in_, out_) <= (int64_t{1} << 26); }
+
+  const Tensor& cached(Tensor& cache, bool targets) const {
+    if (cache.defined()) return cache;
+    constexpr int64_t kChunk = 1024;
+    Tensor all;
+    for (int64_t first = 0; first < samples_; first += kChunk) {
+      Tensor part = targets ? generate_targets(first, std::min(kChunk, samples_ - first))
+                            : generate_inputs(first, std::min(kChunk, samples_ - first));
+      if (!all.defined()) {
+        Shape shape = part.shape();
+        shape[0] = samples_;
+        all = Tensor::empty(shape, part.dtype(), MemCategory::Workspace);
+      }
+      const size_t row_bytes = part.bytes() / static_cast<size_t>(part.dim(0));
+      std::memcpy(static_cast<char*>(all.raw()) + first * row_bytes, part.raw(), part.bytes());
+    }
+    cache = all;
+    return cache;
+  }
+
+  // Rows first..first+count-1 of the split, wrapping around.
+  Tensor gather_rows(const Tensor& all, int64_t first, int64_t count) const {
+    Shape shape = all.shape();
+    shape[0] = count;
+    Tensor out = Tensor::empty(shape, all.dtype(), MemCategory::Workspace);
+    const size_t row_bytes = all.bytes() / static_cast<size_t>(samples_);
+    for (int64_t r = 0; r < count; ++r)
+      std::memcpy(static_cast<char*>(out.raw()) + r * row_bytes,
+                  static_cast<const char*>(all.raw()) + ((first + r) % samples_) * row_bytes, row_bytes);
+    return out;
+  }
+
+  Tensor generate_inputs(int64_t first, int64_t count) const {
     Tensor x = Tensor::empty({count, in_}, DType::F32, MemCategory::Workspace);
     for (int64_t r = 0; r < count; ++r) sample_input(index(first + r), x.f32() + r * in_);
     return x;
   }
 
   // Z = X A^T through the backend's GEMM, then tanh (MSE) or argmax (labels).
-  Tensor targets(int64_t first, int64_t count) const override {
-    Tensor x = inputs(first, count);
+  Tensor generate_targets(int64_t first, int64_t count) const {
+    Tensor x = generate_inputs(first, count);
     Tensor z = Tensor::empty({count, out_}, DType::F32, MemCategory::Workspace);
     cpu_backend().matmul(x, false, teacher_, true, z, 1.f, 0.f);
     if (classify_) {
@@ -46,7 +95,6 @@ class TeacherData final : public Dataset {
     return z;
   }
 
- private:
   // Training samples are 0..samples-1 (repeating); evaluation samples are
   // the next `samples` indices, never seen in training.
   int64_t index(int64_t global) const { return first_ + global % samples_; }
@@ -69,6 +117,8 @@ class TeacherData final : public Dataset {
   int64_t in_, out_;
   bool classify_;
   Tensor teacher_;  // (out, in)
+  mutable Tensor cached_inputs_;   // (samples, in) when cacheable()
+  mutable Tensor cached_targets_;  // (samples, out) or (samples) labels
 };
 
 }  // namespace
