@@ -1,0 +1,39 @@
+#!/usr/bin/env bash
+# scaling_study.sh: sweeps stage count P, micro-batch count N, schedule and
+# recomputation policy on this machine and writes results/scaling_study.csv
+# and plots (throughput, measured vs theoretical bubble, peak memory per stage).
+#   jobs/scaling_study.sh                 # the default sweep (a few minutes)
+#   P_LIST="2 4 8" N_LIST="8 16 32" DECK=inputs/gpt_large.toml LAUNCH="srun --mpi=pmix" jobs/scaling_study.sh
+# At scale under Slurm: allocate the largest P (e.g. salloc -N 2 --ntasks-per-node=4
+# --gpus-per-task=1), then run this script inside the allocation with
+# LAUNCH="srun --mpi=pmix -n" so each run uses the first P tasks.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+DECK=${DECK:-inputs/bench_gpt_scaling.toml}
+P_LIST=${P_LIST:-"1 2 4"}
+N_LIST=${N_LIST:-"1 2 4 8 16"}
+SCHEDULES=${SCHEDULES:-"gpipe 1f1b"}
+RECOMPUTE=${RECOMPUTE:-"none selective full"}   # swept at the largest P, N = 8, 1f1b
+LAUNCH=${LAUNCH:-"mpirun --oversubscribe --bind-to none -np"}
+out=results/scaling_study
+mkdir -p runs results
+runs=()
+
+run() {  # run P N SCHEDULE RECOMPUTE
+  local dir="runs/scaling_p$1_n$2_$3_${4/:/_}"
+  $LAUNCH "$1" build/pipetrain train "$DECK" --set pipeline.micro_batches="$2" \
+    --set pipeline.schedule=\"$3\" --set pipeline.recompute=\"$4\" \
+    --set output.dir=\"$dir\" > "$dir.log" 2>&1 || { cat "$dir.log"; exit 1; }
+  runs+=("$1,$2,$3,$4,$dir")
+}
+
+for p in $P_LIST; do
+  for n in $N_LIST; do
+    for s in $SCHEDULES; do run "$p" "$n" "$s" none; done
+  done
+done
+p_max=$(echo $P_LIST | tr ' ' '\n' | sort -n | tail -1)
+for r in $RECOMPUTE; do [ "$r" = none ] || run "$p_max" 8 1f1b "$r"; done
+tools/.venv/bin/python tools/scaling_report.py "$out" "${runs[@]}"
+echo "wrote $out.csv, $out.md and ${out}_*.png"

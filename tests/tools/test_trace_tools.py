@@ -1,0 +1,410 @@
+#!/usr/bin/env python3
+"""test_trace_tools.py: tests of tools/trace_report.py, trace_to_chrome.py and
+trace_timeline.py on synthetic trace.h5 files written here with h5py (no C++).
+
+    tools/.venv/bin/python tests/tools/test_trace_tools.py
+
+Prints one line per test and a final "N passed, M failed"; exits 1 on failure.
+"""
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import traceback
+
+import h5py
+import numpy as np
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+TOOLS = os.path.join(ROOT, "tools")
+sys.path.insert(0, TOOLS)
+
+import trace_report  # noqa: E402
+import trace_to_chrome  # noqa: E402
+from trace_lib import EVENT_DTYPE, DEFAULT_KIND_NAMES, load_trace  # noqa: E402
+
+CODE = {name: i for i, name in enumerate(DEFAULT_KIND_NAMES)}
+MS = 1000.0  # the synthetic traces count in units of 1 ms = 1000 µs
+
+MLP_DECK = """[model]
+type = "mlp"
+depth = 8
+[pipeline]
+micro_batches = 4
+partition = []
+"""
+GPT_DECK = """[model]
+type = "gpt"
+blocks = 6
+[pipeline]
+micro_batches = 4
+partition = [2, 4]
+"""
+
+
+# ---- writing synthetic traces ---------------------------------------------
+
+def write_trace(path, per_rank, num_micro_batches, schedule_name="gpipe", deck=MLP_DECK):
+    """per_rank: list (one per rank) of (step, mb, kind name, start, end) in ms."""
+    with h5py.File(path, "w") as f:
+        f.attrs["deck"] = deck
+        f.attrs["schedule"] = "\n".join(f"{r}F0" for r in range(len(per_rank)))
+        f.attrs["schedule_name"] = schedule_name
+        f.attrs["num_stages"] = np.int64(len(per_rank))
+        f.attrs["num_micro_batches"] = np.int64(num_micro_batches)
+        f.attrs["kind_names"] = ",".join(DEFAULT_KIND_NAMES)
+        f.attrs["clock_offset_us"] = np.zeros(len(per_rank))
+        f.attrs["clock_error_us"] = np.array([0.0] + [1.5] * (len(per_rank) - 1))
+        group = f.create_group("events")
+        for rank, rows in enumerate(per_rank):
+            ev = np.zeros(len(rows), dtype=EVENT_DTYPE)
+            for i, (step, mb, kind, start, end) in enumerate(rows):
+                ev[i] = (step, rank, mb, CODE[kind], start * MS, end * MS)
+            ev = ev[np.argsort(ev["start_us"], kind="stable")]
+            group.create_dataset(f"rank_{rank}", data=ev, maxshape=(None,), chunks=(64,))
+    return path
+
+
+def hand_gpipe_step(step, t, b1_rank0=2.0):
+    """GPipe, P = 2, N = 2, F = 1 ms, B = 2 ms, starting at t ms.
+
+    rank 0: F0 [0,1] F1 [1,2] | B0 posted at 2, WAITs for stage 1's gradient
+            until 5, computes [5,7] | B1 [7,7+b1_rank0] | OPTIMIZER, REDUCTION
+    rank 1: F0 posted at 0, WAITs for its input until 1, computes [1,2] |
+            F1 [2,3] | B0 [3,5] (RECOMPUTE [3,3.5] nested) | B1 [5,7] |
+            standalone WAIT [7,7.2] for its sends | OPTIMIZER, REDUCTION
+    SEND/RECV windows overlap the compute and each other.
+    """
+    e0 = 7.0 + b1_rank0
+    r0 = [(step, 0, "F", t + 0, t + 1), (step, 0, "SEND", t + 1, t + 2),
+          (step, 1, "F", t + 1, t + 2), (step, 1, "SEND", t + 2, t + 3),
+          (step, 0, "RECV", t + 1, t + 5), (step, 0, "B", t + 2, t + 7),
+          (step, 0, "WAIT", t + 2, t + 5), (step, 1, "RECV", t + 2, t + 7),
+          (step, 1, "B", t + 7, t + e0),
+          (step, -1, "OPTIMIZER", t + e0, t + e0 + 0.5),
+          (step, -1, "REDUCTION", t + e0 + 0.5, t + e0 + 0.6)]
+    r1 = [(step, 0, "RECV", t + 0, t + 1), (step, 0, "F", t + 0, t + 2),
+          (step, 0, "WAIT", t + 0, t + 1), (step, 1, "RECV", t + 0, t + 2),
+          (step, 1, "F", t + 2, t + 3), (step, 0, "B", t + 3, t + 5),
+          (step, 0, "RECOMPUTE", t + 3, t + 3.5), (step, 0, "SEND", t + 5, t + 5.2),
+          (step, 1, "B", t + 5, t + 7), (step, 1, "SEND", t + 7, t + 7.2),
+          (step, -1, "WAIT", t + 7, t + 7.2),
+          (step, -1, "OPTIMIZER", t + 7.2, t + 7.7),
+          (step, -1, "REDUCTION", t + e0 + 0.5, t + e0 + 0.6)]
+    return r0, r1
+
+
+def hand_gpipe_trace(path):
+    """Step 0 is a slow warm-up (rank 0's B1 takes 5 ms), step 1 the clean layout."""
+    a0, a1 = hand_gpipe_step(0, 0.0, b1_rank0=5.0)
+    b0, b1 = hand_gpipe_step(1, 20.0)
+    return write_trace(path, [a0 + b0, a1 + b1], num_micro_batches=2)
+
+
+def schedule_order(name, p, n, s):
+    """Compute actions (kind, mb) of stage s: gpipe or 1f1b (docs/schedules.md)."""
+    if name == "gpipe":
+        return [("F", i) for i in range(n)] + [("B", i) for i in range(n)]
+    w = min(p - s, n)
+    order = [("F", i) for i in range(w)]
+    for i in range(n):
+        order.append(("B", i))
+        if w + i < n:
+            order.append(("F", w + i))
+    return order
+
+
+def simulate(name, f, b, n, steps=2, recompute=False, evaluate=False, latency=0.0):
+    """Events of a schedule run with per-stage F/B durations f[s], b[s] (ms).
+
+    Each compute action is posted when its rank is free and WAITs (nested)
+    until its input arrived; its receive is posted one action earlier; sends
+    last from the producer's end until the consumer starts computing. With
+    recompute, B holds a nested RECOMPUTE of length f[s] (included in b[s]).
+    """
+    p = len(f)
+    rows = [[] for _ in range(p)]
+    t = 0.0
+    for step in range(steps):
+        done, free = {}, [t] * p
+        orders = [schedule_order(name, p, n, s) for s in range(p)]
+        pos = [0] * p
+        while any(pos[s] < len(orders[s]) for s in range(p)):
+            progressed = False
+            for s in range(p):
+                while pos[s] < len(orders[s]):
+                    kind, i = orders[s][pos[s]]
+                    src = (s - 1, "F", i) if kind == "F" else (s + 1, "B", i)
+                    if kind == "F" and s == 0 or kind == "B" and s == p - 1:
+                        ready = free[s]
+                    elif src in done:
+                        ready = done[src] + latency
+                    else:
+                        break
+                    post, start = free[s], max(free[s], ready)
+                    end = start + (f[s] if kind == "F" else b[s])
+                    rows[s].append((step, i, kind, post, end))
+                    if start > post:
+                        rows[s].append((step, i, "WAIT", post, start))
+                    if kind == "B" and recompute:
+                        rows[s].append((step, i, "RECOMPUTE", start, start + f[s]))
+                    if src[0] in range(p) and not (kind == "F" and s == 0):
+                        prev = orders[s][pos[s] - 1] if pos[s] else None
+                        recv_post = t if prev is None else done[(s, prev[0], prev[1])] - (
+                            f[s] if prev[0] == "F" else b[s])
+                        rows[s].append((step, i, "RECV", min(recv_post, post), start))
+                        rows[src[0]].append((step, i, "SEND", done[src], start))
+                    done[(s, kind, i)] = end
+                    free[s] = end
+                    pos[s] += 1
+                    progressed = True
+            assert progressed, "schedule deadlocked in the simulator"
+        finish = max(free)
+        for s in range(p):
+            last_send = max([r[4] for r in rows[s] if r[0] == step and r[2] == "SEND"], default=free[s])
+            if last_send > free[s]:
+                rows[s].append((step, -1, "WAIT", free[s], last_send))
+            end = max(free[s], last_send)
+            rows[s].append((step, -1, "OPTIMIZER", end, end + 0.3))
+            rows[s].append((step, -1, "REDUCTION", finish + 0.3, finish + 0.4))
+        t = finish + 0.5
+        if evaluate:  # an evaluation forward with a long nested wait, after the step
+            for s in range(p):
+                rows[s].append((step, 0, "EVAL_F", t, t + 5.0))
+                rows[s].append((step, 0, "WAIT", t, t + 4.0))
+            t += 5.5
+    return rows
+
+
+def simulated_trace(path, name, f, b, n, deck=MLP_DECK, **kw):
+    return write_trace(path, simulate(name, f, b, n, **kw), n, schedule_name=name, deck=deck)
+
+
+def run_tool(script, *args):
+    proc = subprocess.run([sys.executable, os.path.join(TOOLS, script), *args],
+                          capture_output=True, text=True)
+    return proc.returncode, proc.stdout, proc.stderr
+
+
+# ---- tests -----------------------------------------------------------------
+
+def test_hand_bubble_gpipe_2x2(tmp):
+    # Step 1 (step 0 is warm-up, skipped): each rank's F + B time, less the
+    # WAIT nested in them, is 2 x 1 + 2 x 2 = 6 ms. Pipeline spans: rank 0
+    # [0, 9] = 9 ms, rank 1 [0, 7.2] = 7.2 ms (its last action is the WAIT
+    # for its sends); the step window is the longest, 9 ms. Bubble of each
+    # rank = 1 - 6/9 = 1/3, the mean is 1/3, equal to theory (P-1)/(N+P-1)
+    # = 1/3 for P = N = 2.
+    r = trace_report.analyse(load_trace(hand_gpipe_trace(f"{tmp}/t.h5")), skip=1)
+    assert abs(r["bubble"] - 1 / 3) < 1e-12, r["bubble"]
+    assert abs(r["bubble_theory"] - 1 / 3) < 1e-12
+    s0, s1 = r["stages"]
+    # busy / wait / idle in µs: rank 0 waits 3 ms inside B0; rank 1 waits
+    # 1 ms inside F0 and 0.2 ms at the end; idle = 9 - busy - wait.
+    assert np.allclose([s0["busy_us"], s0["wait_us"], s0["idle_us"]], [6000, 3000, 0])
+    assert np.allclose([s1["busy_us"], s1["wait_us"], s1["idle_us"]], [6000, 1200, 1800])
+    assert r["imbalance"] == 1.0 and r["warning"] is None
+
+
+def test_hand_bubble_with_warmup(tmp):
+    # --skip 0 adds step 0, where rank 0's B1 takes 5 ms: rank 0 busy 9 in
+    # a window of 12 (bubble 1/4), rank 1 busy 6 in 12 (bubble 1/2).
+    # Mean over the four (rank, step) values: (1/4 + 1/2 + 1/3 + 1/3) / 4 = 17/48.
+    r = trace_report.analyse(load_trace(hand_gpipe_trace(f"{tmp}/t.h5")), skip=0)
+    assert abs(r["bubble"] - 17 / 48) < 1e-12, r["bubble"]
+    assert abs(r["bubble_per_step"]["0"] - 3 / 8) < 1e-12
+
+
+def test_report_cli_json(tmp):
+    rc, out, err = run_tool("trace_report.py", hand_gpipe_trace(f"{tmp}/t.h5"), "--json")
+    assert rc == 0, err
+    r = json.loads(out)
+    assert abs(r["bubble"] - 1 / 3) < 1e-12 and r["timed_steps"] == [1]
+    rc, out, err = run_tool("trace_report.py", f"{tmp}/t.h5")
+    assert rc == 0 and "measured bubble 33.3 %" in out and "WARNING" not in out, out
+
+
+def test_simulated_schedules_match_theory(tmp):
+    # With equal stages and no latency both schedules finish in (N+P-1)(F+B),
+    # so the measured bubble is exactly (P-1)/(N+P-1); an evaluation pass
+    # with a long nested WAIT after each step must not change it.
+    for name in ("gpipe", "1f1b"):
+        for p, n in ((2, 4), (4, 8)):
+            path = simulated_trace(f"{tmp}/{name}{p}{n}.h5", name, [1.0] * p, [2.0] * p, n,
+                                   steps=3, recompute=True, evaluate=True)
+            r = trace_report.analyse(load_trace(path), skip=1)
+            want = (p - 1) / (n + p - 1)
+            assert abs(r["bubble"] - want) < 1e-9, (name, p, n, r["bubble"], want)
+
+
+def test_imbalance_warning_mlp(tmp):
+    # Stage 1 takes 3x stage 0 (F 1 vs 3, B 2 vs 6): imbalance 3. With 8
+    # layers split [4, 4], per-layer cost is 3 on stage 0 and 9 on stage 1:
+    # [3,3,3,3,9,9,9,9]; the best contiguous split is [5, 3] (21 vs 27).
+    path = simulated_trace(f"{tmp}/imb.h5", "gpipe", [1.0, 3.0], [2.0, 6.0], 4)
+    r = trace_report.analyse(load_trace(path), skip=1)
+    assert abs(r["imbalance"] - 3.0) < 1e-9, r["imbalance"]
+    assert r["current_partition"] == [4, 4] and r["suggested_partition"] == [5, 3], r
+    assert np.allclose(r["suggested_compute_us_per_step"], [21 * MS, 27 * MS])
+    rc, out, err = run_tool("trace_report.py", path)
+    assert rc == 0 and "WARNING" in out and "pipeline.partition = [5, 3]" in out, out
+
+
+def test_imbalance_warning_gpt_explicit_partition(tmp):
+    # Explicit partition [2, 4] of 6 blocks, compute 12 vs 36 ms per step:
+    # per-block cost 6 and 9 -> [6,6,9,9,9,9]; best split [3, 3] (21 vs 27).
+    path = simulated_trace(f"{tmp}/gpt.h5", "1f1b", [1.0, 3.0], [2.0, 6.0], 4, deck=GPT_DECK)
+    r = trace_report.analyse(load_trace(path), skip=1)
+    assert r["current_partition"] == [2, 4] and r["suggested_partition"] == [3, 3], r
+    assert "pipeline.partition = [3, 3]" in r["warning"]
+
+
+def test_no_warning_below_limit(tmp):
+    path = simulated_trace(f"{tmp}/ok.h5", "1f1b", [1.0, 1.4], [2.0, 2.8], 4)
+    r = trace_report.analyse(load_trace(path), skip=1)
+    assert abs(r["imbalance"] - 1.4) < 1e-9 and r["warning"] is None, r
+
+
+def test_balanced_partition_unit():
+    assert trace_report.balanced_partition([1, 1, 1, 1], 2) == [2, 2]
+    assert trace_report.balanced_partition([5, 1, 1, 1, 1, 1], 2) == [1, 5]
+    assert trace_report.balanced_partition([1, 2, 3], 3) == [1, 1, 1]
+
+
+def check_nesting(events):
+    """Every (pid, tid) strictly nested: each event ends inside its parent."""
+    lanes = {}
+    for e in events:
+        lanes.setdefault((e["pid"], e["tid"]), []).append(e)
+    for key, evs in lanes.items():
+        evs.sort(key=lambda e: (e["ts"], -e["dur"]))
+        stack = []
+        for e in evs:
+            while stack and stack[-1] <= e["ts"]:
+                stack.pop()
+            end = e["ts"] + e["dur"]
+            assert not stack or end <= stack[-1] + 1e-9, (key, e)
+            stack.append(end)
+    return lanes
+
+
+def test_chrome_export(tmp):
+    path = simulated_trace(f"{tmp}/c.h5", "1f1b", [1.0, 1.0, 1.0], [2.0, 2.0, 2.0], 6,
+                           recompute=True, evaluate=True, latency=0.4)
+    rc, out, err = run_tool("trace_to_chrome.py", path, f"{tmp}/c.json")
+    assert rc == 0, err
+    with open(f"{tmp}/c.json") as fh:
+        doc = json.load(fh)
+    xs = [e for e in doc["traceEvents"] if e["ph"] == "X"]
+    for e in xs:
+        for key in ("name", "ph", "ts", "dur", "pid", "tid"):
+            assert key in e, (key, e)
+        assert {"step", "mb", "kind"} <= set(e["args"]) and e["dur"] >= 0
+    total = sum(len(ev) for ev in load_trace(path).events)
+    assert len(xs) == total, (len(xs), total)
+    lanes = check_nesting(xs)
+    meta = {(e["pid"], e["tid"], e["name"]): e["args"]["name"]
+            for e in doc["traceEvents"] if e["ph"] == "M" and "name" in e["args"]}
+    # pid = stage + 1, tid 1 = compute, tid 2, 3, ... = communication lanes
+    assert meta[(1, 1, "process_name")] == "stage 0 (rank 0)"
+    assert meta[(3, 1, "process_name")] == "stage 2 (rank 2)"
+    assert meta[(2, 1, "thread_name")] == "compute" and meta[(2, 2, "thread_name")] == "communication"
+    assert all(e["pid"] >= 1 and e["tid"] >= 1 for e in doc["traceEvents"])
+    comm_tids = {tid for (pid, tid) in lanes if pid == 2 and tid > 1}
+    assert len(comm_tids) >= 2, comm_tids  # overlapping transfers need several lanes
+    assert meta[(2, 3, "thread_name")] == "communication 2"
+    kinds = {e["args"]["kind"] for e in xs if e["tid"] == 1}
+    assert {"F", "B", "RECOMPUTE", "WAIT", "OPTIMIZER", "REDUCTION", "EVAL_F"} <= kinds, kinds
+    assert {e["args"]["kind"] for e in xs if e["tid"] > 1} == {"SEND", "RECV"}
+    assert all(e["args"]["stage"] == e["pid"] - 1 for e in xs)
+    # RECOMPUTE and WAIT of a micro-batch sit inside an F or B of the same stage
+    parents = [e for e in xs if e["args"]["kind"] in ("F", "B")]
+    nested = [e for e in xs if e["args"]["kind"] == "RECOMPUTE" or (
+        e["args"]["kind"] == "WAIT" and e["args"]["mb"] >= 0 and not in_eval(e, xs))]
+    assert nested
+    for e in nested:
+        assert any(p["pid"] == e["pid"] and p["tid"] == e["tid"] and p["ts"] <= e["ts"]
+                   and e["ts"] + e["dur"] <= p["ts"] + p["dur"] for p in parents), e
+
+
+def in_eval(e, xs):
+    return any(p["pid"] == e["pid"] and p["args"]["kind"] == "EVAL_F" and p["ts"] <= e["ts"]
+               and e["ts"] + e["dur"] <= p["ts"] + p["dur"] for p in xs)
+
+
+def test_chrome_trims_overhang(tmp):
+    rows = [[(0, 0, "F", 0, 10), (0, 0, "WAIT", 5, 10.5), (0, 1, "F", 10.5, 12)]]
+    doc, trimmed = trace_to_chrome.to_chrome(load_trace(write_trace(f"{tmp}/j.h5", rows, 2)))
+    assert trimmed == 1
+    check_nesting([e for e in doc["traceEvents"] if e["ph"] == "X"])
+
+
+def test_timeline_png(tmp):
+    path = simulated_trace(f"{tmp}/p.h5", "1f1b", [1.0, 1.2, 1.0, 1.1], [2.0, 2.2, 2.0, 2.1], 8,
+                           steps=3, recompute=True, latency=0.1)
+    for extra, out in (([], "last.png"), (["--step", "0:1"], "range.png"), (["--step", "1"], "one.png")):
+        rc, stdout, err = run_tool("trace_timeline.py", path, f"{tmp}/{out}", *extra)
+        assert rc == 0, err
+        with open(f"{tmp}/{out}", "rb") as fh:
+            data = fh.read()
+        assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 10000, (out, len(data))
+    rc, _, err = run_tool("trace_timeline.py", path, f"{tmp}/x.png", "--step", "99")
+    assert rc != 0 and "99" in err and path in err, err
+
+
+def test_errors_missing_and_invalid_files(tmp):
+    missing = f"{tmp}/nowhere/trace.h5"
+    bogus = f"{tmp}/bogus.h5"
+    with open(bogus, "w") as fh:
+        fh.write("not hdf5\n")
+    empty = f"{tmp}/empty.h5"
+    with h5py.File(empty, "w") as f:
+        f.attrs["deck"] = ""
+    calls = [("trace_report.py", []), ("trace_to_chrome.py", [f"{tmp}/o.json"]),
+             ("trace_timeline.py", [f"{tmp}/o.png"])]
+    for script, rest in calls:
+        for path, words in ((missing, "no such file"), (bogus, "HDF5"), (empty, "events")):
+            rc, out, err = run_tool(script, path, *rest)
+            assert rc != 0, (script, path)
+            assert path in err and words in err and "Traceback" not in err, (script, err)
+
+
+def test_loader_fixed_length_attributes(tmp):
+    # HDF5 C++ writers often store fixed-length strings and 1-element arrays.
+    path = hand_gpipe_trace(f"{tmp}/t.h5")
+    with h5py.File(path, "a") as f:
+        f.attrs["deck"] = np.bytes_(MLP_DECK.encode())
+        f.attrs["schedule_name"] = np.bytes_(b"gpipe")
+        f.attrs["kind_names"] = np.bytes_(",".join(DEFAULT_KIND_NAMES).encode())
+        f.attrs["num_stages"] = np.array([2], dtype=np.int64)
+        f.attrs["num_micro_batches"] = np.array([2], dtype=np.int64)
+    trace = load_trace(path)
+    assert trace.schedule_name == "gpipe" and trace.num_stages == 2 and trace.num_micro_batches == 2
+    assert trace.kind_names == DEFAULT_KIND_NAMES and trace.deck()["model"]["depth"] == 8
+    assert abs(trace_report.analyse(trace, skip=1)["bubble"] - 1 / 3) < 1e-12
+
+
+def test_report_skip_too_large(tmp):
+    rc, _, err = run_tool("trace_report.py", hand_gpipe_trace(f"{tmp}/t.h5"), "--skip", "5")
+    assert rc != 0 and "cannot skip 5" in err and "Traceback" not in err, err
+
+
+def main():
+    tests = [(k, v) for k, v in globals().items() if k.startswith("test_") and callable(v)]
+    passed = failed = 0
+    for name, fn in tests:
+        with tempfile.TemporaryDirectory() as tmp:
+            try:
+                fn(tmp) if fn.__code__.co_argcount else fn()
+                passed += 1
+                print(f"ok   {name}")
+            except Exception:  # noqa: BLE001 - report every failure and go on
+                failed += 1
+                print(f"FAIL {name}\n{traceback.format_exc()}")
+    print(f"{passed} passed, {failed} failed")
+    sys.exit(1 if failed else 0)
+
+
+if __name__ == "__main__":
+    main()
