@@ -82,5 +82,54 @@ check "non-finite run exits non-zero" status_not
 check "non-finite message names step, stage and micro-batch" \
   bash -c "grep -Eq 'non-finite (loss|gradient).* at step [0-9]+, stage [0-9]+, micro-batch [0-9]+' '$tmp/out'"
 
+# A traced run: trace.h5 is written and every tool reads it.
+py=tools/.venv/bin/python
+run 2 train inputs/mlp_small.toml --set output.trace=true --set output.dir=\"$tmp/trace\"
+check "traced run succeeds" status_is 0
+check "trace.h5 written" test -s "$tmp/trace/trace.h5"
+check "trace report runs" bash -c "$py tools/trace_report.py '$tmp/trace/trace.h5' > '$tmp/report.txt'"
+check "trace report gives the bubble" grep -q "measured bubble" "$tmp/report.txt"
+check "chrome export is valid JSON" bash -c "$py tools/trace_to_chrome.py '$tmp/trace/trace.h5' '$tmp/t.json' >/dev/null && $py -c 'import json,sys; e=json.load(open(sys.argv[1]))[\"traceEvents\"]; assert any(x.get(\"ph\")==\"X\" for x in e)' '$tmp/t.json'"
+check "timeline png written" bash -c "$py tools/trace_timeline.py '$tmp/trace/trace.h5' '$tmp/t.png' >/dev/null && test -s '$tmp/t.png'"
+
+# GPT on Markov data with evaluation: floor, eval loss and summary.
+run 2 train inputs/gpt_markov.toml --set training.steps=4 --set training.eval_every=2 \
+  --set training.warmup_steps=1 --set output.dir=\"$tmp/gpt\"
+check "gpt run succeeds" status_is 0
+check "loss floor printed" output_has "loss floor of a window"
+check "eval loss in the step line" output_has "| eval "
+check "summary states floor and gap" output_has "above the floor"
+
+# HDF5 token data made by the tool, then a bad token file.
+$py tools/make_token_file.py README.md "$tmp/tok.h5" --eval-fraction 0.2 --eval-output "$tmp/tok_eval.h5" > /dev/null
+cat > "$tmp/h5.toml" <<DECK
+[model]
+type = "gpt"
+vocab_size = 256
+seq_len = 16
+d_model = 16
+heads = 2
+blocks = 2
+[data]
+type = "hdf5"
+path = "$tmp/tok.h5"
+eval_path = "$tmp/tok_eval.h5"
+shuffle = true
+[training]
+steps = 3
+batch_size = 8
+eval_every = 3
+blas_threads = 1
+[pipeline]
+micro_batches = 2
+[output]
+dir = "$tmp/h5run"
+DECK
+run 2 train "$tmp/h5.toml"
+check "training on an HDF5 token file succeeds" status_is 0
+run 2 train "$tmp/h5.toml" --set model.vocab_size=64
+check "token id beyond the vocabulary exits non-zero" status_not
+check "bad token named with file and index" output_has "outside 0..model.vocab_size-1"
+
 echo "cli: $passed passed, $failed failed"
 [ "$failed" -eq 0 ]

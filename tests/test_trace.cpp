@@ -1,0 +1,110 @@
+// test_trace.cpp: the recorded timeline of a real pipelined run.
+//
+// Trains a few steps with tracing on (GPipe and 1F1B, on every rank of the
+// world) and checks on rank 0, for every rank: each step has exactly one F and
+// one B per micro-batch and one SEND/RECV window per comm action; the compute
+// events, in time order, are exactly the schedule's F/B actions of that rank;
+// nested events (WAIT, RECOMPUTE) lie inside their F/B; times are ordered and
+// the clock offsets' estimated errors are small.
+#include <gtest/gtest.h>
+#include <mpi.h>
+
+#include <algorithm>
+#include <map>
+
+#include "pipetrain/trainer.hpp"
+
+namespace pt {
+namespace {
+
+Deck traced_deck(const std::string& schedule) {
+  Deck d;
+  d.model.input_dim = 8;
+  d.model.hidden_dim = 16;
+  d.model.output_dim = 4;
+  d.model.depth = 8;
+  d.training.steps = 3;
+  d.training.batch_size = 16;
+  d.training.blas_threads = 1;
+  d.pipeline.micro_batches = 4;
+  d.pipeline.schedule = schedule;
+  d.pipeline.recompute = "full";  // so RECOMPUTE events appear
+  d.output.trace = true;
+  return d;
+}
+
+std::vector<TraceEvent> of_step(const std::vector<TraceEvent>& events, int64_t step) {
+  std::vector<TraceEvent> out;
+  for (const TraceEvent& e : events)
+    if (e.step == step) out.push_back(e);
+  std::stable_sort(out.begin(), out.end(),
+                   [](const TraceEvent& a, const TraceEvent& b) { return a.start_us < b.start_us; });
+  return out;
+}
+
+bool is_compute(int32_t kind) {
+  return kind == static_cast<int32_t>(EventKind::F) || kind == static_cast<int32_t>(EventKind::B);
+}
+
+void check_rank(const Schedule& schedule, int rank, const std::vector<TraceEvent>& events,
+                int64_t steps) {
+  for (int64_t step = 0; step < steps; ++step) {
+    const std::vector<TraceEvent> ev = of_step(events, step);
+    // Compute events in time order = the schedule's compute actions.
+    std::vector<std::string> got, want;
+    for (const TraceEvent& e : ev)
+      if (is_compute(e.kind))
+        got.push_back(std::to_string(e.stage) + (e.kind == 0 ? "F" : "B") + std::to_string(e.mb));
+    size_t comm_actions = 0;
+    for (const Action& a : schedule.ranks[rank]) {
+      if (a.kind == ActionKind::F || a.kind == ActionKind::B) want.push_back(to_string(a));
+      else ++comm_actions;
+    }
+    EXPECT_EQ(got, want) << "rank " << rank << " step " << step;
+    size_t windows = 0;
+    for (const TraceEvent& e : ev) {
+      EXPECT_LE(e.start_us, e.end_us);
+      if (e.kind == static_cast<int32_t>(EventKind::Send) || e.kind == static_cast<int32_t>(EventKind::Recv))
+        ++windows;
+      if (e.kind == static_cast<int32_t>(EventKind::Recompute)) {
+        // Inside the B of the same micro-batch.
+        bool inside = false;
+        for (const TraceEvent& b : ev)
+          inside |= b.kind == static_cast<int32_t>(EventKind::B) && b.mb == e.mb &&
+                    b.start_us <= e.start_us && e.end_us <= b.end_us;
+        EXPECT_TRUE(inside) << "RECOMPUTE of micro-batch " << e.mb << " outside its B";
+      }
+    }
+    EXPECT_EQ(windows, comm_actions) << "rank " << rank << " step " << step;
+    int optimizer = 0;
+    for (const TraceEvent& e : ev) optimizer += e.kind == static_cast<int32_t>(EventKind::Optimizer);
+    EXPECT_EQ(optimizer, 1);
+  }
+}
+
+TEST(Trace, EventsAreCompleteOrderedAndFollowTheSchedule) {
+  int rank = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  for (const char* schedule : {"gpipe", "1f1b"}) {
+    Deck deck = traced_deck(schedule);
+    Trainer trainer(deck, MPI_COMM_WORLD);
+    for (int64_t s = 0; s < deck.training.steps; ++s) trainer.train_step(s);
+    const auto events = trainer.gather_trace();
+    if (rank != 0) continue;
+    for (double err : trainer.clock_alignment().error_us) EXPECT_LT(err, 1000.0);
+    for (size_t r = 0; r < events.size(); ++r)
+      check_rank(trainer.schedule(), static_cast<int>(r), events[r], deck.training.steps);
+  }
+}
+
+TEST(Trace, OffByDefaultRecordsNothing) {
+  Deck deck = traced_deck("1f1b");
+  deck.output.trace = false;
+  Trainer trainer(deck, MPI_COMM_WORLD);
+  trainer.train_step(0);
+  const auto events = trainer.gather_trace();
+  for (const auto& per_rank : events) EXPECT_TRUE(per_rank.empty());
+}
+
+}  // namespace
+}  // namespace pt
