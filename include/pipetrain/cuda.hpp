@@ -94,21 +94,23 @@ struct BackendOptions {
 std::unique_ptr<Backend> make_backend(const BackendOptions& options = {});
 
 // GEMMs issued by the CUDA backend between start and stop (for benchmarks):
-// row-major shapes as pt::GemmShape; batch > 1 for the attention GEMMs.
+// row-major shapes as pt::GemmShape; batch > 1 (element strides between the
+// batch's matrices) for the attention GEMMs.
 struct DeviceGemm {
   GemmShape shape;
   int64_t batch = 1;
+  int64_t stride_a = 0, stride_b = 0, stride_c = 0;
 };
 void start_device_gemm_recording();
 std::vector<DeviceGemm> stop_device_gemm_recording();
 
 // ---- transports ----
 
-// "nccl": one 2-rank NCCL communicator per neighbour link and direction,
-// split from a world communicator bootstrapped with MPI_Bcast of the unique
-// id; only peers rank +- 1. Sends and receives between a pair of ranks must be
-// posted in the same order on both sides (NCCL has no tags; the pipeline
-// schedules post each link's messages in micro-batch order).
+// "nccl": one 2-rank NCCL communicator per ring link (r, r+1 mod P) and
+// direction, split from a world communicator bootstrapped with MPI_Bcast of
+// the unique id; peers rank +- 1 mod P only (no self-sends). The messages from
+// one rank to another must be posted in the same order by both sides (NCCL
+// has no tags; GPipe and 1F1B post each link's messages in micro-batch order).
 // A transfer still pending after timeout_s, or an asynchronous NCCL error,
 // aborts the communicators and throws (TimeoutError / Error).
 std::unique_ptr<Transport> make_nccl_transport(MPI_Comm comm, double timeout_s);

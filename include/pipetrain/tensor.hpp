@@ -60,6 +60,8 @@ struct DeviceMemoryHooks {
   // ordered with the device's compute stream.
   void (*copy)(void* dst, Device dst_dev, const void* src, Device src_dev, size_t bytes) = nullptr;
   void (*zero)(void* ptr, size_t bytes) = nullptr;  // in compute-stream order
+  // Moves `bytes` from one category's count to another's (Tensor::retag).
+  void (*recategorize)(size_t bytes, MemCategory from, MemCategory to) = nullptr;
 };
 void register_device_memory(Device dev, const DeviceMemoryHooks& hooks);
 bool device_memory_registered(Device dev);

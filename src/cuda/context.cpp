@@ -57,15 +57,6 @@ Context& context() {
   return *g_context;
 }
 
-void order_after_compute(cudaStream_t stream) {
-  Context& ctx = context();
-  cudaEvent_t ev;
-  CUDA_CHECK(cudaEventCreateWithFlags(&ev, cudaEventDisableTiming));
-  CUDA_CHECK(cudaEventRecord(ev, ctx.compute));
-  CUDA_CHECK(cudaStreamWaitEvent(stream, ev, 0));
-  CUDA_CHECK(cudaEventDestroy(ev));  // released once the wait is satisfied
-}
-
 void sync_and_check() {
   Context& ctx = context();
   CUDA_CHECK(cudaStreamSynchronize(ctx.compute));

@@ -38,8 +38,6 @@ bool context_ready();
 // Throws when select_device / init_device has not run.
 Context& context();
 
-// Makes `stream` wait for everything queued on the compute stream so far.
-void order_after_compute(cudaStream_t stream);
 // Synchronises the compute stream, then throws if a kernel flagged bad input.
 void sync_and_check();
 

@@ -51,6 +51,12 @@ class DeviceCache {
     std::lock_guard<std::mutex> lock(mutex_);
     return reserved_;
   }
+  void recategorize(size_t bytes, MemCategory from, MemCategory to) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    count(from, -static_cast<long long>(bytes));
+    count(to, static_cast<long long>(bytes));
+  }
+
   void reset_peaks() {
     std::lock_guard<std::mutex> lock(mutex_);
     for (int c = 0; c < static_cast<int>(MemCategory::Count); ++c) stats_.peak[c] = stats_.live[c];
@@ -122,6 +128,10 @@ void copy_hook(void* dst, Device dst_dev, const void* src, Device src_dev, size_
   if (dst_dev == Device::CPU || src_dev == Device::CPU) sync_and_check();
 }
 
+void recategorize_hook(size_t bytes, MemCategory from, MemCategory to) {
+  cache().recategorize(bytes, from, to);
+}
+
 void zero_hook(void* ptr, size_t bytes) {
   if (bytes == 0) return;
   CUDA_CHECK(cudaMemsetAsync(ptr, 0, bytes, context().compute));
@@ -138,6 +148,7 @@ void install_memory_hooks() {
   hooks.release = device_release;
   hooks.copy = copy_hook;
   hooks.zero = zero_hook;
+  hooks.recategorize = recategorize_hook;
   register_device_memory(Device::CUDA, hooks);
 }
 

@@ -13,7 +13,8 @@
 namespace pt::cuda::kern {
 
 // ---- elementwise (kernels_elementwise.cu) ----
-void add_bias(float* y, const float* bias, int64_t rows, int64_t n, cudaStream_t s);  // y (rows, n) += bias (n)
+// y (rows, n) += bias (n)
+void add_bias(float* y, const float* bias, int64_t rows, int64_t n, cudaStream_t s);
 void relu_forward(const float* x, float* y, int64_t n, cudaStream_t s);
 void relu_backward(const float* x, const float* dy, float* dx, int64_t n, cudaStream_t s);
 void gelu_forward(const float* x, float* y, int64_t n, cudaStream_t s);

@@ -104,7 +104,8 @@ const char* device_name(Device dev) { return dev == Device::CPU ? "cpu" : "cuda"
 
 void register_device_memory(Device dev, const DeviceMemoryHooks& hooks) {
   PT_CHECK(dev != Device::CPU, "CPU memory is built in");
-  PT_CHECK(hooks.allocate && hooks.release && hooks.copy && hooks.zero, "incomplete hooks");
+  PT_CHECK(hooks.allocate && hooks.release && hooks.copy && hooks.zero && hooks.recategorize,
+           "incomplete hooks");
   g_device_hooks[static_cast<int>(dev)] = hooks;
 }
 
@@ -218,7 +219,10 @@ Tensor Tensor::reshaped(const Shape& shape) const {
 
 void Tensor::retag(MemCategory cat) {
   if (!storage_ || storage_->category == cat) return;
-  allocator().recategorize(storage_->bytes, storage_->category, cat);
+  if (storage_->device == Device::CPU)
+    allocator().recategorize(storage_->bytes, storage_->category, cat);
+  else
+    hooks_of(storage_->device).recategorize(storage_->bytes, storage_->category, cat);
   storage_->category = cat;
 }
 

@@ -1,0 +1,105 @@
+// bench_cuda_transport.cpp: bandwidth of the GPU transports between two ranks
+// (bench_cuda transport, under mpirun -np 2). Rank 0 sends device tensors to
+// rank 1, one message at a time (post, wait, repeat); GB/s = bytes / time per
+// message, median of reps. mpi_staged always runs; nccl only when the two
+// ranks drive different GPUs (on one GPU NCCL refuses, and mpi_staged is the
+// fallback the transport choice "auto" makes).
+#include <mpi.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+#include <vector>
+
+#include "pipetrain/cuda.hpp"
+#include "pipetrain/error.hpp"
+
+namespace pt {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+void wait(PendingTransfer& t) {
+  while (!t.test()) {
+  }
+}
+
+// Median seconds per message of `bytes` from rank 0 to rank 1.
+double one_way_seconds(Transport& tr, int64_t bytes, int reps) {
+  Tensor buf = Tensor::zeros({bytes / 4}, DType::F32, MemCategory::Workspace, Device::CUDA);
+  std::vector<double> times;
+  for (int r = 0; r <= reps; ++r) {  // r == 0: warm-up (pinned buffers, NCCL connections)
+    MPI_Barrier(MPI_COMM_WORLD);
+    const auto start = Clock::now();
+    std::unique_ptr<PendingTransfer> t =
+        tr.rank() == 0 ? tr.isend(buf, 1, 7) : tr.irecv(buf, 0, 7);
+    wait(*t);
+    const double s = std::chrono::duration<double>(Clock::now() - start).count();
+    double slowest = 0;
+    MPI_Allreduce(&s, &slowest, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+    if (r > 0) times.push_back(slowest);
+  }
+  std::sort(times.begin(), times.end());
+  return times[times.size() / 2];
+}
+
+void report(const char* name, int64_t bytes, double seconds, int rank) {
+  if (rank != 0) return;
+  std::printf("| %s | %lld | %.3f | %.2f |\n", name, static_cast<long long>(bytes >> 20),
+              seconds * 1e3, static_cast<double>(bytes) / seconds * 1e-9);
+  std::printf("RESULT %s_gbps_%lldMiB %.2f\n", name, static_cast<long long>(bytes >> 20),
+              static_cast<double>(bytes) / seconds * 1e-9);
+}
+
+}  // namespace
+
+int run_transport_bench(int argc, char** argv) {
+  int64_t mbytes = 64;
+  int reps = 10;
+  for (int i = 2; i + 1 < argc; i += 2) {
+    const std::string key = argv[i];
+    if (key == "--mbytes") mbytes = std::atol(argv[i + 1]);
+    else if (key == "--reps") reps = std::atoi(argv[i + 1]);
+  }
+  MPI_Init(&argc, &argv);
+  int rank = 0, size = 1;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  MPI_Comm_size(MPI_COMM_WORLD, &size);
+  int status = 0;
+  try {
+    if (size != 2) throw Error("bench_cuda transport needs exactly 2 ranks");
+    const cuda::DeviceInfo info = cuda::select_device(MPI_COMM_WORLD);
+    const bool shared = cuda::any_device_shared(info, MPI_COMM_WORLD);
+    std::printf("%s\n", info.describe().c_str());
+    std::fflush(stdout);
+    MPI_Barrier(MPI_COMM_WORLD);
+    if (rank == 0)
+      std::printf("\n| transport | message (MiB) | time (ms) | GB/s |\n|---|---:|---:|---:|\n");
+    const std::vector<int64_t> sizes = {std::max<int64_t>(1, mbytes / 8) << 20, mbytes << 20};
+    {
+      auto staged = cuda::make_staged_transport(MPI_COMM_WORLD);
+      for (int64_t b : sizes) report("mpi_staged", b, one_way_seconds(*staged, b, reps), rank);
+    }
+    if (shared) {
+      if (rank == 0) {
+        std::printf("| nccl | - | - | n/a: both ranks on one GPU (NCCL refuses; mpi_staged is "
+                    "the fallback) |\n");
+        std::printf("RESULT nccl_gbps n/a(shared-GPU)\n");
+      }
+    } else {
+      auto nccl = cuda::make_nccl_transport(MPI_COMM_WORLD, 60.0);
+      for (int64_t b : sizes) report("nccl", b, one_way_seconds(*nccl, b, reps), rank);
+    }
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "rank %d: %s\n", rank, e.what());
+    status = 1;
+    MPI_Abort(MPI_COMM_WORLD, 1);
+  }
+  MPI_Finalize();
+  return status;
+}
+
+}  // namespace pt

@@ -1,0 +1,20 @@
+// attention.hpp: causal multi-head attention on the fused qkv layout for the
+// CUDA backend (internal to pt_cuda): cuBLAS strided-batched GEMMs over the
+// heads of each sequence, plus the causal softmax kernels. Contracts and
+// shapes are those of Backend::attention_* in include/pipetrain/backend.hpp.
+#pragma once
+
+#include "pipetrain/cuda.hpp"
+
+namespace pt::cuda {
+
+// probs (mb, H, T, T) from qkv (mb, T, 3C).
+void attention_probs(const Tensor& qkv, int64_t heads, Tensor& probs, Precision p);
+// y (mb, T, C) = probs @ V per head.
+void attention_values(const Tensor& qkv, const Tensor& probs, int64_t heads, Tensor& y,
+                      Precision p);
+// dqkv (mb, T, 3C) from dy (mb, T, C).
+void attention_backward(const Tensor& qkv, const Tensor& probs, const Tensor& dy,
+                        int64_t heads, Tensor& dqkv, Precision p);
+
+}  // namespace pt::cuda

@@ -1,0 +1,104 @@
+// kernels_reduce.cu: deterministic sums over whole tensors (sum of squares,
+// non-finite count, MSE, sums of per-row losses). Two passes: a fixed grid
+// (a function of n only) writes one partial per block, one block adds the
+// partials; both in double. The result comes back through pinned memory after
+// a synchronisation of the stream.
+#include "context.hpp"
+#include "device_common.cuh"
+#include "device_memory.hpp"
+#include "kernels.hpp"
+
+namespace pt::cuda::kern {
+
+namespace {
+
+constexpr int64_t kPerThread = 8;  // elements per thread before the block tree
+constexpr int kMaxBlocks = 1024;
+
+unsigned reduce_blocks(int64_t n) {
+  return std::min<unsigned>(grid_for(n, kPerThread), kMaxBlocks);
+}
+
+struct SquareTerm {
+  const float* x;
+  __device__ double operator()(int64_t i) const { return static_cast<double>(x[i]) * x[i]; }
+};
+
+struct NonFiniteTerm {
+  const float* x;
+  __device__ double operator()(int64_t i) const {
+    const unsigned bits = __float_as_uint(x[i]);
+    return (bits & 0x7f800000u) == 0x7f800000u ? 1.0 : 0.0;
+  }
+};
+
+// Writes the gradient as a side effect, like the CPU loop.
+struct MseTerm {
+  const float* pred;
+  const float* target;
+  float grad_scale;
+  float* dpred;
+  __device__ double operator()(int64_t i) const {
+    const float diff = pred[i] - target[i];
+    dpred[i] = 2.f * diff * grad_scale;
+    return static_cast<double>(diff) * diff;
+  }
+};
+
+struct DoubleTerm {
+  const double* x;
+  __device__ double operator()(int64_t i) const { return x[i]; }
+};
+
+template <class Term>
+__global__ void partial_sum_kernel(int64_t n, Term term, double* partials) {
+  double s = 0.0;
+  for (int64_t i = global_index(); i < n; i += global_stride()) s += term(i);
+  s = block_sum(s);
+  if (threadIdx.x == 0) partials[blockIdx.x] = s;
+}
+
+__global__ void final_sum_kernel(const double* partials, int count, double* out) {
+  double s = 0.0;
+  for (int i = threadIdx.x; i < count; i += blockDim.x) s += partials[i];
+  s = block_sum(s);
+  if (threadIdx.x == 0) *out = s;
+}
+
+template <class Term>
+double reduce(int64_t n, Term term, cudaStream_t s) {
+  if (n == 0) return 0.0;
+  const unsigned blocks = reduce_blocks(n);
+  DeviceBuffer partials((blocks + 1) * sizeof(double));
+  double* out = partials.as<double>() + blocks;
+  partial_sum_kernel<<<blocks, kThreads, 0, s>>>(n, term, partials.as<double>());
+  PT_LAUNCH_CHECK();
+  final_sum_kernel<<<1, kThreads, 0, s>>>(partials.as<double>(), static_cast<int>(blocks), out);
+  PT_LAUNCH_CHECK();
+  Context& ctx = context();
+  CUDA_CHECK(cudaMemcpyAsync(ctx.readback, out, sizeof(double), cudaMemcpyDeviceToHost, s));
+  CUDA_CHECK(cudaStreamSynchronize(s));
+  sync_and_check();
+  return ctx.readback[0];
+}
+
+}  // namespace
+
+double reduce_sum_squares(const float* x, int64_t n, cudaStream_t s) {
+  return reduce(n, SquareTerm{x}, s);
+}
+
+int64_t reduce_count_nonfinite(const float* x, int64_t n, cudaStream_t s) {
+  return static_cast<int64_t>(reduce(n, NonFiniteTerm{x}, s));
+}
+
+double reduce_mse(const float* pred, const float* target, float grad_scale, float* dpred,
+                  int64_t n, cudaStream_t s) {
+  return reduce(n, MseTerm{pred, target, grad_scale, dpred}, s);
+}
+
+double reduce_sum(const double* x, int64_t n, cudaStream_t s) {
+  return reduce(n, DoubleTerm{x}, s);
+}
+
+}  // namespace pt::cuda::kern

@@ -1,0 +1,281 @@
+// transport_nccl.cpp: the NCCL transport for device tensors.
+//
+// Bootstrap: rank 0 calls ncclGetUniqueId, MPI_Bcast sends its bytes, every
+// rank calls ncclCommInitRank (the world communicator). From it, ncclCommSplit
+// makes one 2-rank communicator per neighbour link (r, r+1 mod P: a ring, so
+// interleaved schedules that wrap from the last rank to rank 0 work too) and
+// direction, each with its own stream. A stream that holds only
+// the sends to one peer, or only the receives from one, cannot deadlock the
+// way a single stream does when two ranks post "send then receive" to each
+// other (an NCCL send of a large message waits for the peer's receive, which
+// would sit behind the peer's own send).
+// Each transfer: the channel stream waits for the compute stream, then
+// ncclSend/ncclRecv inside ncclGroupStart/End, then an event; test() polls
+// the event, ncclCommGetAsyncError and the deadline.
+#include <cuda_runtime.h>
+#include <mpi.h>
+#include <nccl.h>
+
+#include <chrono>
+#include <climits>
+#include <memory>
+#include <string>
+
+#include "check.hpp"
+#include "context.hpp"
+#include "pipetrain/cuda.hpp"
+
+namespace pt::cuda {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// One direction of one link: only sends to `peer`, or only receives from it.
+struct Channel {
+  ncclComm_t comm = nullptr;
+  int peer = -1;          // the other rank inside the 2-rank communicator
+  int world_peer = -1;    // the same rank in the transport's communicator
+  cudaStream_t stream = nullptr;
+  cudaEvent_t ready = nullptr;
+  long outstanding = 0;   // posted, not yet seen complete
+  bool poisoned = false;  // a transfer was dropped before completion
+};
+
+enum ChannelId { kToNext = 0, kFromNext, kToPrev, kFromPrev, kChannels };
+
+class NcclEngine {
+ public:
+  NcclEngine(MPI_Comm comm, double timeout_s) : timeout_s_(timeout_s) {
+    MPI_CHECK(MPI_Comm_rank(comm, &rank_));
+    MPI_CHECK(MPI_Comm_size(comm, &size_));
+    context();
+    init_world(comm);
+    for (int group = 0; group < groups(); ++group)
+      for (int up = 0; up < 2; ++up) split_links(group, up == 1);
+  }
+
+  ~NcclEngine() {
+    bool clean = true;
+    for (Channel& ch : channels_) clean = clean && ch.outstanding == 0 && !ch.poisoned;
+    for (Channel& ch : channels_) {
+      if (ch.comm) clean ? ncclCommDestroy(ch.comm) : ncclCommAbort(ch.comm);
+      if (ch.ready) cudaEventDestroy(ch.ready);
+      if (ch.stream) cudaStreamDestroy(ch.stream);
+    }
+    if (world_) clean ? ncclCommDestroy(world_) : ncclCommAbort(world_);
+  }
+
+  int rank() const { return rank_; }
+  int size() const { return size_; }
+
+  // The channel to (send) or from peer: rank + 1 or rank - 1 (mod P).
+  Channel& channel(bool send, int peer) {
+    const int next = (rank_ + 1) % size_, prev = (rank_ - 1 + size_) % size_;
+    ChannelId id = kChannels;
+    if (peer != rank_ && peer == next && channels_[send ? kToNext : kFromNext].comm)
+      id = send ? kToNext : kFromNext;
+    else if (peer != rank_ && peer == prev && channels_[send ? kToPrev : kFromPrev].comm)
+      id = send ? kToPrev : kFromPrev;
+    PT_CHECK(id != kChannels, "nccl transport: rank " + std::to_string(rank_) +
+                                  " cannot reach rank " + std::to_string(peer) +
+                                  " (ring neighbours rank +- 1 mod P only)");
+    return channels_[id];
+  }
+
+  // Enqueues the transfer; returns the event that marks its completion.
+  cudaEvent_t post(Channel& ch, bool send, void* ptr, size_t bytes) {
+    Context& ctx = context();
+    CUDA_CHECK(cudaEventRecord(ch.ready, ctx.compute));
+    CUDA_CHECK(cudaStreamWaitEvent(ch.stream, ch.ready, 0));
+    NCCL_CHECK(ncclGroupStart());
+    if (send) NCCL_CHECK(ncclSend(ptr, bytes, ncclUint8, ch.peer, ch.comm, ch.stream));
+    else NCCL_CHECK(ncclRecv(ptr, bytes, ncclUint8, ch.peer, ch.comm, ch.stream));
+    NCCL_CHECK(ncclGroupEnd());
+    cudaEvent_t done;
+    CUDA_CHECK(cudaEventCreateWithFlags(&done, cudaEventDisableTiming));
+    CUDA_CHECK(cudaEventRecord(done, ch.stream));
+    ++ch.outstanding;
+    return done;
+  }
+
+  // Throws (after aborting every communicator) on an asynchronous NCCL error
+  // or when the transfer has been pending longer than the timeout.
+  void check_health(Channel& ch, Clock::time_point posted, const std::string& what) {
+    ncclResult_t async = ncclSuccess;
+    NCCL_CHECK(ncclCommGetAsyncError(ch.comm, &async));
+    if (async != ncclSuccess && async != ncclInProgress) {
+      const std::string text = std::string(ncclGetErrorString(async)) + " " +
+                               ncclGetLastError(ch.comm);
+      abort_all();
+      throw Error("NCCL asynchronous error during " + what + ": " + text +
+                  "; communicators aborted");
+    }
+    const double waited = std::chrono::duration<double>(Clock::now() - posted).count();
+    if (waited > timeout_s_) {
+      abort_all();
+      throw TimeoutError("rank " + std::to_string(rank_) + ": NCCL " + what + " not complete " +
+                         std::to_string(static_cast<int>(waited)) + " s after it was posted; " +
+                         "communicators aborted (peer dead or stuck, or the two ranks posted "
+                         "this link's messages in different orders)");
+    }
+  }
+
+ private:
+  void init_world(MPI_Comm comm) {
+    ncclUniqueId id;
+    if (rank_ == 0) NCCL_CHECK(ncclGetUniqueId(&id));
+    MPI_CHECK(MPI_Bcast(&id, sizeof id, MPI_BYTE, 0, comm));
+    NCCL_CHECK(ncclCommInitRank(&world_, size_, id, rank_));
+  }
+
+  // Links: l = (l, l+1 mod P) for l < links(); P = 2 has the one link (0, 1).
+  int links() const { return size_ <= 1 ? 0 : (size_ == 2 ? 1 : size_); }
+  // Split groups: no rank is in two links of one group (an odd ring needs a
+  // third group for its closing link).
+  int groups() const { return size_ > 2 && size_ % 2 == 1 ? 3 : 2; }
+  int group_of(int link) const {
+    return size_ > 2 && size_ % 2 == 1 && link == size_ - 1 ? 2 : link % 2;
+  }
+
+  // One collective ncclCommSplit: this rank's link of `group`, if any, gets a
+  // 2-rank communicator for direction `up` (lower end -> upper end).
+  void split_links(int group, bool up) {
+    int link = -1;
+    bool lower = false;
+    const int as_upper = (rank_ - 1 + size_) % size_;  // the link this rank closes
+    if (rank_ < links() && group_of(rank_) == group) {
+      link = rank_;
+      lower = true;
+    } else if (as_upper < links() && group_of(as_upper) == group) {
+      link = as_upper;
+    }
+    ncclComm_t comm = nullptr;
+    NCCL_CHECK(ncclCommSplit(world_, link < 0 ? NCCL_SPLIT_NOCOLOR : link, lower ? 0 : 1, &comm,
+                             nullptr));
+    if (link < 0) return;
+    // The key puts the lower end at rank 0 of the new communicator.
+    const ChannelId id = lower ? (up ? kToNext : kFromNext) : (up ? kFromPrev : kToPrev);
+    Channel& ch = channels_[id];
+    ch.comm = comm;
+    ch.peer = lower ? 1 : 0;
+    ch.world_peer = lower ? (rank_ + 1) % size_ : as_upper;
+    CUDA_CHECK(cudaStreamCreateWithFlags(&ch.stream, cudaStreamNonBlocking));
+    CUDA_CHECK(cudaEventCreateWithFlags(&ch.ready, cudaEventDisableTiming));
+  }
+
+  void abort_all() {
+    for (Channel& ch : channels_) {
+      if (ch.comm) ncclCommAbort(ch.comm);
+      ch.comm = nullptr;
+    }
+    if (world_) ncclCommAbort(world_);
+    world_ = nullptr;
+  }
+
+  double timeout_s_;
+  int rank_ = 0, size_ = 1;
+  ncclComm_t world_ = nullptr;
+  Channel channels_[kChannels];
+};
+
+class NcclTransfer final : public PendingTransfer {
+ public:
+  NcclTransfer(std::shared_ptr<NcclEngine> engine, Channel& ch, cudaEvent_t done,
+               std::string what)
+      : engine_(std::move(engine)), ch_(ch), done_(done), what_(std::move(what)),
+        posted_(Clock::now()) {}
+  ~NcclTransfer() override {
+    if (!finished_) ch_.poisoned = true;
+    cudaEventDestroy(done_);
+  }
+  bool test() override {
+    if (finished_) return true;
+    const cudaError_t q = cudaEventQuery(done_);
+    if (q == cudaSuccess) {
+      finished_ = true;
+      --ch_.outstanding;
+      return true;
+    }
+    if (q != cudaErrorNotReady) CUDA_CHECK(q);
+    PT_CHECK(ch_.comm != nullptr, "NCCL communicator already aborted");
+    engine_->check_health(ch_, posted_, what_);
+    return false;
+  }
+
+ private:
+  std::shared_ptr<NcclEngine> engine_;
+  Channel& ch_;
+  cudaEvent_t done_;
+  std::string what_;
+  Clock::time_point posted_;
+  bool finished_ = false;
+};
+
+class NcclTransport final : public Transport {
+ public:
+  NcclTransport(MPI_Comm comm, double timeout_s)
+      : engine_(std::make_shared<NcclEngine>(comm, timeout_s)) {
+    int flag = 0;
+    int* ub = nullptr;
+    MPI_CHECK(MPI_Comm_get_attr(comm, MPI_TAG_UB, &ub, &flag));
+    max_tag_ = flag ? *ub : 32767;
+  }
+  const char* name() const override { return "nccl"; }
+  int rank() const override { return engine_->rank(); }
+  int size() const override { return engine_->size(); }
+  int max_tag() const override { return max_tag_; }
+
+  std::unique_ptr<PendingTransfer> isend(const Tensor& buf, int peer, int tag) override {
+    return post(true, const_cast<void*>(buf.raw()), buf, peer, tag);
+  }
+  std::unique_ptr<PendingTransfer> irecv(Tensor& buf, int peer, int tag) override {
+    return post(false, buf.raw(), buf, peer, tag);
+  }
+
+ private:
+  std::unique_ptr<PendingTransfer> post(bool send, void* ptr, const Tensor& buf, int peer,
+                                        int tag) {
+    PT_CHECK(buf.device() == Device::CUDA,
+             "nccl transport: buffer " + shape_string(buf.shape()) + " is not on the GPU");
+    Channel& ch = engine_->channel(send, peer);
+    cudaEvent_t done = engine_->post(ch, send, ptr, buf.bytes());
+    const std::string what = std::string(send ? "send to" : "receive from") + " rank " +
+                             std::to_string(peer) + " (tag " + std::to_string(tag) + ", " +
+                             std::to_string(buf.bytes()) + " bytes)";
+    return std::make_unique<NcclTransfer>(engine_, ch, done, what);
+  }
+
+  std::shared_ptr<NcclEngine> engine_;
+  int max_tag_ = 32767;
+};
+
+}  // namespace
+
+std::unique_ptr<Transport> make_nccl_transport(MPI_Comm comm, double timeout_s) {
+  return std::make_unique<NcclTransport>(comm, timeout_s);
+}
+
+std::string resolve_transport(const std::string& requested, const DeviceInfo& info,
+                              MPI_Comm comm) {
+  if (requested != "auto" && requested != "nccl" && requested != "mpi_staged")
+    throw InputError("unknown GPU transport '" + requested +
+                     "': expected auto, nccl or mpi_staged");
+  const bool shared = any_device_shared(info, comm);  // collective on every path
+  int size = 1;
+  MPI_CHECK(MPI_Comm_size(comm, &size));
+  if (requested == "auto") return shared || size == 1 ? "mpi_staged" : "nccl";
+  if (requested == "nccl" && shared)
+    throw InputError("transport 'nccl': two ranks drive the same GPU, which NCCL refuses; "
+                     "give each rank its own GPU or use mpi_staged (or auto)");
+  return requested;
+}
+
+std::unique_ptr<Transport> make_transport(const std::string& requested, MPI_Comm comm,
+                                          const DeviceInfo& info, double timeout_s) {
+  const std::string kind = resolve_transport(requested, info, comm);
+  if (kind == "nccl") return make_nccl_transport(comm, timeout_s);
+  return make_staged_transport(comm);
+}
+
+}  // namespace pt::cuda

@@ -1,0 +1,68 @@
+// test_cuda_util.hpp: helpers of the CUDA tests: skip cleanly without a GPU,
+// move tensors between devices, compare against the CPU backend.
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <string>
+
+#include "pipetrain/cuda.hpp"
+#include "pipetrain/rng.hpp"
+
+namespace pt::test {
+
+// Initialises device 0 once; false (with the reason) when no GPU is visible.
+inline bool gpu_available(std::string* why) {
+  static int state = -1;  // -1 unknown, 0 none, 1 ready
+  static std::string reason;
+  if (state < 0) {
+    if (cuda::device_count(&reason) == 0) {
+      state = 0;
+    } else {
+      cuda::init_device(0);
+      state = 1;
+    }
+  }
+  if (why) *why = reason;
+  return state == 1;
+}
+
+#define PT_REQUIRE_GPU()                                                           \
+  do {                                                                             \
+    std::string pt_why_;                                                           \
+    if (!::pt::test::gpu_available(&pt_why_))                                      \
+      GTEST_SKIP() << "no CUDA device visible (" << pt_why_ << "); GPU test skipped"; \
+  } while (0)
+
+inline Tensor random_host(const Shape& shape, uint64_t stream, float std = 1.f) {
+  Tensor t = Tensor::empty(shape, DType::F32, MemCategory::Workspace, Device::CPU);
+  for (int64_t i = 0; i < t.numel(); ++i) t.f32()[i] = std * normal01(7, stream, i);
+  return t;
+}
+
+inline Tensor gpu(const Tensor& t) { return t.to(Device::CUDA, t.category()); }
+inline Tensor host(const Tensor& t) { return t.to(Device::CPU, t.category()); }
+
+// max |got - want| / max |want| (want on the CPU, got on either device).
+inline double rel_error(const Tensor& got_any, const Tensor& want) {
+  const Tensor got = got_any.device() == Device::CPU ? got_any : host(got_any);
+  EXPECT_EQ(got.numel(), want.numel());
+  double diff = 0.0, scale = 0.0;
+  for (int64_t i = 0; i < want.numel(); ++i) {
+    diff = std::max(diff, std::fabs(static_cast<double>(got.f32()[i]) - want.f32()[i]));
+    scale = std::max(scale, std::fabs(static_cast<double>(want.f32()[i])));
+  }
+  return scale > 0 ? diff / scale : diff;
+}
+
+inline void expect_close(const Tensor& got, const Tensor& want, double tol,
+                         const std::string& what) {
+  const double err = rel_error(got, want);
+  std::printf("  %-40s rel error %.3e (tol %.0e)\n", what.c_str(), err, tol);
+  EXPECT_LE(err, tol) << what;
+}
+
+}  // namespace pt::test
