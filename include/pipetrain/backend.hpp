@@ -52,6 +52,9 @@ class Backend {
   virtual bool all_finite(const Tensor& x) = 0;
   // x *= s
   virtual void scale(Tensor& x, float s) = 0;
+  // Waits until every kernel issued so far has finished (timings, traces).
+  // The CPU backend computes synchronously: nothing to wait for.
+  virtual void synchronize() {}
 
   // ---- Transformer (GPT) kernels. Shapes: mb micro-batch, T sequence, C model
   // width, H heads, D = C / H head width, V vocabulary.

@@ -65,6 +65,8 @@ struct TrainingConfig {
   int64_t eval_every = 0;          // held-out loss every k steps; 0 = off
   int64_t eval_batches = 2;        // batches per evaluation
   std::string init_from;           // checkpoint whose weights (only) start training
+  std::string device = "cpu";      // "cpu" | "cuda" (one GPU per rank)
+  std::string precision = "fp32";  // GEMM precision on CUDA: "fp32" | "tf32" | "bf16" | "fp16"
 };
 
 struct PipelineConfig {
@@ -78,6 +80,9 @@ struct PipelineConfig {
   std::string recompute = "none";
   std::vector<std::string> recompute_stages;  // per-stage override; empty = recompute
   double memory_budget_mb = 0.0;   // per-stage budget for "auto"; 0 = none
+  // Activation/gradient exchange on CUDA: "auto" | "nccl" | "mpi_staged"
+  // (the CPU device always uses MPI).
+  std::string transport = "auto";
 };
 
 struct OutputConfig {

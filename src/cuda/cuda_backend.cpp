@@ -39,6 +39,7 @@ class CudaBackend final : public Backend {
   explicit CudaBackend(const BackendOptions& o) : precision_(o.precision), ctx_(context()) {}
   const char* name() const override { return "cuda"; }
   Device device() const override { return Device::CUDA; }
+  void synchronize() override { cuda::synchronize(); }
 
   void matmul(const Tensor& a, bool trans_a, const Tensor& b, bool trans_b, Tensor& c,
               float alpha, float beta) override {

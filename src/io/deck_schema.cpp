@@ -76,6 +76,8 @@ const std::vector<KeySpec> kDeckKeys = {
     {"training", "blas_threads", PT_FIELD(training.blas_threads), between(0, 4096), nullptr, "BLAS threads per rank; 0 = node cores / ranks on the node", PT_ALWAYS},
     {"training", "eval_every", PT_FIELD(training.eval_every), at_least(0), nullptr, "held-out evaluation loss every k steps; 0 = off", PT_ALWAYS},
     {"training", "init_from", PT_FIELD(training.init_from), any(), nullptr, "checkpoint whose weights (only) initialise the model; \"\" = none", PT_ALWAYS},
+    {"training", "device", PT_FIELD(training.device), any(), "cpu|cuda", "where each rank computes: cpu, or cuda (one GPU per rank)", PT_ALWAYS},
+    {"training", "precision", PT_FIELD(training.precision), any(), "fp32|tf32|bf16|fp16", "GEMM precision with device = \"cuda\" (fp32 master weights; fp16 uses dynamic loss scaling)", PT_ALWAYS},
     {"training", "eval_batches", PT_FIELD(training.eval_batches), between(1, 1 << 20), nullptr, "batches per evaluation", PT_ALWAYS},
     {"pipeline", "stages", PT_FIELD(pipeline.stages), between(0, 1 << 16), nullptr, "pipeline stages, one per MPI rank; 0 = number of ranks", PT_ALWAYS},
     {"pipeline", "micro_batches", PT_FIELD(pipeline.micro_batches), between(1, 1 << 20), nullptr, "micro-batches per step; must divide batch_size", PT_ALWAYS},
@@ -85,6 +87,7 @@ const std::vector<KeySpec> kDeckKeys = {
     {"pipeline", "recompute", PT_FIELD(pipeline.recompute), any(), nullptr, "activation recomputation: none | selective | every:K | full | auto", PT_ALWAYS},
     {"pipeline", "recompute_stages", PT_FIELD(pipeline.recompute_stages), any(), nullptr, "per-stage recompute policies, one per stage; [] = pipeline.recompute everywhere", PT_ALWAYS},
     {"pipeline", "memory_budget_mb", PT_FIELD(pipeline.memory_budget_mb), at_least(0), nullptr, "per-stage memory budget (MiB) for recompute = \"auto\"; 0 = none", PT_ALWAYS},
+    {"pipeline", "transport", PT_FIELD(pipeline.transport), any(), "auto|nccl|mpi_staged", "GPU exchange with device = \"cuda\": auto picks nccl unless ranks share a GPU", PT_ALWAYS},
     {"pipeline", "timeout_s", PT_FIELD(pipeline.timeout_s), above(0), nullptr, "seconds a rank waits for a peer before aborting", PT_ALWAYS},
     {"output", "dir", PT_FIELD(output.dir), any(), nullptr, "run directory: metrics.h5, deck.resolved.toml, ...", PT_ALWAYS},
     {"output", "log_every", PT_FIELD(output.log_every), at_least(1), nullptr, "print a step line every k steps", PT_ALWAYS},
@@ -402,6 +405,9 @@ void check_consistency(const Deck& deck) {
   }
   check_model_data(deck);
   check_recompute(deck);
+  if (deck.training.device == "cpu" && deck.training.precision != "fp32")
+    throw InputError(deck.where("training.precision") + " = " + toml_string(deck.training.precision) +
+                     ": the CPU backend computes in fp32; reduced precision needs training.device = \"cuda\"");
 }
 
 }  // namespace

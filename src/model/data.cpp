@@ -22,7 +22,7 @@ class TeacherData final : public Dataset {
       : first_(split == Split::Train ? 0 : deck.data.samples), samples_(deck.data.samples), seed_(deck.data.seed), in_(deck.model.input_dim),
         out_(deck.model.output_dim), classify_(deck.model.loss == "cross_entropy") {
     PT_CHECK(samples_ >= 1, "data.samples");
-    teacher_ = Tensor::empty({out_, in_}, DType::F32, MemCategory::Workspace);
+    teacher_ = Tensor::empty({out_, in_}, DType::F32, MemCategory::Workspace, Device::CPU);
     const float scale = 1.f / std::sqrt(static_cast<float>(in_));
     for (int64_t i = 0; i < teacher_.numel(); ++i)
       teacher_.f32()[i] = normal01(seed_, kTeacherStream, static_cast<uint64_t>(i)) * scale;
@@ -54,7 +54,7 @@ class TeacherData final : public Dataset {
       if (!all.defined()) {
         Shape shape = part.shape();
         shape[0] = samples_;
-        all = Tensor::empty(shape, part.dtype(), MemCategory::Workspace);
+        all = Tensor::empty(shape, part.dtype(), MemCategory::Workspace, Device::CPU);
       }
       const size_t row_bytes = part.bytes() / static_cast<size_t>(part.dim(0));
       std::memcpy(static_cast<char*>(all.raw()) + first * row_bytes, part.raw(), part.bytes());
@@ -67,7 +67,7 @@ class TeacherData final : public Dataset {
   Tensor gather_rows(const Tensor& all, int64_t first, int64_t count) const {
     Shape shape = all.shape();
     shape[0] = count;
-    Tensor out = Tensor::empty(shape, all.dtype(), MemCategory::Workspace);
+    Tensor out = Tensor::empty(shape, all.dtype(), MemCategory::Workspace, Device::CPU);
     const size_t row_bytes = all.bytes() / static_cast<size_t>(samples_);
     for (int64_t r = 0; r < count; ++r)
       std::memcpy(static_cast<char*>(out.raw()) + r * row_bytes,
@@ -76,7 +76,7 @@ class TeacherData final : public Dataset {
   }
 
   Tensor generate_inputs(int64_t first, int64_t count) const {
-    Tensor x = Tensor::empty({count, in_}, DType::F32, MemCategory::Workspace);
+    Tensor x = Tensor::empty({count, in_}, DType::F32, MemCategory::Workspace, Device::CPU);
     for (int64_t r = 0; r < count; ++r) sample_input(index(first + r), x.f32() + r * in_);
     return x;
   }
@@ -84,10 +84,10 @@ class TeacherData final : public Dataset {
   // Z = X A^T through the backend's GEMM, then tanh (MSE) or argmax (labels).
   Tensor generate_targets(int64_t first, int64_t count) const {
     Tensor x = generate_inputs(first, count);
-    Tensor z = Tensor::empty({count, out_}, DType::F32, MemCategory::Workspace);
+    Tensor z = Tensor::empty({count, out_}, DType::F32, MemCategory::Workspace, Device::CPU);
     cpu_backend().matmul(x, false, teacher_, true, z, 1.f, 0.f);
     if (classify_) {
-      Tensor labels = Tensor::empty({count}, DType::I32, MemCategory::Workspace);
+      Tensor labels = Tensor::empty({count}, DType::I32, MemCategory::Workspace, Device::CPU);
       for (int64_t r = 0; r < count; ++r) labels.i32()[r] = argmax(z.f32() + r * out_, out_);
       return labels;
     }

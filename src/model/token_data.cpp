@@ -148,7 +148,7 @@ class MarkovData final : public Dataset {
   // Window of sample i: k tokens from the stationary distribution, then the
   // chain; offset 0 gives inputs x_0..x_{T-1}, offset 1 targets x_1..x_T.
   Tensor windows(int64_t first, int64_t count, int64_t offset) const {
-    Tensor out = Tensor::empty({count, seq_len_}, DType::I32, MemCategory::Workspace);
+    Tensor out = Tensor::empty({count, seq_len_}, DType::I32, MemCategory::Workspace, Device::CPU);
     std::vector<int32_t> tokens(static_cast<size_t>(seq_len_ + 1 + order_));
     for (int64_t r = 0; r < count; ++r) {
       generate(first + r, tokens);
@@ -298,7 +298,7 @@ class Hdf5Data final : public Dataset {
   }
 
   Tensor read(int64_t first, int64_t count, int64_t offset) const {
-    Tensor out = Tensor::empty({count, seq_len_}, DType::I32, MemCategory::Workspace);
+    Tensor out = Tensor::empty({count, seq_len_}, DType::I32, MemCategory::Workspace, Device::CPU);
     for (int64_t r = 0; r < count; ++r)
       file_.read(window_of(first + r) * seq_len_ + offset, seq_len_, out.i32() + r * seq_len_);
     return out;
