@@ -23,7 +23,8 @@ for n in 2 4 8 16; do
 import json, sys
 r = json.load(sys.stdin)
 m, t = 100 * r["bubble"], 100 * r["bubble_theory"]
-print(f"| {r[\"num_micro_batches\"]} | {t:.1f}% | {m:.1f}% | {m - t:+.1f} | {\"yes\" if abs(m - t) <= 3 else \"no\"} | {r[\"imbalance\"]:.2f} |")')
+ok = "yes" if abs(m - t) <= 3 else "no"
+print("| %d | %.1f%% | %.1f%% | %+.1f | %s | %.2f |" % (r["num_micro_batches"], t, m, m - t, ok, r["imbalance"]))')
   rows+="$row"$'\n'
   [ "$n" = 8 ] && $PY tools/trace_timeline.py "$dir/trace.h5" results/bench_bubble_timeline_n8.png > /dev/null
 done

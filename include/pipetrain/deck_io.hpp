@@ -36,6 +36,7 @@ struct CommandLine {
   std::vector<std::string> overrides;  // from --set section.key=value
   int ranks = 0;                       // validate --ranks N (0 = MPI world size)
   bool print_schedule = false;         // validate --print-schedule
+  std::string resume;                  // train --resume [PATH]: "" = no, "latest" or a path
   std::string help_text;               // filled for "help"
 };
 

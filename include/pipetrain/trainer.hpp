@@ -68,6 +68,8 @@ class Trainer {
   const Schedule& schedule() const { return schedule_; }
   const ScheduleReport& schedule_report() const { return report_; }
   const StageModel& stage() const { return stage_; }
+  // This stage's parameters (values and optimizer state), for checkpoints.
+  std::vector<Param*> params() { return stage_.params(); }
   // Collective (output.trace): every rank's events on rank 0, on rank 0's clock.
   std::vector<std::vector<TraceEvent>> gather_trace();
   const ClockAlignment& clock_alignment() const { return clocks_; }

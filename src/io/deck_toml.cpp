@@ -237,7 +237,7 @@ Deck parse_deck_file(const std::string& path, const std::vector<std::string>& ov
 namespace {
 
 const char* const kUsage =
-    "usage: pipetrain train DECK [--set section.key=value]...\n"
+    "usage: pipetrain train DECK [--set section.key=value]... [--resume [PATH|latest]]\n"
     "       pipetrain validate DECK [--set section.key=value]... [--ranks N] [--print-schedule]\n"
     "       pipetrain --help";
 
@@ -263,6 +263,12 @@ CommandLine parse_command_line(int argc, char** argv) {
   validate->add_option("--ranks", cl.ranks, "check against N ranks (default: the MPI world size)")
       ->check(CLI::Range(1, 1 << 16));
   validate->add_flag("--print-schedule", cl.print_schedule, "print the schedule as a rank x step grid");
+  CLI::Option* resume =
+      train->add_option("--resume", cl.resume,
+                        "continue from a checkpoint: latest (the default: the newest good one "
+                        "in the checkpoint directory), a checkpoint directory or a checkpoint root")
+          ->type_name("[PATH|latest]")
+          ->expected(0, 1);
   std::string first = argc > 1 ? argv[1] : "help";
   if (first != "train" && first != "validate" && first != "help" && first[0] != '-') {
     throw InputError("pipetrain: unknown command '" + first + "'; expected train or validate\n" + kUsage);
@@ -282,6 +288,7 @@ CommandLine parse_command_line(int argc, char** argv) {
     throw InputError(std::string("pipetrain: ") + e.what() + "\n" + kUsage);
   }
   cl.command = train->parsed() ? "train" : "validate";
+  if (resume->count() > 0 && cl.resume.empty()) cl.resume = "latest";
   return cl;
 }
 

@@ -2,8 +2,10 @@
 //
 // Rank 0 reads and checks the deck, creates the output directory and
 // broadcasts either the resolved deck or the error text, so every rank agrees
-// on the outcome before any training starts. Failures after that point end
-// the job through MPI_Abort, so no rank is ever left waiting.
+// on the outcome before any training starts; a bad checkpoint (--resume,
+// training.init_from) is likewise agreed on before the first step. Failures
+// after that point end the job through MPI_Abort, so no rank is ever left
+// waiting. Checkpoints are written every output.checkpoint_every steps.
 #include "pipetrain/driver.hpp"
 
 #include <algorithm>
@@ -12,6 +14,7 @@
 #include <iostream>
 #include <sstream>
 
+#include "pipetrain/checkpoint.hpp"
 #include "pipetrain/deck_io.hpp"
 #include "pipetrain/data.hpp"
 #include "pipetrain/error.hpp"
@@ -56,6 +59,8 @@ bool load_deck(const World& w, const CommandLine& cli, Deck& deck) {
       validate_schedule(schedule_for_deck(deck, stages));
       check_data_files(deck);
       if (cli.command == "train") ensure_directory(deck.output.dir, deck.where("output.dir"));
+      if (cli.command == "train" && deck.output.checkpoint_every > 0)
+        ensure_directory(checkpoint_root(deck), deck.where("output.checkpoint_dir"));
       text = deck_to_toml(deck);
     } catch (const InputError& e) {
       ok = false;
@@ -110,9 +115,9 @@ int run_validate(const World& w, const CommandLine& cli, const Deck& deck) {
 }
 
 void print_step(const Deck& deck, const StepRecord& rec, double samples_per_s,
-                double elapsed_s) {
+                double elapsed_s, int64_t first_step) {
   const int64_t total = deck.training.steps;
-  const double eta = elapsed_s / static_cast<double>(rec.step + 1) *
+  const double eta = elapsed_s / static_cast<double>(rec.step + 1 - first_step) *
                      static_cast<double>(total - rec.step - 1);
   const double tokens_per_s = samples_per_s * static_cast<double>(tokens_per_sample(deck.model));
   const double gflops = samples_per_s * model_train_flops_per_sample(deck.model) * 1e-9;
@@ -187,7 +192,80 @@ void write_trace(const World& w, const Deck& deck, Trainer& trainer) {
   std::printf("trace: %s (clock offsets estimated to within %.1f us)\n", path.c_str(), worst);
 }
 
-int run_train(const World& w, const Deck& deck) {
+// The state training starts from: --resume (weights, optimizer state, step)
+// or training.init_from (weights only). Returns the first step, or -1 after a
+// bad checkpoint (every rank has the same error; rank 0 printed it).
+int64_t restore(const World& w, const CommandLine& cli, const Deck& deck,
+                const std::string& resolved, Trainer& trainer) {
+  const bool resume = !cli.resume.empty();
+  const std::string& spec = resume ? cli.resume : deck.training.init_from;
+  if (spec.empty()) return 0;
+  if (resume && !deck.training.init_from.empty() && w.rank == 0)
+    std::printf("--resume: training.init_from = \"%s\" is not used\n", deck.training.init_from.c_str());
+  try {
+    const CheckpointRead r = load_checkpoint(spec, resume ? LoadMode::Resume : LoadMode::WeightsOnly,
+                                             deck, resolved, trainer.params(), w.comm);
+    if (w.rank == 0)
+      std::printf("%s %s (step %lld): %.1f MB read in %.2f s (%.0f MB/s)\n",
+                  resume ? "resuming from" : "weights initialised from", r.path.c_str(),
+                  static_cast<long long>(r.step), r.bytes / 1e6, r.seconds,
+                  r.bytes / 1e6 / std::max(r.seconds, 1e-9));
+    return resume ? r.step : 0;
+  } catch (const InputError& e) {
+    if (w.rank == 0) std::fprintf(stderr, "pipetrain: error: %s\n", e.what());
+    return -1;
+  }
+}
+
+// A resumed run starts metrics.h5 afresh at its first step; the earlier
+// file is kept as metrics.before_resume_<step>.h5.
+void start_resumed_metrics(const Deck& deck, int64_t first_step, MetricsFile& metrics) {
+  const std::string path = deck.output.dir + "/metrics.h5";
+  const std::string kept = deck.output.dir + "/metrics.before_resume_" + std::to_string(first_step) + ".h5";
+  if (std::FILE* f = std::fopen(path.c_str(), "rb")) {
+    std::fclose(f);
+    if (std::rename(path.c_str(), kept.c_str()) != 0) throw Error("cannot rename " + path + " to " + kept);
+  }
+  metrics.set_attribute("resumed_at_step", std::vector<int64_t>{first_step});
+}
+
+bool checkpoint_due(const Deck& deck, int64_t step) {
+  const int64_t every = deck.output.checkpoint_every;
+  return every > 0 && ((step + 1) % every == 0 || step + 1 == deck.training.steps);
+}
+
+// Collective: training waits for the whole write (see docs/checkpoint-format.md).
+void checkpoint(const World& w, const Deck& deck, const std::string& resolved, Trainer& trainer,
+                int64_t steps_done, const MetricsFile& metrics) {
+  const CheckpointWrite c = save_checkpoint(deck, resolved, trainer.params(), steps_done, w.comm);
+  if (w.rank != 0) return;
+  metrics.write();
+  std::printf("checkpoint step %lld: %s, %.1f MB in %.2f s (%.0f MB/s), digest %08x\n",
+              static_cast<long long>(steps_done), c.path.c_str(), c.bytes / 1e6, c.seconds,
+              c.bytes / 1e6 / std::max(c.seconds, 1e-9), c.digest);
+  std::fflush(stdout);
+}
+
+// Rank 0's bookkeeping of the steps of this run.
+struct Progress {
+  int64_t first_step = 0;
+  double elapsed = 0.0, last_write = 0.0;
+};
+
+void log_step(const Deck& deck, const StepRecord& rec, bool last, Progress& p, MetricsFile& metrics) {
+  p.elapsed += rec.step_time_s;
+  const double rate = static_cast<double>(deck.training.batch_size) / rec.step_time_s;
+  metrics.add_step(rec, rate);
+  const bool evaluated = !std::isnan(rec.eval_loss);
+  if ((rec.step + 1) % deck.output.log_every == 0 || last || evaluated)
+    print_step(deck, rec, rate, p.elapsed, p.first_step);
+  if (last || p.elapsed - p.last_write > 5.0) {
+    metrics.write();
+    p.last_write = p.elapsed;
+  }
+}
+
+int run_train(const World& w, const CommandLine& cli, const Deck& deck) {
   BlasThreadsChoice blas = choose_blas_threads(deck, w.comm);
   set_blas_threads(blas.threads);
   Trainer trainer(deck, w.comm);
@@ -208,27 +286,27 @@ int run_train(const World& w, const Deck& deck) {
       metrics.set_attribute("entropy_rate", floor->entropy_rate);
     }
   }
-  double elapsed = 0.0, last_write = 0.0;
+  Progress progress;
+  progress.first_step = restore(w, cli, deck, resolved, trainer);
+  if (progress.first_step < 0) return 2;
+  if (progress.first_step >= deck.training.steps) {
+    if (w.rank == 0) std::printf("nothing to train: the checkpoint is at step %lld of training.steps = %lld\n",
+                                 static_cast<long long>(progress.first_step),
+                                 static_cast<long long>(deck.training.steps));
+    return 0;
+  }
+  if (progress.first_step > 0 && w.rank == 0) start_resumed_metrics(deck, progress.first_step, metrics);
   StepRecord rec;
   const int64_t eval_every = deck.training.eval_every;
-  for (int64_t step = 0; step < deck.training.steps; ++step) {
+  for (int64_t step = progress.first_step; step < deck.training.steps; ++step) {
     rec = trainer.train_step(step);
     const bool last = step + 1 == deck.training.steps;
     if (eval_every > 0 && ((step + 1) % eval_every == 0 || last)) rec.eval_loss = trainer.evaluate();
-    if (w.rank != 0) continue;
-    elapsed += rec.step_time_s;
-    const double rate = static_cast<double>(deck.training.batch_size) / rec.step_time_s;
-    metrics.add_step(rec, rate);
-    const bool evaluated = !std::isnan(rec.eval_loss);
-    if ((step + 1) % deck.output.log_every == 0 || last || evaluated)
-      print_step(deck, rec, rate, elapsed);
-    if (last || elapsed - last_write > 5.0) {
-      metrics.write();
-      last_write = elapsed;
-    }
+    if (w.rank == 0) log_step(deck, rec, last, progress, metrics);
+    if (checkpoint_due(deck, step)) checkpoint(w, deck, resolved, trainer, step + 1, metrics);
   }
   write_trace(w, deck, trainer);
-  if (w.rank == 0) print_summary(deck, rec, elapsed, trainer.loss_floor());
+  if (w.rank == 0) print_summary(deck, rec, progress.elapsed, trainer.loss_floor());
   return 0;
 }
 
@@ -260,7 +338,7 @@ int run_main(int argc, char** argv, MPI_Comm comm) {
     Deck deck;
     if (!load_deck(w, cli, deck)) return 2;
     if (cli.command == "validate") return run_validate(w, cli, deck);
-    return run_train(w, deck);
+    return run_train(w, cli, deck);
   } catch (const std::exception& e) {
     abort_job(w, e.what());
   }

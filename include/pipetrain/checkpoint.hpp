@@ -1,0 +1,76 @@
+// checkpoint.hpp: HDF5 checkpoints that survive crashes, resume bit for bit
+// and load at any stage count (layout in docs/checkpoint-format.md).
+//
+// A checkpoint is a directory <root>/step_<8 digits>/ holding one HDF5 file
+// per writing stage (stage_<3 digits>.h5) and manifest.h5. Parameters are
+// keyed by their global names ("unit3.linear.weight"), never by stage, so a
+// checkpoint written by P stages loads at any P' and partition. It is written
+// under <name>.tmp, fsync'ed, renamed, and only then does <root>/latest (a
+// one-line text file, itself replaced atomically) name it.
+//
+// Both entry points are collective over `comm` (one rank per stage, `params`
+// this stage's parameters in global order). Every problem with a checkpoint
+// being read is a pt::InputError carrying the same message on every rank.
+#pragma once
+
+#include <mpi.h>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "pipetrain/deck.hpp"
+#include "pipetrain/layers.hpp"
+
+namespace pt {
+
+// The format this pipetrain writes; it reads this version and older ones.
+constexpr int64_t kCheckpointFormatVersion = 1;
+
+// output.checkpoint_dir, or <output.dir>/checkpoints when that is "".
+std::string checkpoint_root(const Deck& deck);
+
+// What a save did; the same on every rank.
+struct CheckpointWrite {
+  std::string path;      // the committed directory
+  double bytes = 0.0;    // all stage files together
+  double seconds = 0.0;  // wall time of the call: how long training was blocked
+  uint32_t digest = 0;   // CRC-32 of every dataset's CRC-32 in global parameter
+                         // order: equal digests = bitwise-equal model and optimizer
+};
+
+// Writes the state after `step` completed optimizer steps into
+// <root>/step_<step>, points latest at it and keeps the newest
+// output.checkpoint_keep (pruned in the background, see below).
+// `resolved_deck` is stored verbatim.
+// Test hook: PIPETRAIN_TEST_CRASH_IN_CHECKPOINT=<rank>:<step> kills that rank
+// (SIGKILL) halfway through writing its stage file for that step.
+CheckpointWrite save_checkpoint(const Deck& deck, const std::string& resolved_deck,
+                                const std::vector<Param*>& params, int64_t step, MPI_Comm comm);
+
+// Waits until old checkpoints are deleted: a save hands that to a thread of
+// rank 0 and returns (the next save and the end of the process wait for it).
+void wait_for_checkpoint_pruning();
+
+enum class LoadMode {
+  Resume,       // weights, optimizer state and step
+  WeightsOnly,  // weights only (training.init_from); training starts at step 0
+};
+
+// What a load did; the same on every rank.
+struct CheckpointRead {
+  std::string path;      // the checkpoint directory loaded
+  int64_t step = 0;      // its completed steps: Resume continues at this 0-based step
+  double bytes = 0.0;    // bytes read by all ranks
+  double seconds = 0.0;  // wall time of the call
+};
+
+// `spec` is "latest" (the newest good checkpoint under checkpoint_root), a
+// checkpoint directory, its manifest.h5, or a checkpoint root (its latest).
+// With latest, a broken newest checkpoint (missing, truncated or corrupt file)
+// is skipped with a warning for the next older one. Rank 0 prints warnings.
+CheckpointRead load_checkpoint(const std::string& spec, LoadMode mode, const Deck& deck,
+                               const std::string& resolved_deck,
+                               const std::vector<Param*>& params, MPI_Comm comm);
+
+}  // namespace pt

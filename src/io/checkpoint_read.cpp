@@ -1,0 +1,462 @@
+// checkpoint_read.cpp: loading a checkpoint, collectively, at any stage count.
+//
+// 1. rank 0 resolves the request to candidate directories ("latest": the one
+//    `latest` names, then older ones as fallbacks);
+// 2. rank 0 inspects a candidate: manifest (format, version, state), stage
+//    files present with the recorded sizes, and an index of every parameter
+//    (name -> file, shape) checked against all ranks' parameters (missing or
+//    extra layers, shapes, optimizer state);
+// 3. every rank reads its own parameters from whichever files hold them and
+//    checks each dataset's CRC-32.
+// After steps 1-3 the ranks agree on the outcome (ckpt::agree). A broken
+// candidate (missing, truncated or corrupt file) is skipped for the next
+// older one when resolving "latest"; anything else is an InputError with the
+// same message on every rank.
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <functional>
+#include <map>
+#include <sstream>
+
+#include "checkpoint_h5.hpp"
+#include "pipetrain/checkpoint.hpp"
+#include "pipetrain/error.hpp"
+
+namespace pt {
+
+namespace {
+
+using namespace ckpt;
+
+// Problem kinds, by severity: a broken checkpoint may be skipped for an older
+// one; an unusable one (or a bad request) ends the job.
+constexpr int kBroken = 1;
+constexpr int kUnusable = 2;
+
+class CheckpointProblem : public InputError {
+ public:
+  CheckpointProblem(int kind, const std::string& path, const std::string& what)
+      : InputError("checkpoint " + path + ": " + what), kind_(kind) {}
+  int kind() const { return kind_; }
+
+ private:
+  int kind_;
+};
+
+[[noreturn]] void broken(const std::string& path, const std::string& what) {
+  throw CheckpointProblem(kBroken, path, what);
+}
+[[noreturn]] void unusable(const std::string& path, const std::string& what) {
+  throw CheckpointProblem(kUnusable, path, what);
+}
+
+Problem attempt(const std::function<void()>& work) {
+  try {
+    work();
+  } catch (const CheckpointProblem& e) {
+    return Problem{e.kind(), e.what()};
+  } catch (const std::exception& e) {
+    return Problem{kUnusable, e.what()};
+  }
+  return {};
+}
+
+void warn(const std::string& text) {
+  std::fprintf(stderr, "pipetrain: warning: %s\n", text.c_str());
+  std::fflush(stderr);
+}
+
+std::string parent_of(const std::string& path) {
+  const size_t slash = path.find_last_of('/');
+  return slash == std::string::npos ? "." : path.substr(0, slash);
+}
+
+// ---- 1. which directories to try -------------------------------------------
+
+struct Candidates {
+  std::vector<std::string> dirs;
+  bool fallback = false;  // resolving latest: broken ones may be skipped
+};
+
+std::vector<int64_t> step_directories(const std::string& root) {
+  std::vector<int64_t> steps;
+  for (const std::string& name : directory_entries(root)) {
+    int64_t s = 0;
+    if (parse_step_dir_name(name, s) && is_directory(join_path(root, name))) steps.push_back(s);
+  }
+  std::sort(steps.rbegin(), steps.rend());
+  return steps;
+}
+
+// The checkpoint `latest` names, then every older one, newest first.
+Candidates resolve_root(const std::string& root) {
+  if (!is_directory(root)) unusable(root, "no such directory: nothing to resume from");
+  const std::vector<int64_t> steps = step_directories(root);
+  const std::string pointer = join_path(root, kLatest);
+  std::string name;
+  if (FILE* f = std::fopen(pointer.c_str(), "r")) {
+    char buf[256] = {0};
+    if (std::fgets(buf, sizeof buf, f)) name = buf;
+    std::fclose(f);
+    while (!name.empty() && (name.back() == '\n' || name.back() == ' ')) name.pop_back();
+  }
+  int64_t newest = 0;
+  Candidates c;
+  c.fallback = true;
+  if (parse_step_dir_name(name, newest) && is_directory(join_path(root, name))) {
+    c.dirs.push_back(join_path(root, name));
+  } else {
+    if (steps.empty()) unusable(root, "no checkpoint here (no `latest` and no step_* directory)");
+    newest = steps.front() + 1;
+    warn(pointer + " is missing or names no checkpoint directory; trying the newest step_* "
+         "directory");
+  }
+  for (int64_t s : steps)
+    if (s < newest) c.dirs.push_back(join_path(root, step_dir_name(s)));
+  return c;
+}
+
+Candidates resolve(const std::string& spec, const Deck& deck) {
+  if (spec == "latest") return resolve_root(checkpoint_root(deck));
+  const std::string base = spec.substr(spec.find_last_of('/') + 1);
+  if (is_regular_file(spec) && base == kManifest) return {{parent_of(spec)}, false};
+  if (is_directory(spec) && is_regular_file(join_path(spec, kManifest))) return {{spec}, false};
+  if (is_regular_file(join_path(spec, kLatest)) || (is_directory(spec) && !step_directories(spec).empty()))
+    return resolve_root(spec);
+  if (is_directory(spec)) broken(spec, "no " + std::string(kManifest) + " (not a checkpoint, or its write never finished)");
+  unusable(spec, "no such file or directory");
+}
+
+// ---- 2. manifest and index (rank 0) ----------------------------------------
+
+struct ParamShape {
+  std::string name;
+  Shape shape;
+};
+
+struct Entry {
+  std::string file;  // stage file name within the directory
+  Shape shape;       // of value
+  bool state1 = false, state2 = false;
+};
+
+struct Inspection {
+  int64_t step = 0;
+  std::string deck_text;
+  std::map<std::string, Entry> index;
+};
+
+Shape dataset_shape(hid_t dset) {
+  H5Id space(H5Dget_space(dset), H5Sclose);
+  const int ndims = space.valid() ? H5Sget_simple_extent_ndims(space.get()) : -1;
+  std::vector<hsize_t> dims(static_cast<size_t>(std::max(ndims, 0)));
+  if (ndims > 0) H5Sget_simple_extent_dims(space.get(), dims.data(), nullptr);
+  return Shape(dims.begin(), dims.end());
+}
+
+std::vector<std::string> group_members(hid_t group) {
+  std::vector<std::string> names;
+  H5Literate(group, H5_INDEX_NAME, H5_ITER_INC, nullptr,
+             [](hid_t, const char* name, const H5L_info_t*, void* out) -> herr_t {
+               static_cast<std::vector<std::string>*>(out)->push_back(name);
+               return 0;
+             },
+             &names);
+  return names;
+}
+
+bool has_link(hid_t loc, const std::string& path) { return H5Lexists(loc, path.c_str(), H5P_DEFAULT) > 0; }
+
+H5Id open_file(const std::string& path) {
+  H5Id file(H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT), H5Fclose);
+  if (!file.valid()) broken(path, "cannot be opened as an HDF5 file (truncated or corrupt)");
+  return file;
+}
+
+// Root attributes of manifest.h5: format, version, step, deck.
+void read_manifest_state(hid_t m, const std::string& path, Inspection& ins) {
+  std::string format;
+  if (!read_attr(m, "format", format) || format != kFormatName)
+    unusable(path, "not a pipetrain checkpoint manifest (attribute format is not \"" +
+                       std::string(kFormatName) + "\")");
+  int64_t version = 0;
+  if (!read_attr(m, "format_version", version) || version < 1)
+    unusable(path, "no valid format_version attribute");
+  if (version > kCheckpointFormatVersion)
+    unusable(path, "format_version " + std::to_string(version) +
+                       " is newer than this pipetrain reads (up to " +
+                       std::to_string(kCheckpointFormatVersion) + "); use a newer pipetrain");
+  if (!read_attr(m, "step", ins.step) || ins.step < 0) unusable(path, "no valid step attribute");
+  read_attr(m, "deck", ins.deck_text);
+}
+
+// One stage file: present, the recorded size, and its parameters.
+void index_file(const std::string& dir, const std::string& name, int64_t recorded,
+                Inspection& ins) {
+  const std::string path = join_path(dir, name);
+  const int64_t actual = file_bytes(path);
+  if (actual < 0) broken(path, "missing (listed in " + std::string(kManifest) + ")");
+  if (actual < recorded)
+    broken(path, "truncated: " + std::to_string(actual) + " bytes on disk, " + kManifest +
+                     " records " + std::to_string(recorded));
+  if (actual != recorded)
+    broken(path, "size " + std::to_string(actual) + " bytes differs from the " +
+                     std::to_string(recorded) + " recorded in " + kManifest);
+  H5Id file = open_file(path);
+  H5Id params(H5Gopen2(file.get(), "params", H5P_DEFAULT), H5Gclose);
+  if (!params.valid()) broken(path, "no /params group");
+  for (const std::string& pname : group_members(params.get())) {
+    const std::string value = pname + "/value";
+    H5Id dset(H5Dopen2(params.get(), value.c_str(), H5P_DEFAULT), H5Dclose);
+    if (!dset.valid()) broken(path, "params/" + value + " cannot be opened");
+    if (ins.index.count(pname))
+      unusable(path, "parameter " + pname + " is also in " + ins.index[pname].file);
+    Entry& e = ins.index[pname];
+    e.file = name;
+    e.shape = dataset_shape(dset.get());
+    e.state1 = has_link(params.get(), pname + "/state1");
+    e.state2 = has_link(params.get(), pname + "/state2");
+  }
+}
+
+std::string list_names(const std::vector<std::string>& names) {
+  std::string text;
+  for (size_t i = 0; i < names.size() && i < 5; ++i) text += (i ? ", " : "") + names[i];
+  if (names.size() > 5) text += " and " + std::to_string(names.size() - 5) + " more";
+  return text;
+}
+
+// The checkpoint's parameters against the model the deck builds here.
+void match_model(const std::string& dir, const Inspection& ins, const std::vector<ParamShape>& want,
+                 LoadMode mode, const Deck& deck) {
+  std::vector<std::string> missing, extra;
+  std::map<std::string, bool> wanted;
+  for (const ParamShape& p : want) {
+    wanted[p.name] = true;
+    if (!ins.index.count(p.name)) missing.push_back(p.name);
+  }
+  for (const auto& [name, entry] : ins.index)
+    if (!wanted.count(name)) extra.push_back(name);
+  if (!missing.empty())
+    unusable(dir, "missing layer(s) " + list_names(missing) + " that the deck's model has (" +
+                      std::to_string(want.size()) + " parameters; the checkpoint holds " +
+                      std::to_string(ins.index.size()) + ")");
+  if (!extra.empty())
+    unusable(dir, "holds layer(s) " + list_names(extra) + " that the deck's model lacks");
+  const bool adamw = deck.training.optimizer == "adamw";
+  for (const ParamShape& p : want) {
+    const Entry& e = ins.index.at(p.name);
+    const std::string file = join_path(dir, e.file);
+    if (e.shape != p.shape)
+      unusable(file, "params/" + p.name + "/value has shape " + shape_string(e.shape) +
+                         " but the deck's model needs " + shape_string(p.shape) +
+                         " (the deck's [model] differs from the checkpoint's)");
+    if (mode == LoadMode::Resume && (!e.state1 || (adamw && !e.state2)))
+      unusable(file, "params/" + p.name + " has no " + (e.state1 ? "state2" : "state1") +
+                         ": the checkpoint lacks the optimizer state of training.optimizer = \"" +
+                         deck.training.optimizer +
+                         "\" (training.init_from loads weights only)");
+  }
+}
+
+Inspection inspect(const std::string& dir, LoadMode mode, const Deck& deck,
+                   const std::vector<ParamShape>& want) {
+  QuietHdf5 quiet;
+  const std::string path = join_path(dir, kManifest);
+  if (!is_regular_file(path)) broken(path, "missing (the checkpoint was never completed)");
+  Inspection ins;
+  H5Id m = open_file(path);
+  read_manifest_state(m.get(), path, ins);
+  std::string optimizer;
+  if (mode == LoadMode::Resume && read_attr(m.get(), "optimizer", optimizer) &&
+      optimizer != deck.training.optimizer)
+    unusable(path, "written with training.optimizer = \"" + optimizer + "\" but the deck has \"" +
+                       deck.training.optimizer +
+                       "\"; a resume needs the same optimizer (training.init_from loads weights only)");
+  H5Id files(H5Gopen2(m.get(), "files", H5P_DEFAULT), H5Gclose);
+  if (!files.valid()) broken(path, "no /files group");
+  for (const std::string& name : group_members(files.get())) {
+    H5Id g(H5Gopen2(files.get(), name.c_str(), H5P_DEFAULT), H5Gclose);
+    int64_t recorded = -1;
+    if (!g.valid() || !read_attr(g.get(), "bytes", recorded))
+      broken(path, "files/" + name + " has no bytes attribute");
+    index_file(dir, name, recorded, ins);
+  }
+  match_model(dir, ins, want, mode, deck);
+  return ins;
+}
+
+// ---- 3. every rank reads its parameters ------------------------------------
+
+// Reads one float32 dataset into t and checks its CRC-32; returns its bytes.
+double read_checked(hid_t file, const std::string& path, const std::string& name, Tensor& t) {
+  H5Id dset(H5Dopen2(file, name.c_str(), H5P_DEFAULT), H5Dclose);
+  if (!dset.valid()) broken(path, name + " cannot be opened");
+  H5Id type(H5Dget_type(dset.get()), H5Tclose);
+  if (H5Tget_class(type.get()) != H5T_FLOAT || H5Tget_size(type.get()) != 4)
+    unusable(path, name + " must be float32");
+  if (dataset_shape(dset.get()) != t.shape())
+    unusable(path, name + " has shape " + shape_string(dataset_shape(dset.get())) +
+                       " but the deck's model needs " + shape_string(t.shape()));
+  Tensor host = t.device() == Device::CPU ? t : Tensor::empty(t.shape(), DType::F32,
+                                                             MemCategory::Workspace, Device::CPU);
+  uint32_t actual = 0;
+  if (!read_f32(dset.get(), host.f32(), t.shape(), actual))
+    broken(path, name + " cannot be read (truncated or corrupt file)");
+  int64_t stored = -1;
+  if (!read_attr(dset.get(), "crc32", stored)) broken(path, name + " has no crc32 attribute");
+  if (static_cast<int64_t>(actual) != stored) {
+    char msg[160];
+    std::snprintf(msg, sizeof msg, " checksum mismatch: crc32 attribute 0x%08llx, data 0x%08x",
+                  static_cast<unsigned long long>(stored), actual);
+    broken(path, name + msg);
+  }
+  if (t.device() != Device::CPU) copy_tensor(host, t);
+  return static_cast<double>(host.bytes());
+}
+
+double read_params(const std::string& dir, const std::map<std::string, std::string>& where,
+                   LoadMode mode, const std::vector<Param*>& params) {
+  QuietHdf5 quiet;
+  std::map<std::string, H5Id> files;
+  double bytes = 0.0;
+  for (Param* p : params) {
+    const std::string& name = where.at(p->name);
+    const std::string path = join_path(dir, name);
+    if (!files.count(name)) files.emplace(name, open_file(path));
+    const hid_t f = files.at(name).get();
+    const std::string base = "params/" + p->name + "/";
+    bytes += read_checked(f, path, base + "value", p->value);
+    if (mode != LoadMode::Resume) continue;
+    if (p->state1.defined()) bytes += read_checked(f, path, base + "state1", p->state1);
+    if (p->state2.defined()) bytes += read_checked(f, path, base + "state2", p->state2);
+  }
+  return bytes;
+}
+
+// ---- glue --------------------------------------------------------------------
+
+// Rank 0: every rank's parameter names and shapes, in global order.
+std::vector<ParamShape> gather_params(const std::vector<Param*>& params, MPI_Comm comm) {
+  std::ostringstream mine;
+  for (const Param* p : params) {
+    mine << p->name;
+    for (int64_t d : p->value.shape()) mine << ' ' << d;
+    mine << '\n';
+  }
+  const std::string text = mine.str();
+  int rank = 0, size = 1, count = static_cast<int>(text.size());
+  MPI_CHECK(MPI_Comm_rank(comm, &rank));
+  MPI_CHECK(MPI_Comm_size(comm, &size));
+  std::vector<int> counts(static_cast<size_t>(size)), offsets(static_cast<size_t>(size), 0);
+  MPI_CHECK(MPI_Gather(&count, 1, MPI_INT, counts.data(), 1, MPI_INT, 0, comm));
+  for (int r = 1; r < size; ++r) offsets[r] = offsets[r - 1] + counts[r - 1];
+  std::string all(rank == 0 ? static_cast<size_t>(offsets.back() + counts.back()) : 0, '\0');
+  MPI_CHECK(MPI_Gatherv(text.data(), count, MPI_CHAR, all.data(), counts.data(), offsets.data(),
+                        MPI_CHAR, 0, comm));
+  std::vector<ParamShape> out;
+  std::istringstream lines(all);
+  for (std::string line; std::getline(lines, line);) {
+    std::istringstream fields(line);
+    ParamShape p;
+    fields >> p.name;
+    for (int64_t d; fields >> d;) p.shape.push_back(d);
+    out.push_back(p);
+  }
+  return out;
+}
+
+// "name\tfile\n" lines <-> map.
+std::string index_text(const Inspection& ins) {
+  std::string text;
+  for (const auto& [name, e] : ins.index) text += name + '\t' + e.file + '\n';
+  return text;
+}
+
+std::map<std::string, std::string> parse_index(const std::string& text) {
+  std::map<std::string, std::string> where;
+  std::istringstream lines(text);
+  for (std::string line; std::getline(lines, line);) {
+    const size_t tab = line.find('\t');
+    if (tab != std::string::npos) where[line.substr(0, tab)] = line.substr(tab + 1);
+  }
+  return where;
+}
+
+// Deck lines of [model], [data] and [training] that differ, for a warning.
+std::string deck_differences(const std::string& saved, const std::string& current) {
+  auto values = [](const std::string& text) {
+    std::map<std::string, std::string> out;
+    std::string section;
+    std::istringstream lines(text);
+    for (std::string line; std::getline(lines, line);) {
+      if (!line.empty() && line[0] == '[') section = line.substr(1, line.find(']') - 1);
+      const size_t eq = line.find(" = ");
+      if (eq == std::string::npos || line[0] == '#') continue;
+      if (section != "model" && section != "data" && section != "training") continue;
+      std::string value = line.substr(eq + 3);
+      value = value.substr(0, value.find(" #"));
+      while (!value.empty() && value.back() == ' ') value.pop_back();
+      out[section + "." + line.substr(0, eq)] = value;
+    }
+    return out;
+  };
+  const auto before = values(saved), now = values(current);
+  std::string diff;
+  for (const auto& [key, value] : now) {
+    auto it = before.find(key);
+    if (key == "training.init_from" || it == before.end() || it->second == value) continue;
+    diff += (diff.empty() ? "" : ", ") + key + " = " + value + " (checkpoint: " + it->second + ")";
+  }
+  return diff;
+}
+
+}  // namespace
+
+CheckpointRead load_checkpoint(const std::string& spec, LoadMode mode, const Deck& deck,
+                               const std::string& resolved_deck,
+                               const std::vector<Param*>& params, MPI_Comm comm) {
+  const auto start = std::chrono::steady_clock::now();
+  int rank = 0;
+  MPI_CHECK(MPI_Comm_rank(comm, &rank));
+  const std::vector<ParamShape> want = gather_params(params, comm);
+  Candidates cands;
+  Problem p = agree(comm, rank == 0 ? attempt([&] { cands = resolve(spec, deck); }) : Problem{});
+  if (p) throw InputError(p.message);
+  int shared[2] = {static_cast<int>(cands.dirs.size()), cands.fallback ? 1 : 0};
+  MPI_CHECK(MPI_Bcast(shared, 2, MPI_INT, 0, comm));
+  const int n = shared[0];
+  cands.fallback = shared[1] == 1;
+  for (int i = 0; i < n; ++i) {
+    Inspection ins;
+    const std::string dir = broadcast_text(comm, rank == 0 ? cands.dirs[i] : "");
+    p = agree(comm, rank == 0 ? attempt([&] { ins = inspect(dir, mode, deck, want); }) : Problem{});
+    double bytes = 0.0;
+    if (!p) {
+      const auto where = parse_index(broadcast_text(comm, index_text(ins)));
+      p = agree(comm, attempt([&] { bytes = read_params(dir, where, mode, params); }));
+    }
+    if (!p) {
+      CheckpointRead out;
+      out.path = dir;
+      out.step = ins.step;
+      MPI_CHECK(MPI_Bcast(&out.step, 1, MPI_INT64_T, 0, comm));
+      MPI_CHECK(MPI_Allreduce(&bytes, &out.bytes, 1, MPI_DOUBLE, MPI_SUM, comm));
+      out.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+      MPI_CHECK(MPI_Bcast(&out.seconds, 1, MPI_DOUBLE, 0, comm));
+      const std::string diff = rank == 0 && mode == LoadMode::Resume
+                                   ? deck_differences(ins.deck_text, resolved_deck) : "";
+      if (!diff.empty()) warn("resuming with deck values that differ from the checkpoint's: " + diff);
+      return out;
+    }
+    if (p.kind == kBroken && cands.fallback && i + 1 < n) {
+      if (rank == 0) warn(p.message + "; falling back to the previous checkpoint " + cands.dirs[i + 1]);
+      continue;
+    }
+    throw InputError(p.message + (cands.fallback && p.kind == kBroken ? " (and no older good checkpoint)" : ""));
+  }
+  PT_FAIL("unreachable: no checkpoint candidate");
+}
+
+}  // namespace pt

@@ -1,0 +1,297 @@
+// checkpoint_write.cpp: writing a checkpoint, collectively.
+//
+// 1. rank 0 makes <root>/step_N.tmp/ (removing a stale one);
+// 2. every rank writes its stage file there (parameters keyed by global name,
+//    each dataset with its CRC-32) and fsyncs it;
+// 3. rank 0 writes manifest.h5 (global state, resolved deck, file sizes),
+//    fsyncs it and the directory, renames step_N.tmp to step_N, fsyncs the
+//    root, then replaces `latest` (temp + fsync + rename);
+// 4. a thread of rank 0 deletes old checkpoints while training goes on (the
+//    next save, or the end of the process, waits for it).
+// A job killed anywhere before the last rename leaves `latest` on the previous
+// checkpoint; the stale .tmp directory is removed by the next save.
+#include <signal.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <ctime>
+#include <filesystem>
+#include <functional>
+#include <thread>
+
+#include "checkpoint_h5.hpp"
+#include "pipetrain/checkpoint.hpp"
+#include "pipetrain/error.hpp"
+#include "pipetrain/metrics.hpp"
+#include "pipetrain/model.hpp"
+#include "pipetrain/optimizer.hpp"
+
+namespace pt {
+
+std::string checkpoint_root(const Deck& deck) {
+  return deck.output.checkpoint_dir.empty() ? ckpt::join_path(deck.output.dir, "checkpoints")
+                                            : deck.output.checkpoint_dir;
+}
+
+namespace {
+
+using namespace ckpt;
+
+struct Where {
+  MPI_Comm comm;
+  int rank = 0, size = 1;
+  std::string root, name, final_dir, tmp_dir;
+};
+
+// Runs `work`; a failure becomes a Problem for agree().
+Problem attempt(const std::function<void()>& work) {
+  try {
+    work();
+  } catch (const std::exception& e) {
+    return Problem{1, e.what()};
+  }
+  return {};
+}
+
+// Every rank throws the same pt::Error when any rank failed.
+void agree_or_throw(MPI_Comm comm, const Problem& mine) {
+  const Problem p = agree(comm, mine);
+  if (p) throw Error("checkpoint write failed: " + p.message);
+}
+
+bool crash_requested(int rank, int64_t step) {
+  const char* env = std::getenv("PIPETRAIN_TEST_CRASH_IN_CHECKPOINT");
+  long long r = -1, s = -1;
+  if (env == nullptr || std::sscanf(env, "%lld:%lld", &r, &s) != 2) return false;
+  return r == rank && s == step;
+}
+
+[[noreturn]] void crash_now(int rank, int64_t step, const std::string& file) {
+  std::fprintf(stderr,
+               "pipetrain: rank %d: PIPETRAIN_TEST_CRASH_IN_CHECKPOINT: killed while writing %s "
+               "(checkpoint of step %lld)\n",
+               rank, file.c_str(), static_cast<long long>(step));
+  std::fflush(stderr);
+  raise(SIGKILL);
+  std::abort();
+}
+
+void prepare_directory(const Where& w) {
+  std::error_code ec;
+  std::filesystem::create_directories(w.root, ec);
+  if (ec) throw Error("cannot create checkpoint directory " + w.root + ": " + ec.message());
+  remove_tree(w.tmp_dir);
+  std::filesystem::create_directory(w.tmp_dir, ec);
+  if (ec) throw Error("cannot create " + w.tmp_dir + ": " + ec.message());
+}
+
+// A tensor's bytes on the host (a copy only when it lives on a device).
+uint32_t write_tensor(hid_t group, const char* name, const Tensor& t) {
+  const Tensor host = t.to(Device::CPU);
+  return write_f32(group, name, host.f32(), host.shape());
+}
+
+struct StageFile {
+  int64_t bytes = 0;
+  std::vector<uint32_t> crcs;  // per parameter: value, then state1, state2 when present
+};
+
+StageFile write_stage_file(const Where& w, const std::vector<Param*>& params, int64_t step) {
+  const std::string path = join_path(w.tmp_dir, stage_file_name(w.rank));
+  const bool crash = crash_requested(w.rank, step);
+  StageFile out;
+  {
+    H5Id file(H5Fcreate(path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT), H5Fclose);
+    if (!file.valid()) throw Error("cannot create " + path);
+    write_attr(file.get(), "format", std::string(kStageFormatName));
+    write_attr(file.get(), "format_version", kCheckpointFormatVersion);
+    write_attr(file.get(), "step", step);
+    write_attr(file.get(), "stage", static_cast<int64_t>(w.rank));
+    H5Id group = create_group(file.get(), "params");
+    for (size_t i = 0; i < params.size(); ++i) {
+      if (crash && i == params.size() / 2) {
+        H5Fflush(file.get(), H5F_SCOPE_LOCAL);
+        crash_now(w.rank, step, path);
+      }
+      const Param& p = *params[i];
+      H5Id g = create_group(group.get(), p.name);
+      out.crcs.push_back(write_tensor(g.get(), "value", p.value));
+      if (p.state1.defined()) out.crcs.push_back(write_tensor(g.get(), "state1", p.state1));
+      if (p.state2.defined()) out.crcs.push_back(write_tensor(g.get(), "state2", p.state2));
+    }
+    group.reset();
+    H5_CHECK(file.reset());
+  }
+  fsync_path(path);
+  out.bytes = file_bytes(path);
+  return out;
+}
+
+std::string utc_now() {
+  const std::time_t now = std::time(nullptr);
+  char buf[32];
+  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&now));
+  return buf;
+}
+
+// The global state and the list of stage files with their sizes.
+void write_manifest(const Where& w, const Deck& deck, const std::string& resolved_deck,
+                    int64_t step, const std::vector<int64_t>& bytes) {
+  const std::string path = join_path(w.tmp_dir, kManifest);
+  H5Id file(H5Fcreate(path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT), H5Fclose);
+  if (!file.valid()) throw Error("cannot create " + path);
+  const hid_t f = file.get();
+  write_attr(f, "format", std::string(kFormatName));
+  write_attr(f, "format_version", kCheckpointFormatVersion);
+  write_attr(f, "step", step);
+  write_attr(f, "next_sample", step * deck.training.batch_size);
+  write_attr(f, "lr_next", learning_rate(deck.training, step));
+  write_attr(f, "total_steps", deck.training.steps);
+  write_attr(f, "optimizer", deck.training.optimizer);
+  write_attr(f, "data_seed", static_cast<int64_t>(deck.data.seed));
+  write_attr(f, "init_seed", static_cast<int64_t>(deck.model.init_seed));
+  write_attr(f, "rng", std::string("counter-based: every random value is a function of "
+                                   "(seed, stream, index); the data seed, the init seed and "
+                                   "the step are the whole state"));
+  write_attr(f, "stages", static_cast<int64_t>(w.size));
+  write_attr(f, "partition",
+             partition_units(model_units(deck.model), w.size, deck.pipeline.partition));
+  write_attr(f, "created_utc", utc_now());
+  write_attr(f, "deck", resolved_deck);
+  H5Id files = create_group(f, "files");
+  for (int r = 0; r < w.size; ++r) {
+    H5Id g = create_group(files.get(), stage_file_name(r));
+    write_attr(g.get(), "bytes", bytes[static_cast<size_t>(r)]);
+    write_attr(g.get(), "stage", static_cast<int64_t>(r));
+  }
+  files.reset();
+  H5_CHECK(file.reset());
+  fsync_path(path);
+}
+
+// Replaces an existing step_N (a resumed run passing the same step again),
+// then publishes the new checkpoint through `latest`.
+void commit(const Where& w) {
+  fsync_path(w.tmp_dir);
+  if (is_directory(w.final_dir)) {
+    const std::string old = w.final_dir + ".old.tmp";
+    remove_tree(old);
+    rename_path(w.final_dir, old);
+    rename_path(w.tmp_dir, w.final_dir);
+    fsync_path(w.root);
+    remove_tree(old);
+  } else {
+    rename_path(w.tmp_dir, w.final_dir);
+  }
+  fsync_path(w.root);
+  write_file_atomic(join_path(w.root, kLatest), w.name + "\n");
+  fsync_path(w.root);
+}
+
+// Keeps `keep` checkpoints with step <= the new one's (the new one included)
+// and removes stale .tmp entries. Checkpoints with a larger step (left by a
+// run resumed from an older checkpoint) stay until this run overwrites them.
+void prune(const Where& w, int64_t step, int64_t keep) {
+  std::vector<int64_t> older;
+  for (const std::string& name : directory_entries(w.root)) {
+    int64_t s = 0;
+    if (name.size() > 4 && name.compare(name.size() - 4, 4, ".tmp") == 0)
+      remove_tree(join_path(w.root, name));
+    else if (parse_step_dir_name(name, s) && s < step && is_directory(join_path(w.root, name)))
+      older.push_back(s);
+  }
+  std::sort(older.rbegin(), older.rend());
+  for (size_t i = static_cast<size_t>(std::max<int64_t>(keep - 1, 0)); i < older.size(); ++i)
+    remove_tree(join_path(w.root, step_dir_name(older[i])));
+}
+
+// Runs one pruning at a time on its own thread; waits for it when destroyed.
+class Pruner {
+ public:
+  ~Pruner() { wait(); }
+  void start(std::function<void()> work) {
+    wait();
+    thread_ = std::thread([work = std::move(work)] {
+      try {
+        work();
+      } catch (const std::exception& e) {
+        std::fprintf(stderr, "pipetrain: warning: removing old checkpoints: %s\n", e.what());
+      }
+    });
+  }
+  void wait() {
+    if (thread_.joinable()) thread_.join();
+  }
+
+ private:
+  std::thread thread_;
+};
+
+Pruner& pruner() {
+  static Pruner p;
+  return p;
+}
+
+// Rank 0: every rank's file size and dataset CRCs, in stage order.
+void gather_results(const Where& w, const StageFile& mine, std::vector<int64_t>& bytes,
+                    std::vector<uint32_t>& crcs) {
+  bytes.assign(static_cast<size_t>(w.size), 0);
+  MPI_CHECK(MPI_Gather(&mine.bytes, 1, MPI_INT64_T, bytes.data(), 1, MPI_INT64_T, 0, w.comm));
+  int count = static_cast<int>(mine.crcs.size());
+  std::vector<int> counts(static_cast<size_t>(w.size)), offsets(static_cast<size_t>(w.size), 0);
+  MPI_CHECK(MPI_Gather(&count, 1, MPI_INT, counts.data(), 1, MPI_INT, 0, w.comm));
+  for (int r = 1; r < w.size; ++r) offsets[r] = offsets[r - 1] + counts[r - 1];
+  crcs.resize(w.rank == 0 ? static_cast<size_t>(offsets.back() + counts.back()) : 0);
+  MPI_CHECK(MPI_Gatherv(mine.crcs.data(), count, MPI_UINT32_T, crcs.data(), counts.data(),
+                        offsets.data(), MPI_UINT32_T, 0, w.comm));
+}
+
+Where locate(const Deck& deck, int64_t step, MPI_Comm comm) {
+  Where w;
+  w.comm = comm;
+  MPI_CHECK(MPI_Comm_rank(comm, &w.rank));
+  MPI_CHECK(MPI_Comm_size(comm, &w.size));
+  w.root = checkpoint_root(deck);
+  w.name = step_dir_name(step);
+  w.final_dir = join_path(w.root, w.name);
+  w.tmp_dir = w.final_dir + ".tmp";
+  return w;
+}
+
+}  // namespace
+
+void wait_for_checkpoint_pruning() { pruner().wait(); }
+
+CheckpointWrite save_checkpoint(const Deck& deck, const std::string& resolved_deck,
+                                const std::vector<Param*>& params, int64_t step, MPI_Comm comm) {
+  const auto start = std::chrono::steady_clock::now();
+  const Where w = locate(deck, step, comm);
+  if (w.rank == 0) pruner().wait();
+  agree_or_throw(comm, w.rank == 0 ? attempt([&] { prepare_directory(w); }) : Problem{});
+  StageFile mine;
+  agree_or_throw(comm, attempt([&] { mine = write_stage_file(w, params, step); }));
+  std::vector<int64_t> bytes;
+  std::vector<uint32_t> crcs;
+  gather_results(w, mine, bytes, crcs);
+  double summary[3] = {0.0, 0.0, 0.0};  // bytes, seconds, digest
+  agree_or_throw(comm, w.rank != 0 ? Problem{} : attempt([&] {
+    write_manifest(w, deck, resolved_deck, step, bytes);
+    summary[0] = static_cast<double>(file_bytes(join_path(w.tmp_dir, kManifest)));
+    for (int64_t b : bytes) summary[0] += static_cast<double>(b);
+    commit(w);
+    pruner().start([w, step, keep = deck.output.checkpoint_keep] { prune(w, step, keep); });
+    summary[2] = crc32_of(crcs.data(), crcs.size() * sizeof(uint32_t));
+    summary[1] = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  }));
+  MPI_CHECK(MPI_Bcast(summary, 3, MPI_DOUBLE, 0, comm));
+  CheckpointWrite out;
+  out.path = w.final_dir;
+  out.bytes = summary[0];
+  out.seconds = summary[1];
+  out.digest = static_cast<uint32_t>(summary[2]);
+  return out;
+}
+
+}  // namespace pt

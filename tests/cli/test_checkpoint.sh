@@ -1,0 +1,178 @@
+#!/usr/bin/env bash
+# test_checkpoint.sh: checkpoints end to end under mpirun.
+#   tests/cli/test_checkpoint.sh BUILD_DIR
+# A rank killed in the middle of a checkpoint write (fault injection through
+# PIPETRAIN_TEST_CRASH_IN_CHECKPOINT=<rank>:<step>) leaves `latest` on the
+# previous checkpoint, and --resume continues bit for bit (same losses, same
+# checkpoint digest as the uninterrupted run), also at other rank counts.
+# A broken `latest` falls back with a warning; each bad checkpoint exits
+# non-zero with one message naming the file and the problem, without a hang
+# (every case runs under `timeout`). The h5py cases (tools/.venv) read a
+# checkpoint and write one from scratch, as docs/checkpoint-format.md says.
+set -uo pipefail
+build=$(cd "$1" && pwd)
+here=$(cd "$(dirname "$0")/../.." && pwd)
+cd "$here"
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+passed=0; failed=0
+py=tools/.venv/bin/python
+
+run() {  # run NP ARGS... : runs pipetrain on NP ranks, output in $tmp/out, status in $status
+  local np=$1; shift
+  timeout 60 mpirun --oversubscribe --bind-to none -np "$np" "$build/pipetrain" "$@" \
+    > "$tmp/out" 2>&1
+  status=$?
+}
+
+check() {  # check NAME CONDITION-COMMAND...
+  local name=$1; shift
+  if "$@"; then passed=$((passed + 1)); echo "ok   $name"
+  else failed=$((failed + 1)); echo "FAIL $name"; sed 's/^/     | /' "$tmp/out" | tail -20; fi
+}
+output_has() { grep -qF -- "$1" "$tmp/out"; }
+status_is() { [ "$status" -eq "$1" ]; }
+status_not() { [ "$status" -ne 0 ] && [ "$status" -ne 124 ]; }  # 124 = timeout: a hang
+one_error() { [ "$(grep -c 'pipetrain: error:' "$tmp/out")" -eq 1 ]; }
+digest() { grep -o "checkpoint step $1: .*digest [0-9a-f]*" "$2" | awk '{print $NF}'; }
+losses() { grep -o '^step *[0-9]*/[0-9]* | loss [0-9.]*' "$1" | sed 's/  */ /g'; }
+same_losses_from() {  # same_losses_from STEP FILE_A FILE_B: step lines >= STEP agree
+  diff <(losses "$2" | awk -v s="$1" '{split($2, a, "/"); if (a[1] >= s) print}') \
+       <(losses "$3" | awk -v s="$1" '{split($2, a, "/"); if (a[1] >= s) print}')
+}
+
+deck=inputs/mlp_small.toml
+common=(--set training.steps=8 --set training.lr_schedule=\"cosine\" --set output.checkpoint_every=2)
+
+# The uninterrupted run: checkpoints at steps 2, 4, 6, 8 (the last 3 kept).
+run 2 train $deck "${common[@]}" --set output.dir=\"$tmp/straight\"
+cp "$tmp/out" "$tmp/straight.log"
+check "training with checkpoints succeeds" status_is 0
+check "checkpoint line printed" output_has "checkpoint step 8: $tmp/straight/checkpoints/step_00000008"
+check "latest names the last checkpoint" grep -qx step_00000008 "$tmp/straight/checkpoints/latest"
+check "checkpoint_keep = 3 keeps three" \
+  bash -c "[ \"\$(ls -d '$tmp'/straight/checkpoints/step_* | wc -l)\" -eq 3 ]"
+want=$(digest 8 "$tmp/straight.log")
+
+# Kill rank 1 while it writes the step-6 checkpoint.
+PIPETRAIN_TEST_CRASH_IN_CHECKPOINT=1:6 run 2 train $deck "${common[@]}" --set output.dir=\"$tmp/crash\"
+check "killed rank ends the job" status_not
+check "the kill happened inside the write" output_has "killed while writing $tmp/crash/checkpoints/step_00000006.tmp/stage_001.h5"
+check "latest still names the previous checkpoint" grep -qx step_00000004 "$tmp/crash/checkpoints/latest"
+check "no step_00000006 was published" test ! -e "$tmp/crash/checkpoints/step_00000006"
+check "the partial write stays under .tmp" test -d "$tmp/crash/checkpoints/step_00000006.tmp"
+
+# Resume from latest: steps 5..8 as in the uninterrupted run, bit for bit.
+run 2 train $deck "${common[@]}" --set output.dir=\"$tmp/crash\" --resume
+check "resume succeeds" status_is 0
+check "resumes from the previous good checkpoint" output_has "resuming from $tmp/crash/checkpoints/step_00000004 (step 4)"
+check "resumed losses equal the uninterrupted run's" same_losses_from 5 "$tmp/straight.log" "$tmp/out"
+check "resumed final state is bitwise the uninterrupted one" [ "$(digest 8 "$tmp/out")" = "$want" ]
+check "stale .tmp removed by the next save" test ! -e "$tmp/crash/checkpoints/step_00000006.tmp"
+check "metrics.h5 of the resumed run written" test -s "$tmp/crash/metrics.h5"
+check "the earlier metrics.h5 kept" test -s "$tmp/crash/metrics.before_resume_4.h5"
+
+# Resharding: the 2-stage checkpoint of step 4 continues on 4 and on 1 rank.
+for np in 4 1; do
+  run $np train $deck "${common[@]}" --set output.dir=\"$tmp/reshard$np\" \
+    --resume "$tmp/straight/checkpoints/step_00000004"
+  check "2 -> $np stages: resume succeeds" status_is 0
+  check "2 -> $np stages: same losses" same_losses_from 5 "$tmp/straight.log" "$tmp/out"
+  check "2 -> $np stages: bitwise the same final state" [ "$(digest 8 "$tmp/out")" = "$want" ]
+done
+
+# A broken latest: fall back to the previous good checkpoint, with a warning.
+cp -r "$tmp/straight" "$tmp/fallback"
+truncate -s 1000 "$tmp/fallback/checkpoints/step_00000008/stage_000.h5"
+run 2 train $deck "${common[@]}" --set output.dir=\"$tmp/fallback\" --resume latest
+check "broken latest: resume succeeds" status_is 0
+check "broken latest: warning names file and problem" \
+  output_has "warning: checkpoint $tmp/fallback/checkpoints/step_00000008/stage_000.h5: truncated: 1000 bytes on disk"
+check "broken latest: falls back to step 6" output_has "resuming from $tmp/fallback/checkpoints/step_00000006 (step 6)"
+check "broken latest: bitwise the same final state" [ "$(digest 8 "$tmp/out")" = "$want" ]
+
+# Bad checkpoints named explicitly: one message, non-zero exit, every rank ends.
+bad_case() {  # bad_case NAME EXPECTED-TEXT ARGS...
+  local name=$1 text=$2; shift 2
+  run 2 train $deck "${common[@]}" --set output.dir=\"$tmp/bad\" "$@"
+  check "$name: exits non-zero" status_not
+  check "$name: says so" output_has "$text"
+  check "$name: one message" one_error
+}
+ck=$tmp/straight/checkpoints
+cp -r "$ck/step_00000006" "$tmp/trunc"
+truncate -s 2000 "$tmp/trunc/stage_001.h5"
+bad_case "truncated file" "checkpoint $tmp/trunc/stage_001.h5: truncated: 2000 bytes on disk" --resume "$tmp/trunc"
+bad_case "shape differs" "params/unit0.linear.weight/value has shape (32, 16) but the deck's model needs (48, 16)" \
+  --set model.hidden_dim=48 --resume "$ck/step_00000006"
+bad_case "missing layer" "missing layer(s) unit8.linear.weight, unit8.linear.bias" \
+  --set model.depth=9 --resume "$ck/step_00000006"
+bad_case "no such checkpoint" "checkpoint $tmp/nowhere: no such file or directory" --resume "$tmp/nowhere"
+bad_case "bad training.init_from" "checkpoint $tmp/nowhere: no such file or directory" \
+  --set training.init_from=\"$tmp/nowhere\"
+bad_case "nothing to resume" "checkpoint $tmp/empty: no checkpoint here" \
+  --set output.checkpoint_dir=\"$tmp/empty\" --resume
+
+if [ ! -x "$py" ]; then
+  failed=$((failed + 1)); echo "FAIL $py missing: run scripts/setup-tools-venv.sh"
+else
+  # Checksum mismatch: one weight changed behind the checkpoint's back.
+  cp -r "$ck/step_00000006" "$tmp/flip"
+  "$py" -c "
+import h5py, sys
+with h5py.File(sys.argv[1], 'r+') as f:
+    d = f['params/unit7.linear.weight/state1']; v = d[...]; v.flat[3] += 1.0; d[...] = v
+" "$tmp/flip/stage_001.h5"
+  bad_case "checksum mismatch" "checkpoint $tmp/flip/stage_001.h5: params/unit7.linear.weight/state1 checksum mismatch" \
+    --resume "$tmp/flip"
+  # A newer format version.
+  cp -r "$ck/step_00000006" "$tmp/newer"
+  "$py" -c "
+import h5py, sys
+with h5py.File(sys.argv[1], 'r+') as f: f.attrs['format_version'] = 99
+" "$tmp/newer/manifest.h5"
+  bad_case "newer format version" "checkpoint $tmp/newer/manifest.h5: format_version 99 is newer than this pipetrain reads" \
+    --resume "$tmp/newer"
+
+  # An h5py user reads a checkpoint (checking the CRCs) and writes a new one
+  # from scratch: weights only, one file for all layers. Loading it with
+  # training.init_from gives the same run as loading the original.
+  "$py" - "$ck/step_00000006" "$tmp/byhand" > "$tmp/out" 2>&1 <<'PY'
+import h5py, numpy as np, os, sys, zlib
+src, dst = sys.argv[1], sys.argv[2]
+os.makedirs(dst)
+weights = {}
+with h5py.File(os.path.join(src, "manifest.h5")) as m:
+    assert m.attrs["format"] == "pipetrain-checkpoint" and m.attrs["format_version"] == 1
+    for name in m["files"]:
+        with h5py.File(os.path.join(src, name)) as f:
+            for p, g in f["params"].items():
+                v = g["value"][...]
+                assert zlib.crc32(v.astype("<f4").tobytes()) == g["value"].attrs["crc32"], p
+                weights[p] = v
+with h5py.File(os.path.join(dst, "all.h5"), "w") as f:
+    for p, v in weights.items():
+        d = f.create_dataset(f"params/{p}/value", data=v.astype("<f4"))
+        d.attrs["crc32"] = zlib.crc32(d[...].tobytes())
+with h5py.File(os.path.join(dst, "manifest.h5"), "w") as m:
+    m.attrs["format"] = "pipetrain-checkpoint"
+    m.attrs["format_version"] = 1
+    m.attrs["step"] = 0
+    m.create_group("files/all.h5").attrs["bytes"] = os.path.getsize(os.path.join(dst, "all.h5"))
+print("wrote", len(weights), "parameters")
+PY
+  status=$?
+  check "h5py reads a checkpoint and writes one" status_is 0
+  run 2 train $deck "${common[@]}" --set output.dir=\"$tmp/init_a\" --set training.init_from=\"$ck/step_00000006\"
+  cp "$tmp/out" "$tmp/init_a.log"
+  check "init_from a pipetrain checkpoint" output_has "weights initialised from $ck/step_00000006"
+  run 4 train $deck "${common[@]}" --set output.dir=\"$tmp/init_b\" --set training.init_from=\"$tmp/byhand\"
+  check "init_from the h5py-written checkpoint" output_has "weights initialised from $tmp/byhand"
+  check "both give the same run" same_losses_from 1 "$tmp/init_a.log" "$tmp/out"
+  run 2 train $deck "${common[@]}" --set output.dir=\"$tmp/bad\" --resume "$tmp/byhand"
+  check "weights-only checkpoint cannot resume" output_has "has no state1: the checkpoint lacks the optimizer state"
+fi
+
+echo "checkpoint cli: $passed passed, $failed failed"
+[ "$failed" -eq 0 ]

@@ -1,0 +1,391 @@
+// test_checkpoint.cpp: checkpoints resume bit for bit, reshard, initialise
+// weights only, and reject every class of bad checkpoint on every rank.
+//
+// Runs at 1, 2 and 4 ranks; each case trains on the first P ranks of the
+// world (a sub-communicator), so at 4 ranks a checkpoint written by 4 stages
+// is loaded by 2, and the other way round. "Bitwise" compares every parameter
+// bit, every step's loss, and the checkpoint digest (a CRC of every dataset's
+// CRC-32, weights and optimizer moments, in global parameter order).
+// Killing a rank in the middle of a write is tested end to end in
+// tests/cli/test_checkpoint.sh (it needs a real process to die).
+#include <gtest/gtest.h>
+#include <hdf5.h>
+#include <mpi.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+
+#include "pipetrain/checkpoint.hpp"
+#include "pipetrain/deck_io.hpp"
+#include "pipetrain/error.hpp"
+#include "pipetrain/trainer.hpp"
+
+namespace pt {
+namespace {
+
+namespace fs = std::filesystem;
+
+int world_rank() {
+  int r = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &r);
+  return r;
+}
+int world_size() {
+  int s = 1;
+  MPI_Comm_size(MPI_COMM_WORLD, &s);
+  return s;
+}
+
+// A fresh directory, the same on every rank; removed at the end of the test.
+class TempDir {
+ public:
+  TempDir() {
+    char buf[256] = {0};
+    if (world_rank() == 0) {
+      std::snprintf(buf, sizeof buf, "%s", (fs::temp_directory_path() / "pt_ckpt_XXXXXX").c_str());
+      if (mkdtemp(buf) == nullptr) buf[0] = 0;
+    }
+    MPI_Bcast(buf, sizeof buf, MPI_CHAR, 0, MPI_COMM_WORLD);
+    path_ = buf;
+  }
+  ~TempDir() {
+    MPI_Barrier(MPI_COMM_WORLD);
+    if (world_rank() == 0) fs::remove_all(path_);
+  }
+  std::string operator/(const std::string& name) const { return path_ + "/" + name; }
+
+ private:
+  std::string path_;
+};
+
+Deck mlp_deck() {
+  Deck d;
+  d.model.input_dim = 12;
+  d.model.hidden_dim = 24;
+  d.model.output_dim = 5;
+  d.model.depth = 8;
+  d.data.samples = 256;
+  d.training.steps = 6;
+  d.training.batch_size = 16;
+  d.training.optimizer = "adamw";
+  d.training.lr = 1e-2;
+  d.training.warmup_steps = 1;
+  d.training.weight_decay = 0.01;
+  d.training.grad_clip = 1.0;
+  d.training.blas_threads = 1;
+  d.pipeline.micro_batches = 4;
+  d.pipeline.timeout_s = 60;
+  d.output.checkpoint_keep = 100;
+  return d;
+}
+
+Deck gpt_deck() {
+  Deck d = mlp_deck();
+  d.model.type = "gpt";
+  d.model.loss = "cross_entropy";
+  d.model.vocab_size = 16;
+  d.model.seq_len = 8;
+  d.model.d_model = 16;
+  d.model.heads = 2;
+  d.model.blocks = 4;
+  d.model.mlp_ratio = 2;
+  d.data.type = "markov";
+  d.data.markov_order = 1;
+  d.data.concentration = 0.3;
+  d.training.lr = 3e-3;
+  d.training.lr_schedule = "cosine";
+  return d;
+}
+
+// What a segment of training left behind (on world rank 0 for params).
+struct Segment {
+  std::vector<double> losses;
+  std::vector<float> params;
+  uint32_t digest = 0;        // of the checkpoint saved at the end, if any
+  int64_t loaded_step = -1;   // step of the checkpoint loaded, if any
+};
+
+// Steps [from, to) on the first `stages` ranks: optionally loading `load`
+// first (Resume or WeightsOnly) and saving into `save_dir` at the end.
+Segment train(Deck deck, int stages, int64_t from, int64_t to, const std::string& load = "",
+          LoadMode mode = LoadMode::Resume, const std::string& save_dir = "") {
+  MPI_Comm comm = MPI_COMM_NULL;
+  MPI_Comm_split(MPI_COMM_WORLD, world_rank() < stages ? 0 : MPI_UNDEFINED, world_rank(), &comm);
+  Segment run;
+  if (comm == MPI_COMM_NULL) return run;
+  deck.pipeline.stages = stages;
+  {
+    Trainer trainer(deck, comm);
+    const std::string text = deck_to_toml(deck);
+    if (!load.empty())
+      run.loaded_step = load_checkpoint(load, mode, deck, text, trainer.params(), comm).step;
+    for (int64_t s = from; s < to; ++s) run.losses.push_back(trainer.train_step(s).loss);
+    if (!save_dir.empty()) {
+      deck.output.checkpoint_dir = save_dir;
+      run.digest = save_checkpoint(deck, text, trainer.params(), to, comm).digest;
+    }
+    run.params = trainer.gather_parameters();
+  }
+  MPI_Comm_free(&comm);
+  return run;
+}
+
+void expect_bitwise(const Segment& got, const Segment& want, const std::string& label) {
+  if (world_rank() != 0) return;
+  ASSERT_EQ(got.params.size(), want.params.size()) << label;
+  EXPECT_EQ(std::memcmp(got.params.data(), want.params.data(), got.params.size() * sizeof(float)), 0)
+      << label << ": parameters differ";
+  EXPECT_EQ(got.digest, want.digest) << label << ": checkpoint digests differ";
+}
+
+// 2K steps straight vs K steps, save, resume (at `to` stages), K steps.
+void check_resume(const Deck& deck, int from_stages, int to_stages, const std::string& label) {
+  TempDir tmp;
+  const int64_t k = deck.training.steps / 2;
+  const Segment straight = train(deck, to_stages, 0, 2 * k, "", LoadMode::Resume, tmp / "straight");
+  const Segment first = train(deck, from_stages, 0, k, "", LoadMode::Resume, tmp / "ckpt");
+  const Segment second = train(deck, to_stages, k, 2 * k, tmp / "ckpt", LoadMode::Resume, tmp / "ckpt");
+  expect_bitwise(second, straight, label);
+  if (world_rank() != 0) return;
+  EXPECT_EQ(second.loaded_step, k) << label;
+  for (int64_t s = 0; s < k; ++s) {
+    EXPECT_EQ(first.losses[s], straight.losses[s]) << label << " step " << s;
+    EXPECT_EQ(second.losses[s], straight.losses[k + s]) << label << " step " << k + s;
+  }
+}
+
+int stages_here() { return std::min(world_size(), 4); }
+
+TEST(Checkpoint, ResumeIsBitwiseMlp) {
+  const int p = stages_here();
+  check_resume(mlp_deck(), p, p, "mlp P=" + std::to_string(p));
+}
+
+TEST(Checkpoint, ResumeIsBitwiseGpt) {
+  const int p = stages_here();
+  check_resume(gpt_deck(), p, p, "gpt P=" + std::to_string(p));
+}
+
+// Loading and saving again at once gives the same digest: weights and both
+// optimizer moments are restored exactly.
+TEST(Checkpoint, LoadThenSaveKeepsEveryBit) {
+  TempDir tmp;
+  const int p = stages_here();
+  const Segment saved = train(gpt_deck(), p, 0, 2, "", LoadMode::Resume, tmp / "a");
+  const Segment again = train(gpt_deck(), p, 2, 2, tmp / "a", LoadMode::Resume, tmp / "b");
+  expect_bitwise(again, saved, "load then save");
+}
+
+// Every stage-count change the world allows, with another partition too.
+TEST(Checkpoint, ReshardsBitwise) {
+  const int n = world_size();
+  if (n < 2) GTEST_SKIP() << "resharding needs at least 2 ranks";
+  const std::vector<std::pair<int, int>> pairs =
+      n >= 4 ? std::vector<std::pair<int, int>>{{4, 2}, {2, 4}, {4, 1}, {1, 3}}
+             : std::vector<std::pair<int, int>>{{2, 1}, {1, 2}};
+  for (const auto& [from, to] : pairs) {
+    const std::string label = std::to_string(from) + "->" + std::to_string(to);
+    check_resume(mlp_deck(), from, to, "mlp " + label);
+    check_resume(gpt_deck(), from, to, "gpt " + label);
+  }
+  Deck uneven = mlp_deck();
+  uneven.pipeline.partition = {6, 2};  // 8 Linear layers, 6 + 2 instead of 4 + 4
+  TempDir tmp;
+  const Segment straight = train(mlp_deck(), 2, 0, 6, "", LoadMode::Resume, tmp / "straight");
+  train(mlp_deck(), 2, 0, 3, "", LoadMode::Resume, tmp / "ckpt");
+  const Segment second = train(uneven, 2, 3, 6, tmp / "ckpt", LoadMode::Resume, tmp / "ckpt");
+  expect_bitwise(second, straight, "partition [4, 4] -> [6, 2]");
+}
+
+// training.init_from: the checkpoint's weights, fresh optimizer state, step 0.
+TEST(Checkpoint, WeightsOnlyInitLoadsWeightsNotState) {
+  TempDir tmp;
+  const int p = stages_here();
+  const Segment saved = train(mlp_deck(), p, 0, 3, "", LoadMode::Resume, tmp / "ckpt");
+  const Segment init = train(mlp_deck(), 1, 0, 0, tmp / "ckpt", LoadMode::WeightsOnly, tmp / "init");
+  const Segment resumed = train(mlp_deck(), 1, 3, 3, tmp / "ckpt", LoadMode::Resume, tmp / "resumed");
+  if (world_rank() != 0) return;
+  EXPECT_EQ(std::memcmp(init.params.data(), saved.params.data(), saved.params.size() * 4), 0);
+  EXPECT_NE(init.digest, saved.digest) << "optimizer moments must start at zero";
+  EXPECT_EQ(resumed.digest, saved.digest);
+}
+
+// ---- bad checkpoints ---------------------------------------------------------
+
+// Loads `spec` on every rank; returns the InputError text ("" on success) and
+// checks that every rank got the very same text.
+std::string load_error(const Deck& deck, const std::string& spec, int64_t* step = nullptr) {
+  const int p = stages_here();
+  MPI_Comm comm = MPI_COMM_NULL;
+  MPI_Comm_split(MPI_COMM_WORLD, world_rank() < p ? 0 : MPI_UNDEFINED, world_rank(), &comm);
+  std::string message;
+  if (comm != MPI_COMM_NULL) {
+    Deck d = deck;
+    d.pipeline.stages = p;
+    Trainer trainer(d, comm);
+    try {
+      const auto r = load_checkpoint(spec, LoadMode::Resume, d, deck_to_toml(d), trainer.params(), comm);
+      if (step) *step = r.step;
+    } catch (const InputError& e) {
+      message = e.what();
+    }
+    const uint64_t mine = std::hash<std::string>{}(message);
+    uint64_t lo = 0, hi = 0;
+    MPI_Allreduce(&mine, &lo, 1, MPI_UINT64_T, MPI_MIN, comm);
+    MPI_Allreduce(&mine, &hi, 1, MPI_UINT64_T, MPI_MAX, comm);
+    EXPECT_EQ(lo, hi) << "ranks disagree on the error";
+    MPI_Comm_free(&comm);
+  }
+  return message;
+}
+
+// Rank 0 changes the files (once old checkpoints are pruned); the others wait.
+void on_root(const std::function<void()>& change) {
+  if (world_rank() == 0) {
+    wait_for_checkpoint_pruning();
+    change();
+  }
+  MPI_Barrier(MPI_COMM_WORLD);
+}
+
+void flip_data_byte(const std::string& file, const std::string& dataset) {
+  hid_t f = H5Fopen(file.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT);
+  hid_t d = H5Dopen2(f, dataset.c_str(), H5P_DEFAULT);
+  const haddr_t offset = H5Dget_offset(d);
+  H5Dclose(d);
+  H5Fclose(f);
+  std::fstream io(file, std::ios::in | std::ios::out | std::ios::binary);
+  io.seekg(static_cast<std::streamoff>(offset) + 5);
+  char c = 0;
+  io.read(&c, 1);
+  c ^= 0x10;
+  io.seekp(static_cast<std::streamoff>(offset) + 5);
+  io.write(&c, 1);
+}
+
+void set_format_version(const std::string& manifest, int64_t version) {
+  hid_t f = H5Fopen(manifest.c_str(), H5F_ACC_RDWR, H5P_DEFAULT);
+  hid_t a = H5Aopen(f, "format_version", H5P_DEFAULT);
+  H5Awrite(a, H5T_NATIVE_INT64, &version);
+  H5Aclose(a);
+  H5Fclose(f);
+}
+
+void truncate_half(const std::string& file) { fs::resize_file(file, fs::file_size(file) / 2); }
+
+bool has(const std::string& text, const std::string& part) {
+  return text.find(part) != std::string::npos;
+}
+
+class BadCheckpoint : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    train(mlp_deck(), stages_here(), 0, 2, "", LoadMode::Resume, tmp / "good");
+    on_root([&] { fs::copy(tmp / "good/step_00000002", tmp / "bad", fs::copy_options::recursive); });
+  }
+  std::string last_stage_file() const {
+    char name[32];
+    std::snprintf(name, sizeof name, "bad/stage_%03d.h5", stages_here() - 1);
+    return tmp / name;
+  }
+  TempDir tmp;
+};
+
+TEST_F(BadCheckpoint, GoodOneLoads) { EXPECT_EQ(load_error(mlp_deck(), tmp / "bad"), ""); }
+
+TEST_F(BadCheckpoint, TruncatedFile) {
+  on_root([&] { truncate_half(last_stage_file()); });
+  const std::string e = load_error(mlp_deck(), tmp / "bad");
+  EXPECT_TRUE(has(e, last_stage_file() + ": truncated:")) << e;
+}
+
+TEST_F(BadCheckpoint, ChecksumMismatch) {
+  on_root([&] { flip_data_byte(last_stage_file(), "params/unit7.linear.weight/state2"); });
+  const std::string e = load_error(mlp_deck(), tmp / "bad");
+  EXPECT_TRUE(has(e, last_stage_file() + ": params/unit7.linear.weight/state2 checksum mismatch")) << e;
+}
+
+TEST_F(BadCheckpoint, ShapeDiffersFromDeck) {
+  Deck wider = mlp_deck();
+  wider.model.hidden_dim = 32;
+  const std::string e = load_error(wider, tmp / "bad");
+  EXPECT_TRUE(has(e, "params/unit0.linear.weight/value has shape (24, 12) but the deck's model "
+                     "needs (32, 12)")) << e;
+}
+
+TEST_F(BadCheckpoint, MissingLayer) {
+  Deck deeper = mlp_deck();
+  deeper.model.depth = 9;
+  const std::string e = load_error(deeper, tmp / "bad");
+  EXPECT_TRUE(has(e, "checkpoint " + tmp / "bad" + ": missing layer(s) unit8.linear.weight")) << e;
+}
+
+TEST_F(BadCheckpoint, NewerFormatVersion) {
+  on_root([&] { set_format_version(tmp / "bad/manifest.h5", kCheckpointFormatVersion + 1); });
+  const std::string e = load_error(mlp_deck(), tmp / "bad");
+  EXPECT_TRUE(has(e, tmp / "bad/manifest.h5: format_version 2 is newer than this pipetrain reads")) << e;
+}
+
+TEST_F(BadCheckpoint, OtherOptimizerCannotResume) {
+  Deck sgd = mlp_deck();
+  sgd.training.optimizer = "sgd";
+  const std::string e = load_error(sgd, tmp / "bad");
+  EXPECT_TRUE(has(e, "written with training.optimizer = \"adamw\" but the deck has \"sgd\"")) << e;
+}
+
+TEST_F(BadCheckpoint, NotACheckpoint) {
+  EXPECT_TRUE(has(load_error(mlp_deck(), tmp / "nowhere"), "no such file or directory"));
+  on_root([&] { fs::remove(tmp / "bad/manifest.h5"); });
+  EXPECT_TRUE(has(load_error(mlp_deck(), tmp / "bad"), "no manifest.h5"));
+}
+
+// latest: a broken newest checkpoint (or a half-written .tmp one, as a
+// crash leaves) is skipped for the previous good one; all broken is an error.
+TEST(Checkpoint, LatestFallsBackToPreviousGood) {
+  TempDir tmp;
+  const int p = stages_here();
+  Deck deck = mlp_deck();
+  deck.output.checkpoint_dir = tmp / "root";
+  train(deck, p, 0, 2, "", LoadMode::Resume, tmp / "root");
+  train(deck, p, 2, 4, tmp / "root", LoadMode::Resume, tmp / "root");
+  on_root([&] {
+    fs::create_directory(tmp / "root/step_00000006.tmp");  // a crashed write
+    std::ofstream(tmp / "root/step_00000006.tmp/stage_000.h5") << "partial";
+  });
+  int64_t step = -1;
+  EXPECT_EQ(load_error(deck, "latest", &step), "");
+  EXPECT_EQ(step, 4);
+  on_root([&] { truncate_half(tmp / "root/step_00000004/stage_000.h5"); });
+  EXPECT_EQ(load_error(deck, "latest", &step), "");
+  EXPECT_EQ(step, 2) << "fell back to step 2";
+  EXPECT_EQ(load_error(deck, tmp / "root", &step), "") << "a root directory means its latest";
+  on_root([&] { flip_data_byte(tmp / "root/step_00000002/stage_000.h5", "params/unit0.linear.weight/value"); });
+  const std::string e = load_error(deck, "latest");
+  EXPECT_TRUE(has(e, "checksum mismatch") && has(e, "no older good checkpoint")) << e;
+}
+
+// Saving keeps output.checkpoint_keep checkpoints and points latest at the newest.
+TEST(Checkpoint, KeepsTheNewestN) {
+  TempDir tmp;
+  Deck deck = mlp_deck();
+  deck.output.checkpoint_keep = 2;
+  for (int64_t s = 1; s <= 4; ++s) train(deck, stages_here(), s - 1, s, s > 1 ? tmp / "root" : "",
+                                         LoadMode::Resume, tmp / "root");
+  if (world_rank() != 0) return;
+  wait_for_checkpoint_pruning();
+  std::vector<std::string> names;
+  for (const auto& e : fs::directory_iterator(tmp / "root")) names.push_back(e.path().filename());
+  std::sort(names.begin(), names.end());
+  EXPECT_EQ(names, (std::vector<std::string>{"latest", "step_00000003", "step_00000004"}));
+  std::ifstream latest(tmp / "root/latest");
+  std::string line;
+  std::getline(latest, line);
+  EXPECT_EQ(line, "step_00000004");
+}
+
+}  // namespace
+}  // namespace pt
