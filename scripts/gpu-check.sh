@@ -70,7 +70,7 @@ if command -v nvidia-smi >/dev/null; then
 fi
 
 # ---- 1. configure and build the CUDA targets only (the CLI is not needed) ----
-TARGETS=(test_cuda_select test_cuda_kernels test_cuda_gpt test_cuda_transport test_loss_scaler
+TARGETS=(test_cuda_select test_cuda_kernels test_cuda_gpt test_cuda_transport test_cuda_pipeline test_loss_scaler
          bench_cuda)
 run_step configure 120 cmake -S "$ROOT" -B "$BUILD" -DCMAKE_BUILD_TYPE=Release \
   -DPIPETRAIN_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES="$CUDA_ARCH" &&

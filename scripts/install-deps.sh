@@ -7,6 +7,7 @@ packages=(
   build-essential cmake pkg-config
   openmpi-bin libopenmpi-dev          # MPI (ranks, transport)
   libhdf5-openmpi-dev                 # HDF5 built against Open MPI
+  zlib1g-dev                          # CRC-32 of checkpoint datasets
   libopenblas-dev                     # CPU GEMMs
   libgtest-dev                        # tests
   libtoml11-dev libcli11-dev          # input decks, command line

@@ -7,6 +7,7 @@
 // naming the rank, the step and the action waited for.
 #pragma once
 
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -41,8 +42,16 @@ class Executor {
   Executor(StageModel& stage, Transport& transport, const Deck& deck, Backend& backend,
            RecomputePolicy policy, Tracer* tracer = nullptr);
   const RecomputePolicy& policy() const { return policy_; }
-  // Runs one micro-batch through this stage alone and measures its memory.
-  MemoryProbe probe_memory(const Dataset& data);
+  // Runs one micro-batch through this stage alone and measures its memory
+  // with `stats` (host or device statistics); `reset_peaks` may be empty.
+  MemoryProbe probe_memory(const Dataset& data, const std::function<MemoryStats()>& stats,
+                           const std::function<void()>& reset_peaks);
+  // fp16: the loss gradient is multiplied by `scale`; overflowing gradients
+  // are then expected and left to the loss scaler instead of stopping the run.
+  void set_loss_scale(float scale) {
+    loss_scale_ = scale;
+    loss_scaling_ = true;
+  }
   // Runs this rank's actions of `schedule` for batch `step` of `data`.
   // Evaluate: forward only, nothing stashed; needs a forward-only schedule.
   StepOutcome run(const Schedule& schedule, const Dataset& data, int64_t step, Pass pass);
@@ -101,6 +110,8 @@ class Executor {
   Backend& be_;
   RecomputePolicy policy_;
   Tracer* tracer_;            // null: no events recorded
+  float loss_scale_ = 1.f;    // 1 unless fp16 loss scaling is on
+  bool loss_scaling_ = false;
   Tracer local_clock_{false}; // times F/B and waits when no tracer is given
   double compute_us_ = 0.0, nested_wait_us_ = 0.0, last_end_us_ = 0.0;
   bool in_compute_ = false;

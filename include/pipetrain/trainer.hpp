@@ -9,12 +9,14 @@
 #include <mpi.h>
 
 #include <cmath>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <vector>
 
 #include "pipetrain/deck.hpp"
 #include "pipetrain/executor.hpp"
+#include "pipetrain/loss_scaler.hpp"
 #include "pipetrain/optimizer.hpp"
 
 namespace pt {
@@ -27,6 +29,8 @@ struct StepRecord {
   double step_time_s = 0.0;  // wall time of the step on this rank
   double eval_loss = std::nan("");  // held-out loss when evaluated this step
   double bubble = 0.0;       // measured pipeline bubble (fraction of the step idle)
+  bool skipped = false;      // fp16: the step overflowed and was skipped
+  double loss_scale = 1.0;   // fp16: the dynamic loss scale used
   // Rank 0 only: per stage, peak bytes during the step by MemCategory, then
   // the peak of the total. (stages, categories + 1)
   std::vector<std::vector<double>> stage_peak_bytes;
@@ -52,10 +56,20 @@ struct BlasThreadsChoice {
 };
 BlasThreadsChoice choose_blas_threads(const Deck& deck, MPI_Comm comm);
 
+// Where a rank computes. The defaults are the CPU backend and MPI; the driver
+// fills in the CUDA backend, a GPU transport and device memory statistics
+// when training.device = "cuda" (the runtime itself has no CUDA dependency).
+struct ComputeSetup {
+  Backend* backend = nullptr;  // null: cpu_backend()
+  std::function<std::unique_ptr<Transport>(MPI_Comm)> make_transport;  // null: MPI
+  std::function<MemoryStats()> device_memory_stats;  // null: host statistics
+  std::function<void()> reset_device_memory_peaks;
+};
+
 class Trainer {
  public:
   // `comm` holds exactly one rank per stage.
-  Trainer(const Deck& deck, MPI_Comm comm);
+  Trainer(const Deck& deck, MPI_Comm comm, ComputeSetup setup = {});
   ~Trainer();
   StepRecord train_step(int64_t step);  // collective over comm
   // Mean loss over training.eval_batches held-out batches (forward only).
@@ -84,8 +98,14 @@ class Trainer {
   RecomputePolicy resolve_recompute();  // this stage's policy, "auto" decided collectively
   std::vector<std::vector<double>> gather_memory_peaks();
 
+  void move_state_to_device();
+  MemoryStats stage_memory_stats() const;
+
   Deck deck_;
   MPI_Comm comm_;
+  ComputeSetup setup_;
+  Backend& be_;
+  std::unique_ptr<LossScaler> scaler_;  // fp16 only
   int rank_ = 0, size_ = 1;
   Schedule schedule_;
   ScheduleReport report_;

@@ -16,6 +16,7 @@
 
 #include "pipetrain/checkpoint.hpp"
 #include "pipetrain/deck_io.hpp"
+#include "pipetrain/compute_setup.hpp"
 #include "pipetrain/data.hpp"
 #include "pipetrain/error.hpp"
 #include "pipetrain/metrics.hpp"
@@ -58,6 +59,10 @@ bool load_deck(const World& w, const CommandLine& cli, Deck& deck) {
       const int stages = check_deck_layout(deck, cli.ranks > 0 ? cli.ranks : w.size);
       validate_schedule(schedule_for_deck(deck, stages));
       check_data_files(deck);
+      if (deck.training.device == "cuda" && !cuda_available_in_build())
+        throw InputError(deck.where("training.device") +
+                         " = \"cuda\": this build has no CUDA backend; build with `make cuda` "
+                         "(cmake -DPIPETRAIN_CUDA=ON) and run build-cuda/pipetrain");
       if (cli.command == "train") ensure_directory(deck.output.dir, deck.where("output.dir"));
       if (cli.command == "train" && deck.output.checkpoint_every > 0)
         ensure_directory(checkpoint_root(deck), deck.where("output.checkpoint_dir"));
@@ -268,7 +273,8 @@ void log_step(const Deck& deck, const StepRecord& rec, bool last, Progress& p, M
 int run_train(const World& w, const CommandLine& cli, const Deck& deck) {
   BlasThreadsChoice blas = choose_blas_threads(deck, w.comm);
   set_blas_threads(blas.threads);
-  Trainer trainer(deck, w.comm);
+  ComputeResources compute = make_compute_resources(deck, w.comm);
+  Trainer trainer(deck, w.comm, compute.setup);
   const std::string resolved = deck_to_toml(deck);
   MetricsFile metrics(deck.output.dir + "/metrics.h5", resolved);
   if (w.rank == 0) {

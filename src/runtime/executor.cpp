@@ -116,7 +116,7 @@ Tensor Executor::forward_input(int mb) {
   MicroBatch& state = mbs_[mb];
   Tensor x;
   if (stage_.is_first()) {
-    x = data_->inputs(micro_batch_first_sample(deck_, step_, mb), rows_);
+    x = data_->inputs(micro_batch_first_sample(deck_, step_, mb), rows_).to(be_.device());
   } else {
     PT_CHECK(state.recv_f, "F of micro-batch " + std::to_string(mb) + " without RECV_F");
     wait_for(state.recv_f);
@@ -151,9 +151,9 @@ void Executor::run_forward(int mb, Tensor x) {
   }
   const int64_t batch = deck_.training.batch_size;
   const int64_t terms = stage_.loss_terms_per_sample;
-  Tensor target = data_->targets(micro_batch_first_sample(deck_, step_, mb), rows_);
+  Tensor target = data_->targets(micro_batch_first_sample(deck_, step_, mb), rows_).to(be_.device());
   state.grad_output = Tensor::empty(x.shape(), DType::F32, MemCategory::Workspace);
-  const float grad_scale = static_cast<float>(1.0 / static_cast<double>(batch * terms));
+  const float grad_scale = static_cast<float>(loss_scale_ / static_cast<double>(batch * terms));
   double loss = stage_.loss->forward_backward(be_, x, target, grad_scale, state.grad_output);
   if (!std::isfinite(loss))
     throw Error("non-finite loss at step " + std::to_string(step_) + ", stage " +
@@ -167,26 +167,28 @@ void Executor::run_forward(int mb, Tensor x) {
 // (data on the first stage), forward, then backward from a zero output
 // gradient (the loss gradient on the last stage). Gradients it adds are
 // cleared by the next step's zero_grad.
-MemoryProbe Executor::probe_memory(const Dataset& data) {
+MemoryProbe Executor::probe_memory(const Dataset& data, const std::function<MemoryStats()>& stats,
+                                   const std::function<void()>& reset_peaks) {
   data_ = &data;
   pass_ = Pass::Train;
   step_ = 0;
   loss_sum_ = 0.0;
   mbs_.clear();
   Tensor x = stage_.is_first()
-                 ? data.inputs(0, rows_)
+                 ? data.inputs(0, rows_).to(be_.device())
                  : Tensor::zeros(stage_.input_shape(rows_), stage_.input_dtype, MemCategory::Workspace);
   Tensor dy;
   if (!stage_.is_last()) dy = Tensor::zeros(stage_.output_shape(rows_), DType::F32, MemCategory::Workspace);
-  const MemoryStats before = memory_stats();
+  const MemoryStats before = stats();
   reset_memory_peaks();
+  if (reset_peaks) reset_peaks();
   run_forward(0, std::move(x));
   MemoryProbe probe;
   const int act = static_cast<int>(MemCategory::Activations);
-  probe.stash_bytes = memory_stats().live[act] - before.live[act];
+  probe.stash_bytes = stats().live[act] - before.live[act];
   if (stage_.is_last()) dy = std::move(mbs_[0].grad_output);
   run_backward(0, std::move(dy));
-  probe.transient_bytes = memory_stats().peak_total - before.live_total - probe.stash_bytes;
+  probe.transient_bytes = stats().peak_total - before.live_total - probe.stash_bytes;
   mbs_.clear();
   return probe;
 }
@@ -248,7 +250,7 @@ void Executor::run_backward(int mb, Tensor dy) {
     end = begin;
   }
   for (Param* p : stage_.params())
-    if (!be_.all_finite(p->grad))
+    if (!loss_scaling_ && !be_.all_finite(p->grad))  // with fp16 the loss scaler decides
       throw Error("non-finite gradient of " + p->name + " at step " + std::to_string(step_) +
                   ", stage " + std::to_string(stage_.stage) + ", micro-batch " +
                   std::to_string(mb));

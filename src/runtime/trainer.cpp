@@ -31,7 +31,9 @@ BlasThreadsChoice choose_blas_threads(const Deck& deck, MPI_Comm comm) {
   return c;
 }
 
-Trainer::Trainer(const Deck& deck, MPI_Comm comm) : deck_(deck), comm_(comm) {
+Trainer::Trainer(const Deck& deck, MPI_Comm comm, ComputeSetup setup)
+    : deck_(deck), comm_(comm), setup_(std::move(setup)),
+      be_(setup_.backend ? *setup_.backend : cpu_backend()) {
   MPI_CHECK(MPI_Comm_rank(comm_, &rank_));
   MPI_CHECK(MPI_Comm_size(comm_, &size_));
   schedule_ = schedule_for_deck(deck_, size_);
@@ -42,28 +44,50 @@ Trainer::Trainer(const Deck& deck, MPI_Comm comm) : deck_(deck), comm_(comm) {
   stage_ = build_stage(deck_.model, units, rank_);
   data_ = make_dataset(deck_, Split::Train);
   if (deck_.training.eval_every > 0) eval_data_ = make_dataset(deck_, Split::Eval);
-  transport_ = make_mpi_transport(comm_);
+  transport_ = setup_.make_transport ? setup_.make_transport(comm_) : make_mpi_transport(comm_);
+  move_state_to_device();
+  DefaultDeviceGuard on_device(be_.device());
   optimizer_ = std::make_unique<Optimizer>(deck_.training, stage_.params());
+  if (deck_.training.precision == "fp16") scaler_ = std::make_unique<LossScaler>();
   tracer_ = std::make_unique<Tracer>(deck_.output.trace);
   if (tracer_->enabled()) clocks_ = tracer_->align_clocks(comm_);
-  executor_ = std::make_unique<Executor>(stage_, *transport_, deck_, cpu_backend(),
+  executor_ = std::make_unique<Executor>(stage_, *transport_, deck_, be_,
                                          resolve_recompute(), tracer_.get());
+}
+
+// Parameters are built (and initialised) on the host, then moved.
+void Trainer::move_state_to_device() {
+  if (be_.device() == Device::CPU) return;
+  for (Param* p : stage_.params()) {
+    p->value = p->value.to(be_.device(), MemCategory::Parameters);
+    p->grad = p->grad.to(be_.device(), MemCategory::Gradients);
+  }
+}
+
+MemoryStats Trainer::stage_memory_stats() const {
+  return setup_.device_memory_stats ? setup_.device_memory_stats() : memory_stats();
 }
 
 Trainer::~Trainer() = default;
 
 StepRecord Trainer::train_step(int64_t step) {
   reset_memory_peaks();
+  if (setup_.reset_device_memory_peaks) setup_.reset_device_memory_peaks();
+  DefaultDeviceGuard on_device(be_.device());
   const auto start = std::chrono::steady_clock::now();
-  Backend& be = cpu_backend();
+  Backend& be = be_;
   optimizer_->zero_grad(be);
-  StepOutcome outcome = executor_->run(schedule_, *data_, step, Pass::Train);
-
   StepRecord rec;
   rec.step = step;
+  if (scaler_) executor_->set_loss_scale(scaler_->scale());
+  rec.loss_scale = scaler_ ? scaler_->scale() : 1.0;
+  StepOutcome outcome = executor_->run(schedule_, *data_, step, Pass::Train);
+
   const double reduce_start = tracer_->now_us();
   rec.loss = mean_loss(outcome.loss_sum);
-  rec.grad_norm = global_grad_norm();
+  // fp16: unscale, or skip the whole step on every stage after an overflow.
+  rec.skipped = scaler_ && !scaler_->finish_backward(be, stage_.params(), comm_);
+  rec.grad_norm = rec.skipped ? std::nan("") : global_grad_norm();
   rec.bubble = measured_bubble(outcome);
   tracer_->record(EventKind::Reduction, step, stage_.stage, -1, reduce_start, tracer_->now_us());
   rec.lr = learning_rate(deck_.training, step);
@@ -72,7 +96,8 @@ StepRecord Trainer::train_step(int64_t step) {
   if (clip > 0.0 && rec.grad_norm > clip)
     clip_scale = static_cast<float>(clip / (rec.grad_norm + 1e-6));
   const double optimizer_start = tracer_->now_us();
-  optimizer_->step(be, step, static_cast<float>(rec.lr), clip_scale);
+  if (!rec.skipped) optimizer_->step(be, step, static_cast<float>(rec.lr), clip_scale);
+  be.synchronize();
   tracer_->record(EventKind::Optimizer, step, stage_.stage, -1, optimizer_start, tracer_->now_us());
   rec.step_time_s =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
@@ -81,7 +106,7 @@ StepRecord Trainer::train_step(int64_t step) {
 }
 
 std::vector<std::vector<double>> Trainer::gather_memory_peaks() {
-  const MemoryStats stats = memory_stats();
+  const MemoryStats stats = stage_memory_stats();
   const int cats = static_cast<int>(MemCategory::Count);
   std::vector<double> mine(stats.peak, stats.peak + cats);
   mine.push_back(static_cast<double>(stats.peak_total));
@@ -128,7 +153,7 @@ RecomputePolicy Trainer::resolve_recompute() {
     chosen = parse_recompute_policy(setting, key);
   } else {
     mine.budget_bytes = deck_.pipeline.memory_budget_mb * 1048576.0;
-    const double persistent = static_cast<double>(memory_stats().live_total);
+    const double persistent = static_cast<double>(stage_memory_stats().live_total);
     const double in_flight = report_.peak_in_flight[stage_.stage];
     // Receives posted one action early and sends not yet completed: up to two
     // micro-batches of stage input and output each.
@@ -138,8 +163,9 @@ RecomputePolicy Trainer::resolve_recompute() {
     fits = false;
     for (const char* candidate : {"none", "selective", "every:2", "full"}) {
       chosen = parse_recompute_policy(candidate, key);
-      Executor probe(stage_, *transport_, deck_, cpu_backend(), chosen);
-      const MemoryProbe m = probe.probe_memory(*data_);
+      Executor probe(stage_, *transport_, deck_, be_, chosen);
+      const MemoryProbe m = probe.probe_memory(*data_, [this] { return stage_memory_stats(); },
+                                               setup_.reset_device_memory_peaks);
       mine.needed_bytes = persistent + in_flight * static_cast<double>(m.stash_bytes) +
                           static_cast<double>(m.transient_bytes) + comm;
       if (mine.needed_bytes <= mine.budget_bytes) {
@@ -200,6 +226,7 @@ double Trainer::mean_loss(double loss_sum) {
 }
 
 double Trainer::evaluate() {
+  DefaultDeviceGuard on_device(be_.device());
   PT_CHECK(eval_data_ != nullptr, "evaluation needs training.eval_every > 0");
   double sum = 0.0;
   for (int64_t b = 0; b < deck_.training.eval_batches; ++b)
@@ -210,7 +237,7 @@ double Trainer::evaluate() {
 // Per-parameter sums of squares are gathered in global parameter order and
 // added in that order, so the norm is bitwise the same at any stage count.
 double Trainer::global_grad_norm() {
-  Backend& be = cpu_backend();
+  Backend& be = be_;
   std::vector<double> local;
   for (Param* p : stage_.params()) local.push_back(be.sum_squares(p->grad));
   int count = static_cast<int>(local.size());
@@ -228,7 +255,10 @@ double Trainer::global_grad_norm() {
 std::vector<float> Trainer::gather_parameters() {
   std::vector<float> local;
   for (Param* p : stage_.params())
-    local.insert(local.end(), p->value.f32(), p->value.f32() + p->value.numel());
+  {
+    const Tensor host = p->value.to(Device::CPU);
+    local.insert(local.end(), host.f32(), host.f32() + host.numel());
+  }
   int count = static_cast<int>(local.size());
   std::vector<int> counts(size_), offsets(size_, 0);
   MPI_CHECK(MPI_Gather(&count, 1, MPI_INT, counts.data(), 1, MPI_INT, 0, comm_));

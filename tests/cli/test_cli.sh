@@ -44,6 +44,15 @@ run 2 train inputs/mlp_small.toml --set pipeline.stages=4
 check "stage/rank mismatch exits non-zero" status_not
 check "stage/rank mismatch explained" output_has "pipeline.stages = 4 but the job has 2 MPI ranks"
 
+# The CUDA device in a CPU-only build.
+run 1 validate inputs/mlp_small.toml --set training.device=\"cuda\"
+if "$build/pipetrain" --help >/dev/null 2>&1 && ! grep -q PIPETRAIN_HAVE_CUDA "$build/CMakeFiles/pt_deck_io.dir/flags.make" 2>/dev/null; then
+  check "cuda device without the CUDA build exits non-zero" status_not
+  check "cuda device without the CUDA build explained" output_has "this build has no CUDA backend"
+fi
+run 1 validate inputs/mlp_small.toml --set training.precision=\"bf16\"
+check "reduced precision on the CPU explained" output_has "the CPU backend computes in fp32"
+
 # Unknown command line option.
 run 1 train inputs/mlp_small.toml --bogus
 check "unknown option exits non-zero" status_not

@@ -1,0 +1,23 @@
+// compute_setup.hpp: the backend, transport and memory statistics a rank
+// trains with, chosen from training.device (cpu, or cuda when built with
+// -DPIPETRAIN_CUDA=ON).
+#pragma once
+
+#include <mpi.h>
+
+#include <memory>
+
+#include "pipetrain/trainer.hpp"
+
+namespace pt {
+
+struct ComputeResources {
+  std::unique_ptr<Backend> backend;  // owned here; null for the CPU
+  ComputeSetup setup;                // what the Trainer is given
+};
+
+bool cuda_available_in_build();
+// Collective over comm for CUDA (device selection, logging every rank's GPU).
+ComputeResources make_compute_resources(const Deck& deck, MPI_Comm comm);
+
+}  // namespace pt

@@ -1,0 +1,67 @@
+// compute_setup.cpp: where each rank computes, from training.device. The CPU
+// needs nothing; CUDA selects this rank's GPU (node-local rank mod visible
+// devices), logs it on every rank, and hands the trainer the CUDA backend, a
+// GPU transport (NCCL or host-staged MPI) and device memory statistics. The
+// only file of the runtime's callers that knows about CUDA.
+#include "pipetrain/compute_setup.hpp"
+
+#include <cstdio>
+
+#include "pipetrain/error.hpp"
+
+#ifdef PIPETRAIN_HAVE_CUDA
+#include "pipetrain/cuda.hpp"
+#endif
+
+namespace pt {
+
+bool cuda_available_in_build() {
+#ifdef PIPETRAIN_HAVE_CUDA
+  return true;
+#else
+  return false;
+#endif
+}
+
+namespace {
+
+#ifdef PIPETRAIN_HAVE_CUDA
+// Rank 0 prints every rank's line, in rank order.
+void log_devices(MPI_Comm comm, const std::string& line) {
+  int rank = 0, size = 1;
+  MPI_CHECK(MPI_Comm_rank(comm, &rank));
+  MPI_CHECK(MPI_Comm_size(comm, &size));
+  char mine[256] = {0};
+  std::snprintf(mine, sizeof mine, "%s", line.c_str());
+  std::vector<char> all(rank == 0 ? 256 * size : 0);
+  MPI_CHECK(MPI_Gather(mine, 256, MPI_CHAR, all.data(), 256, MPI_CHAR, 0, comm));
+  for (int r = 0; rank == 0 && r < size; ++r) std::printf("device: %s\n", &all[256 * r]);
+  std::fflush(stdout);
+}
+#endif
+
+}  // namespace
+
+ComputeResources make_compute_resources(const Deck& deck, MPI_Comm comm) {
+  ComputeResources c;
+  if (deck.training.device != "cuda") return c;
+#ifdef PIPETRAIN_HAVE_CUDA
+  auto info = std::make_shared<cuda::DeviceInfo>(cuda::select_device(comm));
+  log_devices(comm, info->describe());
+  c.backend = cuda::make_backend({cuda::parse_precision(deck.training.precision)});
+  c.setup.backend = c.backend.get();
+  const std::string transport = deck.pipeline.transport;
+  const double timeout_s = deck.pipeline.timeout_s;
+  c.setup.make_transport = [info, transport, timeout_s](MPI_Comm stage_comm) {
+    return cuda::make_transport(transport, stage_comm, *info, timeout_s);
+  };
+  c.setup.device_memory_stats = [] { return cuda::device_memory_stats(); };
+  c.setup.reset_device_memory_peaks = [] { cuda::reset_device_memory_peaks(); };
+#else
+  (void)comm;
+  PT_FAIL("training.device = \"cuda\" in a build without the CUDA backend");
+#endif
+  return c;
+}
+
+}  // namespace pt
