@@ -3,7 +3,7 @@
 #   make            build build/pipetrain
 #   make test       build and run every test (CTest; MPI tests at 1, 2, 4 ranks)
 #   make run        train the default job (a small GPT on Markov tokens) on NP ranks
-#   make bench      the pipeline speedup benchmark (results/ table)
+#   make bench      the CPU benchmarks (tables in results/)
 #   make cuda       also build the CUDA backend (CMAKE_CUDA_ARCHITECTURES=90)
 BUILD    ?= build
 NP       ?= 4
@@ -42,6 +42,11 @@ tools:
 
 bench: build tools
 	jobs/bench_speedup.sh
+	jobs/bench_stage_efficiency.sh
+	jobs/bench_recompute.sh
+	jobs/bench_bubble.sh
+	jobs/bench_trace_overhead.sh
+	jobs/bench_checkpoint.sh
 
 cuda:
 	$(MAKE) BUILD=build-cuda CMAKE_ARGS="-DPIPETRAIN_CUDA=ON $(CMAKE_ARGS)" build
