@@ -32,7 +32,7 @@ done
   echo "# Measured pipeline bubble, 1F1B, P = 2 (CPU backend)"
   echo
   echo "Command: \`jobs/bench_bubble.sh\` (deck \`$DECK\`: 16 Linear layers of 1024 x 1024,"
-  echo "batch 256, 2 ranks with one BLAS thread each, tracing on; steps 3-12 from"
+  echo "batch 512, 2 ranks with one BLAS thread each, tracing on; steps 3-12 from"
   echo "\`tools/trace_report.py --skip 2\`). Machine: $(hostname), $(nproc) cores, $(date -u +%F)."
   echo
   echo "| N | theory (P-1)/(N+P-1) | measured | difference (points) | within 3 points | stage imbalance |"

@@ -36,4 +36,17 @@ done
 p_max=$(echo $P_LIST | tr ' ' '\n' | sort -n | tail -1)
 for r in $RECOMPUTE; do [ "$r" = none ] || run "$p_max" 8 1f1b "$r"; done
 tools/.venv/bin/python tools/scaling_report.py "$out" "${runs[@]}"
+{
+  echo "# Scaling study"
+  echo
+  echo "Command: \`jobs/scaling_study.sh\` (deck \`$DECK\`; P in {$P_LIST}, N in {$N_LIST},"
+  echo "schedules {$SCHEDULES} with recompute none, plus {$RECOMPUTE} at P = $p_max, N = 8, 1f1b;"
+  echo "launcher \`$LAUNCH\`; $(hostname), $(nproc) cores, $(date -u +%F)). Median samples/s and mean"
+  echo "measured bubble over the steps after 2 warm-up steps; peak memory of the largest stage."
+  echo "Plots: ${out##*/}_throughput.png, ${out##*/}_bubble.png, ${out##*/}_memory.png."
+  echo "With more ranks than cores (--oversubscribe) a descheduled rank counts as idle, so"
+  echo "the measured bubble of those runs is not comparable with the theory."
+  echo
+  cat "$out.md"
+} > "$out.md.tmp" && mv "$out.md.tmp" "$out.md"
 echo "wrote $out.csv, $out.md and ${out}_*.png"

@@ -13,10 +13,15 @@
 #include <functional>
 
 #include "pipetrain/gpt.hpp"
+#include "fd_check.hpp"
 #include "pipetrain/rng.hpp"
 
 namespace pt {
 namespace {
+
+using test::dot;
+using test::max_fd_error;
+using test::random_tensor;
 
 constexpr double kTol = 2e-3;
 
@@ -35,42 +40,12 @@ void fill_normal(Tensor& t, uint64_t stream, float std, float mean = 0.f) {
   for (int64_t i = 0; i < t.numel(); ++i) t.f32()[i] = mean + std * normal01(99, stream, i);
 }
 
-Tensor random_tensor(const Shape& shape, uint64_t stream, float std = 1.f) {
-  Tensor t = Tensor::empty(shape);
-  fill_normal(t, stream, std);
-  return t;
-}
-
 // Tokens (mb, T) with repeats, so that gradient accumulation into wte is tested.
 Tensor tokens(int64_t mb, int64_t T, int64_t vocab) {
   Tensor t = Tensor::empty({mb, T}, DType::I32);
   for (int64_t i = 0; i < mb * T; ++i) t.i32()[i] = static_cast<int32_t>((i * 7 + 3) % vocab);
   t.i32()[1] = t.i32()[0];
   return t;
-}
-
-double dot(const Tensor& a, const Tensor& b) {
-  double s = 0.0;
-  for (int64_t i = 0; i < a.numel(); ++i) s += static_cast<double>(a.f32()[i]) * b.f32()[i];
-  return s;
-}
-
-// Max error of analytic `grad` against central differences of loss() over `value`.
-double max_fd_error(Tensor& value, const Tensor& grad, const std::function<double()>& loss) {
-  const float h = 1e-2f;
-  double worst = 0.0;
-  for (int64_t i = 0; i < value.numel(); ++i) {
-    float keep = value.f32()[i];
-    value.f32()[i] = keep + h;
-    double up = loss();
-    value.f32()[i] = keep - h;
-    double down = loss();
-    value.f32()[i] = keep;
-    double numeric = (up - down) / (2.0 * h);
-    double err = std::fabs(numeric - grad.f32()[i]) / std::max(1.0, std::fabs(numeric));
-    worst = std::max(worst, err);
-  }
-  return worst;
 }
 
 void expect_fd(Tensor& value, const Tensor& grad, const std::function<double()>& loss,

@@ -10,40 +10,15 @@
 #include <functional>
 
 #include "pipetrain/layers.hpp"
+#include "fd_check.hpp"
 #include "pipetrain/rng.hpp"
 
 namespace pt {
 namespace {
 
-Tensor random_tensor(const Shape& shape, uint64_t stream) {
-  Tensor t = Tensor::empty(shape);
-  for (int64_t i = 0; i < t.numel(); ++i) t.f32()[i] = normal01(99, stream, i);
-  return t;
-}
-
-double dot(const Tensor& a, const Tensor& b) {
-  double s = 0.0;
-  for (int64_t i = 0; i < a.numel(); ++i) s += static_cast<double>(a.f32()[i]) * b.f32()[i];
-  return s;
-}
-
-// Compares analytic `grad` of scalar loss() with central differences over `value`.
-double max_fd_error(Tensor& value, const Tensor& grad, const std::function<double()>& loss) {
-  const float h = 1e-2f;
-  double worst = 0.0;
-  for (int64_t i = 0; i < value.numel(); ++i) {
-    float keep = value.f32()[i];
-    value.f32()[i] = keep + h;
-    double up = loss();
-    value.f32()[i] = keep - h;
-    double down = loss();
-    value.f32()[i] = keep;
-    double numeric = (up - down) / (2.0 * h);
-    double err = std::fabs(numeric - grad.f32()[i]) / std::max(1.0, std::fabs(numeric));
-    worst = std::max(worst, err);
-  }
-  return worst;
-}
+using test::dot;
+using test::max_fd_error;
+using test::random_tensor;
 
 void check_layer(Layer& layer, const Shape& in_shape, const char* label) {
   Backend& be = cpu_backend();
