@@ -86,6 +86,7 @@ double Executor::compute_begin() {
 }
 
 void Executor::compute_end(EventKind kind, int mb, double start_us) {
+  if (tracer_ && tracer_->enabled()) be_.synchronize();  // GPU: end = kernels done, not launched
   const double end_us = clock().now_us();
   in_compute_ = false;
   compute_us_ += end_us - start_us;
