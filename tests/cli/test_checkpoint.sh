@@ -9,31 +9,8 @@
 # non-zero with one message naming the file and the problem, without a hang
 # (every case runs under `timeout`). The h5py cases (tools/.venv) read a
 # checkpoint and write one from scratch, as docs/checkpoint-format.md says.
-set -uo pipefail
-build=$(cd "$1" && pwd)
-here=$(cd "$(dirname "$0")/../.." && pwd)
-cd "$here"
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-passed=0; failed=0
+source "$(dirname "$0")/lib.sh" "$1"
 py=tools/.venv/bin/python
-
-run() {  # run NP ARGS... : runs pipetrain on NP ranks, output in $tmp/out, status in $status
-  local np=$1; shift
-  timeout 60 mpirun --oversubscribe --bind-to none -np "$np" "$build/pipetrain" "$@" \
-    > "$tmp/out" 2>&1
-  status=$?
-}
-
-check() {  # check NAME CONDITION-COMMAND...
-  local name=$1; shift
-  if "$@"; then passed=$((passed + 1)); echo "ok   $name"
-  else failed=$((failed + 1)); echo "FAIL $name"; sed 's/^/     | /' "$tmp/out" | tail -20; fi
-}
-output_has() { grep -qF -- "$1" "$tmp/out"; }
-status_is() { [ "$status" -eq "$1" ]; }
-status_not() { [ "$status" -ne 0 ] && [ "$status" -ne 124 ]; }  # 124 = timeout: a hang
 one_error() { [ "$(grep -c 'pipetrain: error:' "$tmp/out")" -eq 1 ]; }
 digest() { grep -o "checkpoint step $1: .*digest [0-9a-f]*" "$2" | awk '{print $NF}'; }
 losses() { grep -o '^step *[0-9]*/[0-9]* | loss [0-9.]*' "$1" | sed 's/  */ /g'; }
