@@ -23,22 +23,16 @@
 #include "pipetrain/deck_io.hpp"
 #include "pipetrain/error.hpp"
 #include "pipetrain/trainer.hpp"
+#include "mpi_test_util.hpp"
 
 namespace pt {
 namespace {
 
+using test::world_rank;
+using test::world_size;
+
 namespace fs = std::filesystem;
 
-int world_rank() {
-  int r = 0;
-  MPI_Comm_rank(MPI_COMM_WORLD, &r);
-  return r;
-}
-int world_size() {
-  int s = 1;
-  MPI_Comm_size(MPI_COMM_WORLD, &s);
-  return s;
-}
 
 // A fresh directory, the same on every rank; removed at the end of the test.
 class TempDir {

@@ -21,9 +21,13 @@
 
 #include "pipetrain/backend.hpp"
 #include "pipetrain/trainer.hpp"
+#include "mpi_test_util.hpp"
 
 namespace pt {
 namespace {
+
+using test::world_size;
+using test::is_root;
 
 struct RunResult {
   std::vector<float> params;  // rank 0 of the run only
@@ -99,16 +103,6 @@ RunResult train_alone(const Deck& deck) {
   return result;
 }
 
-int world_size() {
-  int size = 1;
-  MPI_Comm_size(MPI_COMM_WORLD, &size);
-  return size;
-}
-bool is_root() {
-  int rank = 0;
-  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-  return rank == 0;
-}
 
 size_t count_bitwise_differences(const std::vector<float>& a, const std::vector<float>& b) {
   size_t diff = 0;

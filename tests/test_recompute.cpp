@@ -14,20 +14,14 @@
 #include "pipetrain/error.hpp"
 #include "pipetrain/model.hpp"
 #include "pipetrain/trainer.hpp"
+#include "mpi_test_util.hpp"
 
 namespace pt {
 namespace {
 
-int world_size() {
-  int n = 1;
-  MPI_Comm_size(MPI_COMM_WORLD, &n);
-  return n;
-}
-int world_rank() {
-  int r = 0;
-  MPI_Comm_rank(MPI_COMM_WORLD, &r);
-  return r;
-}
+using test::world_rank;
+using test::world_size;
+
 
 Deck base_deck(const std::string& model, const std::string& schedule, const std::string& policy) {
   Deck d;
