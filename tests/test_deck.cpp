@@ -3,6 +3,8 @@
 // round trip, check_deck_layout, the command line, and the example decks.
 #include <gtest/gtest.h>
 
+#include <filesystem>
+
 #include <cstdint>
 #include <cstdio>
 #include <fstream>
@@ -78,6 +80,19 @@ TEST(Deck, ExampleDecksParseAndFitTheirRankCounts) {
   EXPECT_EQ(small.training.batch_size, 16);
   EXPECT_EQ(small.training.steps, 5);
   for (int ranks : {1, 2, 4, 8}) EXPECT_EQ(pt::check_deck_layout(small, ranks), ranks);
+}
+
+TEST(Deck, EveryDeckInInputsParsesAndRoundTrips) {
+  int decks = 0;
+  for (const auto& entry : std::filesystem::directory_iterator(tests_dir() + "/../inputs")) {
+    if (entry.path().extension() != ".toml") continue;
+    SCOPED_TRACE(entry.path().string());
+    const pt::Deck deck = pt::parse_deck_file(entry.path().string(), {});
+    const pt::Deck again = pt::parse_deck_text(pt::deck_to_toml(deck), "resolved", {});
+    EXPECT_EQ(pt::deck_to_toml(again), pt::deck_to_toml(deck));
+    ++decks;
+  }
+  EXPECT_GE(decks, 8);
 }
 
 // ---- one test per class of bad deck ----------------------------------------
