@@ -35,5 +35,7 @@ class Transport {
 };
 
 std::unique_ptr<Transport> make_mpi_transport(MPI_Comm comm);
+// The largest message tag of `comm` (MPI_TAG_UB; at least 32767).
+int mpi_tag_upper_bound(MPI_Comm comm);
 
 }  // namespace pt

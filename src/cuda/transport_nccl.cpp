@@ -215,12 +215,8 @@ class NcclTransfer final : public PendingTransfer {
 class NcclTransport final : public Transport {
  public:
   NcclTransport(MPI_Comm comm, double timeout_s)
-      : engine_(std::make_shared<NcclEngine>(comm, timeout_s)) {
-    int flag = 0;
-    int* ub = nullptr;
-    MPI_CHECK(MPI_Comm_get_attr(comm, MPI_TAG_UB, &ub, &flag));
-    max_tag_ = flag ? *ub : 32767;
-  }
+      : engine_(std::make_shared<NcclEngine>(comm, timeout_s)),
+        max_tag_(mpi_tag_upper_bound(comm)) {}
   const char* name() const override { return "nccl"; }
   int rank() const override { return engine_->rank(); }
   int size() const override { return engine_->size(); }

@@ -175,10 +175,7 @@ class StagedTransport final : public Transport {
   explicit StagedTransport(MPI_Comm comm) : comm_(comm), engine_(std::make_shared<Engine>(comm)) {
     MPI_CHECK(MPI_Comm_rank(comm_, &rank_));
     MPI_CHECK(MPI_Comm_size(comm_, &size_));
-    int flag = 0;
-    int* ub = nullptr;
-    MPI_CHECK(MPI_Comm_get_attr(comm_, MPI_TAG_UB, &ub, &flag));
-    max_tag_ = flag ? *ub : 32767;
+    max_tag_ = mpi_tag_upper_bound(comm_);
   }
   const char* name() const override { return "mpi_staged"; }
   int rank() const override { return rank_; }

@@ -42,10 +42,7 @@ class MpiTransport final : public Transport {
   explicit MpiTransport(MPI_Comm comm) : comm_(comm) {
     MPI_CHECK(MPI_Comm_rank(comm_, &rank_));
     MPI_CHECK(MPI_Comm_size(comm_, &size_));
-    int flag = 0;
-    int* ub = nullptr;
-    MPI_CHECK(MPI_Comm_get_attr(comm_, MPI_TAG_UB, &ub, &flag));
-    max_tag_ = flag ? *ub : 32767;
+    max_tag_ = mpi_tag_upper_bound(comm_);
   }
   const char* name() const override { return "mpi"; }
   int rank() const override { return rank_; }
@@ -69,6 +66,13 @@ class MpiTransport final : public Transport {
 };
 
 }  // namespace
+
+int mpi_tag_upper_bound(MPI_Comm comm) {
+  int flag = 0;
+  int* ub = nullptr;
+  MPI_CHECK(MPI_Comm_get_attr(comm, MPI_TAG_UB, &ub, &flag));
+  return flag ? *ub : 32767;
+}
 
 std::unique_ptr<Transport> make_mpi_transport(MPI_Comm comm) {
   return std::make_unique<MpiTransport>(comm);
