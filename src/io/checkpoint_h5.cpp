@@ -8,7 +8,6 @@
 #include <zlib.h>
 
 #include <algorithm>
-#include <future>
 #include <cerrno>
 #include <climits>
 #include <cstdio>
@@ -230,25 +229,19 @@ uint32_t write_f32(hid_t group, const std::string& name, const float* data, cons
   return crc;
 }
 
-// Slab by slab; the CRC-32 of slab k runs on a helper thread while slab k+1
-// is read, so reading and checksumming overlap (the checksum chains from slab
-// to slab, so each task first waits for the previous one's result).
+// Slab by slab, each checksummed while still in cache.
 bool read_f32(hid_t dset, float* out, const Shape& shape, uint32_t& crc) {
   H5Id space(H5Dget_space(dset), H5Sclose);
   if (!space.valid()) return false;
   bool ok = true;
-  std::future<uint32_t> running;  // CRC of every slab read so far
+  crc = 0;
   for_each_slab(space.get(), shape, [&](hid_t file_space, hid_t mem, size_t first, size_t n) {
     if (!ok || H5Dread(dset, H5T_NATIVE_FLOAT, mem, file_space, H5P_DEFAULT, out + first) < 0) {
       ok = false;
       return;
     }
-    running = std::async(std::launch::async, [previous = std::move(running), data = out + first,
-                                              bytes = n * sizeof(float)]() mutable {
-      return crc32_of(data, bytes, previous.valid() ? previous.get() : 0u);
-    });
+    crc = crc32_of(out + first, n * sizeof(float), crc);
   });
-  crc = running.valid() ? running.get() : 0u;
   return ok;
 }
 
