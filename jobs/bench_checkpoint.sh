@@ -127,9 +127,11 @@ Notes.
   manifest.h5, renames and `latest` (a few ms). With 1 rank in the fast mode
   about 0.19 s is writing and 0.14 s fsync. Deleting the oldest checkpoint
   (about 0.1 s on ext3) runs on a background thread and is not counted.
-- Warm reads are bounded by the CRC-32 check (zlib, about 7 GB/s on one core)
-  plus the copy into the parameters, while `dd of=/dev/null` copies into one
-  reused buffer. Cold reads, what a restarted job sees, are bounded by the
+- Warm reads reach about half of `dd of=/dev/null` (which copies into one
+  reused buffer). Running the CRC-32 check on a second thread, overlapped
+  with the reads, was tried and made no measurable difference, so the limit
+  is in the HDF5 read path into the parameters, not the checksum; it has not
+  been pinned down. Cold reads, what a restarted job sees, are bounded by the
   disk. With 2 ranks two processes read and write at once, one stage file
   each, against one dd stream.
 - Training waits for the save and no longer: the step after a save is a few
