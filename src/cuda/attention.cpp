@@ -11,6 +11,7 @@
 
 #include "check.hpp"
 #include "context.hpp"
+#include "../tensor/attention_dims.hpp"
 #include "gemm.hpp"
 #include "kernels.hpp"
 
@@ -18,26 +19,9 @@ namespace pt::cuda {
 
 namespace {
 
-struct Dims {
-  int64_t mb, T, C, H, D;
-  float scale;  // 1 / sqrt(D)
-  int64_t qkv_seq() const { return T * 3 * C; }  // elements of one sequence in qkv
-  int64_t probs_seq() const { return H * T * T; }
-};
-
-Dims dims_of(const Tensor& qkv, int64_t heads) {
+AttnDims dims_of(const Tensor& qkv, int64_t heads) {
   PT_CHECK(qkv.device() == Device::CUDA, "attention: qkv is not on the GPU");
-  PT_CHECK(qkv.ndim() == 3 && qkv.dim(2) % 3 == 0,
-           "attention qkv must be (mb, T, 3C): " + shape_string(qkv.shape()));
-  Dims d;
-  d.mb = qkv.dim(0);
-  d.T = qkv.dim(1);
-  d.C = qkv.dim(2) / 3;
-  d.H = heads;
-  PT_CHECK(heads >= 1 && d.C % heads == 0, "attention heads must divide C");
-  d.D = d.C / heads;
-  d.scale = 1.f / std::sqrt(static_cast<float>(d.D));
-  return d;
+  return attn_dims(qkv, heads);
 }
 
 void check_numel(const Tensor& t, int64_t n, const char* what) {
@@ -48,7 +32,7 @@ void check_numel(const Tensor& t, int64_t n, const char* what) {
 }
 
 // One batched GEMM over the H heads; offsets and strides in elements.
-Gemm heads_gemm(const Dims& d, bool ta, bool tb, int64_t m, int64_t n, int64_t k) {
+Gemm heads_gemm(const AttnDims& d, bool ta, bool tb, int64_t m, int64_t n, int64_t k) {
   Gemm g;
   g.ta = ta;
   g.tb = tb;
@@ -78,7 +62,7 @@ void set_c(Gemm& g, float* c, int64_t ld, int64_t stride) {
 }  // namespace
 
 void attention_probs(const Tensor& qkv, int64_t heads, Tensor& probs, Precision p) {
-  const Dims d = dims_of(qkv, heads);
+  const AttnDims d = dims_of(qkv, heads);
   check_numel(probs, d.mb * d.probs_seq(), "attention probs");  // (mb, H, T, T)
   DeviceBuffer qkv_low;
   const Operand q = as_operand(qkv.f32(), qkv.numel(), p, qkv_low);
@@ -96,7 +80,7 @@ void attention_probs(const Tensor& qkv, int64_t heads, Tensor& probs, Precision 
 
 void attention_values(const Tensor& qkv, const Tensor& probs, int64_t heads, Tensor& y,
                       Precision p) {
-  const Dims d = dims_of(qkv, heads);
+  const AttnDims d = dims_of(qkv, heads);
   check_numel(probs, d.mb * d.probs_seq(), "attention probs");  // (mb, H, T, T)
   check_numel(y, d.mb * d.T * d.C, "attention y");               // (mb, T, C)
   DeviceBuffer qkv_low, probs_low;
@@ -114,7 +98,7 @@ void attention_values(const Tensor& qkv, const Tensor& probs, int64_t heads, Ten
 
 void attention_backward(const Tensor& qkv, const Tensor& probs, const Tensor& dy,
                         int64_t heads, Tensor& dqkv, Precision p) {
-  const Dims d = dims_of(qkv, heads);
+  const AttnDims d = dims_of(qkv, heads);
   check_numel(probs, d.mb * d.probs_seq(), "attention probs");  // (mb, H, T, T)
   check_numel(dy, d.mb * d.T * d.C, "attention dy");             // (mb, T, C)
   check_numel(dqkv, qkv.numel(), "attention dqkv");              // (mb, T, 3C)

@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cstdint>
 
+#include "../tensor/vec_math.hpp"
 #include "check.hpp"
 
 namespace pt::cuda::kern {
@@ -78,24 +79,7 @@ __device__ __forceinline__ float block_max(float v) {
   return out;
 }
 
-// e^x as pt::cpu::fast_exp, operation for operation (built with --fmad=false).
-__device__ __forceinline__ float fast_exp(float x) {
-  x = x < -87.f ? -87.f : x;
-  x = 88.f < x ? 88.f : x;
-  const float n = floorf(x * 1.44269504f + 0.5f);
-  const float r = (x - n * 0.693145752f) - n * 1.42860677e-6f;
-  float p = 1.f / 720.f;
-  p = p * r + 1.f / 120.f;
-  p = p * r + 1.f / 24.f;
-  p = p * r + 1.f / 6.f;
-  p = p * r + 0.5f;
-  p = p * r + 1.f;
-  p = p * r + 1.f;
-  return p * __int_as_float((static_cast<int>(n) + 127) << 23);
-}
-
-__device__ __forceinline__ float fast_tanh(float u) {
-  return 1.f - 2.f / (fast_exp(2.f * u) + 1.f);
-}
+// fast_exp and fast_tanh: pt::fast_exp / pt::fast_tanh from src/tensor/vec_math.hpp,
+// the CPU backend's own source compiled for the device.
 
 }  // namespace pt::cuda::kern

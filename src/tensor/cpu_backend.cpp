@@ -82,7 +82,7 @@ class CpuBackend final : public Backend {
     for (int64_t i = 0, n = x.numel(); i < n; ++i) {
       float v = px[i];
       float u = kGeluScale * (v + kGeluCubic * v * v * v);
-      py[i] = 0.5f * v * (1.f + cpu::fast_tanh(u));
+      py[i] = 0.5f * v * (1.f + fast_tanh(u));
     }
   }
 
@@ -94,7 +94,7 @@ class CpuBackend final : public Backend {
     for (int64_t i = 0, n = x.numel(); i < n; ++i) {
       float v = px[i];
       float u = kGeluScale * (v + kGeluCubic * v * v * v);
-      float t = cpu::fast_tanh(u);
+      float t = fast_tanh(u);
       float du = kGeluScale * (1.f + 3.f * kGeluCubic * v * v);
       float grad = 0.5f * (1.f + t) + 0.5f * v * (1.f - t * t) * du;
       pdx[i] = grad * pdy[i];

@@ -3,6 +3,7 @@
 // GEMMs go through OpenBLAS; everything else is plain loops in a fixed order,
 // reductions in double, so results are bitwise deterministic.
 #include "cpu_kernels_gpt.hpp"
+#include "attention_dims.hpp"
 #include "vec_math.hpp"
 
 #include <cblas.h>
@@ -22,31 +23,7 @@ void check_numel(const Tensor& t, int64_t n, const char* what) {
                                std::to_string(n));
 }
 
-void gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, const float* a,
-          int64_t lda, const float* b, int64_t ldb, float beta, float* c, int64_t ldc) {
-  sgemm(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
-}
-
 // ---- attention geometry ----
-
-struct AttnDims {
-  int64_t mb, T, C, H, D;
-  float scale;  // 1 / sqrt(D)
-};
-
-AttnDims attn_dims(const Tensor& qkv, int64_t heads) {
-  PT_CHECK(qkv.ndim() == 3 && qkv.dim(2) % 3 == 0,
-           "attention qkv must be (mb, T, 3C): " + shape_string(qkv.shape()));
-  AttnDims d;
-  d.mb = qkv.dim(0);
-  d.T = qkv.dim(1);
-  d.C = qkv.dim(2) / 3;
-  d.H = heads;
-  PT_CHECK(heads >= 1 && d.C % heads == 0, "attention heads must divide C");
-  d.D = d.C / heads;
-  d.scale = 1.f / std::sqrt(static_cast<float>(d.D));
-  return d;
-}
 
 // Start of head h of batch b in the fused qkv (mb, T, 3C), leading dimension 3C;
 // which = 0 queries, 1 keys, 2 values.
@@ -220,7 +197,7 @@ void attention_probs(const Tensor& qkv, int64_t heads, Tensor& probs) {
     for (int64_t h = 0; h < d.H; ++h) {
       float* s = probs.f32() + probs_offset(d, b, h);  // (T, T)
       // s = scale * Q K^T: (T, D) x (D, T)
-      gemm(false, true, d.T, d.T, d.D, d.scale, qkv_head(qkv, d, b, h, 0), 3 * d.C,
+      sgemm(false, true, d.T, d.T, d.D, d.scale, qkv_head(qkv, d, b, h, 0), 3 * d.C,
            qkv_head(qkv, d, b, h, 1), 3 * d.C, 0.f, s, d.T);
       causal_softmax(s, d.T);
     }
@@ -234,7 +211,7 @@ void attention_values(const Tensor& qkv, const Tensor& probs, int64_t heads, Ten
   for (int64_t b = 0; b < d.mb; ++b) {
     for (int64_t h = 0; h < d.H; ++h) {
       // y_h = P V: (T, T) x (T, D)
-      gemm(false, false, d.T, d.D, d.T, 1.f, probs.f32() + probs_offset(d, b, h), d.T,
+      sgemm(false, false, d.T, d.D, d.T, 1.f, probs.f32() + probs_offset(d, b, h), d.T,
            qkv_head(qkv, d, b, h, 2), 3 * d.C, 0.f, y.f32() + head_offset(d, b, h), d.C);
     }
   }
@@ -255,15 +232,15 @@ void attention_backward(const Tensor& qkv, const Tensor& probs, const Tensor& dy
       const float* k = qkv_head(qkv, d, b, h, 1);
       const float* v = qkv_head(qkv, d, b, h, 2);
       // dV = P^T dY: (T, T)^T x (T, D)
-      gemm(true, false, d.T, d.D, d.T, 1.f, p, d.T, dyh, d.C, 0.f, qkv_head(dqkv, d, b, h, 2),
+      sgemm(true, false, d.T, d.D, d.T, 1.f, p, d.T, dyh, d.C, 0.f, qkv_head(dqkv, d, b, h, 2),
            3 * d.C);
       // dP = dY V^T: (T, D) x (D, T); then dS = scale * softmax'(dP)
-      gemm(false, true, d.T, d.T, d.D, 1.f, dyh, d.C, v, 3 * d.C, 0.f, ds.data(), d.T);
+      sgemm(false, true, d.T, d.T, d.D, 1.f, dyh, d.C, v, 3 * d.C, 0.f, ds.data(), d.T);
       causal_softmax_backward(p, ds.data(), d.T, d.scale);
       // dQ = dS K: (T, T) x (T, D); dK = dS^T Q: (T, T)^T x (T, D)
-      gemm(false, false, d.T, d.D, d.T, 1.f, ds.data(), d.T, k, 3 * d.C, 0.f,
+      sgemm(false, false, d.T, d.D, d.T, 1.f, ds.data(), d.T, k, 3 * d.C, 0.f,
            qkv_head(dqkv, d, b, h, 0), 3 * d.C);
-      gemm(true, false, d.T, d.D, d.T, 1.f, ds.data(), d.T, q, 3 * d.C, 0.f,
+      sgemm(true, false, d.T, d.D, d.T, 1.f, ds.data(), d.T, q, 3 * d.C, 0.f,
            qkv_head(dqkv, d, b, h, 1), 3 * d.C);
     }
   }

@@ -1,22 +1,30 @@
 // vec_math.hpp: exp and tanh for float without branches or library calls, so
-// that loops over them vectorise (std::exp/std::tanh are scalar libm calls).
-// Deterministic: the same input gives the same bits on every call.
+// that CPU loops over them vectorise (std::exp/std::tanh are scalar libm
+// calls). The same source compiles for the GPU (nvcc: __host__ __device__), so
+// both backends do the same operations in the same order (with
+// -ffp-contract=off and --fmad=false, the same bits).
 #pragma once
 
-#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
 
-namespace pt::cpu {
+#if defined(__CUDACC__)
+#define PT_HOST_DEVICE __host__ __device__ __forceinline__
+#else
+#define PT_HOST_DEVICE inline
+#endif
+
+namespace pt {
 
 // e^x: x = n ln2 + r with |r| <= ln2/2 (ln2 split in a high and a low part so
 // n ln2 is exact), e^r by its degree-6 Taylor polynomial (truncation below
 // 1.3e-7 relative), 2^n by building the float exponent. x is clamped to
 // [-87, 88] so 2^n stays a normal float.
-inline float fast_exp(float x) {
-  x = std::min(std::max(x, -87.f), 88.f);
-  const float n = std::floor(x * 1.44269504f + 0.5f);
+PT_HOST_DEVICE float fast_exp(float x) {
+  x = x < -87.f ? -87.f : x;
+  x = 88.f < x ? 88.f : x;
+  const float n = floorf(x * 1.44269504f + 0.5f);
   const float r = (x - n * 0.693145752f) - n * 1.42860677e-6f;
   float p = 1.f / 720.f;
   p = p * r + 1.f / 120.f;
@@ -27,11 +35,11 @@ inline float fast_exp(float x) {
   p = p * r + 1.f;
   const int32_t bits = (static_cast<int32_t>(n) + 127) << 23;
   float scale;
-  std::memcpy(&scale, &bits, sizeof scale);
+  memcpy(&scale, &bits, sizeof scale);
   return p * scale;
 }
 
 // tanh(u) = 1 - 2 / (e^{2u} + 1); absolute error below 3e-7.
-inline float fast_tanh(float u) { return 1.f - 2.f / (fast_exp(2.f * u) + 1.f); }
+PT_HOST_DEVICE float fast_tanh(float u) { return 1.f - 2.f / (fast_exp(2.f * u) + 1.f); }
 
-}  // namespace pt::cpu
+}  // namespace pt
