@@ -23,10 +23,10 @@
 #include <string>
 #include <vector>
 
-#include "pipetrain/cuda.hpp"
-#include "pipetrain/model.hpp"
-#include "pipetrain/optimizer.hpp"
-#include "pipetrain/rng.hpp"
+#include "pipetrain/cuda/cuda.hpp"
+#include "pipetrain/model/model.hpp"
+#include "pipetrain/model/optimizer.hpp"
+#include "pipetrain/base/rng.hpp"
 
 namespace pt {
 int run_transport_bench(int argc, char** argv);  // bench_cuda_transport.cpp
@@ -200,17 +200,9 @@ double gemm_flops(const std::vector<cuda::DeviceGemm>& gemms) {
 // ---- the stage ----
 
 void forward_backward(StageModel& stage, Backend& be, const Tensor& x, const Tensor& dy) {
-  const size_t n = stage.layers.size();
-  std::vector<Tensor> inputs(n);
-  std::vector<std::vector<Tensor>> saved(n);
-  Tensor h = x;
-  for (size_t i = 0; i < n; ++i) {
-    Tensor y = stage.layers[i]->forward(be, h, saved[i]);
-    inputs[i] = std::move(h);
-    h = std::move(y);
-  }
-  Tensor g = dy;
-  for (size_t i = n; i-- > 0;) g = stage.layers[i]->backward(be, inputs[i], saved[i], g, true);
+  StagePass pass;
+  stage_forward(stage, be, x, pass);
+  stage_backward(stage, be, pass, dy, true);
 }
 
 // Training FLOPs of the stage: 3 x forward; forward per block = 24 rows C^2

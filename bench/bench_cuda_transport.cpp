@@ -13,8 +13,8 @@
 #include <string>
 #include <vector>
 
-#include "pipetrain/cuda.hpp"
-#include "pipetrain/error.hpp"
+#include "pipetrain/cuda/cuda.hpp"
+#include "pipetrain/base/error.hpp"
 
 namespace pt {
 

@@ -16,9 +16,9 @@
 #include <string>
 #include <vector>
 
-#include "pipetrain/backend.hpp"
-#include "pipetrain/model.hpp"
-#include "pipetrain/rng.hpp"
+#include "pipetrain/tensor/backend.hpp"
+#include "pipetrain/model/model.hpp"
+#include "pipetrain/base/rng.hpp"
 
 namespace pt {
 namespace {
@@ -69,19 +69,10 @@ Tensor random_tensor(const Shape& shape, uint64_t stream) {
 void forward_backward(StageModel& stage, const Tensor& x, const Tensor& dy,
                       double* forward_s = nullptr) {
   const auto start = Clock::now();
-  Backend& be = cpu_backend();
-  const size_t n = stage.layers.size();
-  std::vector<Tensor> inputs(n);
-  std::vector<std::vector<Tensor>> saved(n);
-  Tensor h = x;
-  for (size_t i = 0; i < n; ++i) {
-    Tensor y = stage.layers[i]->forward(be, h, saved[i]);
-    inputs[i] = std::move(h);
-    h = std::move(y);
-  }
+  StagePass pass;
+  stage_forward(stage, cpu_backend(), x, pass);
   if (forward_s) *forward_s += std::chrono::duration<double>(Clock::now() - start).count();
-  Tensor g = dy;
-  for (size_t i = n; i-- > 0;) g = stage.layers[i]->backward(be, inputs[i], saved[i], g, true);
+  stage_backward(stage, cpu_backend(), pass, dy, true);
 }
 
 // Times sgemm alone on the recorded shapes, with buffers of the same sizes.

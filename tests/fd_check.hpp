@@ -6,8 +6,8 @@
 #include <cmath>
 #include <functional>
 
-#include "pipetrain/rng.hpp"
-#include "pipetrain/tensor.hpp"
+#include "pipetrain/base/rng.hpp"
+#include "pipetrain/tensor/tensor.hpp"
 
 namespace pt::test {
 

@@ -19,10 +19,10 @@
 #include <fstream>
 #include <functional>
 
-#include "pipetrain/checkpoint.hpp"
-#include "pipetrain/deck_io.hpp"
-#include "pipetrain/error.hpp"
-#include "pipetrain/trainer.hpp"
+#include "pipetrain/io/checkpoint.hpp"
+#include "pipetrain/io/deck_io.hpp"
+#include "pipetrain/base/error.hpp"
+#include "pipetrain/runtime/trainer.hpp"
 #include "mpi_test_util.hpp"
 
 namespace pt {

@@ -6,8 +6,8 @@
 // unchanged layers under DefaultDeviceGuard(Device::CUDA). Skips without a GPU.
 #include <gtest/gtest.h>
 
-#include "pipetrain/model.hpp"
-#include "pipetrain/optimizer.hpp"
+#include "pipetrain/model/model.hpp"
+#include "pipetrain/model/optimizer.hpp"
 #include "test_cuda_util.hpp"
 
 namespace pt {
@@ -72,20 +72,12 @@ void move_params(StageModel& stage, Device dev) {
 double train_step(StageModel& stage, Backend& be, const Tensor& tokens, const Tensor& labels,
                   Tensor& logits) {
   DefaultDeviceGuard guard(be.device());
-  const size_t n = stage.layers.size();
-  std::vector<Tensor> inputs(n);
-  std::vector<std::vector<Tensor>> saved(n);
-  Tensor h = tokens;
-  for (size_t i = 0; i < n; ++i) {
-    Tensor y = stage.layers[i]->forward(be, h, saved[i]);
-    inputs[i] = std::move(h);
-    h = std::move(y);
-  }
-  logits = h;  // (mb, T, V)
+  StagePass pass;
+  logits = stage_forward(stage, be, tokens, pass);  // (mb, T, V)
   Tensor dy = Tensor::empty(logits.shape());
   const float grad_scale = 1.f / static_cast<float>(tokens.numel());
   const double loss = stage.loss->forward_backward(be, logits, labels, grad_scale, dy);
-  for (size_t i = n; i-- > 0;) dy = stage.layers[i]->backward(be, inputs[i], saved[i], dy, i > 0);
+  stage_backward(stage, be, pass, dy, false);
   Optimizer opt(sgd_config(), stage.params());
   opt.step(be, 0, 0.05f, 1.f);
   return loss;

@@ -8,7 +8,7 @@
 #include <cstring>
 #include <limits>
 
-#include "pipetrain/error.hpp"
+#include "pipetrain/base/error.hpp"
 #include "test_cuda_util.hpp"
 
 namespace pt {

@@ -13,8 +13,8 @@
 
 #include <cmath>
 
-#include "pipetrain/compute_setup.hpp"
-#include "pipetrain/cuda.hpp"
+#include "pipetrain/app/compute_setup.hpp"
+#include "pipetrain/cuda/cuda.hpp"
 
 namespace pt {
 namespace {

@@ -4,8 +4,8 @@
 // a clear message before a device is selected. Runs without a GPU.
 #include <gtest/gtest.h>
 
-#include "pipetrain/cuda.hpp"
-#include "pipetrain/error.hpp"
+#include "pipetrain/cuda/cuda.hpp"
+#include "pipetrain/base/error.hpp"
 
 namespace pt {
 namespace {

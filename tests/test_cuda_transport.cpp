@@ -9,7 +9,7 @@
 
 #include <chrono>
 
-#include "pipetrain/error.hpp"
+#include "pipetrain/base/error.hpp"
 #include "test_cuda_util.hpp"
 
 namespace pt {

@@ -9,8 +9,8 @@
 #include <cstdio>
 #include <string>
 
-#include "pipetrain/cuda.hpp"
-#include "pipetrain/rng.hpp"
+#include "pipetrain/cuda/cuda.hpp"
+#include "pipetrain/base/rng.hpp"
 
 namespace pt::test {
 

@@ -21,8 +21,8 @@
 #include <string>
 #include <vector>
 
-#include "pipetrain/data.hpp"
-#include "pipetrain/error.hpp"
+#include "pipetrain/model/data.hpp"
+#include "pipetrain/base/error.hpp"
 
 namespace pt {
 namespace {

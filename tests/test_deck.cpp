@@ -13,9 +13,10 @@
 #include <string>
 #include <vector>
 
-#include "pipetrain/deck_io.hpp"
-#include "pipetrain/error.hpp"
-#include "pipetrain/schedule.hpp"
+#include "pipetrain/io/deck_io.hpp"
+#include "pipetrain/app/command_line.hpp"
+#include "pipetrain/base/error.hpp"
+#include "pipetrain/schedule/schedule.hpp"
 
 namespace {
 

@@ -12,9 +12,9 @@
 #include <cstring>
 #include <functional>
 
-#include "pipetrain/gpt.hpp"
+#include "pipetrain/model/gpt.hpp"
 #include "fd_check.hpp"
-#include "pipetrain/rng.hpp"
+#include "pipetrain/base/rng.hpp"
 
 namespace pt {
 namespace {

@@ -21,9 +21,9 @@
 #include <type_traits>
 #include <vector>
 
-#include "pipetrain/error.hpp"
-#include "pipetrain/gpt.hpp"
-#include "pipetrain/optimizer.hpp"
+#include "pipetrain/base/error.hpp"
+#include "pipetrain/model/gpt.hpp"
+#include "pipetrain/model/optimizer.hpp"
 
 namespace pt {
 namespace {

@@ -19,8 +19,8 @@
 #include <cmath>
 #include <cstring>
 
-#include "pipetrain/backend.hpp"
-#include "pipetrain/trainer.hpp"
+#include "pipetrain/tensor/backend.hpp"
+#include "pipetrain/runtime/trainer.hpp"
 #include "mpi_test_util.hpp"
 
 namespace pt {

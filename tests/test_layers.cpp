@@ -9,9 +9,9 @@
 #include <cmath>
 #include <functional>
 
-#include "pipetrain/layers.hpp"
+#include "pipetrain/model/layers.hpp"
 #include "fd_check.hpp"
-#include "pipetrain/rng.hpp"
+#include "pipetrain/base/rng.hpp"
 
 namespace pt {
 namespace {

@@ -10,9 +10,9 @@
 #include <cstring>
 #include <limits>
 
-#include "pipetrain/layers.hpp"
-#include "pipetrain/loss_scaler.hpp"
-#include "pipetrain/rng.hpp"
+#include "pipetrain/model/layers.hpp"
+#include "pipetrain/model/loss_scaler.hpp"
+#include "pipetrain/base/rng.hpp"
 
 namespace pt {
 namespace {

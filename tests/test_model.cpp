@@ -4,9 +4,9 @@
 #include <cmath>
 #include <cstring>
 
-#include "pipetrain/error.hpp"
-#include "pipetrain/model.hpp"
-#include "pipetrain/optimizer.hpp"
+#include "pipetrain/base/error.hpp"
+#include "pipetrain/model/model.hpp"
+#include "pipetrain/model/optimizer.hpp"
 
 namespace pt {
 namespace {

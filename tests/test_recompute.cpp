@@ -11,9 +11,9 @@
 
 #include <cstring>
 
-#include "pipetrain/error.hpp"
-#include "pipetrain/model.hpp"
-#include "pipetrain/trainer.hpp"
+#include "pipetrain/base/error.hpp"
+#include "pipetrain/model/model.hpp"
+#include "pipetrain/runtime/trainer.hpp"
 #include "mpi_test_util.hpp"
 
 namespace pt {

@@ -12,7 +12,7 @@
 #include <algorithm>
 #include <map>
 
-#include "pipetrain/trainer.hpp"
+#include "pipetrain/runtime/trainer.hpp"
 
 namespace pt {
 namespace {

@@ -1,10 +1,10 @@
 // attention.hpp: causal multi-head attention on the fused qkv layout for the
 // CUDA backend (internal to pt_cuda): cuBLAS strided-batched GEMMs over the
 // heads of each sequence, plus the causal softmax kernels. Contracts and
-// shapes are those of Backend::attention_* in include/pipetrain/backend.hpp.
+// shapes are those of Backend::attention_* in include/pipetrain/tensor/backend.hpp.
 #pragma once
 
-#include "pipetrain/cuda.hpp"
+#include "pipetrain/cuda/cuda.hpp"
 
 namespace pt::cuda {
 

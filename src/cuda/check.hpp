@@ -4,7 +4,7 @@
 // success value is 0, and the text is looked up in check.cpp.
 #pragma once
 
-#include "pipetrain/error.hpp"
+#include "pipetrain/base/error.hpp"
 
 namespace pt::cuda {
 

@@ -6,7 +6,7 @@
 #include <string>
 
 #include "check.hpp"
-#include "pipetrain/cuda.hpp"
+#include "pipetrain/cuda/cuda.hpp"
 
 namespace pt::cuda {
 

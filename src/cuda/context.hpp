@@ -41,7 +41,7 @@ Context& context();
 // Synchronises the compute stream, then throws if a kernel flagged bad input.
 void sync_and_check();
 
-// Registers the Device::CUDA hooks of pipetrain/tensor.hpp (device_memory.cpp).
+// Registers the Device::CUDA hooks of pipetrain/tensor/tensor.hpp (device_memory.cpp).
 void install_memory_hooks();
 
 }  // namespace pt::cuda

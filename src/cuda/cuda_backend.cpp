@@ -11,7 +11,7 @@
 #include "context.hpp"
 #include "gemm.hpp"
 #include "kernels.hpp"
-#include "pipetrain/cuda.hpp"
+#include "pipetrain/cuda/cuda.hpp"
 
 namespace pt::cuda {
 

@@ -1,15 +1,14 @@
-// device_memory.cpp: cudaMalloc behind a caching allocator, per-category
+// device_memory.cpp: cudaMalloc behind the caching allocator, per-category
 // accounting of device tensors, and the Device::CUDA hooks of tensor.hpp
 // (allocate, release, cross-device copy, zero).
 #include "device_memory.hpp"
 
-#include <map>
-#include <mutex>
 #include <string>
 
 #include "check.hpp"
 #include "context.hpp"
-#include "pipetrain/cuda.hpp"
+#include "pipetrain/cuda/cuda.hpp"
+#include "pipetrain/tensor/caching_allocator.hpp"
 
 namespace pt::cuda {
 
@@ -17,103 +16,30 @@ namespace {
 
 constexpr size_t kGranule = 512;  // sizes rounded up to this (cudaMalloc aligns 256)
 
-size_t rounded(size_t bytes) { return (bytes + kGranule - 1) / kGranule * kGranule; }
-
-class DeviceCache {
- public:
-  void* allocate(size_t bytes, MemCategory cat) {
-    if (bytes == 0) return nullptr;
-    const size_t size = rounded(bytes);
-    std::lock_guard<std::mutex> lock(mutex_);
-    void* ptr = take_cached(size);
-    if (ptr == nullptr) ptr = fresh(size);
-    count(cat, static_cast<long long>(bytes));
-    return ptr;
-  }
-
-  void release(void* ptr, size_t bytes, MemCategory cat) {
-    if (ptr == nullptr) return;
-    std::lock_guard<std::mutex> lock(mutex_);
-    free_.emplace(rounded(bytes), ptr);
-    count(cat, -static_cast<long long>(bytes));
-  }
-
-  void release_cached() {
-    std::lock_guard<std::mutex> lock(mutex_);
-    drop_cache();
-  }
-
-  MemoryStats stats() {
-    std::lock_guard<std::mutex> lock(mutex_);
-    return stats_;
-  }
-  size_t reserved() {
-    std::lock_guard<std::mutex> lock(mutex_);
-    return reserved_;
-  }
-  void recategorize(size_t bytes, MemCategory from, MemCategory to) {
-    std::lock_guard<std::mutex> lock(mutex_);
-    count(from, -static_cast<long long>(bytes));
-    count(to, static_cast<long long>(bytes));
-  }
-
-  void reset_peaks() {
-    std::lock_guard<std::mutex> lock(mutex_);
-    for (int c = 0; c < static_cast<int>(MemCategory::Count); ++c) stats_.peak[c] = stats_.live[c];
-    stats_.peak_total = stats_.live_total;
-  }
-
- private:
-  void* take_cached(size_t size) {
-    auto it = free_.find(size);
-    if (it == free_.end()) return nullptr;
-    void* ptr = it->second;
-    free_.erase(it);
-    return ptr;
-  }
-
-  // cudaMalloc; on failure frees the cache (a device synchronisation) and retries.
-  void* fresh(size_t size) {
+// cudaMalloc blocks. On failure the allocator drops its cache (after a device
+// synchronisation, so no kernel still uses a block) and retries once.
+struct CudaSource {
+  size_t round(size_t bytes) const { return (bytes + kGranule - 1) / kGranule * kGranule; }
+  void* obtain(size_t size) {
     context();
     void* ptr = nullptr;
-    if (cudaMalloc(&ptr, size) != cudaSuccess) {
-      (void)cudaGetLastError();
-      drop_cache();
-      if (cudaMalloc(&ptr, size) != cudaSuccess) {
-        (void)cudaGetLastError();
-        PT_FAIL("out of GPU memory allocating " + std::to_string(size) + " bytes (" +
-                std::to_string(stats_.live_total >> 20) + " MiB live in tensors, " +
-                std::to_string(reserved_ >> 20) + " MiB reserved)");
-      }
-    }
-    reserved_ += size;
-    return ptr;
+    if (cudaMalloc(&ptr, size) == cudaSuccess) return ptr;
+    (void)cudaGetLastError();
+    return nullptr;
   }
-
-  void drop_cache() {
-    if (free_.empty()) return;
+  void give_back(void* ptr, size_t) { CUDA_CHECK(cudaFree(ptr)); }
+  void before_dropping_cache() {
     context();
     CUDA_CHECK(cudaDeviceSynchronize());
-    for (auto& block : free_) {
-      CUDA_CHECK(cudaFree(block.second));
-      reserved_ -= block.first;
-    }
-    free_.clear();
   }
-
-  void count(MemCategory cat, long long delta) {
-    const int c = static_cast<int>(cat);
-    stats_.live[c] += delta;
-    stats_.live_total += delta;
-    if (stats_.live[c] > stats_.peak[c]) stats_.peak[c] = stats_.live[c];
-    if (stats_.live_total > stats_.peak_total) stats_.peak_total = stats_.live_total;
+  [[noreturn]] void out_of_memory(size_t size, const MemoryStats& live, size_t reserved) {
+    PT_FAIL("out of GPU memory allocating " + std::to_string(size) + " bytes (" +
+            std::to_string(live.live_total >> 20) + " MiB live in tensors, " +
+            std::to_string(reserved >> 20) + " MiB reserved)");
   }
-
-  std::mutex mutex_;
-  std::multimap<size_t, void*> free_;
-  MemoryStats stats_;
-  size_t reserved_ = 0;
 };
+
+using DeviceCache = CachingAllocator<CudaSource>;
 
 DeviceCache& cache() {
   static DeviceCache* instance = new DeviceCache();  // never destroyed

@@ -10,7 +10,7 @@
 
 #include <cstddef>
 
-#include "pipetrain/tensor.hpp"
+#include "pipetrain/tensor/tensor.hpp"
 
 namespace pt::cuda {
 

@@ -9,7 +9,7 @@
 #include <cstdint>
 
 #include "device_memory.hpp"
-#include "pipetrain/cuda.hpp"
+#include "pipetrain/cuda/cuda.hpp"
 
 namespace pt::cuda {
 

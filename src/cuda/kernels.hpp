@@ -1,6 +1,6 @@
 // kernels.hpp: launchers of the CUDA backend's own kernels (internal to
 // pt_cuda). Raw device pointers, row-major; every launch goes on `s`.
-// Contracts match the Backend methods in include/pipetrain/backend.hpp; the
+// Contracts match the Backend methods in include/pipetrain/tensor/backend.hpp; the
 // reductions (reduce_*) synchronise the compute stream and return to the host.
 // No kernel uses floating-point atomics: all results are bitwise reproducible
 // run to run on a given GPU and launch shape.

@@ -23,7 +23,7 @@
 
 #include "check.hpp"
 #include "context.hpp"
-#include "pipetrain/cuda.hpp"
+#include "pipetrain/cuda/cuda.hpp"
 
 namespace pt::cuda {
 

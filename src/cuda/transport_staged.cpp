@@ -18,7 +18,7 @@
 #include "check.hpp"
 #include "context.hpp"
 #include "pinned_pool.hpp"
-#include "pipetrain/cuda.hpp"
+#include "pipetrain/cuda/cuda.hpp"
 
 namespace pt::cuda {
 

@@ -15,7 +15,7 @@
 #include <filesystem>
 #include <functional>
 
-#include "pipetrain/error.hpp"
+#include "pipetrain/base/error.hpp"
 
 namespace pt::ckpt {
 

@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "pipetrain/tensor.hpp"
+#include "pipetrain/tensor/tensor.hpp"
 
 namespace pt::ckpt {
 

@@ -20,8 +20,8 @@
 #include <sstream>
 
 #include "checkpoint_h5.hpp"
-#include "pipetrain/checkpoint.hpp"
-#include "pipetrain/error.hpp"
+#include "pipetrain/io/checkpoint.hpp"
+#include "pipetrain/base/error.hpp"
 
 namespace pt {
 

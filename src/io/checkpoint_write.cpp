@@ -22,11 +22,11 @@
 #include <thread>
 
 #include "checkpoint_h5.hpp"
-#include "pipetrain/checkpoint.hpp"
-#include "pipetrain/error.hpp"
-#include "pipetrain/metrics.hpp"
-#include "pipetrain/model.hpp"
-#include "pipetrain/optimizer.hpp"
+#include "pipetrain/io/checkpoint.hpp"
+#include "pipetrain/base/error.hpp"
+#include "pipetrain/io/metrics.hpp"
+#include "pipetrain/model/model.hpp"
+#include "pipetrain/model/optimizer.hpp"
 
 namespace pt {
 

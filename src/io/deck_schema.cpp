@@ -10,9 +10,9 @@
 #include <cstring>
 #include <sstream>
 
-#include "pipetrain/deck_io.hpp"
-#include "pipetrain/error.hpp"
-#include "pipetrain/recompute.hpp"
+#include "pipetrain/io/deck_io.hpp"
+#include "pipetrain/base/error.hpp"
+#include "pipetrain/runtime/recompute.hpp"
 
 namespace pt::deck_schema {
 namespace {

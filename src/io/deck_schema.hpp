@@ -9,7 +9,7 @@
 #include <variant>
 #include <vector>
 
-#include "pipetrain/deck.hpp"
+#include "pipetrain/base/deck.hpp"
 
 namespace pt::deck_schema {
 

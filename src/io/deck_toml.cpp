@@ -1,12 +1,10 @@
-// deck_toml.cpp: reading, checking and writing input decks as TOML, and the
-// command line.
+// deck_toml.cpp: reading, checking and writing input decks as TOML.
 //
-// The only translation unit that includes toml11 and CLI11 (both compile
-// slowly). The key table in deck_schema.cpp drives reading, type
+// The only translation unit that includes toml11 (it compiles slowly; CLI11
+// is likewise confined to src/app/command_line.cpp). The key table in deck_schema.cpp drives reading, type
 // and range checks and deck_to_toml: a new deck key is a field in deck.hpp
 // plus one line there. Every user mistake becomes one pt::InputError whose
 // message starts with "file:line: section.key" (or "--set section.key=value:").
-#include <CLI/CLI.hpp>
 #include <toml.hpp>
 
 #include <algorithm>
@@ -23,8 +21,8 @@
 #include <variant>
 
 #include "deck_schema.hpp"
-#include "pipetrain/deck_io.hpp"
-#include "pipetrain/error.hpp"
+#include "pipetrain/io/deck_io.hpp"
+#include "pipetrain/base/error.hpp"
 
 namespace pt {
 namespace {
@@ -230,66 +228,6 @@ Deck parse_deck_file(const std::string& path, const std::vector<std::string>& ov
   std::ostringstream text;
   text << in.rdbuf();
   return parse_deck_text(text.str(), path, overrides);
-}
-
-// ---- the command line ------------------------------------------------------
-
-namespace {
-
-const char* const kUsage =
-    "usage: pipetrain train DECK [--set section.key=value]... [--resume [PATH|latest]]\n"
-    "       pipetrain validate DECK [--set section.key=value]... [--ranks N] [--print-schedule]\n"
-    "       pipetrain --help";
-
-CLI::App* add_deck_command(CLI::App& app, const char* name, const char* what, CommandLine& cl) {
-  CLI::App* sub = app.add_subcommand(name, what);
-  sub->add_option("DECK", cl.deck_path, "input deck (TOML)")->required();
-  sub->add_option("--set", cl.overrides,
-                  "override a deck key; the value is TOML (a bare word is a string); repeatable")
-      ->type_name("SECTION.KEY=VALUE")
-      ->allow_extra_args(false);
-  return sub;
-}
-
-}  // namespace
-
-CommandLine parse_command_line(int argc, char** argv) {
-  CommandLine cl;
-  CLI::App app{"pipetrain: pipeline-parallel training (GPipe, 1F1B) with MPI", "pipetrain"};
-  app.footer("Example: mpirun -np 4 pipetrain train inputs/mlp.toml --set training.steps=10");
-  app.require_subcommand(1, 1);
-  CLI::App* train = add_deck_command(app, "train", "train the model described by DECK (one MPI rank per stage)", cl);
-  CLI::App* validate = add_deck_command(app, "validate", "check DECK and its schedule without training", cl);
-  validate->add_option("--ranks", cl.ranks, "check against N ranks (default: the MPI world size)")
-      ->check(CLI::Range(1, 1 << 16));
-  validate->add_flag("--print-schedule", cl.print_schedule, "print the schedule as a rank x step grid");
-  CLI::Option* resume =
-      train->add_option("--resume", cl.resume,
-                        "continue from a checkpoint: latest (the default: the newest good one "
-                        "in the checkpoint directory), a checkpoint directory or a checkpoint root")
-          ->type_name("[PATH|latest]")
-          ->expected(0, 1);
-  std::string first = argc > 1 ? argv[1] : "help";
-  if (first != "train" && first != "validate" && first != "help" && first[0] != '-') {
-    throw InputError("pipetrain: unknown command '" + first + "'; expected train or validate\n" + kUsage);
-  }
-  if (first == "help") {
-    cl.command = "help";
-    cl.help_text = app.help();
-    return cl;
-  }
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::Success&) {  // --help, --help-all
-    cl.command = "help";
-    cl.help_text = app.help();
-    return cl;
-  } catch (const CLI::ParseError& e) {
-    throw InputError(std::string("pipetrain: ") + e.what() + "\n" + kUsage);
-  }
-  cl.command = train->parsed() ? "train" : "validate";
-  if (resume->count() > 0 && cl.resume.empty()) cl.resume = "latest";
-  return cl;
 }
 
 }  // namespace pt

@@ -1,6 +1,6 @@
 // metrics_h5.cpp: metrics.h5 (per-step series + run attributes) and the
 // atomic file helpers used for every output.
-#include "pipetrain/metrics.hpp"
+#include "pipetrain/io/metrics.hpp"
 
 #include <fcntl.h>
 #include <hdf5.h>
@@ -11,7 +11,7 @@
 #include <cstdio>
 #include <cstring>
 
-#include "pipetrain/error.hpp"
+#include "pipetrain/base/error.hpp"
 
 namespace pt {
 

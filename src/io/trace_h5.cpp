@@ -6,8 +6,8 @@
 #include <cstdio>
 #include <cstring>
 
-#include "pipetrain/error.hpp"
-#include "pipetrain/trace_io.hpp"
+#include "pipetrain/base/error.hpp"
+#include "pipetrain/io/trace_io.hpp"
 
 namespace pt {
 

@@ -1,13 +1,13 @@
 // data.cpp: the synthetic teacher data set (MLP) and the data-set factory.
-#include "pipetrain/data.hpp"
+#include "pipetrain/model/data.hpp"
 
 #include <algorithm>
 #include <cmath>
 #include <cstring>
 
-#include "pipetrain/backend.hpp"
-#include "pipetrain/error.hpp"
-#include "pipetrain/rng.hpp"
+#include "pipetrain/tensor/backend.hpp"
+#include "pipetrain/base/error.hpp"
+#include "pipetrain/base/rng.hpp"
 
 namespace pt {
 

@@ -1,12 +1,12 @@
 // gpt.cpp: the GPT layers: token + position embedding, the pre-LayerNorm
 // transformer block with causal multi-head attention, and the head (final
 // LayerNorm + LM head). All compute goes through the Backend.
-#include "pipetrain/gpt.hpp"
+#include "pipetrain/model/gpt.hpp"
 
 #include <cmath>
 
-#include "pipetrain/error.hpp"
-#include "pipetrain/rng.hpp"
+#include "pipetrain/base/error.hpp"
+#include "pipetrain/base/rng.hpp"
 
 namespace pt {
 

@@ -1,10 +1,10 @@
 // layers.cpp: Linear, ReLU, GELU and the losses (MSE, softmax cross-entropy).
-#include "pipetrain/layers.hpp"
+#include "pipetrain/model/layers.hpp"
 
 #include <cmath>
 
-#include "pipetrain/error.hpp"
-#include "pipetrain/rng.hpp"
+#include "pipetrain/base/error.hpp"
+#include "pipetrain/base/rng.hpp"
 
 namespace pt {
 

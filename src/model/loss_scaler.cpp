@@ -1,9 +1,9 @@
-// loss_scaler.cpp: dynamic loss scaling (see include/pipetrain/loss_scaler.hpp).
-#include "pipetrain/loss_scaler.hpp"
+// loss_scaler.cpp: dynamic loss scaling (see include/pipetrain/model/loss_scaler.hpp).
+#include "pipetrain/model/loss_scaler.hpp"
 
 #include <algorithm>
 
-#include "pipetrain/error.hpp"
+#include "pipetrain/base/error.hpp"
 
 namespace pt {
 

@@ -1,11 +1,11 @@
 // model.cpp: partitioning a model (MLP or GPT) into stages and building one stage.
-#include "pipetrain/model.hpp"
+#include "pipetrain/model/model.hpp"
 
 #include <cmath>
 #include <numeric>
 
-#include "pipetrain/error.hpp"
-#include "pipetrain/gpt.hpp"
+#include "pipetrain/base/error.hpp"
+#include "pipetrain/model/gpt.hpp"
 
 namespace pt {
 
@@ -148,6 +148,29 @@ StageModel build_stage(const ModelConfig& model, const std::vector<int64_t>& uni
   if (model.type == "mlp") add_mlp_layers(model, sm);
   else add_gpt_layers(model, sm);
   return sm;
+}
+
+Tensor stage_forward(StageModel& stage, Backend& be, const Tensor& x, StagePass& pass) {
+  const size_t n = stage.layers.size();
+  pass.inputs.assign(n, Tensor());
+  pass.saved.assign(n, {});
+  Tensor h = x;
+  for (size_t i = 0; i < n; ++i) {
+    Tensor y = stage.layers[i]->forward(be, h, pass.saved[i]);
+    pass.inputs[i] = std::move(h);
+    h = std::move(y);
+  }
+  return h;
+}
+
+Tensor stage_backward(StageModel& stage, Backend& be, StagePass& pass, Tensor dy, bool input_grad) {
+  const size_t n = stage.layers.size();
+  PT_CHECK(pass.inputs.size() == n, "stage_backward without a matching stage_forward");
+  for (size_t i = n; i-- > 0;)
+    dy = stage.layers[i]->backward(be, pass.inputs[i], pass.saved[i], dy, i > 0 || input_grad);
+  pass.inputs.clear();
+  pass.saved.clear();
+  return dy;
 }
 
 }  // namespace pt

@@ -1,9 +1,9 @@
 // optimizer.cpp: SGD with momentum, AdamW, warm-up + cosine learning rate.
-#include "pipetrain/optimizer.hpp"
+#include "pipetrain/model/optimizer.hpp"
 
 #include <cmath>
 
-#include "pipetrain/error.hpp"
+#include "pipetrain/base/error.hpp"
 
 namespace pt {
 

@@ -8,9 +8,9 @@
 #include <numeric>
 #include <vector>
 
-#include "pipetrain/data.hpp"
-#include "pipetrain/error.hpp"
-#include "pipetrain/rng.hpp"
+#include "pipetrain/model/data.hpp"
+#include "pipetrain/base/error.hpp"
+#include "pipetrain/base/rng.hpp"
 
 namespace pt {
 

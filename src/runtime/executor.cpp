@@ -1,5 +1,5 @@
 // executor.cpp: runs one rank's action list for one training step.
-#include "pipetrain/executor.hpp"
+#include "pipetrain/runtime/executor.hpp"
 
 #include <mpi.h>
 #include <sched.h>
@@ -11,7 +11,7 @@
 #include <cstdio>
 #include <thread>
 
-#include "pipetrain/error.hpp"
+#include "pipetrain/base/error.hpp"
 
 namespace pt {
 

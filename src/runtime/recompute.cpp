@@ -1,9 +1,9 @@
 // recompute.cpp: parsing and the layer bookkeeping of recomputation policies.
-#include "pipetrain/recompute.hpp"
+#include "pipetrain/runtime/recompute.hpp"
 
 #include <cstdlib>
 
-#include "pipetrain/error.hpp"
+#include "pipetrain/base/error.hpp"
 
 namespace pt {
 

@@ -1,9 +1,9 @@
 // trace.cpp: clock alignment across ranks and gathering of trace events.
-#include "pipetrain/trace.hpp"
+#include "pipetrain/runtime/trace.hpp"
 
 #include <limits>
 
-#include "pipetrain/error.hpp"
+#include "pipetrain/base/error.hpp"
 
 namespace pt {
 

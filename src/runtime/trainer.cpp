@@ -1,5 +1,5 @@
 // trainer.cpp: the training step around the executor.
-#include "pipetrain/trainer.hpp"
+#include "pipetrain/runtime/trainer.hpp"
 
 #include <algorithm>
 #include <chrono>
@@ -7,7 +7,7 @@
 #include <cmath>
 #include <thread>
 
-#include "pipetrain/error.hpp"
+#include "pipetrain/base/error.hpp"
 
 namespace pt {
 

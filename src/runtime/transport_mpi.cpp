@@ -1,8 +1,8 @@
 // transport_mpi.cpp: the MPI transport (MPI_Isend / MPI_Irecv / MPI_Test).
 #include <mpi.h>
 
-#include "pipetrain/error.hpp"
-#include "pipetrain/transport.hpp"
+#include "pipetrain/base/error.hpp"
+#include "pipetrain/runtime/transport.hpp"
 
 namespace pt {
 

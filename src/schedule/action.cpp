@@ -10,8 +10,8 @@
 #include <string>
 #include <vector>
 
-#include "pipetrain/error.hpp"
-#include "pipetrain/schedule.hpp"
+#include "pipetrain/base/error.hpp"
+#include "pipetrain/schedule/schedule.hpp"
 
 namespace pt {
 

@@ -12,8 +12,8 @@
 #include <utility>
 #include <vector>
 
-#include "pipetrain/error.hpp"
-#include "pipetrain/schedule.hpp"
+#include "pipetrain/base/error.hpp"
+#include "pipetrain/schedule/schedule.hpp"
 
 namespace pt {
 

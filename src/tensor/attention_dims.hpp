@@ -7,8 +7,8 @@
 #include <cmath>
 #include <cstdint>
 
-#include "pipetrain/error.hpp"
-#include "pipetrain/tensor.hpp"
+#include "pipetrain/base/error.hpp"
+#include "pipetrain/tensor/tensor.hpp"
 
 namespace pt {
 

@@ -7,8 +7,8 @@
 
 #include "cpu_kernels_gpt.hpp"
 #include "vec_math.hpp"
-#include "pipetrain/backend.hpp"
-#include "pipetrain/error.hpp"
+#include "pipetrain/tensor/backend.hpp"
+#include "pipetrain/base/error.hpp"
 
 namespace pt {
 

@@ -11,7 +11,7 @@
 #include <cmath>
 #include <vector>
 
-#include "pipetrain/error.hpp"
+#include "pipetrain/base/error.hpp"
 
 namespace pt::cpu {
 

@@ -1,9 +1,9 @@
 // cpu_kernels_gpt.hpp: the CPU transformer kernels behind CpuBackend
 // (internal to pt_tensor). Contracts and shapes are those of the matching
-// Backend methods in include/pipetrain/backend.hpp.
+// Backend methods in include/pipetrain/tensor/backend.hpp.
 #pragma once
 
-#include "pipetrain/backend.hpp"
+#include "pipetrain/tensor/backend.hpp"
 
 namespace pt::cpu {
 

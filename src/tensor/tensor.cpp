@@ -1,13 +1,12 @@
-// tensor.cpp: CPU storage, the caching allocator and memory accounting; the
-// registry of device-memory hooks (filled by the CUDA library when built).
-#include "pipetrain/tensor.hpp"
+// tensor.cpp: CPU storage from the caching allocator (caching_allocator.hpp)
+// with memory accounting; the registry of device-memory hooks (filled by the CUDA library when built).
+#include "pipetrain/tensor/tensor.hpp"
 
 #include <cstdlib>
 #include <cstring>
-#include <map>
-#include <mutex>
 
-#include "pipetrain/error.hpp"
+#include "pipetrain/base/error.hpp"
+#include "pipetrain/tensor/caching_allocator.hpp"
 
 namespace pt {
 
@@ -15,71 +14,26 @@ namespace {
 
 constexpr size_t kAlignment = 64;  // cache line; also suits AVX-512 loads
 
-// Reuses freed blocks of exactly the same size. Shapes repeat every
-// micro-batch, so after the first step no new memory is requested.
-class CachingAllocator {
- public:
-  void* allocate(size_t bytes, MemCategory cat) {
-    std::lock_guard<std::mutex> lock(mutex_);
-    void* ptr = nullptr;
-    auto it = free_blocks_.find(bytes);
-    if (it != free_blocks_.end()) {
-      ptr = it->second;
-      free_blocks_.erase(it);
-    } else {
-      size_t padded = (bytes + kAlignment - 1) / kAlignment * kAlignment;
-      ptr = std::aligned_alloc(kAlignment, padded == 0 ? kAlignment : padded);
-      PT_CHECK(ptr != nullptr, "out of host memory allocating " + std::to_string(bytes) + " bytes");
-    }
-    count(cat, static_cast<long long>(bytes));
-    return ptr;
+// Host blocks: 64-byte aligned, sizes padded to the alignment (a 0-byte
+// tensor still gets a block, so its data pointer is never null).
+struct HostSource {
+  size_t round(size_t bytes) const {
+    return bytes == 0 ? kAlignment : (bytes + kAlignment - 1) / kAlignment * kAlignment;
   }
-
-  void release(void* ptr, size_t bytes, MemCategory cat) {
-    std::lock_guard<std::mutex> lock(mutex_);
-    free_blocks_.emplace(bytes, ptr);
-    count(cat, -static_cast<long long>(bytes));
+  void* obtain(size_t size) { return std::aligned_alloc(kAlignment, size); }
+  void give_back(void* ptr, size_t) { std::free(ptr); }
+  void before_dropping_cache() {}
+  [[noreturn]] void out_of_memory(size_t size, const MemoryStats& live, size_t reserved) {
+    PT_FAIL("out of host memory allocating " + std::to_string(size) + " bytes (" +
+            std::to_string(live.live_total >> 20) + " MiB live in tensors, " +
+            std::to_string(reserved >> 20) + " MiB reserved)");
   }
-
-  void release_cached() {
-    std::lock_guard<std::mutex> lock(mutex_);
-    for (auto& block : free_blocks_) std::free(block.second);
-    free_blocks_.clear();
-  }
-
-  MemoryStats stats() {
-    std::lock_guard<std::mutex> lock(mutex_);
-    return stats_;
-  }
-
-  void recategorize(size_t bytes, MemCategory from, MemCategory to) {
-    std::lock_guard<std::mutex> lock(mutex_);
-    count(from, -static_cast<long long>(bytes));
-    count(to, static_cast<long long>(bytes));
-  }
-
-  void reset_peaks() {
-    std::lock_guard<std::mutex> lock(mutex_);
-    for (int c = 0; c < static_cast<int>(MemCategory::Count); ++c) stats_.peak[c] = stats_.live[c];
-    stats_.peak_total = stats_.live_total;
-  }
-
- private:
-  void count(MemCategory cat, long long delta) {
-    int c = static_cast<int>(cat);
-    stats_.live[c] += delta;
-    stats_.live_total += delta;
-    if (stats_.live[c] > stats_.peak[c]) stats_.peak[c] = stats_.live[c];
-    if (stats_.live_total > stats_.peak_total) stats_.peak_total = stats_.live_total;
-  }
-
-  std::mutex mutex_;
-  std::multimap<size_t, void*> free_blocks_;
-  MemoryStats stats_;
 };
 
-CachingAllocator& allocator() {
-  static CachingAllocator* instance = new CachingAllocator();  // never destroyed
+using HostAllocator = CachingAllocator<HostSource>;
+
+HostAllocator& allocator() {
+  static HostAllocator* instance = new HostAllocator();  // never destroyed
   return *instance;
 }
 

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """gpt_reference.py: the PyTorch reference for the GPT layers of pipetrain.
 
-Builds the same tiny decoder-only transformer as include/pipetrain/gpt.hpp
+Builds the same tiny decoder-only transformer as include/pipetrain/model/gpt.hpp
 (pre-LayerNorm blocks, causal multi-head attention on a fused qkv projection,
 tanh-approximated GELU MLP, final LayerNorm, untied LM head without bias) in
 float32, runs one batch forward and backward, then 5 AdamW steps on the same

@@ -1,5 +1,5 @@
 // error.cpp: the failure helpers behind PT_CHECK, MPI_CHECK and H5_CHECK.
-#include "pipetrain/error.hpp"
+#include "pipetrain/base/error.hpp"
 
 #include <mpi.h>
 

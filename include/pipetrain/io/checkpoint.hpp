@@ -19,8 +19,8 @@
 #include <string>
 #include <vector>
 
-#include "pipetrain/deck.hpp"
-#include "pipetrain/layers.hpp"
+#include "pipetrain/base/deck.hpp"
+#include "pipetrain/model/layers.hpp"
 
 namespace pt {
 

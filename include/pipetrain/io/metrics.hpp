@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "pipetrain/trainer.hpp"
+#include "pipetrain/runtime/trainer.hpp"
 
 namespace pt {
 

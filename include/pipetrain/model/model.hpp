@@ -12,8 +12,8 @@
 #include <memory>
 #include <vector>
 
-#include "pipetrain/deck.hpp"
-#include "pipetrain/layers.hpp"
+#include "pipetrain/base/deck.hpp"
+#include "pipetrain/model/layers.hpp"
 
 namespace pt {
 
@@ -51,5 +51,16 @@ class StageModel {
 
 StageModel build_stage(const ModelConfig& model, const std::vector<int64_t>& units_per_stage,
                        int stage);
+
+// One micro-batch through a stage outside the executor (benchmarks and
+// tests): stage_forward keeps what each layer's backward needs in `pass`,
+// stage_backward consumes it and returns the gradient of the stage input
+// (undefined when `input_grad` is false, e.g. on the token embedding).
+struct StagePass {
+  std::vector<Tensor> inputs;              // per layer: its input
+  std::vector<std::vector<Tensor>> saved;  // per layer: its saved tensors
+};
+Tensor stage_forward(StageModel& stage, Backend& be, const Tensor& x, StagePass& pass);
+Tensor stage_backward(StageModel& stage, Backend& be, StagePass& pass, Tensor dy, bool input_grad);
 
 }  // namespace pt

@@ -9,7 +9,7 @@
 
 #include <vector>
 
-#include "pipetrain/tensor.hpp"
+#include "pipetrain/tensor/tensor.hpp"
 
 namespace pt {
 

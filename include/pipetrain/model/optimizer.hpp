@@ -7,8 +7,8 @@
 
 #include <vector>
 
-#include "pipetrain/deck.hpp"
-#include "pipetrain/layers.hpp"
+#include "pipetrain/base/deck.hpp"
+#include "pipetrain/model/layers.hpp"
 
 namespace pt {
 

@@ -13,13 +13,13 @@
 #include <string>
 #include <vector>
 
-#include "pipetrain/backend.hpp"
-#include "pipetrain/data.hpp"
-#include "pipetrain/model.hpp"
-#include "pipetrain/recompute.hpp"
-#include "pipetrain/schedule.hpp"
-#include "pipetrain/trace.hpp"
-#include "pipetrain/transport.hpp"
+#include "pipetrain/tensor/backend.hpp"
+#include "pipetrain/model/data.hpp"
+#include "pipetrain/model/model.hpp"
+#include "pipetrain/runtime/recompute.hpp"
+#include "pipetrain/schedule/schedule.hpp"
+#include "pipetrain/runtime/trace.hpp"
+#include "pipetrain/runtime/transport.hpp"
 
 namespace pt {
 

@@ -1,4 +1,4 @@
-// deck.cpp: check_deck_layout, the deck checks that need the rank count:
+// deck_layout.cpp: check_deck_layout, the deck checks that need the rank count:
 // stages, layers per stage, partition, schedule file.
 #include <cerrno>
 #include <cstring>
@@ -6,10 +6,10 @@
 #include <numeric>
 #include <string>
 
-#include "pipetrain/deck.hpp"
-#include "pipetrain/deck_io.hpp"
-#include "pipetrain/error.hpp"
-#include "pipetrain/schedule.hpp"
+#include "pipetrain/base/deck.hpp"
+#include "pipetrain/io/deck_io.hpp"
+#include "pipetrain/base/error.hpp"
+#include "pipetrain/schedule/schedule.hpp"
 
 namespace pt {
 

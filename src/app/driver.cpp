@@ -6,7 +6,7 @@
 // training.init_from) is likewise agreed on before the first step. Failures
 // after that point end the job through MPI_Abort, so no rank is ever left
 // waiting. Checkpoints are written every output.checkpoint_every steps.
-#include "pipetrain/driver.hpp"
+#include "pipetrain/app/driver.hpp"
 
 #include <algorithm>
 #include <cmath>
@@ -14,14 +14,15 @@
 #include <iostream>
 #include <sstream>
 
-#include "pipetrain/checkpoint.hpp"
-#include "pipetrain/deck_io.hpp"
-#include "pipetrain/compute_setup.hpp"
-#include "pipetrain/data.hpp"
-#include "pipetrain/error.hpp"
-#include "pipetrain/metrics.hpp"
-#include "pipetrain/trace_io.hpp"
-#include "pipetrain/trainer.hpp"
+#include "pipetrain/io/checkpoint.hpp"
+#include "pipetrain/io/deck_io.hpp"
+#include "pipetrain/app/command_line.hpp"
+#include "pipetrain/app/compute_setup.hpp"
+#include "pipetrain/model/data.hpp"
+#include "pipetrain/base/error.hpp"
+#include "pipetrain/io/metrics.hpp"
+#include "pipetrain/io/trace_io.hpp"
+#include "pipetrain/runtime/trainer.hpp"
 
 namespace pt {
 

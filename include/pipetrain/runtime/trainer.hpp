@@ -14,10 +14,10 @@
 #include <optional>
 #include <vector>
 
-#include "pipetrain/deck.hpp"
-#include "pipetrain/executor.hpp"
-#include "pipetrain/loss_scaler.hpp"
-#include "pipetrain/optimizer.hpp"
+#include "pipetrain/base/deck.hpp"
+#include "pipetrain/runtime/executor.hpp"
+#include "pipetrain/model/loss_scaler.hpp"
+#include "pipetrain/model/optimizer.hpp"
 
 namespace pt {
 

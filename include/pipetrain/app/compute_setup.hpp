@@ -7,7 +7,7 @@
 
 #include <memory>
 
-#include "pipetrain/trainer.hpp"
+#include "pipetrain/runtime/trainer.hpp"
 
 namespace pt {
 

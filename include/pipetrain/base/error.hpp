@@ -6,7 +6,7 @@
 //                       or line, and what was expected. No source location.
 //   - pt::Error       : an internal or library failure; carries file:line of
 //                       the check that fired.
-// The driver (src/main.cpp) catches both, prints one line per rank and ends
+// The driver (src/app/driver.cpp) catches both, prints one line per rank and ends
 // the job with a non-zero status (MPI_Abort once ranks can no longer agree).
 // One check macro per library: PT_CHECK (our invariants), MPI_CHECK, H5_CHECK;
 // CUDA_CHECK, CUBLAS_CHECK and NCCL_CHECK live in the CUDA backend.

@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "pipetrain/backend.hpp"
+#include "pipetrain/tensor/backend.hpp"
 
 namespace pt {
 

@@ -20,7 +20,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "pipetrain/layers.hpp"
+#include "pipetrain/model/layers.hpp"
 
 namespace pt {
 

@@ -1,8 +1,8 @@
-// deck_io.hpp: reading, checking and echoing input decks, and the command line.
+// deck_io.hpp: reading, checking and echoing input decks.
 //
-// All toml11 and CLI11 use is in src/io/deck_toml.cpp (those headers compile
-// slowly). Every problem is a pt::InputError whose message names the file,
-// the line, the key and what was expected, e.g.
+// All toml11 use is in src/io/deck_toml.cpp (the header compiles slowly).
+// Every problem is a pt::InputError whose message names the file, the line,
+// the key and what was expected, e.g.
 //   inputs/mlp.toml:14: training.batch_size = 60 must be divisible by
 //   pipeline.micro_batches = 8
 #pragma once
@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "pipetrain/deck.hpp"
+#include "pipetrain/base/deck.hpp"
 
 namespace pt {
 
@@ -29,18 +29,5 @@ int check_deck_layout(const Deck& deck, int num_ranks);
 
 // The resolved deck as commented TOML; parse_deck_text of it gives the same Deck.
 std::string deck_to_toml(const Deck& deck);
-
-struct CommandLine {
-  std::string command;                 // "train" | "validate" | "help"
-  std::string deck_path;
-  std::vector<std::string> overrides;  // from --set section.key=value
-  int ranks = 0;                       // validate --ranks N (0 = MPI world size)
-  bool print_schedule = false;         // validate --print-schedule
-  std::string resume;                  // train --resume [PATH]: "" = no, "latest" or a path
-  std::string help_text;               // filled for "help"
-};
-
-// Throws InputError with a usage hint on any bad argument.
-CommandLine parse_command_line(int argc, char** argv);
 
 }  // namespace pt

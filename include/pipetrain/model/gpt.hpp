@@ -24,7 +24,7 @@
 #include <memory>
 #include <string>
 
-#include "pipetrain/layers.hpp"
+#include "pipetrain/model/layers.hpp"
 
 namespace pt {
 

@@ -11,7 +11,7 @@
 
 #include <memory>
 
-#include "pipetrain/tensor.hpp"
+#include "pipetrain/tensor/tensor.hpp"
 
 namespace pt {
 

@@ -1,6 +1,6 @@
-// deck_where.cpp: Deck::where, the "file:line: key" prefix of every message
+// deck.cpp: Deck::where, the "file:line: key" prefix of every message
 // about a deck value. In the base layer, since every layer may report one.
-#include "pipetrain/deck.hpp"
+#include "pipetrain/base/deck.hpp"
 
 namespace pt {
 

@@ -12,8 +12,8 @@
 #include <memory>
 #include <optional>
 
-#include "pipetrain/deck.hpp"
-#include "pipetrain/tensor.hpp"
+#include "pipetrain/base/deck.hpp"
+#include "pipetrain/tensor/tensor.hpp"
 
 namespace pt {
 

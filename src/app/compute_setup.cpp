@@ -3,14 +3,14 @@
 // devices), logs it on every rank, and hands the trainer the CUDA backend, a
 // GPU transport (NCCL or host-staged MPI) and device memory statistics. The
 // only file of the runtime's callers that knows about CUDA.
-#include "pipetrain/compute_setup.hpp"
+#include "pipetrain/app/compute_setup.hpp"
 
 #include <cstdio>
 
-#include "pipetrain/error.hpp"
+#include "pipetrain/base/error.hpp"
 
 #ifdef PIPETRAIN_HAVE_CUDA
-#include "pipetrain/cuda.hpp"
+#include "pipetrain/cuda/cuda.hpp"
 #endif
 
 namespace pt {

@@ -22,9 +22,9 @@
 #include <string>
 #include <vector>
 
-#include "pipetrain/backend.hpp"
-#include "pipetrain/tensor.hpp"
-#include "pipetrain/transport.hpp"
+#include "pipetrain/tensor/backend.hpp"
+#include "pipetrain/tensor/tensor.hpp"
+#include "pipetrain/runtime/transport.hpp"
 
 namespace pt::cuda {
 
@@ -80,7 +80,7 @@ void synchronize();
 // cores in GEMMs. bf16 / fp16: fp32 master weights and fp32 activations in
 // memory; each GEMM casts its operands to bf16 / fp16 on the fly and
 // accumulates in fp32 into an fp32 output. Everything but GEMMs is fp32.
-// fp16 needs dynamic loss scaling (pipetrain/loss_scaler.hpp); bf16 does not.
+// fp16 needs dynamic loss scaling (pipetrain/model/loss_scaler.hpp); bf16 does not.
 enum class Precision { FP32, TF32, BF16, FP16 };
 Precision parse_precision(const std::string& name);  // "fp32" | "tf32" | "bf16" | "fp16"
 const char* precision_name(Precision p);

@@ -4,8 +4,8 @@
 #include <string>
 #include <vector>
 
-#include "pipetrain/schedule.hpp"
-#include "pipetrain/trace.hpp"
+#include "pipetrain/schedule/schedule.hpp"
+#include "pipetrain/runtime/trace.hpp"
 
 namespace pt {
 

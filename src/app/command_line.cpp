@@ -1,0 +1,73 @@
+// command_line.cpp: the pipetrain command line (train, validate, help).
+//
+// The only translation unit that includes CLI11 (it compiles slowly). Every
+// mistake is one pt::InputError carrying a usage hint; --help never exits.
+#include "pipetrain/app/command_line.hpp"
+
+#include <CLI/CLI.hpp>
+
+#include <string>
+
+#include "pipetrain/base/error.hpp"
+
+namespace pt {
+
+namespace {
+
+const char* const kUsage =
+    "usage: pipetrain train DECK [--set section.key=value]... [--resume [PATH|latest]]\n"
+    "       pipetrain validate DECK [--set section.key=value]... [--ranks N] [--print-schedule]\n"
+    "       pipetrain --help";
+
+CLI::App* add_deck_command(CLI::App& app, const char* name, const char* what, CommandLine& cl) {
+  CLI::App* sub = app.add_subcommand(name, what);
+  sub->add_option("DECK", cl.deck_path, "input deck (TOML)")->required();
+  sub->add_option("--set", cl.overrides,
+                  "override a deck key; the value is TOML (a bare word is a string); repeatable")
+      ->type_name("SECTION.KEY=VALUE")
+      ->allow_extra_args(false);
+  return sub;
+}
+
+}  // namespace
+
+CommandLine parse_command_line(int argc, char** argv) {
+  CommandLine cl;
+  CLI::App app{"pipetrain: pipeline-parallel training (GPipe, 1F1B) with MPI", "pipetrain"};
+  app.footer("Example: mpirun -np 4 pipetrain train inputs/mlp.toml --set training.steps=10");
+  app.require_subcommand(1, 1);
+  CLI::App* train = add_deck_command(app, "train", "train the model described by DECK (one MPI rank per stage)", cl);
+  CLI::App* validate = add_deck_command(app, "validate", "check DECK and its schedule without training", cl);
+  validate->add_option("--ranks", cl.ranks, "check against N ranks (default: the MPI world size)")
+      ->check(CLI::Range(1, 1 << 16));
+  validate->add_flag("--print-schedule", cl.print_schedule, "print the schedule as a rank x step grid");
+  CLI::Option* resume =
+      train->add_option("--resume", cl.resume,
+                        "continue from a checkpoint: latest (the default: the newest good one "
+                        "in the checkpoint directory), a checkpoint directory or a checkpoint root")
+          ->type_name("[PATH|latest]")
+          ->expected(0, 1);
+  std::string first = argc > 1 ? argv[1] : "help";
+  if (first != "train" && first != "validate" && first != "help" && first[0] != '-') {
+    throw InputError("pipetrain: unknown command '" + first + "'; expected train or validate\n" + kUsage);
+  }
+  if (first == "help") {
+    cl.command = "help";
+    cl.help_text = app.help();
+    return cl;
+  }
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::Success&) {  // --help, --help-all
+    cl.command = "help";
+    cl.help_text = app.help();
+    return cl;
+  } catch (const CLI::ParseError& e) {
+    throw InputError(std::string("pipetrain: ") + e.what() + "\n" + kUsage);
+  }
+  cl.command = train->parsed() ? "train" : "validate";
+  if (resume->count() > 0 && cl.resume.empty()) cl.resume = "latest";
+  return cl;
+}
+
+}  // namespace pt

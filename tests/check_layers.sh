@@ -1,0 +1,51 @@
+#!/usr/bin/env bash
+# check_layers.sh: fails when a source or header file includes a header from
+# a higher layer of the code. The layers, lowest first (a room is a folder
+# under src/ and include/pipetrain/):
+#   base < tensor < model < schedule < runtime < cuda < io < app
+# cuda (the GPU backend and transports) implements tensor's Backend and
+# runtime's Transport, so it sits above runtime; nothing below app names it.
+# Usage: tests/check_layers.sh [REPO_ROOT]
+set -euo pipefail
+cd "${1:-$(dirname "$0")/..}"
+
+declare -A rank=([base]=0 [tensor]=1 [model]=2 [schedule]=3 [runtime]=4 [cuda]=5 [io]=6 [app]=7)
+bad=0
+checked=0
+while IFS= read -r file; do
+  room=$(echo "$file" | sed -E 's#^(src|include/pipetrain)/([a-z_]+)/.*#\2#')
+  if [[ -z "${rank[$room]+x}" ]]; then
+    echo "check_layers: $file is in no known room ($room); add it to the layer list"
+    bad=1
+    continue
+  fi
+  checked=$((checked + 1))
+  # Included rooms: "pipetrain/ROOM/x.hpp" and, inside src/, "../ROOM/x.hpp".
+  while IFS= read -r inc; do
+    [[ -z "$inc" ]] && continue
+    target=$(echo "$inc" | sed -E 's#^(pipetrain/|\.\./)([a-z_]+)/.*#\2#')
+    if [[ -z "${rank[$target]+x}" ]]; then
+      echo "check_layers: $file includes \"$inc\", which is in no known room"
+      bad=1
+    elif (( ${rank[$target]} > ${rank[$room]} )); then
+      echo "check_layers: $file ($room) includes \"$inc\" from the higher layer $target"
+      bad=1
+    fi
+  done < <(grep -oE '#include "(pipetrain|\.\.)/[^"]+"' "$file" | sed -E 's/#include "(.*)"/\1/' || true)
+done < <(find src include/pipetrain -mindepth 2 -type f \( -name '*.cpp' -o -name '*.hpp' -o -name '*.cu' -o -name '*.cuh' \) | sort)
+
+# Headers directly in include/pipetrain/ or sources directly in src/ have no layer.
+stray=$(find src include/pipetrain -maxdepth 1 -type f | head -5)
+if [[ -n "$stray" ]]; then
+  echo "check_layers: files outside every room: $stray"
+  bad=1
+fi
+if (( checked == 0 )); then
+  echo "check_layers: no files found"
+  exit 1
+fi
+if (( bad )); then
+  echo "check_layers: FAILED"
+  exit 1
+fi
+echo "check_layers: $checked files, every include points to the same or a lower layer"
