@@ -10,6 +10,7 @@
 #include "pipetrain/base/error.hpp"
 
 #ifdef PIPETRAIN_HAVE_CUDA
+#include "pipetrain/base/timed_wait.hpp"
 #include "pipetrain/cuda/cuda.hpp"
 #endif
 
@@ -34,7 +35,7 @@ void log_devices(MPI_Comm comm, const std::string& line) {
   char mine[256] = {0};
   std::snprintf(mine, sizeof mine, "%s", line.c_str());
   std::vector<char> all(rank == 0 ? 256 * size : 0);
-  MPI_CHECK(MPI_Gather(mine, 256, MPI_CHAR, all.data(), 256, MPI_CHAR, 0, comm));
+  timed_gather(mine, 256, MPI_CHAR, all.data(), 0, comm, "the device log gather");
   for (int r = 0; rank == 0 && r < size; ++r) std::printf("device: %s\n", &all[256 * r]);
   std::fflush(stdout);
 }

@@ -20,6 +20,7 @@
 #include "pipetrain/app/compute_setup.hpp"
 #include "pipetrain/model/data.hpp"
 #include "pipetrain/base/error.hpp"
+#include "pipetrain/base/timed_wait.hpp"
 #include "pipetrain/io/metrics.hpp"
 #include "pipetrain/io/trace_io.hpp"
 #include "pipetrain/runtime/trainer.hpp"
@@ -36,10 +37,11 @@ struct World {
 // Rank 0's text reaches every rank; `ok` says whether it is a deck or an error.
 std::string broadcast_text(const World& w, std::string text, bool& ok) {
   long long header[2] = {ok ? 1 : 0, static_cast<long long>(text.size())};
-  MPI_CHECK(MPI_Bcast(header, 2, MPI_LONG_LONG, 0, w.comm));
+  timed_bcast(header, 2, MPI_LONG_LONG, 0, w.comm, "the deck broadcast from rank 0");
   ok = header[0] == 1;
   text.resize(static_cast<size_t>(header[1]));
-  MPI_CHECK(MPI_Bcast(text.data(), static_cast<int>(header[1]), MPI_CHAR, 0, w.comm));
+  timed_bcast(text.data(), static_cast<int>(header[1]), MPI_CHAR, 0, w.comm,
+              "the deck broadcast from rank 0");
   return text;
 }
 
@@ -57,6 +59,7 @@ bool load_deck(const World& w, const CommandLine& cli, Deck& deck) {
   if (w.rank == 0) {
     try {
       deck = parse_deck_file(cli.deck_path, cli.overrides);
+      set_wait_limit(deck.pipeline.timeout_s);  // the others learn it from the broadcast
       const int stages = check_deck_layout(deck, cli.ranks > 0 ? cli.ranks : w.size);
       validate_schedule(schedule_for_deck(deck, stages));
       check_data_files(deck);
@@ -189,6 +192,8 @@ void print_start(const World& w, const Deck& deck, const Trainer& trainer,
 // Collective when output.trace is on: rank 0 writes every rank's events.
 void write_trace(const World& w, const Deck& deck, Trainer& trainer) {
   if (!deck.output.trace) return;
+  set_wait_phase("in the trace gather at the end of the run");
+  fault_point("trace");
   const auto events = trainer.gather_trace();
   if (w.rank != 0) return;
   const std::string path = deck.output.dir + "/trace.h5";
@@ -206,6 +211,8 @@ int64_t restore(const World& w, const CommandLine& cli, const Deck& deck,
   const bool resume = !cli.resume.empty();
   const std::string& spec = resume ? cli.resume : deck.training.init_from;
   if (spec.empty()) return 0;
+  set_wait_phase(std::string("while loading the checkpoint ") + spec);
+  fault_point("resume");
   if (resume && !deck.training.init_from.empty() && w.rank == 0)
     std::printf("--resume: training.init_from = \"%s\" is not used\n", deck.training.init_from.c_str());
   try {
@@ -306,11 +313,18 @@ int run_train(const World& w, const CommandLine& cli, const Deck& deck) {
   StepRecord rec;
   const int64_t eval_every = deck.training.eval_every;
   for (int64_t step = progress.first_step; step < deck.training.steps; ++step) {
+    set_wait_phase("in step " + std::to_string(step));
     rec = trainer.train_step(step);
     const bool last = step + 1 == deck.training.steps;
-    if (eval_every > 0 && ((step + 1) % eval_every == 0 || last)) rec.eval_loss = trainer.evaluate();
+    if (eval_every > 0 && ((step + 1) % eval_every == 0 || last)) {
+      set_wait_phase("in the evaluation after step " + std::to_string(step));
+      rec.eval_loss = trainer.evaluate();
+    }
     if (w.rank == 0) log_step(deck, rec, last, progress, metrics);
-    if (checkpoint_due(deck, step)) checkpoint(w, deck, resolved, trainer, step + 1, metrics);
+    if (checkpoint_due(deck, step)) {
+      set_wait_phase("in the checkpoint save after step " + std::to_string(step));
+      checkpoint(w, deck, resolved, trainer, step + 1, metrics);
+    }
   }
   write_trace(w, deck, trainer);
   if (w.rank == 0) print_summary(deck, rec, progress.elapsed, trainer.loss_floor());
@@ -322,6 +336,19 @@ int run_train(const World& w, const CommandLine& cli, const Deck& deck) {
   std::fflush(stderr);
   MPI_Abort(w.comm, 1);
   std::abort();
+}
+
+int run_command(const World& w, const CommandLine& cli) {
+  try {
+    Deck deck;
+    fault_point("startup");
+    if (!load_deck(w, cli, deck)) return 2;
+    set_wait_limit(deck.pipeline.timeout_s);
+    if (cli.command == "validate") return run_validate(w, cli, deck);
+    return run_train(w, cli, deck);
+  } catch (const std::exception& e) {
+    abort_job(w, e.what());
+  }
 }
 
 }  // namespace
@@ -342,13 +369,19 @@ int run_main(int argc, char** argv, MPI_Comm comm) {
     return 0;
   }
   try {
-    Deck deck;
-    if (!load_deck(w, cli, deck)) return 2;
-    if (cli.command == "validate") return run_validate(w, cli, deck);
-    return run_train(w, cli, deck);
+    set_wait_phase("at start-up");
+    start_wait_watch(comm);
   } catch (const std::exception& e) {
     abort_job(w, e.what());
   }
+  const int status = run_command(w, cli);
+  try {
+    set_wait_phase("at the end of the run");
+    stop_wait_watch();
+  } catch (const std::exception& e) {
+    abort_job(w, e.what());
+  }
+  return status;
 }
 
 }  // namespace pt

@@ -14,6 +14,7 @@
 
 #include "check.hpp"
 #include "context.hpp"
+#include "pipetrain/base/timed_wait.hpp"
 #include "pipetrain/cuda/cuda.hpp"
 
 namespace pt::cuda {
@@ -96,7 +97,10 @@ DeviceInfo select_device(MPI_Comm comm) {
   DeviceInfo info;
   MPI_CHECK(MPI_Comm_rank(comm, &info.rank));
   MPI_Comm node;
-  MPI_CHECK(MPI_Comm_split_type(comm, MPI_COMM_TYPE_SHARED, info.rank, MPI_INFO_NULL, &node));
+  {
+    DeadlineScope deadline("the node-local communicator split (device selection)");
+    MPI_CHECK(MPI_Comm_split_type(comm, MPI_COMM_TYPE_SHARED, info.rank, MPI_INFO_NULL, &node));
+  }
   MPI_CHECK(MPI_Comm_rank(node, &info.local_rank));
   MPI_CHECK(MPI_Comm_size(node, &info.local_size));
   MPI_CHECK(MPI_Comm_free(&node));
@@ -145,7 +149,7 @@ bool any_device_shared(const DeviceInfo& info, MPI_Comm comm) {
   int size = 1;
   MPI_CHECK(MPI_Comm_size(comm, &size));
   std::vector<char> all(static_cast<size_t>(size) * kKey);
-  MPI_CHECK(MPI_Allgather(mine, kKey, MPI_CHAR, all.data(), kKey, MPI_CHAR, comm));
+  timed_allgather(mine, kKey, MPI_CHAR, all.data(), comm, "the shared-GPU check all-gather");
   std::vector<std::string> keys;
   for (int r = 0; r < size; ++r) keys.emplace_back(all.data() + static_cast<size_t>(r) * kKey);
   return has_duplicate(keys);

@@ -23,6 +23,7 @@
 
 #include "check.hpp"
 #include "context.hpp"
+#include "pipetrain/base/timed_wait.hpp"
 #include "pipetrain/cuda/cuda.hpp"
 
 namespace pt::cuda {
@@ -125,7 +126,8 @@ class NcclEngine {
   void init_world(MPI_Comm comm) {
     ncclUniqueId id;
     if (rank_ == 0) NCCL_CHECK(ncclGetUniqueId(&id));
-    MPI_CHECK(MPI_Bcast(&id, sizeof id, MPI_BYTE, 0, comm));
+    timed_bcast(&id, sizeof id, MPI_BYTE, 0, comm, "the NCCL unique id broadcast");
+    DeadlineScope deadline("NCCL's communicator set-up (ncclCommInitRank)");
     NCCL_CHECK(ncclCommInitRank(&world_, size_, id, rank_));
   }
 

@@ -4,6 +4,7 @@
 #include <algorithm>
 
 #include "pipetrain/base/error.hpp"
+#include "pipetrain/base/timed_wait.hpp"
 
 namespace pt {
 
@@ -24,7 +25,7 @@ bool LossScaler::grads_finite(Backend& be, const std::vector<Param*>& params) {
 
 bool LossScaler::all_ranks_finite(bool local_finite, MPI_Comm comm) {
   int mine = local_finite ? 1 : 0, all = 0;
-  MPI_CHECK(MPI_Allreduce(&mine, &all, 1, MPI_INT, MPI_MIN, comm));
+  timed_allreduce(&mine, &all, 1, MPI_INT, MPI_MIN, comm, "the fp16 overflow agreement");
   return all == 1;
 }
 

@@ -2,16 +2,15 @@
 #include "pipetrain/runtime/executor.hpp"
 
 #include <mpi.h>
-#include <sched.h>
 
 #include <algorithm>
 #include <chrono>
 #include <cstdlib>
 #include <cmath>
 #include <cstdio>
-#include <thread>
 
 #include "pipetrain/base/error.hpp"
+#include "pipetrain/base/timed_wait.hpp"
 
 namespace pt {
 
@@ -36,14 +35,6 @@ int Executor::tag(int dst_stage, int direction, int mb) const {
   return (mb * schedule_->num_stages + dst_stage) * 2 + direction;
 }
 
-// Test-only fault injection: PIPETRAIN_TEST_STALL_RANK=r makes rank r stall
-// at the start of step 0 for three timeouts, so its peers' timeout fires.
-void Executor::maybe_stall_for_test() const {
-  const char* env = std::getenv("PIPETRAIN_TEST_STALL_RANK");
-  if (step_ != 0 || env == nullptr || std::atoi(env) != transport_.rank()) return;
-  std::this_thread::sleep_for(std::chrono::duration<double>(3 * deck_.pipeline.timeout_s));
-}
-
 StepOutcome Executor::run(const Schedule& schedule, const Dataset& data, int64_t step,
                           Pass pass) {
   PT_CHECK(schedule.forward_only == (pass == Pass::Evaluate),
@@ -55,7 +46,7 @@ StepOutcome Executor::run(const Schedule& schedule, const Dataset& data, int64_t
   data_ = &data;
   pass_ = pass;
   step_ = step;
-  if (pass == Pass::Train) maybe_stall_for_test();
+  if (pass == Pass::Train) fault_point("step", step);
   loss_sum_ = 0.0;
   mbs_.clear();
   compute_us_ = nested_wait_us_ = 0.0;
@@ -335,12 +326,8 @@ void Executor::reap_sends(bool wait_all) {
 void Executor::wait_for(Pending& p) {
   if (poll(p)) return;
   const double start_us = clock().now_us();
-  const double limit_us = deck_.pipeline.timeout_s * 1e6;
-  for (int spins = 0; !poll(p); ++spins) {
-    if (spins < 200) continue;
-    if ((spins & 63) == 0 && clock().now_us() - start_us > limit_us) throw TimeoutError(describe(p.action));
-    sched_yield();
-  }
+  if (!poll_until([&] { return poll(p); }, deck_.pipeline.timeout_s))
+    throw TimeoutError(describe(p.action));
   const double end_us = clock().now_us();
   if (in_compute_) nested_wait_us_ += end_us - start_us;
   last_end_us_ = std::max(last_end_us_, end_us);
@@ -352,9 +339,15 @@ std::string Executor::describe(const Action& a) const {
   const bool forward_dir = a.kind == ActionKind::SEND_F || a.kind == ActionKind::RECV_F;
   const int peer_stage = (forward_dir == is_send) ? a.stage + 1 : a.stage - 1;
   const char* what = forward_dir ? "activation" : "gradient";
-  return "rank " + std::to_string(transport_.rank()) + " (stage " + std::to_string(a.stage) +
-         ") timed out after " + format_seconds(deck_.pipeline.timeout_s) +
-         " s at step " + std::to_string(step_) + " waiting on " + to_string(a) + ": the " +
+  // The driver's phase ("in step 812", "in the evaluation after step 800");
+  // the executor's own step and pass when it runs without one (tests).
+  const std::string phase = wait_phase().empty()
+                                ? (pass_ == Pass::Train ? "in step " : "in evaluation batch ") +
+                                      std::to_string(step_)
+                                : wait_phase();
+  return "stage " + std::to_string(a.stage) + " timed out after " +
+         format_seconds(deck_.pipeline.timeout_s) + " s " + phase + " waiting on " +
+         to_string(a) + ": the " +
          what + " of micro-batch " + std::to_string(a.mb) + (is_send ? " to" : " from") +
          " rank " + std::to_string(peer_rank(peer_stage)) + " (stage " +
          std::to_string(peer_stage) + "); see pipeline.timeout_s";

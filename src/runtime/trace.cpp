@@ -4,6 +4,7 @@
 #include <limits>
 
 #include "pipetrain/base/error.hpp"
+#include "pipetrain/base/timed_wait.hpp"
 
 namespace pt {
 
@@ -28,13 +29,13 @@ ClockAlignment Tracer::align_clocks(MPI_Comm comm) {
   clocks.offset_us.assign(size, 0.0);
   clocks.error_us.assign(size, 0.0);
   for (int peer = 1; peer < size; ++peer) {
-    MPI_CHECK(MPI_Barrier(comm));
+    timed_barrier(comm, "the clock-alignment barrier");
     if (rank == 0) {
       double best_rtt = std::numeric_limits<double>::infinity();
       for (int round = 0; round < kRounds; ++round) {
         double t0 = now_us(), tr = 0.0;
-        MPI_CHECK(MPI_Send(&t0, 1, MPI_DOUBLE, peer, kPingTag, comm));
-        MPI_CHECK(MPI_Recv(&tr, 1, MPI_DOUBLE, peer, kPingTag, comm, MPI_STATUS_IGNORE));
+        timed_send(&t0, 1, MPI_DOUBLE, peer, kPingTag, comm, "the clock-alignment ping");
+        timed_recv(&tr, 1, MPI_DOUBLE, peer, kPingTag, comm, "the clock-alignment pong");
         double t1 = now_us();
         if (t1 - t0 < best_rtt) {
           best_rtt = t1 - t0;
@@ -45,14 +46,14 @@ ClockAlignment Tracer::align_clocks(MPI_Comm comm) {
     } else if (rank == peer) {
       for (int round = 0; round < kRounds; ++round) {
         double t0 = 0.0;
-        MPI_CHECK(MPI_Recv(&t0, 1, MPI_DOUBLE, 0, kPingTag, comm, MPI_STATUS_IGNORE));
+        timed_recv(&t0, 1, MPI_DOUBLE, 0, kPingTag, comm, "the clock-alignment ping");
         double tr = now_us();
-        MPI_CHECK(MPI_Send(&tr, 1, MPI_DOUBLE, 0, kPingTag, comm));
+        timed_send(&tr, 1, MPI_DOUBLE, 0, kPingTag, comm, "the clock-alignment pong");
       }
     }
   }
-  MPI_CHECK(MPI_Bcast(clocks.offset_us.data(), size, MPI_DOUBLE, 0, comm));
-  MPI_CHECK(MPI_Bcast(clocks.error_us.data(), size, MPI_DOUBLE, 0, comm));
+  timed_bcast(clocks.offset_us.data(), size, MPI_DOUBLE, 0, comm, "the clock offsets broadcast");
+  timed_bcast(clocks.error_us.data(), size, MPI_DOUBLE, 0, comm, "the clock errors broadcast");
   return clocks;
 }
 
@@ -62,7 +63,7 @@ std::vector<std::vector<TraceEvent>> Tracer::gather(MPI_Comm comm, const ClockAl
   MPI_CHECK(MPI_Comm_size(comm, &size));
   long long bytes = static_cast<long long>(events_.size() * sizeof(TraceEvent));
   std::vector<long long> all_bytes(size);
-  MPI_CHECK(MPI_Gather(&bytes, 1, MPI_LONG_LONG, all_bytes.data(), 1, MPI_LONG_LONG, 0, comm));
+  timed_gather(&bytes, 1, MPI_LONG_LONG, all_bytes.data(), 0, comm, "the trace sizes gather");
   std::vector<std::vector<TraceEvent>> out;
   if (rank == 0) {
     out.resize(size);
@@ -70,8 +71,8 @@ std::vector<std::vector<TraceEvent>> Tracer::gather(MPI_Comm comm, const ClockAl
     for (int r = 1; r < size; ++r) {
       out[r].resize(static_cast<size_t>(all_bytes[r]) / sizeof(TraceEvent));
       PT_CHECK(all_bytes[r] < (1ll << 31), "trace of rank " + std::to_string(r) + " over 2 GiB");
-      MPI_CHECK(MPI_Recv(out[r].data(), static_cast<int>(all_bytes[r]), MPI_BYTE, r, kPingTag + 1, comm,
-                         MPI_STATUS_IGNORE));
+      timed_recv(out[r].data(), static_cast<int>(all_bytes[r]), MPI_BYTE, r, kPingTag + 1, comm,
+                 "the trace events");
       for (TraceEvent& e : out[r]) {
         e.start_us -= clocks.offset_us[r];
         e.end_us -= clocks.offset_us[r];
@@ -79,7 +80,8 @@ std::vector<std::vector<TraceEvent>> Tracer::gather(MPI_Comm comm, const ClockAl
     }
   } else {
     PT_CHECK(bytes < (1ll << 31), "trace over 2 GiB");
-    MPI_CHECK(MPI_Send(events_.data(), static_cast<int>(bytes), MPI_BYTE, 0, kPingTag + 1, comm));
+    timed_send(events_.data(), static_cast<int>(bytes), MPI_BYTE, 0, kPingTag + 1, comm,
+               "the trace events");
   }
   return out;
 }

@@ -8,6 +8,7 @@
 #include <thread>
 
 #include "pipetrain/base/error.hpp"
+#include "pipetrain/base/timed_wait.hpp"
 
 namespace pt {
 
@@ -21,7 +22,10 @@ Schedule schedule_for_deck(const Deck& deck, int stages) {
 BlasThreadsChoice choose_blas_threads(const Deck& deck, MPI_Comm comm) {
   BlasThreadsChoice c;
   MPI_Comm node = MPI_COMM_NULL;
-  MPI_CHECK(MPI_Comm_split_type(comm, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node));
+  {
+    DeadlineScope deadline("the node-local communicator split (BLAS threads)");
+    MPI_CHECK(MPI_Comm_split_type(comm, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node));
+  }
   MPI_CHECK(MPI_Comm_size(node, &c.ranks_on_node));
   MPI_CHECK(MPI_Comm_free(&node));
   c.node_cores = std::max(1u, std::thread::hardware_concurrency());
@@ -84,10 +88,13 @@ StepRecord Trainer::train_step(int64_t step) {
   StepOutcome outcome = executor_->run(schedule_, *data_, step, Pass::Train);
 
   const double reduce_start = tracer_->now_us();
+  fault_point("loss", step);
   rec.loss = mean_loss(outcome.loss_sum);
   // fp16: unscale, or skip the whole step on every stage after an overflow.
   rec.skipped = scaler_ && !scaler_->finish_backward(be, stage_.params(), comm_);
+  fault_point("grad_norm", step);
   rec.grad_norm = rec.skipped ? std::nan("") : global_grad_norm();
+  fault_point("bubble", step);
   rec.bubble = measured_bubble(outcome);
   tracer_->record(EventKind::Reduction, step, stage_.stage, -1, reduce_start, tracer_->now_us());
   rec.lr = learning_rate(deck_.training, step);
@@ -101,6 +108,7 @@ StepRecord Trainer::train_step(int64_t step) {
   tracer_->record(EventKind::Optimizer, step, stage_.stage, -1, optimizer_start, tracer_->now_us());
   rec.step_time_s =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  fault_point("memory", step);
   rec.stage_peak_bytes = gather_memory_peaks();
   return rec;
 }
@@ -111,8 +119,8 @@ std::vector<std::vector<double>> Trainer::gather_memory_peaks() {
   std::vector<double> mine(stats.peak, stats.peak + cats);
   mine.push_back(static_cast<double>(stats.peak_total));
   std::vector<double> all(rank_ == 0 ? mine.size() * size_ : 0);
-  MPI_CHECK(MPI_Gather(mine.data(), static_cast<int>(mine.size()), MPI_DOUBLE, all.data(),
-                       static_cast<int>(mine.size()), MPI_DOUBLE, 0, comm_));
+  timed_gather(mine.data(), static_cast<int>(mine.size()), MPI_DOUBLE, all.data(), 0, comm_,
+               "the per-stage memory peaks gather");
   std::vector<std::vector<double>> per_stage;
   for (int r = 0; rank_ == 0 && r < size_; ++r)
     per_stage.emplace_back(all.begin() + r * mine.size(), all.begin() + (r + 1) * mine.size());
@@ -178,11 +186,13 @@ RecomputePolicy Trainer::resolve_recompute() {
   // Share every stage's choice: (fits, needed, budget) numbers and names.
   double numbers[3] = {fits ? 1.0 : 0.0, mine.needed_bytes, mine.budget_bytes};
   std::vector<double> all(3 * size_);
-  MPI_CHECK(MPI_Allgather(numbers, 3, MPI_DOUBLE, all.data(), 3, MPI_DOUBLE, comm_));
+  timed_allgather(numbers, 3, MPI_DOUBLE, all.data(), comm_,
+                  "the recomputation choices all-gather");
   char name[32] = {0};
   std::snprintf(name, sizeof name, "%s", mine.policy.c_str());
   std::vector<char> names(32 * size_);
-  MPI_CHECK(MPI_Allgather(name, 32, MPI_CHAR, names.data(), 32, MPI_CHAR, comm_));
+  timed_allgather(name, 32, MPI_CHAR, names.data(), comm_,
+                  "the recomputation policy names all-gather");
   recompute_.clear();
   std::string failures;
   for (int r = 0; r < size_; ++r) {
@@ -208,7 +218,7 @@ RecomputePolicy Trainer::resolve_recompute() {
 double Trainer::measured_bubble(const StepOutcome& outcome) {
   double mine[2] = {outcome.compute_us, outcome.span_us};
   std::vector<double> all(2 * size_);
-  MPI_CHECK(MPI_Allgather(mine, 2, MPI_DOUBLE, all.data(), 2, MPI_DOUBLE, comm_));
+  timed_allgather(mine, 2, MPI_DOUBLE, all.data(), comm_, "the measured-bubble all-gather");
   double span = 0.0, idle = 0.0;
   for (int r = 0; r < size_; ++r) span = std::max(span, all[2 * r + 1]);
   for (int r = 0; r < size_; ++r) idle += span > 0.0 ? 1.0 - all[2 * r] / span : 0.0;
@@ -221,7 +231,7 @@ double Trainer::mean_loss(double loss_sum) {
   double mean = 0.0;
   if (stage_.is_last())
     mean = loss_sum / static_cast<double>(deck_.training.batch_size * stage_.loss_terms_per_sample);
-  MPI_CHECK(MPI_Bcast(&mean, 1, MPI_DOUBLE, size_ - 1, comm_));
+  timed_bcast(&mean, 1, MPI_DOUBLE, size_ - 1, comm_, "the loss broadcast from the last stage");
   return mean;
 }
 
@@ -229,6 +239,7 @@ double Trainer::evaluate() {
   DefaultDeviceGuard on_device(be_.device());
   PT_CHECK(eval_data_ != nullptr, "evaluation needs training.eval_every > 0");
   double sum = 0.0;
+  fault_point("eval");
   for (int64_t b = 0; b < deck_.training.eval_batches; ++b)
     sum += mean_loss(executor_->run(eval_schedule_, *eval_data_, b, Pass::Evaluate).loss_sum);
   return sum / static_cast<double>(deck_.training.eval_batches);
@@ -242,11 +253,11 @@ double Trainer::global_grad_norm() {
   for (Param* p : stage_.params()) local.push_back(be.sum_squares(p->grad));
   int count = static_cast<int>(local.size());
   std::vector<int> counts(size_), offsets(size_, 0);
-  MPI_CHECK(MPI_Allgather(&count, 1, MPI_INT, counts.data(), 1, MPI_INT, comm_));
+  timed_allgather(&count, 1, MPI_INT, counts.data(), comm_, "the gradient-norm counts all-gather");
   for (int r = 1; r < size_; ++r) offsets[r] = offsets[r - 1] + counts[r - 1];
   std::vector<double> all(static_cast<size_t>(offsets.back() + counts.back()));
-  MPI_CHECK(MPI_Allgatherv(local.data(), count, MPI_DOUBLE, all.data(), counts.data(),
-                           offsets.data(), MPI_DOUBLE, comm_));
+  timed_allgatherv(local.data(), count, MPI_DOUBLE, all.data(), counts.data(), offsets.data(),
+                   comm_, "the gradient-norm all-gather");
   double sum = 0.0;
   for (double v : all) sum += v;
   return std::sqrt(sum);
@@ -261,14 +272,14 @@ std::vector<float> Trainer::gather_parameters() {
   }
   int count = static_cast<int>(local.size());
   std::vector<int> counts(size_), offsets(size_, 0);
-  MPI_CHECK(MPI_Gather(&count, 1, MPI_INT, counts.data(), 1, MPI_INT, 0, comm_));
+  timed_gather(&count, 1, MPI_INT, counts.data(), 0, comm_, "the parameter counts gather");
   std::vector<float> all;
   if (rank_ == 0) {
     for (int r = 1; r < size_; ++r) offsets[r] = offsets[r - 1] + counts[r - 1];
     all.resize(static_cast<size_t>(offsets.back() + counts.back()));
   }
-  MPI_CHECK(MPI_Gatherv(local.data(), count, MPI_FLOAT, all.data(), counts.data(),
-                        offsets.data(), MPI_FLOAT, 0, comm_));
+  timed_gatherv(local.data(), count, MPI_FLOAT, all.data(), counts.data(), offsets.data(), 0,
+                comm_, "the parameter gather");
   return all;
 }
 

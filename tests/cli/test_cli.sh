@@ -56,7 +56,7 @@ check "resolved deck reruns" status_is 0
 check "same deck, same losses" bash -c "diff <(grep -o 'loss [0-9.e+-]*' '$tmp/first') <(grep -o 'loss [0-9.e+-]*' '$tmp/out')"
 
 # A peer that stops answering: the waiting rank names its action, the job ends.
-PIPETRAIN_TEST_STALL_RANK=1 run 2 train inputs/mlp_small.toml \
+PIPETRAIN_TEST_STALL=1:step:0 run 2 train inputs/mlp_small.toml \
   --set pipeline.timeout_s=1 --set output.dir=\"$tmp/stall\"
 check "stalled peer ends the job" status_not
 check "timeout names the action waited on" output_has "waiting on 0RECV_B0"

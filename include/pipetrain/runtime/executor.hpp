@@ -102,7 +102,6 @@ class Executor {
   int tag(int dst_stage, int direction, int mb) const;
   int peer_rank(int stage) const { return stage_rank(*schedule_, stage); }
   std::string describe(const Action& a) const;
-  void maybe_stall_for_test() const;
 
   StageModel& stage_;
   Transport& transport_;
