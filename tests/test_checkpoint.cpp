@@ -431,7 +431,9 @@ class MismatchedCheckpoint : public ::testing::Test {
   void expect_refused_and_skipped(const std::string& text, const std::string& not_text = "") {
     const std::string e = load_error(deck, tmp / "root/step_00000004");
     EXPECT_TRUE(has(e, text)) << e;
-    if (!not_text.empty()) EXPECT_FALSE(has(e, not_text)) << e;
+    if (!not_text.empty()) {
+      EXPECT_FALSE(has(e, not_text)) << e;
+    }
     int64_t step = -1;
     EXPECT_EQ(load_error(deck, "latest", &step), "");
     EXPECT_EQ(step, 2) << "latest falls back to the previous good checkpoint";
