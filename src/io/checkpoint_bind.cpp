@@ -3,7 +3,10 @@
 // the comparisons a load makes between them.
 #include "checkpoint_bind.hpp"
 
+#include <unistd.h>
+
 #include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <random>
 #include <sstream>
@@ -59,12 +62,24 @@ std::string describe_damage(const std::vector<std::string>& extra,
 
 }  // namespace
 
+// From the system's entropy source; where there is none (random_device
+// throws), from the clock and the process id, which still differ per save.
 std::string new_checkpoint_id() {
-  std::random_device device;
+  uint32_t words[4] = {0, 0, 0, 0};
+  try {
+    std::random_device device;
+    for (uint32_t& w : words) w = device();
+  } catch (const std::exception&) {
+    const auto now = std::chrono::high_resolution_clock::now().time_since_epoch().count();
+    std::seed_seq seed{static_cast<uint32_t>(now), static_cast<uint32_t>(now >> 32),
+                       static_cast<uint32_t>(getpid())};
+    std::mt19937 generator(seed);
+    for (uint32_t& w : words) w = generator();
+  }
   std::string id;
-  for (int i = 0; i < 4; ++i) {
+  for (uint32_t w : words) {
     char buf[16];
-    std::snprintf(buf, sizeof buf, "%08x", static_cast<unsigned>(device()));
+    std::snprintf(buf, sizeof buf, "%08x", static_cast<unsigned>(w));
     id += buf;
   }
   return id;

@@ -16,7 +16,7 @@
 
 namespace pt::ckpt {
 
-// 32 hex digits from std::random_device: a new one for every save.
+// 32 hex digits (128 random bits): a new one for every save.
 std::string new_checkpoint_id();
 
 // One dataset of a stage file: its path there ("params/<name>/value") and CRC-32.

@@ -179,7 +179,8 @@ int64_t read_manifest_version(hid_t m, const std::string& path) {
     unusable(path, "format_version " + std::to_string(version) +
                        " was written by an older pipetrain, whose checkpoints do not bind their "
                        "files to the manifest; this pipetrain reads format_version " + here +
-                       " only (continue with the pipetrain that wrote it, or start afresh)");
+                       " only (resume it with the pipetrain that wrote it, or rewrite it as "
+                       "docs/checkpoint-format.md describes)");
   return version;
 }
 
