@@ -18,6 +18,7 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <iterator>
 
 #include "pipetrain/io/checkpoint.hpp"
 #include "pipetrain/io/deck_io.hpp"
@@ -261,12 +262,48 @@ void flip_data_byte(const std::string& file, const std::string& dataset) {
   io.write(&c, 1);
 }
 
-void set_format_version(const std::string& manifest, int64_t version) {
-  hid_t f = H5Fopen(manifest.c_str(), H5F_ACC_RDWR, H5P_DEFAULT);
-  hid_t a = H5Aopen(f, "format_version", H5P_DEFAULT);
-  H5Awrite(a, H5T_NATIVE_INT64, &version);
+// Replaces the root attribute `name` of `file` with an int64 or a text.
+void set_root_attr(const std::string& file, const std::string& name, int64_t value) {
+  hid_t f = H5Fopen(file.c_str(), H5F_ACC_RDWR, H5P_DEFAULT);
+  if (H5Aexists(f, name.c_str()) > 0) H5Adelete(f, name.c_str());
+  hid_t s = H5Screate(H5S_SCALAR);
+  hid_t a = H5Acreate2(f, name.c_str(), H5T_STD_I64LE, s, H5P_DEFAULT, H5P_DEFAULT);
+  H5Awrite(a, H5T_NATIVE_INT64, &value);
   H5Aclose(a);
+  H5Sclose(s);
   H5Fclose(f);
+}
+
+void set_root_attr(const std::string& file, const std::string& name, const std::string& text) {
+  hid_t f = H5Fopen(file.c_str(), H5F_ACC_RDWR, H5P_DEFAULT);
+  if (H5Aexists(f, name.c_str()) > 0) H5Adelete(f, name.c_str());
+  hid_t t = H5Tcopy(H5T_C_S1);
+  H5Tset_size(t, H5T_VARIABLE);
+  hid_t s = H5Screate(H5S_SCALAR);
+  hid_t a = H5Acreate2(f, name.c_str(), t, s, H5P_DEFAULT, H5P_DEFAULT);
+  const char* p = text.c_str();
+  H5Awrite(a, t, &p);
+  H5Aclose(a);
+  H5Sclose(s);
+  H5Tclose(t);
+  H5Fclose(f);
+}
+
+void set_format_version(const std::string& manifest, int64_t version) {
+  set_root_attr(manifest, "format_version", version);
+}
+
+// Overwrites every occurrence of `from` in the file's bytes with `to` (as
+// long): a damaged name, with the file's size unchanged.
+void patch_bytes(const std::string& file, const std::string& from, const std::string& to) {
+  std::string bytes;
+  {
+    std::ifstream in(file, std::ios::binary);
+    bytes.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+  }
+  for (size_t at = bytes.find(from); at != std::string::npos; at = bytes.find(from, at + 1))
+    bytes.replace(at, to.size(), to);
+  std::ofstream(file, std::ios::binary | std::ios::trunc) << bytes;
 }
 
 void truncate_half(const std::string& file) { fs::resize_file(file, fs::file_size(file) / 2); }
@@ -321,7 +358,16 @@ TEST_F(BadCheckpoint, MissingLayer) {
 TEST_F(BadCheckpoint, NewerFormatVersion) {
   on_root([&] { set_format_version(tmp / "bad/manifest.h5", kCheckpointFormatVersion + 1); });
   const std::string e = load_error(mlp_deck(), tmp / "bad");
-  EXPECT_TRUE(has(e, tmp / "bad/manifest.h5: format_version 2 is newer than this pipetrain reads")) << e;
+  const std::string newer = std::to_string(kCheckpointFormatVersion + 1);
+  EXPECT_TRUE(has(e, tmp / "bad/manifest.h5: format_version " + newer +
+                         " is newer than this pipetrain reads")) << e;
+}
+
+// Version 1 had nothing that binds the files to the manifest: refused.
+TEST_F(BadCheckpoint, VersionOneIsRefused) {
+  on_root([&] { set_format_version(tmp / "bad/manifest.h5", 1); });
+  const std::string e = load_error(mlp_deck(), tmp / "bad");
+  EXPECT_TRUE(has(e, tmp / "bad/manifest.h5: format_version 1 was written by an older pipetrain")) << e;
 }
 
 TEST_F(BadCheckpoint, OtherOptimizerCannotResume) {
@@ -360,6 +406,89 @@ TEST(Checkpoint, LatestFallsBackToPreviousGood) {
   on_root([&] { flip_data_byte(tmp / "root/step_00000002/stage_000.h5", "params/unit0.linear.weight/value"); });
   const std::string e = load_error(deck, "latest");
   EXPECT_TRUE(has(e, "checksum mismatch") && has(e, "no older good checkpoint")) << e;
+}
+
+// ---- files that were not saved together -------------------------------------
+
+// A run's checkpoints of steps 2 and 4 (latest), and another run's (other
+// seeds) of step 4. Each case damages step 4: named explicitly it is refused
+// with the message, and `latest` falls back to step 2.
+class MismatchedCheckpoint : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    deck.output.checkpoint_dir = tmp / "root";
+    train(deck, stages_here(), 0, 2, "", LoadMode::Resume, tmp / "root");
+    train(deck, stages_here(), 2, 4, tmp / "root", LoadMode::Resume, tmp / "root");
+  }
+  static std::string stage_name(int stage) {
+    char name[32];
+    std::snprintf(name, sizeof name, "stage_%03d.h5", stage);
+    return name;
+  }
+  std::string newest(const std::string& name) const { return tmp / ("root/step_00000004/" + name); }
+  std::string last_stage() const { return stage_name(stages_here() - 1); }
+  // Refused when named, skipped (for step 2) by latest.
+  void expect_refused_and_skipped(const std::string& text, const std::string& not_text = "") {
+    const std::string e = load_error(deck, tmp / "root/step_00000004");
+    EXPECT_TRUE(has(e, text)) << e;
+    if (!not_text.empty()) {
+      EXPECT_FALSE(has(e, not_text)) << e;
+    }
+    int64_t step = -1;
+    EXPECT_EQ(load_error(deck, "latest", &step), "");
+    EXPECT_EQ(step, 2) << "latest falls back to the previous good checkpoint";
+  }
+  TempDir tmp;
+  Deck deck = mlp_deck();
+};
+
+TEST_F(MismatchedCheckpoint, StageFileOfAnOlderCheckpoint) {
+  on_root([&] {
+    fs::copy_file(tmp / ("root/step_00000002/" + last_stage()), newest(last_stage()),
+                  fs::copy_options::overwrite_existing);
+  });
+  expect_refused_and_skipped(newest(last_stage()) +
+                             ": written for step 2, but manifest.h5 says step 4; the files of "
+                             "this checkpoint were not saved together");
+}
+
+TEST_F(MismatchedCheckpoint, StageFileOfAnotherRun) {
+  Deck other = mlp_deck();
+  other.model.init_seed += 11;
+  other.data.seed += 13;
+  train(other, stages_here(), 0, 4, "", LoadMode::Resume, tmp / "other");
+  on_root([&] {
+    fs::copy_file(tmp / ("other/step_00000004/" + last_stage()), newest(last_stage()),
+                  fs::copy_options::overwrite_existing);
+  });
+  expect_refused_and_skipped(newest(last_stage()) + ": written by another save (checkpoint_id ");
+}
+
+TEST_F(MismatchedCheckpoint, EditedManifestStep) {
+  on_root([&] { set_root_attr(newest("manifest.h5"), "step", int64_t{6}); });
+  expect_refused_and_skipped(newest(stage_name(0)) +
+                             ": written for step 4, but manifest.h5 says step 6; the files of "
+                             "this checkpoint were not saved together");
+}
+
+// A damaged name is damage to that file, not a model that differs
+// (tests/cli/test_checkpoint.sh renames one with h5py).
+TEST_F(MismatchedCheckpoint, RenamedDataset) {
+  on_root([&] { patch_bytes(newest(last_stage()), "unit7.linear.weight", "unit7.linear.weigXt"); });
+  expect_refused_and_skipped(newest(last_stage()) + ": holds dataset(s) params/unit7.linear.weigXt/",
+                             "missing layer");
+  const std::string e = load_error(deck, tmp / "root/step_00000004");
+  EXPECT_TRUE(has(e, "lacks params/unit7.linear.weight/")) << e;
+}
+
+TEST_F(MismatchedCheckpoint, DamagedManifestFormat) {
+  on_root([&] { set_root_attr(newest("manifest.h5"), "format", std::string("pipetrain-checkpoinX")); });
+  expect_refused_and_skipped(newest("manifest.h5") + ": attribute format is \"pipetrain-checkpoinX\"");
+}
+
+TEST_F(MismatchedCheckpoint, DamagedManifestFormatVersion) {
+  on_root([&] { set_root_attr(newest("manifest.h5"), "format_version", std::string("2\x7f?")); });
+  expect_refused_and_skipped(newest("manifest.h5") + ": attribute format_version is damaged", "newer");
 }
 
 // Saving keeps output.checkpoint_keep checkpoints and points latest at the newest.

@@ -47,6 +47,13 @@ std::string join_path(const std::string& dir, const std::string& name) {
   return dir.back() == '/' ? dir + name : dir + "/" + name;
 }
 
+std::string list_names(const std::vector<std::string>& names) {
+  std::string text;
+  for (size_t i = 0; i < names.size() && i < 5; ++i) text += (i ? ", " : "") + names[i];
+  if (names.size() > 5) text += " and " + std::to_string(names.size() - 5) + " more";
+  return text;
+}
+
 // zlib takes at most 4 GiB - 1 per call (uInt); larger buffers go in pieces.
 uint32_t crc32_of(const void* data, size_t bytes, uint32_t crc) {
   const auto* p = static_cast<const Bytef*>(data);
@@ -185,6 +192,100 @@ H5Id create_group(hid_t parent, const std::string& name) {
   H5Id group(H5Gcreate2(parent, name.c_str(), H5P_DEFAULT, plist.get(), H5P_DEFAULT), H5Gclose);
   H5_CHECK(group.get());
   return group;
+}
+
+std::vector<std::string> group_members(hid_t group) {
+  std::vector<std::string> names;
+  H5Literate(group, H5_INDEX_NAME, H5_ITER_INC, nullptr,
+             [](hid_t, const char* name, const H5L_info_t*, void* out) -> herr_t {
+               static_cast<std::vector<std::string>*>(out)->push_back(name);
+               return 0;
+             },
+             &names);
+  return names;
+}
+
+bool has_link(hid_t loc, const std::string& path) {
+  return H5Lexists(loc, path.c_str(), H5P_DEFAULT) > 0;
+}
+
+namespace {
+
+H5Id create_list(hid_t group, const std::string& name, hid_t type, size_t n) {
+  hsize_t dims[1] = {n};
+  H5Id space(H5Screate_simple(1, dims, nullptr), H5Sclose);
+  H5Id plist = untimed_dataset_plist();
+  H5Id dset(H5Dcreate2(group, name.c_str(), type, space.get(), H5P_DEFAULT, plist.get(), H5P_DEFAULT),
+            H5Dclose);
+  H5_CHECK(dset.get());
+  return dset;
+}
+
+// The one-dimensional dataset `name` of `cls` and its length.
+H5Id open_list(hid_t group, const std::string& name, H5T_class_t cls, size_t& n) {
+  if (!has_link(group, name)) return {};
+  H5Id dset(H5Dopen2(group, name.c_str(), H5P_DEFAULT), H5Dclose);
+  if (!dset.valid()) return {};
+  H5Id type(H5Dget_type(dset.get()), H5Tclose);
+  H5Id space(H5Dget_space(dset.get()), H5Sclose);
+  if (!type.valid() || H5Tget_class(type.get()) != cls || !space.valid() ||
+      H5Sget_simple_extent_ndims(space.get()) != 1)
+    return {};
+  n = static_cast<size_t>(H5Sget_simple_extent_npoints(space.get()));
+  return dset;
+}
+
+}  // namespace
+
+void write_list(hid_t group, const std::string& name, const std::vector<std::string>& values) {
+  H5Id type = variable_string_type();
+  H5Id dset = create_list(group, name, type.get(), values.size());
+  std::vector<const char*> texts;
+  for (const std::string& v : values) texts.push_back(v.c_str());
+  if (!texts.empty())
+    H5_CHECK(H5Dwrite(dset.get(), type.get(), H5S_ALL, H5S_ALL, H5P_DEFAULT, texts.data()));
+}
+
+void write_list(hid_t group, const std::string& name, const std::vector<int64_t>& values) {
+  H5Id dset = create_list(group, name, H5T_STD_I64LE, values.size());
+  if (!values.empty())
+    H5_CHECK(H5Dwrite(dset.get(), H5T_NATIVE_INT64, H5S_ALL, H5S_ALL, H5P_DEFAULT, values.data()));
+}
+
+bool read_list(hid_t group, const std::string& name, std::vector<std::string>& values) {
+  size_t n = 0;
+  H5Id dset = open_list(group, name, H5T_STRING, n);
+  if (!dset.valid()) return false;
+  values.assign(n, "");
+  if (n == 0) return true;
+  H5Id type(H5Dget_type(dset.get()), H5Tclose);
+  if (H5Tis_variable_str(type.get()) > 0) {
+    H5Id mem = variable_string_type();
+    std::vector<char*> texts(n, nullptr);
+    if (H5Dread(dset.get(), mem.get(), H5S_ALL, H5S_ALL, H5P_DEFAULT, texts.data()) < 0) return false;
+    for (size_t i = 0; i < n; ++i) {
+      values[i] = texts[i] ? texts[i] : "";
+      H5free_memory(texts[i]);
+    }
+    return true;
+  }
+  const size_t width = H5Tget_size(type.get());
+  std::string buf(n * width, '\0');
+  if (H5Dread(dset.get(), type.get(), H5S_ALL, H5S_ALL, H5P_DEFAULT, buf.data()) < 0) return false;
+  for (size_t i = 0; i < n; ++i) {
+    const std::string one = buf.substr(i * width, width);
+    values[i] = one.substr(0, one.find('\0'));
+  }
+  return true;
+}
+
+bool read_list(hid_t group, const std::string& name, std::vector<int64_t>& values) {
+  size_t n = 0;
+  H5Id dset = open_list(group, name, H5T_INTEGER, n);
+  if (!dset.valid()) return false;
+  values.assign(n, 0);
+  return n == 0 ||
+         H5Dread(dset.get(), H5T_NATIVE_INT64, H5S_ALL, H5S_ALL, H5P_DEFAULT, values.data()) >= 0;
 }
 
 namespace {

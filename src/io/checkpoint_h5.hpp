@@ -24,6 +24,8 @@ std::string step_dir_name(int64_t step);  // "step_00000020"
 bool parse_step_dir_name(const std::string& name, int64_t& step);
 std::string stage_file_name(int stage);   // "stage_002.h5"
 std::string join_path(const std::string& dir, const std::string& name);
+// "a, b, c, d, e and 3 more": the first five names, for messages.
+std::string list_names(const std::vector<std::string>& names);
 
 // zlib's CRC-32 (the same as Python's zlib.crc32), continued from `crc`.
 uint32_t crc32_of(const void* data, size_t bytes, uint32_t crc = 0);
@@ -74,6 +76,19 @@ H5Id untimed_group_plist();
 H5Id untimed_dataset_plist();
 // A group, created with untimed_group_plist.
 H5Id create_group(hid_t parent, const std::string& name);
+
+// Links in a group, by name; whether a link exists at `path` under loc.
+std::vector<std::string> group_members(hid_t group);
+bool has_link(hid_t loc, const std::string& path);
+
+// One-dimensional lists as datasets (attributes are limited to 64 KiB):
+// text as variable-length UTF-8, integers as int64. The readers accept
+// fixed- and variable-length text and any integer type; false: absent or
+// of another kind.
+void write_list(hid_t group, const std::string& name, const std::vector<std::string>& values);
+void write_list(hid_t group, const std::string& name, const std::vector<int64_t>& values);
+bool read_list(hid_t group, const std::string& name, std::vector<std::string>& values);
+bool read_list(hid_t group, const std::string& name, std::vector<int64_t>& values);
 
 // A float32 dataset of `shape` holding `data`, with attribute crc32 (returned).
 uint32_t write_f32(hid_t group, const std::string& name, const float* data, const Shape& shape);

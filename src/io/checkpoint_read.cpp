@@ -3,15 +3,17 @@
 // 1. rank 0 resolves the request to candidate directories ("latest": the one
 //    `latest` names, then older ones as fallbacks);
 // 2. rank 0 inspects a candidate: manifest (format, version, state), stage
-//    files present with the recorded sizes, and an index of every parameter
+//    files present with the recorded sizes and saved together with the
+//    manifest (checkpoint_bind.hpp: same save id and step, exactly the listed
+//    datasets with the listed CRC-32s), and an index of every parameter
 //    (name -> file, shape) checked against all ranks' parameters (missing or
 //    extra layers, shapes, optimizer state);
 // 3. every rank reads its own parameters from whichever files hold them and
 //    checks each dataset's CRC-32.
 // After steps 1-3 the ranks agree on the outcome (ckpt::agree). A broken
-// candidate (missing, truncated or corrupt file) is skipped for the next
-// older one when resolving "latest"; anything else is an InputError with the
-// same message on every rank.
+// candidate (missing, truncated, corrupt or damaged file, files not saved
+// together) is skipped for the next older one when resolving "latest";
+// anything else is an InputError with the same message on every rank.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -19,6 +21,7 @@
 #include <map>
 #include <sstream>
 
+#include "checkpoint_bind.hpp"
 #include "checkpoint_h5.hpp"
 #include "pipetrain/io/checkpoint.hpp"
 #include "pipetrain/base/error.hpp"
@@ -142,7 +145,7 @@ struct Entry {
 };
 
 struct Inspection {
-  int64_t step = 0;
+  Binding binding;  // the manifest's format_version, step and checkpoint_id
   std::string deck_text;
   std::map<std::string, Entry> index;
 };
@@ -155,56 +158,58 @@ Shape dataset_shape(hid_t dset) {
   return Shape(dims.begin(), dims.end());
 }
 
-std::vector<std::string> group_members(hid_t group) {
-  std::vector<std::string> names;
-  H5Literate(group, H5_INDEX_NAME, H5_ITER_INC, nullptr,
-             [](hid_t, const char* name, const H5L_info_t*, void* out) -> herr_t {
-               static_cast<std::vector<std::string>*>(out)->push_back(name);
-               return 0;
-             },
-             &names);
-  return names;
-}
-
-bool has_link(hid_t loc, const std::string& path) { return H5Lexists(loc, path.c_str(), H5P_DEFAULT) > 0; }
-
 H5Id open_file(const std::string& path) {
   H5Id file(H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT), H5Fclose);
   if (!file.valid()) broken(path, "cannot be opened as an HDF5 file (truncated or corrupt)");
   return file;
 }
 
-// Root attributes of manifest.h5: format, version, step, deck.
-void read_manifest_state(hid_t m, const std::string& path, Inspection& ins) {
-  std::string format;
-  if (!read_attr(m, "format", format) || format != kFormatName)
-    unusable(path, "not a pipetrain checkpoint manifest (attribute format is not \"" +
-                       std::string(kFormatName) + "\")");
+// format_version of manifest.h5: damaged (broken), or one this pipetrain
+// does not read (unusable: older checkpoints would not do either).
+int64_t read_manifest_version(hid_t m, const std::string& path) {
   int64_t version = 0;
-  if (!read_attr(m, "format_version", version) || version < 1)
-    unusable(path, "no valid format_version attribute");
+  if (!read_format_version(m, version) || version < 1)
+    broken(path, "attribute format_version is damaged or missing (not a positive integer)");
+  const std::string here = std::to_string(kCheckpointFormatVersion);
   if (version > kCheckpointFormatVersion)
     unusable(path, "format_version " + std::to_string(version) +
-                       " is newer than this pipetrain reads (up to " +
-                       std::to_string(kCheckpointFormatVersion) + "); use a newer pipetrain");
-  if (!read_attr(m, "step", ins.step) || ins.step < 0) unusable(path, "no valid step attribute");
+                       " is newer than this pipetrain reads (up to " + here +
+                       "); use a newer pipetrain");
+  if (version < kCheckpointFormatVersion)
+    unusable(path, "format_version " + std::to_string(version) +
+                       " was written by an older pipetrain, whose checkpoints do not bind their "
+                       "files to the manifest; this pipetrain reads format_version " + here +
+                       " only (resume it with the pipetrain that wrote it, or rewrite it as "
+                       "docs/checkpoint-format.md describes)");
+  return version;
+}
+
+// Root attributes of manifest.h5: format, version, step, checkpoint_id, deck.
+// A damaged attribute is corruption, like a damaged file.
+void read_manifest_state(hid_t m, const std::string& path, Inspection& ins) {
+  std::string format;
+  const bool named = read_attr(m, "format", format);
+  if (!named || format != kFormatName)
+    broken(path, "attribute format is " + (named ? "\"" + format + "\"" : std::string("missing")) +
+                     ", not \"" + kFormatName + "\" (a damaged manifest, or not a pipetrain checkpoint)");
+  Binding& b = ins.binding;
+  b.version = read_manifest_version(m, path);
+  if (!read_attr(m, "step", b.step) || b.step < 0)
+    broken(path, "attribute step is damaged or missing");
+  if (!read_attr(m, "checkpoint_id", b.id) || b.id.empty())
+    broken(path, "attribute checkpoint_id is damaged or missing");
   read_attr(m, "deck", ins.deck_text);
 }
 
-// One stage file: present, the recorded size, and its parameters.
-void index_file(const std::string& dir, const std::string& name, int64_t recorded,
-                Inspection& ins) {
-  const std::string path = join_path(dir, name);
-  const int64_t actual = file_bytes(path);
-  if (actual < 0) broken(path, "missing (listed in " + std::string(kManifest) + ")");
-  if (actual < recorded)
-    broken(path, "truncated: " + std::to_string(actual) + " bytes on disk, " + kManifest +
-                     " records " + std::to_string(recorded));
-  if (actual != recorded)
-    broken(path, "size " + std::to_string(actual) + " bytes differs from the " +
-                     std::to_string(recorded) + " recorded in " + kManifest);
-  H5Id file = open_file(path);
-  H5Id params(H5Gopen2(file.get(), "params", H5P_DEFAULT), H5Gclose);
+// What manifest.h5 records about one stage file.
+struct FileRecord {
+  int64_t bytes = -1;
+  std::map<std::string, int64_t> crc_by_path;  // every dataset the file holds
+};
+
+// The parameters of one (open) stage file, into the index.
+void index_params(hid_t file, const std::string& path, const std::string& name, Inspection& ins) {
+  H5Id params(H5Gopen2(file, "params", H5P_DEFAULT), H5Gclose);
   if (!params.valid()) broken(path, "no /params group");
   for (const std::string& pname : group_members(params.get())) {
     const std::string value = pname + "/value";
@@ -220,11 +225,25 @@ void index_file(const std::string& dir, const std::string& name, int64_t recorde
   }
 }
 
-std::string list_names(const std::vector<std::string>& names) {
-  std::string text;
-  for (size_t i = 0; i < names.size() && i < 5; ++i) text += (i ? ", " : "") + names[i];
-  if (names.size() > 5) text += " and " + std::to_string(names.size() - 5) + " more";
-  return text;
+// One stage file: present, saved together with the manifest, of the
+// recorded size, and its parameters. A file from another save is named as
+// such even when its size differs.
+void index_file(const std::string& dir, const std::string& name, const FileRecord& record,
+                Inspection& ins) {
+  const std::string path = join_path(dir, name);
+  const int64_t actual = file_bytes(path);
+  if (actual < 0) broken(path, "missing (listed in " + std::string(kManifest) + ")");
+  if (actual < record.bytes)
+    broken(path, "truncated: " + std::to_string(actual) + " bytes on disk, " + kManifest +
+                     " records " + std::to_string(record.bytes));
+  H5Id file = open_file(path);
+  std::string why = binding_mismatch(file.get(), ins.binding);
+  if (why.empty()) why = dataset_mismatch(file.get(), record.crc_by_path);
+  if (!why.empty()) broken(path, why);
+  if (actual != record.bytes)
+    broken(path, "size " + std::to_string(actual) + " bytes differs from the " +
+                     std::to_string(record.bytes) + " recorded in " + kManifest);
+  index_params(file.get(), path, name, ins);
 }
 
 // The checkpoint's parameters against the model the deck builds here.
@@ -278,10 +297,12 @@ Inspection inspect(const std::string& dir, LoadMode mode, const Deck& deck,
   if (!files.valid()) broken(path, "no /files group");
   for (const std::string& name : group_members(files.get())) {
     H5Id g(H5Gopen2(files.get(), name.c_str(), H5P_DEFAULT), H5Gclose);
-    int64_t recorded = -1;
-    if (!g.valid() || !read_attr(g.get(), "bytes", recorded))
+    FileRecord record;
+    if (!g.valid() || !read_attr(g.get(), "bytes", record.bytes))
       broken(path, "files/" + name + " has no bytes attribute");
-    index_file(dir, name, recorded, ins);
+    if (!read_file_record(g.get(), record.crc_by_path))
+      broken(path, "files/" + name + ": its datasets and crc32 lists are missing or damaged");
+    index_file(dir, name, record, ins);
   }
   match_model(dir, ins, want, mode, deck);
   return ins;
@@ -440,7 +461,7 @@ CheckpointRead load_checkpoint(const std::string& spec, LoadMode mode, const Dec
     if (!p) {
       CheckpointRead out;
       out.path = dir;
-      out.step = ins.step;
+      out.step = ins.binding.step;
       MPI_CHECK(MPI_Bcast(&out.step, 1, MPI_INT64_T, 0, comm));
       MPI_CHECK(MPI_Allreduce(&bytes, &out.bytes, 1, MPI_DOUBLE, MPI_SUM, comm));
       out.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();

@@ -1,9 +1,11 @@
 // checkpoint_write.cpp: writing a checkpoint, collectively.
 //
-// 1. rank 0 makes <root>/step_N.tmp/ (removing a stale one);
+// 1. rank 0 makes <root>/step_N.tmp/ (removing a stale one) and draws the
+//    save's random checkpoint_id;
 // 2. every rank writes its stage file there (parameters keyed by global name,
-//    each dataset with its CRC-32) and fsyncs it;
-// 3. rank 0 writes manifest.h5 (global state, resolved deck, file sizes),
+//    each dataset with its CRC-32; the step and checkpoint_id) and fsyncs it;
+// 3. rank 0 writes manifest.h5 (global state, resolved deck, checkpoint_id,
+//    each file's size and list of datasets with their CRC-32s),
 //    fsyncs it and the directory, renames step_N.tmp to step_N, fsyncs the
 //    root, then replaces `latest` (temp + fsync + rename);
 // 4. a thread of rank 0 deletes old checkpoints while training goes on (the
@@ -21,6 +23,7 @@
 #include <functional>
 #include <thread>
 
+#include "checkpoint_bind.hpp"
 #include "checkpoint_h5.hpp"
 #include "pipetrain/io/checkpoint.hpp"
 #include "pipetrain/base/error.hpp"
@@ -43,6 +46,7 @@ struct Where {
   MPI_Comm comm;
   int rank = 0, size = 1;
   std::string root, name, final_dir, tmp_dir;
+  std::string id;  // checkpoint_id: the same on every rank, new for every save
 };
 
 // Runs `work`; a failure becomes a Problem for agree().
@@ -95,8 +99,19 @@ uint32_t write_tensor(hid_t group, const char* name, const Tensor& t) {
 
 struct StageFile {
   int64_t bytes = 0;
-  std::vector<uint32_t> crcs;  // per parameter: value, then state1, state2 when present
+  std::vector<DatasetCrc> datasets;  // per parameter: value, then state1, state2 when present
 };
+
+// One parameter's datasets, recorded in `out`.
+void write_param(hid_t params_group, const Param& p, StageFile& out) {
+  H5Id g = create_group(params_group, p.name);
+  auto one = [&](const char* name, const Tensor& t) {
+    out.datasets.push_back({"params/" + p.name + "/" + name, write_tensor(g.get(), name, t)});
+  };
+  one("value", p.value);
+  if (p.state1.defined()) one("state1", p.state1);
+  if (p.state2.defined()) one("state2", p.state2);
+}
 
 StageFile write_stage_file(const Where& w, const std::vector<Param*>& params, int64_t step) {
   const std::string path = join_path(w.tmp_dir, stage_file_name(w.rank));
@@ -109,17 +124,14 @@ StageFile write_stage_file(const Where& w, const std::vector<Param*>& params, in
     write_attr(file.get(), "format_version", kCheckpointFormatVersion);
     write_attr(file.get(), "step", step);
     write_attr(file.get(), "stage", static_cast<int64_t>(w.rank));
+    write_attr(file.get(), "checkpoint_id", w.id);
     H5Id group = create_group(file.get(), "params");
     for (size_t i = 0; i < params.size(); ++i) {
       if (crash && i == params.size() / 2) {
         H5Fflush(file.get(), H5F_SCOPE_LOCAL);
         crash_now(w.rank, step, path);
       }
-      const Param& p = *params[i];
-      H5Id g = create_group(group.get(), p.name);
-      out.crcs.push_back(write_tensor(g.get(), "value", p.value));
-      if (p.state1.defined()) out.crcs.push_back(write_tensor(g.get(), "state1", p.state1));
-      if (p.state2.defined()) out.crcs.push_back(write_tensor(g.get(), "state2", p.state2));
+      write_param(group.get(), *params[i], out);
     }
     group.reset();
     H5_CHECK(file.reset());
@@ -136,9 +148,10 @@ std::string utc_now() {
   return buf;
 }
 
-// The global state and the list of stage files with their sizes.
+// The global state and the stage files: sizes, datasets and CRC-32s.
 void write_manifest(const Where& w, const Deck& deck, const std::string& resolved_deck,
-                    int64_t step, const std::vector<int64_t>& bytes) {
+                    int64_t step, const std::vector<int64_t>& bytes,
+                    const std::vector<std::vector<DatasetCrc>>& lists) {
   const std::string path = join_path(w.tmp_dir, kManifest);
   H5Id file(H5Fcreate(path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT), H5Fclose);
   if (!file.valid()) throw Error("cannot create " + path);
@@ -146,6 +159,7 @@ void write_manifest(const Where& w, const Deck& deck, const std::string& resolve
   write_attr(f, "format", std::string(kFormatName));
   write_attr(f, "format_version", kCheckpointFormatVersion);
   write_attr(f, "step", step);
+  write_attr(f, "checkpoint_id", w.id);
   write_attr(f, "next_sample", step * deck.training.batch_size);
   write_attr(f, "lr_next", learning_rate(deck.training, step));
   write_attr(f, "total_steps", deck.training.steps);
@@ -165,6 +179,7 @@ void write_manifest(const Where& w, const Deck& deck, const std::string& resolve
     H5Id g = create_group(files.get(), stage_file_name(r));
     write_attr(g.get(), "bytes", bytes[static_cast<size_t>(r)]);
     write_attr(g.get(), "stage", static_cast<int64_t>(r));
+    write_file_record(g.get(), lists[static_cast<size_t>(r)]);
   }
   files.reset();
   H5_CHECK(file.reset());
@@ -234,18 +249,31 @@ Pruner& pruner() {
   return p;
 }
 
-// Rank 0: every rank's file size and dataset CRCs, in stage order.
+// Rank 0: every rank's file size and datasets with their CRCs, in stage order.
 void gather_results(const Where& w, const StageFile& mine, std::vector<int64_t>& bytes,
-                    std::vector<uint32_t>& crcs) {
+                    std::vector<std::vector<DatasetCrc>>& lists) {
   bytes.assign(static_cast<size_t>(w.size), 0);
   MPI_CHECK(MPI_Gather(&mine.bytes, 1, MPI_INT64_T, bytes.data(), 1, MPI_INT64_T, 0, w.comm));
-  int count = static_cast<int>(mine.crcs.size());
+  const std::string text = list_text(mine.datasets);
+  int count = static_cast<int>(text.size());
   std::vector<int> counts(static_cast<size_t>(w.size)), offsets(static_cast<size_t>(w.size), 0);
   MPI_CHECK(MPI_Gather(&count, 1, MPI_INT, counts.data(), 1, MPI_INT, 0, w.comm));
   for (int r = 1; r < w.size; ++r) offsets[r] = offsets[r - 1] + counts[r - 1];
-  crcs.resize(w.rank == 0 ? static_cast<size_t>(offsets.back() + counts.back()) : 0);
-  MPI_CHECK(MPI_Gatherv(mine.crcs.data(), count, MPI_UINT32_T, crcs.data(), counts.data(),
-                        offsets.data(), MPI_UINT32_T, 0, w.comm));
+  std::string all(w.rank == 0 ? static_cast<size_t>(offsets.back() + counts.back()) : 0, '\0');
+  MPI_CHECK(MPI_Gatherv(text.data(), count, MPI_CHAR, all.data(), counts.data(),
+                        offsets.data(), MPI_CHAR, 0, w.comm));
+  lists.clear();
+  for (int r = 0; w.rank == 0 && r < w.size; ++r)
+    lists.push_back(parse_list_text(all.substr(static_cast<size_t>(offsets[r]),
+                                               static_cast<size_t>(counts[r]))));
+}
+
+// CRC-32 of every dataset's CRC-32 (little-endian uint32) in global order.
+uint32_t digest_of(const std::vector<std::vector<DatasetCrc>>& lists) {
+  std::vector<uint32_t> crcs;
+  for (const auto& list : lists)
+    for (const DatasetCrc& d : list) crcs.push_back(d.crc);
+  return crc32_of(crcs.data(), crcs.size() * sizeof(uint32_t));
 }
 
 Where locate(const Deck& deck, int64_t step, MPI_Comm comm) {
@@ -257,6 +285,7 @@ Where locate(const Deck& deck, int64_t step, MPI_Comm comm) {
   w.name = step_dir_name(step);
   w.final_dir = join_path(w.root, w.name);
   w.tmp_dir = w.final_dir + ".tmp";
+  w.id = broadcast_text(comm, w.rank == 0 ? new_checkpoint_id() : "");
   return w;
 }
 
@@ -273,16 +302,16 @@ CheckpointWrite save_checkpoint(const Deck& deck, const std::string& resolved_de
   StageFile mine;
   agree_or_throw(comm, attempt([&] { mine = write_stage_file(w, params, step); }));
   std::vector<int64_t> bytes;
-  std::vector<uint32_t> crcs;
-  gather_results(w, mine, bytes, crcs);
+  std::vector<std::vector<DatasetCrc>> lists;
+  gather_results(w, mine, bytes, lists);
   double summary[3] = {0.0, 0.0, 0.0};  // bytes, seconds, digest
   agree_or_throw(comm, w.rank != 0 ? Problem{} : attempt([&] {
-    write_manifest(w, deck, resolved_deck, step, bytes);
+    write_manifest(w, deck, resolved_deck, step, bytes, lists);
     summary[0] = static_cast<double>(file_bytes(join_path(w.tmp_dir, kManifest)));
     for (int64_t b : bytes) summary[0] += static_cast<double>(b);
     commit(w);
     pruner().start([w, step, keep = deck.output.checkpoint_keep] { prune(w, step, keep); });
-    summary[2] = crc32_of(crcs.data(), crcs.size() * sizeof(uint32_t));
+    summary[2] = digest_of(lists);
     summary[1] = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   }));
   MPI_CHECK(MPI_Bcast(summary, 3, MPI_DOUBLE, 0, comm));

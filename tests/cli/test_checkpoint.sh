@@ -112,31 +112,84 @@ with h5py.File(sys.argv[1], 'r+') as f: f.attrs['format_version'] = 99
   bad_case "newer format version" "checkpoint $tmp/newer/manifest.h5: format_version 99 is newer than this pipetrain reads" \
     --resume "$tmp/newer"
 
+  # Files that were not saved together, and damaged names: each is applied
+  # to a copy of the uninterrupted run; its step-8 checkpoint named
+  # explicitly is refused with the message, and --resume latest falls back
+  # to step 6 with a warning that says the same, and continues bit for bit.
+  run 2 train $deck "${common[@]}" --set model.init_seed=99 --set data.seed=98 --set output.dir=\"$tmp/other\"
+  check "another run with other seeds" status_is 0
+  mm=$tmp/mm/checkpoints
+  mismatch_case() {  # mismatch_case NAME EXPECTED-TEXT DAMAGE-COMMAND...
+    local name=$1 text=$2; shift 2
+    rm -rf "$tmp/mm"; cp -r "$tmp/straight" "$tmp/mm"
+    "$@"
+    bad_case "$name" "checkpoint $text" --resume "$mm/step_00000008"
+    cp "$tmp/out" "$tmp/refused.log"
+    run 2 train $deck "${common[@]}" --set output.dir=\"$tmp/mm\" --resume latest
+    check "$name: latest falls back with a warning" output_has "warning: checkpoint $text"
+    check "$name: latest resumes from step 6" output_has "resuming from $mm/step_00000006 (step 6)"
+    check "$name: bitwise the same final state" [ "$(digest 8 "$tmp/out")" = "$want" ]
+  }
+  h5edit() {  # h5edit FILE PYTHON: runs PYTHON with f = the file opened for writing
+    "$py" -c "import h5py, sys
+with h5py.File(sys.argv[1], 'r+') as f: $2" "$1"
+  }
+  not_together="the files of this checkpoint were not saved together"
+  mismatch_case "stage file of an older checkpoint" \
+    "$mm/step_00000008/stage_001.h5: written for step 6, but manifest.h5 says step 8; $not_together" \
+    cp "$mm/step_00000006/stage_001.h5" "$mm/step_00000008/stage_001.h5"
+  mismatch_case "stage file of another run" \
+    "$mm/step_00000008/stage_001.h5: written by another save (checkpoint_id " \
+    cp "$tmp/other/checkpoints/step_00000008/stage_001.h5" "$mm/step_00000008/stage_001.h5"
+  mismatch_case "edited manifest step" \
+    "$mm/step_00000008/stage_000.h5: written for step 8, but manifest.h5 says step 10; $not_together" \
+    h5edit "$mm/step_00000008/manifest.h5" "f.attrs['step'] = 10"
+  mismatch_case "renamed dataset" \
+    "$mm/step_00000008/stage_001.h5: holds dataset(s) params/unit7.linear.weigXt/state1" \
+    h5edit "$mm/step_00000008/stage_001.h5" "f.move('params/unit7.linear.weight', 'params/unit7.linear.weigXt')"
+  check "renamed dataset: not reported as a model that differs" \
+    bash -c "! grep -q 'missing layer' '$tmp/refused.log' '$tmp/out'"
+  mismatch_case "damaged manifest format" \
+    "$mm/step_00000008/manifest.h5: attribute format is \"pipetrain-chec\"" \
+    h5edit "$mm/step_00000008/manifest.h5" "f.attrs['format'] = 'pipetrain-chec'"
+  mismatch_case "damaged manifest format_version" \
+    "$mm/step_00000008/manifest.h5: attribute format_version is damaged" \
+    h5edit "$mm/step_00000008/manifest.h5" "f.attrs['format_version'] = '#2'"
+
   # An h5py user reads a checkpoint (checking the CRCs) and writes a new one
   # from scratch: weights only, one file for all layers. Loading it with
   # training.init_from gives the same run as loading the original.
   "$py" - "$ck/step_00000006" "$tmp/byhand" > "$tmp/out" 2>&1 <<'PY'
-import h5py, numpy as np, os, sys, zlib
+import h5py, numpy as np, os, sys, uuid, zlib
 src, dst = sys.argv[1], sys.argv[2]
 os.makedirs(dst)
 weights = {}
 with h5py.File(os.path.join(src, "manifest.h5")) as m:
-    assert m.attrs["format"] == "pipetrain-checkpoint" and m.attrs["format_version"] == 1
-    for name in m["files"]:
+    assert m.attrs["format"] == "pipetrain-checkpoint" and m.attrs["format_version"] == 2
+    step, save = m.attrs["step"], m.attrs["checkpoint_id"]
+    for name, listed in m["files"].items():
+        crcs = dict(zip(listed["datasets"].asstr()[...], listed["crc32"][...]))
         with h5py.File(os.path.join(src, name)) as f:
+            assert f.attrs["step"] == step and f.attrs["checkpoint_id"] == save, name
             for p, g in f["params"].items():
                 v = g["value"][...]
-                assert zlib.crc32(v.astype("<f4").tobytes()) == g["value"].attrs["crc32"], p
+                crc = zlib.crc32(v.astype("<f4").tobytes())
+                assert crc == g["value"].attrs["crc32"] == crcs[f"params/{p}/value"], p
                 weights[p] = v
+save = uuid.uuid4().hex
+names, crcs = [], []
 with h5py.File(os.path.join(dst, "all.h5"), "w") as f:
+    f.attrs.update(format="pipetrain-checkpoint-stage", format_version=2, step=0, checkpoint_id=save)
     for p, v in weights.items():
         d = f.create_dataset(f"params/{p}/value", data=v.astype("<f4"))
         d.attrs["crc32"] = zlib.crc32(d[...].tobytes())
+        names.append(d.name[1:]); crcs.append(d.attrs["crc32"])
 with h5py.File(os.path.join(dst, "manifest.h5"), "w") as m:
-    m.attrs["format"] = "pipetrain-checkpoint"
-    m.attrs["format_version"] = 1
-    m.attrs["step"] = 0
-    m.create_group("files/all.h5").attrs["bytes"] = os.path.getsize(os.path.join(dst, "all.h5"))
+    m.attrs.update(format="pipetrain-checkpoint", format_version=2, step=0, checkpoint_id=save)
+    g = m.create_group("files/all.h5")
+    g.attrs["bytes"] = os.path.getsize(os.path.join(dst, "all.h5"))
+    g["datasets"] = np.array(names, dtype=h5py.string_dtype())
+    g["crc32"] = np.array(crcs, dtype="<i8")
 print("wrote", len(weights), "parameters")
 PY
   status=$?

@@ -8,6 +8,11 @@
 // under <name>.tmp, fsync'ed, renamed, and only then does <root>/latest (a
 // one-line text file, itself replaced atomically) name it.
 //
+// The files of one checkpoint are bound together: each save draws a random
+// checkpoint_id that the manifest and every stage file record with the step,
+// and the manifest lists every stage file's datasets with their CRC-32s. A
+// load gets exactly what one save wrote, or is refused.
+//
 // Both entry points are collective over `comm` (one rank per stage, `params`
 // this stage's parameters in global order). Every problem with a checkpoint
 // being read is a pt::InputError carrying the same message on every rank.
@@ -24,8 +29,9 @@
 
 namespace pt {
 
-// The format this pipetrain writes; it reads this version and older ones.
-constexpr int64_t kCheckpointFormatVersion = 1;
+// The format this pipetrain writes and reads. Version 1 (without the binding
+// of files to the manifest) is refused with a message saying so.
+constexpr int64_t kCheckpointFormatVersion = 2;
 
 // output.checkpoint_dir, or <output.dir>/checkpoints when that is "".
 std::string checkpoint_root(const Deck& deck);
@@ -67,8 +73,10 @@ struct CheckpointRead {
 
 // `spec` is "latest" (the newest good checkpoint under checkpoint_root), a
 // checkpoint directory, its manifest.h5, or a checkpoint root (its latest).
-// With latest, a broken newest checkpoint (missing, truncated or corrupt file)
-// is skipped with a warning for the next older one. Rank 0 prints warnings.
+// With latest, a broken newest checkpoint (missing, truncated, corrupt or
+// damaged file, or files not saved together) is skipped with a warning for
+// the next older one; a path named explicitly is never replaced. Rank 0
+// prints warnings.
 CheckpointRead load_checkpoint(const std::string& spec, LoadMode mode, const Deck& deck,
                                const std::string& resolved_deck,
                                const std::vector<Param*>& params, MPI_Comm comm);
