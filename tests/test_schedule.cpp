@@ -343,3 +343,46 @@ TEST(Grid, WrapsLongSchedulesIntoReadableBlocks) {
 }
 
 }  // namespace
+
+// ---- NCCL semantics (CommSemantics) -------------------------------------
+
+// NCCL's lazy connection deadlocks GPipe (stage 0 posts RECV_B0, its first
+// action on the channel from rank 1, before F1; rank 1 sends B0 only after
+// F1) and 1F1B with 2 <= N < P; the simulation names the first-use block and
+// marks it in the grid. Eager connection (what the transports do) accepts all.
+TEST(NcclSemantics, LazyConnectionDeadlocksAreRefused) {
+  const pt::CommSemantics lazy = pt::CommSemantics::nccl(true);
+  std::string msg = input_error_of([&] { pt::validate_schedule(pt::generate_gpipe(2, 2), lazy); });
+  EXPECT_NE(msg.find("deadlocks"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("0RECV_B0 (rank 0, step 2) is rank 0's first action on the NCCL channel "
+                     "1->0 and blocks (lazy connection)"),
+            std::string::npos)
+      << msg;
+  EXPECT_NE(msg.find(">0RECV_B0<"), std::string::npos) << msg;
+  EXPECT_NO_THROW(pt::validate_schedule(pt::generate_gpipe(2, 1), lazy));
+  EXPECT_THROW(pt::validate_schedule(pt::generate_1f1b(4, 2), lazy), InputError);
+  EXPECT_THROW(pt::validate_schedule(pt::generate_1f1b(4, 3), lazy), InputError);
+  EXPECT_NO_THROW(pt::validate_schedule(pt::generate_1f1b(4, 4), lazy));
+  EXPECT_NO_THROW(pt::validate_schedule(pt::generate_1f1b(4, 1), lazy));
+  for (int p : {1, 2, 3, 4, 8})
+    for (int n : {1, 2, 3, 4, 8, 16})
+      for (const char* name : {"gpipe", "1f1b"})
+        EXPECT_NO_THROW(pt::validate_schedule(pt::generate_schedule(name, p, n),
+                                              pt::CommSemantics::nccl()))
+            << name << " P=" << p << " N=" << n;
+}
+
+// NCCL has no tags: receives posted in another order than the sends would
+// exchange payloads. MPI (tags) accepts the schedule; NCCL semantics refuse it.
+TEST(NcclSemantics, ChannelOrderMustMatch) {
+  Schedule s = from_lines({"0F0 0SEND_F0 0F1 0SEND_F1 0RECV_B0 0RECV_B1 0B0 0B1",
+                           "1RECV_F1 1RECV_F0 1F0 1F1 1B0 1SEND_B0 1B1 1SEND_B1"},
+                          2, 2);
+  EXPECT_NO_THROW(pt::validate_schedule(s));
+  std::string msg = input_error_of([&] { pt::validate_schedule(s, pt::CommSemantics::nccl()); });
+  EXPECT_NE(msg.find("meet by order, not by tag, but the 1st send is 0SEND_F0 (rank 0, step 1) "
+                     "and the 1st receive is 1RECV_F1 (rank 1, step 0)"),
+            std::string::npos)
+      << msg;
+  EXPECT_NE(msg.find(">1RECV_F1<"), std::string::npos) << msg;
+}

@@ -45,7 +45,11 @@ void log_devices(MPI_Comm comm, const std::string& line) {
 
 ComputeResources make_compute_resources(const Deck& deck, MPI_Comm comm) {
   ComputeResources c;
-  if (deck.training.device != "cuda") return c;
+  if (deck.training.device != "cuda") {
+    if (deck.pipeline.transport == "nccl_model")
+      c.setup.make_transport = [](MPI_Comm stage_comm) { return make_nccl_model_transport(stage_comm); };
+    return c;
+  }
 #ifdef PIPETRAIN_HAVE_CUDA
   auto info = std::make_shared<cuda::DeviceInfo>(cuda::select_device(comm));
   log_devices(comm, info->describe());

@@ -61,7 +61,7 @@ bool load_deck(const World& w, const CommandLine& cli, Deck& deck) {
       deck = parse_deck_file(cli.deck_path, cli.overrides);
       set_wait_limit(deck.pipeline.timeout_s);  // the others learn it from the broadcast
       const int stages = check_deck_layout(deck, cli.ranks > 0 ? cli.ranks : w.size);
-      validate_schedule(schedule_for_deck(deck, stages));
+      validate_schedule(schedule_for_deck(deck, stages), comm_semantics_of(deck.pipeline.transport, deck.training.device));
       check_data_files(deck);
       if (deck.training.device == "cuda" && !cuda_available_in_build())
         throw InputError(deck.where("training.device") +
@@ -115,7 +115,7 @@ int run_validate(const World& w, const CommandLine& cli, const Deck& deck) {
   if (w.rank != 0) return 0;
   const int stages = check_deck_layout(deck, cli.ranks > 0 ? cli.ranks : w.size);
   Schedule s = schedule_for_deck(deck, stages);
-  ScheduleReport report = validate_schedule(s);
+  ScheduleReport report = validate_schedule(s, comm_semantics_of(deck.pipeline.transport, deck.training.device));
   std::printf("%s\n", deck_to_toml(deck).c_str());
   if (cli.print_schedule) std::printf("%s\n%s\n", format_schedule(s).c_str(), format_grid(s).c_str());
   std::printf("%s\n", schedule_summary(s, report).c_str());

@@ -8,7 +8,10 @@
 // the sends to one peer, or only the receives from one, cannot deadlock the
 // way a single stream does when two ranks post "send then receive" to each
 // other (an NCCL send of a large message waits for the peer's receive, which
-// would sit behind the peer's own send).
+// would sit behind the peer's own send). Every channel is connected in the
+// constructor (connect_all_channels), because NCCL's lazy connection would
+// otherwise block the host on a channel's first use; the CPU transport
+// nccl_model reproduces that deadlock and this fix in CI.
 // Each transfer: the channel stream waits for the compute stream, then
 // ncclSend/ncclRecv inside ncclGroupStart/End, then an event; test() polls
 // the event, ncclCommGetAsyncError and the deadline.
@@ -23,6 +26,7 @@
 
 #include "check.hpp"
 #include "context.hpp"
+#include "device_memory.hpp"
 #include "pipetrain/base/timed_wait.hpp"
 #include "pipetrain/cuda/cuda.hpp"
 
@@ -54,6 +58,7 @@ class NcclEngine {
     init_world(comm);
     for (int group = 0; group < groups(); ++group)
       for (int up = 0; up < 2; ++up) split_links(group, up == 1);
+    connect_all_channels();
   }
 
   ~NcclEngine() {
@@ -127,8 +132,38 @@ class NcclEngine {
     ncclUniqueId id;
     if (rank_ == 0) NCCL_CHECK(ncclGetUniqueId(&id));
     timed_bcast(&id, sizeof id, MPI_BYTE, 0, comm, "the NCCL unique id broadcast");
+    // Some MPI collectives (HCOLL) defer a broadcast's progress; every rank
+    // holds the id before any enters ncclCommInitRank.
+    timed_barrier(comm, "the barrier before ncclCommInitRank");
     DeadlineScope deadline("NCCL's communicator set-up (ncclCommInitRank)");
     NCCL_CHECK(ncclCommInitRank(&world_, size_, id, rank_));
+  }
+
+  // NCCL connects a channel on its first send or receive and blocks the host
+  // there until the peer makes its own first call on it, which deadlocks
+  // GPipe and 1F1B with N < P (the first RECV_B is posted long before the
+  // peer's first SEND_B). So every channel is connected here, where all ranks
+  // are together: one group with a 1-byte send on every outgoing channel and
+  // a receive on every incoming one, then a wait for all of them.
+  void connect_all_channels() {
+    Context& ctx = context();
+    DeviceBuffer bytes(2 * kChannels);
+    CUDA_CHECK(cudaMemsetAsync(bytes.get(), 0, 2 * kChannels, ctx.compute));
+    CUDA_CHECK(cudaStreamSynchronize(ctx.compute));
+    DeadlineScope deadline("the NCCL channel connection at start (1-byte exchange on every link)");
+    NCCL_CHECK(ncclGroupStart());
+    for (int id = 0; id < kChannels; ++id) {
+      Channel& ch = channels_[id];
+      if (ch.comm == nullptr) continue;
+      char* slot = bytes.as<char>() + 2 * id;
+      if (id == kToNext || id == kToPrev)
+        NCCL_CHECK(ncclSend(slot, 1, ncclUint8, ch.peer, ch.comm, ch.stream));
+      else
+        NCCL_CHECK(ncclRecv(slot + 1, 1, ncclUint8, ch.peer, ch.comm, ch.stream));
+    }
+    NCCL_CHECK(ncclGroupEnd());
+    for (Channel& ch : channels_)
+      if (ch.comm != nullptr) CUDA_CHECK(cudaStreamSynchronize(ch.stream));
   }
 
   // Links: l = (l, l+1 mod P) for l < links(); P = 2 has the one link (0, 1).

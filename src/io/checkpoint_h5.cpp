@@ -16,6 +16,7 @@
 #include <functional>
 
 #include "pipetrain/base/error.hpp"
+#include "pipetrain/base/timed_wait.hpp"
 
 namespace pt::ckpt {
 
@@ -397,21 +398,23 @@ std::vector<std::string> directory_entries(const std::string& path) {
 
 std::string broadcast_text(MPI_Comm comm, const std::string& text, int root) {
   long long size = static_cast<long long>(text.size());
-  MPI_CHECK(MPI_Bcast(&size, 1, MPI_LONG_LONG, root, comm));
+  timed_bcast(&size, 1, MPI_LONG_LONG, root, comm, "a checkpoint text broadcast");
   std::string out = text;
   out.resize(static_cast<size_t>(size));
-  if (size > 0) MPI_CHECK(MPI_Bcast(out.data(), static_cast<int>(size), MPI_CHAR, root, comm));
+  if (size > 0)
+    timed_bcast(out.data(), static_cast<int>(size), MPI_CHAR, root, comm,
+                "a checkpoint text broadcast");
   return out;
 }
 
 Problem agree(MPI_Comm comm, const Problem& mine) {
   int worst = 0;
-  MPI_CHECK(MPI_Allreduce(&mine.kind, &worst, 1, MPI_INT, MPI_MAX, comm));
+  timed_allreduce(&mine.kind, &worst, 1, MPI_INT, MPI_MAX, comm, "the checkpoint agreement");
   if (worst == 0) return {};
   int rank = 0;
   MPI_CHECK(MPI_Comm_rank(comm, &rank));
   int candidate = mine.kind == worst ? rank : INT_MAX, first = 0;
-  MPI_CHECK(MPI_Allreduce(&candidate, &first, 1, MPI_INT, MPI_MIN, comm));
+  timed_allreduce(&candidate, &first, 1, MPI_INT, MPI_MIN, comm, "the checkpoint agreement");
   Problem out;
   out.kind = worst;
   out.message = broadcast_text(comm, mine.message, first);

@@ -25,6 +25,7 @@
 #include "checkpoint_h5.hpp"
 #include "pipetrain/io/checkpoint.hpp"
 #include "pipetrain/base/error.hpp"
+#include "pipetrain/base/timed_wait.hpp"
 
 namespace pt {
 
@@ -371,11 +372,11 @@ std::vector<ParamShape> gather_params(const std::vector<Param*>& params, MPI_Com
   MPI_CHECK(MPI_Comm_rank(comm, &rank));
   MPI_CHECK(MPI_Comm_size(comm, &size));
   std::vector<int> counts(static_cast<size_t>(size)), offsets(static_cast<size_t>(size), 0);
-  MPI_CHECK(MPI_Gather(&count, 1, MPI_INT, counts.data(), 1, MPI_INT, 0, comm));
+  timed_gather(&count, 1, MPI_INT, counts.data(), 0, comm, "the parameter shapes gather");
   for (int r = 1; r < size; ++r) offsets[r] = offsets[r - 1] + counts[r - 1];
   std::string all(rank == 0 ? static_cast<size_t>(offsets.back() + counts.back()) : 0, '\0');
-  MPI_CHECK(MPI_Gatherv(text.data(), count, MPI_CHAR, all.data(), counts.data(), offsets.data(),
-                        MPI_CHAR, 0, comm));
+  timed_gatherv(text.data(), count, MPI_CHAR, all.data(), counts.data(), offsets.data(), 0, comm,
+                "the parameter shapes gather");
   std::vector<ParamShape> out;
   std::istringstream lines(all);
   for (std::string line; std::getline(lines, line);) {
@@ -446,7 +447,7 @@ CheckpointRead load_checkpoint(const std::string& spec, LoadMode mode, const Dec
   Problem p = agree(comm, rank == 0 ? attempt([&] { cands = resolve(spec, deck); }) : Problem{});
   if (p) throw InputError(p.message);
   int shared[2] = {static_cast<int>(cands.dirs.size()), cands.fallback ? 1 : 0};
-  MPI_CHECK(MPI_Bcast(shared, 2, MPI_INT, 0, comm));
+  timed_bcast(shared, 2, MPI_INT, 0, comm, "the checkpoint candidates broadcast");
   const int n = shared[0];
   cands.fallback = shared[1] == 1;
   for (int i = 0; i < n; ++i) {
@@ -462,10 +463,10 @@ CheckpointRead load_checkpoint(const std::string& spec, LoadMode mode, const Dec
       CheckpointRead out;
       out.path = dir;
       out.step = ins.binding.step;
-      MPI_CHECK(MPI_Bcast(&out.step, 1, MPI_INT64_T, 0, comm));
-      MPI_CHECK(MPI_Allreduce(&bytes, &out.bytes, 1, MPI_DOUBLE, MPI_SUM, comm));
+      timed_bcast(&out.step, 1, MPI_INT64_T, 0, comm, "the checkpoint step broadcast");
+      timed_allreduce(&bytes, &out.bytes, 1, MPI_DOUBLE, MPI_SUM, comm, "the bytes-read sum");
       out.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-      MPI_CHECK(MPI_Bcast(&out.seconds, 1, MPI_DOUBLE, 0, comm));
+      timed_bcast(&out.seconds, 1, MPI_DOUBLE, 0, comm, "the load time broadcast");
       const std::string diff = rank == 0 && mode == LoadMode::Resume
                                    ? deck_differences(ins.deck_text, resolved_deck) : "";
       if (!diff.empty()) warn("resuming with deck values that differ from the checkpoint's: " + diff);

@@ -27,6 +27,7 @@
 #include "checkpoint_h5.hpp"
 #include "pipetrain/io/checkpoint.hpp"
 #include "pipetrain/base/error.hpp"
+#include "pipetrain/base/timed_wait.hpp"
 #include "pipetrain/io/metrics.hpp"
 #include "pipetrain/model/model.hpp"
 #include "pipetrain/model/optimizer.hpp"
@@ -127,6 +128,7 @@ StageFile write_stage_file(const Where& w, const std::vector<Param*>& params, in
     write_attr(file.get(), "checkpoint_id", w.id);
     H5Id group = create_group(file.get(), "params");
     for (size_t i = 0; i < params.size(); ++i) {
+      if (i == params.size() / 2) fault_point("checkpoint", step);  // tests: a stall mid-write
       if (crash && i == params.size() / 2) {
         H5Fflush(file.get(), H5F_SCOPE_LOCAL);
         crash_now(w.rank, step, path);
@@ -253,15 +255,16 @@ Pruner& pruner() {
 void gather_results(const Where& w, const StageFile& mine, std::vector<int64_t>& bytes,
                     std::vector<std::vector<DatasetCrc>>& lists) {
   bytes.assign(static_cast<size_t>(w.size), 0);
-  MPI_CHECK(MPI_Gather(&mine.bytes, 1, MPI_INT64_T, bytes.data(), 1, MPI_INT64_T, 0, w.comm));
+  timed_gather(&mine.bytes, 1, MPI_INT64_T, bytes.data(), 0, w.comm,
+               "the checkpoint file sizes gather");
   const std::string text = list_text(mine.datasets);
   int count = static_cast<int>(text.size());
   std::vector<int> counts(static_cast<size_t>(w.size)), offsets(static_cast<size_t>(w.size), 0);
-  MPI_CHECK(MPI_Gather(&count, 1, MPI_INT, counts.data(), 1, MPI_INT, 0, w.comm));
+  timed_gather(&count, 1, MPI_INT, counts.data(), 0, w.comm, "the checkpoint dataset lists gather");
   for (int r = 1; r < w.size; ++r) offsets[r] = offsets[r - 1] + counts[r - 1];
   std::string all(w.rank == 0 ? static_cast<size_t>(offsets.back() + counts.back()) : 0, '\0');
-  MPI_CHECK(MPI_Gatherv(text.data(), count, MPI_CHAR, all.data(), counts.data(),
-                        offsets.data(), MPI_CHAR, 0, w.comm));
+  timed_gatherv(text.data(), count, MPI_CHAR, all.data(), counts.data(), offsets.data(), 0,
+                w.comm, "the checkpoint dataset lists gather");
   lists.clear();
   for (int r = 0; w.rank == 0 && r < w.size; ++r)
     lists.push_back(parse_list_text(all.substr(static_cast<size_t>(offsets[r]),
@@ -314,7 +317,7 @@ CheckpointWrite save_checkpoint(const Deck& deck, const std::string& resolved_de
     summary[2] = digest_of(lists);
     summary[1] = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   }));
-  MPI_CHECK(MPI_Bcast(summary, 3, MPI_DOUBLE, 0, comm));
+  timed_bcast(summary, 3, MPI_DOUBLE, 0, comm, "the checkpoint summary broadcast");
   CheckpointWrite out;
   out.path = w.final_dir;
   out.bytes = summary[0];

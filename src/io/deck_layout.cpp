@@ -95,7 +95,7 @@ void check_schedule_file(const Deck& deck, int stages) {
       throw InputError("has " + plural(schedule.num_ranks, "rank line") + " but the job runs " +
                        plural(stages, "stage") + ", one per rank; give one line per rank");
     }
-    validate_schedule(schedule);
+    validate_schedule(schedule, comm_semantics_of(deck.pipeline.transport, deck.training.device));
   } catch (const InputError& e) {
     throw InputError(head + e.what());
   }

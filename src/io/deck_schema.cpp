@@ -87,7 +87,7 @@ const std::vector<KeySpec> kDeckKeys = {
     {"pipeline", "recompute", PT_FIELD(pipeline.recompute), any(), nullptr, "activation recomputation: none | selective | every:K | full | auto", PT_ALWAYS},
     {"pipeline", "recompute_stages", PT_FIELD(pipeline.recompute_stages), any(), nullptr, "per-stage recompute policies, one per stage; [] = pipeline.recompute everywhere", PT_ALWAYS},
     {"pipeline", "memory_budget_mb", PT_FIELD(pipeline.memory_budget_mb), at_least(0), nullptr, "per-stage memory budget (MiB) for recompute = \"auto\"; 0 = none", PT_ALWAYS},
-    {"pipeline", "transport", PT_FIELD(pipeline.transport), any(), "auto|nccl|mpi_staged", "GPU exchange with device = \"cuda\": auto picks nccl unless ranks share a GPU", PT_ALWAYS},
+    {"pipeline", "transport", PT_FIELD(pipeline.transport), any(), "auto|mpi|nccl_model|nccl|mpi_staged", "activation/gradient exchange: cpu: auto = mpi, or nccl_model (MPI with NCCL's semantics); cuda: auto picks nccl unless ranks share a GPU, or mpi_staged", PT_ALWAYS},
     {"pipeline", "timeout_s", PT_FIELD(pipeline.timeout_s), above(0), nullptr, "seconds a rank waits for a peer before aborting", PT_ALWAYS},
     {"output", "dir", PT_FIELD(output.dir), any(), nullptr, "run directory: metrics.h5, deck.resolved.toml, ...", PT_ALWAYS},
     {"output", "log_every", PT_FIELD(output.log_every), at_least(1), nullptr, "print a step line every k steps", PT_ALWAYS},
@@ -371,6 +371,18 @@ void check_recompute(const Deck& deck) {
                      " = \"auto\": needs pipeline.memory_budget_mb, the memory each stage may use");
 }
 
+// The transports each device offers (docs/reliability.md for nccl_model).
+void check_transport(const Deck& deck) {
+  const std::string& t = deck.pipeline.transport;
+  const bool cpu = deck.training.device == "cpu";
+  if (cpu && (t == "nccl" || t == "mpi_staged"))
+    throw InputError(deck.where("pipeline.transport") + " = " + toml_string(t) +
+                     ": needs training.device = \"cuda\"; the CPU offers auto, mpi and nccl_model");
+  if (!cpu && (t == "mpi" || t == "nccl_model"))
+    throw InputError(deck.where("pipeline.transport") + " = " + toml_string(t) +
+                     ": a CPU transport; with training.device = \"cuda\" use auto, nccl or mpi_staged");
+}
+
 void check_consistency(const Deck& deck) {
   const TrainingConfig& t = deck.training;
   const PipelineConfig& p = deck.pipeline;
@@ -405,6 +417,7 @@ void check_consistency(const Deck& deck) {
   }
   check_model_data(deck);
   check_recompute(deck);
+  check_transport(deck);
   if (deck.training.device == "cpu" && deck.training.precision != "fp32")
     throw InputError(deck.where("training.precision") + " = " + toml_string(deck.training.precision) +
                      ": the CPU backend computes in fp32; reduced precision needs training.device = \"cuda\"");

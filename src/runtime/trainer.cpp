@@ -41,9 +41,10 @@ Trainer::Trainer(const Deck& deck, MPI_Comm comm, ComputeSetup setup)
   MPI_CHECK(MPI_Comm_rank(comm_, &rank_));
   MPI_CHECK(MPI_Comm_size(comm_, &size_));
   schedule_ = schedule_for_deck(deck_, size_);
-  report_ = validate_schedule(schedule_);
+  const CommSemantics semantics = comm_semantics_of(deck_.pipeline.transport, deck_.training.device);
+  report_ = validate_schedule(schedule_, semantics);
   eval_schedule_ = forward_only_schedule(schedule_);
-  validate_schedule(eval_schedule_);
+  validate_schedule(eval_schedule_, semantics);
   const auto units = partition_units(model_units(deck_.model), size_, deck_.pipeline.partition);
   stage_ = build_stage(deck_.model, units, rank_);
   data_ = make_dataset(deck_, Split::Train);

@@ -8,6 +8,7 @@
 // shows format_grid() with the offending actions marked ">2F5<".
 #include <algorithm>
 #include <limits>
+#include <map>
 #include <string>
 #include <utility>
 #include <vector>
@@ -220,13 +221,67 @@ void check_order(const Schedule& s, const ActionIndex& index, int st, int mb) {
   check_before(s, index, make(st, ActionKind::RECV_B, mb), b, recv_rule);
 }
 
+// The rank on the other end of a comm action.
+int peer_rank_of(const Schedule& s, const Action& a) { return stage_rank(s, peer_stage(a)); }
+
+// A channel (NCCL's view): sender rank -> receiver rank.
+using Channel = std::pair<int, int>;
+Channel channel_of(const Schedule& s, int rank, const Action& a) {
+  const bool send = a.kind == ActionKind::SEND_F || a.kind == ActionKind::SEND_B;
+  return send ? Channel{rank, peer_rank_of(s, a)} : Channel{peer_rank_of(s, a), rank};
+}
+
+// The receive a send meets: SEND_F(s, m) -> RECV_F(s+1, m), SEND_B(s, m) -> RECV_B(s-1, m).
+Action receive_of(const Action& send) {
+  return send.kind == ActionKind::SEND_F ? make(send.stage + 1, ActionKind::RECV_F, send.mb)
+                                         : make(send.stage - 1, ActionKind::RECV_B, send.mb);
+}
+
+std::string ordinal(size_t k) {
+  const char* suffix = (k % 100 >= 11 && k % 100 <= 13) ? "th"
+                       : k % 10 == 1                    ? "st"
+                       : k % 10 == 2                    ? "nd"
+                       : k % 10 == 3                    ? "rd"
+                                                        : "th";
+  return std::to_string(k) + suffix;
+}
+
+// NCCL matches a channel's messages by order: the k-th send of rank a to
+// rank b must be the one the k-th receive of b from a expects.
+void check_channel_order(const Schedule& s) {
+  std::map<Channel, std::vector<Mark>> sends, recvs;
+  for (int r = 0; r < s.num_ranks; ++r)
+    for (int i = 0; i < static_cast<int>(s.ranks[r].size()); ++i) {
+      const Action& a = s.ranks[r][i];
+      if (a.kind == ActionKind::F || a.kind == ActionKind::B) continue;
+      const bool send = a.kind == ActionKind::SEND_F || a.kind == ActionKind::SEND_B;
+      (send ? sends : recvs)[channel_of(s, r, a)].push_back({r, i});
+    }
+  for (const auto& [channel, list] : sends) {
+    const std::vector<Mark>& theirs = recvs[channel];
+    for (size_t k = 0; k < list.size() && k < theirs.size(); ++k) {
+      const Action& send = s.ranks[list[k].first][list[k].second];
+      const Action& recv = s.ranks[theirs[k].first][theirs[k].second];
+      if (receive_of(send) == recv) continue;
+      reject(s, "under NCCL semantics the messages from rank " + std::to_string(channel.first) +
+                    " to rank " + std::to_string(channel.second) +
+                    " meet by order, not by tag, but the " + ordinal(k + 1) + " send is " +
+                    at(s, list[k]) + " and the " + ordinal(k + 1) + " receive is " +
+                    at(s, theirs[k]) + "; post this channel's receives in the order of its sends",
+             {list[k], theirs[k]});
+    }
+  }
+}
+
 // Lock-step simulation: in each round every rank runs its next action if the
 // action's inputs were produced in an earlier round. Posting a send or a
-// receive never blocks.
+// receive never blocks, except the first one on a channel under NCCL's lazy
+// connection, which waits until the peer has reached its own first action on
+// that channel (in an earlier round).
 class Simulation {
  public:
-  Simulation(const Schedule& s, const ActionIndex& index)
-      : s_(s), index_(index), pc_(s.num_ranks, 0), done_round_(index.size(), -1) {}
+  Simulation(const Schedule& s, const ActionIndex& index, const CommSemantics& comm)
+      : s_(s), index_(index), comm_(comm), pc_(s.num_ranks, 0), done_round_(index.size(), -1) {}
 
   int run() {
     int round = 0;
@@ -246,15 +301,17 @@ class Simulation {
 
   bool step(int round) {
     bool progressed = false;
+    reached_something_ = false;
     for (int r = 0; r < s_.num_ranks; ++r) {
       if (pc_[r] >= static_cast<int>(s_.ranks[r].size())) continue;
       const Action& a = s_.ranks[r][pc_[r]];
       if (!unmet_dependencies(a, round).empty()) continue;
+      if (blocked_connecting(r, a, round)) continue;
       done_round_[index_.key(a)] = round;
       ++pc_[r];
       progressed = true;
     }
-    return progressed;
+    return progressed || reached_something_;
   }
 
   // What `a` needs before it can run: its input from the previous (F) or
@@ -278,6 +335,29 @@ class Simulation {
     return deps;
   }
 
+  // NCCL lazy connection: the rank's first action on a channel; records the
+  // round in which the rank reached it and blocks until the peer reached its own.
+  bool blocked_connecting(int rank, const Action& a, int round) {
+    if (!comm_.lazy_connect || a.kind == ActionKind::F || a.kind == ActionKind::B) return false;
+    const Channel ch = channel_of(s_, rank, a);
+    auto mine = reached_.find({ch, rank});
+    if (mine == reached_.end()) {
+      mine = reached_.emplace(std::make_pair(ch, rank), round).first;
+      reached_something_ = true;  // progress: the peer may connect next round
+    }
+    if (mine->second < 0) return false;  // connected already
+    const int peer = ch.first == rank ? ch.second : ch.first;
+    auto theirs = reached_.find({ch, peer});
+    if (theirs == reached_.end() || (theirs->second >= 0 && theirs->second >= round)) {
+      connecting_[rank] = ch;
+      return true;
+    }
+    mine->second = -1;
+    if (theirs->second >= 0) theirs->second = -1;
+    connecting_.erase(rank);
+    return false;
+  }
+
   std::vector<Action> unmet_dependencies(const Action& a, int round) const {
     std::vector<Action> unmet;
     for (const Action& dep : dependencies(a)) {
@@ -294,6 +374,17 @@ class Simulation {
       if (pc_[r] >= static_cast<int>(s_.ranks[r].size())) continue;
       Mark m{r, pc_[r]};
       stuck.push_back(m);
+      auto connecting = connecting_.find(r);
+      if (connecting != connecting_.end() &&
+          unmet_dependencies(s_.ranks[r][pc_[r]], kNever).empty()) {
+        const Channel ch = connecting->second;
+        const int peer = ch.first == r ? ch.second : ch.first;
+        why += "\n  " + at(s_, m) + " is rank " + std::to_string(r) +
+               "'s first action on the NCCL channel " + std::to_string(ch.first) + "->" +
+               std::to_string(ch.second) + " and blocks (lazy connection) until rank " +
+               std::to_string(peer) + " reaches its own";
+        continue;
+      }
       why += "\n  " + at(s_, m) + " waits for";
       for (const Action& dep : unmet_dependencies(s_.ranks[r][pc_[r]], kNever))
         why += " " + to_string(dep) + " on rank " + std::to_string(stage_rank(s_, dep.stage));
@@ -303,8 +394,15 @@ class Simulation {
 
   const Schedule& s_;
   const ActionIndex& index_;
+  CommSemantics comm_;
   std::vector<int> pc_;
   std::vector<int> done_round_;
+  // Lazy connection: ((channel, rank) -> round the rank reached its first
+  // action on the channel, or -1 once connected) and the channel a rank is
+  // blocked connecting.
+  std::map<std::pair<Channel, int>, int> reached_;
+  std::map<int, Channel> connecting_;
+  bool reached_something_ = false;
 };
 
 // Per stage, the most micro-batches with F done and B not yet done.
@@ -335,15 +433,22 @@ bool is_marked(const std::vector<Mark>& marks, int rank, int index) {
 
 }  // namespace
 
-ScheduleReport validate_schedule(const Schedule& s) {
+CommSemantics comm_semantics_of(const std::string& transport, const std::string& device) {
+  const bool nccl = transport == "nccl_model" || transport == "nccl" ||
+                    (device == "cuda" && transport == "auto");
+  return nccl ? CommSemantics::nccl() : CommSemantics::mpi();
+}
+
+ScheduleReport validate_schedule(const Schedule& s, const CommSemantics& comm) {
   check_shape(s);
   check_actions(s);
   ActionIndex index(s);
   check_counts(s, index);
   for (int st = 0; st < s.num_stages; ++st)
     for (int mb = 0; mb < s.num_micro_batches; ++mb) check_order(s, index, st, mb);
+  if (comm.match_by_order) check_channel_order(s);
   ScheduleReport report;
-  report.simulated_rounds = Simulation(s, index).run();
+  report.simulated_rounds = Simulation(s, index, comm).run();
   report.peak_in_flight = peak_in_flight(s);
   return report;
 }

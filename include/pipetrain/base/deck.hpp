@@ -80,8 +80,8 @@ struct PipelineConfig {
   std::string recompute = "none";
   std::vector<std::string> recompute_stages;  // per-stage override; empty = recompute
   double memory_budget_mb = 0.0;   // per-stage budget for "auto"; 0 = none
-  // Activation/gradient exchange on CUDA: "auto" | "nccl" | "mpi_staged"
-  // (the CPU device always uses MPI).
+  // Activation/gradient exchange. CPU: "auto" (= "mpi") | "mpi" | "nccl_model"
+  // (MPI with NCCL's semantics); CUDA: "auto" | "nccl" | "mpi_staged".
   std::string transport = "auto";
 };
 

@@ -35,6 +35,16 @@ class Transport {
 };
 
 std::unique_ptr<Transport> make_mpi_transport(MPI_Comm comm);
+
+// NCCL's point-to-point semantics on the CPU, over MPI (pipeline.transport =
+// "nccl_model"; src/runtime/transport_nccl_model.cpp): per-link channels
+// matched by order, rendezvous sends, in-order completion; and, with
+// lazy_connect, NCCL's blocking first use of a channel. Collective over comm.
+struct NcclModelOptions {
+  bool lazy_connect = false;  // true: NCCL's lazy connection (deadlocks GPipe; tests)
+};
+std::unique_ptr<Transport> make_nccl_model_transport(MPI_Comm comm,
+                                                     const NcclModelOptions& options = {});
 // The largest message tag of `comm` (MPI_TAG_UB; at least 32767).
 int mpi_tag_upper_bound(MPI_Comm comm);
 

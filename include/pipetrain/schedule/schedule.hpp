@@ -79,9 +79,26 @@ struct ScheduleReport {
   int simulated_rounds = 0;         // rounds of the deadlock simulation
 };
 
+// How the transport delivers, for the validator's deadlock simulation.
+//   MPI (the default): tagged messages; posting a send or receive never blocks.
+//   NCCL (match_by_order): per rank pair and direction one channel whose
+//     messages meet by order (the k-th send is the k-th receive) and complete
+//     in order; with lazy_connect, the first send or receive of a rank on a
+//     channel blocks that rank until the peer reaches its own first action on
+//     the channel (NCCL's lazy connection; pipetrain's NCCL transports connect
+//     every channel at start, so they validate with lazy_connect = false).
+struct CommSemantics {
+  bool match_by_order = false;
+  bool lazy_connect = false;
+  static CommSemantics mpi() { return {}; }
+  static CommSemantics nccl(bool lazy = false) { return {true, lazy}; }
+};
+// The semantics of a pipeline.transport value ("nccl", "nccl_model": NCCL).
+CommSemantics comm_semantics_of(const std::string& transport, const std::string& device);
+
 // Checks the schedule; throws InputError whose message explains the problem
 // and shows the rank x step grid with the failing action(s) marked.
-ScheduleReport validate_schedule(const Schedule& s);
+ScheduleReport validate_schedule(const Schedule& s, const CommSemantics& comm = {});
 
 // The rank x step grid; actions listed in `marks` ((rank, index) pairs) are
 // shown as ">2F5<".
