@@ -79,7 +79,7 @@ double train_step(StageModel& stage, Backend& be, const Tensor& tokens, const Te
   const double loss = stage.loss->forward_backward(be, logits, labels, grad_scale, dy);
   stage_backward(stage, be, pass, dy, false);
   Optimizer opt(sgd_config(), stage.params());
-  opt.step(be, 0, 0.05f, 1.f);
+  opt.step(be, 0.05f, 1.f);
   return loss;
 }
 

@@ -229,7 +229,7 @@ TEST(GptReference, MatchesPyTorchForwardBackwardAndAdamW) {
   ASSERT_EQ(static_cast<int64_t>(ref_losses.size()), cfg.steps);
   Optimizer opt(cfg, params);
   for (int64_t k = 0; k < cfg.steps; ++k) {
-    opt.step(be, k, static_cast<float>(learning_rate(cfg, k)), 1.f);
+    opt.step(be, static_cast<float>(learning_rate(cfg, k)), 1.f);
     opt.zero_grad(be);
     const double step_loss = model.step(tokens, targets);
     expect_loss_close("loss after AdamW step " + std::to_string(k + 1), step_loss, ref_losses[k]);

@@ -46,6 +46,10 @@ void log_devices(MPI_Comm comm, const std::string& line) {
 ComputeResources make_compute_resources(const Deck& deck, MPI_Comm comm) {
   ComputeResources c;
   if (deck.training.device != "cuda") {
+    if (deck.training.precision != "fp32") {
+      c.backend = make_cpu_backend(parse_gemm_precision(deck.training.precision));
+      c.setup.backend = c.backend.get();
+    }
     if (deck.pipeline.transport == "nccl_model")
       c.setup.make_transport = [](MPI_Comm stage_comm) { return make_nccl_model_transport(stage_comm); };
     return c;

@@ -77,7 +77,7 @@ const std::vector<KeySpec> kDeckKeys = {
     {"training", "eval_every", PT_FIELD(training.eval_every), at_least(0), nullptr, "held-out evaluation loss every k steps; 0 = off", PT_ALWAYS},
     {"training", "init_from", PT_FIELD(training.init_from), any(), nullptr, "checkpoint whose weights (only) initialise the model; \"\" = none", PT_ALWAYS},
     {"training", "device", PT_FIELD(training.device), any(), "cpu|cuda", "where each rank computes: cpu, or cuda (one GPU per rank)", PT_ALWAYS},
-    {"training", "precision", PT_FIELD(training.precision), any(), "fp32|tf32|bf16|fp16", "GEMM precision with device = \"cuda\" (fp32 master weights; fp16 uses dynamic loss scaling)", PT_ALWAYS},
+    {"training", "precision", PT_FIELD(training.precision), any(), "fp32|tf32|bf16|fp16", "GEMM operand precision (fp32 master weights and accumulation; fp16 uses dynamic loss scaling); on the CPU the rounding is emulated exactly", PT_ALWAYS},
     {"training", "eval_batches", PT_FIELD(training.eval_batches), between(1, 1 << 20), nullptr, "batches per evaluation", PT_ALWAYS},
     {"pipeline", "stages", PT_FIELD(pipeline.stages), between(0, 1 << 16), nullptr, "pipeline stages, one per MPI rank; 0 = number of ranks", PT_ALWAYS},
     {"pipeline", "micro_batches", PT_FIELD(pipeline.micro_batches), between(1, 1 << 20), nullptr, "micro-batches per step; must divide batch_size", PT_ALWAYS},
@@ -418,9 +418,6 @@ void check_consistency(const Deck& deck) {
   check_model_data(deck);
   check_recompute(deck);
   check_transport(deck);
-  if (deck.training.device == "cpu" && deck.training.precision != "fp32")
-    throw InputError(deck.where("training.precision") + " = " + toml_string(deck.training.precision) +
-                     ": the CPU backend computes in fp32; reduced precision needs training.device = \"cuda\"");
 }
 
 }  // namespace

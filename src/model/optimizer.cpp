@@ -33,7 +33,8 @@ void Optimizer::zero_grad(Backend& be) {
   for (Param* p : params_) be.fill(p->grad, 0.f);
 }
 
-void Optimizer::step(Backend& be, int64_t step, float lr, float grad_scale) {
+void Optimizer::step(Backend& be, float lr, float grad_scale) {
+  ++updates_;
   for (Param* p : params_) {
     if (grad_scale != 1.f) be.scale(p->grad, grad_scale);
     if (cfg_.optimizer == "sgd") {
@@ -43,7 +44,7 @@ void Optimizer::step(Backend& be, int64_t step, float lr, float grad_scale) {
       be.adamw_step(p->value, p->grad, p->state1, p->state2, lr,
                     static_cast<float>(cfg_.beta1), static_cast<float>(cfg_.beta2),
                     static_cast<float>(cfg_.eps), static_cast<float>(cfg_.weight_decay),
-                    static_cast<long>(step + 1));
+                    static_cast<long>(updates_));
     }
   }
 }

@@ -147,7 +147,9 @@ void Executor::run_forward(int mb, Tensor x) {
   state.grad_output = Tensor::empty(x.shape(), DType::F32, MemCategory::Workspace);
   const float grad_scale = static_cast<float>(loss_scale_ / static_cast<double>(batch * terms));
   double loss = stage_.loss->forward_backward(be_, x, target, grad_scale, state.grad_output);
-  if (!std::isfinite(loss))
+  // With fp16 loss scaling an overflow is the scaler's to handle: the step
+  // is skipped and the scale backs off (LossScaler::finish_backward).
+  if (!std::isfinite(loss) && !loss_scaling_)
     throw Error("non-finite loss at step " + std::to_string(step_) + ", stage " +
                 std::to_string(stage_.stage) + ", micro-batch " + std::to_string(mb));
   loss_sum_ += loss;

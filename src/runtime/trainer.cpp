@@ -104,7 +104,7 @@ StepRecord Trainer::train_step(int64_t step) {
   if (clip > 0.0 && rec.grad_norm > clip)
     clip_scale = static_cast<float>(clip / (rec.grad_norm + 1e-6));
   const double optimizer_start = tracer_->now_us();
-  if (!rec.skipped) optimizer_->step(be, step, static_cast<float>(rec.lr), clip_scale);
+  if (!rec.skipped) optimizer_->step(be, static_cast<float>(rec.lr), clip_scale);
   be.synchronize();
   tracer_->record(EventKind::Optimizer, step, stage_.stage, -1, optimizer_start, tracer_->now_us());
   rec.step_time_s =

@@ -2,8 +2,11 @@
 // as plain loops in a fixed order (bitwise deterministic).
 #include <cblas.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <memory>
+#include <vector>
 
 #include "cpu_kernels_gpt.hpp"
 #include "vec_math.hpp"
@@ -24,6 +27,7 @@ constexpr float kGeluCubic = 0.044715f;
 
 class CpuBackend final : public Backend {
  public:
+  explicit CpuBackend(GemmPrecision precision = GemmPrecision::FP32) : precision_(precision) {}
   const char* name() const override { return "cpu"; }
   Device device() const override { return Device::CPU; }
 
@@ -38,8 +42,8 @@ class CpuBackend final : public Backend {
                  shape_string(b.shape()) + (trans_b ? "^T" : "") + " -> " +
                  shape_string(c.shape()));
     if (m == 0 || n == 0) return;
-    cpu::sgemm(trans_a, trans_b, m, n, k, alpha, a.f32(), a.cols(), b.f32(), b.cols(), beta,
-               c.f32(), c.cols());
+    cpu::gemm(precision_, trans_a, trans_b, m, n, k, alpha, a.f32(), a.cols(), b.f32(), b.cols(),
+              beta, c.f32(), c.cols());
   }
 
   void add_bias(Tensor& y, const Tensor& bias) override {
@@ -195,15 +199,15 @@ class CpuBackend final : public Backend {
     cpu::embedding_backward(tokens, dy, dwte, dwpe);
   }
   void attention_probs(const Tensor& qkv, int64_t heads, Tensor& probs) override {
-    cpu::attention_probs(qkv, heads, probs);
+    cpu::attention_probs(precision_, qkv, heads, probs);
   }
   void attention_values(const Tensor& qkv, const Tensor& probs, int64_t heads,
                         Tensor& y) override {
-    cpu::attention_values(qkv, probs, heads, y);
+    cpu::attention_values(precision_, qkv, probs, heads, y);
   }
   void attention_backward(const Tensor& qkv, const Tensor& probs, const Tensor& dy,
                           int64_t heads, Tensor& dqkv) override {
-    cpu::attention_backward(qkv, probs, dy, heads, dqkv);
+    cpu::attention_backward(precision_, qkv, probs, dy, heads, dqkv);
   }
 
   void sgd_step(Tensor& p, const Tensor& g, Tensor& v, float lr, float momentum,
@@ -239,6 +243,9 @@ class CpuBackend final : public Backend {
       pp[i] -= step_size * (pm[i] / denom);
     }
   }
+
+ private:
+  GemmPrecision precision_;  // of the GEMM operands; accumulation is fp32
 };
 
 int g_blas_threads = 1;
@@ -254,6 +261,25 @@ void sgemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, const
   cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans,
               static_cast<int>(m), static_cast<int>(n), static_cast<int>(k), alpha, a,
               static_cast<int>(lda), b, static_cast<int>(ldb), beta, c, static_cast<int>(ldc));
+}
+
+// Rounded copies of op(A) and op(B)'s stored blocks, in per-thread scratch.
+void gemm(GemmPrecision p, bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha,
+          const float* a, int64_t lda, const float* b, int64_t ldb, float beta, float* c,
+          int64_t ldc) {
+  if (p == GemmPrecision::FP32) {
+    sgemm(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+    return;
+  }
+  thread_local std::vector<float> a_rounded, b_rounded;
+  const int64_t a_rows = ta ? k : m, a_cols = ta ? m : k;  // A as stored
+  const int64_t b_rows = tb ? n : k, b_cols = tb ? k : n;  // B as stored
+  a_rounded.resize(static_cast<size_t>(a_rows * a_cols));
+  b_rounded.resize(static_cast<size_t>(b_rows * b_cols));
+  round_block(a, lda, a_rows, a_cols, p, a_rounded.data(), a_cols);
+  round_block(b, ldb, b_rows, b_cols, p, b_rounded.data(), b_cols);
+  sgemm(ta, tb, m, n, k, alpha, a_rounded.data(), std::max<int64_t>(a_cols, 1), b_rounded.data(),
+        std::max<int64_t>(b_cols, 1), beta, c, ldc);
 }
 }  // namespace cpu
 
@@ -273,6 +299,10 @@ std::vector<GemmShape> stop_gemm_recording() {
 Backend& cpu_backend() {
   static CpuBackend backend;
   return backend;
+}
+
+std::unique_ptr<Backend> make_cpu_backend(GemmPrecision precision) {
+  return std::make_unique<CpuBackend>(precision);
 }
 
 void set_blas_threads(int threads) {

@@ -190,35 +190,36 @@ void embedding_backward(const Tensor& tokens, const Tensor& dy, Tensor& dwte, Te
 
 // ---- causal multi-head attention ----
 
-void attention_probs(const Tensor& qkv, int64_t heads, Tensor& probs) {
+void attention_probs(GemmPrecision p, const Tensor& qkv, int64_t heads, Tensor& probs) {
   const AttnDims d = attn_dims(qkv, heads);  // qkv: (mb, T, 3C)
   check_numel(probs, d.mb * d.H * d.T * d.T, "attention probs");  // (mb, H, T, T)
   for (int64_t b = 0; b < d.mb; ++b) {
     for (int64_t h = 0; h < d.H; ++h) {
       float* s = probs.f32() + probs_offset(d, b, h);  // (T, T)
       // s = scale * Q K^T: (T, D) x (D, T)
-      sgemm(false, true, d.T, d.T, d.D, d.scale, qkv_head(qkv, d, b, h, 0), 3 * d.C,
+      gemm(p, false, true, d.T, d.T, d.D, d.scale, qkv_head(qkv, d, b, h, 0), 3 * d.C,
            qkv_head(qkv, d, b, h, 1), 3 * d.C, 0.f, s, d.T);
       causal_softmax(s, d.T);
     }
   }
 }
 
-void attention_values(const Tensor& qkv, const Tensor& probs, int64_t heads, Tensor& y) {
+void attention_values(GemmPrecision p, const Tensor& qkv, const Tensor& probs, int64_t heads,
+                      Tensor& y) {
   const AttnDims d = attn_dims(qkv, heads);  // qkv: (mb, T, 3C)
   check_numel(probs, d.mb * d.H * d.T * d.T, "attention probs");  // (mb, H, T, T)
   check_numel(y, d.mb * d.T * d.C, "attention y");                 // (mb, T, C)
   for (int64_t b = 0; b < d.mb; ++b) {
     for (int64_t h = 0; h < d.H; ++h) {
       // y_h = P V: (T, T) x (T, D)
-      sgemm(false, false, d.T, d.D, d.T, 1.f, probs.f32() + probs_offset(d, b, h), d.T,
+      gemm(p, false, false, d.T, d.D, d.T, 1.f, probs.f32() + probs_offset(d, b, h), d.T,
            qkv_head(qkv, d, b, h, 2), 3 * d.C, 0.f, y.f32() + head_offset(d, b, h), d.C);
     }
   }
 }
 
-void attention_backward(const Tensor& qkv, const Tensor& probs, const Tensor& dy,
-                        int64_t heads, Tensor& dqkv) {
+void attention_backward(GemmPrecision prec, const Tensor& qkv, const Tensor& probs,
+                        const Tensor& dy, int64_t heads, Tensor& dqkv) {
   const AttnDims d = attn_dims(qkv, heads);  // qkv: (mb, T, 3C)
   check_numel(probs, d.mb * d.H * d.T * d.T, "attention probs");  // (mb, H, T, T)
   check_numel(dy, d.mb * d.T * d.C, "attention dy");               // (mb, T, C)
@@ -232,15 +233,15 @@ void attention_backward(const Tensor& qkv, const Tensor& probs, const Tensor& dy
       const float* k = qkv_head(qkv, d, b, h, 1);
       const float* v = qkv_head(qkv, d, b, h, 2);
       // dV = P^T dY: (T, T)^T x (T, D)
-      sgemm(true, false, d.T, d.D, d.T, 1.f, p, d.T, dyh, d.C, 0.f, qkv_head(dqkv, d, b, h, 2),
+      gemm(prec, true, false, d.T, d.D, d.T, 1.f, p, d.T, dyh, d.C, 0.f, qkv_head(dqkv, d, b, h, 2),
            3 * d.C);
       // dP = dY V^T: (T, D) x (D, T); then dS = scale * softmax'(dP)
-      sgemm(false, true, d.T, d.T, d.D, 1.f, dyh, d.C, v, 3 * d.C, 0.f, ds.data(), d.T);
+      gemm(prec, false, true, d.T, d.T, d.D, 1.f, dyh, d.C, v, 3 * d.C, 0.f, ds.data(), d.T);
       causal_softmax_backward(p, ds.data(), d.T, d.scale);
       // dQ = dS K: (T, T) x (T, D); dK = dS^T Q: (T, T)^T x (T, D)
-      sgemm(false, false, d.T, d.D, d.T, 1.f, ds.data(), d.T, k, 3 * d.C, 0.f,
+      gemm(prec, false, false, d.T, d.D, d.T, 1.f, ds.data(), d.T, k, 3 * d.C, 0.f,
            qkv_head(dqkv, d, b, h, 0), 3 * d.C);
-      sgemm(true, false, d.T, d.D, d.T, 1.f, ds.data(), d.T, q, 3 * d.C, 0.f,
+      gemm(prec, true, false, d.T, d.D, d.T, 1.f, ds.data(), d.T, q, 3 * d.C, 0.f,
            qkv_head(dqkv, d, b, h, 1), 3 * d.C);
     }
   }

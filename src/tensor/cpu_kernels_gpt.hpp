@@ -19,9 +19,11 @@ void layernorm_backward(const Tensor& x, const Tensor& gamma, const Tensor& mean
 void embedding_forward(const Tensor& tokens, const Tensor& wte, const Tensor& wpe, Tensor& y);
 void embedding_backward(const Tensor& tokens, const Tensor& dy, Tensor& dwte, Tensor& dwpe);
 
-void attention_probs(const Tensor& qkv, int64_t heads, Tensor& probs);
-void attention_values(const Tensor& qkv, const Tensor& probs, int64_t heads, Tensor& y);
-void attention_backward(const Tensor& qkv, const Tensor& probs, const Tensor& dy,
+// The attention GEMMs round their operands to `p` (fp32: plain sgemm).
+void attention_probs(GemmPrecision p, const Tensor& qkv, int64_t heads, Tensor& probs);
+void attention_values(GemmPrecision p, const Tensor& qkv, const Tensor& probs, int64_t heads,
+                      Tensor& y);
+void attention_backward(GemmPrecision p, const Tensor& qkv, const Tensor& probs, const Tensor& dy,
                         int64_t heads, Tensor& dqkv);
 
 }  // namespace pt::cpu

@@ -20,13 +20,20 @@ class Optimizer {
  public:
   Optimizer(const TrainingConfig& cfg, std::vector<Param*> params);
   // One update of every parameter with gradients already scaled by `grad_scale`
-  // (the clip factor, 1 when not clipping). `step` is 0-based.
-  void step(Backend& be, int64_t step, float lr, float grad_scale);
+  // (the clip factor, 1 when not clipping). AdamW's bias correction counts
+  // the updates applied so far, not the training steps: an fp16 step skipped
+  // for overflow applies no update and does not advance it.
+  void step(Backend& be, float lr, float grad_scale);
   void zero_grad(Backend& be);
+
+  // Updates applied since initialisation (saved in checkpoints).
+  int64_t updates() const { return updates_; }
+  void set_updates(int64_t updates) { updates_ = updates; }
 
  private:
   TrainingConfig cfg_;
   std::vector<Param*> params_;
+  int64_t updates_ = 0;
 };
 
 }  // namespace pt

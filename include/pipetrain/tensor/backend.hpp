@@ -7,8 +7,10 @@
 // Every kernel is deterministic: the same inputs give bitwise the same outputs.
 #pragma once
 
+#include <memory>
 #include <vector>
 
+#include "pipetrain/tensor/precision.hpp"
 #include "pipetrain/tensor/tensor.hpp"
 
 namespace pt {
@@ -104,8 +106,12 @@ class Backend {
                           long step) = 0;
 };
 
-// The process-wide CPU backend.
+// The process-wide CPU backend (fp32 GEMMs).
 Backend& cpu_backend();
+// A CPU backend whose GEMMs round their operands to `precision` (fp32
+// accumulation), emulating the CUDA backend's mixed precision exactly up to
+// the accumulation order (precision.hpp).
+std::unique_ptr<Backend> make_cpu_backend(GemmPrecision precision);
 
 // GEMM shapes of the CPU backend, for benchmarks: every sgemm call between
 // start and stop is recorded (arguments as in cblas_sgemm, row-major).
@@ -122,6 +128,10 @@ namespace cpu {
 // on strided sub-matrices, through OpenBLAS; recorded while recording is on.
 void sgemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, const float* a,
            int64_t lda, const float* b, int64_t ldb, float beta, float* c, int64_t ldc);
+// The same with both operands first rounded to `p` (sgemm itself for fp32).
+void gemm(GemmPrecision p, bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha,
+          const float* a, int64_t lda, const float* b, int64_t ldb, float beta, float* c,
+          int64_t ldc);
 }  // namespace cpu
 
 // Sets OpenBLAS threads for this process.

@@ -1,0 +1,34 @@
+// precision.hpp: the precision of GEMM operands (training.precision), and the
+// rounding that emulates it on the CPU.
+//
+// Every precision keeps fp32 master weights, fp32 activations and fp32
+// accumulation; only the two operands of each GEMM are rounded, as the CUDA
+// backend does when it casts them for cuBLAS (docs/cuda.md, "Precision modes"):
+//   fp32  no rounding
+//   tf32  10 explicit mantissa bits (tensor-core TF32), round to nearest even
+//   bf16  8-bit exponent, 7 mantissa bits, round to nearest even
+//   fp16  5-bit exponent, 10 mantissa bits, round to nearest even; beyond
+//         65504 an operand becomes inf (the loss scaler then skips the step),
+//         below 2^-24 it becomes 0
+// So the CPU backend with a reduced precision computes what the GPU computes
+// up to the order of the fp32 accumulation inside the GEMM.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+namespace pt {
+
+enum class GemmPrecision { FP32, TF32, BF16, FP16 };
+
+// "fp32" | "tf32" | "bf16" | "fp16"; throws InputError naming the value otherwise.
+GemmPrecision parse_gemm_precision(const std::string& name);
+const char* gemm_precision_name(GemmPrecision p);
+
+// The value an fp32 GEMM operand takes in precision p.
+float round_operand(float x, GemmPrecision p);
+// dst[i * ld_dst + j] = round_operand(src[i * ld_src + j]) for a rows x cols block.
+void round_block(const float* src, int64_t ld_src, int64_t rows, int64_t cols, GemmPrecision p,
+                 float* dst, int64_t ld_dst);
+
+}  // namespace pt
