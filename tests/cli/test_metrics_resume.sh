@@ -114,5 +114,13 @@ f = h5py.File(sys.argv[1])
 assert list(f['step'][:]) == [4, 5, 6, 7] and list(f.attrs['missing_steps']) == [0, 3], dict(f.attrs)
 " "$tmp/elsewhere/metrics.h5"
 
+# An unreadable metrics.h5 is moved aside, not overwritten, and the gap said.
+cp -r "$tmp/straight" "$tmp/garbled"
+echo "not HDF5" > "$tmp/garbled/metrics.h5"
+run 2 train $deck "${common[@]}" --set output.dir=\"$tmp/garbled\" --resume "$tmp/garbled/checkpoints/step_00000006"
+check "unreadable: resume succeeds" status_is 0
+check "unreadable: said" output_has "has no rows for steps 0..5 (before the resume step 6): the earlier file could not be read (not an HDF5 file) and was moved to $tmp/garbled/metrics.unreadable_6.h5"
+check "unreadable: kept aside" grep -qx "not HDF5" "$tmp/garbled/metrics.unreadable_6.h5"
+
 echo "metrics resume cli: $passed passed, $failed failed"
 [ "$failed" -eq 0 ]
