@@ -16,6 +16,7 @@
 #include <type_traits>
 
 #include "pipetrain/base/error.hpp"
+#include "pipetrain/base/quiet_hdf5.hpp"
 #include "pipetrain/io/checkpoint.hpp"
 
 namespace pt {
@@ -261,20 +262,6 @@ void MetricsFile::flush() {
 namespace {
 
 // ---- reading an earlier file -----------------------------------------------
-
-// Silences HDF5's error printing while in scope; failures are reported by us.
-class QuietHdf5 {
- public:
-  QuietHdf5() {
-    H5Eget_auto2(H5E_DEFAULT, &func_, &data_);
-    H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr);
-  }
-  ~QuietHdf5() { H5Eset_auto2(H5E_DEFAULT, func_, data_); }
-
- private:
-  H5E_auto2_t func_ = nullptr;
-  void* data_ = nullptr;
-};
 
 // The whole dataset `name` as `mem_type`, with its shape; false when absent
 // or unreadable.

@@ -11,6 +11,7 @@
 
 #include "pipetrain/model/data.hpp"
 #include "pipetrain/base/error.hpp"
+#include "pipetrain/base/quiet_hdf5.hpp"
 #include "pipetrain/base/rng.hpp"
 
 namespace pt {
@@ -182,19 +183,6 @@ class MarkovData final : public Dataset {
 
 // ---- HDF5 token files ------------------------------------------------------
 
-// Silences HDF5's own error printing while in scope; we report errors ourselves.
-class QuietHdf5 {
- public:
-  QuietHdf5() {
-    H5Eget_auto2(H5E_DEFAULT, &func_, &data_);
-    H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr);
-  }
-  ~QuietHdf5() { H5Eset_auto2(H5E_DEFAULT, func_, data_); }
-
- private:
-  H5E_auto2_t func_ = nullptr;
-  void* data_ = nullptr;
-};
 
 // A 1-D integer dataset read in slices.
 class TokenFile {
