@@ -497,6 +497,15 @@ TEST(Hdf5BadData, MissingFile) {
              "data.eval_path = \"" + deck.data.eval_path + "\"");
 }
 
+TEST(Hdf5BadData, DirectoryIsNotATokenFile) {
+  TempDir dir;
+  const std::string path = dir.file("tokens.h5");
+  std::filesystem::create_directory(path);
+  Deck deck = hdf5_deck(path, 256, 4);
+  EXPECT_HAS(check_message(deck, path), "\": is a directory, not an HDF5 token file");
+  EXPECT_HAS(input_error([&] { make_dataset(deck, Split::Train); }), "is a directory");
+}
+
 TEST(Hdf5BadData, NotAnHdf5File) {
   TempDir dir;
   const std::string path = dir.file("tokens.txt");
@@ -556,6 +565,24 @@ TEST(Hdf5BadData, Int64TokenBeyondInt32Range) {
   v[7] = -(int64_t{1} << 40);
   write_h5(path, "tokens", H5T_STD_I64LE, H5T_NATIVE_INT64, v);
   EXPECT_HAS(check_message(hdf5_deck(path, 256, 4), path), "token 7 is -");
+}
+
+// Unsigned 64-bit ids above INT64_MAX are reported as stored, not clipped.
+TEST(Hdf5BadData, Uint64TokenAboveInt64MaxShowsItsValue) {
+  TempDir dir;
+  const std::string path = dir.file("t.h5");
+  std::vector<uint64_t> v(41, 2);
+  v[9] = 18446744073709551615ull;
+  write_h5(path, "tokens", H5T_STD_U64LE, H5T_NATIVE_UINT64, v);
+  EXPECT_HAS(check_message(hdf5_deck(path, 256, 4), path),
+             "token 9 is 18446744073709551615, outside 0..model.vocab_size-1 = 0..255");
+  v[9] = 2;
+  v[12] = 9223372036854775808ull;
+  write_h5(path, "tokens", H5T_STD_U64LE, H5T_NATIVE_UINT64, v);
+  EXPECT_HAS(check_message(hdf5_deck(path, 256, 4), path), "token 12 is 9223372036854775808,");
+  v[12] = 2;
+  write_h5(path, "tokens", H5T_STD_U64LE, H5T_NATIVE_UINT64, v);
+  EXPECT_NO_THROW(check_token_file(hdf5_deck(path, 256, 4), path, "data.path"));
 }
 
 TEST(Hdf5BadData, TokenOutOfRangeBeyondTheFirstChunk) {

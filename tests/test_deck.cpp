@@ -229,6 +229,28 @@ TEST(DeckErrors, OtherInconsistencies) {
   EXPECT_EQ(text_error("[output]\ndir = \"\"\n"), "t.toml:2: output.dir = \"\": must name a directory");
 }
 
+// TOML integers are 64-bit; a longer literal is an error, not INT64_MAX.
+TEST(DeckErrors, IntegerBeyond64BitsIsRejected) {
+  const std::string range = ": does not fit in a 64-bit integer (-9223372036854775808..9223372036854775807)";
+  EXPECT_EQ(text_error("[training]\nsteps = 99999999999999999999\n"),
+            "t.toml:2: training.steps = 99999999999999999999" + range);
+  EXPECT_EQ(text_error("[model]\ninit_seed = -9_223_372_036_854_775_809\n"),
+            "t.toml:2: model.init_seed = -9_223_372_036_854_775_809" + range);
+  EXPECT_EQ(text_error("[data]\nseed = 0x1_0000_0000_0000_0000\n"),
+            "t.toml:2: data.seed = 0x1_0000_0000_0000_0000" + range);
+  EXPECT_EQ(text_error("[pipeline]\npartition = [4, 18446744073709551616]\n"),
+            "t.toml:2: pipeline.partition entry 1 = 18446744073709551616" + range);
+  EXPECT_EQ(text_error("[training]\nlr = 99999999999999999999\n"),
+            "t.toml:2: training.lr = 99999999999999999999" + range);
+  EXPECT_EQ(text_error("", {"training.steps=99999999999999999999"}),
+            "--set training.steps=99999999999999999999: training.steps = 99999999999999999999" + range);
+  // The extremes themselves fit.
+  EXPECT_EQ(pt::parse_deck_text("[training]\nsteps = 9223372036854775807\n", "t.toml", {}).training.steps,
+            std::numeric_limits<int64_t>::max());
+  EXPECT_EQ(text_error("[training]\nwarmup_steps = -9223372036854775808\n"),
+            "t.toml:2: training.warmup_steps = -9223372036854775808: must be >= 0");
+}
+
 // ---- overrides -------------------------------------------------------------
 
 TEST(DeckErrors, KeysOfAnotherModelOrDataTypeAreRejected) {
@@ -393,12 +415,32 @@ TEST(DeckLayout, PartitionHasOneEntryPerStageSummingToDepth) {
   EXPECT_EQ(pt::check_deck_layout(deck, 2), 2);
   EXPECT_EQ(input_error([&] { pt::check_deck_layout(deck, 4); }),
             "t.toml:4: pipeline.partition = [3, 5]: has 2 entries but there are 4 stages; "
-            "give one layer count per stage");
+            "give one Linear layer count per stage");
   std::string path = deck_fixture("bad_partition.toml");
   pt::Deck bad = pt::parse_deck_file(path, {});
   EXPECT_EQ(input_error([&] { pt::check_deck_layout(bad, 3); }),
             path + ":8: pipeline.partition = [4, 4, 4]: sums to 12 but model.depth = 8 (" + path +
                 ":5); the entries count the Linear layers of each stage");
+}
+
+// A GPT splits transformer blocks (model.blocks), never model.depth, the
+// MLP's key (default 8), in train and validate alike.
+TEST(DeckLayout, GptPartitionCountsTransformerBlocks) {
+  const std::string gpt = "[model]\ntype = \"gpt\"\nblocks = 4\n[data]\ntype = \"markov\"\n";
+  pt::Deck two = pt::parse_deck_text(gpt + "[pipeline]\npartition = [2, 2]\n", "t.toml", {});
+  EXPECT_EQ(pt::check_deck_layout(two, 2), 2);
+  pt::Deck eight = pt::parse_deck_text(gpt, "t.toml", {"pipeline.partition=[4, 4]"});
+  EXPECT_EQ(input_error([&] { pt::check_deck_layout(eight, 2); }),
+            "--set pipeline.partition=[4, 4]: pipeline.partition = [4, 4]: sums to 8 but model.blocks = 4 "
+            "(t.toml:3); the entries count the transformer blocks of each stage");
+  EXPECT_EQ(input_error([&] { pt::check_deck_layout(two, 3); }),
+            "t.toml:7: pipeline.partition = [2, 2]: has 2 entries but there are 3 stages; "
+            "give one transformer block count per stage");
+  pt::Deck uniform = pt::parse_deck_text(gpt, "t.toml", {});
+  EXPECT_EQ(pt::check_deck_layout(uniform, 4), 4);
+  EXPECT_EQ(input_error([&] { pt::check_deck_layout(uniform, 8); }),
+            "t.toml:3: model.blocks = 4: must be >= the number of stages (8, one per MPI rank); "
+            "each stage needs at least one transformer block");
 }
 
 TEST(DeckLayout, ScheduleFileMustExistAndMatch) {

@@ -10,7 +10,9 @@
 
 #include <algorithm>
 #include <cmath>
+#include <csignal>
 #include <cstdio>
+#include <cstdlib>
 #include <iostream>
 #include <sstream>
 
@@ -67,9 +69,7 @@ bool load_deck(const World& w, const CommandLine& cli, Deck& deck) {
         throw InputError(deck.where("training.device") +
                          " = \"cuda\": this build has no CUDA backend; build with `make cuda` "
                          "(cmake -DPIPETRAIN_CUDA=ON) and run build-cuda/pipetrain");
-      if (cli.command == "train") ensure_directory(deck.output.dir, deck.where("output.dir"));
-      if (cli.command == "train" && deck.output.checkpoint_every > 0)
-        ensure_directory(checkpoint_root(deck), deck.where("output.checkpoint_dir"));
+      if (cli.command == "train") prepare_output_directories(deck);
       text = deck_to_toml(deck);
     } catch (const InputError& e) {
       ok = false;
@@ -230,16 +230,26 @@ int64_t restore(const World& w, const CommandLine& cli, const Deck& deck,
   }
 }
 
-// A resumed run starts metrics.h5 afresh at its first step; the earlier
-// file is kept as metrics.before_resume_<step>.h5.
-void start_resumed_metrics(const Deck& deck, int64_t first_step, MetricsFile& metrics) {
-  const std::string path = deck.output.dir + "/metrics.h5";
-  const std::string kept = deck.output.dir + "/metrics.before_resume_" + std::to_string(first_step) + ".h5";
-  if (std::FILE* f = std::fopen(path.c_str(), "rb")) {
-    std::fclose(f);
-    if (std::rename(path.c_str(), kept.c_str()) != 0) throw Error("cannot rename " + path + " to " + kept);
-  }
-  metrics.set_attribute("resumed_at_step", std::vector<int64_t>{first_step});
+// A resumed run continues metrics.h5: rows of the steps before the resume
+// step stay, later ones (redone now) go; a gap in the history is a warning.
+void continue_metrics(int64_t first_step, MetricsFile& metrics) {
+  const MetricsResume r = metrics.continue_at(first_step);
+  if (r.complete()) std::printf("%s\n", r.message().c_str());
+  else std::fprintf(stderr, "pipetrain: warning: %s\n", r.message().c_str());
+  std::fflush(stdout);
+}
+
+// Test hooks PIPETRAIN_TEST_KILL_BEFORE_PUBLISH and ..._AFTER_PUBLISH =
+// <rank>:<step>: that rank kills itself (SIGKILL) just before the checkpoint
+// of <step> is written (metrics.h5 already flushed) or just after `latest`
+// names it.
+void test_kill_point(const char* hook, int rank, int64_t step) {
+  const char* env = std::getenv(hook);
+  long long r = -1, s = -1;
+  if (env == nullptr || std::sscanf(env, "%lld:%lld", &r, &s) != 2 || r != rank || s != step) return;
+  std::fprintf(stderr, "pipetrain: rank %d: %s: killed at the checkpoint of step %lld\n", rank, hook, s);
+  std::fflush(stderr);
+  raise(SIGKILL);
 }
 
 bool checkpoint_due(const Deck& deck, int64_t step) {
@@ -248,11 +258,15 @@ bool checkpoint_due(const Deck& deck, int64_t step) {
 }
 
 // Collective: training waits for the whole write (see docs/checkpoint-format.md).
+// metrics.h5 is flushed first, so it holds every step of each published
+// checkpoint and a resume from it finds the whole history.
 void checkpoint(const World& w, const Deck& deck, const std::string& resolved, Trainer& trainer,
-                int64_t steps_done, const MetricsFile& metrics) {
+                int64_t steps_done, MetricsFile& metrics) {
+  if (w.rank == 0) metrics.flush();
+  test_kill_point("PIPETRAIN_TEST_KILL_BEFORE_PUBLISH", w.rank, steps_done);
   const CheckpointWrite c = save_checkpoint(deck, resolved, trainer.params(), steps_done, w.comm);
+  test_kill_point("PIPETRAIN_TEST_KILL_AFTER_PUBLISH", w.rank, steps_done);
   if (w.rank != 0) return;
-  metrics.write();
   std::printf("checkpoint step %lld: %s, %.1f MB in %.2f s (%.0f MB/s), digest %08x\n",
               static_cast<long long>(steps_done), c.path.c_str(), c.bytes / 1e6, c.seconds,
               c.bytes / 1e6 / std::max(c.seconds, 1e-9), c.digest);
@@ -273,7 +287,7 @@ void log_step(const Deck& deck, const StepRecord& rec, bool last, Progress& p, M
   if ((rec.step + 1) % deck.output.log_every == 0 || last || evaluated)
     print_step(deck, rec, rate, p.elapsed, p.first_step);
   if (last || p.elapsed - p.last_write > 5.0) {
-    metrics.write();
+    metrics.flush();
     p.last_write = p.elapsed;
   }
 }
@@ -309,7 +323,7 @@ int run_train(const World& w, const CommandLine& cli, const Deck& deck) {
                                  static_cast<long long>(deck.training.steps));
     return 0;
   }
-  if (progress.first_step > 0 && w.rank == 0) start_resumed_metrics(deck, progress.first_step, metrics);
+  if (progress.first_step > 0 && w.rank == 0) continue_metrics(progress.first_step, metrics);
   StepRecord rec;
   const int64_t eval_every = deck.training.eval_every;
   for (int64_t step = progress.first_step; step < deck.training.steps; ++step) {

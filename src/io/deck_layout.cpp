@@ -1,5 +1,6 @@
 // deck_layout.cpp: check_deck_layout, the deck checks that need the rank count:
-// stages, layers per stage, partition, schedule file.
+// stages, partition units (MLP Linear layers, GPT blocks) per stage, the
+// explicit partition, schedule file.
 #include <cerrno>
 #include <cstring>
 #include <fstream>
@@ -9,10 +10,10 @@
 #include "pipetrain/base/deck.hpp"
 #include "pipetrain/io/deck_io.hpp"
 #include "pipetrain/base/error.hpp"
+#include "pipetrain/model/model.hpp"
 #include "pipetrain/schedule/schedule.hpp"
 
 namespace pt {
-
 
 namespace {
 
@@ -46,34 +47,46 @@ void check_stages(const Deck& deck, int num_ranks) {
                    " take the rank count)");
 }
 
-void check_layers_per_stage(const Deck& deck, int stages) {
-  if (deck.model.depth >= stages) return;
-  std::string why = deck.pipeline.stages == 0 ? ", one per MPI rank" : "";
-  throw InputError(deck.where("model.depth") + " = " + std::to_string(deck.model.depth) +
-                   ": must be >= the number of stages (" + std::to_string(stages) + why +
-                   "); each stage needs at least one Linear layer");
+// The partition unit of the deck's model: its key and what one unit is.
+struct Units {
+  std::string key, name;
+  int64_t count = 0;
+};
+
+Units model_partition_units(const Deck& deck) {
+  const bool gpt = deck.model.type == "gpt";
+  return {gpt ? "model.blocks" : "model.depth", gpt ? "transformer block" : "Linear layer",
+          model_units(deck.model)};
 }
 
-void check_partition(const Deck& deck, int stages) {
+void check_units_per_stage(const Deck& deck, const Units& units, int stages) {
+  if (units.count >= stages) return;
+  std::string why = deck.pipeline.stages == 0 ? ", one per MPI rank" : "";
+  throw InputError(deck.where(units.key) + " = " + std::to_string(units.count) +
+                   ": must be >= the number of stages (" + std::to_string(stages) + why +
+                   "); each stage needs at least one " + units.name);
+}
+
+void check_partition(const Deck& deck, const Units& units, int stages) {
   const std::vector<int64_t>& part = deck.pipeline.partition;
   if (part.empty()) return;
   std::string head = deck.where("pipeline.partition") + " = " + list_text(part) + ": ";
   if (static_cast<int64_t>(part.size()) != stages) {
     throw InputError(head + "has " + plural(static_cast<int64_t>(part.size()), "entry", "entries") +
-                     " but there are " + plural(stages, "stage") +
-                     "; give one layer count per stage");
+                     " but there are " + plural(stages, "stage") + "; give one " + units.name +
+                     " count per stage");
   }
   for (size_t s = 0; s < part.size(); ++s) {
     if (part[s] < 1) {
       throw InputError(head + "entry " + std::to_string(s) + " = " + std::to_string(part[s]) +
-                       ": must be >= 1 (each stage needs at least one Linear layer)");
+                       ": must be >= 1 (each stage needs at least one " + units.name + ")");
     }
   }
   int64_t sum = std::accumulate(part.begin(), part.end(), int64_t{0});
-  if (sum != deck.model.depth) {
+  if (sum != units.count) {
     throw InputError(head + "sums to " + std::to_string(sum) + " but " +
-                     other_key(deck, "model.depth", std::to_string(deck.model.depth)) +
-                     "; the entries count the Linear layers of each stage");
+                     other_key(deck, units.key, std::to_string(units.count)) +
+                     "; the entries count the " + units.name + "s of each stage");
   }
 }
 
@@ -107,8 +120,9 @@ int check_deck_layout(const Deck& deck, int num_ranks) {
   PT_CHECK(num_ranks >= 1, "num_ranks = " + std::to_string(num_ranks));
   check_stages(deck, num_ranks);
   int stages = num_ranks;
-  check_layers_per_stage(deck, stages);
-  check_partition(deck, stages);
+  const Units units = model_partition_units(deck);
+  check_units_per_stage(deck, units, stages);
+  check_partition(deck, units, stages);
   const size_t overrides = deck.pipeline.recompute_stages.size();
   if (overrides != 0 && overrides != static_cast<size_t>(stages))
     throw InputError(deck.where("pipeline.recompute_stages") + " has " + std::to_string(overrides) +

@@ -59,6 +59,45 @@ std::string describe(const toml::value& v) {
 
 // ---- reading values --------------------------------------------------------
 
+// The text of a value as written in its source, e.g. "99_999" or "0xff";
+// "" when toml11 kept no location for it.
+std::string source_text(const toml::value& v) {
+  const toml::source_location loc = v.location();
+  const std::string& line = loc.line_str();
+  const size_t begin = loc.column() - 1;
+  return begin < line.size() ? line.substr(begin, loc.region()) : "";
+}
+
+// Whether a TOML integer literal (sign, 0x/0o/0b prefix, '_' separators)
+// lies within int64. toml11 v3 reads a longer one as INT64_MAX or INT64_MIN
+// without a word, so the literal itself is checked.
+bool fits_int64(std::string text) {
+  text.erase(std::remove(text.begin(), text.end(), '_'), text.end());
+  const bool negative = !text.empty() && text[0] == '-';
+  if (!text.empty() && (text[0] == '-' || text[0] == '+')) text.erase(0, 1);
+  int base = 10;
+  if (text.size() > 2 && text[0] == '0' && std::string("xob").find(text[1]) != std::string::npos) {
+    base = text[1] == 'x' ? 16 : text[1] == 'o' ? 8 : 2;
+    text.erase(0, 2);
+  }
+  if (text.empty() || !std::isxdigit(static_cast<unsigned char>(text[0]))) return true;  // not a literal we know
+  errno = 0;
+  const unsigned long long magnitude = std::strtoull(text.c_str(), nullptr, base);
+  if (errno == ERANGE) return false;
+  const unsigned long long largest = negative ? 1ull << 63 : (1ull << 63) - 1;
+  return magnitude <= largest;
+}
+
+// The value of an integer `v`; an InputError when its literal does not fit.
+int64_t integer_of(const toml::value& v, const std::string& at) {
+  const int64_t x = v.as_integer();
+  if (x != std::numeric_limits<int64_t>::max() && x != std::numeric_limits<int64_t>::min()) return x;
+  const std::string text = source_text(v);
+  if (fits_int64(text)) return x;
+  throw InputError(at + " = " + text +
+                   ": does not fit in a 64-bit integer (-9223372036854775808..9223372036854775807)");
+}
+
 void read_list(const toml::value& v, std::vector<int64_t>& out, const std::string& at) {
   if (!v.is_array()) type_error(at, "an array of integers", v);
   std::vector<int64_t> list;
@@ -66,7 +105,7 @@ void read_list(const toml::value& v, std::vector<int64_t>& out, const std::strin
     if (!entry.is_integer()) {
       type_error(at + " entry " + std::to_string(list.size()), "an integer", entry);
     }
-    list.push_back(entry.as_integer());
+    list.push_back(integer_of(entry, at + " entry " + std::to_string(list.size())));
   }
   out = list;
 }
@@ -85,14 +124,15 @@ void read_string_list(const toml::value& v, std::vector<std::string>& out, const
 void read_field(const toml::value& v, const Field& field, const std::string& at) {
   if (auto p = std::get_if<int64_t*>(&field)) {
     if (!v.is_integer()) type_error(at, "an integer", v);
-    **p = v.as_integer();
+    **p = integer_of(v, at);
   } else if (auto p = std::get_if<uint64_t*>(&field)) {
     if (!v.is_integer()) type_error(at, "an integer", v);
-    if (v.as_integer() < 0) throw InputError(at + " = " + toml::format(v) + ": must be >= 0");
-    **p = static_cast<uint64_t>(v.as_integer());
+    const int64_t x = integer_of(v, at);
+    if (x < 0) throw InputError(at + " = " + toml::format(v) + ": must be >= 0");
+    **p = static_cast<uint64_t>(x);
   } else if (auto p = std::get_if<double*>(&field)) {
     if (v.is_integer()) {
-      **p = static_cast<double>(v.as_integer());
+      **p = static_cast<double>(integer_of(v, at));
     } else if (v.is_floating()) {
       **p = v.as_floating();
     } else {

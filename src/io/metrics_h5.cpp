@@ -1,4 +1,5 @@
-// metrics_h5.cpp: metrics.h5 (per-step series + run attributes) and the
+// metrics_h5.cpp: metrics.h5 (per-step series + run attributes), the
+// checks that the output directories can take the run's files, and the
 // atomic file helpers used for every output.
 #include "pipetrain/io/metrics.hpp"
 
@@ -7,27 +8,79 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <limits>
+#include <type_traits>
 
 #include "pipetrain/base/error.hpp"
+#include "pipetrain/base/quiet_hdf5.hpp"
+#include "pipetrain/io/checkpoint.hpp"
 
 namespace pt {
 
-void ensure_directory(const std::string& path, const std::string& deck_key) {
+namespace {
+
+// mkdir -p; `head` ("file:line: key = value: ") starts every message.
+void make_directories(const std::string& path, const std::string& head) {
   std::string partial;
   for (size_t i = 0; i <= path.size(); ++i) {
     if (i < path.size() && path[i] != '/') continue;
     partial = path.substr(0, i);
     if (partial.empty()) continue;
     if (mkdir(partial.c_str(), 0755) != 0 && errno != EEXIST)
-      throw InputError(deck_key + " = \"" + path + "\": cannot create directory '" + partial +
-                       "': " + std::strerror(errno));
+      throw InputError(head + "cannot create directory '" + partial + "': " + std::strerror(errno));
   }
   struct stat st {};
-  if (stat(path.c_str(), &st) != 0 || !S_ISDIR(st.st_mode))
-    throw InputError(deck_key + " = \"" + path + "\": not a directory");
+  if (stat(path.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) throw InputError(head + "not a directory");
+}
+
+// A file is created in `dir` and removed again: the directory takes new files.
+void check_writable(const std::string& dir, const std::string& head) {
+  const std::string probe = dir + "/.pipetrain_write_probe." + std::to_string(getpid());
+  const int fd = open(probe.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  if (fd < 0)
+    throw InputError(head + "cannot create files in '" + dir + "': " + std::strerror(errno));
+  close(fd);
+  if (unlink(probe.c_str()) != 0)
+    throw InputError(head + "cannot remove files from '" + dir + "': " + std::strerror(errno));
+}
+
+// Where the run will write the file `path`, nothing but a file may stand.
+void check_not_directory(const std::string& path, const std::string& head, const std::string& what) {
+  struct stat st {};
+  if (stat(path.c_str(), &st) != 0 || S_ISREG(st.st_mode)) return;
+  throw InputError(head + "'" + path + "' is " + (S_ISDIR(st.st_mode) ? "a directory" : "not a regular file") +
+                   ", but the run writes " + what + " there; remove or rename it");
+}
+
+std::string key_head(const Deck& deck, const std::string& key, const std::string& value) {
+  return deck.where(key) + " = \"" + value + "\": ";
+}
+
+}  // namespace
+
+void ensure_directory(const std::string& path, const std::string& deck_key) {
+  make_directories(path, deck_key + " = \"" + path + "\": ");
+}
+
+void prepare_output_directories(const Deck& deck) {
+  const std::string& dir = deck.output.dir;
+  const std::string head = key_head(deck, "output.dir", dir);
+  make_directories(dir, head);
+  check_writable(dir, head);
+  for (const char* name : {"metrics.h5", "deck.resolved.toml", "trace.h5"})
+    check_not_directory(dir + "/" + name, head, std::string("its ") + name);
+  if (deck.output.checkpoint_every <= 0) return;
+  const std::string root = checkpoint_root(deck);
+  const std::string root_head = deck.output.checkpoint_dir.empty()
+                                    ? head + "checkpoint directory '" + root + "': "
+                                    : key_head(deck, "output.checkpoint_dir", root);
+  make_directories(root, root_head);
+  check_writable(root, root_head);
+  check_not_directory(root + "/latest", root_head, "the checkpoint pointer file `latest`");
 }
 
 namespace {
@@ -58,22 +111,42 @@ void write_file_atomic(const std::string& path, const std::string& text) {
   rename_or_throw(tmp, path);
 }
 
+namespace {
+
+constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
+
+// peak_bytes_<category> for every MemCategory, then peak_bytes_total: the
+// order of a StepRecord's per-stage values.
+std::vector<std::string> stage_series_names() {
+  std::vector<std::string> names;
+  for (int c = 0; c < static_cast<int>(MemCategory::Count); ++c)
+    names.push_back(std::string("peak_bytes_") + category_name(static_cast<MemCategory>(c)));
+  names.push_back("peak_bytes_total");
+  return names;
+}
+
+}  // namespace
+
 MetricsFile::MetricsFile(std::string path, std::string resolved_deck)
     : path_(std::move(path)), deck_(std::move(resolved_deck)) {
   for (const char* name : {"loss", "lr", "grad_norm", "step_time_s", "samples_per_s", "eval_loss", "bubble"})
     series_[name] = {};
+  for (const std::string& name : stage_series_names()) stage_series_[name] = {};
 }
 
 void MetricsFile::set_attribute(const std::string& name, const std::string& value) {
   text_attrs_[name] = value;
+  dirty_ = true;
 }
 
 void MetricsFile::set_attribute(const std::string& name, const std::vector<int64_t>& values) {
   int_attrs_[name] = values;
+  dirty_ = true;
 }
 
 void MetricsFile::set_attribute(const std::string& name, double value) {
   float_attrs_[name] = value;
+  dirty_ = true;
 }
 
 void MetricsFile::add_step(const StepRecord& rec, double samples_per_s) {
@@ -85,16 +158,18 @@ void MetricsFile::add_step(const StepRecord& rec, double samples_per_s) {
   series_["samples_per_s"].push_back(samples_per_s);
   series_["eval_loss"].push_back(rec.eval_loss);
   series_["bubble"].push_back(rec.bubble);
-  const int cats = static_cast<int>(MemCategory::Count);
-  for (size_t stage = 0; stage < rec.stage_peak_bytes.size(); ++stage)
-    for (int c = 0; c <= cats; ++c) {
-      const std::string name = c < cats ? category_name(static_cast<MemCategory>(c)) : "total";
-      stage_series_["peak_bytes_" + name].resize(rec.stage_peak_bytes.size());
-      stage_series_["peak_bytes_" + name][stage].push_back(rec.stage_peak_bytes[stage][c]);
-    }
+  const std::vector<std::string> names = stage_series_names();
+  for (size_t c = 0; c < names.size(); ++c) {
+    std::vector<double> per_stage;
+    for (const auto& stage : rec.stage_peak_bytes) per_stage.push_back(stage[c]);
+    stage_series_[names[c]].push_back(per_stage);
+  }
+  dirty_ = true;
 }
 
 namespace {
+
+// ---- writing ---------------------------------------------------------------
 
 void write_string_attr(hid_t obj, const std::string& name, const std::string& value) {
   hid_t type = H5Tcopy(H5T_C_S1);
@@ -142,12 +217,14 @@ void write_dataset(hid_t file, const std::string& name, hid_t mem_type, const vo
   H5Sclose(space);
 }
 
-// (steps, stages) float64 from per-stage series of equal length.
-void write_matrix(hid_t file, const std::string& name, const std::vector<std::vector<double>>& per_stage) {
-  const size_t stages = per_stage.size(), steps = stages ? per_stage[0].size() : 0;
-  std::vector<double> data(steps * stages);
-  for (size_t s = 0; s < stages; ++s)
-    for (size_t t = 0; t < steps; ++t) data[t * stages + s] = per_stage[s][t];
+// (steps, stages) float64 from one row per step; a shorter row (a run
+// segment with fewer stages) is padded with NaN.
+void write_matrix(hid_t file, const std::string& name, const std::vector<std::vector<double>>& rows) {
+  size_t stages = 0;
+  for (const auto& row : rows) stages = std::max(stages, row.size());
+  const size_t steps = rows.size();
+  std::vector<double> data(steps * stages, kNaN);
+  for (size_t t = 0; t < steps; ++t) std::copy(rows[t].begin(), rows[t].end(), data.begin() + t * stages);
   hsize_t dims[2] = {steps, stages};
   hid_t space = H5Screate_simple(2, dims, nullptr);
   hid_t dset = H5Dcreate2(file, name.c_str(), H5T_IEEE_F64LE, space, H5P_DEFAULT, H5P_DEFAULT,
@@ -160,7 +237,7 @@ void write_matrix(hid_t file, const std::string& name, const std::vector<std::ve
 
 }  // namespace
 
-void MetricsFile::write() const {
+void MetricsFile::write() {
   const std::string tmp = path_ + ".tmp";
   hid_t file = H5Fcreate(tmp.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
   if (file < 0) throw Error("cannot create " + tmp);
@@ -171,10 +248,170 @@ void MetricsFile::write() const {
   write_dataset(file, "step", H5T_NATIVE_INT64, step_.data(), step_.size());
   for (const auto& [name, values] : series_)
     write_dataset(file, name, H5T_NATIVE_DOUBLE, values.data(), values.size());
-  for (const auto& [name, per_stage] : stage_series_) write_matrix(file, name, per_stage);
+  for (const auto& [name, rows] : stage_series_) write_matrix(file, name, rows);
   H5_CHECK(H5Fclose(file));
   fsync_path(tmp);
   rename_or_throw(tmp, path_);
+  dirty_ = false;
+}
+
+void MetricsFile::flush() {
+  if (dirty_) write();
+}
+
+namespace {
+
+// ---- reading an earlier file -----------------------------------------------
+
+// The whole dataset `name` as `mem_type`, with its shape; false when absent
+// or unreadable.
+template <typename T>
+bool read_all(hid_t file, const std::string& name, hid_t mem_type, std::vector<T>& out,
+              std::vector<hsize_t>& dims) {
+  if (H5Lexists(file, name.c_str(), H5P_DEFAULT) <= 0) return false;
+  hid_t dset = H5Dopen2(file, name.c_str(), H5P_DEFAULT);
+  if (dset < 0) return false;
+  hid_t space = H5Dget_space(dset);
+  const int rank = H5Sget_simple_extent_ndims(space);
+  dims.assign(static_cast<size_t>(std::max(rank, 0)), 0);
+  if (rank > 0) H5Sget_simple_extent_dims(space, dims.data(), nullptr);
+  size_t count = rank < 0 ? 0 : 1;
+  for (hsize_t d : dims) count *= d;
+  out.resize(count);
+  const herr_t rc = count ? H5Dread(dset, mem_type, H5S_ALL, H5S_ALL, H5P_DEFAULT, out.data()) : 0;
+  H5Sclose(space);
+  H5Dclose(dset);
+  return rank >= 0 && rc >= 0;
+}
+
+// A 1-D int64 attribute; empty when absent.
+std::vector<int64_t> read_int_attr(hid_t obj, const std::string& name) {
+  std::vector<int64_t> values;
+  if (H5Aexists(obj, name.c_str()) <= 0) return values;
+  hid_t attr = H5Aopen(obj, name.c_str(), H5P_DEFAULT);
+  if (attr < 0) return values;
+  hid_t space = H5Aget_space(attr);
+  const hssize_t n = H5Sget_simple_extent_npoints(space);
+  values.resize(static_cast<size_t>(std::max<hssize_t>(n, 0)));
+  if (!values.empty() && H5Aread(attr, H5T_NATIVE_INT64, values.data()) < 0) values.clear();
+  H5Sclose(space);
+  H5Aclose(attr);
+  return values;
+}
+
+// Inclusive ranges (first, last pairs) of the steps 0..end-1 absent from
+// the sorted, distinct `steps`.
+std::vector<int64_t> missing_ranges(const std::vector<int64_t>& steps, int64_t end) {
+  std::vector<int64_t> gaps;
+  int64_t next = 0;
+  for (int64_t s : steps) {
+    if (s > next) gaps.insert(gaps.end(), {next, s - 1});
+    next = s + 1;
+  }
+  if (next < end) gaps.insert(gaps.end(), {next, end - 1});
+  return gaps;
+}
+
+std::string ranges_text(const std::vector<int64_t>& pairs) {
+  std::string text;
+  for (size_t i = 0; i + 1 < pairs.size(); i += 2) {
+    text += text.empty() ? "" : ", ";
+    text += pairs[i] == pairs[i + 1] ? std::to_string(pairs[i])
+                                     : std::to_string(pairs[i]) + ".." + std::to_string(pairs[i + 1]);
+  }
+  return text;
+}
+
+}  // namespace
+
+// Reads every series of an earlier metrics.h5 in place of this one's; a
+// series the file lacks (or holds with another length) reads as NaN.
+void MetricsFile::load(const std::string& path) {
+  QuietHdf5 quiet;
+  hid_t file = H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT);
+  if (file < 0) throw Error("not an HDF5 file");
+  std::vector<hsize_t> dims;
+  const bool has_steps = read_all(file, "step", H5T_NATIVE_INT64, step_, dims) && dims.size() == 1;
+  const size_t n = step_.size();
+  for (auto& [name, values] : series_)
+    if (!has_steps || !read_all(file, name, H5T_NATIVE_DOUBLE, values, dims) || dims.size() != 1 ||
+        values.size() != n)
+      values.assign(n, kNaN);
+  for (auto& [name, rows] : stage_series_) {
+    std::vector<double> flat;
+    rows.assign(n, {});
+    if (!has_steps || !read_all(file, name, H5T_NATIVE_DOUBLE, flat, dims) || dims.size() != 2 || dims[0] != n)
+      continue;  // empty rows: written as NaN
+    for (size_t t = 0; t < n; ++t) rows[t].assign(flat.begin() + t * dims[1], flat.begin() + (t + 1) * dims[1]);
+  }
+  int_attrs_["resumed_at_steps"] = read_int_attr(file, "resumed_at_steps");
+  H5Fclose(file);
+  if (!has_steps) throw Error("no 1-D dataset 'step'");
+}
+
+// One row per step in 0..first_step-1, in step order; of two rows of one
+// step (possible only in a file written otherwise) the later one is kept.
+void MetricsFile::keep_rows_before(int64_t first_step) {
+  std::map<int64_t, size_t> row_of;
+  for (size_t i = 0; i < step_.size(); ++i)
+    if (step_[i] >= 0 && step_[i] < first_step) row_of[step_[i]] = i;
+  std::vector<size_t> rows;
+  for (const auto& entry : row_of) rows.push_back(entry.second);
+  auto pick = [&rows](auto& column) {
+    std::remove_reference_t<decltype(column)> kept;
+    for (size_t i : rows) kept.push_back(column[i]);
+    column.swap(kept);
+  };
+  pick(step_);
+  for (auto& [name, values] : series_) pick(values);
+  for (auto& [name, per_stage] : stage_series_) pick(per_stage);
+}
+
+MetricsResume MetricsFile::continue_at(int64_t first_step) {
+  MetricsResume r;
+  r.path = path_;
+  r.first_step = first_step;
+  struct stat st {};
+  if (stat(path_.c_str(), &st) == 0) {
+    try {
+      load(path_);
+      r.found = true;
+    } catch (const Error& e) {
+      r.unreadable = e.what();
+      r.set_aside = path_.substr(0, path_.size() - 3) + ".unreadable_" + std::to_string(first_step) + ".h5";
+      rename_or_throw(path_, r.set_aside);
+    }
+  }
+  const size_t rows_read = step_.size();
+  keep_rows_before(first_step);
+  r.kept = static_cast<int64_t>(step_.size());
+  r.dropped = static_cast<int64_t>(rows_read - step_.size());
+  r.missing = missing_ranges(step_, first_step);
+  std::vector<int64_t>& resumes = int_attrs_["resumed_at_steps"];
+  resumes.erase(std::remove_if(resumes.begin(), resumes.end(), [&](int64_t s) { return s >= first_step; }),
+                resumes.end());
+  resumes.push_back(first_step);
+  if (r.complete()) int_attrs_.erase("missing_steps");
+  else int_attrs_["missing_steps"] = r.missing;
+  dirty_ = true;
+  return r;
+}
+
+std::string MetricsResume::message() const {
+  std::string text;
+  if (complete()) {
+    text = path + ": resuming at step " + std::to_string(first_step) + "; the rows of steps 0.." +
+           std::to_string(first_step - 1) + " are kept";
+  } else {
+    const std::string why = !unreadable.empty() ? "the earlier file could not be read (" + unreadable +
+                                                      ") and was moved to " + set_aside
+                            : !found ? "there was no earlier metrics.h5"
+                                     : "the earlier file lacks them";
+    text = path + " has no rows for steps " + ranges_text(missing) + " (before the resume step " +
+           std::to_string(first_step) + "): " + why + "; recorded in its attribute missing_steps";
+  }
+  if (dropped > 0) text += "; " + std::to_string(dropped) + " later row(s), redone now, dropped";
+  return text;
 }
 
 }  // namespace pt

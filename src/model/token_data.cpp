@@ -6,10 +6,12 @@
 #include <filesystem>
 #include <cmath>
 #include <numeric>
+#include <type_traits>
 #include <vector>
 
 #include "pipetrain/model/data.hpp"
 #include "pipetrain/base/error.hpp"
+#include "pipetrain/base/quiet_hdf5.hpp"
 #include "pipetrain/base/rng.hpp"
 
 namespace pt {
@@ -181,19 +183,6 @@ class MarkovData final : public Dataset {
 
 // ---- HDF5 token files ------------------------------------------------------
 
-// Silences HDF5's own error printing while in scope; we report errors ourselves.
-class QuietHdf5 {
- public:
-  QuietHdf5() {
-    H5Eget_auto2(H5E_DEFAULT, &func_, &data_);
-    H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr);
-  }
-  ~QuietHdf5() { H5Eset_auto2(H5E_DEFAULT, func_, data_); }
-
- private:
-  H5E_auto2_t func_ = nullptr;
-  void* data_ = nullptr;
-};
 
 // A 1-D integer dataset read in slices.
 class TokenFile {
@@ -202,8 +191,7 @@ class TokenFile {
       : path_(path) {
     QuietHdf5 quiet;
     const std::string at = key + " = \"" + path + "\": ";
-    std::error_code ec;
-    if (!std::filesystem::is_regular_file(path, ec)) throw InputError(at + "no such file");
+    check_is_file(path, at);
     file_ = H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT);
     if (file_ < 0) throw InputError(at + "cannot open as an HDF5 file (missing or not HDF5)");
     dset_ = H5Dopen2(file_, dataset.c_str(), H5P_DEFAULT);
@@ -214,6 +202,7 @@ class TokenFile {
     hid_t space = H5Dget_space(dset_), type = H5Dget_type(dset_);
     const int rank = H5Sget_simple_extent_ndims(space);
     const bool integer = H5Tget_class(type) == H5T_INTEGER;
+    unsigned_ = integer && H5Tget_sign(type) == H5T_SGN_NONE;
     hsize_t dims[1] = {0};
     if (rank == 1) H5Sget_simple_extent_dims(space, dims, nullptr);
     H5Sclose(space);
@@ -230,6 +219,7 @@ class TokenFile {
 
   int64_t length() const { return length_; }
   const std::string& path() const { return path_; }
+  bool is_unsigned() const { return unsigned_; }  // uint64 ids may exceed INT64_MAX
 
   void read(int64_t start, int64_t count, int32_t* out) const {
     read_as(start, count, H5T_NATIVE_INT32, out);
@@ -237,8 +227,19 @@ class TokenFile {
   void read(int64_t start, int64_t count, int64_t* out) const {
     read_as(start, count, H5T_NATIVE_INT64, out);
   }
+  void read(int64_t start, int64_t count, uint64_t* out) const {
+    read_as(start, count, H5T_NATIVE_UINT64, out);
+  }
 
  private:
+  static void check_is_file(const std::string& path, const std::string& at) {
+    std::error_code ec;
+    const auto status = std::filesystem::status(path, ec);
+    if (std::filesystem::is_directory(status)) throw InputError(at + "is a directory, not an HDF5 token file");
+    if (!std::filesystem::exists(status)) throw InputError(at + "no such file");
+    if (!std::filesystem::is_regular_file(status)) throw InputError(at + "not a regular file");
+  }
+
   void read_as(int64_t start, int64_t count, hid_t mem_type, void* out) const {
     hsize_t offset[1] = {static_cast<hsize_t>(start)}, size[1] = {static_cast<hsize_t>(count)};
     hid_t file_space = H5Dget_space(dset_);
@@ -259,6 +260,7 @@ class TokenFile {
   std::string path_;
   hid_t file_ = -1, dset_ = -1;
   int64_t length_ = 0;
+  bool unsigned_ = false;
 };
 
 // Window w holds tokens w*T .. w*T + T (T + 1 tokens; consecutive windows
@@ -323,6 +325,35 @@ std::unique_ptr<Dataset> make_hdf5_dataset(const Deck& deck, Split split) {
   return std::make_unique<Hdf5Data>(deck, split);
 }
 
+namespace {
+
+template <typename T>
+bool outside_vocabulary(T id, int64_t vocab) {
+  if constexpr (std::is_signed_v<T>) {
+    if (id < 0) return true;
+  }
+  return id >= static_cast<T>(vocab);
+}
+
+// Every id of `file` in 0..vocab-1, read in chunks as T (uint64 for unsigned
+// files, so ids above INT64_MAX are reported as stored, not clipped).
+template <typename T>
+void check_token_ids(const TokenFile& file, int64_t vocab, const std::string& at) {
+  constexpr int64_t kChunk = 1 << 20;
+  std::vector<T> buffer(kChunk);
+  for (int64_t start = 0; start < file.length(); start += kChunk) {
+    const int64_t n = std::min(kChunk, file.length() - start);
+    file.read(start, n, buffer.data());
+    for (int64_t i = 0; i < n; ++i)
+      if (outside_vocabulary(buffer[i], vocab))
+        throw InputError(at + "token " + std::to_string(start + i) + " is " +
+                         std::to_string(buffer[i]) + ", outside 0..model.vocab_size-1 = 0.." +
+                         std::to_string(vocab - 1));
+  }
+}
+
+}  // namespace
+
 void check_token_file(const Deck& deck, const std::string& path, const std::string& key) {
   TokenFile file(path, deck.data.dataset, key);
   const std::string at = key + " = \"" + path + "\": ";
@@ -333,17 +364,10 @@ void check_token_file(const Deck& deck, const std::string& path, const std::stri
                      std::to_string(windows) + " windows of model.seq_len + 1 = " +
                      std::to_string(t + 1) + " tokens, but one batch needs training.batch_size = " +
                      std::to_string(batch));
-  constexpr int64_t kChunk = 1 << 20;
-  std::vector<int64_t> buffer(kChunk);
-  for (int64_t start = 0; start < file.length(); start += kChunk) {
-    const int64_t n = std::min(kChunk, file.length() - start);
-    file.read(start, n, buffer.data());
-    for (int64_t i = 0; i < n; ++i)
-      if (buffer[i] < 0 || buffer[i] >= deck.model.vocab_size)
-        throw InputError(at + "token " + std::to_string(start + i) + " is " +
-                         std::to_string(buffer[i]) + ", outside 0..model.vocab_size-1 = 0.." +
-                         std::to_string(deck.model.vocab_size - 1));
-  }
+  if (file.is_unsigned())
+    check_token_ids<uint64_t>(file, deck.model.vocab_size, at);
+  else
+    check_token_ids<int64_t>(file, deck.model.vocab_size, at);
 }
 
 }  // namespace pt

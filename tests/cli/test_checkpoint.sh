@@ -48,7 +48,7 @@ check "resumed losses equal the uninterrupted run's" same_losses_from 5 "$tmp/st
 check "resumed final state is bitwise the uninterrupted one" [ "$(digest 8 "$tmp/out")" = "$want" ]
 check "stale .tmp removed by the next save" test ! -e "$tmp/crash/checkpoints/step_00000006.tmp"
 check "metrics.h5 of the resumed run written" test -s "$tmp/crash/metrics.h5"
-check "the earlier metrics.h5 kept" test -s "$tmp/crash/metrics.before_resume_4.h5"
+check "metrics.h5 continues the earlier run's" output_has "$tmp/crash/metrics.h5: resuming at step 4; the rows of steps 0..3 are kept"
 
 # Resharding: the 2-stage checkpoint of step 4 continues on 4 and on 1 rank.
 for np in 4 1; do

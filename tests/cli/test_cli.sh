@@ -30,6 +30,35 @@ fi
 run 1 validate inputs/mlp_small.toml --set training.precision=\"bf16\"
 check "reduced precision on the CPU explained" output_has "the CPU backend computes in fp32"
 
+# A GPT splits its transformer blocks (model.blocks), not model.depth.
+run 1 validate inputs/gpt_markov.toml --ranks 8
+check "4-block GPT on 8 ranks is refused" status_not
+check "4-block GPT on 8 ranks names model.blocks" \
+  output_has "model.blocks = 4: must be >= the number of stages (8, one per MPI rank); each stage needs at least one transformer block"
+run 1 validate inputs/gpt_markov.toml --ranks 2 --set pipeline.partition=[1,3]
+check "GPT partition over blocks accepted" status_is 0
+
+# Outputs the run could not write are refused before step 0, not at the end.
+mkdir -p "$tmp/latestdir/checkpoints/latest"
+run 2 train inputs/mlp_small.toml --set output.dir=\"$tmp/latestdir\" --set output.checkpoint_every=2
+check "latest as a directory exits non-zero" status_not
+check "latest as a directory named with its key" output_has "output.dir = \"$tmp/latestdir\": checkpoint directory '$tmp/latestdir/checkpoints': '$tmp/latestdir/checkpoints/latest' is a directory"
+check "latest as a directory refused before step 0" bash -c "! grep -q '^step ' '$tmp/out'"
+mkdir -p "$tmp/ckdir/latest"
+run 2 train inputs/mlp_small.toml --set output.dir=\"$tmp/ckrun\" --set output.checkpoint_every=2 \
+  --set output.checkpoint_dir=\"$tmp/ckdir\"
+check "latest in output.checkpoint_dir named with that key" \
+  output_has "output.checkpoint_dir = \"$tmp/ckdir\": '$tmp/ckdir/latest' is a directory"
+mkdir -p "$tmp/m5/metrics.h5"
+run 2 train inputs/mlp_small.toml --set output.dir=\"$tmp/m5\"
+check "metrics.h5 as a directory refused" output_has "output.dir = \"$tmp/m5\": '$tmp/m5/metrics.h5' is a directory"
+check "metrics.h5 as a directory refused before step 0" bash -c "! grep -q '^step ' '$tmp/out'"
+# Root writes into any mode, so as root a directory nobody may write (/proc) stands in.
+if [ "$(id -u)" -ne 0 ]; then ro=$tmp/ro; mkdir -p "$ro"; chmod 555 "$ro"; else ro=/proc; fi
+run 2 train inputs/mlp_small.toml --set output.dir=\"$ro\"
+check "unwritable output.dir exits non-zero" status_not
+check "unwritable output.dir named" output_has "output.dir = \"$ro\": cannot create files in '$ro'"
+
 # Unknown command line option.
 run 1 train inputs/mlp_small.toml --bogus
 check "unknown option exits non-zero" status_not

@@ -23,8 +23,9 @@ Deck parse_deck_text(const std::string& text, const std::string& source_name,
                      const std::vector<std::string>& overrides);
 
 // Checks that need the world: the stage count resolved against `num_ranks`
-// (one stage per rank), layers per stage, the explicit partition, the
-// schedule file. Returns the resolved number of stages.
+// (one stage per rank), partition units per stage (MLP Linear layers, GPT
+// blocks), the explicit partition, the schedule file. Returns the resolved
+// number of stages.
 int check_deck_layout(const Deck& deck, int num_ranks);
 
 // The resolved deck as commented TOML; parse_deck_text of it gives the same Deck.
