@@ -137,10 +137,14 @@ void print_step(const Deck& deck, const StepRecord& rec, double samples_per_s,
     act_peak = std::max(act_peak, stage[static_cast<int>(MemCategory::Activations)]);
     total_peak = std::max(total_peak, stage.back());
   }
-  std::printf("step %6lld/%lld | loss %.4f%s | lr %.2e | gnorm %.2e | %8.1f samples/s | "
+  char fp16[64] = "";  // the loss scale, and a skipped step, under fp16
+  if (deck.training.precision == "fp16")
+    std::snprintf(fp16, sizeof fp16, " | scale %g%s", rec.loss_scale,
+                  rec.skipped ? " SKIPPED (overflow)" : "");
+  std::printf("step %6lld/%lld | loss %.4f%s%s | lr %.2e | gnorm %.2e | %8.1f samples/s | "
               "%9.0f tokens/s | %6.2f GFLOP/s | %7.1f ms | bubble %4.1f%% | mem act %.1f / total %.1f MiB | ETA %s\n",
               static_cast<long long>(rec.step + 1), static_cast<long long>(total), rec.loss, eval,
-              rec.lr, rec.grad_norm, samples_per_s, tokens_per_s, gflops, rec.step_time_s * 1e3,
+              fp16, rec.lr, rec.grad_norm, samples_per_s, tokens_per_s, gflops, rec.step_time_s * 1e3,
               100.0 * rec.bubble, act_peak / 1048576.0, total_peak / 1048576.0, format_duration(eta).c_str());
   std::fflush(stdout);
 }
@@ -203,6 +207,24 @@ void write_trace(const World& w, const Deck& deck, Trainer& trainer) {
   std::printf("trace: %s (clock offsets estimated to within %.1f us)\n", path.c_str(), worst);
 }
 
+// AdamW's update count and the fp16 loss scaler, saved beside the weights.
+TrainingCounters counters_of(Trainer& trainer) {
+  TrainingCounters c;
+  c.optimizer_updates = trainer.optimizer().updates();
+  if (const LossScaler* s = trainer.loss_scaler()) {
+    c.loss_scale = s->scale();
+    c.loss_scale_run = s->finite_run();
+    c.skipped_steps = s->skipped_steps();
+  }
+  return c;
+}
+
+void apply_counters(const TrainingCounters& c, Trainer& trainer) {
+  trainer.optimizer().set_updates(c.optimizer_updates);
+  if (LossScaler* s = trainer.loss_scaler(); s && c.loss_scale > 0.0)
+    s->restore(c.loss_scale, c.loss_scale_run, c.skipped_steps);
+}
+
 // The state training starts from: --resume (weights, optimizer state, step)
 // or training.init_from (weights only). Returns the first step, or -1 after a
 // bad checkpoint (every rank has the same error; rank 0 printed it).
@@ -223,6 +245,7 @@ int64_t restore(const World& w, const CommandLine& cli, const Deck& deck,
                   resume ? "resuming from" : "weights initialised from", r.path.c_str(),
                   static_cast<long long>(r.step), r.bytes / 1e6, r.seconds,
                   r.bytes / 1e6 / std::max(r.seconds, 1e-9));
+    if (resume) apply_counters(r.counters, trainer);
     return resume ? r.step : 0;
   } catch (const InputError& e) {
     if (w.rank == 0) std::fprintf(stderr, "pipetrain: error: %s\n", e.what());
@@ -264,7 +287,8 @@ void checkpoint(const World& w, const Deck& deck, const std::string& resolved, T
                 int64_t steps_done, MetricsFile& metrics) {
   if (w.rank == 0) metrics.flush();
   test_kill_point("PIPETRAIN_TEST_KILL_BEFORE_PUBLISH", w.rank, steps_done);
-  const CheckpointWrite c = save_checkpoint(deck, resolved, trainer.params(), steps_done, w.comm);
+  const CheckpointWrite c =
+      save_checkpoint(deck, resolved, trainer.params(), steps_done, w.comm, counters_of(trainer));
   test_kill_point("PIPETRAIN_TEST_KILL_AFTER_PUBLISH", w.rank, steps_done);
   if (w.rank != 0) return;
   std::printf("checkpoint step %lld: %s, %.1f MB in %.2f s (%.0f MB/s), digest %08x\n",

@@ -87,12 +87,6 @@ herr_t H5Id::reset() {
   return rc;
 }
 
-QuietHdf5::QuietHdf5() {
-  H5Eget_auto2(H5E_DEFAULT, &func_, &data_);
-  H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr);
-}
-
-QuietHdf5::~QuietHdf5() { H5Eset_auto2(H5E_DEFAULT, func_, data_); }
 
 namespace {
 
@@ -172,6 +166,14 @@ bool read_attr(hid_t obj, const std::string& name, int64_t& value) {
   H5Id type(H5Aget_type(attr.get()), H5Tclose);
   if (H5Tget_class(type.get()) != H5T_INTEGER) return false;
   return H5Aread(attr.get(), H5T_NATIVE_INT64, &value) >= 0;
+}
+
+bool read_attr(hid_t obj, const std::string& name, double& value) {
+  H5Id attr = open_scalar_attr(obj, name);
+  if (!attr.valid()) return false;
+  H5Id type(H5Aget_type(attr.get()), H5Tclose);
+  if (H5Tget_class(type.get()) != H5T_FLOAT) return false;
+  return H5Aread(attr.get(), H5T_NATIVE_DOUBLE, &value) >= 0;
 }
 
 H5Id untimed_group_plist() {

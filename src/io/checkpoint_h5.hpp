@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "pipetrain/base/quiet_hdf5.hpp"
 #include "pipetrain/tensor/tensor.hpp"
 
 namespace pt::ckpt {
@@ -50,16 +51,7 @@ class H5Id {
   Closer close_ = nullptr;
 };
 
-// Silences HDF5's own error printing while in scope; we report errors ourselves.
-class QuietHdf5 {
- public:
-  QuietHdf5();
-  ~QuietHdf5();
 
- private:
-  H5E_auto2_t func_ = nullptr;
-  void* data_ = nullptr;
-};
 
 // Attributes. Strings are written fixed-length UTF-8; the readers accept
 // fixed- and variable-length strings (what h5py writes) and any integer type.
@@ -69,6 +61,7 @@ void write_attr(hid_t obj, const std::string& name, const std::vector<int64_t>& 
 void write_attr(hid_t obj, const std::string& name, double value);
 bool read_attr(hid_t obj, const std::string& name, std::string& value);  // false: absent/not text
 bool read_attr(hid_t obj, const std::string& name, int64_t& value);      // false: absent/not integer
+bool read_attr(hid_t obj, const std::string& name, double& value);       // false: absent/not a float
 
 // Creation property lists without object modification times, so the same
 // contents give the same bytes.

@@ -147,6 +147,7 @@ struct Entry {
 
 struct Inspection {
   Binding binding;  // the manifest's format_version, step and checkpoint_id
+  TrainingCounters counters;  // optimizer_updates resolved to the step when absent
   std::string deck_text;
   std::map<std::string, Entry> index;
 };
@@ -185,6 +186,22 @@ int64_t read_manifest_version(hid_t m, const std::string& path) {
   return version;
 }
 
+// The training counters; absent (a hand-written checkpoint) means "updates =
+// step, no loss scaler state"; present but damaged is corruption.
+void read_counters(hid_t m, const std::string& path, Inspection& ins) {
+  TrainingCounters& c = ins.counters;
+  c.optimizer_updates = ins.binding.step;
+  if (H5Aexists(m, "optimizer_updates") <= 0) return;
+  const bool ok = read_attr(m, "optimizer_updates", c.optimizer_updates) &&
+                  read_attr(m, "loss_scale", c.loss_scale) &&
+                  read_attr(m, "loss_scale_run", c.loss_scale_run) &&
+                  read_attr(m, "skipped_steps", c.skipped_steps);
+  if (!ok || c.optimizer_updates < 0 || c.optimizer_updates > ins.binding.step ||
+      c.loss_scale < 0.0 || c.skipped_steps < 0)
+    broken(path, "the training counters (optimizer_updates, loss_scale, loss_scale_run, "
+                 "skipped_steps) are damaged");
+}
+
 // Root attributes of manifest.h5: format, version, step, checkpoint_id, deck.
 // A damaged attribute is corruption, like a damaged file.
 void read_manifest_state(hid_t m, const std::string& path, Inspection& ins) {
@@ -200,6 +217,7 @@ void read_manifest_state(hid_t m, const std::string& path, Inspection& ins) {
   if (!read_attr(m, "checkpoint_id", b.id) || b.id.empty())
     broken(path, "attribute checkpoint_id is damaged or missing");
   read_attr(m, "deck", ins.deck_text);
+  read_counters(m, path, ins);
 }
 
 // What manifest.h5 records about one stage file.
@@ -464,6 +482,15 @@ CheckpointRead load_checkpoint(const std::string& spec, LoadMode mode, const Dec
       out.path = dir;
       out.step = ins.binding.step;
       timed_bcast(&out.step, 1, MPI_INT64_T, 0, comm, "the checkpoint step broadcast");
+      out.counters = ins.counters;
+      long long ints[3] = {out.counters.optimizer_updates, out.counters.loss_scale_run,
+                           out.counters.skipped_steps};
+      timed_bcast(ints, 3, MPI_LONG_LONG, 0, comm, "the training counters broadcast");
+      timed_bcast(&out.counters.loss_scale, 1, MPI_DOUBLE, 0, comm,
+                  "the training counters broadcast");
+      out.counters.optimizer_updates = ints[0];
+      out.counters.loss_scale_run = ints[1];
+      out.counters.skipped_steps = ints[2];
       timed_allreduce(&bytes, &out.bytes, 1, MPI_DOUBLE, MPI_SUM, comm, "the bytes-read sum");
       out.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
       timed_bcast(&out.seconds, 1, MPI_DOUBLE, 0, comm, "the load time broadcast");

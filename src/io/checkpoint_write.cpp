@@ -152,7 +152,8 @@ std::string utc_now() {
 
 // The global state and the stage files: sizes, datasets and CRC-32s.
 void write_manifest(const Where& w, const Deck& deck, const std::string& resolved_deck,
-                    int64_t step, const std::vector<int64_t>& bytes,
+                    int64_t step, const TrainingCounters& counters,
+                    const std::vector<int64_t>& bytes,
                     const std::vector<std::vector<DatasetCrc>>& lists) {
   const std::string path = join_path(w.tmp_dir, kManifest);
   H5Id file(H5Fcreate(path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT), H5Fclose);
@@ -164,6 +165,11 @@ void write_manifest(const Where& w, const Deck& deck, const std::string& resolve
   write_attr(f, "checkpoint_id", w.id);
   write_attr(f, "next_sample", step * deck.training.batch_size);
   write_attr(f, "lr_next", learning_rate(deck.training, step));
+  write_attr(f, "optimizer_updates",
+             counters.optimizer_updates < 0 ? step : counters.optimizer_updates);
+  write_attr(f, "loss_scale", counters.loss_scale);
+  write_attr(f, "loss_scale_run", counters.loss_scale_run);
+  write_attr(f, "skipped_steps", counters.skipped_steps);
   write_attr(f, "total_steps", deck.training.steps);
   write_attr(f, "optimizer", deck.training.optimizer);
   write_attr(f, "data_seed", static_cast<int64_t>(deck.data.seed));
@@ -297,7 +303,8 @@ Where locate(const Deck& deck, int64_t step, MPI_Comm comm) {
 void wait_for_checkpoint_pruning() { pruner().wait(); }
 
 CheckpointWrite save_checkpoint(const Deck& deck, const std::string& resolved_deck,
-                                const std::vector<Param*>& params, int64_t step, MPI_Comm comm) {
+                                const std::vector<Param*>& params, int64_t step, MPI_Comm comm,
+                                const TrainingCounters& counters) {
   const auto start = std::chrono::steady_clock::now();
   const Where w = locate(deck, step, comm);
   if (w.rank == 0) pruner().wait();
@@ -309,7 +316,7 @@ CheckpointWrite save_checkpoint(const Deck& deck, const std::string& resolved_de
   gather_results(w, mine, bytes, lists);
   double summary[3] = {0.0, 0.0, 0.0};  // bytes, seconds, digest
   agree_or_throw(comm, w.rank != 0 ? Problem{} : attempt([&] {
-    write_manifest(w, deck, resolved_deck, step, bytes, lists);
+    write_manifest(w, deck, resolved_deck, step, counters, bytes, lists);
     summary[0] = static_cast<double>(file_bytes(join_path(w.tmp_dir, kManifest)));
     for (int64_t b : bytes) summary[0] += static_cast<double>(b);
     commit(w);

@@ -29,6 +29,7 @@ bool is_gpt(const Deck& d) { return d.model.type == "gpt"; }
 bool is_synthetic(const Deck& d) { return d.data.type == "synthetic"; }
 bool is_markov(const Deck& d) { return d.data.type == "markov"; }
 bool is_hdf5(const Deck& d) { return d.data.type == "hdf5"; }
+bool is_fp16(const Deck& d) { return d.training.precision == "fp16"; }
 
 #define PT_FIELD(member) [](Deck& d) -> Field { return &d.member; }
 #define PT_MLP is_mlp, "model.type = \"mlp\""
@@ -78,6 +79,7 @@ const std::vector<KeySpec> kDeckKeys = {
     {"training", "init_from", PT_FIELD(training.init_from), any(), nullptr, "checkpoint whose weights (only) initialise the model; \"\" = none", PT_ALWAYS},
     {"training", "device", PT_FIELD(training.device), any(), "cpu|cuda", "where each rank computes: cpu, or cuda (one GPU per rank)", PT_ALWAYS},
     {"training", "precision", PT_FIELD(training.precision), any(), "fp32|tf32|bf16|fp16", "GEMM operand precision (fp32 master weights and accumulation; fp16 uses dynamic loss scaling); on the CPU the rounding is emulated exactly", PT_ALWAYS},
+    {"training", "loss_scale", PT_FIELD(training.loss_scale), between(1, 16777216), nullptr, "fp16: the initial dynamic loss scale (halved on overflow, doubled after 2000 finite steps, at most 2^24)", is_fp16, "training.precision = \"fp16\""},
     {"training", "eval_batches", PT_FIELD(training.eval_batches), between(1, 1 << 20), nullptr, "batches per evaluation", PT_ALWAYS},
     {"pipeline", "stages", PT_FIELD(pipeline.stages), between(0, 1 << 16), nullptr, "pipeline stages, one per MPI rank; 0 = number of ranks", PT_ALWAYS},
     {"pipeline", "micro_batches", PT_FIELD(pipeline.micro_batches), between(1, 1 << 20), nullptr, "micro-batches per step; must divide batch_size", PT_ALWAYS},

@@ -62,10 +62,6 @@ std::string key_head(const Deck& deck, const std::string& key, const std::string
 
 }  // namespace
 
-void ensure_directory(const std::string& path, const std::string& deck_key) {
-  make_directories(path, deck_key + " = \"" + path + "\": ");
-}
-
 void prepare_output_directories(const Deck& deck) {
   const std::string& dir = deck.output.dir;
   const std::string head = key_head(deck, "output.dir", dir);
@@ -129,7 +125,8 @@ std::vector<std::string> stage_series_names() {
 
 MetricsFile::MetricsFile(std::string path, std::string resolved_deck)
     : path_(std::move(path)), deck_(std::move(resolved_deck)) {
-  for (const char* name : {"loss", "lr", "grad_norm", "step_time_s", "samples_per_s", "eval_loss", "bubble"})
+  for (const char* name : {"loss", "lr", "grad_norm", "step_time_s", "samples_per_s", "eval_loss",
+                           "bubble", "loss_scale", "skipped"})
     series_[name] = {};
   for (const std::string& name : stage_series_names()) stage_series_[name] = {};
 }
@@ -158,6 +155,8 @@ void MetricsFile::add_step(const StepRecord& rec, double samples_per_s) {
   series_["samples_per_s"].push_back(samples_per_s);
   series_["eval_loss"].push_back(rec.eval_loss);
   series_["bubble"].push_back(rec.bubble);
+  series_["loss_scale"].push_back(rec.loss_scale);
+  series_["skipped"].push_back(rec.skipped ? 1.0 : 0.0);
   const std::vector<std::string> names = stage_series_names();
   for (size_t c = 0; c < names.size(); ++c) {
     std::vector<double> per_stage;

@@ -34,6 +34,13 @@ void LossScaler::unscale(Backend& be, const std::vector<Param*>& params) const {
   for (Param* p : params) be.scale(p->grad, inv);
 }
 
+void LossScaler::restore(double scale, int64_t finite_run, int64_t skipped) {
+  PT_CHECK(scale > 0.0 && finite_run >= 0 && skipped >= 0, "loss scaler state");
+  scale_ = scale;
+  run_ = finite_run;
+  skipped_ = skipped;
+}
+
 bool LossScaler::update(bool finite) {
   if (!finite) {
     scale_ = std::max(scale_ * cfg_.backoff_factor, cfg_.min_scale);

@@ -53,7 +53,11 @@ Trainer::Trainer(const Deck& deck, MPI_Comm comm, ComputeSetup setup)
   move_state_to_device();
   DefaultDeviceGuard on_device(be_.device());
   optimizer_ = std::make_unique<Optimizer>(deck_.training, stage_.params());
-  if (deck_.training.precision == "fp16") scaler_ = std::make_unique<LossScaler>();
+  if (deck_.training.precision == "fp16") {
+    LossScalerConfig scaling;
+    scaling.initial_scale = deck_.training.loss_scale;
+    scaler_ = std::make_unique<LossScaler>(scaling);
+  }
   tracer_ = std::make_unique<Tracer>(deck_.output.trace);
   if (tracer_->enabled()) clocks_ = tracer_->align_clocks(comm_);
   executor_ = std::make_unique<Executor>(stage_, *transport_, deck_, be_,

@@ -66,7 +66,8 @@ struct TrainingConfig {
   int64_t eval_batches = 2;        // batches per evaluation
   std::string init_from;           // checkpoint whose weights (only) start training
   std::string device = "cpu";      // "cpu" | "cuda" (one GPU per rank)
-  std::string precision = "fp32";  // GEMM precision on CUDA: "fp32" | "tf32" | "bf16" | "fp16"
+  std::string precision = "fp32";  // GEMM operands: "fp32" | "tf32" | "bf16" | "fp16" (emulated on the CPU)
+  double loss_scale = 65536.0;     // fp16: initial dynamic loss scale
 };
 
 struct PipelineConfig {

@@ -36,6 +36,17 @@ constexpr int64_t kCheckpointFormatVersion = 2;
 // output.checkpoint_dir, or <output.dir>/checkpoints when that is "".
 std::string checkpoint_root(const Deck& deck);
 
+// Training counters beyond the step, the same on every rank: AdamW's update
+// count (it differs from the step once fp16 steps were skipped) and the fp16
+// loss scaler's state. A checkpoint without them (written by hand) loads as
+// "updates = step, a fresh loss scaler".
+struct TrainingCounters {
+  int64_t optimizer_updates = -1;  // -1: equal to the step
+  double loss_scale = 0.0;         // 0: no loss scaler state (fp32, bf16, tf32)
+  int64_t loss_scale_run = 0;      // finite steps since the last overflow or growth
+  int64_t skipped_steps = 0;       // fp16 steps skipped for overflow so far
+};
+
 // What a save did; the same on every rank.
 struct CheckpointWrite {
   std::string path;      // the committed directory
@@ -52,7 +63,8 @@ struct CheckpointWrite {
 // Test hook: PIPETRAIN_TEST_CRASH_IN_CHECKPOINT=<rank>:<step> kills that rank
 // (SIGKILL) halfway through writing its stage file for that step.
 CheckpointWrite save_checkpoint(const Deck& deck, const std::string& resolved_deck,
-                                const std::vector<Param*>& params, int64_t step, MPI_Comm comm);
+                                const std::vector<Param*>& params, int64_t step, MPI_Comm comm,
+                                const TrainingCounters& counters = {});
 
 // Waits until old checkpoints are deleted: a save hands that to a thread of
 // rank 0 and returns (the next save and the end of the process wait for it).
@@ -69,6 +81,7 @@ struct CheckpointRead {
   int64_t step = 0;      // its completed steps: Resume continues at this 0-based step
   double bytes = 0.0;    // bytes read by all ranks
   double seconds = 0.0;  // wall time of the call
+  TrainingCounters counters;  // Resume: the counters saved (optimizer_updates resolved)
 };
 
 // `spec` is "latest" (the newest good checkpoint under checkpoint_root), a

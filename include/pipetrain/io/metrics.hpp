@@ -16,8 +16,6 @@
 
 namespace pt {
 
-// mkdir -p; InputError naming the path (and the deck key) when impossible.
-void ensure_directory(const std::string& path, const std::string& deck_key);
 // Before step 0 of `train`: output.dir, and with checkpoints on the
 // checkpoint directory, exist (made if missing) and take new files (a probe
 // file is created and removed), and no directory stands where the run writes

@@ -58,6 +58,8 @@ class LossScaler {
 
   int64_t skipped_steps() const { return skipped_; }
   int64_t finite_run() const { return run_; }
+  // Continues from a checkpoint's state (scale, finite run, skipped steps).
+  void restore(double scale, int64_t finite_run, int64_t skipped);
 
  private:
   LossScalerConfig cfg_;

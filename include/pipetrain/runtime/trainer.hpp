@@ -84,6 +84,10 @@ class Trainer {
   const StageModel& stage() const { return stage_; }
   // This stage's parameters (values and optimizer state), for checkpoints.
   std::vector<Param*> params() { return stage_.params(); }
+  // Optimizer updates applied (AdamW's bias-correction count) and the fp16
+  // loss scaler (null unless training.precision = "fp16"), for checkpoints.
+  Optimizer& optimizer() { return *optimizer_; }
+  LossScaler* loss_scaler() { return scaler_.get(); }
   // Collective (output.trace): every rank's events on rank 0, on rank 0's clock.
   std::vector<std::vector<TraceEvent>> gather_trace();
   const ClockAlignment& clock_alignment() const { return clocks_; }
