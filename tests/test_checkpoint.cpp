@@ -117,11 +117,11 @@ Segment train(Deck deck, int stages, int64_t from, int64_t to, const std::string
     Trainer trainer(deck, comm);
     const std::string text = deck_to_toml(deck);
     if (!load.empty())
-      run.loaded_step = load_checkpoint(load, mode, deck, text, trainer.params(), comm).step;
+      run.loaded_step = load_checkpoint(load, mode, deck, text, trainer, comm).step;
     for (int64_t s = from; s < to; ++s) run.losses.push_back(trainer.train_step(s).loss);
     if (!save_dir.empty()) {
       deck.output.checkpoint_dir = save_dir;
-      run.digest = save_checkpoint(deck, text, trainer.params(), to, comm).digest;
+      run.digest = save_checkpoint(deck, text, trainer, to, comm).digest;
     }
     run.params = trainer.gather_parameters();
   }
@@ -223,7 +223,7 @@ std::string load_error(const Deck& deck, const std::string& spec, int64_t* step 
     d.pipeline.stages = p;
     Trainer trainer(d, comm);
     try {
-      const auto r = load_checkpoint(spec, LoadMode::Resume, d, deck_to_toml(d), trainer.params(), comm);
+      const auto r = load_checkpoint(spec, LoadMode::Resume, d, deck_to_toml(d), trainer, comm);
       if (step) *step = r.step;
     } catch (const InputError& e) {
       message = e.what();

@@ -207,24 +207,6 @@ void write_trace(const World& w, const Deck& deck, Trainer& trainer) {
   std::printf("trace: %s (clock offsets estimated to within %.1f us)\n", path.c_str(), worst);
 }
 
-// AdamW's update count and the fp16 loss scaler, saved beside the weights.
-TrainingCounters counters_of(Trainer& trainer) {
-  TrainingCounters c;
-  c.optimizer_updates = trainer.optimizer().updates();
-  if (const LossScaler* s = trainer.loss_scaler()) {
-    c.loss_scale = s->scale();
-    c.loss_scale_run = s->finite_run();
-    c.skipped_steps = s->skipped_steps();
-  }
-  return c;
-}
-
-void apply_counters(const TrainingCounters& c, Trainer& trainer) {
-  trainer.optimizer().set_updates(c.optimizer_updates);
-  if (LossScaler* s = trainer.loss_scaler(); s && c.loss_scale > 0.0)
-    s->restore(c.loss_scale, c.loss_scale_run, c.skipped_steps);
-}
-
 // The state training starts from: --resume (weights, optimizer state, step)
 // or training.init_from (weights only). Returns the first step, or -1 after a
 // bad checkpoint (every rank has the same error; rank 0 printed it).
@@ -239,13 +221,12 @@ int64_t restore(const World& w, const CommandLine& cli, const Deck& deck,
     std::printf("--resume: training.init_from = \"%s\" is not used\n", deck.training.init_from.c_str());
   try {
     const CheckpointRead r = load_checkpoint(spec, resume ? LoadMode::Resume : LoadMode::WeightsOnly,
-                                             deck, resolved, trainer.params(), w.comm);
+                                             deck, resolved, trainer, w.comm);
     if (w.rank == 0)
       std::printf("%s %s (step %lld): %.1f MB read in %.2f s (%.0f MB/s)\n",
                   resume ? "resuming from" : "weights initialised from", r.path.c_str(),
                   static_cast<long long>(r.step), r.bytes / 1e6, r.seconds,
                   r.bytes / 1e6 / std::max(r.seconds, 1e-9));
-    if (resume) apply_counters(r.counters, trainer);
     return resume ? r.step : 0;
   } catch (const InputError& e) {
     if (w.rank == 0) std::fprintf(stderr, "pipetrain: error: %s\n", e.what());
@@ -287,8 +268,7 @@ void checkpoint(const World& w, const Deck& deck, const std::string& resolved, T
                 int64_t steps_done, MetricsFile& metrics) {
   if (w.rank == 0) metrics.flush();
   test_kill_point("PIPETRAIN_TEST_KILL_BEFORE_PUBLISH", w.rank, steps_done);
-  const CheckpointWrite c =
-      save_checkpoint(deck, resolved, trainer.params(), steps_done, w.comm, counters_of(trainer));
+  const CheckpointWrite c = save_checkpoint(deck, resolved, trainer, steps_done, w.comm);
   test_kill_point("PIPETRAIN_TEST_KILL_AFTER_PUBLISH", w.rank, steps_done);
   if (w.rank != 0) return;
   std::printf("checkpoint step %lld: %s, %.1f MB in %.2f s (%.0f MB/s), digest %08x\n",

@@ -28,7 +28,10 @@ if "$build/pipetrain" --help >/dev/null 2>&1 && ! grep -q PIPETRAIN_HAVE_CUDA "$
   check "cuda device without the CUDA build explained" output_has "this build has no CUDA backend"
 fi
 run 1 validate inputs/mlp_small.toml --set training.precision=\"bf16\"
-check "reduced precision on the CPU explained" output_has "the CPU backend computes in fp32"
+check "reduced precision on the CPU (emulated) validates" status_is 0
+run 1 validate inputs/mlp_small.toml --set pipeline.transport=\"nccl\"
+check "a GPU transport on the CPU is refused" status_not
+check "... naming the CPU's transports" output_has "the CPU offers auto, mpi and nccl_model"
 
 # A GPT splits its transformer blocks (model.blocks), not model.depth.
 run 1 validate inputs/gpt_markov.toml --ranks 8

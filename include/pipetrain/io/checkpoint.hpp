@@ -26,6 +26,7 @@
 
 #include "pipetrain/base/deck.hpp"
 #include "pipetrain/model/layers.hpp"
+#include "pipetrain/runtime/trainer.hpp"
 
 namespace pt {
 
@@ -93,5 +94,13 @@ struct CheckpointRead {
 CheckpointRead load_checkpoint(const std::string& spec, LoadMode mode, const Deck& deck,
                                const std::string& resolved_deck,
                                const std::vector<Param*>& params, MPI_Comm comm);
+
+// The same for a trainer's whole state: its stage's parameters with their
+// optimizer state, and the counters (AdamW's update count, the fp16 loss
+// scaler), which a Resume load applies to the trainer. Prefer these.
+CheckpointWrite save_checkpoint(const Deck& deck, const std::string& resolved_deck,
+                                Trainer& trainer, int64_t step, MPI_Comm comm);
+CheckpointRead load_checkpoint(const std::string& spec, LoadMode mode, const Deck& deck,
+                               const std::string& resolved_deck, Trainer& trainer, MPI_Comm comm);
 
 }  // namespace pt
