@@ -18,6 +18,7 @@
 
 #include "pipetrain/tensor/backend.hpp"
 #include "pipetrain/model/model.hpp"
+#include "pipetrain/tensor/blas_info.hpp"
 #include "pipetrain/base/rng.hpp"
 
 namespace pt {
@@ -135,8 +136,11 @@ void run(const Options& o, int64_t c) {
 }  // namespace pt
 
 int main(int argc, char** argv) {
+  const std::string blas_note = pt::select_blas_kernel(argc, argv);  // may restart the program
   const pt::Options o = pt::parse(argc, argv);
   pt::set_blas_threads(1);
+  std::printf("BLAS: %s\n", pt::blas_info().describe().c_str());
+  if (!blas_note.empty()) std::printf("%s\n", blas_note.c_str());
   std::printf("One middle GPT stage: %lld blocks, T = %lld, micro-batch %lld, head size 64, "
               "one BLAS thread; median of %lld repetitions.\n\n",
               static_cast<long long>(o.blocks), static_cast<long long>(o.seq),

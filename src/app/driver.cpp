@@ -7,6 +7,7 @@
 // after that point end the job through MPI_Abort, so no rank is ever left
 // waiting. Checkpoints are written every output.checkpoint_every steps.
 #include "pipetrain/app/driver.hpp"
+#include "pipetrain/app/blas_report.hpp"
 
 #include <algorithm>
 #include <cmath>
@@ -32,8 +33,9 @@ namespace pt {
 namespace {
 
 struct World {
-  MPI_Comm comm;
+  MPI_Comm comm = MPI_COMM_NULL;
   int rank = 0, size = 1;
+  std::string blas_note;  // what select_blas_kernel did before MPI_Init
 };
 
 // Rank 0's text reaches every rank; `ok` says whether it is a deck or an error.
@@ -299,12 +301,21 @@ void log_step(const Deck& deck, const StepRecord& rec, bool last, Progress& p, M
 int run_train(const World& w, const CommandLine& cli, const Deck& deck) {
   BlasThreadsChoice blas = choose_blas_threads(deck, w.comm);
   set_blas_threads(blas.threads);
+  const BlasReport blas_report = gather_blas_report(w.comm, w.blas_note);
   ComputeResources compute = make_compute_resources(deck, w.comm);
   Trainer trainer(deck, w.comm, compute.setup);
   const std::string resolved = deck_to_toml(deck);
   MetricsFile metrics(deck.output.dir + "/metrics.h5", resolved);
   if (w.rank == 0) {
     print_start(w, deck, trainer, blas);
+    std::printf("%s", blas_report.lines.c_str());
+    if (blas_report.any_fallback)
+      std::printf("BLAS: warning: some ranks run fallback kernels (see above); figures from this "
+                  "run are not comparable with runs on the CPU's best kernels\n");
+    metrics.set_attribute("blas", blas_report.rank0.library);
+    metrics.set_attribute("blas_core", blas_report.rank0.core);
+    metrics.set_attribute("blas_best_core", blas_report.rank0.best_core);
+    metrics.set_attribute("cpu", blas_report.rank0.cpu);
     write_file_atomic(deck.output.dir + "/deck.resolved.toml", resolved);
     metrics.set_attribute("schedule", format_schedule(trainer.schedule()));
     const auto& peaks = trainer.schedule_report().peak_in_flight;
@@ -371,8 +382,10 @@ int run_command(const World& w, const CommandLine& cli) {
 
 }  // namespace
 
-int run_main(int argc, char** argv, MPI_Comm comm) {
-  World w{comm};
+int run_main(int argc, char** argv, MPI_Comm comm, const std::string& blas_note) {
+  World w;
+  w.comm = comm;
+  w.blas_note = blas_note;
   MPI_Comm_rank(comm, &w.rank);
   MPI_Comm_size(comm, &w.size);
   CommandLine cli;
