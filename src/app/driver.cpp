@@ -174,6 +174,9 @@ void print_start(const World& w, const Deck& deck, const Trainer& trainer,
                  const BlasThreadsChoice& blas) {
   std::printf("pipetrain: %d ranks, one stage per rank\n%s\n", w.size,
               deck_to_toml(deck).c_str());
+  std::printf("waits: %s (%d ranks on %d cores on this node%s)\n", wait_mode_name(wait_mode()),
+              blas.ranks_on_node, blas.node_cores,
+              std::getenv("PIPETRAIN_WAIT") ? "; PIPETRAIN_WAIT" : "");
   std::printf("BLAS threads per rank: %d (%s)\n", blas.threads,
               blas.automatic ? ("auto: " + std::to_string(blas.node_cores) + " cores / " +
                                 std::to_string(blas.ranks_on_node) + " ranks on this node")
@@ -298,9 +301,22 @@ void log_step(const Deck& deck, const StepRecord& rec, bool last, Progress& p, M
   }
 }
 
+// Sleep-backoff waits when the node has more ranks than cores, so idle ranks
+// leave the cores to those that compute; PIPETRAIN_WAIT=yield|sleep overrides.
+void choose_wait_mode(const BlasThreadsChoice& node) {
+  const char* env = std::getenv("PIPETRAIN_WAIT");
+  const std::string forced = env ? env : "";
+  if (!forced.empty() && forced != "yield" && forced != "sleep")
+    throw InputError("PIPETRAIN_WAIT=" + forced + ": expected yield or sleep");
+  const bool oversubscribed = node.ranks_on_node > node.node_cores;
+  const bool sleep = forced.empty() ? oversubscribed : forced == "sleep";
+  set_wait_mode(sleep ? WaitMode::Sleep : WaitMode::Yield);
+}
+
 int run_train(const World& w, const CommandLine& cli, const Deck& deck) {
   BlasThreadsChoice blas = choose_blas_threads(deck, w.comm);
   set_blas_threads(blas.threads);
+  choose_wait_mode(blas);
   const BlasReport blas_report = gather_blas_report(w.comm, w.blas_note);
   ComputeResources compute = make_compute_resources(deck, w.comm);
   Trainer trainer(deck, w.comm, compute.setup);

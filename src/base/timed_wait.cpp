@@ -25,6 +25,9 @@ namespace {
 using Clock = std::chrono::steady_clock;
 
 double g_limit_s = 120.0;
+WaitMode g_wait_mode = WaitMode::Yield;
+constexpr double kSleepAfter_s = 50e-6;  // sleep mode: yield this long first
+constexpr int kSleepFor_us = 20;         // then sleep this long between polls
 std::mutex g_phase_mutex;
 std::string g_phase;  // "" until the driver sets one
 
@@ -284,14 +287,27 @@ std::string wait_phase() {
   return g_phase;
 }
 
+void set_wait_mode(WaitMode mode) { g_wait_mode = mode; }
+WaitMode wait_mode() { return g_wait_mode; }
+
+const char* wait_mode_name(WaitMode mode) { return mode == WaitMode::Sleep ? "sleep" : "yield"; }
+
 bool poll_until(const std::function<bool()>& done, double limit_s) {
   if (done()) return true;
   const Clock::time_point start = Clock::now();
+  const bool may_sleep = g_wait_mode == WaitMode::Sleep;
   for (int spins = 0; !done(); ++spins) {
     if (spins < 200) continue;
-    if ((spins & 63) == 0 &&
-        std::chrono::duration<double>(Clock::now() - start).count() > limit_s)
-      return false;
+    if ((spins & 63) == 0 || may_sleep) {
+      const double waited = std::chrono::duration<double>(Clock::now() - start).count();
+      if (waited > limit_s) return false;
+      // Sleep mode: after kSleepAfter of yielding, give the core away for
+      // real, so that a rank that computes on a shared core gets all of it.
+      if (may_sleep && waited > kSleepAfter_s) {
+        std::this_thread::sleep_for(std::chrono::microseconds(kSleepFor_us));
+        continue;
+      }
+    }
     sched_yield();
   }
   return true;

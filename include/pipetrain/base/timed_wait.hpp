@@ -41,8 +41,19 @@ double wait_limit();
 void set_wait_phase(const std::string& phase);
 std::string wait_phase();
 
-// Polls `done` until it returns true (spinning briefly, then yielding the
-// core between polls); false if `limit_s` passed first.
+// How a waiting rank spends its time. Yield: spin briefly, then sched_yield
+// between polls (lowest latency; right when every rank has its own core).
+// Sleep: the same for the first 50 us, then 20 us sleeps between polls, so
+// that ranks sharing a core (more ranks than cores) leave it to the one that
+// computes. The driver picks Sleep when the node is oversubscribed
+// (docs/performance.md); PIPETRAIN_WAIT=yield|sleep overrides.
+enum class WaitMode { Yield, Sleep };
+void set_wait_mode(WaitMode mode);
+WaitMode wait_mode();
+const char* wait_mode_name(WaitMode mode);
+
+// Polls `done` until it returns true, in the current WaitMode; false if
+// `limit_s` passed first.
 bool poll_until(const std::function<bool()>& done, double limit_s);
 
 // Collective over `comm`: starts tracking who arrives at world collectives.
