@@ -27,7 +27,7 @@ bool cuda_available_in_build() {
 namespace {
 
 #ifdef PIPETRAIN_HAVE_CUDA
-// Rank 0 prints every rank's line, in rank order.
+// Rank 0 prints the CUDA, cuBLAS and NCCL versions and every rank's device line, in rank order.
 void log_devices(MPI_Comm comm, const std::string& line) {
   int rank = 0, size = 1;
   MPI_CHECK(MPI_Comm_rank(comm, &rank));
@@ -36,6 +36,7 @@ void log_devices(MPI_Comm comm, const std::string& line) {
   std::snprintf(mine, sizeof mine, "%s", line.c_str());
   std::vector<char> all(rank == 0 ? 256 * size : 0);
   timed_gather(mine, 256, MPI_CHAR, all.data(), 0, comm, "the device log gather");
+  if (rank == 0) std::printf("cuda: %s\n", cuda::versions().describe().c_str());
   for (int r = 0; rank == 0 && r < size; ++r) std::printf("device: %s\n", &all[256 * r]);
   std::fflush(stdout);
 }
