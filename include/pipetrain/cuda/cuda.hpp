@@ -73,6 +73,8 @@ DeviceInfo init_device(int device);
 // happen while NCCL kernels wait for a peer) and CUDA_DEVICE_MAX_CONNECTIONS
 // (enough hardware queues that the process's streams never share one; see
 // docs/cuda.md). device_count, select_device and init_device call it first.
+// Too late if something else in the process (a CUDA-aware MPI_Init) started
+// CUDA earlier: then the job script must export them.
 void prepare_cuda_environment();
 
 // True when two ranks of comm drive the same physical GPU (same UUID).
