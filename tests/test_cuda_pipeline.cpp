@@ -1,5 +1,6 @@
 // test_cuda_pipeline.cpp: the pipelined GPU run against P = 1 and against the
-// CPU backend (CUDA builds only; skips without a GPU).
+// CPU backend, and checkpoints of GPU tensors (CUDA builds only; skips
+// without a GPU, fails under PIPETRAIN_REQUIRE_GPU=1).
 //
 // A tiny GPT trains 3 steps with training.device = "cuda" (fp32, no TF32) on
 // the world's ranks (2 ranks on one GPU use the host-staged transport) and on
@@ -7,14 +8,25 @@
 // same arithmetic: cuBLAS is deterministic for fixed shapes, so in practice
 // they are bitwise equal; the tolerance leaves room for library heuristics).
 // The GPU result is also compared with the CPU backend's (fp32 rounding
-// differs: 1e-3 relative).
+// differs: 1e-3 relative). The same comparison with P = 1 runs GPipe, and
+// N = 1 < P, on the mpi_staged transport: the schedules whose first receive
+// is posted long before its send. A checkpoint of device parameters and
+// optimizer state, saved by the checkpoint code and loaded back over
+// overwritten values, must restore every bit, on the device.
 #include <gtest/gtest.h>
 #include <mpi.h>
 
 #include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
 
+#include "mpi_test_util.hpp"
 #include "pipetrain/app/compute_setup.hpp"
 #include "pipetrain/cuda/cuda.hpp"
+#include "pipetrain/io/checkpoint.hpp"
+#include "pipetrain/io/deck_io.hpp"
+#include "test_cuda_util.hpp"
 
 namespace pt {
 namespace {
@@ -38,6 +50,7 @@ Deck gpu_deck() {
   d.training.precision = "fp32";
   d.pipeline.micro_batches = 4;
   d.pipeline.transport = "auto";
+  d.pipeline.timeout_s = 60;
   return d;
 }
 
@@ -55,23 +68,92 @@ double max_rel(const std::vector<float>& a, const std::vector<float>& b) {
   return worst;
 }
 
-TEST(CudaPipeline, PipelinedGpuRunMatchesOneRankAndTheCpu) {
-  std::string why;
-  if (cuda::device_count(&why) <= 0) GTEST_SKIP() << "no CUDA device: " << why;
-  int rank = 0;
-  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-  const Deck deck = gpu_deck();
+// The deck on every rank, then on rank 0 alone; the two must agree to 1e-5.
+// Returns rank 0's one-rank result (empty elsewhere).
+std::vector<float> expect_pipelined_equals_one_rank(const Deck& deck, const std::string& what) {
   const std::vector<float> piped = train(deck, MPI_COMM_WORLD);
-  if (rank != 0) return;
+  if (test::world_rank() != 0) return {};
   const std::vector<float> alone = train(deck, MPI_COMM_SELF);
+  EXPECT_EQ(piped.size(), alone.size());
+  if (piped.size() != alone.size()) return {};
+  const double diff = max_rel(piped, alone);
+  std::printf("  %s: GPU pipelined vs GPU P=1: max rel diff %.3e\n", what.c_str(), diff);
+  EXPECT_LE(diff, 1e-5) << what;
+  return alone;
+}
+
+TEST(CudaPipeline, PipelinedGpuRunMatchesOneRankAndTheCpu) {
+  PT_REQUIRE_GPU_ON_EVERY_RANK(MPI_COMM_WORLD);
+  const Deck deck = gpu_deck();
+  const std::vector<float> alone = expect_pipelined_equals_one_rank(deck, "1f1b N=4 auto");
+  if (test::world_rank() != 0) return;
   Deck cpu = deck;
   cpu.training.device = "cpu";
   const std::vector<float> on_cpu = train(cpu, MPI_COMM_SELF);
-  ASSERT_EQ(piped.size(), alone.size());
-  const double vs_alone = max_rel(piped, alone), vs_cpu = max_rel(alone, on_cpu);
-  std::printf("  GPU pipelined vs GPU P=1: max rel diff %.3e; GPU vs CPU: %.3e\n", vs_alone, vs_cpu);
-  EXPECT_LE(vs_alone, 1e-5);
+  ASSERT_EQ(alone.size(), on_cpu.size());
+  const double vs_cpu = max_rel(alone, on_cpu);
+  std::printf("  GPU vs CPU: %.3e\n", vs_cpu);
   EXPECT_LE(vs_cpu, 1e-3);
+}
+
+TEST(CudaPipeline, GpipeOnTheStagedTransport) {
+  PT_REQUIRE_GPU_ON_EVERY_RANK(MPI_COMM_WORLD);
+  Deck deck = gpu_deck();
+  deck.pipeline.schedule = "gpipe";
+  deck.pipeline.transport = "mpi_staged";
+  expect_pipelined_equals_one_rank(deck, "gpipe N=4 mpi_staged");
+}
+
+TEST(CudaPipeline, FewerMicroBatchesThanStagesOnTheStagedTransport) {
+  PT_REQUIRE_GPU_ON_EVERY_RANK(MPI_COMM_WORLD);
+  if (test::world_size() < 2) GTEST_SKIP() << "N < P needs P >= 2 ranks";
+  for (const char* schedule : {"1f1b", "gpipe"}) {
+    Deck deck = gpu_deck();
+    deck.pipeline.micro_batches = 1;
+    deck.pipeline.schedule = schedule;
+    deck.pipeline.transport = "mpi_staged";
+    expect_pipelined_equals_one_rank(deck, std::string(schedule) + " N=1 mpi_staged");
+  }
+}
+
+// Host copies of every tensor a checkpoint holds (values, optimizer states).
+std::vector<Tensor> checkpointed(const std::vector<Param*>& params) {
+  std::vector<Tensor> out;
+  for (Param* p : params)
+    for (const Tensor* t : {&p->value, &p->state1, &p->state2})
+      if (t->defined()) out.push_back(t->to(Device::CPU, MemCategory::Workspace));
+  return out;
+}
+
+TEST(CudaPipeline, CheckpointOfDeviceTensorsRestoresEveryBit) {
+  PT_REQUIRE_GPU_ON_EVERY_RANK(MPI_COMM_WORLD);
+  if (test::world_rank() != 0) return;  // one stage, on MPI_COMM_SELF
+  char dir[] = "/tmp/pt_cuda_ckpt_XXXXXX";
+  ASSERT_NE(mkdtemp(dir), nullptr);
+  Deck deck = gpu_deck();
+  deck.output.checkpoint_dir = dir;
+  const std::string text = deck_to_toml(deck);
+  ComputeResources compute = make_compute_resources(deck, MPI_COMM_SELF);
+  Trainer trainer(deck, MPI_COMM_SELF, compute.setup);
+  trainer.train_step(0);  // AdamW moments are non-zero now
+  const std::vector<Param*> params = trainer.params();
+  ASSERT_FALSE(params.empty());
+  ASSERT_EQ(params[0]->value.device(), Device::CUDA);
+  const std::vector<Tensor> saved = checkpointed(params);
+  const CheckpointWrite w = save_checkpoint(deck, text, params, 1, MPI_COMM_SELF);
+  for (Param* p : params)  // overwrite everything on the device
+    for (Tensor* t : {&p->value, &p->state1, &p->state2})
+      if (t->defined()) compute.backend->fill(*t, 0.125f);
+  const CheckpointRead r = load_checkpoint(w.path, LoadMode::Resume, deck, text, params,
+                                           MPI_COMM_SELF);
+  EXPECT_EQ(r.step, 1);
+  const std::vector<Tensor> loaded = checkpointed(params);
+  ASSERT_EQ(loaded.size(), saved.size());
+  for (size_t i = 0; i < saved.size(); ++i)
+    EXPECT_EQ(std::memcmp(loaded[i].raw(), saved[i].raw(), saved[i].bytes()), 0) << "tensor " << i;
+  EXPECT_EQ(params[0]->value.device(), Device::CUDA) << "loading moved a parameter off the GPU";
+  wait_for_checkpoint_pruning();
+  std::filesystem::remove_all(dir);
 }
 
 }  // namespace

@@ -1,11 +1,18 @@
 // test_cuda_select.cpp: the GPU-free logic of the CUDA build: device index
-// choice and its PIPETRAIN_DEVICE override, duplicate-GPU detection behind
-// transport "auto", precision names, and that Device::CUDA tensors fail with
-// a clear message before a device is selected. Runs without a GPU.
+// choice and its PIPETRAIN_DEVICE override, the grouping of ranks that share
+// a GPU (by UUID) behind transport "auto", precision names, the version
+// report, the CUDA environment set before start, and that Device::CUDA
+// tensors fail with a clear message before a device is selected. Runs
+// without a GPU, except that under PIPETRAIN_REQUIRE_GPU=1 a missing device
+// fails DeviceCountNeverThrows.
 #include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <vector>
 
 #include "pipetrain/cuda/cuda.hpp"
 #include "pipetrain/base/error.hpp"
+#include "test_cuda_util.hpp"
 
 namespace pt {
 namespace {
@@ -28,10 +35,39 @@ TEST(CudaSelect, EnvironmentOverride) {
   EXPECT_THROW(cuda::choose_device_index(0, 2, "-1"), InputError);
 }
 
-TEST(CudaSelect, DuplicateDevicesDetected) {
-  EXPECT_FALSE(cuda::has_duplicate({"a|0000:19:00.0", "a|0000:2a:00.0", "b|0000:19:00.0"}));
-  EXPECT_TRUE(cuda::has_duplicate({"a|0000:19:00.0", "b|0000:19:00.0", "a|0000:19:00.0"}));
-  EXPECT_FALSE(cuda::has_duplicate({}));
+TEST(CudaSelect, RanksSharingAGpuAreGroupedByUuid) {
+  using Groups = std::vector<std::vector<int>>;
+  // Distinct UUIDs: no sharing, even where hosts and PCI bus ids repeat.
+  EXPECT_EQ(cuda::ranks_sharing({"GPU-aa", "GPU-bb", "GPU-cc"}), Groups{});
+  EXPECT_EQ(cuda::ranks_sharing({}), Groups{});
+  EXPECT_EQ(cuda::ranks_sharing({"GPU-aa", "GPU-bb", "GPU-aa"}), (Groups{{0, 2}}));
+  EXPECT_EQ(cuda::ranks_sharing({"GPU-bb", "GPU-aa", "GPU-aa", "GPU-bb", "GPU-bb"}),
+            (Groups{{0, 3, 4}, {1, 2}}));
+}
+
+TEST(CudaSelect, VersionsAreReportedWithoutADevice) {
+  const cuda::Versions v = cuda::versions();
+  std::printf("  %s\n", v.describe().c_str());
+  EXPECT_GE(v.runtime, 12000);
+  EXPECT_GT(v.cublas, 0);
+  EXPECT_GE(v.nccl, 20000);
+  cuda::Versions old = v;
+  old.driver = 12040;
+  old.runtime = 13000;
+  EXPECT_FALSE(old.driver_supports_runtime());
+  EXPECT_NE(old.describe().find("driver supports CUDA 12.4 (too old"), std::string::npos)
+      << old.describe();
+}
+
+TEST(CudaSelect, EnvironmentIsPreparedUnlessTheUserSetIt) {
+  cuda::prepare_cuda_environment();
+  ASSERT_NE(std::getenv("CUDA_MODULE_LOADING"), nullptr);
+  ASSERT_NE(std::getenv("CUDA_DEVICE_MAX_CONNECTIONS"), nullptr);
+  const std::string loading = std::getenv("CUDA_MODULE_LOADING");
+  setenv("CUDA_MODULE_LOADING", "LAZY", 1);  // as a user would
+  cuda::prepare_cuda_environment();
+  EXPECT_STREQ(std::getenv("CUDA_MODULE_LOADING"), "LAZY");
+  setenv("CUDA_MODULE_LOADING", loading.c_str(), 1);
 }
 
 TEST(CudaSelect, PrecisionNames) {
@@ -45,6 +81,9 @@ TEST(CudaSelect, DeviceCountNeverThrows) {
   const int n = cuda::device_count(&why);
   EXPECT_GE(n, 0);
   if (n == 0) std::printf("  no GPU here: %s\n", why.c_str());
+  if (test::gpu_required()) {
+    EXPECT_GT(n, 0) << "PIPETRAIN_REQUIRE_GPU is set: " << why;
+  }
 }
 
 TEST(CudaSelect, DeviceTensorBeforeSelectionIsAClearError) {

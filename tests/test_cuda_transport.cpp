@@ -19,21 +19,19 @@ namespace {
 bool select_once(cuda::DeviceInfo& info, std::string& why) {
   static int state = -1;
   static cuda::DeviceInfo saved;
+  static std::string saved_why;
   if (state < 0) {
-    const int mine = cuda::device_count(&why);
-    int least = 0;
-    MPI_Allreduce(&mine, &least, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
-    state = least > 0 ? 1 : 0;
+    state = test::gpu_on_every_rank(MPI_COMM_WORLD, &saved_why) ? 1 : 0;
     if (state == 1) saved = cuda::select_device(MPI_COMM_WORLD);
   }
   info = saved;
+  why = saved_why;
   return state == 1;
 }
 
 #define PT_REQUIRE_GPUS(info)                                                       \
   std::string pt_why_;                                                              \
-  if (!select_once(info, pt_why_))                                                  \
-    GTEST_SKIP() << "no CUDA device on some rank (" << pt_why_ << "); GPU test skipped"
+  if (!select_once(info, pt_why_)) PT_NO_GPU("no CUDA device on some rank (" + pt_why_ + ")")
 
 int rank_of() {
   int r = 0;
@@ -97,6 +95,7 @@ TEST(CudaTransport, EveryRankDescribesItsDevice) {
   std::printf("  %s\n", info.describe().c_str());
   EXPECT_EQ(info.rank, rank_of());
   EXPECT_FALSE(info.pci_bus_id.empty());
+  EXPECT_EQ(info.uuid.rfind("GPU-", 0), 0u) << info.uuid;
   EXPECT_FALSE(info.name.empty());
 }
 
@@ -107,9 +106,27 @@ TEST(CudaTransport, AutoChoosesStagedWhenADeviceIsShared) {
   const std::string kind = cuda::resolve_transport("auto", info, MPI_COMM_WORLD);
   EXPECT_EQ(kind, shared || size_of() == 1 ? "mpi_staged" : "nccl");
   if (shared) {
-    EXPECT_THROW(cuda::resolve_transport("nccl", info, MPI_COMM_WORLD), InputError);
+    try {
+      cuda::resolve_transport("nccl", info, MPI_COMM_WORLD);
+      ADD_FAILURE() << "nccl on a shared GPU was accepted";
+    } catch (const InputError& e) {
+      EXPECT_NE(std::string(e.what()).find("ranks 0 and 1 share GPU-"), std::string::npos)
+          << e.what();
+    }
   }
   EXPECT_THROW(cuda::resolve_transport("gloo", info, MPI_COMM_WORLD), InputError);
+}
+
+TEST(CudaTransport, PlanNamesTheTransportOfEveryLink) {
+  cuda::DeviceInfo info;
+  PT_REQUIRE_GPUS(info);
+  const cuda::TransportPlan plan = cuda::plan_transport("auto", info, MPI_COMM_WORLD);
+  const size_t ring = plan.kind == "nccl" && size_of() > 2 ? 1 : 0;
+  ASSERT_EQ(plan.links.size(), static_cast<size_t>(size_of() - 1) + ring);
+  for (const std::string& line : plan.links) std::printf("  %s\n", line.c_str());
+  if (!plan.links.empty()) {
+    EXPECT_EQ(plan.links[0].rfind("link 0->1: " + plan.kind + " (", 0), 0u) << plan.links[0];
+  }
 }
 
 TEST(CudaTransport, StagedExchangesBothWays) {

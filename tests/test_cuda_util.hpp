@@ -1,18 +1,37 @@
-// test_cuda_util.hpp: helpers of the CUDA tests: skip cleanly without a GPU,
-// move tensors between devices, compare against the CPU backend.
+// test_cuda_util.hpp: helpers of the CUDA tests: skip cleanly without a GPU
+// (or fail, when PIPETRAIN_REQUIRE_GPU=1 says a GPU must be there), move
+// tensors between devices, compare against the CPU backend.
 #pragma once
 
 #include <gtest/gtest.h>
+#include <mpi.h>
 
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <string>
 
 #include "pipetrain/cuda/cuda.hpp"
 #include "pipetrain/base/rng.hpp"
 
 namespace pt::test {
+
+// PIPETRAIN_REQUIRE_GPU set and not "0": a GPU test that finds no device
+// fails instead of skipping (scripts/gpu-check.sh sets it when nvidia-smi
+// lists a GPU, so a driver too old for the runtime cannot pass as skips).
+inline bool gpu_required() {
+  const char* v = std::getenv("PIPETRAIN_REQUIRE_GPU");
+  return v != nullptr && *v != '\0' && std::string(v) != "0";
+}
+
+// Skips the current test, or fails it under PIPETRAIN_REQUIRE_GPU; returns.
+#define PT_NO_GPU(reason)                                                               \
+  do {                                                                                  \
+    if (::pt::test::gpu_required())                                                     \
+      GTEST_FAIL() << "PIPETRAIN_REQUIRE_GPU is set but " << (reason);                  \
+    GTEST_SKIP() << (reason) << "; GPU test skipped";                                   \
+  } while (0)
 
 // Initialises device 0 once; false (with the reason) when no GPU is visible.
 inline bool gpu_available(std::string* why) {
@@ -30,11 +49,30 @@ inline bool gpu_available(std::string* why) {
   return state == 1;
 }
 
+// Single-process tests: device 0, initialised once.
 #define PT_REQUIRE_GPU()                                                           \
   do {                                                                             \
     std::string pt_why_;                                                           \
     if (!::pt::test::gpu_available(&pt_why_))                                      \
-      GTEST_SKIP() << "no CUDA device visible (" << pt_why_ << "); GPU test skipped"; \
+      PT_NO_GPU("no CUDA device visible (" + pt_why_ + ")");                       \
+  } while (0)
+
+// MPI tests: true when every rank of comm sees a device (collective; no device
+// is initialised, since select_device picks each rank's own). `why` gets this
+// rank's reason when not.
+inline bool gpu_on_every_rank(MPI_Comm comm, std::string* why) {
+  const int mine = cuda::device_count(why) > 0 ? 1 : 0;
+  int all = 0;
+  MPI_Allreduce(&mine, &all, 1, MPI_INT, MPI_MIN, comm);
+  if (all == 0 && why != nullptr && mine == 1) *why = "another rank has no CUDA device";
+  return all == 1;
+}
+
+#define PT_REQUIRE_GPU_ON_EVERY_RANK(comm)                                         \
+  do {                                                                             \
+    std::string pt_why_;                                                           \
+    if (!::pt::test::gpu_on_every_rank((comm), &pt_why_))                          \
+      PT_NO_GPU("no CUDA device on some rank (" + pt_why_ + ")");                  \
   } while (0)
 
 inline Tensor random_host(const Shape& shape, uint64_t stream, float std = 1.f) {

@@ -27,7 +27,7 @@ bool cuda_available_in_build() {
 namespace {
 
 #ifdef PIPETRAIN_HAVE_CUDA
-// Rank 0 prints every rank's line, in rank order.
+// Rank 0 prints the CUDA, cuBLAS and NCCL versions and every rank's device line, in rank order.
 void log_devices(MPI_Comm comm, const std::string& line) {
   int rank = 0, size = 1;
   MPI_CHECK(MPI_Comm_rank(comm, &rank));
@@ -36,7 +36,17 @@ void log_devices(MPI_Comm comm, const std::string& line) {
   std::snprintf(mine, sizeof mine, "%s", line.c_str());
   std::vector<char> all(rank == 0 ? 256 * size : 0);
   timed_gather(mine, 256, MPI_CHAR, all.data(), 0, comm, "the device log gather");
+  if (rank == 0) std::printf("cuda: %s\n", cuda::versions().describe().c_str());
   for (int r = 0; rank == 0 && r < size; ++r) std::printf("device: %s\n", &all[256 * r]);
+  std::fflush(stdout);
+}
+
+// Rank 0 of the pipeline prints the transport of every link ("link 0->1: nccl (...)").
+void log_links(MPI_Comm comm, const cuda::TransportPlan& plan) {
+  int rank = 0;
+  MPI_CHECK(MPI_Comm_rank(comm, &rank));
+  if (rank != 0) return;
+  for (const std::string& line : plan.links) std::printf("%s\n", line.c_str());
   std::fflush(stdout);
 }
 #endif
@@ -62,7 +72,10 @@ ComputeResources make_compute_resources(const Deck& deck, MPI_Comm comm) {
   const std::string transport = deck.pipeline.transport;
   const double timeout_s = deck.pipeline.timeout_s;
   c.setup.make_transport = [info, transport, timeout_s](MPI_Comm stage_comm) {
-    return cuda::make_transport(transport, stage_comm, *info, timeout_s);
+    cuda::TransportPlan plan;
+    auto made = cuda::make_transport(transport, stage_comm, *info, timeout_s, &plan);
+    log_links(stage_comm, plan);
+    return made;
   };
   c.setup.device_memory_stats = [] { return cuda::device_memory_stats(); };
   c.setup.reset_device_memory_peaks = [] { cuda::reset_device_memory_peaks(); };

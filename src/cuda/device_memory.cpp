@@ -3,6 +3,8 @@
 // (allocate, release, cross-device copy, zero).
 #include "device_memory.hpp"
 
+#include <mpi.h>
+
 #include <string>
 
 #include "check.hpp"
@@ -16,9 +18,36 @@ namespace {
 
 constexpr size_t kGranule = 512;  // sizes rounded up to this (cudaMalloc aligns 256)
 
-// cudaMalloc blocks. On failure the allocator drops its cache (after a device
-// synchronisation, so no kernel still uses a block) and retries once.
+std::string mib(size_t bytes) { return std::to_string(bytes >> 20) + " MiB"; }
+
+// "rank 3" (MPI world rank) when MPI is running, else "this process".
+std::string who() {
+  int up = 0, down = 0;
+  MPI_Initialized(&up);
+  MPI_Finalized(&down);
+  int rank = 0;
+  if (!up || down || MPI_Comm_rank(MPI_COMM_WORLD, &rank) != MPI_SUCCESS) return "this process";
+  return "rank " + std::to_string(rank);
+}
+
+// ", GPU 1234 MiB free of 140000 MiB" (cudaMemGetInfo does not synchronise).
+std::string device_free() {
+  size_t free_bytes = 0, total = 0;
+  if (cudaMemGetInfo(&free_bytes, &total) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return "";
+  }
+  return ", GPU " + mib(free_bytes) + " free of " + mib(total);
+}
+
+// cudaMalloc blocks. When cudaMalloc fails the allocator does NOT drop its
+// cache to retry: freeing cached blocks needs a device synchronisation
+// (cudaFree synchronises too), and the device may be running a NCCL receive
+// whose matching send this rank's host has not posted yet, which would hang
+// with no timeout. The request fails at once with what to change instead.
 struct CudaSource {
+  static constexpr bool kRetryAfterDroppingCache = false;
+
   size_t round(size_t bytes) const { return (bytes + kGranule - 1) / kGranule * kGranule; }
   void* obtain(size_t size) {
     context();
@@ -28,14 +57,20 @@ struct CudaSource {
     return nullptr;
   }
   void give_back(void* ptr, size_t) { CUDA_CHECK(cudaFree(ptr)); }
+  // Only for release_cached_device_memory(), an explicit call.
   void before_dropping_cache() {
     context();
     CUDA_CHECK(cudaDeviceSynchronize());
   }
-  [[noreturn]] void out_of_memory(size_t size, const MemoryStats& live, size_t reserved) {
-    PT_FAIL("out of GPU memory allocating " + std::to_string(size) + " bytes (" +
-            std::to_string(live.live_total >> 20) + " MiB live in tensors, " +
-            std::to_string(reserved >> 20) + " MiB reserved)");
+  [[noreturn]] void out_of_memory(size_t size, const MemoryStats& live, size_t reserved,
+                                  size_t cached) {
+    PT_FAIL(who() + ": out of GPU memory allocating " + std::to_string(size) + " bytes (" +
+            mib(live.live_total) + " live in tensors, " + mib(cached) + " cached, " +
+            mib(reserved) + " reserved by pipetrain" + device_free() +
+            "). The cache is not dropped to retry: that would synchronise the device, which can "
+            "hang on a NCCL receive. Use smaller micro-batches (a larger pipeline.micro_batches for "
+            "the same training.batch_size), pipeline.recompute = \"selective\", \"full\" or "
+            "\"auto\", or more stages");
   }
 };
 

@@ -1,6 +1,7 @@
 // device_select.cpp: which GPU each rank drives (local rank mod visible
 // devices, or the PIPETRAIN_DEVICE override), its description for the run
-// log, and whether two ranks of a communicator share a physical GPU.
+// log, and which ranks of a communicator share a physical GPU (by the GPU's
+// UUID: host names repeat across containers and PCI bus ids across hosts).
 #include <cuda_runtime.h>
 #include <mpi.h>
 
@@ -8,12 +9,13 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <set>
+#include <map>
 #include <string>
 #include <vector>
 
 #include "check.hpp"
 #include "context.hpp"
+#include "devices.hpp"
 #include "pipetrain/base/timed_wait.hpp"
 #include "pipetrain/cuda/cuda.hpp"
 
@@ -45,6 +47,22 @@ std::string processor_name() {
   return std::string(name, static_cast<size_t>(len));
 }
 
+// "GPU-8f1c2d3e-...", as nvidia-smi -L prints it; "" when the driver gives no UUID.
+std::string uuid_text(const cudaUUID_t& uuid) {
+  const auto* b = reinterpret_cast<const unsigned char*>(uuid.bytes);
+  bool any = false;
+  for (int i = 0; i < 16; ++i) any = any || b[i] != 0;
+  if (!any) return "";
+  std::string out = "GPU-";
+  char hex[3];
+  for (int i = 0; i < 16; ++i) {
+    if (i == 4 || i == 6 || i == 8 || i == 10) out += '-';
+    std::snprintf(hex, sizeof hex, "%02x", b[i]);
+    out += hex;
+  }
+  return out;
+}
+
 // Fills the device fields of `info` for `device` and creates the context.
 void open_device(DeviceInfo& info, int device) {
   create_context(device);
@@ -55,6 +73,7 @@ void open_device(DeviceInfo& info, int device) {
   info.device = device;
   info.name = prop.name;
   info.pci_bus_id = bus;
+  info.uuid = uuid_text(prop.uuid);
   info.total_memory = prop.totalGlobalMem;
   info.cc_major = prop.major;
   info.cc_minor = prop.minor;
@@ -70,6 +89,7 @@ int visible_devices_or_throw(const std::string& host) {
 }  // namespace
 
 int device_count(std::string* why) {
+  prepare_cuda_environment();  // before the first CUDA call of the process
   int count = 0;
   const cudaError_t rc = cudaGetDeviceCount(&count);
   if (rc != cudaSuccess) {
@@ -127,32 +147,61 @@ DeviceInfo init_device(int device) {
 std::string DeviceInfo::describe() const {
   char text[512];
   std::snprintf(text, sizeof text,
-                "rank %d on %s: cuda:%d %s (sm_%d%d, %.1f GiB) pci %s, local rank %d/%d%s", rank,
-                host.c_str(), device, name.c_str(), cc_major, cc_minor,
+                "rank %d on %s: cuda:%d %s (sm_%d%d, %.1f GiB) pci %s %s, local rank %d/%d%s",
+                rank, host.c_str(), device, name.c_str(), cc_major, cc_minor,
                 static_cast<double>(total_memory) / (1024.0 * 1024.0 * 1024.0),
-                pci_bus_id.c_str(), local_rank, local_size,
+                pci_bus_id.c_str(), short_uuid(uuid).c_str(), local_rank, local_size,
                 override_used ? " (PIPETRAIN_DEVICE)" : "");
   return text;
 }
 
-bool has_duplicate(const std::vector<std::string>& keys) {
-  std::set<std::string> seen;
-  for (const std::string& k : keys)
-    if (!seen.insert(k).second) return true;
-  return false;
+std::string short_uuid(const std::string& uuid) {
+  return uuid.size() > 12 ? uuid.substr(0, 12) : (uuid.empty() ? "(no uuid)" : uuid);
+}
+
+std::string gpu_key(const DeviceInfo& info) {
+  // Without a UUID (an unusual driver) fall back to where the GPU sits.
+  return info.uuid.empty() ? info.host + "|" + info.pci_bus_id : info.uuid;
+}
+
+std::vector<std::vector<int>> ranks_sharing(const std::vector<std::string>& keys) {
+  std::map<std::string, std::vector<int>> by_key;
+  for (size_t r = 0; r < keys.size(); ++r) by_key[keys[r]].push_back(static_cast<int>(r));
+  std::vector<std::vector<int>> groups;
+  for (auto& entry : by_key)
+    if (entry.second.size() > 1) groups.push_back(std::move(entry.second));
+  std::sort(groups.begin(), groups.end());  // by first rank (ranks are unique)
+  return groups;
+}
+
+std::vector<DeviceInfo> gather_devices(const DeviceInfo& info, MPI_Comm comm) {
+  constexpr int kField = 128;  // host, uuid, pci bus id; NUL-padded
+  char mine[3 * kField] = {0};
+  std::snprintf(mine, kField, "%s", info.host.c_str());
+  std::snprintf(mine + kField, kField, "%s", info.uuid.c_str());
+  std::snprintf(mine + 2 * kField, kField, "%s", info.pci_bus_id.c_str());
+  int size = 1;
+  MPI_CHECK(MPI_Comm_size(comm, &size));
+  std::vector<int> devices(static_cast<size_t>(size));
+  std::vector<char> all(static_cast<size_t>(size) * sizeof mine);
+  timed_allgather(mine, sizeof mine, MPI_CHAR, all.data(), comm, "the GPU identity all-gather");
+  timed_allgather(&info.device, 1, MPI_INT, devices.data(), comm, "the GPU index all-gather");
+  std::vector<DeviceInfo> out(static_cast<size_t>(size));
+  for (int r = 0; r < size; ++r) {
+    const char* rec = all.data() + static_cast<size_t>(r) * sizeof mine;
+    out[r].rank = r;
+    out[r].host = rec;
+    out[r].uuid = rec + kField;
+    out[r].pci_bus_id = rec + 2 * kField;
+    out[r].device = devices[r];
+  }
+  return out;
 }
 
 bool any_device_shared(const DeviceInfo& info, MPI_Comm comm) {
-  constexpr int kKey = 256;
-  char mine[kKey] = {0};
-  std::snprintf(mine, sizeof mine, "%s|%s", info.host.c_str(), info.pci_bus_id.c_str());
-  int size = 1;
-  MPI_CHECK(MPI_Comm_size(comm, &size));
-  std::vector<char> all(static_cast<size_t>(size) * kKey);
-  timed_allgather(mine, kKey, MPI_CHAR, all.data(), comm, "the shared-GPU check all-gather");
   std::vector<std::string> keys;
-  for (int r = 0; r < size; ++r) keys.emplace_back(all.data() + static_cast<size_t>(r) * kKey);
-  return has_duplicate(keys);
+  for (const DeviceInfo& d : gather_devices(info, comm)) keys.push_back(gpu_key(d));
+  return !ranks_sharing(keys).empty();
 }
 
 }  // namespace pt::cuda

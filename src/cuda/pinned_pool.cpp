@@ -15,6 +15,7 @@ namespace {
 
 std::mutex g_pinned_mutex;
 std::multimap<size_t, void*>* g_pinned_free = new std::multimap<size_t, void*>();  // never freed
+size_t g_retired_bytes = 0;  // retired buffers are leaked on purpose
 
 void* take(size_t bytes) {
   {
@@ -39,6 +40,20 @@ void give_back(void* p, size_t bytes) {
 }
 
 }  // namespace
+
+void PinnedBuffer::retire() {
+  if (ptr_ != nullptr) {
+    std::lock_guard<std::mutex> lock(g_pinned_mutex);
+    g_retired_bytes += bytes_;
+  }
+  ptr_ = nullptr;
+  bytes_ = 0;
+}
+
+size_t retired_pinned_bytes() {
+  std::lock_guard<std::mutex> lock(g_pinned_mutex);
+  return g_retired_bytes;
+}
 
 PinnedBuffer::PinnedBuffer(size_t bytes) : ptr_(bytes ? take(bytes) : nullptr), bytes_(bytes) {}
 PinnedBuffer::~PinnedBuffer() { give_back(ptr_, bytes_); }

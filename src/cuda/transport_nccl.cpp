@@ -289,26 +289,4 @@ std::unique_ptr<Transport> make_nccl_transport(MPI_Comm comm, double timeout_s) 
   return std::make_unique<NcclTransport>(comm, timeout_s);
 }
 
-std::string resolve_transport(const std::string& requested, const DeviceInfo& info,
-                              MPI_Comm comm) {
-  if (requested != "auto" && requested != "nccl" && requested != "mpi_staged")
-    throw InputError("unknown GPU transport '" + requested +
-                     "': expected auto, nccl or mpi_staged");
-  const bool shared = any_device_shared(info, comm);  // collective on every path
-  int size = 1;
-  MPI_CHECK(MPI_Comm_size(comm, &size));
-  if (requested == "auto") return shared || size == 1 ? "mpi_staged" : "nccl";
-  if (requested == "nccl" && shared)
-    throw InputError("transport 'nccl': two ranks drive the same GPU, which NCCL refuses; "
-                     "give each rank its own GPU or use mpi_staged (or auto)");
-  return requested;
-}
-
-std::unique_ptr<Transport> make_transport(const std::string& requested, MPI_Comm comm,
-                                          const DeviceInfo& info, double timeout_s) {
-  const std::string kind = resolve_transport(requested, info, comm);
-  if (kind == "nccl") return make_nccl_transport(comm, timeout_s);
-  return make_staged_transport(comm);
-}
-
 }  // namespace pt::cuda

@@ -6,18 +6,22 @@
 // memory, then copies host -> device. Each transfer is a small state machine;
 // every isend/irecv/test advances all transfers of the transport, so a rank
 // waiting on one receive still starts its own sends. Works when two ranks
-// share a GPU (NCCL refuses that) and for single-GPU tests.
+// share a GPU (NCCL refuses that) and for single-GPU tests. A transfer dropped
+// before it finished (error paths) returns its pinned buffer to the pool only
+// once MPI has let go of it (StagedOp::withdraw).
 #include <cuda_runtime.h>
 #include <mpi.h>
 
 #include <algorithm>
 #include <climits>
+#include <cstdio>
 #include <memory>
 #include <vector>
 
 #include "check.hpp"
 #include "context.hpp"
 #include "pinned_pool.hpp"
+#include "pipetrain/base/mpi_cancel.hpp"
 #include "pipetrain/cuda/cuda.hpp"
 
 namespace pt::cuda {
@@ -25,6 +29,10 @@ namespace pt::cuda {
 namespace {
 
 enum class Stage { Copying, Messaging, Done };
+
+// How long a dropped transfer's cancellation may take before its buffer is retired.
+constexpr double kRecvCancelS = 2.0;  // a cancelled receive completes at once in practice
+constexpr double kSendCancelS = 0.2;  // an undelivered send usually cannot be cancelled
 
 // One transfer. Send: Copying (D2H) -> Messaging (MPI_Isend) -> Done.
 // Receive: Messaging (MPI_Irecv) -> Copying (H2D) -> Done.
@@ -40,13 +48,24 @@ struct StagedOp {
   MPI_Request request = MPI_REQUEST_NULL;
 
   ~StagedOp() {
-    if (request != MPI_REQUEST_NULL) {  // dropped early (error path only)
-      MPI_Cancel(&request);
-      MPI_Request_free(&request);
-    }
     if (stage == Stage::Copying && copied) cudaEventSynchronize(copied);  // before host is reused
+    if (request != MPI_REQUEST_NULL) withdraw();  // dropped early (error path only)
     if (ready) cudaEventDestroy(ready);
     if (copied) cudaEventDestroy(copied);
+  }
+
+  // The pinned buffer goes back to the pool only once MPI is done with it: a
+  // cancelled receive completes within moments; a send that cannot be
+  // cancelled (Open MPI does not cancel undelivered sends) may still be read
+  // by MPI, so its buffer is retired, never reused.
+  void withdraw() {
+    const double limit_s = is_send ? kSendCancelS : kRecvCancelS;
+    if (cancel_request(request, limit_s) != CancelOutcome::StillActive) return;
+    std::fprintf(stderr,
+                 "pipetrain: mpi_staged: a dropped %s rank %d (tag %d) could not be cancelled; "
+                 "its %zu-byte pinned buffer is retired\n",
+                 is_send ? "send to" : "receive from", peer, tag, bytes);
+    host.retire();
   }
 };
 

@@ -1,7 +1,10 @@
 // transport_mpi.cpp: the MPI transport (MPI_Isend / MPI_Irecv / MPI_Test).
 #include <mpi.h>
 
+#include <vector>
+
 #include "pipetrain/base/error.hpp"
+#include "pipetrain/base/mpi_cancel.hpp"
 #include "pipetrain/runtime/transport.hpp"
 
 namespace pt {
@@ -10,14 +13,13 @@ namespace {
 
 class MpiTransfer final : public PendingTransfer {
  public:
-  MpiTransfer() = default;
+  MpiTransfer(const Tensor& buf, bool send) : buf_(buf), send_(send) {}
   ~MpiTransfer() override {
-    // A transfer dropped before completion (only on an error path) is
-    // cancelled so MPI does not write into freed memory.
-    if (!done_ && request_ != MPI_REQUEST_NULL) {
-      MPI_Cancel(&request_);
-      MPI_Request_free(&request_);
-    }
+    // A transfer dropped before completion (an error path) is withdrawn; if
+    // MPI may still use the buffer, its memory is never given back.
+    if (done_ || request_ == MPI_REQUEST_NULL) return;
+    if (cancel_request(request_, send_ ? 0.2 : 2.0) == CancelOutcome::StillActive)
+      retire_buffer(buf_);
   }
   bool test() override {
     if (done_) return true;
@@ -29,6 +31,8 @@ class MpiTransfer final : public PendingTransfer {
   MPI_Request request_ = MPI_REQUEST_NULL;
 
  private:
+  Tensor buf_;  // keeps the storage alive while MPI may use it
+  bool send_;
   bool done_ = false;
 };
 
@@ -50,12 +54,12 @@ class MpiTransport final : public Transport {
   int max_tag() const override { return max_tag_; }
 
   std::unique_ptr<PendingTransfer> isend(const Tensor& buf, int peer, int tag) override {
-    auto t = std::make_unique<MpiTransfer>();
+    auto t = std::make_unique<MpiTransfer>(buf, true);
     MPI_CHECK(MPI_Isend(buf.raw(), checked_count(buf), MPI_BYTE, peer, tag, comm_, &t->request_));
     return t;
   }
   std::unique_ptr<PendingTransfer> irecv(Tensor& buf, int peer, int tag) override {
-    auto t = std::make_unique<MpiTransfer>();
+    auto t = std::make_unique<MpiTransfer>(buf, false);
     MPI_CHECK(MPI_Irecv(buf.raw(), checked_count(buf), MPI_BYTE, peer, tag, comm_, &t->request_));
     return t;
   }
@@ -66,6 +70,11 @@ class MpiTransport final : public Transport {
 };
 
 }  // namespace
+
+void retire_buffer(const Tensor& buf) {
+  static std::vector<Tensor>* retired = new std::vector<Tensor>();  // never freed, on purpose
+  retired->push_back(buf);
+}
 
 int mpi_tag_upper_bound(MPI_Comm comm) {
   int flag = 0;

@@ -28,6 +28,7 @@
 #include <vector>
 
 #include "pipetrain/base/error.hpp"
+#include "pipetrain/base/mpi_cancel.hpp"
 #include "pipetrain/base/timed_wait.hpp"
 #include "pipetrain/runtime/transport.hpp"
 
@@ -47,14 +48,15 @@ bool test_request(MPI_Request& req) {
   return done != 0;
 }
 
-void drop_request(MPI_Request& req) {
-  if (req == MPI_REQUEST_NULL) return;
-  MPI_Cancel(&req);
-  MPI_Request_free(&req);
+// Withdraws a request; false when MPI may still use its buffer.
+bool drop_request(MPI_Request& req, bool send) {
+  if (req == MPI_REQUEST_NULL) return true;
+  return cancel_request(req, send ? 0.2 : 2.0) != CancelOutcome::StillActive;
 }
 
 // One posted send or receive: its payload and the (tag, bytes) that travels with it.
 struct Transfer {
+  Tensor buf;  // keeps the payload's storage alive while MPI may use it
   bool send = false;
   long long position = 0;    // k: the k-th transfer of its channel
   long long header[2] = {};  // (executor tag, bytes); a receive's arrives here
@@ -62,8 +64,11 @@ struct Transfer {
   MPI_Request data = MPI_REQUEST_NULL, meta = MPI_REQUEST_NULL;
   bool complete = false;
   ~Transfer() {
-    drop_request(data);
-    drop_request(meta);
+    const bool data_free = drop_request(data, send);
+    // The 16-byte header (and the connection messages) go eagerly: a send
+    // of them completes locally at once, and a receive can be cancelled.
+    drop_request(meta, send);
+    if (!data_free) retire_buffer(buf);
   }
 };
 
@@ -117,6 +122,7 @@ class NcclModelTransport final : public Transport {
     Channel& ch = channel(peer, true);
     connect_on_first_use(ch);
     auto t = start(ch, tag, buf.bytes());
+    t->buf = buf;
     t->header[0] = tag;
     t->header[1] = static_cast<long long>(buf.bytes());
     const int pos = static_cast<int>(t->position % max_position_);
@@ -129,6 +135,7 @@ class NcclModelTransport final : public Transport {
     Channel& ch = channel(peer, false);
     connect_on_first_use(ch);
     auto t = start(ch, tag, buf.bytes());
+    t->buf = buf;
     const int pos = static_cast<int>(t->position % max_position_);
     MPI_CHECK(MPI_Irecv(buf.raw(), checked_count(buf), MPI_BYTE, peer, pos, data_, &t->data));
     MPI_CHECK(MPI_Irecv(t->header, 2, MPI_LONG_LONG, peer, pos, meta_, &t->meta));
@@ -213,8 +220,8 @@ class NcclModelTransport final : public Transport {
     const bool done = poll_until([&] { return test_request(reqs[0]) && test_request(reqs[1]); },
                                  wait_limit());
     if (!done) {
-      drop_request(reqs[0]);
-      drop_request(reqs[1]);
+      drop_request(reqs[0], true);
+      drop_request(reqs[1], false);
       const std::string dir = ch.send ? "send to" : "receive from";
       const int from = ch.send ? rank_ : ch.peer, to = ch.send ? ch.peer : rank_;
       throw TimeoutError(

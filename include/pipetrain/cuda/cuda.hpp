@@ -43,11 +43,13 @@ struct DeviceInfo {
   int device_count = 0;  // visible devices
   std::string host;      // MPI processor name
   std::string name;      // "NVIDIA H200"
-  std::string pci_bus_id;  // "0000:19:00.0": identifies the physical GPU
+  std::string pci_bus_id;  // "0000:19:00.0": where the GPU sits on its host (for the log)
+  std::string uuid;        // "GPU-8f1c...": identifies the physical GPU across hosts
   size_t total_memory = 0;  // bytes
   int cc_major = 0, cc_minor = 0;
   bool override_used = false;  // PIPETRAIN_DEVICE decided the device
-  // "rank 3 on node7: cuda:1 NVIDIA H200 (sm_90, 139.8 GiB) pci 0000:2a:00.0, local rank 1/4"
+  // "rank 3 on node7: cuda:1 NVIDIA H200 (sm_90, 139.8 GiB) pci 0000:2a:00.0
+  //  GPU-8f1c2d3e, local rank 1/4" (the UUID shortened to its first 8 hex digits)
   std::string describe() const;
 };
 
@@ -65,11 +67,23 @@ DeviceInfo select_device(MPI_Comm comm);
 // Single process (tests, benchmarks): the same on a given device index.
 DeviceInfo init_device(int device);
 
-// True when two ranks of comm drive the same physical GPU (same host and PCI
-// bus id). Collective. NCCL refuses such a communicator.
+// Sets, before the first CUDA call of the process and only where the user has
+// not set them: CUDA_MODULE_LOADING=EAGER (every kernel is loaded when the
+// context is created, so no lazy load, which synchronises the context, can
+// happen while NCCL kernels wait for a peer) and CUDA_DEVICE_MAX_CONNECTIONS
+// (enough hardware queues that the process's streams never share one; see
+// docs/cuda.md). device_count, select_device and init_device call it first.
+// Too late if something else in the process (a CUDA-aware MPI_Init) started
+// CUDA earlier: then the job script must export them.
+void prepare_cuda_environment();
+
+// True when two ranks of comm drive the same physical GPU (same UUID).
+// Collective. NCCL refuses such a communicator.
 bool any_device_shared(const DeviceInfo& info, MPI_Comm comm);
-// The pure rule behind it: keys are "host|pci_bus_id", one per rank.
-bool has_duplicate(const std::vector<std::string>& keys);
+// The pure rule behind it: keys[r] identifies rank r's GPU (its UUID). Returns
+// each group of two or more ranks with the same key, ranks ascending, groups
+// ordered by their first rank.
+std::vector<std::vector<int>> ranks_sharing(const std::vector<std::string>& keys);
 
 // Waits for all work queued on the compute stream (and checks kernel errors).
 void synchronize();
@@ -117,14 +131,29 @@ std::unique_ptr<Transport> make_nccl_transport(MPI_Comm comm, double timeout_s);
 // "mpi_staged": device -> pinned host -> MPI_Isend, MPI_Irecv -> pinned ->
 // device (Open MPI here is not CUDA-aware). Works when ranks share a GPU.
 std::unique_ptr<Transport> make_staged_transport(MPI_Comm comm);
-// "nccl" | "mpi_staged" for a request "nccl" | "mpi_staged" | "auto" (auto:
-// mpi_staged when any two ranks share a device, else nccl). Collective.
-// Throws InputError for an unknown name or "nccl" on shared devices.
+// The transport chosen for a communicator, and one log line per pipeline link
+// r -> r+1 (and the closing link P-1 -> 0 that NCCL also connects for P > 2):
+//   "link 0->1: nccl (node7 cuda:0 GPU-8f1c2d3e -> node7 cuda:1 GPU-77a01b2c)"
+//   "link 0->1: mpi_staged (same GPU GPU-8f1c2d3e)"
+// The same on every rank; the caller prints it on rank 0.
+struct TransportPlan {
+  std::string kind;                // "nccl" | "mpi_staged"
+  std::vector<std::string> links;  // empty with one rank
+};
+// For a request "nccl" | "mpi_staged" | "auto" (auto: mpi_staged when any two
+// ranks share a GPU, or with one rank; else nccl). Collective. Throws
+// InputError for an unknown name, or for "nccl" when ranks share a GPU (the
+// message names them).
+TransportPlan plan_transport(const std::string& requested, const DeviceInfo& info,
+                             MPI_Comm comm);
+// plan_transport(...).kind.
 std::string resolve_transport(const std::string& requested, const DeviceInfo& info,
                               MPI_Comm comm);
-// resolve_transport, then the matching factory. Collective.
+// plan_transport, then the matching factory; the plan goes to *plan when given.
+// Collective.
 std::unique_ptr<Transport> make_transport(const std::string& requested, MPI_Comm comm,
-                                          const DeviceInfo& info, double timeout_s);
+                                          const DeviceInfo& info, double timeout_s,
+                                          TransportPlan* plan = nullptr);
 
 // ---- memory ----
 
@@ -133,7 +162,23 @@ std::unique_ptr<Transport> make_transport(const std::string& requested, MPI_Comm
 MemoryStats device_memory_stats();
 size_t device_bytes_reserved();
 void reset_device_memory_peaks();
-// Returns cached, unused device blocks to the driver (synchronises the device).
+// Returns cached, unused device blocks to the driver (synchronises the device:
+// never call it while NCCL transfers may be pending). An allocation that does
+// not fit fails at once (Error naming the rank and the sizes); it never drops
+// the cache by itself, for the same reason.
 void release_cached_device_memory();
+
+// ---- versions ----
+
+// Versions as CUDA encodes them (13000 = 13.0): the runtime pipetrain was
+// built with, the newest CUDA the installed driver supports (0: no driver),
+// cuBLAS and NCCL (NCCL: 22805 = 2.28.5).
+struct Versions {
+  int runtime = 0, driver = 0, cublas = 0, nccl = 0;
+  // "CUDA runtime 13.0, driver supports CUDA 12.4 (too old for this runtime), cuBLAS 13.0.0, NCCL 2.28.5"
+  std::string describe() const;
+  bool driver_supports_runtime() const { return driver >= runtime && driver > 0; }
+};
+Versions versions();  // no device needed
 
 }  // namespace pt::cuda

@@ -36,6 +36,10 @@ class Transport {
 
 std::unique_ptr<Transport> make_mpi_transport(MPI_Comm comm);
 
+// A buffer that MPI may still use after its transfer was dropped (a send
+// that could not be cancelled): its storage is kept forever, never reused.
+void retire_buffer(const Tensor& buf);
+
 // NCCL's point-to-point semantics on the CPU, over MPI (pipeline.transport =
 // "nccl_model"; src/runtime/transport_nccl_model.cpp): per-link channels
 // matched by order, rendezvous sends, in-order completion; and, with

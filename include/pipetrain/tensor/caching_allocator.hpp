@@ -9,18 +9,36 @@
 //   void* obtain(size_t size)             // fresh block, or nullptr when out of memory
 //   void give_back(void* ptr, size_t size)
 //   void before_dropping_cache()          // e.g. wait for the device to stop using blocks
-//   [[noreturn]] void out_of_memory(size_t size, const MemoryStats& live, size_t reserved)
-// When obtain fails, the cache is dropped once and the request retried.
+//   [[noreturn]] void out_of_memory(size_t size, const MemoryStats& live,
+//                                   size_t reserved, size_t cached)
+// and optionally
+//   static constexpr bool kRetryAfterDroppingCache = false;
+// When obtain fails, by default (host memory) the cache is dropped once and the
+// request retried; a Source that sets kRetryAfterDroppingCache = false gets
+// out_of_memory at once instead, its cache untouched. The device does: dropping
+// the cache means a device synchronisation first, which can wait forever on a
+// NCCL receive whose sender is itself blocked. release_cached() always drops.
+// tests/test_caching_allocator.cpp checks both policies with fake sources.
 #pragma once
 
 #include <cstddef>
 #include <map>
 #include <mutex>
+#include <type_traits>
 #include <utility>
 
 #include "pipetrain/tensor/tensor.hpp"
 
 namespace pt {
+
+namespace detail {
+// Source::kRetryAfterDroppingCache when the Source declares it, else true.
+template <class Source, class = void>
+struct RetryAfterDroppingCache : std::true_type {};
+template <class Source>
+struct RetryAfterDroppingCache<Source, std::void_t<decltype(Source::kRetryAfterDroppingCache)>>
+    : std::bool_constant<Source::kRetryAfterDroppingCache> {};
+}  // namespace detail
 
 template <class Source>
 class CachingAllocator {
@@ -40,7 +58,9 @@ class CachingAllocator {
   void release(void* ptr, size_t bytes, MemCategory cat) {
     if (ptr == nullptr) return;
     std::lock_guard<std::mutex> lock(mutex_);
-    free_.emplace(source_.round(bytes), ptr);
+    const size_t size = source_.round(bytes);
+    free_.emplace(size, ptr);
+    cached_ += size;
     count(cat, -static_cast<long long>(bytes));
   }
 
@@ -61,6 +81,12 @@ class CachingAllocator {
     return reserved_;
   }
 
+  // Bytes of cached (free, reusable) blocks.
+  size_t cached() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return cached_;
+  }
+
   void recategorize(size_t bytes, MemCategory from, MemCategory to) {
     std::lock_guard<std::mutex> lock(mutex_);
     count(from, -static_cast<long long>(bytes));
@@ -79,16 +105,17 @@ class CachingAllocator {
     if (it == free_.end()) return nullptr;
     void* ptr = it->second;
     free_.erase(it);
+    cached_ -= size;
     return ptr;
   }
 
   void* fresh(size_t size) {
     void* ptr = source_.obtain(size);
-    if (ptr == nullptr) {
+    if (ptr == nullptr && detail::RetryAfterDroppingCache<Source>::value) {
       drop_cache();
       ptr = source_.obtain(size);
-      if (ptr == nullptr) source_.out_of_memory(size, stats_, reserved_);
     }
+    if (ptr == nullptr) source_.out_of_memory(size, stats_, reserved_, cached_);
     reserved_ += size;
     return ptr;
   }
@@ -101,6 +128,7 @@ class CachingAllocator {
       reserved_ -= block.first;
     }
     free_.clear();
+    cached_ = 0;
   }
 
   void count(MemCategory cat, long long delta) {
@@ -115,7 +143,8 @@ class CachingAllocator {
   std::mutex mutex_;
   std::multimap<size_t, void*> free_;  // cached blocks by size
   MemoryStats stats_;
-  size_t reserved_ = 0;
+  size_t reserved_ = 0;  // obtained and not given back
+  size_t cached_ = 0;    // the part of reserved_ held in free_
 };
 
 }  // namespace pt

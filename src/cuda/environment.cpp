@@ -1,0 +1,67 @@
+// environment.cpp: what the process tells the CUDA driver before it starts
+// (module loading and hardware queues), and the versions of the CUDA
+// runtime, driver, cuBLAS and NCCL for the run log and scripts/gpu-check.sh.
+#include <cublas_v2.h>
+#include <cuda_runtime.h>
+#include <nccl.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+
+#include "pipetrain/cuda/cuda.hpp"
+
+namespace pt::cuda {
+
+namespace {
+
+// Streams this process may drive at once: the compute stream, the staged
+// transport's stream, four NCCL channel streams (to and from each
+// neighbour), plus NCCL's own internal streams (a few per communicator, five
+// communicators). The driver maps streams onto CUDA_DEVICE_MAX_CONNECTIONS
+// hardware queues (8 by default); two streams on one queue serialise, so a
+// NCCL receive kernel spinning for its peer could hold back the compute
+// kernel that produces what the peer waits for. 32 is the driver's maximum
+// and covers all of them.
+constexpr const char* kMaxConnections = "32";
+
+// CUDA's encoding: 12040 = 12.4.
+std::string cuda_dotted(int v) {
+  return std::to_string(v / 1000) + "." + std::to_string(v / 10 % 100);
+}
+
+}  // namespace
+
+void prepare_cuda_environment() {
+  // setenv(..., 0) keeps a value the user set.
+  setenv("CUDA_MODULE_LOADING", "EAGER", 0);
+  setenv("CUDA_DEVICE_MAX_CONNECTIONS", kMaxConnections, 0);
+}
+
+Versions versions() {
+  prepare_cuda_environment();
+  Versions v;
+  if (cudaRuntimeGetVersion(&v.runtime) != cudaSuccess) v.runtime = 0;
+  if (cudaDriverGetVersion(&v.driver) != cudaSuccess) v.driver = 0;
+  (void)cudaGetLastError();
+  int major = 0, minor = 0, patch = 0;
+  if (cublasGetProperty(MAJOR_VERSION, &major) == CUBLAS_STATUS_SUCCESS &&
+      cublasGetProperty(MINOR_VERSION, &minor) == CUBLAS_STATUS_SUCCESS &&
+      cublasGetProperty(PATCH_LEVEL, &patch) == CUBLAS_STATUS_SUCCESS)
+    v.cublas = major * 10000 + minor * 100 + patch;
+  if (ncclGetVersion(&v.nccl) != ncclSuccess) v.nccl = 0;
+  return v;
+}
+
+std::string Versions::describe() const {
+  std::string out = "CUDA runtime " + cuda_dotted(runtime) + ", ";
+  if (driver == 0) out += "no CUDA driver";
+  else out += "driver supports CUDA " + cuda_dotted(driver);
+  if (driver > 0 && !driver_supports_runtime()) out += " (too old for this runtime)";
+  char tail[96];
+  std::snprintf(tail, sizeof tail, ", cuBLAS %d.%d.%d, NCCL %d.%d.%d", cublas / 10000,
+                cublas / 100 % 100, cublas % 100, nccl / 10000, nccl / 100 % 100, nccl % 100);
+  return out + tail;
+}
+
+}  // namespace pt::cuda
