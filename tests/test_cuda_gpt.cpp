@@ -98,6 +98,29 @@ double train_step(StageModel& stage, Backend& be, const Tensor& tokens, const Te
   return loss;
 }
 
+// The CPU backend emulates the same operand rounding (make_cpu_backend), so
+// GPU and CPU in one precision differ only in the fp32 accumulation order
+// inside the GEMMs and in the order of the reductions: ten times the fp32
+// tolerances (an estimate until calibrated on a GPU; docs/cuda.md).
+void compare_with_cpu_emulation(cuda::Precision precision, StageModel& dev, double dev_loss,
+                                const Tensor& dev_logits) {
+  if (precision == cuda::Precision::FP32) return;
+  const ModelConfig m = tiny_gpt();
+  const Tolerances fp32 = tolerances(cuda::Precision::FP32);
+  auto emulated = make_cpu_backend(parse_gemm_precision(cuda::precision_name(precision)));
+  StageModel ref = build_stage(m, {m.blocks}, 0);
+  Tensor tokens, labels, ref_logits;
+  make_batch(m, 3, tokens, labels);
+  const double ref_loss = train_step(ref, *emulated, tokens, labels, ref_logits);
+  const std::string tag = std::string(" vs CPU emulated ") + cuda::precision_name(precision);
+  std::printf("  loss cpu-emulated %.9f  cuda %.9f\n", ref_loss, dev_loss);
+  EXPECT_NEAR(dev_loss, ref_loss, 10 * fp32.loss * ref_loss) << tag;
+  expect_close(dev_logits, ref_logits, 10 * fp32.logits, "logits" + tag);
+  const std::vector<Param*> rp = ref.params(), dp = dev.params();
+  for (size_t i = 0; i < rp.size(); ++i)
+    expect_close(dp[i]->grad, rp[i]->grad, 10 * fp32.grads, rp[i]->name + ".grad" + tag);
+}
+
 void compare_step(cuda::Precision precision) {
   const ModelConfig m = tiny_gpt();
   const Tolerances tol = tolerances(precision);
@@ -123,6 +146,7 @@ void compare_step(cuda::Precision precision) {
     expect_close(dp[i]->grad, rp[i]->grad, tol.grads, rp[i]->name + ".grad" + tag);
     expect_close(dp[i]->value, rp[i]->value, tol.grads, rp[i]->name + " after SGD" + tag);
   }
+  compare_with_cpu_emulation(precision, dev, dev_loss, dev_logits);
 }
 
 TEST(CudaGpt, TrainingStepMatchesCpuFp32) {
