@@ -23,10 +23,11 @@ mpirun=(timeout 300 mpirun --oversubscribe --bind-to none)
 failed=()
 t0=$SECONDS
 
-# A failed test gets one more try: ASan makes every rank slower, and on a
-# loaded 2-core machine test_trace_np2's clock-alignment bound (best MPI
-# ping-pong under 1 ms) failed once in three runs here. The try does not hide
-# a sanitizer report: the first try's report stays in $logs and fails the pass.
+# A failed test gets one more try: on a loaded 2-core machine
+# test_trace_np2's clock-alignment bound (best MPI ping-pong under 1 ms)
+# failed once in three sanitizer runs here (and once in a plain `make test`
+# under the same load: the load, not ASan). The try does not hide a sanitizer
+# report: the first try's report stays in $logs and fails the pass.
 echo "test-sanitize: ctest in $build (reports to $logs)"
 (cd "$build" && ctest --output-on-failure -j 1 --repeat until-pass:2 ${SANITIZE_CTEST_ARGS:-}) ||
   failed+=("ctest")
