@@ -5,6 +5,8 @@
 #   make run        train the default job (a small GPT on Markov tokens) on NP ranks
 #   make bench      the CPU benchmarks (tables in results/)
 #   make cuda       also build the CUDA backend (CMAKE_CUDA_ARCHITECTURES=90)
+#   make test-sanitize  ASan + UBSan build in build-asan: every test, then a
+#                   short training run and its resume; fails on any report
 BUILD    ?= build
 NP       ?= 4
 DECK     ?= inputs/gpt_markov.toml
@@ -16,7 +18,7 @@ export OMPI_ALLOW_RUN_AS_ROOT := 1
 export OMPI_ALLOW_RUN_AS_ROOT_CONFIRM := 1
 MPIRUN := mpirun --oversubscribe --bind-to none
 
-.PHONY: all deps configure build test run bench cuda tools clean
+.PHONY: all deps configure build test run bench cuda tools test-sanitize clean
 
 all: build
 
@@ -51,5 +53,12 @@ bench: build tools
 cuda:
 	$(MAKE) BUILD=build-cuda CMAKE_ARGS="-DPIPETRAIN_CUDA=ON $(CMAKE_ARGS)" build
 
+# AddressSanitizer + UndefinedBehaviorSanitizer (gcc), RelWithDebInfo (-O2 -g).
+# Runtime options, suppressions and the run: tests/sanitizers/.
+test-sanitize: tools
+	$(MAKE) BUILD=build-asan \
+	  CMAKE_ARGS="-DPIPETRAIN_SANITIZE=ON -DCMAKE_BUILD_TYPE=RelWithDebInfo $(CMAKE_ARGS)" build
+	tests/sanitizers/run.sh build-asan
+
 clean:
-	rm -rf $(BUILD) build-cuda
+	rm -rf $(BUILD) build-cuda build-asan

@@ -33,7 +33,10 @@ PT_HOST_DEVICE float fast_exp(float x) {
   p = p * r + 0.5f;
   p = p * r + 1.f;
   p = p * r + 1.f;
-  const int32_t bits = (static_cast<int32_t>(n) + 127) << 23;
+  // Shifted as unsigned: for a NaN x (a diverged run) the int conversion of n
+  // gives INT_MIN on x86, so n + 127 is negative, and a left shift of a
+  // negative int is undefined (found by UBSan). Same bits for every x.
+  const uint32_t bits = static_cast<uint32_t>(static_cast<int32_t>(n) + 127) << 23;
   float scale;
   memcpy(&scale, &bits, sizeof scale);
   return p * scale;
