@@ -10,7 +10,10 @@ namespace pt {
 
 namespace {
 constexpr int kPingTag = 30001;
-constexpr int kRounds = 16;
+constexpr int kMinRounds = 16;      // ping-pongs per peer at least,
+constexpr int kMaxRounds = 512;     // and at most, while
+constexpr double kGoodRtt_us = 100; // no round trip was this short yet (a loaded node)
+constexpr double kStop = -1.0;      // rank 0's "no more rounds"
 }  // namespace
 
 Tracer::Tracer(bool enabled) : enabled_(enabled), origin_(std::chrono::steady_clock::now()) {
@@ -19,8 +22,10 @@ Tracer::Tracer(bool enabled) : enabled_(enabled), origin_(std::chrono::steady_cl
 
 // Rank 0 sends its time t0, rank r answers with its own time tr, rank 0
 // notes t1 on receipt: offset = tr - (t0 + t1) / 2 with error (t1 - t0) / 2.
-// The round with the smallest round trip wins. The origins are first made
-// common: every rank adopts rank 0's origin as closely as it can.
+// The round with the smallest round trip wins; on a loaded node rank 0 keeps
+// pinging (up to kMaxRounds) until one round trip is short, then sends kStop.
+// The origins are first made common: every rank adopts rank 0's origin as
+// closely as it can.
 ClockAlignment Tracer::align_clocks(MPI_Comm comm) {
   int rank = 0, size = 1;
   MPI_CHECK(MPI_Comm_rank(comm, &rank));
@@ -32,7 +37,8 @@ ClockAlignment Tracer::align_clocks(MPI_Comm comm) {
     timed_barrier(comm, "the clock-alignment barrier");
     if (rank == 0) {
       double best_rtt = std::numeric_limits<double>::infinity();
-      for (int round = 0; round < kRounds; ++round) {
+      for (int round = 0; round < kMaxRounds && (round < kMinRounds || best_rtt > kGoodRtt_us);
+           ++round) {
         double t0 = now_us(), tr = 0.0;
         timed_send(&t0, 1, MPI_DOUBLE, peer, kPingTag, comm, "the clock-alignment ping");
         timed_recv(&tr, 1, MPI_DOUBLE, peer, kPingTag, comm, "the clock-alignment pong");
@@ -43,10 +49,13 @@ ClockAlignment Tracer::align_clocks(MPI_Comm comm) {
           clocks.error_us[peer] = 0.5 * (t1 - t0);
         }
       }
+      double stop = kStop;
+      timed_send(&stop, 1, MPI_DOUBLE, peer, kPingTag, comm, "the clock-alignment end");
     } else if (rank == peer) {
-      for (int round = 0; round < kRounds; ++round) {
+      for (;;) {
         double t0 = 0.0;
         timed_recv(&t0, 1, MPI_DOUBLE, 0, kPingTag, comm, "the clock-alignment ping");
+        if (t0 == kStop) break;
         double tr = now_us();
         timed_send(&tr, 1, MPI_DOUBLE, 0, kPingTag, comm, "the clock-alignment pong");
       }
