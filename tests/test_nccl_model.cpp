@@ -88,8 +88,7 @@ void expect_same(const Outcome& a, const Outcome& b, const std::string& label) {
   for (size_t i = 0; i < a.losses.size(); ++i)
     EXPECT_EQ(std::memcmp(&a.losses[i], &b.losses[i], sizeof(double)), 0) << label << " step " << i;
   ASSERT_EQ(a.params.size(), b.params.size()) << label;
-  EXPECT_EQ(std::memcmp(a.params.data(), b.params.data(), a.params.size() * sizeof(float)), 0)
-      << label << ": parameters differ";
+  EXPECT_EQ(a.params, b.params) << label << ": parameters differ";
 }
 
 std::vector<int> micro_batch_counts() {

@@ -246,8 +246,10 @@ class Watchdog {
       auto first = scopes_.begin();
       for (auto it = scopes_.begin(); it != scopes_.end(); ++it)
         if (it->second.deadline < first->second.deadline) first = it;
-      if (Clock::now() < first->second.deadline) {
-        wake_.wait_until(lock, first->second.deadline);
+      // A copy: the scope may be disarmed (its entry erased) while we wait.
+      const Clock::time_point deadline = first->second.deadline;
+      if (Clock::now() < deadline) {
+        wake_.wait_until(lock, deadline);
         continue;
       }
       const Scope& s = first->second;
