@@ -6,8 +6,9 @@ Trains the model of a pipetrain deck with torch.distributed.pipelining
 times every step the way pipetrain does: wall time of the whole pipeline per
 optimizer step, measured on rank 0 between two barriers.
 
-    torchrun --standalone --nproc-per-node 2 tools/peer/torch_pipeline.py \\
-        --deck RESOLVED.toml --out peer.json
+    MASTER_PORT=29512 mpirun -np 2 -x MASTER_PORT tools/.venv/bin/python \\
+        tools/peer/torch_pipeline.py --deck RESOLVED.toml --out peer.json
+    torchrun --standalone --nproc-per-node 2 tools/peer/torch_pipeline.py --deck ...
 
 --deck is a *resolved* deck (every key present), e.g. what
 `pipetrain validate DECK --ranks 2` prints, so the peer sees exactly the
@@ -253,9 +254,10 @@ def main():
     ap.add_argument("--deck", required=True, help="resolved pipetrain deck (TOML)")
     ap.add_argument("--steps", type=int, help="override training.steps")
     ap.add_argument("--warmup", type=int, default=2, help="steps left out of the summary")
-    ap.add_argument("--attention", choices=("sdpa", "explicit"), default="sdpa",
-                    help="GPT attention: F.scaled_dot_product_attention (default) or "
-                         "explicit scores/mask/softmax")
+    ap.add_argument("--attention", choices=("explicit", "sdpa"), default="explicit",
+                    help="GPT attention: explicit full (T, T) scores, causal mask and softmax "
+                         "(default: pipetrain's FLOPs), or F.scaled_dot_product_attention, whose "
+                         "causal CPU kernel may skip fully masked blocks (fewer FLOPs)")
     ap.add_argument("--optimizer-impl", choices=("fused", "foreach", "loop"), default="fused")
     ap.add_argument("--threads", type=int, default=1, help="torch threads per process")
     ap.add_argument("--timeout", type=float, default=120.0,
@@ -266,6 +268,15 @@ def main():
 
     torch.set_num_threads(args.threads)
     torch.set_num_interop_threads(1)
+    # Launched by mpirun (as jobs/bench_peer.sh does, like pipetrain) rather
+    # than torchrun: take the rank and size from Open MPI's environment.
+    if "RANK" not in os.environ and "OMPI_COMM_WORLD_RANK" in os.environ:
+        os.environ["RANK"] = os.environ["OMPI_COMM_WORLD_RANK"]
+        os.environ["WORLD_SIZE"] = os.environ["OMPI_COMM_WORLD_SIZE"]
+        os.environ["LOCAL_RANK"] = os.environ.get("OMPI_COMM_WORLD_LOCAL_RANK", "0")
+    os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
+    if "MASTER_PORT" not in os.environ:
+        sys.exit("torch_pipeline: set MASTER_PORT (a free TCP port on 127.0.0.1) or use torchrun")
     dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=args.timeout))
     rank, world = dist.get_rank(), dist.get_world_size()
     try:

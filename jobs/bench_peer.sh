@@ -1,0 +1,170 @@
+#!/usr/bin/env bash
+# bench_peer.sh: pipetrain against a PyTorch peer, side by side (issue #12).
+#
+# The peer (tools/peer/torch_pipeline.py) trains the same model with
+# torch.distributed.pipelining: gloo, Schedule1F1B, one process per stage,
+# one thread per process. It reads the deck that pipetrain resolves for the
+# same run (`pipetrain validate`), so model, batch, micro-batch count and
+# optimizer settings are the same by construction. Workloads, 1 and 2 stages:
+#   mlp512  inputs/bench_mlp.toml (16 Linear layers of 1024 x 1024), batch 512, N = 8
+#   mlp256  the same, batch 256
+#   gpt     inputs/gpt_markov.toml (its batch, sequence, width, heads, blocks), N = 8
+# Each repetition runs, per workload, pipetrain and the peer alternately on 2
+# and on 1 process (the order flips every repetition); each run does WARMUP +
+# STEPS steps and its steady-state step time is the median of the last STEPS.
+# Both programs are started by the same mpirun line. Writes
+# results/bench_peer.csv (one row per run) and results/bench_peer.md
+# (medians and min-max over the repetitions, the 2-vs-1 speedups and the
+# ratio pipetrain/peer). torch is installed into tools/.venv from
+# tools/requirements-peer.txt by this script only.
+#   jobs/bench_peer.sh                       # REPEATS=5 WORKLOADS="mlp512 mlp256 gpt"
+#   REPEATS=3 WORKLOADS=gpt jobs/bench_peer.sh
+set -euo pipefail
+cd "$(dirname "$0")/.."
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+# One thread per process on both sides (the decks set training.blas_threads = 1).
+export OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1
+REPEATS=${REPEATS:-5}
+WORKLOADS=${WORKLOADS:-"mlp512 mlp256 gpt"}
+RUN_TIMEOUT=${RUN_TIMEOUT:-300}   # seconds one run may take before it is killed
+OUT_MD=${OUT_MD:-results/bench_peer.md}
+OUT_CSV=${OUT_CSV:-results/bench_peer.csv}
+MPIRUN=(mpirun --oversubscribe --bind-to none)
+PY=tools/.venv/bin/python
+WORK=runs/bench_peer
+
+die() { echo "bench_peer: error: $*" >&2; exit 1; }
+
+[ -x build/pipetrain ] || die "build/pipetrain not found: run 'make build' first"
+command -v mpirun > /dev/null || die "mpirun not found (Open MPI)"
+
+# ---- tools/.venv with torch (only here: make tools / make test stay light) ----
+scripts/setup-tools-venv.sh
+peer_stamp=tools/.venv/.requirements-peer.stamp
+if ! { [ -f "$peer_stamp" ] && cmp -s tools/requirements-peer.txt "$peer_stamp"; }; then
+  echo "bench_peer: installing torch into tools/.venv (tools/requirements-peer.txt; a large download)"
+  tools/.venv/bin/pip install -q -r tools/requirements-peer.txt || die "pip install of tools/requirements-peer.txt failed"
+  cp tools/requirements-peer.txt "$peer_stamp"
+fi
+$PY -c 'import torch, torch.distributed as d; assert d.is_gloo_available(), "torch without gloo"' ||
+  die "torch in tools/.venv cannot be imported or has no gloo backend"
+
+# ---- runs in their own session, killed with every rank on timeout or exit ----
+RUN_SID=""
+kill_session() {  # every process of session $1 (the launcher and its ranks)
+  local sid=$1 pids
+  pids=$(ps -eo pid=,sid= | awk -v s="$sid" '$2 == s { print $1 }')
+  [ -n "$pids" ] || return 0
+  kill -TERM $pids 2> /dev/null || true
+  sleep 2
+  pids=$(ps -eo pid=,sid= | awk -v s="$sid" '$2 == s { print $1 }')
+  [ -z "$pids" ] || kill -KILL $pids 2> /dev/null || true
+}
+cleanup() { if [ -n "$RUN_SID" ]; then kill_session "$RUN_SID"; fi; }
+trap cleanup EXIT
+trap 'echo "bench_peer: interrupted" >&2; exit 130' INT TERM
+
+run_limited() {  # LOG CMD...: CMD with a time limit; ranks that outlive it are ended
+  local log=$1 rc=0
+  shift
+  # A background job of a non-interactive shell is no group leader, so
+  # setsid makes it a session leader without forking: its pid is the session.
+  setsid timeout --kill-after=15 "$RUN_TIMEOUT" "$@" > "$log" 2>&1 &
+  RUN_SID=$!
+  wait "$RUN_SID" || rc=$?
+  kill_session "$RUN_SID"
+  RUN_SID=""
+  if [ "$rc" -eq 124 ] || [ "$rc" -eq 137 ]; then
+    echo "bench_peer: error: timed out after ${RUN_TIMEOUT} s (RUN_TIMEOUT): $*" >&2
+  fi
+  if [ "$rc" -ne 0 ]; then
+    echo "---- last lines of $log ----" >&2
+    tail -n 30 "$log" >&2
+    die "run failed (exit $rc): $*"
+  fi
+}
+
+free_port() {
+  $PY -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
+}
+
+# ---- workloads: deck, --set overrides, warm-up and timed steps ----
+workload() {  # sets DECK SETS WARMUP STEPS for workload $1
+  case $1 in
+    mlp512) DECK=inputs/bench_mlp.toml; SETS=(--set training.batch_size=512); WARMUP=3; STEPS=10 ;;
+    mlp256) DECK=inputs/bench_mlp.toml; SETS=(--set training.batch_size=256); WARMUP=3; STEPS=12 ;;
+    gpt) DECK=inputs/gpt_markov.toml; SETS=(--set training.eval_every=0); WARMUP=5; STEPS=40 ;;
+    *) die "unknown workload '$1' (mlp512 mlp256 gpt)" ;;
+  esac
+  SETS+=(--set training.steps=$((WARMUP + STEPS)) --set output.log_every=1
+         --set pipeline.micro_batches=8 --set pipeline.schedule=\"1f1b\" --set pipeline.timeout_s=60)
+}
+
+rm -rf "$WORK"
+mkdir -p "$WORK" results
+commands=$WORK/commands.txt
+: > "$commands"
+for w in $WORKLOADS; do
+  workload "$w"
+  # The deck pipetrain resolves (every key, defaults included) is the peer's input.
+  build/pipetrain validate "$DECK" --ranks 2 "${SETS[@]}" > "$WORK/$w.validate.txt" 2>&1 ||
+    { cat "$WORK/$w.validate.txt"; die "pipetrain validate failed for $w"; }
+  sed '/^schedule [^=]*:/,$d' "$WORK/$w.validate.txt" > "$WORK/$w.resolved.toml"
+  $PY -c 'import sys, tomllib; tomllib.load(open(sys.argv[1], "rb"))' "$WORK/$w.resolved.toml" ||
+    die "could not parse the resolved deck $WORK/$w.resolved.toml"
+  {
+    echo "$w pipetrain: ${MPIRUN[*]} -np P build/pipetrain train $DECK ${SETS[*]} --set output.dir=\"DIR\""
+    echo "$w peer:      MASTER_ADDR=127.0.0.1 MASTER_PORT=PORT ${MPIRUN[*]} -np P -x MASTER_ADDR -x MASTER_PORT -x OMP_NUM_THREADS -x MKL_NUM_THREADS $PY tools/peer/torch_pipeline.py --deck $WORK/$w.resolved.toml --warmup $WARMUP --timeout 60 --out FILE.json"
+  } >> "$commands"
+done
+
+csv=$WORK/runs.csv
+echo "workload,program,procs,rep,batch,warmup,steps,median_step_s,samples_per_s,first_loss,last_loss,load1_before" > "$csv"
+
+run_pipetrain() {  # workload np rep
+  local w=$1 np=$2 rep=$3 dir=$WORK/$1/pipetrain_np$2_r$3 load
+  load=$(cut -d' ' -f1 /proc/loadavg)
+  mkdir -p "$WORK/$w"
+  run_limited "$dir.log" "${MPIRUN[@]}" -np "$np" build/pipetrain train "$DECK" "${SETS[@]}" \
+    --set output.dir=\""$dir"\"
+  $PY tools/peer/run_row.py pipetrain "$dir/metrics.h5" --workload "$w" --procs "$np" --rep "$rep" \
+    --batch "$(batch_of "$w")" --warmup "$WARMUP" --load "$load" >> "$csv"
+}
+
+run_peer() {  # workload np rep
+  local w=$1 np=$2 rep=$3 out=$WORK/$1/peer_np$2_r$3 port load
+  load=$(cut -d' ' -f1 /proc/loadavg)
+  mkdir -p "$WORK/$w"
+  port=$(free_port)
+  export MASTER_ADDR=127.0.0.1 MASTER_PORT=$port
+  run_limited "$out.log" "${MPIRUN[@]}" -np "$np" \
+    -x MASTER_ADDR -x MASTER_PORT -x OMP_NUM_THREADS -x MKL_NUM_THREADS \
+    $PY tools/peer/torch_pipeline.py --deck "$WORK/$w.resolved.toml" --warmup "$WARMUP" \
+    --timeout 60 --out "$out.json"
+  $PY tools/peer/run_row.py peer "$out.json" --workload "$w" --procs "$np" --rep "$rep" \
+    --warmup "$WARMUP" --load "$load" >> "$csv"
+}
+
+batch_of() {  # the resolved batch size of workload $1
+  $PY -c 'import sys, tomllib; print(tomllib.load(open(sys.argv[1], "rb"))["training"]["batch_size"])' \
+    "$WORK/$1.resolved.toml"
+}
+
+for rep in $(seq "$REPEATS"); do
+  for w in $WORKLOADS; do
+    workload "$w"
+    echo "bench_peer: repetition $rep/$REPEATS, $w (load $(cut -d' ' -f1-3 /proc/loadavg))"
+    if [ $((rep % 2)) -eq 1 ]; then
+      run_pipetrain "$w" 2 "$rep"; run_peer "$w" 2 "$rep"
+      run_pipetrain "$w" 1 "$rep"; run_peer "$w" 1 "$rep"
+    else
+      run_peer "$w" 2 "$rep"; run_pipetrain "$w" 2 "$rep"
+      run_peer "$w" 1 "$rep"; run_pipetrain "$w" 1 "$rep"
+    fi
+  done
+done
+
+cp "$csv" "$OUT_CSV"
+$PY tools/peer/bench_report.py --csv "$OUT_CSV" --commands "$commands" --repeats "$REPEATS" \
+  --pipetrain build/pipetrain > "$OUT_MD"
+cat "$OUT_MD"
