@@ -113,7 +113,8 @@ def main():
     blas_path, corename, blas_config = openblas_of(args.pipetrain)
     p = print
     p("# pipetrain against a PyTorch peer (CPU, 1 and 2 pipeline stages)\n")
-    p("Command: `jobs/bench_peer.sh` (`REPEATS`, `WORKLOADS` and `RUN_TIMEOUT` may be set). "
+    p(f"Command: `REPEATS={args.repeats} jobs/bench_peer.sh` (default 5; `WORKLOADS` and "
+      "`RUN_TIMEOUT` may be set too). "
       f"Each of the {args.repeats} repetitions runs, per workload, pipetrain and the peer "
       "alternately on 2 and on 1 process (the order flips every repetition). A run's "
       "throughput is the batch over its median step time after the warm-up steps; the "
