@@ -64,16 +64,30 @@ cleanup() { if [ -n "$RUN_SID" ]; then kill_session "$RUN_SID"; fi; }
 trap cleanup EXIT
 trap 'echo "bench_peer: interrupted" >&2; exit 130' INT TERM
 
+cpu_ticks() {  # "busy total" jiffies of the whole machine, and this shell's reaped children's
+  local _ user nice sys idle iowait irq softirq steal rest
+  read -r _ user nice sys idle iowait irq softirq steal rest < /proc/stat
+  local self
+  self=$(cut -d' ' -f16,17 /proc/$$/stat)  # cutime cstime: the runs this shell waited for
+  echo "$((user + nice + sys + irq + softirq + steal)) $((user + nice + sys + idle + iowait + irq + softirq + steal)) $((${self% *} + ${self#* }))"
+}
+
+RUN_OTHER=""  # cores kept busy by other processes during the last run
 run_limited() {  # LOG CMD...: CMD with a time limit; ranks that outlive it are ended
-  local log=$1 rc=0
+  local log=$1 rc=0 before after
   shift
+  before=$(cpu_ticks)
   # A background job of a non-interactive shell is no group leader, so
   # setsid makes it a session leader without forking: its pid is the session.
   setsid timeout --kill-after=15 "$RUN_TIMEOUT" "$@" > "$log" 2>&1 &
   RUN_SID=$!
   wait "$RUN_SID" || rc=$?
+  after=$(cpu_ticks)
   kill_session "$RUN_SID"
   RUN_SID=""
+  # (machine busy - this run's own CPU) / wall time, in cores
+  RUN_OTHER=$(echo "$before $after $(nproc)" | awk '{ busy = $4 - $1; total = $5 - $2; own = $6 - $3;
+    printf "%.2f", (total > 0 ? (busy - own) * $7 / total : 0) }')
   if [ "$rc" -eq 124 ] || [ "$rc" -eq 137 ]; then
     echo "bench_peer: error: timed out after ${RUN_TIMEOUT} s (RUN_TIMEOUT): $*" >&2
   fi
@@ -119,7 +133,7 @@ for w in $WORKLOADS; do
 done
 
 csv=$WORK/runs.csv
-echo "workload,program,procs,rep,batch,warmup,steps,median_step_s,samples_per_s,first_loss,last_loss,load1_before" > "$csv"
+echo "workload,program,procs,rep,batch,warmup,steps,median_step_s,samples_per_s,first_loss,last_loss,load1_before,other_cores" > "$csv"
 
 run_pipetrain() {  # workload np rep
   local w=$1 np=$2 rep=$3 dir=$WORK/$1/pipetrain_np$2_r$3 load
@@ -128,7 +142,7 @@ run_pipetrain() {  # workload np rep
   run_limited "$dir.log" "${MPIRUN[@]}" -np "$np" build/pipetrain train "$DECK" "${SETS[@]}" \
     --set output.dir=\""$dir"\"
   $PY tools/peer/run_row.py pipetrain "$dir/metrics.h5" --workload "$w" --procs "$np" --rep "$rep" \
-    --batch "$(batch_of "$w")" --warmup "$WARMUP" --load "$load" >> "$csv"
+    --batch "$(batch_of "$w")" --warmup "$WARMUP" --load "$load" --other "$RUN_OTHER" >> "$csv"
 }
 
 run_peer() {  # workload np rep
@@ -142,7 +156,7 @@ run_peer() {  # workload np rep
     $PY tools/peer/torch_pipeline.py --deck "$WORK/$w.resolved.toml" --warmup "$WARMUP" \
     --timeout 60 --out "$out.json"
   $PY tools/peer/run_row.py peer "$out.json" --workload "$w" --procs "$np" --rep "$rep" \
-    --warmup "$WARMUP" --load "$load" >> "$csv"
+    --warmup "$WARMUP" --load "$load" --other "$RUN_OTHER" >> "$csv"
 }
 
 batch_of() {  # the resolved batch size of workload $1

@@ -22,6 +22,7 @@ import subprocess
 from collections import defaultdict
 
 GOALS = {"gpt": 1.5, "mlp": 1.15}  # issue #12: pipetrain / peer at 2 stages
+QUIET = 0.3  # cores used by other processes below which a run counts as quiet
 LABELS = {
     "mlp512": "MLP 16 x 1024^2, batch 512",
     "mlp256": "MLP 16 x 1024^2, batch 256",
@@ -98,16 +99,23 @@ def main():
     step = defaultdict(list)
     meta = {}
     loads = []
+    other = defaultdict(dict)  # (workload, program, procs) -> {rep: cores busy with other processes}
     for r in rows:
         key = (r["workload"], r["program"], int(r["procs"]))
         rate[key][int(r["rep"])] = float(r["samples_per_s"])
         step[key].append(1e3 * float(r["median_step_s"]))
         meta[r["workload"]] = (int(r["batch"]), int(r["warmup"]), int(r["steps"]))
         loads.append(float(r["load1_before"]))
+        if r.get("other_cores"):
+            other[key][int(r["rep"])] = float(r["other_cores"])
     workloads = list(dict.fromkeys(r["workload"] for r in rows))
 
     def paired(a, b):  # per-repetition ratios a/b
         return [a[k] / b[k] for k in sorted(a) if k in b]
+
+    def busy(key):
+        v = list(other.get(key, {}).values())
+        return fmt_range(v, 2) if v else "-"
 
     ti = torch_info()
     blas_path, corename, blas_config = openblas_of(args.pipetrain)
@@ -123,12 +131,16 @@ def main():
       f"{datetime.date.today().isoformat()}. **The machine was shared with other engineers "
       f"while this was measured** (1-minute load average before a run: "
       f"{min(loads):.2f} to {max(loads):.2f} on {os.cpu_count()} cores), so single runs "
-      "are noisy; compare the medians.\n")
+      "are noisy; compare the medians." + (
+          " The last column of the first table is the CPU that *other* processes used while "
+          "the runs ran, in cores (the machine's busy time from `/proc/stat` less the run's "
+          "own CPU time, over its wall time): 0 is a quiet machine, 1 means one of the 2 "
+          "cores was taken." if other else "") + "\n")
 
     p("## Steady-state throughput (samples/s)\n")
     p("| workload | N | warm-up + timed steps | program | 1 process | 2 stages | "
-      "step time at 2 stages (ms) | speedup 2 vs 1 |")
-    p("|---|---:|---:|---|---:|---:|---:|---:|")
+      "step time at 2 stages (ms) | speedup 2 vs 1 | other processes (cores), 1 / 2 |")
+    p("|---|---:|---:|---|---:|---:|---:|---:|---:|")
     for w in workloads:
         batch, warm, steps = meta[w]
         for prog in ("pipetrain", "peer"):
@@ -139,7 +151,8 @@ def main():
             med_speed = statistics.median(two.values()) / statistics.median(one.values())
             p(f"| {LABELS.get(w, w)} | 8 | {warm} + {steps} | {prog} | "
               f"{fmt_range(list(one.values()))} | {fmt_range(list(two.values()))} | "
-              f"{fmt_range(step[(w, prog, 2)])} | {med_speed:.2f} [{min(speed):.2f}-{max(speed):.2f}] |")
+              f"{fmt_range(step[(w, prog, 2)])} | {med_speed:.2f} [{min(speed):.2f}-{max(speed):.2f}] | "
+              f"{busy((w, prog, 1))} / {busy((w, prog, 2))} |")
 
     p("\n## pipetrain / peer (throughput ratio)\n")
     p("Ratio of the medians; [min-max] of the ratios of the runs of the same repetition.\n")
@@ -159,6 +172,35 @@ def main():
         text = [f"{c[0]:.2f} [{c[1]:.2f}-{c[2]:.2f}]" if c else "-" for c in cells]
         met = "yes" if cells[1] and cells[1][0] >= goal else "no"
         p(f"| {LABELS.get(w, w)} | {text[0]} | {text[1]} | >= {goal:.2f} | {met} |")
+
+    if other:
+        p(f"\n### Repetitions on a quiet machine (other processes < {QUIET} cores in all four runs)\n")
+        p("The same numbers from only the repetitions in which no run of the workload shared "
+          "the machine noticeably (other processes are independent of the program, so this "
+          "selection favours neither side).\n")
+        p("| workload | repetitions | pipetrain 2 vs 1 | peer 2 vs 1 | pipetrain / peer, 1 process | "
+          "pipetrain / peer, 2 stages |")
+        p("|---|---:|---:|---:|---:|---:|")
+        for w in workloads:
+            keys = [(w, prog, procs) for prog in ("pipetrain", "peer") for procs in (1, 2)]
+            if not all(rate.get(k) for k in keys):
+                continue
+            reps = [r for r in rate[keys[0]]
+                    if all(r in rate[k] and other.get(k, {}).get(r, 99.0) < QUIET for k in keys)]
+            if not reps:
+                p(f"| {LABELS.get(w, w)} | 0 | - | - | - | - |")
+                continue
+            sub = {k: {r: rate[k][r] for r in reps} for k in keys}
+
+            def ratio(a, b):
+                pr = paired(sub[a], sub[b])
+                med = statistics.median(sub[a].values()) / statistics.median(sub[b].values())
+                return f"{med:.2f} [{min(pr):.2f}-{max(pr):.2f}]"
+            p(f"| {LABELS.get(w, w)} | {len(reps)} | "
+              f"{ratio((w, 'pipetrain', 2), (w, 'pipetrain', 1))} | "
+              f"{ratio((w, 'peer', 2), (w, 'peer', 1))} | "
+              f"{ratio((w, 'pipetrain', 1), (w, 'peer', 1))} | "
+              f"{ratio((w, 'pipetrain', 2), (w, 'peer', 2))} |")
 
     p("\n## What runs\n")
     p("- **pipetrain**: `build/pipetrain` on the CPU backend, 1F1B, N = 8, "

@@ -1,11 +1,12 @@
 #!/usr/bin/env python3
 """run_row.py: one CSV row of jobs/bench_peer.sh from a finished run.
 
-    run_row.py pipetrain RUN_DIR/metrics.h5 --workload W --procs P --rep R --batch B --warmup K --load L
-    run_row.py peer      RUN.json           --workload W --procs P --rep R --warmup K --load L
+    run_row.py pipetrain RUN_DIR/metrics.h5 --workload W --procs P --rep R --batch B --warmup K --load L --other C
+    run_row.py peer      RUN.json           --workload W --procs P --rep R --warmup K --load L --other C
 
 Columns: workload, program, procs, rep, batch, warmup, steps (timed),
-median_step_s, samples_per_s, first_loss, last_loss, load1_before. The step
+median_step_s, samples_per_s, first_loss, last_loss, load1_before,
+other_cores (cores busy with other processes during the run). The step
 time is the median over the steps after the first --warmup ones.
 """
 import argparse
@@ -18,7 +19,7 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("program", choices=("pipetrain", "peer"))
     ap.add_argument("path", help="pipetrain: metrics.h5; peer: the --out JSON")
-    for name in ("--workload", "--procs", "--rep", "--warmup", "--load"):
+    for name in ("--workload", "--procs", "--rep", "--warmup", "--load", "--other"):
         ap.add_argument(name, required=True)
     ap.add_argument("--batch", type=int, help="pipetrain: the batch size")
     args = ap.parse_args()
@@ -38,7 +39,7 @@ def main():
         sys.exit(f"run_row: {args.path}: {len(times)} steps, none after {warmup} warm-up steps")
     t = statistics.median(timed)
     print(f"{args.workload},{args.program},{args.procs},{args.rep},{batch},{warmup},{len(timed)},"
-          f"{t:.6f},{batch / t:.2f},{loss[0]:.6f},{loss[-1]:.6f},{args.load}")
+          f"{t:.6f},{batch / t:.2f},{loss[0]:.6f},{loss[-1]:.6f},{args.load},{args.other}")
 
 
 if __name__ == "__main__":
