@@ -17,6 +17,10 @@
 # (medians and min-max over the repetitions, the 2-vs-1 speedups and the
 # ratio pipetrain/peer). torch is installed into tools/.venv from
 # tools/requirements-peer.txt by this script only.
+# On a shared machine each workload's four runs of a repetition wait up to
+# QUIET_MAX_WAIT s (default 60; 0 = never) for other processes to use less
+# than QUIET_CORES (0.2) cores; the CPU the others took during each run is
+# recorded and reported.
 #   jobs/bench_peer.sh                       # REPEATS=5 WORKLOADS="mlp512 mlp256 gpt"
 #   REPEATS=3 WORKLOADS=gpt jobs/bench_peer.sh
 set -euo pipefail
@@ -98,6 +102,22 @@ run_limited() {  # LOG CMD...: CMD with a time limit; ranks that outlive it are 
   fi
 }
 
+# On a shared machine, wait (up to QUIET_MAX_WAIT s) before each workload's four
+# runs until other processes use less than QUIET_CORES cores over 3 s; then run
+# anyway. Every run records what the others took (other_cores in the CSV).
+QUIET_MAX_WAIT=${QUIET_MAX_WAIT:-60}
+QUIET_CORES=${QUIET_CORES:-0.2}
+wait_quiet() {
+  local waited=0 a b busy
+  while [ "$waited" -lt "$QUIET_MAX_WAIT" ]; do
+    a=$(cpu_ticks); sleep 3; b=$(cpu_ticks)
+    busy=$(echo "$a $b $(nproc)" | awk '{ t = $5 - $2; printf "%.2f", (t > 0 ? ($4 - $1) * $7 / t : 0) }')
+    if awk -v b="$busy" -v q="$QUIET_CORES" 'BEGIN { exit !(b < q) }'; then return 0; fi
+    waited=$((waited + 3))
+  done
+  echo "bench_peer: the machine stayed busy (other processes: $busy cores); running anyway"
+}
+
 free_port() {
   $PY -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
 }
@@ -167,6 +187,7 @@ batch_of() {  # the resolved batch size of workload $1
 for rep in $(seq "$REPEATS"); do
   for w in $WORKLOADS; do
     workload "$w"
+    wait_quiet
     echo "bench_peer: repetition $rep/$REPEATS, $w (load $(cut -d' ' -f1-3 /proc/loadavg))"
     if [ $((rep % 2)) -eq 1 ]; then
       run_pipetrain "$w" 2 "$rep"; run_peer "$w" 2 "$rep"

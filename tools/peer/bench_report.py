@@ -121,8 +121,10 @@ def main():
     blas_path, corename, blas_config = openblas_of(args.pipetrain)
     p = print
     p("# pipetrain against a PyTorch peer (CPU, 1 and 2 pipeline stages)\n")
-    p(f"Command: `REPEATS={args.repeats} jobs/bench_peer.sh` (default 5; `WORKLOADS` and "
-      "`RUN_TIMEOUT` may be set too). "
+    p(f"Command: `REPEATS={args.repeats} jobs/bench_peer.sh` (default 5; `WORKLOADS`, "
+      "`RUN_TIMEOUT`, `QUIET_MAX_WAIT` and `QUIET_CORES` may be set too; before each "
+      "workload's runs of a repetition the script waits up to `QUIET_MAX_WAIT` s for the "
+      "other processes to use less than `QUIET_CORES` cores). "
       f"Each of the {args.repeats} repetitions runs, per workload, pipetrain and the peer "
       "alternately on 2 and on 1 process (the order flips every repetition). A run's "
       "throughput is the batch over its median step time after the warm-up steps; the "
