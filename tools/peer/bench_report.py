@@ -209,8 +209,8 @@ def main():
       "`training.blas_threads = 1` (one thread per rank). BLAS: OpenBLAS "
       f"`{blas_path}`, `openblas_get_corename()` = `{corename}` ({blas_config}). "
       "Step time: `step_time_s` of `metrics.h5` (rank 0, from zeroing the gradients to "
-      "the end of the optimizer step; every step ends in the gradient-norm all-reduce "
-      "over the stages, so it is the whole pipeline's step).")
+      "the end of the optimizer step; every step holds the loss broadcast and the "
+      "gradient-norm all-gather over the stages, so it spans the whole pipeline's step).")
     p(f"- **peer**: `tools/peer/torch_pipeline.py`, torch {ti['version']} (the default PyPI "
       f"wheel, run on the CPU) with `torch.distributed.pipelining` (`PipelineStage`, "
       "`Schedule1F1B`, `scale_grads=True`), gloo backend, one process per stage, "
