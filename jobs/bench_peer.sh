@@ -23,6 +23,7 @@
 # recorded and reported.
 #   jobs/bench_peer.sh                       # REPEATS=5 WORKLOADS="mlp512 mlp256 gpt"
 #   REPEATS=3 WORKLOADS=gpt jobs/bench_peer.sh
+#   APPEND=1 REPEATS=4 jobs/bench_peer.sh    # 4 more repetitions added to results/bench_peer.csv
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
@@ -153,7 +154,17 @@ for w in $WORKLOADS; do
 done
 
 csv=$WORK/runs.csv
-echo "workload,program,procs,rep,batch,warmup,steps,median_step_s,samples_per_s,first_loss,last_loss,load1_before,other_cores" > "$csv"
+header="workload,program,procs,rep,batch,warmup,steps,median_step_s,samples_per_s,first_loss,last_loss,load1_before,other_cores"
+first_rep=1
+if [ "${APPEND:-0}" = 1 ] && [ -f "$OUT_CSV" ]; then
+  # Add repetitions to an earlier measurement (same header): numbering goes on.
+  [ "$(head -n 1 "$OUT_CSV")" = "$header" ] || die "APPEND=1: $OUT_CSV has another header"
+  cp "$OUT_CSV" "$csv"
+  first_rep=$(( $(tail -n +2 "$csv" | cut -d, -f4 | sort -n | tail -n 1) + 1 ))
+else
+  echo "$header" > "$csv"
+fi
+last_rep=$((first_rep + REPEATS - 1))
 
 run_pipetrain() {  # workload np rep
   local w=$1 np=$2 rep=$3 dir=$WORK/$1/pipetrain_np$2_r$3 load
@@ -184,11 +195,11 @@ batch_of() {  # the resolved batch size of workload $1
     "$WORK/$1.resolved.toml"
 }
 
-for rep in $(seq "$REPEATS"); do
+for rep in $(seq "$first_rep" "$last_rep"); do
   for w in $WORKLOADS; do
     workload "$w"
     wait_quiet
-    echo "bench_peer: repetition $rep/$REPEATS, $w (load $(cut -d' ' -f1-3 /proc/loadavg))"
+    echo "bench_peer: repetition $rep/$last_rep, $w (load $(cut -d' ' -f1-3 /proc/loadavg))"
     if [ $((rep % 2)) -eq 1 ]; then
       run_pipetrain "$w" 2 "$rep"; run_peer "$w" 2 "$rep"
       run_pipetrain "$w" 1 "$rep"; run_peer "$w" 1 "$rep"
@@ -200,6 +211,6 @@ for rep in $(seq "$REPEATS"); do
 done
 
 cp "$csv" "$OUT_CSV"
-$PY tools/peer/bench_report.py --csv "$OUT_CSV" --commands "$commands" --repeats "$REPEATS" \
+$PY tools/peer/bench_report.py --csv "$OUT_CSV" --commands "$commands" --repeats "$last_rep" \
   --pipetrain build/pipetrain > "$OUT_MD"
 cat "$OUT_MD"
