@@ -99,8 +99,18 @@ run_limited() {  # LOG CMD...: CMD with a time limit; ranks that outlive it are 
   if [ "$rc" -ne 0 ]; then
     echo "---- last lines of $log ----" >&2
     tail -n 30 "$log" >&2
-    die "run failed (exit $rc): $*"
+    echo "bench_peer: run failed (exit $rc): $*" >&2
   fi
+  return "$rc"
+}
+
+run_twice() {  # LOG CMD...: run_limited, tried a second time after a failure (logged)
+  local log=$1
+  shift
+  run_limited "$log" "$@" && return 0
+  cp "$log" "$log.failed"
+  echo "bench_peer: retrying once (the failed run's log: $log.failed)" >&2
+  run_limited "$log" "$@" || die "the run failed twice: $*"
 }
 
 # On a shared machine, wait (up to QUIET_MAX_WAIT s) before each workload's four
@@ -109,7 +119,8 @@ run_limited() {  # LOG CMD...: CMD with a time limit; ranks that outlive it are 
 QUIET_MAX_WAIT=${QUIET_MAX_WAIT:-60}
 QUIET_CORES=${QUIET_CORES:-0.2}
 wait_quiet() {
-  local waited=0 a b busy
+  local waited=0 a b busy=""
+  [ "$QUIET_MAX_WAIT" -gt 0 ] || return 0
   while [ "$waited" -lt "$QUIET_MAX_WAIT" ]; do
     a=$(cpu_ticks); sleep 3; b=$(cpu_ticks)
     busy=$(echo "$a $b $(nproc)" | awk '{ t = $5 - $2; printf "%.2f", (t > 0 ? ($4 - $1) * $7 / t : 0) }')
@@ -170,7 +181,7 @@ run_pipetrain() {  # workload np rep
   local w=$1 np=$2 rep=$3 dir=$WORK/$1/pipetrain_np$2_r$3 load
   load=$(cut -d' ' -f1 /proc/loadavg)
   mkdir -p "$WORK/$w"
-  run_limited "$dir.log" "${MPIRUN[@]}" -np "$np" build/pipetrain train "$DECK" "${SETS[@]}" \
+  run_twice "$dir.log" "${MPIRUN[@]}" -np "$np" build/pipetrain train "$DECK" "${SETS[@]}" \
     --set output.dir=\""$dir"\"
   $PY tools/peer/run_row.py pipetrain "$dir/metrics.h5" --workload "$w" --procs "$np" --rep "$rep" \
     --batch "$(batch_of "$w")" --warmup "$WARMUP" --load "$load" --other "$RUN_OTHER" >> "$csv"
@@ -182,7 +193,7 @@ run_peer() {  # workload np rep
   mkdir -p "$WORK/$w"
   port=$(free_port)
   export MASTER_ADDR=127.0.0.1 MASTER_PORT=$port
-  run_limited "$out.log" "${MPIRUN[@]}" -np "$np" \
+  run_twice "$out.log" "${MPIRUN[@]}" -np "$np" \
     -x MASTER_ADDR -x MASTER_PORT -x OMP_NUM_THREADS -x MKL_NUM_THREADS \
     $PY tools/peer/torch_pipeline.py --deck "$WORK/$w.resolved.toml" --warmup "$WARMUP" \
     --timeout 60 --out "$out.json"

@@ -279,10 +279,16 @@ def main():
         sys.exit("torch_pipeline: set MASTER_PORT (a free TCP port on 127.0.0.1) or use torchrun")
     dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=args.timeout))
     rank, world = dist.get_rank(), dist.get_world_size()
-    try:
-        run(args, rank, world)
-    finally:
-        dist.destroy_process_group()
+    run(args, rank, world)
+    dist.barrier()
+    dist.destroy_process_group()
+    # Leave without running the interpreter's and libraries' exit-time
+    # destructors: at exit a gloo background thread can still be joinable and
+    # abort the process ("terminate called without an active exception") after
+    # the run has finished and written its results.
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
 
 
 def run(args, rank, world):
