@@ -64,7 +64,7 @@ class ArrivalBoard {
     MPI_Request req;
     MPI_Comm pending = MPI_COMM_NULL;  // usable once the duplication completes
     MPI_CHECK(MPI_Comm_idup(world, &pending, &req));
-    wait_plain(req, "the start-up communicator duplication");
+    timed_wait(req, world, "the start-up communicator duplication");  // board not active yet
     comm_ = pending;
     MPI_CHECK(MPI_Comm_rank(comm_, &rank_));
     MPI_CHECK(MPI_Comm_size(comm_, &size_));
@@ -131,12 +131,6 @@ class ArrivalBoard {
     int done = 0;
     MPI_CHECK(MPI_Test(&req, &done, MPI_STATUS_IGNORE));
     return done != 0;
-  }
-
-  static void wait_plain(MPI_Request& req, const char* what) {
-    if (!poll_until([&] { return test(req); }, wait_limit()))
-      throw TimeoutError("timed out after " + seconds_text(wait_limit()) + " s " + phase_text() +
-                         "waiting for " + what + "; see pipeline.timeout_s");
   }
 
   static bool spans_world(MPI_Comm comm) {
