@@ -419,4 +419,12 @@ void fault_point(const char* point, long long step) {
   std::raise(SIGSTOP);
 }
 
+bool nonfinite_gradient_requested(long long step) {
+  static const char* spec = std::getenv("PIPETRAIN_TEST_NONFINITE");
+  int rank = -1;
+  long long at_step = -1;
+  return spec != nullptr && std::sscanf(spec, "%d:%lld", &rank, &at_step) == 2 &&
+         rank == world_rank() && at_step == step;
+}
+
 }  // namespace pt

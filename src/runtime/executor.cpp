@@ -243,11 +243,9 @@ void Executor::run_backward(int mb, Tensor dy) {
     }
     end = begin;
   }
-  for (Param* p : stage_.params())
-    if (!loss_scaling_ && !be_.all_finite(p->grad))  // with fp16 the loss scaler decides
-      throw Error("non-finite gradient of " + p->name + " at step " + std::to_string(step_) +
-                  ", stage " + std::to_string(stage_.stage) + ", micro-batch " +
-                  std::to_string(mb));
+  // Parameter gradients are checked once per step, by the gradient norm
+  // (Trainer::global_grad_norm): a pass over every gradient after each
+  // micro-batch cost 7% of an MLP step.
   state.grad_input = std::move(dy);
 }
 

@@ -98,7 +98,7 @@ StepRecord Trainer::train_step(int64_t step) {
   // fp16: unscale, or skip the whole step on every stage after an overflow.
   rec.skipped = scaler_ && !scaler_->finish_backward(be, stage_.params(), comm_);
   fault_point("grad_norm", step);
-  rec.grad_norm = rec.skipped ? std::nan("") : global_grad_norm();
+  rec.grad_norm = rec.skipped ? std::nan("") : global_grad_norm(step);
   fault_point("bubble", step);
   rec.bubble = measured_bubble(outcome);
   tracer_->record(EventKind::Reduction, step, stage_.stage, -1, reduce_start, tracer_->now_us());
@@ -252,10 +252,19 @@ double Trainer::evaluate() {
 
 // Per-parameter sums of squares are gathered in global parameter order and
 // added in that order, so the norm is bitwise the same at any stage count.
-double Trainer::global_grad_norm() {
+double Trainer::global_grad_norm(int64_t step) {
   Backend& be = be_;
   std::vector<double> local;
-  for (Param* p : stage_.params()) local.push_back(be.sum_squares(p->grad));
+  if (nonfinite_gradient_requested(step)) be.fill(stage_.params().back()->grad, INFINITY);
+  for (Param* p : stage_.params()) {
+    local.push_back(be.sum_squares(p->grad));
+    // A double sum of squared floats cannot overflow, so it is finite exactly
+    // when every element is: this is the step's non-finite gradient check.
+    if (!std::isfinite(local.back()))
+      throw Error("non-finite gradient of " + p->name + " at step " + std::to_string(step) +
+                  ", stage " + std::to_string(stage_.stage) + " (accumulated over micro-batches 0-" +
+                  std::to_string(schedule_.num_micro_batches - 1) + ")");
+  }
   int count = static_cast<int>(local.size());
   std::vector<int> counts(size_), offsets(size_, 0);
   timed_allgather(&count, 1, MPI_INT, counts.data(), comm_, "the gradient-norm counts all-gather");

@@ -107,5 +107,9 @@ class DeadlineScope {
 // peers' timeouts fire there. Points: step, loss, grad_norm, bubble, memory,
 // eval, checkpoint, resume, trace, startup (docs/reliability.md).
 void fault_point(const char* point, long long step = -1);
+// Test-only: PIPETRAIN_TEST_NONFINITE="RANK:STEP" makes this true on world
+// rank RANK in step STEP; the trainer then poisons one gradient with inf, so
+// the non-finite gradient check can be tested end to end.
+bool nonfinite_gradient_requested(long long step);
 
 }  // namespace pt

@@ -96,7 +96,7 @@ class Trainer {
   int rank() const { return rank_; }
 
  private:
-  double global_grad_norm();
+  double global_grad_norm(int64_t step);  // also the non-finite gradient check
   double mean_loss(double loss_sum);  // broadcast from the last stage
   double measured_bubble(const StepOutcome& outcome);  // collective
   RecomputePolicy resolve_recompute();  // this stage's policy, "auto" decided collectively
