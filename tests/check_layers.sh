@@ -2,14 +2,14 @@
 # check_layers.sh: fails when a source or header file includes a header from
 # a higher layer of the code. The layers, lowest first (a room is a folder
 # under src/ and include/pipetrain/):
-#   base < tensor < model < schedule < runtime < cuda < io < app
+#   base < tensor < model < schedule < plan < runtime < cuda < io < app
 # cuda (the GPU backend and transports) implements tensor's Backend and
 # runtime's Transport, so it sits above runtime; nothing below app names it.
 # Usage: tests/check_layers.sh [REPO_ROOT]
 set -euo pipefail
 cd "${1:-$(dirname "$0")/..}"
 
-declare -A rank=([base]=0 [tensor]=1 [model]=2 [schedule]=3 [runtime]=4 [cuda]=5 [io]=6 [app]=7)
+declare -A rank=([base]=0 [tensor]=1 [model]=2 [schedule]=3 [plan]=4 [runtime]=5 [cuda]=6 [io]=7 [app]=8)
 bad=0
 checked=0
 while IFS= read -r file; do

@@ -1,0 +1,62 @@
+// cost.hpp: what the planner knows about a model on a machine: the measured
+// (or described) cost of every partition unit per micro-batch, and of the
+// links between stages. A profile (runtime/profiler, `pipetrain profile`,
+// io/profile_h5 for profile.h5) fills these; the partition solver
+// (plan/partition) and the schedule simulator (plan/simulate) read them.
+//
+// Units are the model's partition units in forward order. The MLP has one per
+// Linear layer (with its activation). The GPT has the token+position
+// embedding (pinned to the first stage), one per transformer block, and the
+// final LayerNorm + LM head + loss (pinned to the last stage); only the
+// blocks are counted by pipeline.partition, so pinned units have
+// partitionable = false and always join the first or last stage.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace pt {
+
+struct UnitCost {
+  std::string name;            // "linear3", "embedding", "block2", "head"
+  bool partitionable = true;   // false: pinned to the first (embedding) or last (head) stage
+  // Seconds per micro-batch on the profiled backend.
+  double forward_s = 0.0;      // forward
+  double backward_s = 0.0;     // backward (input and weight gradients)
+  double recompute_s = 0.0;    // forward re-run inside backward when recomputed
+  double optimizer_s = 0.0;    // the optimizer step of the unit's parameters (once per batch)
+  double forward_flops = 0.0;  // matmul FLOPs of the forward (device descriptions scale by it)
+  // Bytes per micro-batch.
+  double input_bytes = 0.0;            // the unit's input (kept at a recompute segment start)
+  double output_bytes = 0.0;           // its output: the message when a stage ends here
+  double stash_none_bytes = 0.0;       // kept from F to B with recompute = none (input + saved)
+  double stash_selective_bytes = 0.0;  // ... with recompute = selective
+  double workspace_bytes = 0.0;        // transient peak above the stash during its F or B
+  // Bytes per unit, independent of micro-batches.
+  double param_bytes = 0.0;
+  double grad_bytes = 0.0;
+  double optimizer_bytes = 0.0;
+};
+
+// A point-to-point link between neighbouring stages: time(bytes) =
+// latency_s + bytes / bandwidth_bytes_per_s.
+struct LinkCost {
+  double latency_s = 0.0;
+  double bandwidth_bytes_per_s = 0.0;
+  double time_s(double bytes) const {
+    return latency_s + (bandwidth_bytes_per_s > 0.0 ? bytes / bandwidth_bytes_per_s : 0.0);
+  }
+};
+
+struct ModelProfile {
+  std::string model;           // one-line description of the deck's model
+  std::string backend;         // "cpu" | "cuda" | a device description's name
+  std::string kernels;         // GEMM library and kernels the times were measured with
+  int64_t micro_batch_rows = 0;  // samples per micro-batch the times are for
+  std::vector<UnitCost> units;   // forward order
+  LinkCost link;
+  double step_overhead_s = 0.0;  // per step, outside the schedule (loss, norm, clip)
+};
+
+}  // namespace pt
