@@ -8,7 +8,8 @@ packages=(
   openmpi-bin libopenmpi-dev          # MPI (ranks, transport)
   libhdf5-openmpi-dev                 # HDF5 built against Open MPI
   zlib1g-dev                          # CRC-32 of checkpoint datasets
-  libopenblas-dev                     # CPU GEMMs
+  libopenblas-dev                     # BLAS (CPU GEMMs with training.cpu_gemm = "openblas")
+  libdnnl-dev                         # oneDNN: the default CPU GEMMs
   libgtest-dev                        # tests
   libtoml11-dev libcli11-dev          # input decks, command line
 )

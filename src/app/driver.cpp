@@ -315,6 +315,7 @@ void choose_wait_mode(const BlasThreadsChoice& node) {
 
 int run_train(const World& w, const CommandLine& cli, const Deck& deck) {
   BlasThreadsChoice blas = choose_blas_threads(deck, w.comm);
+  set_cpu_gemm(parse_cpu_gemm(deck.training.cpu_gemm));
   set_blas_threads(blas.threads);
   choose_wait_mode(blas);
   const BlasReport blas_report = gather_blas_report(w.comm, w.blas_note);
@@ -332,6 +333,7 @@ int run_train(const World& w, const CommandLine& cli, const Deck& deck) {
     metrics.set_attribute("blas_core", blas_report.rank0.core);
     metrics.set_attribute("blas_best_core", blas_report.rank0.best_core);
     metrics.set_attribute("cpu", blas_report.rank0.cpu);
+    metrics.set_attribute("gemm", blas_report.rank0.gemm);
     write_file_atomic(deck.output.dir + "/deck.resolved.toml", resolved);
     metrics.set_attribute("schedule", format_schedule(trainer.schedule()));
     const auto& peaks = trainer.schedule_report().peak_in_flight;

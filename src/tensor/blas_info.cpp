@@ -1,6 +1,7 @@
 // blas_info.cpp: BLAS and CPU identification, and the re-execution that
 // replaces a fallback OpenBLAS kernel by the CPU's best (see blas_info.hpp).
 #include "pipetrain/tensor/blas_info.hpp"
+#include "pipetrain/tensor/backend.hpp"
 
 #include <cblas.h>
 #include <unistd.h>
@@ -93,6 +94,7 @@ BlasInfo blas_info() {
   b.cpu = cpu_model();
   b.threads = openblas_get_num_threads();
   b.fallback = core_level(b.core) < level;
+  b.gemm = cpu_gemm_description();
   if (const char* mark = std::getenv(kReexecMark)) b.selection = note_after_restart(mark);
   return b;
 }
@@ -100,7 +102,8 @@ BlasInfo blas_info() {
 std::string BlasInfo::describe() const {
   return library + "; kernels " + core + " (best for this CPU: " + best_core + ")" +
          (fallback ? " FALLBACK" : "") + ", " + std::to_string(threads) +
-         (threads == 1 ? " thread" : " threads") + "; CPU " + cpu + " (" + isa + ")";
+         (threads == 1 ? " thread" : " threads") + "; CPU " + cpu + " (" + isa + "); GEMMs: " +
+         gemm;
 }
 
 std::string select_blas_kernel(int argc, char** argv) {

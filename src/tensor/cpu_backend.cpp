@@ -1,7 +1,5 @@
-// cpu_backend.cpp: the CPU backend: GEMMs through OpenBLAS, everything else
+// cpu_backend.cpp: the CPU backend: GEMMs through cpu::sgemm (cpu_gemm.cpp), everything else
 // as plain loops in a fixed order (bitwise deterministic).
-#include <cblas.h>
-
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -248,21 +246,9 @@ class CpuBackend final : public Backend {
   GemmPrecision precision_;  // of the GEMM operands; accumulation is fp32
 };
 
-int g_blas_threads = 1;
-
-std::vector<GemmShape>* g_gemm_recording = nullptr;
-
 }  // namespace
 
 namespace cpu {
-void sgemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, const float* a,
-           int64_t lda, const float* b, int64_t ldb, float beta, float* c, int64_t ldc) {
-  if (g_gemm_recording) g_gemm_recording->push_back({ta, tb, m, n, k, lda, ldb, ldc, beta});
-  cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans,
-              static_cast<int>(m), static_cast<int>(n), static_cast<int>(k), alpha, a,
-              static_cast<int>(lda), b, static_cast<int>(ldb), beta, c, static_cast<int>(ldc));
-}
-
 // Rounded copies of op(A) and op(B)'s stored blocks, in per-thread scratch.
 void gemm(GemmPrecision p, bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha,
           const float* a, int64_t lda, const float* b, int64_t ldb, float beta, float* c,
@@ -283,19 +269,6 @@ void gemm(GemmPrecision p, bool ta, bool tb, int64_t m, int64_t n, int64_t k, fl
 }
 }  // namespace cpu
 
-void start_gemm_recording() {
-  delete g_gemm_recording;
-  g_gemm_recording = new std::vector<GemmShape>();
-}
-
-std::vector<GemmShape> stop_gemm_recording() {
-  PT_CHECK(g_gemm_recording != nullptr, "GEMM recording was not started");
-  std::vector<GemmShape> shapes = std::move(*g_gemm_recording);
-  delete g_gemm_recording;
-  g_gemm_recording = nullptr;
-  return shapes;
-}
-
 Backend& cpu_backend() {
   static CpuBackend backend;
   return backend;
@@ -304,13 +277,5 @@ Backend& cpu_backend() {
 std::unique_ptr<Backend> make_cpu_backend(GemmPrecision precision) {
   return std::make_unique<CpuBackend>(precision);
 }
-
-void set_blas_threads(int threads) {
-  PT_CHECK(threads >= 1, "BLAS threads must be >= 1");
-  openblas_set_num_threads(threads);
-  g_blas_threads = threads;
-}
-
-int blas_threads() { return g_blas_threads; }
 
 }  // namespace pt

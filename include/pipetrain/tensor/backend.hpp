@@ -8,6 +8,7 @@
 #pragma once
 
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "pipetrain/tensor/precision.hpp"
@@ -125,7 +126,8 @@ std::vector<GemmShape> stop_gemm_recording();
 
 namespace cpu {
 // Every GEMM of the CPU backend: row-major C = alpha * op(A) op(B) + beta * C
-// on strided sub-matrices, through OpenBLAS; recorded while recording is on.
+// on strided sub-matrices, through the library set_cpu_gemm chose; recorded
+// while recording is on.
 void sgemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, const float* a,
            int64_t lda, const float* b, int64_t ldb, float beta, float* c, int64_t ldc);
 // The same with both operands first rounded to `p` (sgemm itself for fp32).
@@ -134,7 +136,16 @@ void gemm(GemmPrecision p, bool ta, bool tb, int64_t m, int64_t n, int64_t k, fl
           int64_t ldc);
 }  // namespace cpu
 
-// Sets OpenBLAS threads for this process.
+// The library behind cpu::sgemm (src/tensor/cpu_gemm.cpp): oneDNN's
+// dnnl_sgemm (default) or OpenBLAS's cblas_sgemm; process-wide.
+enum class CpuGemm { OneDNN, OpenBLAS };
+CpuGemm parse_cpu_gemm(const std::string& name);  // "onednn" | "openblas"; else InputError
+void set_cpu_gemm(CpuGemm gemm);
+CpuGemm cpu_gemm();
+// "oneDNN 2.6.3 dnnl_sgemm, ISA avx512_core_amx" or "OpenBLAS cblas_sgemm".
+std::string cpu_gemm_description();
+
+// Sets the GEMM threads (OpenBLAS's and oneDNN's OpenMP) for this process.
 void set_blas_threads(int threads);
 int blas_threads();
 

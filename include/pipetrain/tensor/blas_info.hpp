@@ -26,8 +26,10 @@ struct BlasInfo {
   int threads = 1;        // OpenBLAS threads of this process
   bool fallback = false;  // core is slower than best_core
   std::string selection;  // what select_blas_kernel did ("" = nothing)
+  std::string gemm;       // what computes the CPU backend's GEMMs (cpu_gemm_description())
 
-  // "OpenBLAS 0.3.21 (...), kernels SkylakeX (best for this CPU: SkylakeX), 1 thread; CPU AMD EPYC (avx512)"
+  // "OpenBLAS 0.3.21 (...); kernels SkylakeX (best for this CPU: SkylakeX), 1 thread;
+  //  CPU AMD EPYC (avx512); GEMMs: oneDNN 2.6.3 dnnl_sgemm, ISA avx512_core"
   std::string describe() const;
 };
 
