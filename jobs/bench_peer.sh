@@ -13,7 +13,9 @@
 # and on 1 process (the order flips every repetition); each run does WARMUP +
 # STEPS steps and its steady-state step time is the median of the last STEPS.
 # Both programs are started by the same mpirun line. Writes
-# results/bench_peer.csv (one row per run) and results/bench_peer.md
+# results/bench_peer.csv (one row per run), results/bench_peer_limits.csv (the
+# GEMM limit of each workload, measured in each repetition; see measure_limit)
+# and results/bench_peer.md
 # (medians and min-max over the repetitions, the 2-vs-1 speedups and the
 # ratio pipetrain/peer). torch is installed into tools/.venv from
 # tools/requirements-peer.txt by this script only.
@@ -40,7 +42,7 @@ WORK=runs/bench_peer
 
 die() { echo "bench_peer: error: $*" >&2; exit 1; }
 
-[ -x build/pipetrain ] || die "build/pipetrain not found: run 'make build' first"
+[ -x build/pipetrain ] && [ -x build/bench_gemm ] || die "build/pipetrain or build/bench_gemm not found: run 'make build' first"
 command -v mpirun > /dev/null || die "mpirun not found (Open MPI)"
 
 # ---- tools/.venv with torch (only here: make tools / make test stay light) ----
@@ -201,6 +203,22 @@ run_peer() {  # workload np rep
     --warmup "$WARMUP" --load "$load" --other "$RUN_OTHER" >> "$csv"
 }
 
+# The GEMM limit of a workload (build/bench_gemm: the deck's micro-batch GEMMs
+# alone on one core, per library; P stages at most P x that rate x N/(N+P-1)),
+# measured in every repetition beside the runs it bounds.
+limits=$WORK/limits.csv
+if [ "${APPEND:-0}" = 1 ] && [ -f "${OUT_CSV%.csv}_limits.csv" ]; then
+  cp "${OUT_CSV%.csv}_limits.csv" "$limits"
+else
+  echo "workload,rep,library,gemm_ms,gemm_gflops,model_ms,limit_1,limit_2" > "$limits"
+fi
+measure_limit() {  # workload rep
+  build/bench_gemm "$DECK" "${SETS[@]}" --stages 2 --reps 11 --tsv > "$WORK/limit.tsv" ||
+    die "build/bench_gemm failed for $1"
+  awk -F'\t' -v w="$1" -v r="$2" 'BEGIN { OFS = "," } { gsub(",", ";", $1); print w, r, $1, $2, $3, $4, $5, $6 }' \
+    "$WORK/limit.tsv" >> "$limits"
+}
+
 batch_of() {  # the resolved batch size of workload $1
   $PY -c 'import sys, tomllib; print(tomllib.load(open(sys.argv[1], "rb"))["training"]["batch_size"])' \
     "$WORK/$1.resolved.toml"
@@ -211,6 +229,7 @@ for rep in $(seq "$first_rep" "$last_rep"); do
     workload "$w"
     wait_quiet
     echo "bench_peer: repetition $rep/$last_rep, $w (load $(cut -d' ' -f1-3 /proc/loadavg))"
+    measure_limit "$w" "$rep"
     if [ $((rep % 2)) -eq 1 ]; then
       run_pipetrain "$w" 2 "$rep"; run_peer "$w" 2 "$rep"
       run_pipetrain "$w" 1 "$rep"; run_peer "$w" 1 "$rep"
@@ -222,6 +241,7 @@ for rep in $(seq "$first_rep" "$last_rep"); do
 done
 
 cp "$csv" "$OUT_CSV"
-$PY tools/peer/bench_report.py --csv "$OUT_CSV" --commands "$commands" --repeats "$last_rep" \
-  --pipetrain build/pipetrain > "$OUT_MD"
+cp "$limits" "${OUT_CSV%.csv}_limits.csv"
+$PY tools/peer/bench_report.py --csv "$OUT_CSV" --limits "${OUT_CSV%.csv}_limits.csv" \
+  --commands "$commands" --repeats "$last_rep" --pipetrain build/pipetrain > "$OUT_MD"
 cat "$OUT_MD"

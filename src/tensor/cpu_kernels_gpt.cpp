@@ -48,7 +48,7 @@ void causal_softmax(float* s, int64_t T) {
   for (int64_t i = 0; i < T; ++i) {
     float* row = s + i * T;
     float maxv = row[0];
-    for (int64_t j = 1; j <= i; ++j) maxv = std::fmax(maxv, row[j]);
+    for (int64_t j = 1; j <= i; ++j) maxv = row[j] > maxv ? row[j] : maxv;  // inlined, unlike fmax
     for (int64_t j = 0; j <= i; ++j) row[j] = fast_exp(row[j] - maxv);  // vectorises
     double sum = 0.0;
     for (int64_t j = 0; j <= i; ++j) sum += row[j];

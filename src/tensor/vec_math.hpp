@@ -15,6 +15,16 @@
 #define PT_HOST_DEVICE inline
 #endif
 
+// Hot CPU loops get a second, AVX-512 (x86-64-v4) copy, which the loader picks
+// on CPUs that have it (GCC's target_clones); the default build targets
+// x86-64-v3. Elementwise loops give the same bits in both copies (no
+// reassociation: -ffp-contract=off and no -ffast-math).
+#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && !defined(__CUDACC__)
+#define PT_CPU_CLONES __attribute__((target_clones("arch=x86-64-v4", "default")))
+#else
+#define PT_CPU_CLONES
+#endif
+
 namespace pt {
 
 // e^x: x = n ln2 + r with |r| <= ln2/2 (ln2 split in a high and a low part so

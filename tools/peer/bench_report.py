@@ -86,12 +86,42 @@ def torch_info():
     }
 
 
+def print_limits(p, limit_rows, rate, workloads, gemm_library):
+    """pipetrain's throughput against the limit its GEMM library sets (#12)."""
+    p("\n## pipetrain against its GEMM limit\n")
+    p("`build/bench_gemm` times, in every repetition beside the runs, the GEMMs of one "
+      "micro-batch's forward + backward of the whole model alone (replayed on one core, "
+      "one thread, median of 11), for each CPU GEMM library. P stages then run at most "
+      "P x rows / t x N / (N + P - 1) samples/s (each stage does 1/P of the GEMMs in "
+      "N + P - 1 slots). Goal (#12): the MLP at >= 90% of the limit of the library it "
+      "runs on at 2 stages. [min-max] over repetitions.\n")
+    p("| workload | GEMM library | GEMM GFLOP/s | limit, 1 process | pipetrain, 1 process | "
+      "% of limit | limit, 2 stages | pipetrain, 2 stages | % of limit |")
+    p("|---|---|---:|---:|---:|---:|---:|---:|---:|")
+    for w in workloads:
+        for lib in dict.fromkeys(r["library"] for r in limit_rows if r["workload"] == w):
+            rs = [r for r in limit_rows if r["workload"] == w and r["library"] == lib]
+            l1 = {int(r["rep"]): float(r["limit_1"]) for r in rs}
+            l2 = {int(r["rep"]): float(r["limit_2"]) for r in rs}
+            gf = [float(r["gemm_gflops"]) for r in rs]
+            cells = []
+            for procs, lim in ((1, l1), (2, l2)):
+                got = rate.get((w, "pipetrain", procs), {})
+                share = [100.0 * got[k] / lim[k] for k in sorted(got) if k in lim]
+                ran_on = lib == gemm_library
+                cells += [fmt_range(list(lim.values())),
+                          fmt_range(list(got.values())) if ran_on else "-",
+                          fmt_range(share) if ran_on and share else "-"]
+            p(f"| {LABELS.get(w, w)} | {lib} | {fmt_range(gf)} | " + " | ".join(cells) + " |")
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--csv", required=True)
     ap.add_argument("--commands", required=True)
     ap.add_argument("--repeats", required=True)
     ap.add_argument("--pipetrain", default="build/pipetrain")
+    ap.add_argument("--limits", help="bench_gemm limits CSV (jobs/bench_peer.sh)")
     args = ap.parse_args()
 
     rows = list(csv.DictReader(open(args.csv)))
@@ -214,9 +244,16 @@ def main():
               f"{text(ratio_of(q[(w, 'pipetrain', 1)], q[(w, 'peer', 1)]))} | "
               f"{text(ratio_of(q[(w, 'pipetrain', 2)], q[(w, 'peer', 2)]))} |")
 
+    limit_rows = list(csv.DictReader(open(args.limits))) if args.limits else []
+    gemm_library = next((r["library"] for r in limit_rows if r["library"].startswith("oneDNN")), None)
+    if limit_rows:
+        print_limits(p, limit_rows, rate, workloads, gemm_library)
+
     p("\n## What runs\n")
     p("- **pipetrain**: `build/pipetrain` on the CPU backend, 1F1B, N = 8, "
-      "`training.blas_threads = 1` (one thread per rank). BLAS: OpenBLAS "
+      "`training.blas_threads = 1` (one thread per rank). GEMMs: "
+      f"{gemm_library or 'see metrics.h5 attribute gemm'} (`training.cpu_gemm = \"onednn\"`, "
+      "the default); OpenBLAS (linked, used with `training.cpu_gemm = \"openblas\"`) "
       f"`{blas_path}`, `openblas_get_corename()` = `{corename}` ({blas_config}). "
       "Step time: `step_time_s` of `metrics.h5` (rank 0, from zeroing the gradients to "
       "the end of the optimizer step; every step holds the loss broadcast and the "
