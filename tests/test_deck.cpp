@@ -148,7 +148,8 @@ TEST(DeckErrors, WrongTypeSaysExpectedAndGot) {
   EXPECT_EQ(text_error("[model]\nactivation = 1\n"),
             "t.toml:2: model.activation: expected a string, got an integer (1)");
   EXPECT_EQ(text_error("[pipeline]\npartition = 4\n"),
-            "t.toml:2: pipeline.partition: expected an array of integers, got an integer (4)");
+            "t.toml:2: pipeline.partition: expected a strategy (\"uniform\", \"time\", \"memory\", "
+            "\"balanced\") or an array of integers, got an integer (4)");
   EXPECT_EQ(text_error("[pipeline]\npartition = [4, 2.5]\n"),
             "t.toml:2: pipeline.partition entry 1: expected an integer, got a float (2.5)");
   EXPECT_EQ(text_error("[training]\ngrad_clip = true\n"),
@@ -355,16 +356,32 @@ void expect_same_deck(const pt::Deck& a, const pt::Deck& b) {
   EXPECT_EQ(a.pipeline.schedule, b.pipeline.schedule);
   EXPECT_EQ(a.pipeline.schedule_file, b.pipeline.schedule_file);
   EXPECT_EQ(a.pipeline.partition, b.pipeline.partition);
+  EXPECT_EQ(a.pipeline.partition_strategy, b.pipeline.partition_strategy);
   EXPECT_EQ(a.pipeline.timeout_s, b.pipeline.timeout_s);
   EXPECT_EQ(a.output.dir, b.output.dir);
   EXPECT_EQ(a.output.log_every, b.output.log_every);
+}
+
+TEST(DeckPartition, StrategyNameOrCountList) {
+  const std::string head = "[model]\ntype = \"mlp\"\ndepth = 8\n[pipeline]\n";
+  pt::Deck named = pt::parse_deck_text(head + "partition = \"balanced\"\n", "t.toml", {});
+  EXPECT_EQ(named.pipeline.partition_strategy, "balanced");
+  EXPECT_TRUE(named.pipeline.partition.empty());
+  pt::Deck listed = pt::parse_deck_text(head + "partition = [6, 2]\n", "t.toml", {});
+  EXPECT_EQ(listed.pipeline.partition_strategy, "explicit");
+  EXPECT_EQ(listed.pipeline.partition, (std::vector<int64_t>{6, 2}));
+  pt::Deck back = pt::parse_deck_text(pt::deck_to_toml(named), "resolved.toml", {});
+  EXPECT_EQ(back.pipeline.partition_strategy, "balanced");
+  EXPECT_EQ(text_error(head + "partition = \"fastest\"\n"),
+            "t.toml:5: pipeline.partition = \"fastest\": must be one of \"uniform\", \"time\", "
+            "\"memory\", \"balanced\", or a list of per-stage unit counts");
 }
 
 TEST(DeckToToml, DefaultsRoundTripAndEveryKeyIsWritten) {
   pt::Deck deck;
   std::string text = pt::deck_to_toml(deck);
   for (const char* part : {"[model]", "[data]", "[training]", "[pipeline]", "[output]", "schedule_file = \"\"",
-                           "partition = []", "timeout_s = 120.0", "lr = 0.001", "min_lr = 0.0", "# "}) {
+                           "partition = \"uniform\"", "timeout_s = 120.0", "lr = 0.001", "min_lr = 0.0", "# "}) {
     EXPECT_HAS(text, part);
   }
   expect_same_deck(pt::parse_deck_text(text, "resolved.toml", {}), deck);
@@ -383,6 +400,7 @@ TEST(DeckToToml, AwkwardValuesRoundTripExactly) {
   deck.training.weight_decay = 123456789.0;
   deck.pipeline.timeout_s = 0.30000000000000004;
   deck.pipeline.partition = {1, 2, 5};
+  deck.pipeline.partition_strategy = "explicit";
   deck.pipeline.schedule = "file";
   deck.pipeline.schedule_file = "dir with \"quotes\"\\and\ttab\nnewline \x01 \xc3\xa9.txt";
   deck.output.dir = "runs/\xe2\x9c\x93";

@@ -86,7 +86,7 @@ const std::vector<KeySpec> kDeckKeys = {
     {"pipeline", "micro_batches", PT_FIELD(pipeline.micro_batches), between(1, 1 << 20), nullptr, "micro-batches per step; must divide batch_size", PT_ALWAYS},
     {"pipeline", "schedule", PT_FIELD(pipeline.schedule), any(), "gpipe|1f1b|file", "pipeline schedule", PT_ALWAYS},
     {"pipeline", "schedule_file", PT_FIELD(pipeline.schedule_file), any(), nullptr, "schedule text file, with schedule = \"file\"", PT_ALWAYS},
-    {"pipeline", "partition", PT_FIELD(pipeline.partition), at_least(1), nullptr, "partition units (Linear layers or blocks) per stage; [] = as even as possible", PT_ALWAYS},
+    {"pipeline", "partition", [](Deck& d) -> Field { return PartitionRef{&d.pipeline.partition_strategy, &d.pipeline.partition}; }, at_least(1), kPartitionStrategies, "split of the partition units (Linear layers or blocks) between stages: uniform (by count), time (fastest slowest stage), memory (smallest largest peak), balanced (time within memory_budget_mb), or a list of per-stage counts", PT_ALWAYS},
     {"pipeline", "recompute", PT_FIELD(pipeline.recompute), any(), nullptr, "activation recomputation: none | selective | every:K | full | auto", PT_ALWAYS},
     {"pipeline", "recompute_stages", PT_FIELD(pipeline.recompute_stages), any(), nullptr, "per-stage recompute policies, one per stage; [] = pipeline.recompute everywhere", PT_ALWAYS},
     {"pipeline", "memory_budget_mb", PT_FIELD(pipeline.memory_budget_mb), at_least(0), nullptr, "per-stage memory budget (MiB) for recompute = \"auto\"; 0 = none", PT_ALWAYS},
@@ -189,6 +189,8 @@ std::string toml_text(const Field& field) {
     for (size_t i = 0; i < (*p)->size(); ++i) text += (i ? ", " : "") + toml_string((**p)[i]);
     return text + "]";
   }
+  if (auto p = std::get_if<PartitionRef>(&field))
+    return *p->strategy == "explicit" ? toml_text(Field(p->counts)) : toml_string(*p->strategy);
   const std::vector<int64_t>& list = *std::get<std::vector<int64_t>*>(field);
   std::string text = "[";
   for (size_t i = 0; i < list.size(); ++i) text += (i ? ", " : "") + std::to_string(list[i]);
@@ -297,6 +299,15 @@ void check_applies(const Deck& deck, const KeySpec& spec) {
                    "; remove it or change that key");
 }
 
+void check_counts(const std::string& at, const std::vector<int64_t>& list, const Range& range) {
+  for (size_t i = 0; i < list.size(); ++i) {
+    if (!in_range(static_cast<double>(list[i]), range)) {
+      throw InputError(at + ": entry " + std::to_string(i) + " is " + std::to_string(list[i]) +
+                       "; every entry must be " + range_text(range));
+    }
+  }
+}
+
 void check_value(Deck& deck, const KeySpec& spec) {
   if (!applies(deck, spec)) return;
   Field field = spec.field(deck);
@@ -313,13 +324,14 @@ void check_value(Deck& deck, const KeySpec& spec) {
     std::string list;
     for (const std::string& a : allowed) list += (list.empty() ? "" : ", ") + toml_string(a);
     throw InputError(at + ": must be one of " + list);
+  } else if (auto p = std::get_if<PartitionRef>(&field)) {
+    if (*p->strategy == "explicit") return check_counts(at, *p->counts, spec.range);
+    const std::vector<std::string> allowed = split_choices(spec.choices);
+    if (std::find(allowed.begin(), allowed.end(), *p->strategy) == allowed.end())
+      throw InputError(at + ": must be one of \"uniform\", \"time\", \"memory\", \"balanced\", "
+                       "or a list of per-stage unit counts");
   } else if (auto p = std::get_if<std::vector<int64_t>*>(&field)) {
-    for (size_t i = 0; i < (*p)->size(); ++i) {
-      if (!in_range(static_cast<double>((**p)[i]), spec.range)) {
-        throw InputError(at + ": entry " + std::to_string(i) + " is " + std::to_string((**p)[i]) +
-                         "; every entry must be " + range_text(spec.range));
-      }
-    }
+    check_counts(at, **p, spec.range);
   }
 }
 

@@ -13,8 +13,15 @@
 
 namespace pt::deck_schema {
 
+// pipeline.partition: a strategy name, or a list of counts (strategy "explicit").
+struct PartitionRef {
+  std::string* strategy;
+  std::vector<int64_t>* counts;
+};
+constexpr const char* kPartitionStrategies = "uniform|time|memory|balanced";
+
 using Field = std::variant<int64_t*, uint64_t*, double*, bool*, std::string*, std::vector<int64_t>*,
-                           std::vector<std::string>*>;
+                           std::vector<std::string>*, PartitionRef>;
 using FieldOf = Field (*)(Deck&);
 
 constexpr double kInf = std::numeric_limits<double>::infinity();

@@ -120,6 +120,20 @@ void read_string_list(const toml::value& v, std::vector<std::string>& out, const
   out = list;
 }
 
+// pipeline.partition: a strategy name (checked with the other choices) or a
+// list of per-stage counts, which makes the strategy "explicit".
+void read_partition(const toml::value& v, const PartitionRef& field, const std::string& at) {
+  if (v.is_string()) {
+    *field.strategy = v.as_string().str;
+    field.counts->clear();
+    return;
+  }
+  if (!v.is_array())
+    type_error(at, "a strategy (\"uniform\", \"time\", \"memory\", \"balanced\") or an array of integers", v);
+  read_list(v, *field.counts, at);
+  *field.strategy = field.counts->empty() ? "uniform" : "explicit";
+}
+
 // Stores `v` in `field`, checking its TOML type; `at` prefixes messages.
 void read_field(const toml::value& v, const Field& field, const std::string& at) {
   if (auto p = std::get_if<int64_t*>(&field)) {
@@ -146,6 +160,8 @@ void read_field(const toml::value& v, const Field& field, const std::string& at)
     **p = v.as_string().str;
   } else if (auto p = std::get_if<std::vector<std::string>*>(&field)) {
     read_string_list(v, **p, at);
+  } else if (auto p = std::get_if<PartitionRef>(&field)) {
+    read_partition(v, *p, at);
   } else {
     read_list(v, *std::get<std::vector<int64_t>*>(field), at);
   }

@@ -76,12 +76,17 @@ struct PipelineConfig {
   int64_t micro_batches = 4;       // N
   std::string schedule = "1f1b";   // "gpipe" | "1f1b" | "file"
   std::string schedule_file;       // with schedule = "file"
-  std::vector<int64_t> partition;  // per-stage unit counts; empty = uniform
+  // How partition units are split between stages (docs/planner.md):
+  // "uniform" (by count), "time" (slowest stage fastest), "memory" (largest
+  // stage peak smallest), "balanced" (time, with every stage's peak within
+  // memory_budget_mb), or "explicit" when the deck gives a list of counts.
+  std::string partition_strategy = "uniform";
+  std::vector<int64_t> partition;  // explicit per-stage unit counts; empty unless "explicit"
   double timeout_s = 120.0;        // a wait longer than this aborts the job
   // Activation recomputation: "none" | "selective" | "every:K" | "full" | "auto"
   std::string recompute = "none";
   std::vector<std::string> recompute_stages;  // per-stage override; empty = recompute
-  double memory_budget_mb = 0.0;   // per-stage budget for "auto"; 0 = none
+  double memory_budget_mb = 0.0;   // per-stage budget for recompute "auto" and partition "balanced"; 0 = none
   // Activation/gradient exchange. CPU: "auto" (= "mpi") | "mpi" | "nccl_model"
   // (MPI with NCCL's semantics); CUDA: "auto" | "nccl" | "mpi_staged".
   std::string transport = "auto";
