@@ -93,29 +93,37 @@ Action send_for(const Action& a) {
   return make(a.stage, a.kind == ActionKind::F ? ActionKind::SEND_F : ActionKind::SEND_B, a.mb);
 }
 
-int index_of_forward(const std::vector<Action>& compute, int mb) {
+// Position of each micro-batch's F in the compute order (-1 when absent),
+// so that placing every receive stays linear in the number of actions.
+std::vector<int> forward_positions(const std::vector<Action>& compute, int num_micro_batches) {
+  std::vector<int> position(static_cast<size_t>(num_micro_batches), -1);
   for (size_t i = 0; i < compute.size(); ++i) {
-    if (compute[i].kind == ActionKind::F && compute[i].mb == mb) return static_cast<int>(i);
+    if (compute[i].kind == ActionKind::F) position[compute[i].mb] = static_cast<int>(i);
   }
-  PT_FAIL("no forward of micro-batch " + std::to_string(mb) + " in the compute order");
+  return position;
 }
 
 // Index of the compute action before which the receive for compute[i] is
 // posted (see the placement rule at the top of this file).
-int receive_slot(const std::vector<Action>& compute, int i) {
+int receive_slot(const std::vector<Action>& compute, const std::vector<int>& forward_at, int i) {
   int slot = std::max(i - 1, 0);
   if (compute[i].kind == ActionKind::B) {
-    slot = std::max(slot, index_of_forward(compute, compute[i].mb) + 1);
+    const int forward = forward_at[compute[i].mb];
+    PT_CHECK(forward >= 0, "no forward of micro-batch " + std::to_string(compute[i].mb) +
+                               " in the compute order");
+    slot = std::max(slot, forward + 1);
   }
   return slot;
 }
 
-std::vector<Action> add_communication(const std::vector<Action>& compute, int num_stages) {
+std::vector<Action> add_communication(const std::vector<Action>& compute, int num_stages,
+                                      int num_micro_batches) {
   int n = static_cast<int>(compute.size());
+  const std::vector<int> forward_at = forward_positions(compute, num_micro_batches);
   std::vector<std::vector<Action>> receives_before(n);
   for (int i = 0; i < n; ++i) {
     if (needs_receive(compute[i], num_stages)) {
-      receives_before[receive_slot(compute, i)].push_back(receive_for(compute[i]));
+      receives_before[receive_slot(compute, forward_at, i)].push_back(receive_for(compute[i]));
     }
   }
   std::vector<Action> actions;
@@ -142,7 +150,8 @@ Schedule generate_gpipe(int num_stages, int num_micro_batches) {
   check_sizes("gpipe", num_stages, num_micro_batches);
   Schedule s = empty_schedule("gpipe", num_stages, num_micro_batches);
   for (int stage = 0; stage < num_stages; ++stage) {
-    s.ranks.push_back(add_communication(gpipe_compute(stage, num_micro_batches), num_stages));
+    s.ranks.push_back(add_communication(gpipe_compute(stage, num_micro_batches), num_stages,
+                                           num_micro_batches));
   }
   return s;
 }
@@ -152,7 +161,7 @@ Schedule generate_1f1b(int num_stages, int num_micro_batches) {
   Schedule s = empty_schedule("1f1b", num_stages, num_micro_batches);
   for (int stage = 0; stage < num_stages; ++stage) {
     std::vector<Action> compute = one_f_one_b_compute(stage, num_stages, num_micro_batches);
-    s.ranks.push_back(add_communication(compute, num_stages));
+    s.ranks.push_back(add_communication(compute, num_stages, num_micro_batches));
   }
   return s;
 }
