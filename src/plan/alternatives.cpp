@@ -11,6 +11,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <ctime>
 #include <limits>
 
 #include "pipetrain/base/error.hpp"
@@ -26,6 +27,10 @@ using Clock = std::chrono::steady_clock;
 
 double seconds_since(Clock::time_point start) {
   return std::chrono::duration<double>(Clock::now() - start).count();
+}
+
+double cpu_seconds_since(std::clock_t start) {
+  return static_cast<double>(std::clock() - start) / CLOCKS_PER_SEC;
 }
 
 std::vector<int> micro_batch_counts(const PlanRequest& request) {
@@ -131,14 +136,18 @@ PlanTable rank_plans(const ProfileForMicroBatch& profile_for, const std::vector<
     table.device = profile.backend;
     for (const std::string& name : request.schedules) {
       const Clock::time_point generation_start = Clock::now();
+      const std::clock_t generation_cpu = std::clock();
       const Schedule schedule = generate_schedule(name, request.num_stages, n);
       const std::vector<int> in_flight = schedule_in_flight(schedule);
       const double generation_s = seconds_since(generation_start);
+      const double generation_cpu_s = cpu_seconds_since(generation_cpu);
       for (const std::string& recompute : request.recompute)
         for (PartitionObjective objective : request.partitions) {
           const Clock::time_point start = Clock::now();
+          const std::clock_t cpu_start = std::clock();
           PlanRow row = plan_point(profile, schedule, in_flight, links, recompute, objective, request);
           row.plan_s = generation_s + seconds_since(start);
+          row.plan_cpu_s = generation_cpu_s + cpu_seconds_since(cpu_start);
           table.rows.push_back(std::move(row));
         }
     }

@@ -2,10 +2,12 @@
 // (semantics in include/pipetrain/plan/simulate.hpp).
 //
 // Each rank runs its list until an F or B needs data whose time is not known
-// yet; it then registers as the one waiter of that data and stops. Whoever
-// produces the data (a send post, or a compute on the same rank) puts the
-// waiter back on the run stack. Every action is handled once, so a step
-// costs O(actions); a stack that empties with actions left is a deadlock.
+// yet; it then records what it waits for and stops. Whoever produces the
+// data (a send post, or a compute on the same rank) puts the waiting rank
+// back on the run stack. Every action is handled once, so a step costs
+// O(actions); a stack that empties with actions left is a deadlock. The
+// times of a (stage, micro-batch) sit side by side, since a step touches
+// them together (at 1024 stages the step is bound by memory latency).
 #include "pipetrain/plan/simulate.hpp"
 
 #include <algorithm>
@@ -18,6 +20,7 @@ namespace pt {
 namespace {
 
 constexpr double kNotYet = -1.0;
+constexpr size_t kNothing = static_cast<size_t>(-1);
 
 bool is_send(ActionKind k) { return k == ActionKind::SEND_F || k == ActionKind::SEND_B; }
 bool is_recv(ActionKind k) { return k == ActionKind::RECV_F || k == ActionKind::RECV_B; }
@@ -52,7 +55,8 @@ class StepSimulation {
  public:
   StepSimulation(const Schedule& s, const SimulationInput& in)
       : s_(s), in_(in), p_(s.num_stages), n_(s.num_micro_batches),
-        done_(4 * slots(), kNotYet), waiter_(4 * slots(), -1), recv_posted_(2 * slots(), 0),
+        times_(4 * slots(), kNotYet), recv_posted_(2 * slots(), 0),
+        waiting_for_(s.num_ranks, kNothing),
         pc_(s.num_ranks, 0), clock_(s.num_ranks, 0.0), busy_(s.num_ranks, 0.0),
         span_(s.num_ranks, 0.0), in_flight_(p_, 0), result_() {
     result_.peak_in_flight.assign(p_, 0);
@@ -61,6 +65,8 @@ class StepSimulation {
   }
 
   SimulationResult run() {
+    for (int r = 0; r < s_.num_ranks; ++r)
+      for (const Action& a : s_.ranks[r]) check_action(r, a);
     for (int r = s_.num_ranks - 1; r >= 0; --r) runnable_.push_back(r);
     while (!runnable_.empty()) {
       const int r = runnable_.back();
@@ -75,15 +81,24 @@ class StepSimulation {
 
  private:
   size_t slots() const { return static_cast<size_t>(p_) * static_cast<size_t>(n_); }
-  // F, B (end times), SEND_F, SEND_B (post times).
+  size_t pair(int stage, int mb) const {
+    return static_cast<size_t>(stage) * static_cast<size_t>(n_) + static_cast<size_t>(mb);
+  }
+  // times_[key]: end of F / B, post of SEND_F / SEND_B.
   size_t key(ActionKind kind, int stage, int mb) const {
     const size_t k = kind == ActionKind::F ? 0 : kind == ActionKind::B ? 1
                      : kind == ActionKind::SEND_F ? 2 : 3;
-    return (k * static_cast<size_t>(p_) + static_cast<size_t>(stage)) * n_ + static_cast<size_t>(mb);
+    return pair(stage, mb) * 4 + k;
   }
-  size_t recv_key(const Action& a) const {
-    const size_t k = a.kind == ActionKind::RECV_F ? 0 : 1;
-    return (k * static_cast<size_t>(p_) + static_cast<size_t>(a.stage)) * n_ + static_cast<size_t>(a.mb);
+  double done(ActionKind kind, int stage, int mb) const { return times_[key(kind, stage, mb)]; }
+  char& recv_posted(const Action& recv) {
+    return recv_posted_[pair(recv.stage, recv.mb) * 2 + (recv.kind == ActionKind::RECV_F ? 0 : 1)];
+  }
+  // The rank that may wait for `a` (F or SEND_F: the next stage's; B or SEND_B: the previous's).
+  int consumer_rank(const Action& a) const {
+    const bool forward = a.kind == ActionKind::F || a.kind == ActionKind::SEND_F;
+    const int stage = forward ? a.stage + 1 : a.stage - 1;
+    return stage < 0 || stage >= p_ ? -1 : stage_rank(s_, stage);
   }
   const LinkCost& link(int lower_stage) const {
     return in_.links.size() == 1 ? in_.links[0] : in_.links[static_cast<size_t>(lower_stage)];
@@ -130,24 +145,27 @@ class StepSimulation {
     if (remote) {
       const Action recv = make(a.stage, a.kind == ActionKind::F ? ActionKind::RECV_F
                                                                 : ActionKind::RECV_B, a.mb);
-      if (!recv_posted_[recv_key(recv)])
+      if (!recv_posted(recv))
         reject(s_, to_string(a) + " on rank " + std::to_string(rank) + " runs before its " +
                        to_string(recv) + " was posted");
     }
     const size_t k = key(producer.kind, producer.stage, producer.mb);
-    if (done_[k] == kNotYet) {
-      waiter_[k] = rank;
+    if (times_[k] == kNotYet) {
+      waiting_for_[rank] = k;
       return kNotYet;
     }
-    return remote ? done_[k] + send_time(producer) : done_[k];
+    return remote ? times_[k] + send_time(producer) : times_[k];
   }
 
   void set_done(const Action& a, double time) {
     const size_t k = key(a.kind, a.stage, a.mb);
-    if (done_[k] != kNotYet) reject(s_, to_string(a) + " appears more than once");
-    done_[k] = time;
-    if (waiter_[k] >= 0) runnable_.push_back(waiter_[k]);
-    waiter_[k] = -1;
+    if (times_[k] != kNotYet) reject(s_, to_string(a) + " appears more than once");
+    times_[k] = time;
+    const int consumer = consumer_rank(a);
+    if (consumer >= 0 && waiting_for_[consumer] == k) {
+      waiting_for_[consumer] = kNothing;
+      runnable_.push_back(consumer);
+    }
   }
 
   void record(int rank, const Action& a, double start, double end) {
@@ -162,7 +180,7 @@ class StepSimulation {
 
   // Runs compute action `a` on `rank`; false when it must wait.
   bool compute(int rank, const Action& a) {
-    if (a.kind == ActionKind::B && done_[key(ActionKind::F, a.stage, a.mb)] == kNotYet)
+    if (a.kind == ActionKind::B && done(ActionKind::F, a.stage, a.mb) == kNotYet)
       reject(s_, to_string(a) + " on rank " + std::to_string(rank) + " runs before its F");
     const double ready = input_ready(rank, a);
     if (ready == kNotYet) return false;
@@ -186,7 +204,7 @@ class StepSimulation {
 
   void post_send(int rank, const Action& a) {
     const ActionKind made_by = a.kind == ActionKind::SEND_F ? ActionKind::F : ActionKind::B;
-    if (done_[key(made_by, a.stage, a.mb)] == kNotYet)
+    if (done(made_by, a.stage, a.mb) == kNotYet)
       reject(s_, to_string(a) + " on rank " + std::to_string(rank) + " is posted before its " +
                      kind_name(made_by));
     const double post = clock_[rank];
@@ -197,7 +215,7 @@ class StepSimulation {
   }
 
   void post_recv(int rank, const Action& a) {
-    char& posted = recv_posted_[recv_key(a)];
+    char& posted = recv_posted(a);
     if (posted) reject(s_, to_string(a) + " appears more than once");
     posted = 1;
     record(rank, a, clock_[rank], clock_[rank]);
@@ -207,7 +225,6 @@ class StepSimulation {
     const std::vector<Action>& list = s_.ranks[rank];
     while (pc_[rank] < static_cast<int>(list.size())) {
       const Action& a = list[pc_[rank]];
-      check_action(rank, a);
       if (a.kind == ActionKind::F || a.kind == ActionKind::B) {
         if (!compute(rank, a)) return;
       } else if (is_send(a.kind)) {
@@ -234,9 +251,9 @@ class StepSimulation {
     if (!stuck.empty()) reject(s_, "it deadlocks" + stuck);
     for (int st = 0; st < p_; ++st)
       for (int mb = 0; mb < n_; ++mb) {
-        if (done_[key(ActionKind::F, st, mb)] == kNotYet)
+        if (done(ActionKind::F, st, mb) == kNotYet)
           reject(s_, "no rank runs " + to_string(make(st, ActionKind::F, mb)));
-        if (!s_.forward_only && done_[key(ActionKind::B, st, mb)] == kNotYet)
+        if (!s_.forward_only && done(ActionKind::B, st, mb) == kNotYet)
           reject(s_, "no rank runs " + to_string(make(st, ActionKind::B, mb)));
       }
   }
@@ -249,7 +266,7 @@ class StepSimulation {
         const bool forward = e.action.kind == ActionKind::RECV_F;
         const Action send = make(forward ? e.action.stage - 1 : e.action.stage + 1,
                                  forward ? ActionKind::SEND_F : ActionKind::SEND_B, e.action.mb);
-        const double posted = done_[key(send.kind, send.stage, send.mb)];
+        const double posted = done(send.kind, send.stage, send.mb);
         e.end_s = posted == kNotYet ? e.start_s : std::max(e.start_s, posted + send_time(send));
       }
   }
@@ -276,9 +293,9 @@ class StepSimulation {
   const Schedule& s_;
   const SimulationInput& in_;
   int p_, n_;
-  std::vector<double> done_;      // key -> end of F/B, post of SEND_*; kNotYet
-  std::vector<int> waiter_;       // key -> the rank waiting for it, or -1
-  std::vector<char> recv_posted_;  // RECV_F, RECV_B posted
+  std::vector<double> times_;      // key(): end of F/B, post of SEND_*; kNotYet
+  std::vector<char> recv_posted_;  // (stage, micro-batch, RECV_F | RECV_B) posted
+  std::vector<size_t> waiting_for_;  // per rank: the key it waits for, or kNothing
   std::vector<int> pc_;
   std::vector<double> clock_, busy_, span_;
   std::vector<int> in_flight_;

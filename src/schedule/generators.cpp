@@ -116,19 +116,42 @@ int receive_slot(const std::vector<Action>& compute, const std::vector<int>& for
   return slot;
 }
 
+// Receives grouped by the compute action they are posted before, in the
+// order of their consumers (a counting sort: first[i] .. first[i + 1] - 1
+// index the receives posted before compute[i]).
+struct ReceivePlan {
+  std::vector<int> first;
+  std::vector<Action> receives;
+};
+
+ReceivePlan place_receives(const std::vector<Action>& compute, int num_stages,
+                           int num_micro_batches) {
+  const int n = static_cast<int>(compute.size());
+  const std::vector<int> forward_at = forward_positions(compute, num_micro_batches);
+  std::vector<int> slot_of(n, -1);
+  ReceivePlan plan;
+  plan.first.assign(n + 1, 0);
+  for (int i = 0; i < n; ++i) {
+    if (!needs_receive(compute[i], num_stages)) continue;
+    slot_of[i] = receive_slot(compute, forward_at, i);
+    ++plan.first[slot_of[i] + 1];
+  }
+  for (int i = 0; i < n; ++i) plan.first[i + 1] += plan.first[i];
+  plan.receives.resize(plan.first[n]);
+  std::vector<int> next(plan.first.begin(), plan.first.end() - 1);
+  for (int i = 0; i < n; ++i)
+    if (slot_of[i] >= 0) plan.receives[next[slot_of[i]]++] = receive_for(compute[i]);
+  return plan;
+}
+
 std::vector<Action> add_communication(const std::vector<Action>& compute, int num_stages,
                                       int num_micro_batches) {
-  int n = static_cast<int>(compute.size());
-  const std::vector<int> forward_at = forward_positions(compute, num_micro_batches);
-  std::vector<std::vector<Action>> receives_before(n);
-  for (int i = 0; i < n; ++i) {
-    if (needs_receive(compute[i], num_stages)) {
-      receives_before[receive_slot(compute, forward_at, i)].push_back(receive_for(compute[i]));
-    }
-  }
+  const int n = static_cast<int>(compute.size());
+  const ReceivePlan plan = place_receives(compute, num_stages, num_micro_batches);
   std::vector<Action> actions;
+  actions.reserve(2 * compute.size() + plan.receives.size());
   for (int i = 0; i < n; ++i) {
-    for (const Action& recv : receives_before[i]) actions.push_back(recv);
+    for (int r = plan.first[i]; r < plan.first[i + 1]; ++r) actions.push_back(plan.receives[r]);
     actions.push_back(compute[i]);
     if (needs_send(compute[i], num_stages)) actions.push_back(send_for(compute[i]));
   }

@@ -44,7 +44,8 @@ struct PlanRow {
   int largest_stage = 0;
   bool fits = false;   // every stage peak within the budget
   std::string note;    // why it does not fit, or why no partition was found
-  double plan_s = 0.0;  // wall time to plan this point (schedule generation included)
+  double plan_s = 0.0;      // wall time to plan this point (schedule generation included)
+  double plan_cpu_s = 0.0;  // the same in process CPU time (what a loaded machine does not inflate)
 };
 
 struct PlanTable {
