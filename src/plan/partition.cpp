@@ -158,8 +158,8 @@ std::string uniform_reason(const std::vector<int64_t>& counts) {
   for (int64_t c : counts) total += c;
   std::string text = "uniform: " + std::to_string(total) + " units over " + std::to_string(p) +
                      " stages, " + std::to_string(total / p) + " each";
-  if (total % p != 0)
-    text += ", the first " + std::to_string(total % p) + " stages one more";
+  if (total % p == 1) text += ", the first stage one more";
+  if (total % p > 1) text += ", the first " + std::to_string(total % p) + " stages one more";
   return text;
 }
 
