@@ -165,9 +165,11 @@ PlanTable plan_alternatives(const GptSpec& gpt, const DeviceSpec& device, PlanRe
 }
 
 std::string format_plan_table(const PlanTable& table, size_t max_rows) {
+  char budget[64];
+  std::snprintf(budget, sizeof budget, "%.4g GB (%s)", table.memory_budget_bytes / 1e9,
+                plan_text::gib(table.memory_budget_bytes).c_str());
   std::string out = table.model + " on " + std::to_string(table.num_stages) + " x " +
-                    table.device + ", memory budget " + plan_text::gib(table.memory_budget_bytes) +
-                    " per stage\n";
+                    table.device + ", memory budget " + budget + " per stage\n";
   out += "rank  sched      N    mb  recompute partition  step (s)  samples/s bubble       peak  fits plan (s)\n";
   for (size_t i = 0; i < table.rows.size() && i < max_rows; ++i) out += row_text(table.rows[i], i) + "\n";
   if (table.rows.size() > max_rows)

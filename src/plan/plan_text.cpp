@@ -9,10 +9,19 @@ namespace plan_text {
 
 namespace {
 
+constexpr size_t kShortestRun = 3;
+
 template <typename T>
 std::string list_of(const std::vector<T>& values) {
   std::string text = "[";
-  for (size_t i = 0; i < values.size(); ++i) text += (i ? ", " : "") + std::to_string(values[i]);
+  for (size_t i = 0; i < values.size();) {
+    size_t run = 1;
+    while (i + run < values.size() && values[i + run] == values[i]) ++run;
+    if (run < kShortestRun) run = 1;
+    text += (i ? ", " : "") + std::to_string(values[i]);
+    if (run >= kShortestRun) text += " x" + std::to_string(run);
+    i += run;
+  }
   return text + "]";
 }
 
