@@ -329,6 +329,7 @@ TEST(PartitionSolver, InfeasibleBudgetGivesTheNumbers) {
   EXPECT_THAT(msg, HasSubstr("in flight [2, 1]"));
   EXPECT_EQ(input_error_of([&] { pt::brute_force_partition(p, PartitionObjective::Balanced, setup); }),
             msg);
+  EXPECT_THROW(pt::solve_partition(p, PartitionObjective::Balanced, setup), pt::MemoryBudgetError);
   // The memory objective with the same budget fails the same way; at 240 both fit.
   EXPECT_EQ(input_error_of([&] { pt::solve_partition(p, PartitionObjective::Memory, setup); }), msg);
   setup.memory_budget_bytes = 240.0;
@@ -365,6 +366,14 @@ TEST(PartitionSolver, BadSetupsAreInputErrors) {
                 pt::evaluate_partition(p, {4, 0}, PartitionSetup{2, {1, 1}, {policy("none")}, 0});
               }),
               HasSubstr("one count >= 1 per stage"));
+  // Setup errors are plain input errors, not budget errors.
+  try {
+    pt::solve_partition(p, PartitionObjective::Balanced, PartitionSetup{5, {1, 1, 1, 1, 1}, {policy("none")}, 1.0});
+    ADD_FAILURE() << "no InputError";
+  } catch (const pt::MemoryBudgetError&) {
+    ADD_FAILURE() << "a setup error reported as a budget error";
+  } catch (const InputError&) {
+  }
 }
 
 // uniform_counts reproduces the runtime's rule (model.cpp's partition_units).
@@ -378,6 +387,8 @@ TEST(PartitionSolver, UniformMatchesTheRuntimeRule) {
   const PartitionResult r = pt::solve_partition(
       p, PartitionObjective::Uniform, PartitionSetup{3, {1, 1, 1}, {policy("none")}, 0});
   EXPECT_EQ(r.units_per_stage, (std::vector<int64_t>{2, 1, 1}));
+  EXPECT_THAT(pt::evaluate_partition(p, {1, 1, 2}, PartitionSetup{3, {1, 1, 1}, {policy("none")}, 0}).reason,
+              HasSubstr("given [1, 1, 2]: slowest stage 2 at 21 s per micro-batch"));
   EXPECT_THAT(r.reason, HasSubstr("uniform: 4 units over 3 stages, 1 each, the first stage one more"));
 }
 

@@ -78,8 +78,7 @@ PlanRow plan_point(const ModelProfile& profile, const Schedule& schedule,
   PartitionResult part;
   try {
     part = solve_partition(profile, objective, setup);
-  } catch (const InputError& e) {
-    if (objective != PartitionObjective::Balanced) throw;
+  } catch (const MemoryBudgetError& e) {
     row.step_time_s = std::numeric_limits<double>::infinity();
     row.note = e.what();
     return row;

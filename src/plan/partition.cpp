@@ -46,8 +46,10 @@ void check_setup(const UnitLayout& layout, PartitionObjective objective,
     throw InputError("partition setup: " + std::to_string(setup.recompute.size()) +
                      " recompute policies for " + std::to_string(p) +
                      " stages; give one, or one per stage");
-  if (setup.memory_budget_bytes < 0.0 ||
-      (objective == PartitionObjective::Balanced && !(setup.memory_budget_bytes > 0.0)))
+  if (!(setup.memory_budget_bytes >= 0.0))
+    throw InputError("partition setup: the memory budget must be >= 0 bytes (got " +
+                     plan_text::number(setup.memory_budget_bytes) + ")");
+  if (objective == PartitionObjective::Balanced && !(setup.memory_budget_bytes > 0.0))
     throw InputError("the balanced partition needs a memory budget > 0 bytes (got " +
                      plan_text::number(setup.memory_budget_bytes) + ")");
 }
@@ -206,14 +208,13 @@ PartitionResult evaluate_checked(const ModelProfile& profile, const std::vector<
       r.largest_stage = static_cast<int>(s);
     }
   }
-  r.reason = reason_for(r, setup);
   return r;
 }
 
 [[noreturn]] void budget_unmet(const PartitionResult& frugal, const PartitionSetup& setup) {
   std::string policies;
   for (const PlanRecompute& p : setup.recompute) policies += (policies.empty() ? "" : ", ") + p.name();
-  throw InputError(
+  throw MemoryBudgetError(
       "memory budget " + plan_text::bytes(setup.memory_budget_bytes) +
       " is below the smallest achievable largest stage peak " +
       plan_text::bytes(frugal.max_peak_bytes) + ", on stage " +
@@ -270,7 +271,9 @@ PartitionResult evaluate_partition(const ModelProfile& profile,
   PartitionSetup sized = setup;
   sized.num_stages = static_cast<int>(units_per_stage.size());
   check_setup(unit_layout(profile), PartitionObjective::Uniform, sized);
-  return evaluate_checked(profile, units_per_stage, sized, objective);
+  PartitionResult r = evaluate_checked(profile, units_per_stage, sized, objective);
+  r.reason = "given " + plan_text::list(units_per_stage) + ": " + stage_summary(r);
+  return r;
 }
 
 double objective_value(const PartitionResult& r, PartitionObjective objective,
@@ -291,7 +294,10 @@ PartitionResult solve_partition(const ModelProfile& profile, PartitionObjective 
           : Solver(profile, objective, setup).solve();
   PartitionResult r;
   r.objective = objective;
-  if (!counts.empty()) r = evaluate_checked(profile, counts, setup, objective);
+  if (!counts.empty()) {
+    r = evaluate_checked(profile, counts, setup, objective);
+    r.reason = reason_for(r, setup);
+  }
   check_budget(r, setup, [&] {
     return solve_partition(profile, PartitionObjective::Memory,
                            PartitionSetup{setup.num_stages, setup.in_flight, setup.recompute, 0.0});
@@ -337,6 +343,8 @@ PartitionResult brute_force_partition(const ModelProfile& profile, PartitionObje
                          best = r;
                        }
                      });
+  if (!best.units_per_stage.empty())
+    best.reason = reason_for(best, setup) + " (best of all partitions by enumeration)";
   check_budget(best, setup, [&] {
     return brute_force_partition(profile, PartitionObjective::Memory,
                                  PartitionSetup{setup.num_stages, setup.in_flight,

@@ -24,12 +24,21 @@
 #include <string>
 #include <vector>
 
+#include "pipetrain/base/error.hpp"
 #include "pipetrain/plan/cost.hpp"
 #include "pipetrain/plan/stage_cost.hpp"
 
 namespace pt {
 
 enum class PartitionObjective { Uniform, Time, Memory, Balanced };
+
+// No partition meets the memory budget (an InputError whose message gives
+// the numbers); a separate type so that planners can mark such plans
+// infeasible and still stop on other input errors.
+class MemoryBudgetError : public InputError {
+ public:
+  using InputError::InputError;
+};
 
 const char* objective_name(PartitionObjective objective);  // "uniform", ...
 // "uniform" | "time" | "memory" | "balanced"; else InputError.
@@ -61,8 +70,9 @@ struct PartitionResult {
 
 // The optimum for `objective`. InputError: fewer partitionable units than
 // stages, setup vectors of the wrong length, a balanced objective without a
-// budget, or a budget no partition meets (the message gives the smallest
-// achievable largest stage peak, its stage and the budget).
+// budget. MemoryBudgetError: a budget no partition meets (balanced, or
+// memory with a budget); the message gives the smallest achievable largest
+// stage peak, its stage, the memory-optimal partition and the budget.
 PartitionResult solve_partition(const ModelProfile& profile, PartitionObjective objective,
                                 const PartitionSetup& setup);
 
