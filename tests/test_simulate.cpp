@@ -239,6 +239,8 @@ TEST(Simulator, DeadlocksAndBadInputsAreInputErrors) {
   EXPECT_THAT(simulation_error(twice, in), HasSubstr("0F0 appears more than once"));
   EXPECT_THAT(simulation_error(pt::generate_gpipe(2, 1), {{stage(1, 2)}, {latency(0.5)}, 0.0, 0, true}),
               HasSubstr("1 stage costs given"));
+  EXPECT_THAT(simulation_error(pt::generate_gpipe(2, 1), {{stage(1, 2), stage(-1, 2)}, {latency(0.5)}, 0.0, 0, true}),
+              HasSubstr("stage 1 has a negative (or NaN) time"));
   // One stage, micro-batch 1 never runs backward.
   const Schedule missing = pt::parse_schedule("0F0 0B0 0F1\n", "missing", 1, 2);
   EXPECT_THAT(simulation_error(missing, {{stage(1, 2)}, {latency(0.5)}, 0.0, 0, true}),

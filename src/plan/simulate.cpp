@@ -45,6 +45,14 @@ void check_input(const Schedule& s, const SimulationInput& in) {
     reject(s, "the schedule's sizes do not match its rank lists");
   if (static_cast<int>(in.stages.size()) != s.num_stages)
     reject(s, std::to_string(in.stages.size()) + " stage costs given");
+  for (size_t st = 0; st < in.stages.size(); ++st) {
+    const StageCost& c = in.stages[st];
+    if (!(c.forward_s >= 0.0 && c.backward_s >= 0.0 && c.optimizer_s >= 0.0))
+      reject(s, "stage " + std::to_string(st) + " has a negative (or NaN) time");
+  }
+  for (const LinkCost& link : in.links)
+    if (!(link.latency_s >= 0.0 && link.bandwidth_bytes_per_s >= 0.0))
+      reject(s, "a link has a negative (or NaN) latency or bandwidth");
   const size_t links = in.links.size();
   if (links != 1 && static_cast<int>(links) != s.num_stages - 1 && !(links == 0 && s.num_stages == 1))
     reject(s, std::to_string(links) + " link costs given; expected 1 or " +
