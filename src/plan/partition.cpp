@@ -65,7 +65,7 @@ class Solver {
   std::vector<int64_t> solve() {
     std::vector<double> prev(units_ + 1, kInfinity), next(units_ + 1, kInfinity);
     choice_.assign(static_cast<size_t>(stages_) * (units_ + 1), -1);
-    for (size_t e = 1; e <= last_end(0); ++e) prev[e] = value(0, 0, e);
+    for (size_t e = first_end(0); e <= last_end(0); ++e) prev[e] = value(0, 0, e);
     for (int s = 1; s < stages_; ++s) {
       std::fill(next.begin(), next.end(), kInfinity);
       for (size_t e = first_end(s); e <= last_end(s); ++e) next[e] = best_start(s, e, prev);
@@ -76,7 +76,8 @@ class Solver {
   }
 
  private:
-  size_t first_end(int s) const { return static_cast<size_t>(s) + 1; }
+  // Only the last unit ends the last stage.
+  size_t first_end(int s) const { return s == stages_ - 1 ? units_ : static_cast<size_t>(s) + 1; }
   // Later stages need one unit each; the last stage ends at the last unit.
   size_t last_end(int s) const {
     return s == stages_ - 1 ? units_ : units_ - static_cast<size_t>(stages_ - 1 - s);
