@@ -93,34 +93,65 @@ Action send_for(const Action& a) {
   return make(a.stage, a.kind == ActionKind::F ? ActionKind::SEND_F : ActionKind::SEND_B, a.mb);
 }
 
-int index_of_forward(const std::vector<Action>& compute, int mb) {
+// Position of each micro-batch's F in the compute order (-1 when absent),
+// so that placing every receive stays linear in the number of actions.
+std::vector<int> forward_positions(const std::vector<Action>& compute, int num_micro_batches) {
+  std::vector<int> position(static_cast<size_t>(num_micro_batches), -1);
   for (size_t i = 0; i < compute.size(); ++i) {
-    if (compute[i].kind == ActionKind::F && compute[i].mb == mb) return static_cast<int>(i);
+    if (compute[i].kind == ActionKind::F) position[compute[i].mb] = static_cast<int>(i);
   }
-  PT_FAIL("no forward of micro-batch " + std::to_string(mb) + " in the compute order");
+  return position;
 }
 
 // Index of the compute action before which the receive for compute[i] is
 // posted (see the placement rule at the top of this file).
-int receive_slot(const std::vector<Action>& compute, int i) {
+int receive_slot(const std::vector<Action>& compute, const std::vector<int>& forward_at, int i) {
   int slot = std::max(i - 1, 0);
   if (compute[i].kind == ActionKind::B) {
-    slot = std::max(slot, index_of_forward(compute, compute[i].mb) + 1);
+    const int forward = forward_at[compute[i].mb];
+    PT_CHECK(forward >= 0, "no forward of micro-batch " + std::to_string(compute[i].mb) +
+                               " in the compute order");
+    slot = std::max(slot, forward + 1);
   }
   return slot;
 }
 
-std::vector<Action> add_communication(const std::vector<Action>& compute, int num_stages) {
-  int n = static_cast<int>(compute.size());
-  std::vector<std::vector<Action>> receives_before(n);
+// Receives grouped by the compute action they are posted before, in the
+// order of their consumers (a counting sort: first[i] .. first[i + 1] - 1
+// index the receives posted before compute[i]).
+struct ReceivePlan {
+  std::vector<int> first;
+  std::vector<Action> receives;
+};
+
+ReceivePlan place_receives(const std::vector<Action>& compute, int num_stages,
+                           int num_micro_batches) {
+  const int n = static_cast<int>(compute.size());
+  const std::vector<int> forward_at = forward_positions(compute, num_micro_batches);
+  std::vector<int> slot_of(n, -1);
+  ReceivePlan plan;
+  plan.first.assign(n + 1, 0);
   for (int i = 0; i < n; ++i) {
-    if (needs_receive(compute[i], num_stages)) {
-      receives_before[receive_slot(compute, i)].push_back(receive_for(compute[i]));
-    }
+    if (!needs_receive(compute[i], num_stages)) continue;
+    slot_of[i] = receive_slot(compute, forward_at, i);
+    ++plan.first[slot_of[i] + 1];
   }
+  for (int i = 0; i < n; ++i) plan.first[i + 1] += plan.first[i];
+  plan.receives.resize(plan.first[n]);
+  std::vector<int> next(plan.first.begin(), plan.first.end() - 1);
+  for (int i = 0; i < n; ++i)
+    if (slot_of[i] >= 0) plan.receives[next[slot_of[i]]++] = receive_for(compute[i]);
+  return plan;
+}
+
+std::vector<Action> add_communication(const std::vector<Action>& compute, int num_stages,
+                                      int num_micro_batches) {
+  const int n = static_cast<int>(compute.size());
+  const ReceivePlan plan = place_receives(compute, num_stages, num_micro_batches);
   std::vector<Action> actions;
+  actions.reserve(2 * compute.size() + plan.receives.size());
   for (int i = 0; i < n; ++i) {
-    for (const Action& recv : receives_before[i]) actions.push_back(recv);
+    for (int r = plan.first[i]; r < plan.first[i + 1]; ++r) actions.push_back(plan.receives[r]);
     actions.push_back(compute[i]);
     if (needs_send(compute[i], num_stages)) actions.push_back(send_for(compute[i]));
   }
@@ -142,7 +173,8 @@ Schedule generate_gpipe(int num_stages, int num_micro_batches) {
   check_sizes("gpipe", num_stages, num_micro_batches);
   Schedule s = empty_schedule("gpipe", num_stages, num_micro_batches);
   for (int stage = 0; stage < num_stages; ++stage) {
-    s.ranks.push_back(add_communication(gpipe_compute(stage, num_micro_batches), num_stages));
+    s.ranks.push_back(add_communication(gpipe_compute(stage, num_micro_batches), num_stages,
+                                           num_micro_batches));
   }
   return s;
 }
@@ -152,7 +184,7 @@ Schedule generate_1f1b(int num_stages, int num_micro_batches) {
   Schedule s = empty_schedule("1f1b", num_stages, num_micro_batches);
   for (int stage = 0; stage < num_stages; ++stage) {
     std::vector<Action> compute = one_f_one_b_compute(stage, num_stages, num_micro_batches);
-    s.ranks.push_back(add_communication(compute, num_stages));
+    s.ranks.push_back(add_communication(compute, num_stages, num_micro_batches));
   }
   return s;
 }

@@ -25,6 +25,7 @@ struct UnitCost {
   double forward_s = 0.0;      // forward
   double backward_s = 0.0;     // backward (input and weight gradients)
   double recompute_s = 0.0;    // forward re-run inside backward when recomputed
+  double recompute_selective_s = 0.0;  // what backward re-runs under recompute = selective
   double optimizer_s = 0.0;    // the optimizer step of the unit's parameters (once per batch)
   double forward_flops = 0.0;  // matmul FLOPs of the forward (device descriptions scale by it)
   // Bytes per micro-batch.
@@ -32,6 +33,7 @@ struct UnitCost {
   double output_bytes = 0.0;           // its output: the message when a stage ends here
   double stash_none_bytes = 0.0;       // kept from F to B with recompute = none (input + saved)
   double stash_selective_bytes = 0.0;  // ... with recompute = selective
+  double stash_always_bytes = 0.0;     // part of both kept under every policy (the loss gradient)
   double workspace_bytes = 0.0;        // transient peak above the stash during its F or B
   // Bytes per unit, independent of micro-batches.
   double param_bytes = 0.0;

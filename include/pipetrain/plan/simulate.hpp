@@ -1,0 +1,79 @@
+// simulate.hpp: a discrete-event simulation of one training step of any
+// schedule (generated or hand-written), with the executor's semantics
+// (schedule.hpp, runtime/executor.cpp):
+//   - each rank runs its actions in list order, one at a time;
+//   - posting SEND_* or RECV_* takes no time and never blocks; a message
+//     arrives link.time_s(bytes) after its send was posted (the transfer
+//     starts at the post, whether or not the receive is posted yet), and the
+//     send completes at the same moment;
+//   - F(s, m) starts when the rank is free and its input is there: the data
+//     on stage 0, the arrival of SEND_F(s-1, m), or the end of F(s-1, m) when
+//     stage s-1 lives on the same rank; it lasts stages[s].forward_s;
+//   - B(s, m) likewise waits for SEND_B(s+1, m) (B(s+1, m) on the same rank;
+//     nothing on the last stage, which starts from the loss) and lasts
+//     stages[s].backward_s (recompute included);
+//   - a rank's span ends at its last compute or its last send's completion,
+//     whichever is later (the executor waits for every send at the end).
+// Step time = the longest span + step overhead + the longest optimizer step,
+// as Trainer::train_step runs them (the reductions after the schedule wait
+// for the slowest rank). The bubble is Trainer::measured_bubble's: the mean
+// over ranks of 1 - busy / longest span. Memory: per stage, the bytes at the
+// start of every F and B (base + in flight x stash + that action's
+// transient), maximised over the step.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "pipetrain/plan/cost.hpp"
+#include "pipetrain/plan/stage_cost.hpp"
+#include "pipetrain/schedule/schedule.hpp"
+
+namespace pt {
+
+struct SimulationInput {
+  std::vector<StageCost> stages;  // one per stage of the schedule
+  // The link between stage s and s + 1 (num_stages - 1 entries), or one
+  // entry for every link.
+  std::vector<LinkCost> links;
+  double step_overhead_s = 0.0;  // loss, norm, clip reductions per step
+  int64_t batch_size = 0;        // samples per step, for the throughput
+  bool record_events = true;     // fill SimulationResult::events
+};
+
+// One action on the simulated timeline. F, B: compute. SEND_*: posted at
+// start, completed at end. RECV_*: posted at start; end is the data's
+// arrival (or start, if it had arrived before the post).
+struct SimEvent {
+  Action action;
+  double start_s = 0.0;
+  double end_s = 0.0;
+};
+
+struct SimulationResult {
+  // Per rank (stage s lives on rank s % num_ranks; one stage per rank for
+  // the generated schedules).
+  std::vector<double> busy_s;  // F + B time
+  std::vector<double> span_s;  // 0 to its last compute or send completion
+  std::vector<double> idle_s;  // longest span - busy
+  std::vector<std::vector<SimEvent>> events;  // in list order (record_events)
+  double span_s_max = 0.0;
+  double optimizer_s = 0.0;  // the longest stage optimizer step (stages on a rank add up)
+  double step_time_s = 0.0;
+  double bubble = 0.0;
+  double throughput_samples_per_s = 0.0;  // 0 without a batch size
+  // Per stage.
+  std::vector<int> peak_in_flight;     // micro-batches with F started, B not ended
+  std::vector<double> peak_bytes;
+};
+
+// Throws InputError when the inputs do not fit the schedule, or the
+// schedule deadlocks or misses an action (it names the stuck actions).
+SimulationResult simulate_schedule(const Schedule& schedule, const SimulationInput& input);
+
+// Per stage, the most micro-batches with F done and B not yet, counting each
+// rank's list in order: validate_schedule's peak_in_flight in O(actions),
+// for callers that skip the validator on known-valid generated schedules.
+std::vector<int> schedule_in_flight(const Schedule& schedule);
+
+}  // namespace pt

@@ -1,0 +1,129 @@
+// stage_cost.hpp: what one pipeline stage costs, from the costs of the
+// contiguous range of partition units it holds and its recomputation policy.
+// The partition solver (plan/partition) and the schedule simulator
+// (plan/simulate) both read stage costs from here, so that they agree on
+// every formula (docs/planner.md, "Memory of a stage").
+//
+// Per micro-batch, for the units u of the stage (first unit = index 0):
+//   time      F = sum forward_s;  B = sum backward_s + recompute time, where
+//             recompute time = 0 (none), sum recompute_selective_s
+//             (selective), sum recompute_s (every:K, full)
+//   stash     kept from F to B, per micro-batch in flight:
+//             none       sum stash_none_bytes
+//             selective  sum stash_selective_bytes
+//             every:K    sum input_bytes of units 0, K, 2K, ... + sum stash_always_bytes
+//             full       input_bytes of unit 0 + sum stash_always_bytes
+//   transient above the stash, for the one micro-batch being computed:
+//             F: max workspace_bytes
+//             B: max workspace_bytes + what backward recomputes and holds:
+//                selective  max over units of (stash_none - stash_selective)
+//                every:K    max over the K-unit segments of sum stash_none
+//                full       sum stash_none (the whole stage)
+//   persistent  sum (param_bytes + grad_bytes + optimizer_bytes)
+//   comm        2 x (input message + output message): a receive posted one
+//               compute ahead and a send not yet completed, per direction;
+//               stage 0 has no input message, the last stage no output message
+// Peak bytes = persistent + comm + in_flight x stash + max(F transient, B transient).
+//
+// K of every:K counts partition units. A GPT unit is one layer of the
+// executor (embedding, block, head), so K means what it means at run time; an
+// MLP unit is a Linear with its activation (two executor layers), so the
+// runtime's every:2K is every:K here.
+#pragma once
+
+#include <cstddef>
+#include <string>
+#include <vector>
+
+#include "pipetrain/plan/cost.hpp"
+
+namespace pt {
+
+// A stage's recomputation policy as the planner sees it: the runtime's
+// policies (runtime/recompute) without depending on the runtime.
+struct PlanRecompute {
+  enum class Kind { None, Selective, Every, Full };
+  Kind kind = Kind::None;
+  int every = 1;  // K of every:K
+
+  std::string name() const;  // "none", "selective", "every:3", "full"
+  // "none" | "selective" | "every:K" (K >= 1) | "full"; else InputError.
+  static PlanRecompute parse(const std::string& text);
+};
+
+struct StageCost {
+  // Seconds per micro-batch, and once per step for the optimizer.
+  double forward_s = 0.0;
+  double backward_s = 0.0;   // including recomputation
+  double recompute_s = 0.0;  // the part of backward_s that recomputes
+  double optimizer_s = 0.0;
+  // Bytes per micro-batch of the messages to the neighbours.
+  double input_message_bytes = 0.0;   // activation received, gradient sent (0 on stage 0)
+  double output_message_bytes = 0.0;  // activation sent, gradient received (0 on the last stage)
+  // Memory (see the top of this file).
+  double persistent_bytes = 0.0;
+  double comm_buffer_bytes = 0.0;
+  double stash_bytes = 0.0;  // per micro-batch in flight
+  double forward_transient_bytes = 0.0;
+  double backward_transient_bytes = 0.0;
+
+  double time_per_micro_batch_s() const { return forward_s + backward_s; }
+  double base_bytes() const { return persistent_bytes + comm_buffer_bytes; }
+  double peak_bytes(double in_flight) const;
+};
+
+// Prefix sums and range maxima over a profile's units, so that the cost of
+// any contiguous range is O(1) (O(range / K) for every:K's transient).
+class UnitRanges {
+ public:
+  explicit UnitRanges(const ModelProfile& profile);
+  size_t size() const { return count_; }
+  // Units [first, end) as a stage; `first_stage` / `last_stage` drop the
+  // input / output message.
+  StageCost cost(size_t first, size_t end, bool first_stage, bool last_stage,
+                 const PlanRecompute& policy) const;
+  double time_s(size_t first, size_t end, const PlanRecompute& policy) const;
+  // A lower bound of cost(...).peak_bytes(in_flight) that never decreases as
+  // the range grows at either end (the terms that can shrink are left out).
+  double peak_lower_bound(size_t first, size_t end, const PlanRecompute& policy,
+                          double in_flight) const;
+
+ private:
+  using Prefix = std::vector<double>;  // prefix[i] = sum of the first i units
+  double sum(const Prefix& p, size_t first, size_t end) const { return p[end] - p[first]; }
+  double range_max(const std::vector<std::vector<double>>& table, size_t first,
+                   size_t end) const;
+  double kept_inputs(size_t first, size_t end, int every) const;
+  double segment_peak(size_t first, size_t end, int every) const;
+  double stash_bytes(size_t first, size_t end, const PlanRecompute& policy) const;
+  double recompute_time(size_t first, size_t end, const PlanRecompute& policy) const;
+  double recompute_transient(size_t first, size_t end, const PlanRecompute& policy) const;
+
+  size_t count_ = 0;
+  Prefix forward_, backward_, recompute_, recompute_selective_, optimizer_;
+  Prefix stash_none_, stash_selective_, stash_always_, persistent_;
+  std::vector<double> input_bytes_, output_bytes_;
+  std::vector<std::vector<double>> workspace_max_, selective_drop_max_;  // sparse tables
+};
+
+// Where the partitionable units sit: units [leading, leading + partitionable)
+// of the profile; the `leading` pinned units join the first stage and the
+// `trailing` ones the last.
+struct UnitLayout {
+  size_t leading = 0;
+  size_t partitionable = 0;
+  size_t trailing = 0;
+};
+// Throws InputError when a pinned unit sits between partitionable ones or no
+// unit is partitionable.
+UnitLayout unit_layout(const ModelProfile& profile);
+
+// Per-stage costs of a partition: units_per_stage counts partitionable units
+// (pinned units join the first and last stage); policies has one entry per
+// stage, or one for every stage. Counts that do not cover the partitionable
+// units exactly, or an empty stage, give an InputError.
+std::vector<StageCost> stage_costs(const ModelProfile& profile,
+                                   const std::vector<int64_t>& units_per_stage,
+                                   const std::vector<PlanRecompute>& policies);
+
+}  // namespace pt

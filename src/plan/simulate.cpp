@@ -1,0 +1,332 @@
+// simulate.cpp: the discrete-event simulation of one step of a schedule
+// (semantics in include/pipetrain/plan/simulate.hpp).
+//
+// Each rank runs its list until an F or B needs data whose time is not known
+// yet; it then records what it waits for and stops. Whoever produces the
+// data (a send post, or a compute on the same rank) puts the waiting rank
+// back on the run stack. Every action is handled once, so a step costs
+// O(actions); a stack that empties with actions left is a deadlock. The
+// times of a (stage, micro-batch) sit side by side, since a step touches
+// them together (at 1024 stages the step is bound by memory latency).
+#include "pipetrain/plan/simulate.hpp"
+
+#include <algorithm>
+#include <string>
+
+#include "pipetrain/base/error.hpp"
+
+namespace pt {
+
+namespace {
+
+constexpr double kNotYet = -1.0;
+constexpr size_t kNothing = static_cast<size_t>(-1);
+
+bool is_send(ActionKind k) { return k == ActionKind::SEND_F || k == ActionKind::SEND_B; }
+bool is_recv(ActionKind k) { return k == ActionKind::RECV_F || k == ActionKind::RECV_B; }
+
+Action make(int stage, ActionKind kind, int mb) {
+  Action a;
+  a.stage = stage;
+  a.kind = kind;
+  a.mb = mb;
+  return a;
+}
+
+[[noreturn]] void reject(const Schedule& s, const std::string& problem) {
+  throw InputError("cannot simulate schedule '" + s.name + "' (" + std::to_string(s.num_stages) +
+                   " stages, " + std::to_string(s.num_micro_batches) + " micro-batches, " +
+                   std::to_string(s.num_ranks) + " ranks): " + problem);
+}
+
+void check_input(const Schedule& s, const SimulationInput& in) {
+  if (s.num_stages < 1 || s.num_micro_batches < 1 || s.num_ranks < 1 ||
+      static_cast<int>(s.ranks.size()) != s.num_ranks)
+    reject(s, "the schedule's sizes do not match its rank lists");
+  if (static_cast<int>(in.stages.size()) != s.num_stages)
+    reject(s, std::to_string(in.stages.size()) + " stage costs given");
+  for (size_t st = 0; st < in.stages.size(); ++st) {
+    const StageCost& c = in.stages[st];
+    if (!(c.forward_s >= 0.0 && c.backward_s >= 0.0 && c.optimizer_s >= 0.0))
+      reject(s, "stage " + std::to_string(st) + " has a negative (or NaN) time");
+  }
+  for (const LinkCost& link : in.links)
+    if (!(link.latency_s >= 0.0 && link.bandwidth_bytes_per_s >= 0.0))
+      reject(s, "a link has a negative (or NaN) latency or bandwidth");
+  const size_t links = in.links.size();
+  if (links != 1 && static_cast<int>(links) != s.num_stages - 1 && !(links == 0 && s.num_stages == 1))
+    reject(s, std::to_string(links) + " link costs given; expected 1 or " +
+                  std::to_string(s.num_stages - 1) + " (one per neighbouring pair of stages)");
+}
+
+class StepSimulation {
+ public:
+  StepSimulation(const Schedule& s, const SimulationInput& in)
+      : s_(s), in_(in), p_(s.num_stages), n_(s.num_micro_batches),
+        times_(4 * slots(), kNotYet), recv_posted_(2 * slots(), 0),
+        waiting_for_(s.num_ranks, kNothing),
+        pc_(s.num_ranks, 0), clock_(s.num_ranks, 0.0), busy_(s.num_ranks, 0.0),
+        span_(s.num_ranks, 0.0), in_flight_(p_, 0), result_() {
+    result_.peak_in_flight.assign(p_, 0);
+    result_.peak_bytes.assign(p_, 0.0);
+    if (in.record_events) result_.events.resize(s.num_ranks);
+  }
+
+  SimulationResult run() {
+    for (int r = 0; r < s_.num_ranks; ++r)
+      for (const Action& a : s_.ranks[r]) check_action(r, a);
+    for (int r = s_.num_ranks - 1; r >= 0; --r) runnable_.push_back(r);
+    while (!runnable_.empty()) {
+      const int r = runnable_.back();
+      runnable_.pop_back();
+      advance(r);
+    }
+    check_finished();
+    if (in_.record_events) fill_receive_ends();
+    summarise();
+    return std::move(result_);
+  }
+
+ private:
+  size_t slots() const { return static_cast<size_t>(p_) * static_cast<size_t>(n_); }
+  size_t pair(int stage, int mb) const {
+    return static_cast<size_t>(stage) * static_cast<size_t>(n_) + static_cast<size_t>(mb);
+  }
+  // times_[key]: end of F / B, post of SEND_F / SEND_B.
+  size_t key(ActionKind kind, int stage, int mb) const {
+    const size_t k = kind == ActionKind::F ? 0 : kind == ActionKind::B ? 1
+                     : kind == ActionKind::SEND_F ? 2 : 3;
+    return pair(stage, mb) * 4 + k;
+  }
+  double done(ActionKind kind, int stage, int mb) const { return times_[key(kind, stage, mb)]; }
+  char& recv_posted(const Action& recv) {
+    return recv_posted_[pair(recv.stage, recv.mb) * 2 + (recv.kind == ActionKind::RECV_F ? 0 : 1)];
+  }
+  // The rank that may wait for `a` (F or SEND_F: the next stage's; B or SEND_B: the previous's).
+  int consumer_rank(const Action& a) const {
+    const bool forward = a.kind == ActionKind::F || a.kind == ActionKind::SEND_F;
+    const int stage = forward ? a.stage + 1 : a.stage - 1;
+    return stage < 0 || stage >= p_ ? -1 : stage_rank(s_, stage);
+  }
+  const LinkCost& link(int lower_stage) const {
+    return in_.links.size() == 1 ? in_.links[0] : in_.links[static_cast<size_t>(lower_stage)];
+  }
+  double send_time(const Action& send) const {
+    return send.kind == ActionKind::SEND_F
+               ? link(send.stage).time_s(in_.stages[send.stage].output_message_bytes)
+               : link(send.stage - 1).time_s(in_.stages[send.stage].input_message_bytes);
+  }
+
+  void check_action(int rank, const Action& a) const {
+    if (a.stage < 0 || a.stage >= p_ || a.mb < 0 || a.mb >= n_)
+      reject(s_, to_string(a) + " on rank " + std::to_string(rank) + " is out of range");
+    if (stage_rank(s_, a.stage) != rank)
+      reject(s_, to_string(a) + " is on rank " + std::to_string(rank) + " but stage " +
+                     std::to_string(a.stage) + " lives on rank " +
+                     std::to_string(stage_rank(s_, a.stage)));
+    if (is_send(a.kind) || is_recv(a.kind)) {
+      const bool forward = a.kind == ActionKind::SEND_F || a.kind == ActionKind::RECV_B;
+      const int peer = forward ? a.stage + 1 : a.stage - 1;
+      if (peer < 0 || peer >= p_ || stage_rank(s_, peer) == rank)
+        reject(s_, to_string(a) + " on rank " + std::to_string(rank) + " has no remote peer stage");
+    }
+  }
+
+  // The producer of what `a` (F or B) waits for, and whether it is a send.
+  bool needs_input(const Action& a, Action& producer, bool& remote) const {
+    const bool forward = a.kind == ActionKind::F;
+    const int from = forward ? a.stage - 1 : a.stage + 1;
+    if (from < 0 || from >= p_) return false;
+    remote = stage_rank(s_, from) != stage_rank(s_, a.stage);
+    const ActionKind kind = forward ? (remote ? ActionKind::SEND_F : ActionKind::F)
+                                    : (remote ? ActionKind::SEND_B : ActionKind::B);
+    producer = make(from, kind, a.mb);
+    return true;
+  }
+
+  // When the input of compute action `a` is there; kNotYet (and `rank`
+  // registered as the waiter) when its producer has not run yet.
+  double input_ready(int rank, const Action& a) {
+    Action producer;
+    bool remote = false;
+    if (!needs_input(a, producer, remote)) return 0.0;
+    if (remote) {
+      const Action recv = make(a.stage, a.kind == ActionKind::F ? ActionKind::RECV_F
+                                                                : ActionKind::RECV_B, a.mb);
+      if (!recv_posted(recv))
+        reject(s_, to_string(a) + " on rank " + std::to_string(rank) + " runs before its " +
+                       to_string(recv) + " was posted");
+    }
+    const size_t k = key(producer.kind, producer.stage, producer.mb);
+    if (times_[k] == kNotYet) {
+      waiting_for_[rank] = k;
+      return kNotYet;
+    }
+    return remote ? times_[k] + send_time(producer) : times_[k];
+  }
+
+  void set_done(const Action& a, double time) {
+    const size_t k = key(a.kind, a.stage, a.mb);
+    if (times_[k] != kNotYet) reject(s_, to_string(a) + " appears more than once");
+    times_[k] = time;
+    const int consumer = consumer_rank(a);
+    if (consumer >= 0 && waiting_for_[consumer] == k) {
+      waiting_for_[consumer] = kNothing;
+      runnable_.push_back(consumer);
+    }
+  }
+
+  void record(int rank, const Action& a, double start, double end) {
+    if (in_.record_events) result_.events[rank].push_back({a, start, end});
+  }
+
+  void track_memory(const Action& a, double transient) {
+    const StageCost& c = in_.stages[a.stage];
+    const double bytes = c.base_bytes() + in_flight_[a.stage] * c.stash_bytes + transient;
+    result_.peak_bytes[a.stage] = std::max(result_.peak_bytes[a.stage], bytes);
+  }
+
+  // Runs compute action `a` on `rank`; false when it must wait.
+  bool compute(int rank, const Action& a) {
+    if (a.kind == ActionKind::B && done(ActionKind::F, a.stage, a.mb) == kNotYet)
+      reject(s_, to_string(a) + " on rank " + std::to_string(rank) + " runs before its F");
+    const double ready = input_ready(rank, a);
+    if (ready == kNotYet) return false;
+    const StageCost& c = in_.stages[a.stage];
+    const bool forward = a.kind == ActionKind::F;
+    const double start = std::max(clock_[rank], ready);
+    const double end = start + (forward ? c.forward_s : c.backward_s);
+    if (forward) {
+      int& now = in_flight_[a.stage];
+      result_.peak_in_flight[a.stage] = std::max(result_.peak_in_flight[a.stage], ++now);
+    }
+    track_memory(a, forward ? c.forward_transient_bytes : c.backward_transient_bytes);
+    if (!forward) --in_flight_[a.stage];
+    clock_[rank] = end;
+    busy_[rank] += end - start;
+    span_[rank] = std::max(span_[rank], end);
+    record(rank, a, start, end);
+    set_done(a, end);
+    return true;
+  }
+
+  void post_send(int rank, const Action& a) {
+    const ActionKind made_by = a.kind == ActionKind::SEND_F ? ActionKind::F : ActionKind::B;
+    if (done(made_by, a.stage, a.mb) == kNotYet)
+      reject(s_, to_string(a) + " on rank " + std::to_string(rank) + " is posted before its " +
+                     kind_name(made_by));
+    const double post = clock_[rank];
+    const double complete = post + send_time(a);
+    span_[rank] = std::max(span_[rank], complete);
+    record(rank, a, post, complete);
+    set_done(a, post);
+  }
+
+  void post_recv(int rank, const Action& a) {
+    char& posted = recv_posted(a);
+    if (posted) reject(s_, to_string(a) + " appears more than once");
+    posted = 1;
+    record(rank, a, clock_[rank], clock_[rank]);
+  }
+
+  void advance(int rank) {
+    const std::vector<Action>& list = s_.ranks[rank];
+    while (pc_[rank] < static_cast<int>(list.size())) {
+      const Action& a = list[pc_[rank]];
+      if (a.kind == ActionKind::F || a.kind == ActionKind::B) {
+        if (!compute(rank, a)) return;
+      } else if (is_send(a.kind)) {
+        post_send(rank, a);
+      } else {
+        post_recv(rank, a);
+      }
+      ++pc_[rank];
+    }
+  }
+
+  void check_finished() const {
+    std::string stuck;
+    for (int r = 0; r < s_.num_ranks; ++r) {
+      if (pc_[r] >= static_cast<int>(s_.ranks[r].size())) continue;
+      const Action& a = s_.ranks[r][pc_[r]];
+      Action producer;
+      bool remote = false;
+      needs_input(a, producer, remote);
+      stuck += "; rank " + std::to_string(r) + " waits at " + to_string(a) + " (step " +
+               std::to_string(pc_[r]) + ") for " + to_string(producer) + " on rank " +
+               std::to_string(stage_rank(s_, producer.stage));
+    }
+    if (!stuck.empty()) reject(s_, "it deadlocks" + stuck);
+    for (int st = 0; st < p_; ++st)
+      for (int mb = 0; mb < n_; ++mb) {
+        if (done(ActionKind::F, st, mb) == kNotYet)
+          reject(s_, "no rank runs " + to_string(make(st, ActionKind::F, mb)));
+        if (!s_.forward_only && done(ActionKind::B, st, mb) == kNotYet)
+          reject(s_, "no rank runs " + to_string(make(st, ActionKind::B, mb)));
+      }
+  }
+
+  // A receive ends when its data arrives (or at its post, if that is later).
+  void fill_receive_ends() {
+    for (std::vector<SimEvent>& events : result_.events)
+      for (SimEvent& e : events) {
+        if (!is_recv(e.action.kind)) continue;
+        const bool forward = e.action.kind == ActionKind::RECV_F;
+        const Action send = make(forward ? e.action.stage - 1 : e.action.stage + 1,
+                                 forward ? ActionKind::SEND_F : ActionKind::SEND_B, e.action.mb);
+        const double posted = done(send.kind, send.stage, send.mb);
+        e.end_s = posted == kNotYet ? e.start_s : std::max(e.start_s, posted + send_time(send));
+      }
+  }
+
+  void summarise() {
+    SimulationResult& r = result_;
+    r.busy_s = busy_;
+    r.span_s = span_;
+    r.span_s_max = *std::max_element(span_.begin(), span_.end());
+    std::vector<double> optimizer(s_.num_ranks, 0.0);
+    for (int st = 0; st < p_; ++st) optimizer[stage_rank(s_, st)] += in_.stages[st].optimizer_s;
+    r.optimizer_s = *std::max_element(optimizer.begin(), optimizer.end());
+    double idle_share = 0.0;
+    for (int rank = 0; rank < s_.num_ranks; ++rank) {
+      r.idle_s.push_back(r.span_s_max - busy_[rank]);
+      idle_share += r.span_s_max > 0.0 ? 1.0 - busy_[rank] / r.span_s_max : 0.0;
+    }
+    r.bubble = idle_share / s_.num_ranks;
+    r.step_time_s = r.span_s_max + in_.step_overhead_s + r.optimizer_s;
+    if (in_.batch_size > 0 && r.step_time_s > 0.0)
+      r.throughput_samples_per_s = static_cast<double>(in_.batch_size) / r.step_time_s;
+  }
+
+  const Schedule& s_;
+  const SimulationInput& in_;
+  int p_, n_;
+  std::vector<double> times_;      // key(): end of F/B, post of SEND_*; kNotYet
+  std::vector<char> recv_posted_;  // (stage, micro-batch, RECV_F | RECV_B) posted
+  std::vector<size_t> waiting_for_;  // per rank: the key it waits for, or kNothing
+  std::vector<int> pc_;
+  std::vector<double> clock_, busy_, span_;
+  std::vector<int> in_flight_;
+  std::vector<int> runnable_;
+  SimulationResult result_;
+};
+
+}  // namespace
+
+SimulationResult simulate_schedule(const Schedule& schedule, const SimulationInput& input) {
+  check_input(schedule, input);
+  return StepSimulation(schedule, input).run();
+}
+
+std::vector<int> schedule_in_flight(const Schedule& s) {
+  std::vector<int> now(static_cast<size_t>(std::max(s.num_stages, 0)), 0), peak(now);
+  for (const std::vector<Action>& rank : s.ranks)
+    for (const Action& a : rank) {
+      if (a.stage < 0 || a.stage >= s.num_stages) continue;
+      if (a.kind == ActionKind::F) peak[a.stage] = std::max(peak[a.stage], ++now[a.stage]);
+      if (a.kind == ActionKind::B) --now[a.stage];
+    }
+  return peak;
+}
+
+}  // namespace pt

@@ -1,0 +1,265 @@
+// stage_cost.cpp: the cost of a contiguous range of units as one stage
+// (formulas in include/pipetrain/plan/stage_cost.hpp).
+#include "pipetrain/plan/stage_cost.hpp"
+
+#include <algorithm>
+#include <cstdlib>
+
+#include "pipetrain/base/error.hpp"
+
+namespace pt {
+
+namespace {
+
+// prefix[i] = sum over the first i units of field(unit).
+template <typename Field>
+std::vector<double> prefix_of(const std::vector<UnitCost>& units, Field field) {
+  std::vector<double> prefix(units.size() + 1, 0.0);
+  for (size_t i = 0; i < units.size(); ++i) prefix[i + 1] = prefix[i] + field(units[i]);
+  return prefix;
+}
+
+// Sparse table of range maxima: table[j][i] = max of values[i, i + 2^j).
+std::vector<std::vector<double>> max_table(const std::vector<double>& values) {
+  std::vector<std::vector<double>> table{values};
+  for (size_t width = 2; width <= values.size(); width *= 2) {
+    const std::vector<double>& prev = table.back();
+    std::vector<double> next(values.size() - width + 1);
+    for (size_t i = 0; i < next.size(); ++i) next[i] = std::max(prev[i], prev[i + width / 2]);
+    table.push_back(std::move(next));
+  }
+  return table;
+}
+
+template <typename Field>
+std::vector<double> values_of(const std::vector<UnitCost>& units, Field field) {
+  std::vector<double> values;
+  values.reserve(units.size());
+  for (const UnitCost& u : units) values.push_back(field(u));
+  return values;
+}
+
+int floor_log2(size_t n) {
+  int log = 0;
+  while (n >>= 1) ++log;
+  return log;
+}
+
+bool parse_every(const std::string& text, int& k) {
+  if (text.rfind("every:", 0) != 0 || text.size() == 6 || text.size() > 12) return false;
+  const std::string digits = text.substr(6);
+  if (digits.find_first_not_of("0123456789") != std::string::npos) return false;
+  k = std::atoi(digits.c_str());
+  return k >= 1;
+}
+
+}  // namespace
+
+std::string PlanRecompute::name() const {
+  switch (kind) {
+    case Kind::None: return "none";
+    case Kind::Selective: return "selective";
+    case Kind::Every: return "every:" + std::to_string(every);
+    case Kind::Full: return "full";
+  }
+  PT_FAIL("unknown PlanRecompute kind");
+}
+
+PlanRecompute PlanRecompute::parse(const std::string& text) {
+  PlanRecompute p;
+  if (text == "none") p.kind = Kind::None;
+  else if (text == "selective") p.kind = Kind::Selective;
+  else if (text == "full") p.kind = Kind::Full;
+  else if (parse_every(text, p.every)) p.kind = Kind::Every;
+  else
+    throw InputError("recompute policy '" + text +
+                     "': expected \"none\", \"selective\", \"every:K\" (K >= 1) or \"full\"");
+  return p;
+}
+
+double StageCost::peak_bytes(double in_flight) const {
+  return base_bytes() + in_flight * stash_bytes +
+         std::max(forward_transient_bytes, backward_transient_bytes);
+}
+
+UnitRanges::UnitRanges(const ModelProfile& profile) : count_(profile.units.size()) {
+  const std::vector<UnitCost>& u = profile.units;
+  if (u.empty()) throw InputError("the model profile '" + profile.model + "' has no units");
+  forward_ = prefix_of(u, [](const UnitCost& c) { return c.forward_s; });
+  backward_ = prefix_of(u, [](const UnitCost& c) { return c.backward_s; });
+  recompute_ = prefix_of(u, [](const UnitCost& c) { return c.recompute_s; });
+  recompute_selective_ = prefix_of(u, [](const UnitCost& c) { return c.recompute_selective_s; });
+  optimizer_ = prefix_of(u, [](const UnitCost& c) { return c.optimizer_s; });
+  stash_none_ = prefix_of(u, [](const UnitCost& c) { return c.stash_none_bytes; });
+  stash_selective_ = prefix_of(u, [](const UnitCost& c) { return c.stash_selective_bytes; });
+  stash_always_ = prefix_of(u, [](const UnitCost& c) { return c.stash_always_bytes; });
+  persistent_ = prefix_of(
+      u, [](const UnitCost& c) { return c.param_bytes + c.grad_bytes + c.optimizer_bytes; });
+  input_bytes_ = values_of(u, [](const UnitCost& c) { return c.input_bytes; });
+  output_bytes_ = values_of(u, [](const UnitCost& c) { return c.output_bytes; });
+  workspace_max_ = max_table(values_of(u, [](const UnitCost& c) { return c.workspace_bytes; }));
+  selective_drop_max_ = max_table(values_of(u, [](const UnitCost& c) {
+    return std::max(0.0, c.stash_none_bytes - c.stash_selective_bytes);
+  }));
+}
+
+double UnitRanges::range_max(const std::vector<std::vector<double>>& table, size_t first,
+                             size_t end) const {
+  const int level = floor_log2(end - first);
+  const std::vector<double>& row = table[static_cast<size_t>(level)];
+  return std::max(row[first], row[end - (size_t{1} << level)]);
+}
+
+// Inputs of units first, first + K, first + 2K, ... below end.
+double UnitRanges::kept_inputs(size_t first, size_t end, int every) const {
+  double kept = 0.0;
+  for (size_t i = first; i < end; i += static_cast<size_t>(every)) kept += input_bytes_[i];
+  return kept;
+}
+
+// The largest sum of stash_none over the K-unit segments starting at first.
+double UnitRanges::segment_peak(size_t first, size_t end, int every) const {
+  double peak = 0.0;
+  for (size_t begin = first; begin < end; begin += static_cast<size_t>(every)) {
+    const size_t stop = std::min(end, begin + static_cast<size_t>(every));
+    peak = std::max(peak, sum(stash_none_, begin, stop));
+  }
+  return peak;
+}
+
+double UnitRanges::stash_bytes(size_t first, size_t end, const PlanRecompute& policy) const {
+  switch (policy.kind) {
+    case PlanRecompute::Kind::None: return sum(stash_none_, first, end);
+    case PlanRecompute::Kind::Selective: return sum(stash_selective_, first, end);
+    case PlanRecompute::Kind::Every:
+      return kept_inputs(first, end, policy.every) + sum(stash_always_, first, end);
+    case PlanRecompute::Kind::Full: return input_bytes_[first] + sum(stash_always_, first, end);
+  }
+  PT_FAIL("unknown PlanRecompute kind");
+}
+
+double UnitRanges::recompute_transient(size_t first, size_t end,
+                                       const PlanRecompute& policy) const {
+  switch (policy.kind) {
+    case PlanRecompute::Kind::None: return 0.0;
+    case PlanRecompute::Kind::Selective: return range_max(selective_drop_max_, first, end);
+    case PlanRecompute::Kind::Every: return segment_peak(first, end, policy.every);
+    case PlanRecompute::Kind::Full: return sum(stash_none_, first, end);
+  }
+  PT_FAIL("unknown PlanRecompute kind");
+}
+
+double UnitRanges::recompute_time(size_t first, size_t end, const PlanRecompute& policy) const {
+  switch (policy.kind) {
+    case PlanRecompute::Kind::None: return 0.0;
+    case PlanRecompute::Kind::Selective: return sum(recompute_selective_, first, end);
+    case PlanRecompute::Kind::Every:
+    case PlanRecompute::Kind::Full: return sum(recompute_, first, end);
+  }
+  PT_FAIL("unknown PlanRecompute kind");
+}
+
+// Written as StageCost::time_per_micro_batch_s adds it up, so both round alike.
+double UnitRanges::time_s(size_t first, size_t end, const PlanRecompute& policy) const {
+  return sum(forward_, first, end) + (sum(backward_, first, end) + recompute_time(first, end, policy));
+}
+
+StageCost UnitRanges::cost(size_t first, size_t end, bool first_stage, bool last_stage,
+                           const PlanRecompute& policy) const {
+  PT_CHECK(first < end && end <= count_, "a stage holds a non-empty range of units");
+  StageCost c;
+  c.forward_s = sum(forward_, first, end);
+  c.recompute_s = recompute_time(first, end, policy);
+  c.backward_s = sum(backward_, first, end) + c.recompute_s;
+  c.optimizer_s = sum(optimizer_, first, end);
+  c.input_message_bytes = first_stage ? 0.0 : input_bytes_[first];
+  c.output_message_bytes = last_stage ? 0.0 : output_bytes_[end - 1];
+  c.persistent_bytes = sum(persistent_, first, end);
+  c.comm_buffer_bytes = 2.0 * (c.input_message_bytes + c.output_message_bytes);
+  c.stash_bytes = stash_bytes(first, end, policy);
+  c.forward_transient_bytes = range_max(workspace_max_, first, end);
+  c.backward_transient_bytes = c.forward_transient_bytes + recompute_transient(first, end, policy);
+  return c;
+}
+
+double UnitRanges::peak_lower_bound(size_t first, size_t end, const PlanRecompute& policy,
+                                    double in_flight) const {
+  double stash = sum(stash_always_, first, end);
+  double transient = range_max(workspace_max_, first, end);
+  switch (policy.kind) {
+    case PlanRecompute::Kind::None: stash = sum(stash_none_, first, end); break;
+    case PlanRecompute::Kind::Selective:
+      stash = sum(stash_selective_, first, end);
+      transient += range_max(selective_drop_max_, first, end);
+      break;
+    case PlanRecompute::Kind::Every: break;
+    case PlanRecompute::Kind::Full: transient += sum(stash_none_, first, end); break;
+  }
+  return sum(persistent_, first, end) + in_flight * stash + transient;
+}
+
+UnitLayout unit_layout(const ModelProfile& profile) {
+  const std::vector<UnitCost>& units = profile.units;
+  UnitLayout layout;
+  while (layout.leading < units.size() && !units[layout.leading].partitionable) ++layout.leading;
+  size_t end = layout.leading;
+  while (end < units.size() && units[end].partitionable) ++end;
+  layout.partitionable = end - layout.leading;
+  layout.trailing = units.size() - end;
+  for (size_t i = end; i < units.size(); ++i) {
+    if (units[i].partitionable)
+      throw InputError("model profile '" + profile.model + "': unit " + std::to_string(i) + " (" +
+                       units[i].name + ") is partitionable but follows the pinned unit " +
+                       units[end].name + "; pinned units may only open or close the model");
+  }
+  if (layout.partitionable == 0)
+    throw InputError("model profile '" + profile.model + "' has no partitionable unit");
+  return layout;
+}
+
+namespace {
+
+std::string counts_text(const std::vector<int64_t>& counts) {
+  std::string text = "[";
+  for (size_t i = 0; i < counts.size(); ++i) text += (i ? ", " : "") + std::to_string(counts[i]);
+  return text + "]";
+}
+
+void check_counts(const std::vector<int64_t>& counts, size_t partitionable) {
+  int64_t total = 0;
+  bool empty_stage = false;
+  for (int64_t c : counts) {
+    total += c;
+    empty_stage = empty_stage || c < 1;
+  }
+  if (counts.empty() || empty_stage || total != static_cast<int64_t>(partitionable))
+    throw InputError("partition " + counts_text(counts) + ": expected one count >= 1 per stage, " +
+                     "adding up to the " + std::to_string(partitionable) +
+                     " partitionable units");
+}
+
+}  // namespace
+
+std::vector<StageCost> stage_costs(const ModelProfile& profile,
+                                   const std::vector<int64_t>& units_per_stage,
+                                   const std::vector<PlanRecompute>& policies) {
+  const size_t stages = units_per_stage.size();
+  const UnitLayout layout = unit_layout(profile);
+  check_counts(units_per_stage, layout.partitionable);
+  if (policies.size() != 1 && policies.size() != stages)
+    throw InputError(std::to_string(policies.size()) + " recompute policies for " +
+                     std::to_string(stages) + " stages; give one, or one per stage");
+  const UnitRanges ranges(profile);
+  std::vector<StageCost> costs;
+  size_t next = layout.leading;
+  for (size_t s = 0; s < stages; ++s) {
+    const size_t first = s == 0 ? 0 : next;
+    next += static_cast<size_t>(units_per_stage[s]);
+    const bool last = s + 1 == stages;
+    const size_t end = last ? profile.units.size() : next;
+    costs.push_back(ranges.cost(first, end, s == 0, last, policies[policies.size() == 1 ? 0 : s]));
+  }
+  return costs;
+}
+
+}  // namespace pt

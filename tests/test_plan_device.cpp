@@ -1,0 +1,245 @@
+// test_plan_device.cpp: paper-scale planning: the H200 description, the
+// analytic GPT unit costs against the runtime's own FLOP count, parameter
+// count and docs/memory.md's stash formulas, and plan_alternatives for
+// GPT-3 175B on 8 and 64 H200s and a 1024-block model of the same width on
+// 1024, each plan in under 1 s of CPU time.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <string>
+
+#include "pipetrain/base/error.hpp"
+#include "pipetrain/model/model.hpp"
+#include "pipetrain/plan/alternatives.hpp"
+#include "pipetrain/plan/device.hpp"
+#include "pipetrain/plan/stage_cost.hpp"
+
+namespace {
+
+using pt::GptSpec;
+using pt::PlanRequest;
+using pt::PlanRow;
+using pt::PlanTable;
+using testing::HasSubstr;
+
+TEST(Device, H200Description) {
+  const pt::DeviceSpec d = pt::h200_device();
+  EXPECT_DOUBLE_EQ(d.peak_flops, 989e12);
+  EXPECT_DOUBLE_EQ(d.memory_bytes, 141e9);
+  EXPECT_DOUBLE_EQ(d.efficiency, 0.45);
+  EXPECT_DOUBLE_EQ(d.achieved_flops(), 989e12 * 0.45);
+  EXPECT_DOUBLE_EQ(d.intra_node.bandwidth_bytes_per_s, 450e9);  // 900 GB/s both ways
+  EXPECT_DOUBLE_EQ(d.inter_node.bandwidth_bytes_per_s, 50e9);   // 400 Gb/s
+  const std::vector<pt::LinkCost> links = pt::stage_links(d, 17);
+  ASSERT_EQ(links.size(), 16u);
+  for (size_t s = 0; s < links.size(); ++s) {
+    const bool crosses_nodes = s == 7 || s == 15;  // stage 7 -> 8, 15 -> 16
+    EXPECT_DOUBLE_EQ(links[s].bandwidth_bytes_per_s, crosses_nodes ? 50e9 : 450e9) << s;
+  }
+}
+
+pt::ModelConfig gpt_config(const GptSpec& g) {
+  pt::ModelConfig m;
+  m.type = "gpt";
+  m.vocab_size = g.vocab_size;
+  m.seq_len = g.seq_len;
+  m.d_model = g.d_model;
+  m.heads = g.heads;
+  m.blocks = g.blocks;
+  m.mlp_ratio = g.mlp_ratio;
+  return m;
+}
+
+// The profile's forward FLOPs x 3 are the runtime's training FLOPs per sample.
+TEST(GptProfile, FlopsMatchTheRuntimeCount) {
+  const GptSpec g = pt::gpt3_175b();
+  const pt::ModelProfile p = pt::gpt_profile(g, pt::h200_device(), 4);
+  ASSERT_EQ(p.units.size(), 98u);
+  EXPECT_FALSE(p.units.front().partitionable);
+  EXPECT_FALSE(p.units.back().partitionable);
+  EXPECT_TRUE(p.units[1].partitionable);
+  double forward = 0.0;
+  for (const pt::UnitCost& u : p.units) forward += u.forward_flops;
+  EXPECT_NEAR(3.0 * forward / 4.0, pt::model_train_flops_per_sample(gpt_config(g)),
+              1e-9 * forward);
+  const pt::UnitCost& block = p.units[1];
+  EXPECT_DOUBLE_EQ(block.forward_s, block.forward_flops / (989e12 * 0.45));
+  EXPECT_DOUBLE_EQ(block.backward_s, 2.0 * block.forward_s);
+  EXPECT_DOUBLE_EQ(block.recompute_s, block.forward_s);
+  // About 175 billion parameters, 18 bytes each.
+  const double params = pt::gpt_parameter_count(g);
+  EXPECT_GT(params, 174e9);
+  EXPECT_LT(params, 176e9);
+  double persistent = 0.0;
+  for (const pt::UnitCost& u : p.units) persistent += u.param_bytes + u.grad_bytes + u.optimizer_bytes;
+  EXPECT_NEAR(persistent, 18.0 * params, 1e-9 * persistent);
+}
+
+// Per-unit parameter counts equal those of the runtime's GPT layers.
+TEST(GptProfile, ParametersMatchTheRuntimeLayers) {
+  GptSpec g;
+  g.name = "tiny";
+  g.blocks = 2;
+  g.d_model = 16;
+  g.heads = 2;
+  g.seq_len = 8;
+  g.vocab_size = 50;
+  g.mlp_ratio = 3;
+  const pt::ModelProfile p = pt::gpt_profile(g, pt::h200_device(), 1);
+  pt::StageModel stage = pt::build_stage(gpt_config(g), {2}, 0);
+  ASSERT_EQ(stage.layers.size(), p.units.size());
+  for (size_t i = 0; i < p.units.size(); ++i) {
+    double count = 0.0;
+    for (pt::Param* param : stage.layers[i]->params()) count += static_cast<double>(param->value.numel());
+    EXPECT_DOUBLE_EQ(p.units[i].param_bytes, 2.0 * count) << p.units[i].name;
+  }
+}
+
+// At pipetrain's fp32 (4-byte) activations the stash is docs/memory.md's
+// count of elements x 4, for every policy (a GPT stage of all units).
+TEST(GptProfile, StashMatchesTheMemoryDoc) {
+  GptSpec g = pt::gpt3_175b();
+  g.blocks = 3;
+  g.activation_bytes = 4.0;
+  const double b = 2, t = 2048, c = 12288, h = 96, r = 4, v = 50257;
+  const pt::ModelProfile p = pt::gpt_profile(g, pt::h200_device(), 2);
+  auto stash = [&](const std::string& policy) {
+    return pt::stage_costs(p, {3}, {pt::PlanRecompute::parse(policy)}).front().stash_bytes;
+  };
+  const double block = t * c * (8 + 2 * r) + 4 * t + h * t * t;
+  const double first = t, last = 2 * t * c + 2 * t + t * v;
+  EXPECT_DOUBLE_EQ(stash("none"), 4 * b * (first + 3 * block + last));
+  EXPECT_DOUBLE_EQ(stash("selective"), 4 * b * (first + 3 * (block - h * t * t) + last));
+  // every:2 keeps the inputs of layers 0 (tokens), 2 (block 1) and 4 (the head).
+  EXPECT_DOUBLE_EQ(stash("every:2"), 4 * b * (t + t * c + t * c + t * v));
+  EXPECT_DOUBLE_EQ(stash("full"), 4 * b * (t + t * v));
+}
+
+double max_cpu_seconds(const PlanTable& table) {
+  double most = 0.0;
+  for (const PlanRow& row : table.rows) most = std::max(most, row.plan_cpu_s);
+  return most;
+}
+
+void expect_ranked(const PlanTable& table) {
+  for (size_t i = 1; i < table.rows.size(); ++i)
+    EXPECT_LE(table.rows[i - 1].step_time_s, table.rows[i].step_time_s);
+  for (int i = 0; i < static_cast<int>(table.rows.size()); ++i) {
+    const PlanRow& row = table.rows[i];
+    EXPECT_EQ(row.fits, row.max_peak_bytes <= table.memory_budget_bytes && !row.units_per_stage.empty());
+    if (table.best >= 0 && i < table.best) {
+      EXPECT_FALSE(row.fits) << "a faster plan fits";
+    }
+  }
+  if (table.best >= 0) {
+    EXPECT_TRUE(table.rows[table.best].fits);
+  }
+}
+
+// 1F1B holds fewer micro-batches than GPipe, and recomputation keeps less
+// than none: compare rows that differ in that one choice.
+void expect_memory_orders(const PlanTable& table) {
+  int compared = 0;
+  for (const PlanRow& a : table.rows)
+    for (const PlanRow& b : table.rows) {
+      if (a.micro_batches != b.micro_batches || a.partition != b.partition ||
+          a.partition != pt::PartitionObjective::Uniform)
+        continue;
+      if (a.recompute == b.recompute && a.schedule == "1f1b" && b.schedule == "gpipe") {
+        EXPECT_LE(a.max_peak_bytes, b.max_peak_bytes);
+        ++compared;
+      }
+      if (a.schedule == b.schedule && a.recompute != "none" && b.recompute == "none") {
+        EXPECT_LE(a.max_peak_bytes, b.max_peak_bytes);
+        ++compared;
+      }
+    }
+  EXPECT_GT(compared, 0);
+}
+
+// 175B x 18 bytes over 8 stages is about 394 GB a stage: nothing fits 141 GB.
+TEST(PlanAlternatives, Gpt3On8H200sFitsNowhere) {
+  PlanRequest request;
+  request.num_stages = 8;
+  request.batch_size = 1536;  // GPT-3's 3.2M tokens per batch
+  const PlanTable table = pt::plan_alternatives(pt::gpt3_175b(), pt::h200_device(), request);
+  EXPECT_EQ(table.rows.size(), 20u * 2 * 3 * 4);  // 20 divisors of 1536
+  EXPECT_EQ(table.best, -1);
+  int balanced_without_partition = 0;
+  for (const PlanRow& row : table.rows) {
+    EXPECT_FALSE(row.fits);
+    if (row.units_per_stage.empty()) {  // balanced: no partition meets the budget
+      EXPECT_EQ(row.partition, pt::PartitionObjective::Balanced);
+      EXPECT_THAT(row.note, HasSubstr("smallest achievable largest stage peak"));
+      ++balanced_without_partition;
+    } else {
+      EXPECT_GT(row.max_peak_bytes, 141e9);
+      EXPECT_THAT(row.note, HasSubstr("over the budget of 131.32 GiB"));
+    }
+  }
+  EXPECT_EQ(balanced_without_partition, 20 * 2 * 3);
+  expect_ranked(table);
+  EXPECT_LT(max_cpu_seconds(table), 1.0);
+  EXPECT_THAT(pt::format_plan_table(table, 5), HasSubstr("best: none of the 480 plans fits"));
+}
+
+TEST(PlanAlternatives, Gpt3On64H200s) {
+  PlanRequest request;
+  request.num_stages = 64;
+  request.batch_size = 1536;
+  request.micro_batch_counts = {64, 256, 1536};
+  const PlanTable table = pt::plan_alternatives(pt::gpt3_175b(), pt::h200_device(), request);
+  std::printf("%s", pt::format_plan_table(table, 12).c_str());
+  ASSERT_GE(table.best, 0);
+  const PlanRow& best = table.rows[table.best];
+  // No faster than every device computing all the time.
+  const double flops = 1536 * pt::model_train_flops_per_sample(gpt_config(pt::gpt3_175b()));
+  EXPECT_GT(best.step_time_s, flops / (64 * 989e12 * 0.45));
+  EXPECT_GT(best.bubble, 0.0);
+  expect_ranked(table);
+  expect_memory_orders(table);
+  EXPECT_LT(max_cpu_seconds(table), 1.0);
+}
+
+// 1024 stages need 1024 blocks: GPT-3's widths at 1024 blocks (about 1.9T
+// parameters), only to time the planner at that scale.
+TEST(PlanAlternatives, ThousandStagesPlanInUnderASecondEach) {
+  GptSpec g = pt::gpt3_175b();
+  g.name = "GPT-3 widths, 1024 blocks";
+  g.blocks = 1024;
+  PlanRequest request;
+  request.num_stages = 1024;
+  request.batch_size = 1024;
+  request.micro_batch_counts = {1024};
+  const PlanTable table = pt::plan_alternatives(g, pt::h200_device(), request);
+  std::printf("%s", pt::format_plan_table(table, 6).c_str());
+  EXPECT_EQ(table.rows.size(), 24u);
+  ASSERT_GE(table.best, 0);
+  EXPECT_EQ(table.rows[table.best].recompute, "full");  // 1024 in flight on stage 0
+  expect_ranked(table);
+  double slowest_wall = 0.0;
+  for (const PlanRow& row : table.rows) slowest_wall = std::max(slowest_wall, row.plan_s);
+  std::printf("slowest plan: %.3f s CPU, %.3f s wall\n", max_cpu_seconds(table), slowest_wall);
+  EXPECT_LT(max_cpu_seconds(table), 1.0);
+}
+
+TEST(PlanAlternatives, BadRequestsAreInputErrors) {
+  PlanRequest request;
+  request.num_stages = 1024;
+  request.batch_size = 1024;
+  request.micro_batch_counts = {1024};
+  try {
+    pt::plan_alternatives(pt::gpt3_175b(), pt::h200_device(), request);
+    ADD_FAILURE() << "no InputError";
+  } catch (const pt::InputError& e) {
+    EXPECT_THAT(e.what(), HasSubstr("1024 stages need at least 1024 partitionable units (one per "
+                                    "stage); the model has 96"));
+  }
+  request.num_stages = 8;
+  request.micro_batch_counts = {3};
+  EXPECT_THROW(pt::plan_alternatives(pt::gpt3_175b(), pt::h200_device(), request), pt::InputError);
+}
+
+}  // namespace

@@ -1,0 +1,250 @@
+// test_simulate.cpp: the schedule simulator against timelines computed by
+// hand (GPipe and 1F1B, 2 stages), the bubble formula (P-1)/(N+P-1) for
+// equal stages and free links, peak memory = in flight x stash (+ base and
+// transient) against the validator's counts and the partition's formula,
+// per-link message times, hand-written multi-stage-per-rank schedules, and
+// bad schedules.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <map>
+#include <string>
+#include <vector>
+
+#include "pipetrain/base/error.hpp"
+#include "pipetrain/plan/partition.hpp"
+#include "pipetrain/plan/simulate.hpp"
+#include "pipetrain/schedule/schedule.hpp"
+
+namespace {
+
+using pt::LinkCost;
+using pt::Schedule;
+using pt::SimulationInput;
+using pt::SimulationResult;
+using pt::StageCost;
+using testing::HasSubstr;
+
+StageCost stage(double forward_s, double backward_s, double optimizer_s = 0.0) {
+  StageCost c;
+  c.forward_s = forward_s;
+  c.backward_s = backward_s;
+  c.optimizer_s = optimizer_s;
+  return c;
+}
+
+// Link time independent of bytes: latency only.
+LinkCost latency(double seconds) { return LinkCost{seconds, 0.0}; }
+
+struct Span {
+  double start, end;
+};
+using Timeline = std::map<std::string, Span>;  // action text -> expected start, end
+
+void expect_timeline(const SimulationResult& r, int rank, const Timeline& expected) {
+  ASSERT_LT(static_cast<size_t>(rank), r.events.size());
+  EXPECT_EQ(r.events[rank].size(), expected.size()) << "rank " << rank;
+  for (const pt::SimEvent& e : r.events[rank]) {
+    const std::string name = pt::to_string(e.action);
+    auto it = expected.find(name);
+    ASSERT_NE(it, expected.end()) << "unexpected " << name << " on rank " << rank;
+    EXPECT_DOUBLE_EQ(e.start_s, it->second.start) << name << " start";
+    EXPECT_DOUBLE_EQ(e.end_s, it->second.end) << name << " end";
+  }
+}
+
+std::string simulation_error(const Schedule& s, const SimulationInput& in) {
+  try {
+    pt::simulate_schedule(s, in);
+  } catch (const pt::InputError& e) {
+    return e.what();
+  }
+  return "(no InputError)";
+}
+
+// P = 2, N = 2, GPipe; F = 1, B = 2 on both stages, every message 0.5.
+// Rank 0: 0F0 0SEND_F0 0RECV_B0 0F1 0SEND_F1 0RECV_B1 0B0 0B1
+// Rank 1: 1RECV_F0 1RECV_F1 1F0 1F1 1B0 1SEND_B0 1B1 1SEND_B1
+//   0F0 [0, 1], its message arrives at 1.5; 0F1 [1, 2], arrives 2.5.
+//   1F0 waits for 1.5: [1.5, 2.5]; 1F1 [2.5, 3.5]; 1B0 [3.5, 5.5], sent,
+//   arrives 6; 1B1 [5.5, 7.5], arrives 8.
+//   0B0 waits for 6: [6, 8]; 0B1 waits for 8: [8, 10].
+// Spans 10 and 8 (1SEND_B1 completes at 8); busy 6 each; bubble
+// (1 - 6/10 + 1 - 6/10) / 2 = 0.4; step 10 + 0.25 overhead + 0.75 (the
+// larger optimizer step).
+TEST(Simulator, GpipeTwoStagesByHand) {
+  const Schedule s = pt::generate_gpipe(2, 2);
+  SimulationInput in{{stage(1, 2, 0.5), stage(1, 2, 0.75)}, {latency(0.5)}, 0.25, 8, true};
+  const SimulationResult r = pt::simulate_schedule(s, in);
+  expect_timeline(r, 0, {{"0F0", {0, 1}},       {"0SEND_F0", {1, 1.5}}, {"0RECV_B0", {1, 6}},
+                         {"0F1", {1, 2}},       {"0SEND_F1", {2, 2.5}}, {"0RECV_B1", {2, 8}},
+                         {"0B0", {6, 8}},       {"0B1", {8, 10}}});
+  expect_timeline(r, 1, {{"1RECV_F0", {0, 1.5}}, {"1RECV_F1", {0, 2.5}}, {"1F0", {1.5, 2.5}},
+                         {"1F1", {2.5, 3.5}},    {"1B0", {3.5, 5.5}},    {"1SEND_B0", {5.5, 6}},
+                         {"1B1", {5.5, 7.5}},    {"1SEND_B1", {7.5, 8}}});
+  EXPECT_EQ(r.span_s, (std::vector<double>{10, 8}));
+  EXPECT_EQ(r.busy_s, (std::vector<double>{6, 6}));
+  EXPECT_EQ(r.idle_s, (std::vector<double>{4, 4}));
+  EXPECT_DOUBLE_EQ(r.span_s_max, 10.0);
+  EXPECT_DOUBLE_EQ(r.bubble, 0.4);
+  EXPECT_DOUBLE_EQ(r.optimizer_s, 0.75);
+  EXPECT_DOUBLE_EQ(r.step_time_s, 11.0);
+  EXPECT_DOUBLE_EQ(r.throughput_samples_per_s, 8.0 / 11.0);
+  EXPECT_EQ(r.peak_in_flight, (std::vector<int>{2, 2}));
+}
+
+// P = 2, N = 3, 1F1B; the same costs.
+// Rank 0: 0F0 0SEND_F0 0RECV_B0 0F1 0SEND_F1 0B0 0RECV_B1 0F2 0SEND_F2 0RECV_B2 0B1 0B2
+// Rank 1: 1RECV_F0 1F0 1RECV_F1 1B0 1SEND_B0 1F1 1RECV_F2 1B1 1SEND_B1 1F2 1B2 1SEND_B2
+//   0F0 [0, 1] (arrives 1.5), 0F1 [1, 2] (arrives 2.5)
+//   1F0 [1.5, 2.5]; 1RECV_F1 posted at 2.5, data there at 2.5; 1B0 [2.5, 4.5]
+//   (arrives 5); 1F1 [4.5, 5.5]; 1B1 [5.5, 7.5] (arrives 8); 1F2 waits
+//   0B0 waits for 5: [5, 7]; 0F2 [7, 8] (arrives 8.5); 0B1 [8, 10]
+//   1F2 [8.5, 9.5]; 1B2 [9.5, 11.5] (arrives 12); 0B2 [12, 14]
+// Spans 14 and 12, busy 9 each: bubble 1 - 9/14 = 5/14.
+TEST(Simulator, OneFOneBTwoStagesByHand) {
+  const Schedule s = pt::generate_1f1b(2, 3);
+  SimulationInput in{{stage(1, 2), stage(1, 2)}, {latency(0.5)}, 0.0, 0, true};
+  const SimulationResult r = pt::simulate_schedule(s, in);
+  expect_timeline(r, 0, {{"0F0", {0, 1}},      {"0SEND_F0", {1, 1.5}}, {"0RECV_B0", {1, 5}},
+                         {"0F1", {1, 2}},      {"0SEND_F1", {2, 2.5}}, {"0B0", {5, 7}},
+                         {"0RECV_B1", {7, 8}}, {"0F2", {7, 8}},        {"0SEND_F2", {8, 8.5}},
+                         {"0RECV_B2", {8, 12}}, {"0B1", {8, 10}},      {"0B2", {12, 14}}});
+  expect_timeline(r, 1, {{"1RECV_F0", {0, 1.5}},   {"1F0", {1.5, 2.5}},  {"1RECV_F1", {2.5, 2.5}},
+                         {"1B0", {2.5, 4.5}},      {"1SEND_B0", {4.5, 5}}, {"1F1", {4.5, 5.5}},
+                         {"1RECV_F2", {5.5, 8.5}}, {"1B1", {5.5, 7.5}},  {"1SEND_B1", {7.5, 8}},
+                         {"1F2", {8.5, 9.5}},      {"1B2", {9.5, 11.5}}, {"1SEND_B2", {11.5, 12}}});
+  EXPECT_EQ(r.span_s, (std::vector<double>{14, 12}));
+  EXPECT_DOUBLE_EQ(r.bubble, 5.0 / 14.0);
+  EXPECT_DOUBLE_EQ(r.step_time_s, 14.0);
+  EXPECT_DOUBLE_EQ(r.throughput_samples_per_s, 0.0);  // no batch size given
+  EXPECT_EQ(r.peak_in_flight, (std::vector<int>{2, 1}));
+}
+
+// Equal stages and free links: span (N + P - 1)(F + B) and bubble
+// (P - 1) / (N + P - 1), for both generated schedules.
+TEST(Simulator, BubbleFormulaForEqualStages) {
+  for (int p : {1, 2, 3, 4, 8})
+    for (int n : {1, 2, 3, 4, 8, 16})
+      for (const char* name : {"gpipe", "1f1b"}) {
+        const Schedule s = pt::generate_schedule(name, p, n);
+        SimulationInput in{std::vector<StageCost>(p, stage(1.0, 2.0)), {latency(0.0)}, 0.0, 0, false};
+        const SimulationResult r = pt::simulate_schedule(s, in);
+        EXPECT_DOUBLE_EQ(r.span_s_max, (n + p - 1) * 3.0) << name << " P=" << p << " N=" << n;
+        EXPECT_NEAR(r.bubble, (p - 1.0) / (n + p - 1.0), 1e-12) << name << " P=" << p << " N=" << n;
+        EXPECT_TRUE(r.events.empty());
+      }
+}
+
+// Peak memory: base + in-flight x stash + the larger transient, where the
+// in-flight counts are the validator's; equal to the partition's formula.
+TEST(Simulator, PeakMemoryIsInFlightTimesStash) {
+  for (int p : {1, 2, 3, 5})
+    for (int n : {1, 2, 4, 7})
+      for (const char* name : {"gpipe", "1f1b"}) {
+        const Schedule s = pt::generate_schedule(name, p, n);
+        const std::vector<int> in_flight = pt::validate_schedule(s).peak_in_flight;
+        EXPECT_EQ(pt::schedule_in_flight(s), in_flight);
+        std::vector<StageCost> stages;
+        for (int st = 0; st < p; ++st) {
+          StageCost c = stage(1.0 + st, 2.0);
+          c.stash_bytes = 100.0 * (st + 1);
+          stages.push_back(c);
+        }
+        SimulationInput in{stages, {latency(0.1)}, 0.0, 0, false};
+        SimulationResult r = pt::simulate_schedule(s, in);
+        EXPECT_EQ(r.peak_in_flight, in_flight);
+        for (int st = 0; st < p; ++st)
+          EXPECT_DOUBLE_EQ(r.peak_bytes[st], in_flight[st] * 100.0 * (st + 1));
+        if (std::string(name) == "gpipe") {
+          EXPECT_EQ(in_flight, std::vector<int>(p, n));
+        } else {
+          for (int st = 0; st < p; ++st) EXPECT_EQ(in_flight[st], std::min(p - st, n));
+        }
+        // With persistent, comm and transient bytes: the stage's peak_bytes().
+        for (StageCost& c : stages) {
+          c.persistent_bytes = 5000.0;
+          c.comm_buffer_bytes = 300.0;
+          c.forward_transient_bytes = 40.0;
+          c.backward_transient_bytes = 70.0;
+        }
+        in.stages = stages;
+        r = pt::simulate_schedule(s, in);
+        for (int st = 0; st < p; ++st)
+          EXPECT_DOUBLE_EQ(r.peak_bytes[st], stages[st].peak_bytes(in_flight[st]));
+      }
+}
+
+// Message time = latency + bytes / bandwidth of that link: stage 0 -> 1 over
+// a slow link (1 + 50/10 = 6 s), stage 1 -> 2 over a fast one (0.5 + 20/40).
+TEST(Simulator, PerLinkMessageTimes) {
+  const Schedule s = pt::forward_only_schedule(pt::generate_gpipe(3, 1));
+  std::vector<StageCost> stages(3, stage(1.0, 0.0));
+  stages[0].output_message_bytes = 50.0;
+  stages[1].output_message_bytes = 20.0;
+  SimulationInput in{stages, {LinkCost{1.0, 10.0}, LinkCost{0.5, 40.0}}, 0.0, 0, true};
+  const SimulationResult r = pt::simulate_schedule(s, in);
+  expect_timeline(r, 0, {{"0F0", {0, 1}}, {"0SEND_F0", {1, 7}}});
+  expect_timeline(r, 1, {{"1RECV_F0", {0, 7}}, {"1F0", {7, 8}}, {"1SEND_F0", {8, 9}}});
+  expect_timeline(r, 2, {{"2RECV_F0", {0, 9}}, {"2F0", {9, 10}}});
+  EXPECT_DOUBLE_EQ(r.span_s_max, 10.0);
+}
+
+// A hand-written schedule of two stages on one rank (one line): F and B hand
+// over locally, with no comm actions and no link time.
+TEST(Simulator, StagesSharingARank) {
+  const Schedule s = pt::parse_schedule("0F0 1F0 1B0 0B0 0F1 1F1 1B1 0B1\n", "one-rank", 2, 2);
+  pt::validate_schedule(s);
+  SimulationInput in{{stage(1, 2, 0.5), stage(3, 4, 0.25)}, {latency(100.0)}, 0.0, 4, true};
+  const SimulationResult r = pt::simulate_schedule(s, in);
+  expect_timeline(r, 0, {{"0F0", {0, 1}},   {"1F0", {1, 4}},   {"1B0", {4, 8}},
+                         {"0B0", {8, 10}},  {"0F1", {10, 11}}, {"1F1", {11, 14}},
+                         {"1B1", {14, 18}}, {"0B1", {18, 20}}});
+  EXPECT_DOUBLE_EQ(r.bubble, 0.0);
+  EXPECT_DOUBLE_EQ(r.optimizer_s, 0.75);  // both stages' optimizer steps on the one rank
+  EXPECT_DOUBLE_EQ(r.step_time_s, 20.75);
+  EXPECT_EQ(r.peak_in_flight, (std::vector<int>{1, 1}));
+}
+
+// A schedule read back from its text simulates like the generator's.
+TEST(Simulator, HandWrittenScheduleMatchesGenerated) {
+  const Schedule file = pt::parse_schedule(pt::format_schedule(pt::generate_1f1b(4, 6)), "file", 4, 6);
+  SimulationInput in{{stage(1, 2), stage(2, 1), stage(1, 1), stage(3, 2)}, {latency(0.2)}, 0.0, 0, true};
+  const SimulationResult a = pt::simulate_schedule(file, in);
+  const SimulationResult b = pt::simulate_schedule(pt::generate_1f1b(4, 6), in);
+  EXPECT_EQ(a.span_s, b.span_s);
+  EXPECT_EQ(a.busy_s, b.busy_s);
+}
+
+TEST(Simulator, DeadlocksAndBadInputsAreInputErrors) {
+  SimulationInput in{{stage(1, 2), stage(1, 2)}, {latency(0.5)}, 0.0, 0, true};
+  const Schedule early_b = pt::parse_schedule(
+      "0RECV_B0 0B0 0F0 0SEND_F0\n1RECV_F0 1F0 1B0 1SEND_B0\n", "early", 2, 1);
+  EXPECT_THAT(simulation_error(early_b, in), HasSubstr("0B0 on rank 0 runs before its F"));
+  const Schedule no_peer = pt::parse_schedule(
+      "0F0 0SEND_F0 0RECV_B0 0B0 0SEND_B0\n1RECV_F0 1F0 1B0 1SEND_B0\n", "nopeer", 2, 1);
+  EXPECT_THAT(simulation_error(no_peer, in), HasSubstr("0SEND_B0 on rank 0 has no remote peer stage"));
+  // Rank 0 waits for the gradient before it sends the activation.
+  const Schedule waits = pt::parse_schedule(
+      "0RECV_B0 0F0 0B0 0SEND_F0\n1RECV_F0 1F0 1B0 1SEND_B0\n", "wait", 2, 1);
+  const std::string msg = simulation_error(waits, in);
+  EXPECT_THAT(msg, HasSubstr("deadlocks"));
+  EXPECT_THAT(msg, HasSubstr("rank 0 waits at 0B0 (step 2) for 1SEND_B0 on rank 1"));
+  EXPECT_THAT(msg, HasSubstr("rank 1 waits at 1F0 (step 1) for 0SEND_F0 on rank 0"));
+  const Schedule no_recv = pt::parse_schedule("0F0 0SEND_F0 0RECV_B0 0B0\n1F0 1B0 1SEND_B0\n",
+                                              "norecv", 2, 1);
+  EXPECT_THAT(simulation_error(no_recv, in), HasSubstr("1F0 on rank 1 runs before its 1RECV_F0"));
+  const Schedule twice = pt::parse_schedule("0F0 0SEND_F0 0RECV_B0 0B0 0F0\n1RECV_F0 1F0 1B0 1SEND_B0\n",
+                                            "twice", 2, 1);
+  EXPECT_THAT(simulation_error(twice, in), HasSubstr("0F0 appears more than once"));
+  EXPECT_THAT(simulation_error(pt::generate_gpipe(2, 1), {{stage(1, 2)}, {latency(0.5)}, 0.0, 0, true}),
+              HasSubstr("1 stage costs given"));
+  EXPECT_THAT(simulation_error(pt::generate_gpipe(2, 1), {{stage(1, 2), stage(-1, 2)}, {latency(0.5)}, 0.0, 0, true}),
+              HasSubstr("stage 1 has a negative (or NaN) time"));
+  // One stage, micro-batch 1 never runs backward.
+  const Schedule missing = pt::parse_schedule("0F0 0B0 0F1\n", "missing", 1, 2);
+  EXPECT_THAT(simulation_error(missing, {{stage(1, 2)}, {latency(0.5)}, 0.0, 0, true}),
+              HasSubstr("no rank runs 0B1"));
+}
+
+}  // namespace
