@@ -25,11 +25,14 @@ struct UnitCost {
   double forward_s = 0.0;      // forward
   double backward_s = 0.0;     // backward (input and weight gradients)
   double recompute_s = 0.0;    // forward re-run inside backward when recomputed
+  double recompute_end_s = 0.0;  // the same when the unit ends its recompute segment (its
+                                 // last layer only refills what its backward needs)
   double optimizer_s = 0.0;    // the optimizer step of the unit's parameters (once per batch)
   double forward_flops = 0.0;  // matmul FLOPs of the forward (device descriptions scale by it)
   // Bytes per micro-batch.
   double input_bytes = 0.0;            // the unit's input (kept at a recompute segment start)
   double output_bytes = 0.0;           // its output: the message when a stage ends here
+                                       // (last unit: the loss gradient, kept under every policy)
   double stash_none_bytes = 0.0;       // kept from F to B with recompute = none (input + saved)
   double stash_selective_bytes = 0.0;  // ... with recompute = selective
   double workspace_bytes = 0.0;        // transient peak above the stash during its F or B
