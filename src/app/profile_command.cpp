@@ -104,6 +104,11 @@ void print_profile(const ModelProfile& p, const ProfileOptions& o, int ranks, co
   print_link(p, ranks);
   std::printf("per-step overhead outside the schedule and the optimizer: %.3g ms\n",
               ms(p.step_overhead_s));
+  if (p.stage_data_bytes + p.units.front().data_bytes + p.units.back().data_bytes > 0.0)
+    std::printf("training data in host memory: %.4g KiB on every stage, %.4g KiB more on the "
+                "first, %.4g KiB more on the last\n",
+                p.stage_data_bytes / 1024.0, p.units.front().data_bytes / 1024.0,
+                p.units.back().data_bytes / 1024.0);
   std::printf("profile: %s\n", path.c_str());
   std::fflush(stdout);
 }

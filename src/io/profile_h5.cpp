@@ -39,6 +39,7 @@ constexpr Column kColumns[] = {
     {"param_bytes", &UnitCost::param_bytes},
     {"grad_bytes", &UnitCost::grad_bytes},
     {"optimizer_bytes", &UnitCost::optimizer_bytes},
+    {"data_bytes", &UnitCost::data_bytes},
 };
 
 const std::string kExpected = std::string("expected a profile.h5 written by `pipetrain profile` (attribute format = \"") +
@@ -173,6 +174,7 @@ void write_profile_file(const std::string& path, const ModelProfile& profile,
     ckpt::write_attr(f, "link_latency_s", profile.link.latency_s);
     ckpt::write_attr(f, "link_bandwidth_bytes_per_s", profile.link.bandwidth_bytes_per_s);
     ckpt::write_attr(f, "step_overhead_s", profile.step_overhead_s);
+    ckpt::write_attr(f, "stage_data_bytes", profile.stage_data_bytes);
     ckpt::write_attr(f, "source", provenance.source);
     ckpt::write_attr(f, "deck", provenance.deck);
     write_units(f, profile.units);
@@ -195,6 +197,7 @@ ModelProfile read_profile_file(const std::string& path) {
   p.link.latency_s = number_attr(file.get(), "link_latency_s", path);
   p.link.bandwidth_bytes_per_s = number_attr(file.get(), "link_bandwidth_bytes_per_s", path);
   p.step_overhead_s = number_attr(file.get(), "step_overhead_s", path);
+  p.stage_data_bytes = number_attr(file.get(), "stage_data_bytes", path);
   p.units = read_units(file.get(), path);
   return p;
 }

@@ -13,10 +13,6 @@ namespace pt {
 // The median (mean of the middle two for an even count); 0 when empty.
 double median(std::vector<double> values);
 
-// A profile with its description, backend, kernels and micro-batch rows
-// filled in, no units.
-ModelProfile profile_header(const Deck& deck, Backend& be, const ProfileOptions& options);
-
 // Collective over comm: the link between ranks 0 and 1, by ping-pong through
 // the run's transport of a small message and of `message_bytes` (the
 // activation message of a micro-batch); every rank returns rank 0's figures.

@@ -170,12 +170,11 @@ void check_trace(const Deck& deck, const RunTrace& trace) {
 ModelProfile profile_from_trace(const Deck& deck, const RunTrace& trace, Backend& be,
                                 const ProfileOptions& options) {
   check_trace(deck, trace);
-  ModelProfile p = profile_header(deck, be, options);
+  ModelProfile p = profile_memory(deck, be, options);
   p.backend = deck.training.device;
   if (options.kernels.empty())
     p.kernels = "not recorded (derived from the trace " + trace.source + "); GEMM operands " +
                 deck.training.precision;
-  p.units = measure_unit_memory(deck, be, options);
   const int64_t first_step = first_used_step(trace);
   const auto ranges = stage_unit_ranges(deck, trace.num_stages);
   double message_bytes = 0.0;

@@ -1,4 +1,4 @@
-// profiler.cpp: profile_model and measure_unit_memory: every cost unit of a
+// profiler.cpp: profile_model and profile_memory: every cost unit of a
 // model measured alone with the executor's own code, the per-step work
 // outside the schedule, and (src/runtime/profile_link.cpp) the link.
 #include "pipetrain/runtime/profiler.hpp"
@@ -49,7 +49,11 @@ std::string profile_model_description(const Deck& deck) {
     add("blocks", std::to_string(m.blocks));
     add("mlp_ratio", std::to_string(m.mlp_ratio));
   }
-  return text + "; " + deck.training.optimizer + "; " + deck.training.precision;
+  text += "; " + deck.training.optimizer + "; " + deck.training.precision;
+  if (deck.data.type == "synthetic")  // cached in memory (profile_memory's data bytes)
+    text += "; synthetic data samples=" + std::to_string(deck.data.samples) +
+            (deck.training.eval_every > 0 ? " with evaluation" : "");
+  return text;
 }
 
 double median(std::vector<double> values) {
@@ -58,6 +62,10 @@ double median(std::vector<double> values) {
   const size_t n = values.size();
   return n % 2 == 1 ? values[n / 2] : 0.5 * (values[n / 2 - 1] + values[n / 2]);
 }
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
 
 ModelProfile profile_header(const Deck& deck, Backend& be, const ProfileOptions& options) {
   ModelProfile p;
@@ -70,10 +78,6 @@ ModelProfile profile_header(const Deck& deck, Backend& be, const ProfileOptions&
   p.micro_batch_rows = micro_batch_rows(deck);
   return p;
 }
-
-namespace {
-
-using Clock = std::chrono::steady_clock;
 
 double seconds_since(Clock::time_point start) {
   return std::chrono::duration<double>(Clock::now() - start).count();
@@ -245,6 +249,32 @@ std::vector<double> median_over_ranks(const std::vector<double>& mine, MPI_Comm 
   return out;
 }
 
+// Host bytes the training data (and evaluation data, when the deck
+// evaluates) keeps on every stage, and besides on the first stage (cached
+// inputs) and the last (cached targets), by the host statistics.
+struct DataBytes {
+  double every_stage = 0.0, inputs = 0.0, targets = 0.0;
+};
+
+DataBytes measure_data_bytes(const Deck& deck, int64_t rows) {
+  const auto live = [] { return static_cast<double>(memory_stats().live_total); };
+  DataBytes d;
+  std::vector<Split> splits = {Split::Train};
+  if (deck.training.eval_every > 0) splits.push_back(Split::Eval);
+  for (Split split : splits) {
+    const double start = live();
+    std::unique_ptr<Dataset> data = make_dataset(deck, split);
+    const double made = live();
+    data->inputs(0, rows);
+    const double with_inputs = live();
+    data->targets(0, rows);
+    d.every_stage += made - start;
+    d.inputs += with_inputs - made;
+    d.targets += live() - with_inputs;
+  }
+  return d;
+}
+
 // The message a stage boundary carries: the largest output of a unit that a
 // stage can end at (any but the last).
 double boundary_message_bytes(const std::vector<UnitCost>& units) {
@@ -255,21 +285,25 @@ double boundary_message_bytes(const std::vector<UnitCost>& units) {
 
 }  // namespace
 
-std::vector<UnitCost> measure_unit_memory(const Deck& deck, Backend& be,
-                                          const ProfileOptions& options) {
+ModelProfile profile_memory(const Deck& deck, Backend& be, const ProfileOptions& options) {
+  ModelProfile p = profile_header(deck, be, options);
   Context c(deck, be, options);
   const std::vector<CostUnitInfo> infos = cost_units(deck.model);
-  std::vector<UnitCost> units;
   for (size_t u = 0; u < infos.size(); ++u)
-    units.push_back(unit_memory(c, static_cast<int64_t>(u), infos[u]));
-  return units;
+    p.units.push_back(unit_memory(c, static_cast<int64_t>(u), infos[u]));
+  if (!options.memory_stats) {
+    const DataBytes data = measure_data_bytes(deck, c.rows);
+    p.stage_data_bytes = data.every_stage;
+    p.units.front().data_bytes += data.inputs;
+    p.units.back().data_bytes += data.targets;
+  }
+  return p;
 }
 
 ModelProfile profile_model(const Deck& deck, Backend& be, MPI_Comm comm,
                            const ProfileOptions& options) {
   PT_CHECK(options.reps >= 1 && options.warmup >= 0, "profile repetitions");
-  ModelProfile p = profile_header(deck, be, options);
-  p.units = measure_unit_memory(deck, be, options);
+  ModelProfile p = profile_memory(deck, be, options);
   Context c(deck, be, options);
   std::vector<double> mine;  // (units, kTimes)
   int64_t param_tensors = 0;

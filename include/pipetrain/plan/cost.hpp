@@ -40,6 +40,8 @@ struct UnitCost {
   double param_bytes = 0.0;
   double grad_bytes = 0.0;
   double optimizer_bytes = 0.0;
+  double data_bytes = 0.0;  // training data cached for the unit's stage in host memory:
+                            // the inputs on the first unit, the targets on the last
 };
 
 // A point-to-point link between neighbouring stages: time(bytes) =
@@ -60,6 +62,7 @@ struct ModelProfile {
   std::vector<UnitCost> units;   // forward order
   LinkCost link;
   double step_overhead_s = 0.0;  // per step, outside the schedule (loss, norm, clip)
+  double stage_data_bytes = 0.0; // host bytes of training data every stage holds
 };
 
 }  // namespace pt

@@ -44,8 +44,10 @@ struct ProfileOptions {
 // Samples per micro-batch: training.batch_size / pipeline.micro_batches.
 int64_t micro_batch_rows(const Deck& deck);
 // What a profile holds for, in one line: the model, the optimizer (its
-// state bytes) and the GEMM precision (its times), e.g.
-//   "mlp input_dim=16 hidden_dim=32 output_dim=4 depth=8 activation=gelu loss=mse; adamw; fp32"
+// state bytes), the GEMM precision (its times) and, for data kept in memory,
+// its size, e.g.
+//   "mlp input_dim=16 hidden_dim=32 output_dim=4 depth=8 activation=gelu loss=mse; adamw; fp32;
+//    synthetic data samples=256"
 std::string profile_model_description(const Deck& deck);
 
 // Collective over `comm`: every rank measures every unit at once (as the
@@ -54,10 +56,11 @@ std::string profile_model_description(const Deck& deck);
 ModelProfile profile_model(const Deck& deck, Backend& be, MPI_Comm comm,
                            const ProfileOptions& options = {});
 
-// The byte figures and FLOPs of every unit, from one micro-batch per
-// recompute policy (bytes do not vary between runs); times are left 0.
-std::vector<UnitCost> measure_unit_memory(const Deck& deck, Backend& be,
-                                          const ProfileOptions& options = {});
+// A profile without times: the byte figures and FLOPs of every unit, from
+// one micro-batch per recompute policy (bytes do not vary between runs), and
+// the training data's bytes (host statistics only: 0 when options give
+// device statistics, whose peaks do not count host memory).
+ModelProfile profile_memory(const Deck& deck, Backend& be, const ProfileOptions& options = {});
 
 // A run's trace as trace.h5 holds it (io/trace_io.hpp reads it back).
 struct RunTrace {
@@ -73,7 +76,7 @@ struct RunTrace {
 // stage's median F, B and recompute times (waits for peers taken out) are
 // split over its units in proportion to their forward FLOPs, its optimizer
 // time in proportion to their parameter bytes; bytes are measured as by
-// measure_unit_memory. Approximations in docs/profile.md. Throws InputError
+// profile_memory. Approximations in docs/profile.md. Throws InputError
 // naming trace.source when the trace lacks what is needed.
 ModelProfile profile_from_trace(const Deck& deck, const RunTrace& trace, Backend& be,
                                 const ProfileOptions& options = {});
