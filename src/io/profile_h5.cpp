@@ -206,11 +206,11 @@ void check_profile_matches(const ModelProfile& profile, const Deck& deck, const 
   const std::string model = profile_model_description(deck);
   const int64_t rows = micro_batch_rows(deck);
   if (profile.model == model && profile.micro_batch_rows == rows) return;
-  throw InputError(path + " is for \"" + profile.model + "\" with micro-batches of " +
-                   std::to_string(profile.micro_batch_rows) + " samples, but the deck " +
-                   deck.source_file + " has \"" + model + "\" with micro-batches of " +
-                   std::to_string(rows) + " samples; profile this deck (`pipetrain profile " +
-                   deck.source_file + "`)");
+  const std::string name = deck.source_file.empty() ? "DECK" : deck.source_file;
+  throw InputError(path + ": made for \"" + profile.model + "\" with micro-batches of " +
+                   std::to_string(profile.micro_batch_rows) + " samples, but the deck " + name +
+                   " has \"" + model + "\" with micro-batches of " + std::to_string(rows) +
+                   " samples; profile this deck (`pipetrain profile " + name + "`)");
 }
 
 ProfileSource profile_source_of(const std::string& path) {
