@@ -92,11 +92,17 @@ void print_link(const ModelProfile& p, int ranks) {
               p.link.time_s(message) * 1e6);
 }
 
-void print_profile(const ModelProfile& p, const ProfileOptions& o, int ranks, const std::string& path) {
-  std::printf("profile of %s\nbackend %s; %s\nper micro-batch of %lld samples; medians of %d "
-              "repetitions after %d warm-up on %d rank(s)\n",
-              p.model.c_str(), p.backend.c_str(), p.kernels.c_str(),
-              static_cast<long long>(p.micro_batch_rows), o.reps, o.warmup, ranks);
+void print_profile(const ModelProfile& p, const ProfileOptions& o, int ranks,
+                   const BlasThreadsChoice& blas, const std::string& path) {
+  std::printf("profile of %s\nbackend %s; %s\n", p.model.c_str(), p.backend.c_str(),
+              p.kernels.c_str());
+  std::printf("BLAS threads per rank: %d (a run of %d ranks on this node's %d cores%s)\n",
+              blas.threads, blas.ranks_on_node, blas.node_cores,
+              blas.automatic ? "" : "; training.blas_threads");
+  std::printf("per micro-batch of %lld samples; medians of %d repetitions after %d warm-up on "
+              "%d rank%s\n",
+              static_cast<long long>(p.micro_batch_rows), o.reps, o.warmup, ranks,
+              ranks == 1 ? "" : "s (every rank measures every unit at once)");
   print_table(p);
   std::printf("stash / sel: kept from F to B with recompute none / selective (full and every:K "
               "keep the input of a segment's first unit); rc end: recompute when the unit ends a "
@@ -135,7 +141,7 @@ int run_profile(MPI_Comm comm, const CommandLine& cli, const Deck& deck,
                 "the CPU's best kernels\n%s", report.lines.c_str());
   const std::string path = prepare_profile_output(deck, cli.out);
   write_profile_file(path, profile, {deck_to_toml(deck), how_measured(options, size)});
-  print_profile(profile, options, size, path);
+  print_profile(profile, options, size, blas, path);
   return 0;
 }
 
