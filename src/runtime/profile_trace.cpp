@@ -140,15 +140,18 @@ LinkCost trace_link(const RunTrace& trace, double message_bytes, int64_t first_s
   return link;
 }
 
-// Per step the longest REDUCTION over ranks; their median.
+// Per step the shortest REDUCTION over the ranks (the rank that arrives last
+// at the step's collectives waits least for the others); their median.
 double trace_step_overhead(const RunTrace& trace, int64_t first_step) {
-  std::map<int64_t, double> longest_us;
+  std::map<int64_t, double> shortest_us;
   for (const auto& rank : trace.events)
     for (const TraceEvent& e : rank)
-      if (is(e, EventKind::Reduction) && e.step >= first_step)
-        longest_us[e.step] = std::max(longest_us[e.step], duration_us(e));
+      if (is(e, EventKind::Reduction) && e.step >= first_step) {
+        auto [it, fresh] = shortest_us.emplace(e.step, duration_us(e));
+        if (!fresh) it->second = std::min(it->second, duration_us(e));
+      }
   std::vector<double> values;
-  for (const auto& entry : longest_us) values.push_back(entry.second);
+  for (const auto& entry : shortest_us) values.push_back(entry.second);
   return median(values) * 1e-6;
 }
 

@@ -232,7 +232,9 @@ std::vector<double> unit_times(Context& c, int64_t index, const ProfileOptions& 
   return medians;
 }
 
-// The element-wise median over the ranks of comm.
+// The element-wise lower median over the ranks of comm (of an even count,
+// the smaller middle value): a rank that another process slowed down for a
+// whole unit does not shift it (with 2 ranks it is the faster rank's).
 std::vector<double> median_over_ranks(const std::vector<double>& mine, MPI_Comm comm) {
   int size = 1;
   MPI_CHECK(MPI_Comm_size(comm, &size));
@@ -244,7 +246,8 @@ std::vector<double> median_over_ranks(const std::vector<double>& mine, MPI_Comm 
   for (size_t i = 0; i < n; ++i) {
     std::vector<double> column;
     for (int r = 0; r < size; ++r) column.push_back(all[static_cast<size_t>(r) * n + i]);
-    out[i] = median(column);
+    std::nth_element(column.begin(), column.begin() + (size - 1) / 2, column.end());
+    out[i] = column[static_cast<size_t>(size - 1) / 2];
   }
   return out;
 }

@@ -51,7 +51,8 @@ int64_t micro_batch_rows(const Deck& deck);
 std::string profile_model_description(const Deck& deck);
 
 // Collective over `comm`: every rank measures every unit at once (as the
-// stages of a run compute at once) and each time is the median over ranks;
+// stages of a run compute at once) and each time is the lower median over
+// ranks (robust to a rank another process slowed down);
 // ranks 0 and 1 measure the link; every rank returns the same profile.
 ModelProfile profile_model(const Deck& deck, Backend& be, MPI_Comm comm,
                            const ProfileOptions& options = {});
