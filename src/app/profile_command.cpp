@@ -44,7 +44,8 @@ std::string how_measured(const ProfileOptions& o, int ranks) {
   std::string text = "measured by `pipetrain profile` on " + std::to_string(ranks) +
                      (ranks == 1 ? " rank" : " ranks") + ": " + std::to_string(o.warmup) +
                      " warm-up and " + std::to_string(o.reps) +
-                     " timed repetitions per figure, times are medians";
+                     " timed repetitions per figure (in up to 3 passes through the units), "
+                     "times are medians";
   if (ranks > 1) text += " (over the ranks too); link by ping-pong between ranks 0 and 1";
   return text;
 }
@@ -96,11 +97,11 @@ void print_profile(const ModelProfile& p, const ProfileOptions& o, int ranks,
                    const BlasThreadsChoice& blas, const std::string& path) {
   std::printf("profile of %s\nbackend %s; %s\n", p.model.c_str(), p.backend.c_str(),
               p.kernels.c_str());
-  std::printf("BLAS threads per rank: %d (a run of %d ranks on this node's %d cores%s)\n",
-              blas.threads, blas.ranks_on_node, blas.node_cores,
+  std::printf("BLAS threads per rank: %d (a run of %d rank%s on this node's %d cores%s)\n",
+              blas.threads, blas.ranks_on_node, blas.ranks_on_node == 1 ? "" : "s", blas.node_cores,
               blas.automatic ? "" : "; training.blas_threads");
-  std::printf("per micro-batch of %lld samples; medians of %d repetitions after %d warm-up on "
-              "%d rank%s\n",
+  std::printf("per micro-batch of %lld samples; medians of %d repetitions (in up to 3 passes "
+              "through the units, each after %d warm-up) on %d rank%s\n",
               static_cast<long long>(p.micro_batch_rows), o.reps, o.warmup, ranks,
               ranks == 1 ? "" : "s (every rank measures every unit at once)");
   print_table(p);

@@ -204,22 +204,23 @@ double time_gradient_passes(Context& c, UnitStage& u) {
 // Figures timed per unit, in this order.
 enum UnitTime : size_t { kForward, kBackward, kRecompute, kRecomputeEnd, kOptimizer, kGradPasses, kTimes };
 
-// This rank's medians of the timed figures of one unit; counts its
-// parameter tensors into *param_tensors.
-std::vector<double> unit_times(Context& c, int64_t index, const ProfileOptions& o,
-                               int64_t* param_tensors) {
+// Samples of each timed figure (kTimes lists) of one unit: built anew,
+// `warmup` untimed rounds, then `reps` timed ones, appended to `samples`;
+// counts its parameter tensors into *param_tensors.
+void time_unit(Context& c, int64_t index, int warmup, int reps,
+               std::vector<std::vector<double>>& samples, int64_t* param_tensors) {
   UnitStage u = build_unit(c, index);
   *param_tensors += static_cast<int64_t>(u.stage.params().size());
   Executor none = unit_executor(c, u, "none");
   Executor full = unit_executor(c, u, "full");
-  std::vector<std::vector<double>> samples(kTimes);
-  for (int r = 0; r < o.warmup + o.reps; ++r) {
+  samples.resize(kTimes);
+  for (int r = 0; r < warmup + reps; ++r) {
     const MicroBatchProbe kept = probe(c, none);
     const double rerun = time_forward_rerun(c, u.stage);
     const MicroBatchProbe recomputed = probe(c, full);
     const double optimizer = time_optimizer_step(c, u);
     const double passes = time_gradient_passes(c, u);
-    if (r < o.warmup) continue;
+    if (r < warmup) continue;
     samples[kForward].push_back(kept.forward_s);
     samples[kBackward].push_back(kept.backward_s);
     samples[kRecompute].push_back(rerun);
@@ -227,8 +228,28 @@ std::vector<double> unit_times(Context& c, int64_t index, const ProfileOptions& 
     samples[kOptimizer].push_back(optimizer);
     samples[kGradPasses].push_back(passes);
   }
+}
+
+// This rank's medians of every unit's timed figures, (units, kTimes). The
+// repetitions are spread over up to 3 passes through the units, so that a
+// burst of load from another process spoils at most a third of a unit's
+// samples, not all of them.
+std::vector<double> time_units(Context& c, size_t units, const ProfileOptions& o, MPI_Comm comm,
+                               int64_t* param_tensors) {
+  const int passes = std::min(o.reps, 3);
+  std::vector<std::vector<std::vector<double>>> samples(units);  // (units, kTimes, reps)
+  for (int pass = 0; pass < passes; ++pass) {
+    const int reps = o.reps / passes + (pass < o.reps % passes ? 1 : 0);
+    int64_t tensors = 0;
+    for (size_t u = 0; u < units; ++u) {
+      timed_barrier(comm, "the profiler's barrier before a unit");
+      time_unit(c, static_cast<int64_t>(u), o.warmup, reps, samples[u], &tensors);
+    }
+    *param_tensors = tensors;
+  }
   std::vector<double> medians;
-  for (const auto& s : samples) medians.push_back(median(s));
+  for (const auto& unit : samples)
+    for (const auto& figure : unit) medians.push_back(median(figure));
   return medians;
 }
 
@@ -308,14 +329,8 @@ ModelProfile profile_model(const Deck& deck, Backend& be, MPI_Comm comm,
   PT_CHECK(options.reps >= 1 && options.warmup >= 0, "profile repetitions");
   ModelProfile p = profile_memory(deck, be, options);
   Context c(deck, be, options);
-  std::vector<double> mine;  // (units, kTimes)
   int64_t param_tensors = 0;
-  for (size_t u = 0; u < p.units.size(); ++u) {
-    timed_barrier(comm, "the profiler's barrier before unit " + p.units[u].name);
-    const std::vector<double> times =
-        unit_times(c, static_cast<int64_t>(u), options, &param_tensors);
-    mine.insert(mine.end(), times.begin(), times.end());
-  }
+  const std::vector<double> mine = time_units(c, p.units.size(), options, comm, &param_tensors);
   const std::vector<double> times = median_over_ranks(mine, comm);
   double gradient_passes = 0.0;
   for (size_t u = 0; u < p.units.size(); ++u) {
