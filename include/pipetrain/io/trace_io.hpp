@@ -6,7 +6,6 @@
 #include <vector>
 
 #include "pipetrain/schedule/schedule.hpp"
-#include "pipetrain/runtime/profiler.hpp"
 #include "pipetrain/runtime/trace.hpp"
 
 namespace pt {

@@ -63,16 +63,6 @@ ModelProfile profile_model(const Deck& deck, Backend& be, MPI_Comm comm,
 // device statistics, whose peaks do not count host memory).
 ModelProfile profile_memory(const Deck& deck, Backend& be, const ProfileOptions& options = {});
 
-// A run's trace as trace.h5 holds it (io/trace_io.hpp reads it back).
-struct RunTrace {
-  std::string source;             // the file, for messages
-  std::string deck;               // the run's resolved deck (TOML)
-  int num_stages = 0;             // one per rank
-  int num_micro_batches = 0;
-  std::vector<double> clock_error_us;           // (ranks) half the best ping-pong round trip
-  std::vector<std::vector<TraceEvent>> events;  // (ranks) events on rank 0's clock
-};
-
 // A profile from a traced run of `deck` (the trace's own deck): each
 // stage's median F, B and recompute times (waits for peers taken out) are
 // split over its units in proportion to their forward FLOPs, its optimizer
