@@ -1,4 +1,4 @@
-// command_line.cpp: the pipetrain command line (train, validate, help).
+// command_line.cpp: the pipetrain command line (train, validate, profile, help).
 //
 // The only translation unit that includes CLI11 (it compiles slowly). Every
 // mistake is one pt::InputError carrying a usage hint; --help never exits.
@@ -17,6 +17,7 @@ namespace {
 const char* const kUsage =
     "usage: pipetrain train DECK [--set section.key=value]... [--resume [PATH|latest]]\n"
     "       pipetrain validate DECK [--set section.key=value]... [--ranks N] [--print-schedule]\n"
+    "       pipetrain profile DECK [--set section.key=value]... [--ranks P] [--out FILE] [--reps K]\n"
     "       pipetrain --help";
 
 CLI::App* add_deck_command(CLI::App& app, const char* name, const char* what, CommandLine& cl) {
@@ -41,6 +42,15 @@ CommandLine parse_command_line(int argc, char** argv) {
   validate->add_option("--ranks", cl.ranks, "check against N ranks (default: the MPI world size)")
       ->check(CLI::Range(1, 1 << 16));
   validate->add_flag("--print-schedule", cl.print_schedule, "print the schedule as a rank x step grid");
+  CLI::App* profile = add_deck_command(
+      app, "profile", "measure the cost of every unit of DECK's model and the link between ranks", cl);
+  profile->add_option("--ranks", cl.ranks,
+                      "profile for a run on P ranks per node: the deck is checked against P and "
+                      "BLAS threads are cores / P (default: the MPI world size)")
+      ->check(CLI::Range(1, 1 << 16));
+  profile->add_option("--out", cl.out, "the profile file (default: <output.dir>/profile.h5)");
+  profile->add_option("--reps", cl.reps, "timed repetitions of each measurement; times are medians")
+      ->check(CLI::Range(1, 1000));
   CLI::Option* resume =
       train->add_option("--resume", cl.resume,
                         "continue from a checkpoint: latest (the default: the newest good one "
@@ -48,8 +58,8 @@ CommandLine parse_command_line(int argc, char** argv) {
           ->type_name("[PATH|latest]")
           ->expected(0, 1);
   std::string first = argc > 1 ? argv[1] : "help";
-  if (first != "train" && first != "validate" && first != "help" && first[0] != '-') {
-    throw InputError("pipetrain: unknown command '" + first + "'; expected train or validate\n" + kUsage);
+  if (first != "train" && first != "validate" && first != "profile" && first != "help" && first[0] != '-') {
+    throw InputError("pipetrain: unknown command '" + first + "'; expected train, validate or profile\n" + kUsage);
   }
   if (first == "help") {
     cl.command = "help";
@@ -65,7 +75,7 @@ CommandLine parse_command_line(int argc, char** argv) {
   } catch (const CLI::ParseError& e) {
     throw InputError(std::string("pipetrain: ") + e.what() + "\n" + kUsage);
   }
-  cl.command = train->parsed() ? "train" : "validate";
+  cl.command = train->parsed() ? "train" : profile->parsed() ? "profile" : "validate";
   if (resume->count() > 0 && cl.resume.empty()) cl.resume = "latest";
   return cl;
 }

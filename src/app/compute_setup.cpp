@@ -2,19 +2,33 @@
 // needs nothing; CUDA selects this rank's GPU (node-local rank mod visible
 // devices), logs it on every rank, and hands the trainer the CUDA backend, a
 // GPU transport (NCCL or host-staged MPI) and device memory statistics. The
-// only file of the runtime's callers that knows about CUDA.
+// only file of the runtime's callers that knows about CUDA. Also how a
+// rank's waits spend the core (yield or sleep).
 #include "pipetrain/app/compute_setup.hpp"
 
 #include <cstdio>
+#include <cstdlib>
 
 #include "pipetrain/base/error.hpp"
+#include "pipetrain/base/timed_wait.hpp"
 
 #ifdef PIPETRAIN_HAVE_CUDA
-#include "pipetrain/base/timed_wait.hpp"
 #include "pipetrain/cuda/cuda.hpp"
 #endif
 
 namespace pt {
+
+// Sleep-backoff waits when the node has more ranks than cores, so idle ranks
+// leave the cores to those that compute; PIPETRAIN_WAIT=yield|sleep overrides.
+void choose_wait_mode(const BlasThreadsChoice& node) {
+  const char* env = std::getenv("PIPETRAIN_WAIT");
+  const std::string forced = env ? env : "";
+  if (!forced.empty() && forced != "yield" && forced != "sleep")
+    throw InputError("PIPETRAIN_WAIT=" + forced + ": expected yield or sleep");
+  const bool oversubscribed = node.ranks_on_node > node.node_cores;
+  const bool sleep = forced.empty() ? oversubscribed : forced == "sleep";
+  set_wait_mode(sleep ? WaitMode::Sleep : WaitMode::Yield);
+}
 
 bool cuda_available_in_build() {
 #ifdef PIPETRAIN_HAVE_CUDA
@@ -77,6 +91,7 @@ ComputeResources make_compute_resources(const Deck& deck, MPI_Comm comm) {
     log_links(stage_comm, plan);
     return made;
   };
+  c.kernels = cuda::versions().describe() + "; GEMM operands " + deck.training.precision;
   c.setup.device_memory_stats = [] { return cuda::device_memory_stats(); };
   c.setup.reset_device_memory_peaks = [] { cuda::reset_device_memory_peaks(); };
 #else

@@ -1,4 +1,5 @@
-// driver.cpp: the `train` and `validate` commands.
+// driver.cpp: the `train` and `validate` commands, and the start of every
+// command (`profile` runs in src/app/profile_command.cpp).
 //
 // Rank 0 reads and checks the deck, creates the output directory and
 // broadcasts either the resolved deck or the error text, so every rank agrees
@@ -21,6 +22,7 @@
 #include "pipetrain/io/deck_io.hpp"
 #include "pipetrain/app/command_line.hpp"
 #include "pipetrain/app/compute_setup.hpp"
+#include "pipetrain/app/profile_command.hpp"
 #include "pipetrain/model/data.hpp"
 #include "pipetrain/base/error.hpp"
 #include "pipetrain/base/timed_wait.hpp"
@@ -72,6 +74,7 @@ bool load_deck(const World& w, const CommandLine& cli, Deck& deck) {
                          " = \"cuda\": this build has no CUDA backend; build with `make cuda` "
                          "(cmake -DPIPETRAIN_CUDA=ON) and run build-cuda/pipetrain");
       if (cli.command == "train") prepare_output_directories(deck);
+      if (cli.command == "profile") prepare_profile_output(deck, cli.out);
       text = deck_to_toml(deck);
     } catch (const InputError& e) {
       ok = false;
@@ -301,18 +304,6 @@ void log_step(const Deck& deck, const StepRecord& rec, bool last, Progress& p, M
   }
 }
 
-// Sleep-backoff waits when the node has more ranks than cores, so idle ranks
-// leave the cores to those that compute; PIPETRAIN_WAIT=yield|sleep overrides.
-void choose_wait_mode(const BlasThreadsChoice& node) {
-  const char* env = std::getenv("PIPETRAIN_WAIT");
-  const std::string forced = env ? env : "";
-  if (!forced.empty() && forced != "yield" && forced != "sleep")
-    throw InputError("PIPETRAIN_WAIT=" + forced + ": expected yield or sleep");
-  const bool oversubscribed = node.ranks_on_node > node.node_cores;
-  const bool sleep = forced.empty() ? oversubscribed : forced == "sleep";
-  set_wait_mode(sleep ? WaitMode::Sleep : WaitMode::Yield);
-}
-
 int run_train(const World& w, const CommandLine& cli, const Deck& deck) {
   BlasThreadsChoice blas = choose_blas_threads(deck, w.comm);
   set_cpu_gemm(parse_cpu_gemm(deck.training.cpu_gemm));
@@ -392,6 +383,7 @@ int run_command(const World& w, const CommandLine& cli) {
     if (!load_deck(w, cli, deck)) return 2;
     set_wait_limit(deck.pipeline.timeout_s);
     if (cli.command == "validate") return run_validate(w, cli, deck);
+    if (cli.command == "profile") return run_profile(w.comm, cli, deck, w.blas_note);
     return run_train(w, cli, deck);
   } catch (const std::exception& e) {
     abort_job(w, e.what());

@@ -79,6 +79,26 @@ void prepare_output_directories(const Deck& deck) {
   check_not_directory(root + "/latest", root_head, "the checkpoint pointer file `latest`");
 }
 
+std::string prepare_profile_output(const Deck& deck, const std::string& out) {
+  if (out.empty()) {
+    const std::string& dir = deck.output.dir;
+    const std::string head = key_head(deck, "output.dir", dir);
+    make_directories(dir, head);
+    check_writable(dir, head);
+    check_not_directory(dir + "/profile.h5", head, "the profile");
+    return dir + "/profile.h5";
+  }
+  const std::string head = "--out " + out + ": ";
+  const size_t slash = out.find_last_of('/');
+  const std::string dir = slash == std::string::npos ? "." : (slash == 0 ? "/" : out.substr(0, slash));
+  struct stat st {};
+  if (stat(dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode))
+    throw InputError(head + "directory '" + dir + "' does not exist");
+  check_writable(dir, head);
+  check_not_directory(out, head, "the profile");
+  return out;
+}
+
 namespace {
 
 void fsync_path(const std::string& path) {

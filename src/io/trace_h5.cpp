@@ -1,4 +1,5 @@
-// trace_h5.cpp: trace.h5, every rank's timeline as compound HDF5 datasets.
+// trace_h5.cpp: trace.h5, every rank's timeline as compound HDF5 datasets;
+// writing it at the end of a run, reading it back (for profiles).
 #include <hdf5.h>
 
 #include <algorithm>
@@ -6,7 +7,9 @@
 #include <cstdio>
 #include <cstring>
 
+#include "checkpoint_h5.hpp"
 #include "pipetrain/base/error.hpp"
+#include "pipetrain/base/quiet_hdf5.hpp"
 #include "pipetrain/io/trace_io.hpp"
 
 namespace pt {
@@ -107,6 +110,73 @@ void write_trace_file(const std::string& path, const std::string& resolved_deck,
   H5_CHECK(H5Fclose(file));
   if (std::rename(tmp.c_str(), path.c_str()) != 0)
     throw Error("cannot rename " + tmp + " to " + path + ": " + std::strerror(errno));
+}
+
+namespace {
+
+using ckpt::H5Id;
+
+const char* const kTraceExpected =
+    "expected a trace.h5 written by a run with output.trace = true (docs/outputs.md)";
+
+[[noreturn]] void refuse_trace(const std::string& path, const std::string& problem) {
+  throw InputError(path + ": " + problem + "; " + kTraceExpected);
+}
+
+// A float64 attribute of one value (scalar) or a 1-D list.
+std::vector<double> read_doubles_attr(hid_t obj, const char* name) {
+  std::vector<double> values;
+  if (H5Aexists(obj, name) <= 0) return values;
+  H5Id attr(H5Aopen(obj, name, H5P_DEFAULT), H5Aclose);
+  H5Id space(attr.valid() ? H5Aget_space(attr.get()) : -1, H5Sclose);
+  if (!space.valid()) return values;
+  values.resize(static_cast<size_t>(std::max<hssize_t>(0, H5Sget_simple_extent_npoints(space.get()))));
+  if (!values.empty() && H5Aread(attr.get(), H5T_NATIVE_DOUBLE, values.data()) < 0) values.clear();
+  return values;
+}
+
+std::vector<TraceEvent> read_events(hid_t group, const std::string& name, const std::string& path) {
+  H5Id dset(H5Dopen2(group, name.c_str(), H5P_DEFAULT), H5Dclose);
+  H5Id space(dset.valid() ? H5Dget_space(dset.get()) : -1, H5Sclose);
+  if (!space.valid() || H5Sget_simple_extent_ndims(space.get()) != 1)
+    refuse_trace(path, "dataset events/" + name + " is missing or not 1-D");
+  std::vector<TraceEvent> events(static_cast<size_t>(H5Sget_simple_extent_npoints(space.get())));
+  H5Id type(event_type(), H5Tclose);
+  if (!events.empty() &&
+      H5Dread(dset.get(), type.get(), H5S_ALL, H5S_ALL, H5P_DEFAULT, events.data()) < 0)
+    refuse_trace(path, "dataset events/" + name + " does not hold trace events (step, stage, mb, "
+                       "kind, start_us, end_us)");
+  return events;
+}
+
+}  // namespace
+
+RunTrace read_trace_file(const std::string& path) {
+  QuietHdf5 quiet;
+  if (!ckpt::is_regular_file(path)) refuse_trace(path, "no such file");
+  H5Id file(H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT), H5Fclose);
+  if (!file.valid()) refuse_trace(path, "not an HDF5 file (damaged or of another kind)");
+  RunTrace trace;
+  trace.source = path;
+  std::string kinds;
+  int64_t stages = 0, mbs = 0;
+  if (!ckpt::read_attr(file.get(), "kind_names", kinds) || kinds != kEventKindNames)
+    refuse_trace(path, "attribute kind_names is not \"" + std::string(kEventKindNames) + "\"");
+  if (!ckpt::read_attr(file.get(), "deck", trace.deck) ||
+      !ckpt::read_attr(file.get(), "num_stages", stages) ||
+      !ckpt::read_attr(file.get(), "num_micro_batches", mbs) || stages < 1)
+    refuse_trace(path, "attributes deck, num_stages and num_micro_batches are missing");
+  trace.num_stages = static_cast<int>(stages);
+  trace.num_micro_batches = static_cast<int>(mbs);
+  trace.clock_error_us = read_doubles_attr(file.get(), "clock_error_us");
+  if (!ckpt::has_link(file.get(), "events")) refuse_trace(path, "group events is missing");
+  H5Id group(H5Gopen2(file.get(), "events", H5P_DEFAULT), H5Gclose);
+  for (int r = 0; r < trace.num_stages; ++r) {
+    const std::string name = "rank_" + std::to_string(r);
+    if (!ckpt::has_link(group.get(), name)) refuse_trace(path, "dataset events/" + name + " is missing");
+    trace.events.push_back(read_events(group.get(), name, path));
+  }
+  return trace;
 }
 
 }  // namespace pt

@@ -51,21 +51,44 @@ GptDims gpt_dims(const ModelConfig& m) {
 // computes two products per forward product).
 double model_train_flops_per_sample(const ModelConfig& m) {
   double forward = 0.0;
-  if (m.type == "mlp") {
-    for (int64_t u = 0; u < m.depth; ++u) {
-      const double in = u == 0 ? m.input_dim : m.hidden_dim;
-      const double out = u == m.depth - 1 ? m.output_dim : m.hidden_dim;
-      forward += 2.0 * in * out;
-    }
-  } else {
-    const double c = m.d_model, t = m.seq_len, r = m.mlp_ratio;
-    const double per_token_block = 2.0 * c * 3.0 * c   // qkv
-                                   + 2.0 * t * c * 2.0  // scores and weighted values (full T)
-                                   + 2.0 * c * c        // attention projection
-                                   + 2.0 * 2.0 * c * r * c;  // MLP
-    forward = t * (static_cast<double>(m.blocks) * per_token_block + 2.0 * c * m.vocab_size);
-  }
+  for (const CostUnitInfo& unit : cost_units(m)) forward += unit.forward_flops;
   return 3.0 * forward;
+}
+
+namespace {
+
+// Width of the activation entering MLP unit u.
+int64_t mlp_width_before(const ModelConfig& m, int64_t unit) {
+  return unit == 0 ? m.input_dim : m.hidden_dim;
+}
+
+int64_t mlp_width_after(const ModelConfig& m, int64_t unit) {
+  return unit == m.depth - 1 ? m.output_dim : m.hidden_dim;
+}
+
+// Forward matmul FLOPs per sample of one transformer block: per token the
+// qkv, attention projection and MLP products, and the scores and weighted
+// values over the full sequence.
+double gpt_block_flops(const ModelConfig& m) {
+  const double c = m.d_model, t = m.seq_len, r = m.mlp_ratio;
+  const double per_token = 2.0 * c * 3.0 * c + 2.0 * t * c * 2.0 + 2.0 * c * c + 2.0 * 2.0 * c * r * c;
+  return t * per_token;
+}
+
+}  // namespace
+
+std::vector<CostUnitInfo> cost_units(const ModelConfig& m) {
+  std::vector<CostUnitInfo> units;
+  if (m.type == "mlp") {
+    for (int64_t u = 0; u < m.depth; ++u)
+      units.push_back({"linear" + std::to_string(u), true,
+                       2.0 * static_cast<double>(mlp_width_before(m, u) * mlp_width_after(m, u))});
+    return units;
+  }
+  units.push_back({"embedding", false, 0.0});  // a gather, no matmul
+  for (int64_t b = 0; b < m.blocks; ++b) units.push_back({"block" + std::to_string(b), true, gpt_block_flops(m)});
+  units.push_back({"head", false, 2.0 * static_cast<double>(m.seq_len * m.d_model * m.vocab_size)});
+  return units;
 }
 
 Shape StageModel::input_shape(int64_t rows) const {
@@ -89,18 +112,13 @@ std::vector<Param*> StageModel::params() {
 
 namespace {
 
-// Width of the activation entering MLP unit u.
-int64_t mlp_width_before(const ModelConfig& m, int64_t unit) {
-  return unit == 0 ? m.input_dim : m.hidden_dim;
-}
-
 void add_mlp_layers(const ModelConfig& model, StageModel& sm) {
   const int64_t total = model.depth;
   sm.sample_input_shape = {mlp_width_before(model, sm.first_unit)};
   for (int64_t u = sm.first_unit; u < sm.first_unit + sm.num_units; ++u) {
     const bool last_unit = (u == total - 1);
     const int64_t in = mlp_width_before(model, u);
-    const int64_t out = last_unit ? model.output_dim : model.hidden_dim;
+    const int64_t out = mlp_width_after(model, u);
     sm.layers.push_back(make_linear("unit" + std::to_string(u) + ".linear", in, out,
                                     model.init_seed, static_cast<uint64_t>(u),
                                     last_unit ? 1.f : std::sqrt(2.f)));
@@ -112,9 +130,11 @@ void add_mlp_layers(const ModelConfig& model, StageModel& sm) {
   }
 }
 
-void add_gpt_layers(const ModelConfig& model, StageModel& sm) {
+// The blocks first_unit .. first_unit + num_units - 1, after the embedding
+// and before the head when asked for.
+void add_gpt_layers(const ModelConfig& model, StageModel& sm, bool embedding, bool head) {
   const GptDims dims = gpt_dims(model);
-  if (sm.is_first()) {
+  if (embedding) {
     sm.sample_input_shape = {model.seq_len};
     sm.input_dtype = DType::I32;
     sm.layers.push_back(make_gpt_embedding(dims, model.init_seed));
@@ -123,7 +143,7 @@ void add_gpt_layers(const ModelConfig& model, StageModel& sm) {
   }
   for (int64_t u = sm.first_unit; u < sm.first_unit + sm.num_units; ++u)
     sm.layers.push_back(make_gpt_block(dims, u, model.init_seed));
-  if (sm.is_last()) {
+  if (head) {
     sm.layers.push_back(make_gpt_head(dims, model.init_seed));
     sm.loss = make_loss("cross_entropy");
     sm.loss_terms_per_sample = model.seq_len;
@@ -146,8 +166,46 @@ StageModel build_stage(const ModelConfig& model, const std::vector<int64_t>& uni
   PT_CHECK(!sm.is_last() || sm.first_unit + sm.num_units == total,
            "the last stage must end at the last unit");
   if (model.type == "mlp") add_mlp_layers(model, sm);
-  else add_gpt_layers(model, sm);
+  else add_gpt_layers(model, sm, sm.is_first(), sm.is_last());
   return sm;
+}
+
+namespace {
+
+// Stage 0 of 2 (first), 1 of 2 (last), 0 of 1 (both) or 1 of 3 (middle).
+void place_stage(StageModel& sm, bool first, bool last) {
+  sm.stage = first ? 0 : 1;
+  sm.num_stages = first && last ? 1 : (first || last ? 2 : 3);
+}
+
+}  // namespace
+
+StageModel build_cost_unit_stage(const ModelConfig& model, int64_t index) {
+  const int64_t count = static_cast<int64_t>(cost_units(model).size());
+  PT_CHECK(index >= 0 && index < count, "cost unit " + std::to_string(index) + " of " +
+                                            std::to_string(count));
+  StageModel sm;
+  place_stage(sm, index == 0, index == count - 1);
+  if (model.type == "mlp") {
+    sm.first_unit = index;
+    sm.num_units = 1;
+    add_mlp_layers(model, sm);
+    return sm;
+  }
+  // GPT: cost unit 0 is the embedding, 1..blocks the blocks, then the head.
+  const bool embedding = index == 0, head = index == count - 1;
+  sm.first_unit = embedding ? 0 : index - 1;
+  sm.num_units = embedding || head ? 0 : 1;
+  add_gpt_layers(model, sm, embedding, head);
+  return sm;
+}
+
+void move_parameters(StageModel& stage, Device dev) {
+  if (dev == Device::CPU) return;
+  for (Param* p : stage.params()) {
+    p->value = p->value.to(dev, MemCategory::Parameters);
+    p->grad = p->grad.to(dev, MemCategory::Gradients);
+  }
 }
 
 Tensor stage_forward(StageModel& stage, Backend& be, const Tensor& x, StagePass& pass) {

@@ -161,28 +161,54 @@ void Executor::run_forward(int mb, Tensor x) {
 // (data on the first stage), forward, then backward from a zero output
 // gradient (the loss gradient on the last stage). Gradients it adds are
 // cleared by the next step's zero_grad.
-MemoryProbe Executor::probe_memory(const Dataset& data, const std::function<MemoryStats()>& stats,
-                                   const std::function<void()>& reset_peaks) {
+MicroBatchProbe Executor::probe_micro_batch(const Dataset& data,
+                                            const std::function<MemoryStats()>& stats,
+                                            const std::function<void()>& reset_peaks) {
   data_ = &data;
   pass_ = Pass::Train;
   step_ = 0;
   loss_sum_ = 0.0;
   mbs_.clear();
+  MicroBatchProbe probe;
+  // Data that caches itself on first use (synthetic) does so before measuring.
+  if (stage_.is_first()) data.inputs(0, rows_);
+  if (stage_.is_last()) data.targets(0, rows_);
+  const MemoryStats empty = stats();  // before the input and output-gradient buffers
+  const double fetch_start = clock().now_us();
   Tensor x = stage_.is_first()
                  ? data.inputs(0, rows_).to(be_.device())
                  : Tensor::zeros(stage_.input_shape(rows_), stage_.input_dtype, MemCategory::Workspace);
+  be_.synchronize();
+  const double fetch_us = stage_.is_first() ? clock().now_us() - fetch_start : 0.0;
   Tensor dy;
   if (!stage_.is_last()) dy = Tensor::zeros(stage_.output_shape(rows_), DType::F32, MemCategory::Workspace);
   const MemoryStats before = stats();
   reset_memory_peaks();
   if (reset_peaks) reset_peaks();
+  probing_ = true;
+  const double forward_start = clock().now_us();
   run_forward(0, std::move(x));
-  MemoryProbe probe;
+  be_.synchronize();
+  const double backward_start = clock().now_us();
+  probe.forward_s = (backward_start - forward_start + fetch_us) * 1e-6;
   const int act = static_cast<int>(MemCategory::Activations);
   probe.stash_bytes = stats().live[act] - before.live[act];
   if (stage_.is_last()) dy = std::move(mbs_[0].grad_output);
   run_backward(0, std::move(dy));
-  probe.transient_bytes = stats().peak_total - before.live_total - probe.stash_bytes;
+  be_.synchronize();
+  probe.backward_s = (clock().now_us() - backward_start) * 1e-6;
+  probe.recompute_s = recompute_us_ * 1e-6;
+  probing_ = false;
+  const MemoryStats after = stats();
+  // Signed: a stage whose input is larger than all it allocates has a
+  // transient below its stash.
+  const auto above = [&](size_t base) {
+    const double bytes = static_cast<double>(after.peak_total) - static_cast<double>(base) -
+                         static_cast<double>(probe.stash_bytes);
+    return static_cast<size_t>(std::max(0.0, bytes));
+  };
+  probe.transient_bytes = above(before.live_total);
+  probe.workspace_bytes = above(empty.live_total);
   mbs_.clear();
   return probe;
 }
@@ -224,6 +250,7 @@ void Executor::backward(int mb) {
 
 void Executor::run_backward(int mb, Tensor dy) {
   MicroBatch& state = mbs_[mb];
+  recompute_us_ = 0.0;
   // Segments in reverse: recompute a segment's forward when the policy
   // dropped it, then run its backward, releasing the stash as it goes.
   for (size_t end = stage_.layers.size(); end > 0;) {
@@ -231,7 +258,10 @@ void Executor::run_backward(int mb, Tensor dy) {
     if (!policy_.keeps_saved()) {
       const double start = clock().now_us();
       recompute_segment(state, begin, end);
-      if (tracer_) tracer_->record(EventKind::Recompute, step_, stage_.stage, mb, start, clock().now_us());
+      if (probing_) be_.synchronize();
+      const double end_us = clock().now_us();
+      recompute_us_ += end_us - start;
+      if (tracer_) tracer_->record(EventKind::Recompute, step_, stage_.stage, mb, start, end_us);
     }
     for (size_t i = end; i-- > begin;) {
       const bool need_dx = i > 0 || !stage_.is_first();

@@ -65,13 +65,7 @@ Trainer::Trainer(const Deck& deck, MPI_Comm comm, ComputeSetup setup)
 }
 
 // Parameters are built (and initialised) on the host, then moved.
-void Trainer::move_state_to_device() {
-  if (be_.device() == Device::CPU) return;
-  for (Param* p : stage_.params()) {
-    p->value = p->value.to(be_.device(), MemCategory::Parameters);
-    p->grad = p->grad.to(be_.device(), MemCategory::Gradients);
-  }
-}
+void Trainer::move_state_to_device() { move_parameters(stage_, be_.device()); }
 
 MemoryStats Trainer::stage_memory_stats() const {
   return setup_.device_memory_stats ? setup_.device_memory_stats() : memory_stats();
@@ -177,8 +171,8 @@ RecomputePolicy Trainer::resolve_recompute() {
     for (const char* candidate : {"none", "selective", "every:2", "full"}) {
       chosen = parse_recompute_policy(candidate, key);
       Executor probe(stage_, *transport_, deck_, be_, chosen);
-      const MemoryProbe m = probe.probe_memory(*data_, [this] { return stage_memory_stats(); },
-                                               setup_.reset_device_memory_peaks);
+      const MicroBatchProbe m = probe.probe_micro_batch(
+          *data_, [this] { return stage_memory_stats(); }, setup_.reset_device_memory_peaks);
       mine.needed_bytes = persistent + in_flight * static_cast<double>(m.stash_bytes) +
                           static_cast<double>(m.transient_bytes) + comm;
       if (mine.needed_bytes <= mine.budget_bytes) {

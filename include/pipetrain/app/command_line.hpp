@@ -8,12 +8,14 @@
 namespace pt {
 
 struct CommandLine {
-  std::string command;                 // "train" | "validate" | "help"
+  std::string command;                 // "train" | "validate" | "profile" | "help"
   std::string deck_path;
   std::vector<std::string> overrides;  // from --set section.key=value
-  int ranks = 0;                       // validate --ranks N (0 = MPI world size)
+  int ranks = 0;                       // validate, profile --ranks N (0 = MPI world size)
   bool print_schedule = false;         // validate --print-schedule
   std::string resume;                  // train --resume [PATH]: "" = no, "latest" or a path
+  std::string out;                     // profile --out FILE ("" = <output.dir>/profile.h5)
+  int reps = 0;                        // profile --reps K (0 = the profiler's default)
   std::string help_text;               // filled for "help"
 };
 

@@ -6,6 +6,7 @@
 #include <mpi.h>
 
 #include <memory>
+#include <string>
 
 #include "pipetrain/runtime/trainer.hpp"
 
@@ -14,9 +15,13 @@ namespace pt {
 struct ComputeResources {
   std::unique_ptr<Backend> backend;  // owned here; null for the CPU
   ComputeSetup setup;                // what the Trainer is given
+  std::string kernels;               // GPU: CUDA and cuBLAS versions ("" on the CPU)
 };
 
 bool cuda_available_in_build();
+// Sleep-backoff waits when the node has more ranks than cores, so idle ranks
+// leave the cores to those that compute; PIPETRAIN_WAIT=yield|sleep overrides.
+void choose_wait_mode(const BlasThreadsChoice& node);
 // Collective over comm for CUDA (device selection, logging every rank's GPU).
 ComputeResources make_compute_resources(const Deck& deck, MPI_Comm comm);
 

@@ -1,4 +1,4 @@
-// driver.hpp: the commands of the pipetrain executable (train, validate).
+// driver.hpp: the commands of the pipetrain executable (train, validate, profile).
 #pragma once
 
 #include <mpi.h>

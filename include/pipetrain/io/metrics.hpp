@@ -22,6 +22,10 @@ namespace pt {
 // a file (metrics.h5, deck.resolved.toml, trace.h5, checkpoints' `latest`).
 // One InputError naming the path and the deck key otherwise.
 void prepare_output_directories(const Deck& deck);
+// Before `pipetrain profile` measures: where the profile goes (`out`, or
+// <output.dir>/profile.h5 when empty, output.dir made if missing) takes a new
+// file. Returns the path; one InputError naming --out or output.dir otherwise.
+std::string prepare_profile_output(const Deck& deck, const std::string& out);
 // Writes `text` to path via a temporary file, fsync and rename.
 void write_file_atomic(const std::string& path, const std::string& text);
 

@@ -1,4 +1,5 @@
-// trace_io.hpp: writing <output.dir>/trace.h5 (layout in docs/outputs.md).
+// trace_io.hpp: writing <output.dir>/trace.h5 and reading it back (layout
+// in docs/outputs.md).
 #pragma once
 
 #include <string>
@@ -17,5 +18,9 @@ void write_trace_file(const std::string& path, const std::string& resolved_deck,
                       const Schedule& schedule,
                       const std::vector<std::vector<TraceEvent>>& events_per_rank,
                       const ClockAlignment& clocks);
+
+// Every rank's events and the run's deck, as written above. One InputError
+// naming the file and what was expected when it is not such a trace.
+RunTrace read_trace_file(const std::string& path);
 
 }  // namespace pt

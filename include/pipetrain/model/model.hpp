@@ -10,6 +10,7 @@
 #pragma once
 
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "pipetrain/base/deck.hpp"
@@ -51,6 +52,23 @@ class StageModel {
 
 StageModel build_stage(const ModelConfig& model, const std::vector<int64_t>& units_per_stage,
                        int stage);
+
+// The units of a cost profile (plan/cost.hpp), in forward order: the
+// partition units, and for the GPT also the embedding before them and the
+// head (final LayerNorm + LM head + loss) after them, which are pinned to the
+// first and last stage (partitionable = false).
+struct CostUnitInfo {
+  std::string name;            // "linear3" | "embedding" | "block2" | "head"
+  bool partitionable = true;
+  double forward_flops = 0.0;  // matmul FLOPs of the forward, per sample
+};
+std::vector<CostUnitInfo> cost_units(const ModelConfig& model);
+// A stage holding cost unit `index` alone, placed as the unit sits in any
+// pipeline: first (input from the data) when nothing precedes it, last (with
+// the loss) when nothing follows it, a middle stage otherwise.
+StageModel build_cost_unit_stage(const ModelConfig& model, int64_t index);
+// Moves the stage's parameters and gradients to `dev` (built on the host).
+void move_parameters(StageModel& stage, Device dev);
 
 // One micro-batch through a stage outside the executor (benchmarks and
 // tests): stage_forward keeps what each layer's backward needs in `pass`,

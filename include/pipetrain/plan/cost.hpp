@@ -26,11 +26,14 @@ struct UnitCost {
   double backward_s = 0.0;     // backward (input and weight gradients)
   double recompute_s = 0.0;    // forward re-run inside backward when recomputed
   double recompute_selective_s = 0.0;  // what backward re-runs under recompute = selective
+  double recompute_end_s = 0.0;  // the same when the unit ends its recompute segment (its
+                                 // last layer only refills what its backward needs)
   double optimizer_s = 0.0;    // the optimizer step of the unit's parameters (once per batch)
   double forward_flops = 0.0;  // matmul FLOPs of the forward (device descriptions scale by it)
   // Bytes per micro-batch.
   double input_bytes = 0.0;            // the unit's input (kept at a recompute segment start)
   double output_bytes = 0.0;           // its output: the message when a stage ends here
+                                       // (last unit: the loss gradient, kept under every policy)
   double stash_none_bytes = 0.0;       // kept from F to B with recompute = none (input + saved)
   double stash_selective_bytes = 0.0;  // ... with recompute = selective
   double stash_always_bytes = 0.0;     // part of both kept under every policy (the loss gradient)
@@ -39,6 +42,8 @@ struct UnitCost {
   double param_bytes = 0.0;
   double grad_bytes = 0.0;
   double optimizer_bytes = 0.0;
+  double data_bytes = 0.0;  // training data cached for the unit's stage in host memory:
+                            // the inputs on the first unit, the targets on the last
 };
 
 // A point-to-point link between neighbouring stages: time(bytes) =
@@ -59,6 +64,7 @@ struct ModelProfile {
   std::vector<UnitCost> units;   // forward order
   LinkCost link;
   double step_overhead_s = 0.0;  // per step, outside the schedule (loss, norm, clip)
+  double stage_data_bytes = 0.0; // host bytes of training data every stage holds
 };
 
 }  // namespace pt

@@ -31,10 +31,17 @@ struct StepOutcome {
 
 enum class Pass { Train, Evaluate };
 
-// Memory of one micro-batch on this stage under the executor's policy.
-struct MemoryProbe {
+// One micro-batch on this stage alone under the executor's policy: its
+// memory, counted by the same allocator statistics as a run's peaks, and its
+// times, the backend synchronised at the end of each.
+struct MicroBatchProbe {
   size_t stash_bytes = 0;      // kept from F until B (activations)
-  size_t transient_bytes = 0;  // peak of everything else during F + B
+  size_t transient_bytes = 0;  // peak of everything else during F + B, beyond
+                               // the stage input and output-gradient buffers
+  size_t workspace_bytes = 0;  // the same peak counting those two buffers
+  double forward_s = 0.0;      // F; on the first stage with fetching the input
+  double backward_s = 0.0;     // B, with its recompute
+  double recompute_s = 0.0;    // the recompute inside B (0 unless it recomputes)
 };
 
 class Executor {
@@ -42,10 +49,11 @@ class Executor {
   Executor(StageModel& stage, Transport& transport, const Deck& deck, Backend& backend,
            RecomputePolicy policy, Tracer* tracer = nullptr);
   const RecomputePolicy& policy() const { return policy_; }
-  // Runs one micro-batch through this stage alone and measures its memory
-  // with `stats` (host or device statistics); `reset_peaks` may be empty.
-  MemoryProbe probe_memory(const Dataset& data, const std::function<MemoryStats()>& stats,
-                           const std::function<void()>& reset_peaks);
+  // Runs one micro-batch through this stage alone (no communication) and
+  // measures it with `stats` (host or device statistics); `reset_peaks` may
+  // be empty. Used by "auto" recomputation and the profiler.
+  MicroBatchProbe probe_micro_batch(const Dataset& data, const std::function<MemoryStats()>& stats,
+                                    const std::function<void()>& reset_peaks);
   // fp16: the loss gradient is multiplied by `scale`; overflowing gradients
   // are then expected and left to the loss scaler instead of stopping the run.
   void set_loss_scale(float scale) {
@@ -114,6 +122,8 @@ class Executor {
   Tracer local_clock_{false}; // times F/B and waits when no tracer is given
   double compute_us_ = 0.0, nested_wait_us_ = 0.0, last_end_us_ = 0.0;
   bool in_compute_ = false;
+  bool probing_ = false;      // probe_micro_batch: synchronise to time the recompute
+  double recompute_us_ = 0.0; // recompute time of the last run_backward
   int64_t rows_;  // samples per micro-batch
   const Schedule* schedule_ = nullptr;  // of the pass being run
   const Dataset* data_ = nullptr;

@@ -13,6 +13,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <string>
 #include <vector>
 
 namespace pt {
@@ -33,6 +34,16 @@ struct TraceEvent {
 struct ClockAlignment {
   std::vector<double> offset_us;  // (ranks) rank clock - rank 0 clock
   std::vector<double> error_us;   // (ranks) half the best round trip; 0 for rank 0
+};
+
+// A run's trace as trace.h5 holds it (io/trace_io.hpp reads it back).
+struct RunTrace {
+  std::string source;             // the file, for messages
+  std::string deck;               // the run's resolved deck (TOML)
+  int num_stages = 0;             // one per rank
+  int num_micro_batches = 0;
+  std::vector<double> clock_error_us;           // (ranks) half the best ping-pong round trip
+  std::vector<std::vector<TraceEvent>> events;  // (ranks) events on rank 0's clock
 };
 
 class Tracer {

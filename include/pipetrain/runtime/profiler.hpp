@@ -1,0 +1,75 @@
+// profiler.hpp: measuring a model's cost profile (plan/cost.hpp) on the
+// configured backend, or deriving one from an earlier run's trace.
+//
+// profile_model builds every cost unit of the deck's model as a stage of its
+// own (model.hpp build_cost_unit_stage) and runs micro-batches through it
+// with the executor's own code (Executor::probe_micro_batch), so times and
+// bytes are what a run of that unit would see: bytes from the same allocator
+// statistics as the run's memory peaks, times as the median of repetitions
+// after warm-up, with the backend synchronised. On >= 2 ranks, ranks 0 and 1
+// also measure their link by ping-pong through the run's transport. The
+// meaning of every figure, and how a stage's figures follow from its units',
+// is in docs/profile.md.
+#pragma once
+
+#include <mpi.h>
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "pipetrain/base/deck.hpp"
+#include "pipetrain/plan/cost.hpp"
+#include "pipetrain/runtime/trace.hpp"
+#include "pipetrain/runtime/transport.hpp"
+#include "pipetrain/tensor/backend.hpp"
+
+namespace pt {
+
+struct ProfileOptions {
+  int warmup = 2;  // untimed repetitions of each measurement first
+  int reps = 7;    // timed repetitions; each time is their median
+  // Memory statistics of the backend's device; null: host statistics.
+  std::function<MemoryStats()> memory_stats;
+  std::function<void()> reset_memory_peaks;
+  // The transport the link is measured through (e.g. NCCL on GPUs); null: MPI.
+  std::function<std::unique_ptr<Transport>(MPI_Comm)> make_transport;
+  std::string kernels;  // GEMM library and kernels; "" = this process's BLAS
+
+  // The short pass run before training (1 warm-up, 3 repetitions).
+  static ProfileOptions brief();
+};
+
+// Samples per micro-batch: training.batch_size / pipeline.micro_batches.
+int64_t micro_batch_rows(const Deck& deck);
+// What a profile holds for, in one line: the model, the optimizer (its
+// state bytes), the GEMM precision (its times) and, for data kept in memory,
+// its size, e.g.
+//   "mlp input_dim=16 hidden_dim=32 output_dim=4 depth=8 activation=gelu loss=mse; adamw; fp32;
+//    synthetic data samples=256"
+std::string profile_model_description(const Deck& deck);
+
+// Collective over `comm`: every rank measures every unit at once (as the
+// stages of a run compute at once) and each time is the lower median over
+// ranks (robust to a rank another process slowed down);
+// ranks 0 and 1 measure the link; every rank returns the same profile.
+ModelProfile profile_model(const Deck& deck, Backend& be, MPI_Comm comm,
+                           const ProfileOptions& options = {});
+
+// A profile without times: the byte figures and FLOPs of every unit, from
+// one micro-batch per recompute policy (bytes do not vary between runs), and
+// the training data's bytes (host statistics only: 0 when options give
+// device statistics, whose peaks do not count host memory).
+ModelProfile profile_memory(const Deck& deck, Backend& be, const ProfileOptions& options = {});
+
+// A profile from a traced run of `deck` (the trace's own deck): each
+// stage's median F, B and recompute times (waits for peers taken out) are
+// split over its units in proportion to their forward FLOPs, its optimizer
+// time in proportion to their parameter bytes; bytes are measured as by
+// profile_memory. Approximations in docs/profile.md. Throws InputError
+// naming trace.source when the trace lacks what is needed.
+ModelProfile profile_from_trace(const Deck& deck, const RunTrace& trace, Backend& be,
+                                const ProfileOptions& options = {});
+
+}  // namespace pt

@@ -1,0 +1,251 @@
+// profile_h5.cpp: profile.h5 (attributes for the profile's description and
+// link, group `units` with one column per UnitCost field; docs/profile.md),
+// and choosing between a profile and a trace when loading one for a plan.
+#include "pipetrain/io/profile_io.hpp"
+
+#include <hdf5.h>
+
+#include <cmath>
+
+#include "checkpoint_h5.hpp"
+#include "pipetrain/base/error.hpp"
+#include "pipetrain/base/quiet_hdf5.hpp"
+#include "pipetrain/io/deck_io.hpp"
+#include "pipetrain/io/trace_io.hpp"
+
+namespace pt {
+
+namespace {
+
+using ckpt::H5Id;
+
+// The number columns of group `units`, one float64 dataset each.
+struct Column {
+  const char* name;
+  double UnitCost::*field;
+};
+constexpr Column kColumns[] = {
+    {"forward_s", &UnitCost::forward_s},
+    {"backward_s", &UnitCost::backward_s},
+    {"recompute_s", &UnitCost::recompute_s},
+    {"recompute_end_s", &UnitCost::recompute_end_s},
+    {"optimizer_s", &UnitCost::optimizer_s},
+    {"forward_flops", &UnitCost::forward_flops},
+    {"input_bytes", &UnitCost::input_bytes},
+    {"output_bytes", &UnitCost::output_bytes},
+    {"stash_none_bytes", &UnitCost::stash_none_bytes},
+    {"stash_selective_bytes", &UnitCost::stash_selective_bytes},
+    {"workspace_bytes", &UnitCost::workspace_bytes},
+    {"param_bytes", &UnitCost::param_bytes},
+    {"grad_bytes", &UnitCost::grad_bytes},
+    {"optimizer_bytes", &UnitCost::optimizer_bytes},
+    {"data_bytes", &UnitCost::data_bytes},
+};
+
+const std::string kExpected = std::string("expected a profile.h5 written by `pipetrain profile` (attribute format = \"") +
+                              kProfileFormat + "\", format_version " +
+                              std::to_string(kProfileFormatVersion) + ")";
+
+[[noreturn]] void refuse(const std::string& path, const std::string& problem) {
+  throw InputError(path + ": " + problem + "; " + kExpected);
+}
+
+void write_column(hid_t group, const char* name, const std::vector<double>& values) {
+  hsize_t dims[1] = {values.size()};
+  H5Id space(H5Screate_simple(1, dims, nullptr), H5Sclose);
+  H5Id plist = ckpt::untimed_dataset_plist();
+  H5Id dset(H5Dcreate2(group, name, H5T_IEEE_F64LE, space.get(), H5P_DEFAULT, plist.get(), H5P_DEFAULT),
+            H5Dclose);
+  H5_CHECK(dset.get());
+  if (!values.empty())
+    H5_CHECK(H5Dwrite(dset.get(), H5T_NATIVE_DOUBLE, H5S_ALL, H5S_ALL, H5P_DEFAULT, values.data()));
+}
+
+void write_units(hid_t file, const std::vector<UnitCost>& units) {
+  H5Id group = ckpt::create_group(file, "units");
+  std::vector<std::string> names;
+  std::vector<int64_t> partitionable;
+  for (const UnitCost& u : units) {
+    names.push_back(u.name);
+    partitionable.push_back(u.partitionable ? 1 : 0);
+  }
+  ckpt::write_list(group.get(), "name", names);
+  ckpt::write_list(group.get(), "partitionable", partitionable);
+  for (const Column& c : kColumns) {
+    std::vector<double> values;
+    for (const UnitCost& u : units) values.push_back(u.*c.field);
+    write_column(group.get(), c.name, values);
+  }
+}
+
+// The float64 column `name` of `group`, of exactly n finite values >= 0.
+std::vector<double> read_column(hid_t group, const std::string& name, size_t n, const std::string& path) {
+  const std::string where = "dataset units/" + name;
+  if (!ckpt::has_link(group, name)) refuse(path, where + " is missing");
+  H5Id dset(H5Dopen2(group, name.c_str(), H5P_DEFAULT), H5Dclose);
+  H5Id type(dset.valid() ? H5Dget_type(dset.get()) : -1, H5Tclose);
+  H5Id space(dset.valid() ? H5Dget_space(dset.get()) : -1, H5Sclose);
+  if (!type.valid() || H5Tget_class(type.get()) != H5T_FLOAT || !space.valid() ||
+      H5Sget_simple_extent_ndims(space.get()) != 1)
+    refuse(path, where + " is not a 1-D float dataset");
+  const auto rows = static_cast<size_t>(H5Sget_simple_extent_npoints(space.get()));
+  if (rows != n)
+    refuse(path, where + " has " + std::to_string(rows) + " rows, not " + std::to_string(n) +
+                     " (one per unit, as units/name)");
+  std::vector<double> values(n);
+  if (n > 0 && H5Dread(dset.get(), H5T_NATIVE_DOUBLE, H5S_ALL, H5S_ALL, H5P_DEFAULT, values.data()) < 0)
+    refuse(path, where + " cannot be read (damaged file)");
+  for (size_t i = 0; i < n; ++i)
+    if (!std::isfinite(values[i]) || values[i] < 0.0)
+      refuse(path, where + "[" + std::to_string(i) + "] = " + std::to_string(values[i]) +
+                       " is not a finite value >= 0");
+  return values;
+}
+
+std::vector<UnitCost> read_units(hid_t file, const std::string& path) {
+  if (!ckpt::has_link(file, "units")) refuse(path, "group units is missing");
+  H5Id group(H5Gopen2(file, "units", H5P_DEFAULT), H5Gclose);
+  std::vector<std::string> names;
+  std::vector<int64_t> partitionable;
+  if (!group.valid() || !ckpt::read_list(group.get(), "name", names))
+    refuse(path, "dataset units/name (1-D text) is missing or unreadable");
+  if (names.empty()) refuse(path, "the profile has no units");
+  if (!ckpt::read_list(group.get(), "partitionable", partitionable) || partitionable.size() != names.size())
+    refuse(path, "dataset units/partitionable (1-D integer, one per unit) is missing or of another length");
+  std::vector<UnitCost> units(names.size());
+  for (size_t i = 0; i < units.size(); ++i) {
+    units[i].name = names[i];
+    units[i].partitionable = partitionable[i] != 0;
+  }
+  for (const Column& c : kColumns) {
+    const std::vector<double> values = read_column(group.get(), c.name, units.size(), path);
+    for (size_t i = 0; i < units.size(); ++i) units[i].*c.field = values[i];
+  }
+  return units;
+}
+
+std::string text_attr(hid_t file, const char* name, const std::string& path) {
+  std::string value;
+  if (!ckpt::read_attr(file, name, value)) refuse(path, std::string("text attribute '") + name + "' is missing");
+  return value;
+}
+
+double number_attr(hid_t file, const char* name, const std::string& path) {
+  double value = 0.0;
+  if (!ckpt::read_attr(file, name, value) || !std::isfinite(value) || value < 0.0)
+    refuse(path, std::string("float attribute '") + name + "' is missing or not a finite value >= 0");
+  return value;
+}
+
+void check_format(hid_t file, const std::string& path) {
+  const std::string format = text_attr(file, "format", path);
+  if (format != kProfileFormat) refuse(path, "attribute format = \"" + format + "\"");
+  int64_t version = 0;
+  if (!ckpt::read_attr(file, "format_version", version))
+    refuse(path, "integer attribute 'format_version' is missing");
+  if (version != kProfileFormatVersion)
+    throw InputError(path + ": profile format_version " + std::to_string(version) +
+                     "; this pipetrain reads version " + std::to_string(kProfileFormatVersion) +
+                     " (profile the deck again with `pipetrain profile`)");
+}
+
+H5Id open_hdf5(const std::string& path, const std::string& expected) {
+  if (!ckpt::is_regular_file(path)) throw InputError(path + ": no such file; " + expected);
+  H5Id file(H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT), H5Fclose);
+  if (!file.valid()) throw InputError(path + ": not an HDF5 file (damaged or of another kind); " + expected);
+  return file;
+}
+
+}  // namespace
+
+void write_profile_file(const std::string& path, const ModelProfile& profile,
+                        const ProfileProvenance& provenance) {
+  const std::string tmp = path + ".tmp";
+  {
+    H5Id file(H5Fcreate(tmp.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT), H5Fclose);
+    if (!file.valid()) throw Error("cannot create " + tmp);
+    const hid_t f = file.get();
+    ckpt::write_attr(f, "format", std::string(kProfileFormat));
+    ckpt::write_attr(f, "format_version", kProfileFormatVersion);
+    ckpt::write_attr(f, "model", profile.model);
+    ckpt::write_attr(f, "backend", profile.backend);
+    ckpt::write_attr(f, "kernels", profile.kernels);
+    ckpt::write_attr(f, "micro_batch_rows", profile.micro_batch_rows);
+    ckpt::write_attr(f, "link_latency_s", profile.link.latency_s);
+    ckpt::write_attr(f, "link_bandwidth_bytes_per_s", profile.link.bandwidth_bytes_per_s);
+    ckpt::write_attr(f, "step_overhead_s", profile.step_overhead_s);
+    ckpt::write_attr(f, "stage_data_bytes", profile.stage_data_bytes);
+    ckpt::write_attr(f, "source", provenance.source);
+    ckpt::write_attr(f, "deck", provenance.deck);
+    write_units(f, profile.units);
+    H5_CHECK(file.reset());
+  }
+  ckpt::fsync_path(tmp);
+  ckpt::rename_path(tmp, path);
+}
+
+ModelProfile read_profile_file(const std::string& path) {
+  QuietHdf5 quiet;
+  H5Id file = open_hdf5(path, kExpected);
+  check_format(file.get(), path);
+  ModelProfile p;
+  p.model = text_attr(file.get(), "model", path);
+  p.backend = text_attr(file.get(), "backend", path);
+  p.kernels = text_attr(file.get(), "kernels", path);
+  if (!ckpt::read_attr(file.get(), "micro_batch_rows", p.micro_batch_rows) || p.micro_batch_rows < 1)
+    refuse(path, "integer attribute 'micro_batch_rows' (>= 1) is missing");
+  p.link.latency_s = number_attr(file.get(), "link_latency_s", path);
+  p.link.bandwidth_bytes_per_s = number_attr(file.get(), "link_bandwidth_bytes_per_s", path);
+  p.step_overhead_s = number_attr(file.get(), "step_overhead_s", path);
+  p.stage_data_bytes = number_attr(file.get(), "stage_data_bytes", path);
+  p.units = read_units(file.get(), path);
+  return p;
+}
+
+void check_profile_matches(const ModelProfile& profile, const Deck& deck, const std::string& path) {
+  const std::string model = profile_model_description(deck);
+  const int64_t rows = micro_batch_rows(deck);
+  if (profile.model == model && profile.micro_batch_rows == rows) return;
+  const std::string name = deck.source_file.empty() ? "DECK" : deck.source_file;
+  throw InputError(path + ": made for \"" + profile.model + "\" with micro-batches of " +
+                   std::to_string(profile.micro_batch_rows) + " samples, but the deck " + name +
+                   " has \"" + model + "\" with micro-batches of " + std::to_string(rows) +
+                   " samples; profile this deck (`pipetrain profile " + name + "`)");
+}
+
+ProfileSource profile_source_of(const std::string& path) {
+  const std::string expected = std::string("expected a profile.h5 (attribute format = \"") +
+                               kProfileFormat + "\", from `pipetrain profile`) or a trace.h5 "
+                               "(group events, from a run with output.trace = true)";
+  QuietHdf5 quiet;
+  H5Id file = open_hdf5(path, expected);
+  std::string format;
+  if (ckpt::read_attr(file.get(), "format", format) && format == kProfileFormat)
+    return ProfileSource::Profile;
+  if (format.empty() && ckpt::has_link(file.get(), "events") &&
+      H5Aexists(file.get(), "kind_names") > 0)
+    return ProfileSource::Trace;
+  throw InputError(path + ": neither a profile nor a trace" +
+                   (format.empty() ? std::string() : " (attribute format = \"" + format + "\")") +
+                   "; " + expected);
+}
+
+ModelProfile load_profile_for_deck(const std::string& path, const Deck& deck, Backend& be,
+                                   const ProfileOptions& options) {
+  ModelProfile profile;
+  if (profile_source_of(path) == ProfileSource::Profile) {
+    profile = read_profile_file(path);
+  } else {
+    const RunTrace trace = read_trace_file(path);
+    const Deck traced = parse_deck_text(trace.deck, path + " (attribute deck)", {});
+    ModelProfile header;
+    header.model = profile_model_description(traced);
+    header.micro_batch_rows = micro_batch_rows(traced);
+    check_profile_matches(header, deck, path);  // before measuring anything
+    profile = profile_from_trace(traced, trace, be, options);
+  }
+  check_profile_matches(profile, deck, path);
+  return profile;
+}
+
+}  // namespace pt

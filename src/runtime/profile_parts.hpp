@@ -1,0 +1,29 @@
+// profile_parts.hpp: what the profiler's translation units share (private
+// to src/runtime: profiler.cpp, profile_link.cpp, profile_trace.cpp).
+#pragma once
+
+#include <mpi.h>
+
+#include <vector>
+
+#include "pipetrain/runtime/profiler.hpp"
+
+namespace pt {
+
+// The median (mean of the middle two for an even count); 0 when empty.
+double median(std::vector<double> values);
+
+// Collective over comm: the link between ranks 0 and 1, by ping-pong through
+// the run's transport of a small message and of `message_bytes` (the
+// activation message of a micro-batch); every rank returns rank 0's figures.
+// A zero link on one rank.
+LinkCost measure_link(MPI_Comm comm, const Deck& deck, Backend& be, double message_bytes,
+                      const ProfileOptions& options);
+
+// Collective over comm: the median time of the trainer's per-step
+// collectives (loss broadcast, gradient-norm all-gathers over `param_tensors`
+// sums in all, bubble all-gather, memory-peak gather); the slowest rank's.
+double step_collectives_seconds(MPI_Comm comm, int64_t param_tensors,
+                                const ProfileOptions& options);
+
+}  // namespace pt

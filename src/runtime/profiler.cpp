@@ -1,0 +1,352 @@
+// profiler.cpp: profile_model and profile_memory: every cost unit of a
+// model measured alone with the executor's own code, the per-step work
+// outside the schedule, and (src/runtime/profile_link.cpp) the link.
+#include "pipetrain/runtime/profiler.hpp"
+
+#include <algorithm>
+#include <chrono>
+
+#include "profile_parts.hpp"
+#include "pipetrain/base/error.hpp"
+#include "pipetrain/base/timed_wait.hpp"
+#include "pipetrain/model/data.hpp"
+#include "pipetrain/model/model.hpp"
+#include "pipetrain/model/optimizer.hpp"
+#include "pipetrain/runtime/executor.hpp"
+#include "pipetrain/tensor/blas_info.hpp"
+
+namespace pt {
+
+ProfileOptions ProfileOptions::brief() {
+  ProfileOptions o;
+  o.warmup = 1;
+  o.reps = 3;
+  return o;
+}
+
+int64_t micro_batch_rows(const Deck& deck) {
+  return deck.training.batch_size / deck.pipeline.micro_batches;
+}
+
+std::string profile_model_description(const Deck& deck) {
+  const ModelConfig& m = deck.model;
+  std::string text = m.type;
+  const auto add = [&text](const char* key, const std::string& value) {
+    text += std::string(" ") + key + "=" + value;
+  };
+  if (m.type == "mlp") {
+    add("input_dim", std::to_string(m.input_dim));
+    add("hidden_dim", std::to_string(m.hidden_dim));
+    add("output_dim", std::to_string(m.output_dim));
+    add("depth", std::to_string(m.depth));
+    add("activation", m.activation);
+    add("loss", m.loss);
+  } else {
+    add("vocab_size", std::to_string(m.vocab_size));
+    add("seq_len", std::to_string(m.seq_len));
+    add("d_model", std::to_string(m.d_model));
+    add("heads", std::to_string(m.heads));
+    add("blocks", std::to_string(m.blocks));
+    add("mlp_ratio", std::to_string(m.mlp_ratio));
+  }
+  text += "; " + deck.training.optimizer + "; " + deck.training.precision;
+  if (deck.data.type == "synthetic")  // cached in memory (profile_memory's data bytes)
+    text += "; synthetic data samples=" + std::to_string(deck.data.samples) +
+            (deck.training.eval_every > 0 ? " with evaluation" : "");
+  return text;
+}
+
+double median(std::vector<double> values) {
+  if (values.empty()) return 0.0;
+  std::sort(values.begin(), values.end());
+  const size_t n = values.size();
+  return n % 2 == 1 ? values[n / 2] : 0.5 * (values[n / 2 - 1] + values[n / 2]);
+}
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+ModelProfile profile_header(const Deck& deck, Backend& be, const ProfileOptions& options) {
+  ModelProfile p;
+  p.model = profile_model_description(deck);
+  p.backend = be.name();
+  p.kernels = options.kernels;
+  if (p.kernels.empty())
+    p.kernels = (be.device() == Device::CPU ? blas_info().describe() : std::string(be.name())) +
+                "; GEMM operands " + deck.training.precision;
+  p.micro_batch_rows = micro_batch_rows(deck);
+  return p;
+}
+
+double seconds_since(Clock::time_point start) {
+  return std::chrono::duration<double>(Clock::now() - start).count();
+}
+
+double category_delta(const MemoryStats& before, const MemoryStats& after, MemCategory cat) {
+  const int c = static_cast<int>(cat);
+  return static_cast<double>(after.live[c]) - static_cast<double>(before.live[c]);
+}
+
+// What every measurement of one profile shares.
+struct Context {
+  const Deck& deck;
+  Backend& be;
+  std::function<MemoryStats()> stats;
+  std::function<void()> reset_peaks;
+  std::unique_ptr<Dataset> data;
+  std::unique_ptr<Transport> local;  // the executors' (probes never communicate)
+  int64_t rows;
+
+  Context(const Deck& d, Backend& b, const ProfileOptions& o)
+      : deck(d), be(b),
+        stats(o.memory_stats ? o.memory_stats : [] { return memory_stats(); }),
+        reset_peaks(o.reset_memory_peaks),
+        data(make_dataset(d, Split::Train)),
+        local(make_mpi_transport(MPI_COMM_SELF)),
+        rows(micro_batch_rows(d)) {}
+};
+
+// A cost unit as a stage of its own on the backend's device, with its
+// optimizer, and the persistent bytes they added.
+struct UnitStage {
+  StageModel stage;
+  std::unique_ptr<Optimizer> optimizer;
+  double param_bytes = 0.0, grad_bytes = 0.0, optimizer_bytes = 0.0;
+};
+
+UnitStage build_unit(Context& c, int64_t index) {
+  UnitStage u;
+  const MemoryStats before = c.stats();
+  {
+    DefaultDeviceGuard on_host(Device::CPU);  // parameters are initialised on the host
+    u.stage = build_cost_unit_stage(c.deck.model, index);
+  }
+  move_parameters(u.stage, c.be.device());
+  DefaultDeviceGuard on_device(c.be.device());
+  u.optimizer = std::make_unique<Optimizer>(c.deck.training, u.stage.params());
+  const MemoryStats after = c.stats();
+  u.param_bytes = category_delta(before, after, MemCategory::Parameters);
+  u.grad_bytes = category_delta(before, after, MemCategory::Gradients);
+  u.optimizer_bytes = category_delta(before, after, MemCategory::OptimizerState);
+  return u;
+}
+
+Executor unit_executor(Context& c, UnitStage& u, const char* policy) {
+  return Executor(u.stage, *c.local, c.deck, c.be, parse_recompute_policy(policy, "the profiler"));
+}
+
+MicroBatchProbe probe(Context& c, Executor& executor) {
+  DefaultDeviceGuard on_device(c.be.device());
+  return executor.probe_micro_batch(*c.data, c.stats, c.reset_peaks);
+}
+
+double tensor_bytes(const Shape& shape, DType dtype) {
+  return static_cast<double>(shape_numel(shape)) * static_cast<double>(dtype_size(dtype));
+}
+
+UnitCost unit_memory(Context& c, int64_t index, const CostUnitInfo& info) {
+  UnitStage u = build_unit(c, index);
+  UnitCost cost;
+  cost.name = info.name;
+  cost.partitionable = info.partitionable;
+  cost.forward_flops = info.forward_flops * static_cast<double>(c.rows);
+  cost.param_bytes = u.param_bytes;
+  cost.grad_bytes = u.grad_bytes;
+  cost.optimizer_bytes = u.optimizer_bytes;
+  cost.input_bytes = tensor_bytes(u.stage.input_shape(c.rows), u.stage.input_dtype);
+  cost.output_bytes = tensor_bytes(u.stage.output_shape(c.rows), DType::F32);
+  Executor none = unit_executor(c, u, "none");
+  probe(c, none);  // warm-up: first-call allocations of the backend
+  const MicroBatchProbe kept = probe(c, none);
+  Executor selective = unit_executor(c, u, "selective");
+  cost.stash_none_bytes = static_cast<double>(kept.stash_bytes);
+  cost.stash_selective_bytes = static_cast<double>(probe(c, selective).stash_bytes);
+  cost.workspace_bytes = static_cast<double>(kept.workspace_bytes);
+  return cost;
+}
+
+// The forward as recomputation re-runs it inside a segment that goes on past
+// this unit: every layer's forward keeping inputs and saved tensors, no loss
+// (the same layer calls as Executor::recompute_segment).
+double time_forward_rerun(Context& c, StageModel& stage) {
+  DefaultDeviceGuard on_device(c.be.device());
+  Tensor x = stage.is_first() ? c.data->inputs(0, c.rows).to(c.be.device())
+                              : Tensor::zeros(stage.input_shape(c.rows), stage.input_dtype,
+                                              MemCategory::Workspace);
+  c.be.synchronize();
+  StagePass pass;
+  const auto start = Clock::now();
+  stage_forward(stage, c.be, x, pass);
+  c.be.synchronize();
+  return seconds_since(start);
+}
+
+double time_optimizer_step(Context& c, UnitStage& u) {
+  DefaultDeviceGuard on_device(c.be.device());
+  const auto start = Clock::now();
+  u.optimizer->step(c.be, static_cast<float>(c.deck.training.lr), 1.f);
+  c.be.synchronize();
+  return seconds_since(start);
+}
+
+// The trainer's per-step passes over the gradients outside the optimizer:
+// zeroing them and their sums of squares for the global norm.
+double time_gradient_passes(Context& c, UnitStage& u) {
+  DefaultDeviceGuard on_device(c.be.device());
+  const auto start = Clock::now();
+  u.optimizer->zero_grad(c.be);
+  for (Param* p : u.stage.params()) c.be.sum_squares(p->grad);
+  c.be.synchronize();
+  return seconds_since(start);
+}
+
+// Figures timed per unit, in this order.
+enum UnitTime : size_t { kForward, kBackward, kRecompute, kRecomputeEnd, kOptimizer, kGradPasses, kTimes };
+
+// Samples of each timed figure (kTimes lists) of one unit: built anew,
+// `warmup` untimed rounds, then `reps` timed ones, appended to `samples`;
+// counts its parameter tensors into *param_tensors.
+void time_unit(Context& c, int64_t index, int warmup, int reps,
+               std::vector<std::vector<double>>& samples, int64_t* param_tensors) {
+  UnitStage u = build_unit(c, index);
+  *param_tensors += static_cast<int64_t>(u.stage.params().size());
+  Executor none = unit_executor(c, u, "none");
+  Executor full = unit_executor(c, u, "full");
+  samples.resize(kTimes);
+  for (int r = 0; r < warmup + reps; ++r) {
+    const MicroBatchProbe kept = probe(c, none);
+    const double rerun = time_forward_rerun(c, u.stage);
+    const MicroBatchProbe recomputed = probe(c, full);
+    const double optimizer = time_optimizer_step(c, u);
+    const double passes = time_gradient_passes(c, u);
+    if (r < warmup) continue;
+    samples[kForward].push_back(kept.forward_s);
+    samples[kBackward].push_back(kept.backward_s);
+    samples[kRecompute].push_back(rerun);
+    samples[kRecomputeEnd].push_back(recomputed.recompute_s);
+    samples[kOptimizer].push_back(optimizer);
+    samples[kGradPasses].push_back(passes);
+  }
+}
+
+// This rank's medians of every unit's timed figures, (units, kTimes). The
+// repetitions are spread over up to 3 passes through the units, so that a
+// burst of load from another process spoils at most a third of a unit's
+// samples, not all of them.
+std::vector<double> time_units(Context& c, size_t units, const ProfileOptions& o, MPI_Comm comm,
+                               int64_t* param_tensors) {
+  const int passes = std::min(o.reps, 3);
+  std::vector<std::vector<std::vector<double>>> samples(units);  // (units, kTimes, reps)
+  for (int pass = 0; pass < passes; ++pass) {
+    const int reps = o.reps / passes + (pass < o.reps % passes ? 1 : 0);
+    int64_t tensors = 0;
+    for (size_t u = 0; u < units; ++u) {
+      timed_barrier(comm, "the profiler's barrier before a unit");
+      time_unit(c, static_cast<int64_t>(u), o.warmup, reps, samples[u], &tensors);
+    }
+    *param_tensors = tensors;
+  }
+  std::vector<double> medians;
+  for (const auto& unit : samples)
+    for (const auto& figure : unit) medians.push_back(median(figure));
+  return medians;
+}
+
+// The element-wise lower median over the ranks of comm (of an even count,
+// the smaller middle value): a rank that another process slowed down for a
+// whole unit does not shift it (with 2 ranks it is the faster rank's).
+std::vector<double> median_over_ranks(const std::vector<double>& mine, MPI_Comm comm) {
+  int size = 1;
+  MPI_CHECK(MPI_Comm_size(comm, &size));
+  const size_t n = mine.size();
+  std::vector<double> all(n * static_cast<size_t>(size));
+  timed_allgather(mine.data(), static_cast<int>(n), MPI_DOUBLE, all.data(), comm,
+                  "the profiler's unit times all-gather");
+  std::vector<double> out(n);
+  for (size_t i = 0; i < n; ++i) {
+    std::vector<double> column;
+    for (int r = 0; r < size; ++r) column.push_back(all[static_cast<size_t>(r) * n + i]);
+    std::nth_element(column.begin(), column.begin() + (size - 1) / 2, column.end());
+    out[i] = column[static_cast<size_t>(size - 1) / 2];
+  }
+  return out;
+}
+
+// Host bytes the training data (and evaluation data, when the deck
+// evaluates) keeps on every stage, and besides on the first stage (cached
+// inputs) and the last (cached targets), by the host statistics.
+struct DataBytes {
+  double every_stage = 0.0, inputs = 0.0, targets = 0.0;
+};
+
+DataBytes measure_data_bytes(const Deck& deck, int64_t rows) {
+  const auto live = [] { return static_cast<double>(memory_stats().live_total); };
+  DataBytes d;
+  std::vector<Split> splits = {Split::Train};
+  if (deck.training.eval_every > 0) splits.push_back(Split::Eval);
+  for (Split split : splits) {
+    const double start = live();
+    std::unique_ptr<Dataset> data = make_dataset(deck, split);
+    const double made = live();
+    data->inputs(0, rows);
+    const double with_inputs = live();
+    data->targets(0, rows);
+    d.every_stage += made - start;
+    d.inputs += with_inputs - made;
+    d.targets += live() - with_inputs;
+  }
+  return d;
+}
+
+// The message a stage boundary carries: the largest output of a unit that a
+// stage can end at (any but the last).
+double boundary_message_bytes(const std::vector<UnitCost>& units) {
+  double bytes = 0.0;
+  for (size_t u = 0; u + 1 < units.size(); ++u) bytes = std::max(bytes, units[u].output_bytes);
+  return bytes > 0.0 ? bytes : units.back().output_bytes;
+}
+
+}  // namespace
+
+ModelProfile profile_memory(const Deck& deck, Backend& be, const ProfileOptions& options) {
+  ModelProfile p = profile_header(deck, be, options);
+  Context c(deck, be, options);
+  const std::vector<CostUnitInfo> infos = cost_units(deck.model);
+  for (size_t u = 0; u < infos.size(); ++u)
+    p.units.push_back(unit_memory(c, static_cast<int64_t>(u), infos[u]));
+  if (!options.memory_stats) {
+    const DataBytes data = measure_data_bytes(deck, c.rows);
+    p.stage_data_bytes = data.every_stage;
+    p.units.front().data_bytes += data.inputs;
+    p.units.back().data_bytes += data.targets;
+  }
+  return p;
+}
+
+ModelProfile profile_model(const Deck& deck, Backend& be, MPI_Comm comm,
+                           const ProfileOptions& options) {
+  PT_CHECK(options.reps >= 1 && options.warmup >= 0, "profile repetitions");
+  ModelProfile p = profile_memory(deck, be, options);
+  Context c(deck, be, options);
+  int64_t param_tensors = 0;
+  const std::vector<double> mine = time_units(c, p.units.size(), options, comm, &param_tensors);
+  const std::vector<double> times = median_over_ranks(mine, comm);
+  double gradient_passes = 0.0;
+  for (size_t u = 0; u < p.units.size(); ++u) {
+    const double* t = &times[u * kTimes];
+    UnitCost& unit = p.units[u];
+    unit.forward_s = t[kForward];
+    unit.backward_s = t[kBackward];
+    unit.recompute_end_s = t[kRecomputeEnd];
+    // The last unit always ends its segment: it never re-runs in full.
+    unit.recompute_s = u + 1 == p.units.size() ? t[kRecomputeEnd] : t[kRecompute];
+    unit.optimizer_s = t[kOptimizer];
+    gradient_passes += t[kGradPasses];
+  }
+  p.step_overhead_s = gradient_passes + step_collectives_seconds(comm, param_tensors, options);
+  p.link = measure_link(comm, deck, be, boundary_message_bytes(p.units), options);
+  return p;
+}
+
+}  // namespace pt
