@@ -9,6 +9,7 @@
 // waiting. Checkpoints are written every output.checkpoint_every steps.
 #include "pipetrain/app/driver.hpp"
 #include "pipetrain/app/blas_report.hpp"
+#include "pipetrain/app/run_plan.hpp"
 
 #include <algorithm>
 #include <cmath>
@@ -129,7 +130,7 @@ int run_validate(const World& w, const CommandLine& cli, const Deck& deck) {
 }
 
 void print_step(const Deck& deck, const StepRecord& rec, double samples_per_s,
-                double elapsed_s, int64_t first_step) {
+                double elapsed_s, int64_t first_step, double predicted_step_s) {
   const int64_t total = deck.training.steps;
   const double eta = elapsed_s / static_cast<double>(rec.step + 1 - first_step) *
                      static_cast<double>(total - rec.step - 1);
@@ -146,11 +147,15 @@ void print_step(const Deck& deck, const StepRecord& rec, double samples_per_s,
   if (deck.training.precision == "fp16")
     std::snprintf(fp16, sizeof fp16, " | scale %g%s", rec.loss_scale,
                   rec.skipped ? " SKIPPED (overflow)" : "");
+  char plan[40] = "";  // the planner's prediction beside the measurement
+  if (predicted_step_s > 0.0)
+    std::snprintf(plan, sizeof plan, " (plan %.1f, %+.0f%%)", predicted_step_s * 1e3,
+                  100.0 * (predicted_step_s - rec.step_time_s) / rec.step_time_s);
   std::printf("step %6lld/%lld | loss %.4f%s%s | lr %.2e | gnorm %.2e | %8.1f samples/s | "
-              "%9.0f tokens/s | %6.2f GFLOP/s | %7.1f ms | bubble %4.1f%% | mem act %.1f / total %.1f MiB | ETA %s\n",
+              "%9.0f tokens/s | %6.2f GFLOP/s | %7.1f ms%s | bubble %4.1f%% | mem act %.1f / total %.1f MiB | ETA %s\n",
               static_cast<long long>(rec.step + 1), static_cast<long long>(total), rec.loss, eval,
               fp16, rec.lr, rec.grad_norm, samples_per_s, tokens_per_s, gflops, rec.step_time_s * 1e3,
-              100.0 * rec.bubble, act_peak / 1048576.0, total_peak / 1048576.0, format_duration(eta).c_str());
+              plan, 100.0 * rec.bubble, act_peak / 1048576.0, total_peak / 1048576.0, format_duration(eta).c_str());
   std::fflush(stdout);
 }
 
@@ -289,29 +294,47 @@ void checkpoint(const World& w, const Deck& deck, const std::string& resolved, T
 struct Progress {
   int64_t first_step = 0;
   double elapsed = 0.0, last_write = 0.0;
+  double predicted_step_s = 0.0;   // the planner's, 0 = none
+  std::vector<double> step_times;  // measured, for the plan's error at the end
 };
+
+// The planner's predicted step against the median measured one (after the
+// first step, which warms caches and allocators).
+void print_plan_error(const Progress& p) {
+  if (p.predicted_step_s <= 0.0 || p.step_times.size() < 2) return;
+  std::vector<double> t(p.step_times.begin() + 1, p.step_times.end());
+  std::sort(t.begin(), t.end());
+  const double median = t[t.size() / 2];
+  std::printf("plan: predicted step %.2f ms, measured median %.2f ms over %zu steps: error %+.1f%%\n",
+              p.predicted_step_s * 1e3, median * 1e3, t.size(),
+              100.0 * (p.predicted_step_s - median) / median);
+}
 
 void log_step(const Deck& deck, const StepRecord& rec, bool last, Progress& p, MetricsFile& metrics) {
   p.elapsed += rec.step_time_s;
+  p.step_times.push_back(rec.step_time_s);
   const double rate = static_cast<double>(deck.training.batch_size) / rec.step_time_s;
   metrics.add_step(rec, rate);
   const bool evaluated = !std::isnan(rec.eval_loss);
   if ((rec.step + 1) % deck.output.log_every == 0 || last || evaluated)
-    print_step(deck, rec, rate, p.elapsed, p.first_step);
+    print_step(deck, rec, rate, p.elapsed, p.first_step, p.predicted_step_s);
   if (last || p.elapsed - p.last_write > 5.0) {
     metrics.flush();
     p.last_write = p.elapsed;
   }
 }
 
-int run_train(const World& w, const CommandLine& cli, const Deck& deck) {
+int run_train(const World& w, const CommandLine& cli, const Deck& deck_in) {
+  Deck deck = deck_in;  // a named partition strategy becomes counts below
   BlasThreadsChoice blas = choose_blas_threads(deck, w.comm);
   set_cpu_gemm(parse_cpu_gemm(deck.training.cpu_gemm));
   set_blas_threads(blas.threads);
   choose_wait_mode(blas);
   const BlasReport blas_report = gather_blas_report(w.comm, w.blas_note);
   ComputeResources compute = make_compute_resources(deck, w.comm);
+  RunPlan plan = prepare_run_plan(deck, w.comm, compute);
   Trainer trainer(deck, w.comm, compute.setup);
+  predict_run(plan, deck, trainer);
   const std::string resolved = deck_to_toml(deck);
   MetricsFile metrics(deck.output.dir + "/metrics.h5", resolved);
   if (w.rank == 0) {
@@ -333,12 +356,15 @@ int run_train(const World& w, const CommandLine& cli, const Deck& deck) {
     std::string policies;
     for (const auto& c : trainer.recompute_choices()) policies += (policies.empty() ? "" : ",") + c.policy;
     metrics.set_attribute("recompute", policies);
+    print_run_plan(plan, deck);
+    record_run_plan(plan, deck, metrics);
     if (auto floor = trainer.loss_floor()) {
       metrics.set_attribute("loss_floor", floor->window);
       metrics.set_attribute("entropy_rate", floor->entropy_rate);
     }
   }
   Progress progress;
+  if (plan.measured) progress.predicted_step_s = plan.prediction.step_time_s;
   progress.first_step = restore(w, cli, deck, resolved, trainer);
   if (progress.first_step < 0) return 2;
   if (progress.first_step >= deck.training.steps) {
@@ -365,7 +391,10 @@ int run_train(const World& w, const CommandLine& cli, const Deck& deck) {
     }
   }
   write_trace(w, deck, trainer);
-  if (w.rank == 0) print_summary(deck, rec, progress.elapsed, trainer.loss_floor());
+  if (w.rank == 0) {
+    print_plan_error(progress);
+    print_summary(deck, rec, progress.elapsed, trainer.loss_floor());
+  }
   return 0;
 }
 

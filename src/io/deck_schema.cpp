@@ -87,6 +87,7 @@ const std::vector<KeySpec> kDeckKeys = {
     {"pipeline", "schedule", PT_FIELD(pipeline.schedule), any(), "gpipe|1f1b|file", "pipeline schedule", PT_ALWAYS},
     {"pipeline", "schedule_file", PT_FIELD(pipeline.schedule_file), any(), nullptr, "schedule text file, with schedule = \"file\"", PT_ALWAYS},
     {"pipeline", "partition", [](Deck& d) -> Field { return PartitionRef{&d.pipeline.partition_strategy, &d.pipeline.partition}; }, at_least(1), kPartitionStrategies, "split of the partition units (Linear layers or blocks) between stages: uniform (by count), time (fastest slowest stage), memory (smallest largest peak), balanced (time within memory_budget_mb), or a list of per-stage counts", PT_ALWAYS},
+    {"pipeline", "predict", PT_FIELD(pipeline.predict), any(), nullptr, "profile every unit briefly at start and report the planner's predicted step time, bubble and memory beside the measured ones", PT_ALWAYS},
     {"pipeline", "recompute", PT_FIELD(pipeline.recompute), any(), nullptr, "activation recomputation: none | selective | every:K | full | auto", PT_ALWAYS},
     {"pipeline", "recompute_stages", PT_FIELD(pipeline.recompute_stages), any(), nullptr, "per-stage recompute policies, one per stage; [] = pipeline.recompute everywhere", PT_ALWAYS},
     {"pipeline", "memory_budget_mb", PT_FIELD(pipeline.memory_budget_mb), at_least(0), nullptr, "per-stage memory budget (MiB) for recompute = \"auto\"; 0 = none", PT_ALWAYS},

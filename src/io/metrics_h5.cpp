@@ -161,6 +161,11 @@ void MetricsFile::set_attribute(const std::string& name, const std::vector<int64
   dirty_ = true;
 }
 
+void MetricsFile::set_attribute(const std::string& name, const std::vector<double>& values) {
+  float_list_attrs_[name] = values;
+  dirty_ = true;
+}
+
 void MetricsFile::set_attribute(const std::string& name, double value) {
   float_attrs_[name] = value;
   dirty_ = true;
@@ -223,6 +228,16 @@ void write_double_attr(hid_t obj, const std::string& name, double value) {
   H5Sclose(space);
 }
 
+void write_double_list_attr(hid_t obj, const std::string& name, const std::vector<double>& values) {
+  hsize_t dims[1] = {values.size()};
+  hid_t space = H5Screate_simple(1, dims, nullptr);
+  hid_t attr = H5Acreate2(obj, name.c_str(), H5T_IEEE_F64LE, space, H5P_DEFAULT, H5P_DEFAULT);
+  H5_CHECK(attr);
+  if (!values.empty()) H5_CHECK(H5Awrite(attr, H5T_NATIVE_DOUBLE, values.data()));
+  H5Aclose(attr);
+  H5Sclose(space);
+}
+
 void write_dataset(hid_t file, const std::string& name, hid_t mem_type, const void* data,
                    size_t count) {
   hsize_t dims[1] = {count};
@@ -264,6 +279,7 @@ void MetricsFile::write() {
   for (const auto& [name, value] : text_attrs_) write_string_attr(file, name, value);
   for (const auto& [name, values] : int_attrs_) write_int_attr(file, name, values);
   for (const auto& [name, value] : float_attrs_) write_double_attr(file, name, value);
+  for (const auto& [name, values] : float_list_attrs_) write_double_list_attr(file, name, values);
   write_dataset(file, "step", H5T_NATIVE_INT64, step_.data(), step_.size());
   for (const auto& [name, values] : series_)
     write_dataset(file, name, H5T_NATIVE_DOUBLE, values.data(), values.size());

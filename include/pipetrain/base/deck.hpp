@@ -82,6 +82,7 @@ struct PipelineConfig {
   // memory_budget_mb), or "explicit" when the deck gives a list of counts.
   std::string partition_strategy = "uniform";
   std::vector<int64_t> partition;  // explicit per-stage unit counts; empty unless "explicit"
+  bool predict = true;             // brief profile at start; the planner's prediction beside every step
   double timeout_s = 120.0;        // a wait longer than this aborts the job
   // Activation recomputation: "none" | "selective" | "every:K" | "full" | "auto"
   std::string recompute = "none";

@@ -49,6 +49,7 @@ class MetricsFile {
   void set_attribute(const std::string& name, const std::string& value);
   void set_attribute(const std::string& name, const std::vector<int64_t>& values);
   void set_attribute(const std::string& name, double value);
+  void set_attribute(const std::string& name, const std::vector<double>& values);
   // A run resumed at step `first_step` continues the history in the file:
   // one row per step < first_step is kept (those of later steps are redone
   // and dropped), the attribute resumed_at_steps gains first_step, and steps
@@ -68,6 +69,7 @@ class MetricsFile {
   std::map<std::string, std::string> text_attrs_;
   std::map<std::string, std::vector<int64_t>> int_attrs_;
   std::map<std::string, double> float_attrs_;
+  std::map<std::string, std::vector<double>> float_list_attrs_;
   std::vector<int64_t> step_;
   std::map<std::string, std::vector<double>> series_;  // loss, lr, grad_norm, ...
   // peak_bytes_<category>: per step, one value per stage (NaN pads the rows of

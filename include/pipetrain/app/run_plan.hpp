@@ -1,0 +1,42 @@
+// run_plan.hpp: the planner inside a training run. Before the Trainer is
+// built, a brief profile of the deck's model (runtime/profiler) is measured
+// when the deck asks for a profile-based partition or a prediction
+// (pipeline.predict), and a named pipeline.partition strategy becomes
+// per-stage counts. After it is built, the run's step is simulated with its
+// schedule and recompute choices, so that every step line and metrics.h5
+// carry the prediction beside the measurement (docs/planner.md).
+#pragma once
+
+#include <mpi.h>
+
+#include <string>
+
+#include "pipetrain/app/compute_setup.hpp"
+#include "pipetrain/runtime/deck_plan.hpp"
+#include "pipetrain/runtime/trainer.hpp"
+
+namespace pt {
+
+class MetricsFile;
+
+struct RunPlan {
+  bool measured = false;         // a profile was measured (else nothing below is set)
+  ModelProfile profile;
+  PartitionResult partition;     // the run's partition and its per-stage costs
+  SimulationResult prediction;   // one simulated step of the run
+  double profile_seconds = 0.0;  // wall time of the brief profile
+};
+
+// Collective over comm. Resolves deck.pipeline.partition (a named strategy
+// becomes counts, the same on every rank). Throws InputError (an infeasible
+// memory budget with its numbers, a balanced partition without a budget).
+RunPlan prepare_run_plan(Deck& deck, MPI_Comm comm, const ComputeResources& compute);
+
+// The run's predicted step (after the Trainer resolved "auto" recomputation).
+void predict_run(RunPlan& plan, const Deck& deck, const Trainer& trainer);
+
+// Rank 0: the plan's lines for the log, and its attributes in metrics.h5.
+void print_run_plan(const RunPlan& plan, const Deck& deck);
+void record_run_plan(const RunPlan& plan, const Deck& deck, MetricsFile& metrics);
+
+}  // namespace pt

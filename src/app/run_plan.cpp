@@ -1,0 +1,84 @@
+// run_plan.cpp: the planner inside a training run (app/run_plan.hpp).
+#include "pipetrain/app/run_plan.hpp"
+
+#include <chrono>
+#include <cstdio>
+
+#include "pipetrain/base/timed_wait.hpp"
+#include "pipetrain/io/metrics.hpp"
+#include "pipetrain/runtime/profiler.hpp"
+
+namespace pt {
+
+namespace {
+
+bool needs_profile(const Deck& deck) {
+  const std::string& s = deck.pipeline.partition_strategy;
+  return deck.pipeline.predict || s == "time" || s == "memory" || s == "balanced";
+}
+
+ProfileOptions brief_options(const ComputeResources& compute) {
+  ProfileOptions o = ProfileOptions::brief();
+  o.memory_stats = compute.setup.device_memory_stats;
+  o.reset_memory_peaks = compute.setup.reset_device_memory_peaks;
+  o.make_transport = compute.setup.make_transport;
+  o.kernels = compute.kernels;
+  return o;
+}
+
+int comm_size(MPI_Comm comm) {
+  int size = 1;
+  MPI_Comm_size(comm, &size);
+  return size;
+}
+
+}  // namespace
+
+RunPlan prepare_run_plan(Deck& deck, MPI_Comm comm, const ComputeResources& compute) {
+  RunPlan plan;
+  if (!needs_profile(deck)) return plan;
+  set_wait_phase("in the start-up profile");
+  const auto start = std::chrono::steady_clock::now();
+  Backend& be = compute.setup.backend ? *compute.setup.backend : cpu_backend();
+  plan.profile = profile_model(deck, be, comm, brief_options(compute));
+  plan.profile_seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  plan.measured = true;
+  // Every rank has the same profile, so every rank solves to the same counts.
+  plan.partition = choose_partition(deck, plan.profile, comm_size(comm));
+  if (deck.pipeline.partition_strategy != "explicit")
+    deck.pipeline.partition = plan.partition.units_per_stage;
+  return plan;
+}
+
+void predict_run(RunPlan& plan, const Deck& deck, const Trainer& trainer) {
+  if (!plan.measured) return;
+  std::vector<PlanRecompute> policies;
+  for (const RecomputeChoice& c : trainer.recompute_choices())
+    policies.push_back(PlanRecompute::parse(c.policy));
+  plan.prediction = predict_step(deck, plan.profile, trainer.schedule(),
+                                 plan.partition.units_per_stage, policies);
+}
+
+void print_run_plan(const RunPlan& plan, const Deck& deck) {
+  if (!plan.measured) return;
+  std::printf("plan: brief profile of every unit in %.2f s (%s)\n%s", plan.profile_seconds,
+              plan.profile.kernels.c_str(),
+              describe_plan(deck.pipeline.partition_strategy, plan.partition, plan.prediction).c_str());
+}
+
+void record_run_plan(const RunPlan& plan, const Deck& deck, MetricsFile& metrics) {
+  metrics.set_attribute("partition", deck.pipeline.partition.empty()
+                                         ? plan.partition.units_per_stage
+                                         : deck.pipeline.partition);
+  metrics.set_attribute("partition_strategy", deck.pipeline.partition_strategy);
+  if (!plan.measured) return;
+  metrics.set_attribute("partition_reason", plan.partition.reason);
+  metrics.set_attribute("predicted_step_time_s", plan.prediction.step_time_s);
+  metrics.set_attribute("predicted_bubble", plan.prediction.bubble);
+  metrics.set_attribute("predicted_stage_peak_bytes", plan.prediction.peak_bytes);
+  metrics.set_attribute("predicted_stage_time_s", plan.partition.stage_time_s);
+  metrics.set_attribute("predicted_stage_busy_s", plan.prediction.busy_s);
+}
+
+}  // namespace pt

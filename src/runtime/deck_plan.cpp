@@ -1,0 +1,84 @@
+// deck_plan.cpp: a deck's partition and predicted step from a profile
+// (runtime/deck_plan.hpp).
+#include "pipetrain/runtime/deck_plan.hpp"
+
+#include <cstdio>
+
+#include "pipetrain/runtime/trainer.hpp"
+
+namespace pt {
+
+std::vector<PlanRecompute> deck_recompute_policies(const Deck& deck, int stages,
+                                                   const std::string& auto_as) {
+  std::vector<PlanRecompute> policies;
+  for (int s = 0; s < stages; ++s) {
+    const auto& per_stage = deck.pipeline.recompute_stages;
+    std::string setting = per_stage.empty() ? deck.pipeline.recompute
+                                            : per_stage[static_cast<size_t>(s)];
+    policies.push_back(PlanRecompute::parse(setting == "auto" ? auto_as : setting));
+  }
+  return policies;
+}
+
+PartitionSetup partition_setup_for(const Deck& deck, const Schedule& schedule,
+                                   const std::vector<PlanRecompute>& policies) {
+  PartitionSetup setup;
+  setup.num_stages = schedule.num_stages;
+  setup.in_flight = schedule_in_flight(schedule);
+  setup.recompute = policies;
+  setup.memory_budget_bytes = deck.pipeline.memory_budget_mb * 1048576.0;
+  return setup;
+}
+
+PartitionResult choose_partition(const Deck& deck, const ModelProfile& profile, int stages) {
+  const Schedule schedule = schedule_for_deck(deck, stages);
+  const PartitionSetup setup =
+      partition_setup_for(deck, schedule, deck_recompute_policies(deck, stages));
+  const std::string& strategy = deck.pipeline.partition_strategy;
+  if (strategy == "explicit")
+    return evaluate_partition(profile, deck.pipeline.partition, setup);
+  if (strategy == "uniform") {
+    const UnitLayout layout = unit_layout(profile);
+    return evaluate_partition(profile,
+                              uniform_counts(static_cast<int64_t>(layout.partitionable), stages),
+                              setup);
+  }
+  if (strategy == "balanced" && setup.memory_budget_bytes <= 0.0)
+    throw InputError(deck.where("pipeline.partition") + " = \"balanced\" needs a memory budget: " +
+                     "set pipeline.memory_budget_mb (MiB per stage) > 0");
+  try {
+    return solve_partition(profile, parse_partition_objective(strategy), setup);
+  } catch (const MemoryBudgetError& e) {
+    throw MemoryBudgetError(deck.where("pipeline.memory_budget_mb") + ": " + e.what());
+  }
+}
+
+SimulationResult predict_step(const Deck& deck, const ModelProfile& profile,
+                              const Schedule& schedule, const std::vector<int64_t>& units_per_stage,
+                              const std::vector<PlanRecompute>& policies) {
+  SimulationInput input;
+  input.stages = stage_costs(profile, units_per_stage, policies);
+  input.links = {profile.link};
+  input.step_overhead_s = profile.step_overhead_s;
+  input.batch_size = deck.training.batch_size;
+  input.record_events = false;
+  return simulate_schedule(schedule, input);
+}
+
+std::string describe_plan(const std::string& strategy, const PartitionResult& partition,
+                          const SimulationResult& step) {
+  std::string text = "plan: partition " + strategy + ": " + partition.reason + "\n";
+  char line[256];
+  std::snprintf(line, sizeof line,
+                "plan: predicted step %.2f ms, bubble %.1f%%, %.1f samples/s; per stage:",
+                step.step_time_s * 1e3, 100.0 * step.bubble, step.throughput_samples_per_s);
+  text += line;
+  for (size_t s = 0; s < partition.stage_time_s.size(); ++s) {
+    std::snprintf(line, sizeof line, " [%zu] %.3f ms/micro-batch, peak %.2f MiB", s,
+                  partition.stage_time_s[s] * 1e3, step.peak_bytes[s] / 1048576.0);
+    text += line;
+  }
+  return text + "\n";
+}
+
+}  // namespace pt
