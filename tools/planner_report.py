@@ -1,0 +1,139 @@
+#!/usr/bin/env python3
+"""planner_report.py: the planner's predictions against measured runs (#13).
+
+Reads the runs listed by jobs/bench_planner.sh ("deck P N schedule recompute
+partition DIR" per line), takes from each run's metrics.h5 the prediction the
+run made at start (attributes predicted_step_time_s, predicted_bubble,
+predicted_stage_peak_bytes) and the measurement (median step_time_s and
+bubble over the steps after --skip, per-stage peak_bytes_total maximised over
+the run), writes a CSV, a Markdown report on stdout and a plot of the error
+distribution.
+
+  tools/planner_report.py --runs runs/bench_planner/runs.txt --csv out.csv --plot out.png
+"""
+import argparse
+import csv
+import datetime
+import os
+import platform
+import statistics
+
+import h5py
+import numpy as np
+
+
+def cpu_model():
+    with open("/proc/cpuinfo") as f:
+        for line in f:
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    return platform.processor() or "unknown CPU"
+
+
+def read_run(fields, skip):
+    deck, p, n, sched, rc, part, path = fields
+    with h5py.File(os.path.join(path, "metrics.h5"), "r") as f:
+        a = f.attrs
+        steps = np.asarray(f["step_time_s"], dtype=np.float64)[skip:]
+        bubble = np.asarray(f["bubble"], dtype=np.float64)[skip:]
+        peaks = np.asarray(f["peak_bytes_total"], dtype=np.float64)
+        if peaks.ndim == 1:
+            peaks = peaks[:, None]
+        measured_peaks = np.nanmax(peaks, axis=0)
+        predicted_peaks = np.asarray(a["predicted_stage_peak_bytes"], dtype=np.float64)
+        row = {
+            "deck": deck, "P": int(p), "N": int(n), "schedule": sched, "recompute": rc,
+            "partition": part,
+            "counts": "-".join(str(c) for c in np.atleast_1d(a["partition"])),
+            "predicted_step_ms": 1e3 * float(a["predicted_step_time_s"]),
+            "measured_step_ms": 1e3 * float(np.median(steps)),
+            "predicted_bubble": float(a["predicted_bubble"]),
+            "measured_bubble": float(np.median(bubble)),
+            "predicted_peak_mib": ";".join("%.3f" % (b / 2**20) for b in predicted_peaks),
+            "measured_peak_mib": ";".join("%.3f" % (b / 2**20) for b in measured_peaks),
+            "gemm": a["gemm"].decode() if isinstance(a["gemm"], bytes) else str(a["gemm"]),
+        }
+    row["step_error_pct"] = 100.0 * (row["predicted_step_ms"] - row["measured_step_ms"]) / row["measured_step_ms"]
+    row["bubble_error_points"] = 100.0 * (row["predicted_bubble"] - row["measured_bubble"])
+    row["peak_error_pct"] = max(abs(100.0 * (p - m) / m) for p, m in zip(predicted_peaks, measured_peaks))
+    return row
+
+
+def summary_line(rows, label):
+    step = [abs(r["step_error_pct"]) for r in rows]
+    bub = [abs(r["bubble_error_points"]) for r in rows]
+    mem = [r["peak_error_pct"] for r in rows]
+    return (f"| {label} | {len(rows)} | {statistics.median(step):.1f} | {max(step):.1f} | "
+            f"{100.0 * sum(e <= 10.0 for e in step) / len(step):.0f} | "
+            f"{statistics.median(bub):.1f} | {max(bub):.1f} | {max(mem):.2f} | "
+            f"{100.0 * sum(e <= 1.0 for e in mem) / len(mem):.0f} |")
+
+
+def plot(rows, path):
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    fig, axes = plt.subplots(1, 2, figsize=(10, 3.8))
+    for deck in sorted({r["deck"] for r in rows}):
+        errs = [r["step_error_pct"] for r in rows if r["deck"] == deck]
+        axes[0].hist(errs, bins=20, alpha=0.6, label=deck)
+        mem = [r["peak_error_pct"] for r in rows if r["deck"] == deck]
+        axes[1].hist(mem, bins=20, alpha=0.6, label=deck)
+    axes[0].set_xlabel("step time: (predicted - measured) / measured (%)")
+    axes[0].axvspan(-5, 5, color="green", alpha=0.08)
+    axes[1].set_xlabel("largest per-stage peak memory error (%)")
+    for ax in axes:
+        ax.set_ylabel("runs")
+        ax.legend()
+    fig.suptitle("pipetrain planner: predicted vs measured (jobs/bench_planner.sh)")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--runs", required=True)
+    ap.add_argument("--csv", required=True)
+    ap.add_argument("--plot", required=True)
+    ap.add_argument("--skip", type=int, default=2, help="warm-up steps left out of the medians")
+    ap.add_argument("--command", default="jobs/bench_planner.sh")
+    args = ap.parse_args()
+    rows = [read_run(line.split(), args.skip) for line in open(args.runs) if line.strip()]
+    with open(args.csv, "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=list(rows[0].keys()))
+        w.writeheader()
+        w.writerows(rows)
+    plot(rows, args.plot)
+    p = print
+    p("# The planner's published error: predicted against measured runs\n")
+    p(f"Command: `{args.command}`. Machine: {platform.node()}, {cpu_model()}, "
+      f"{os.cpu_count()} cores; {datetime.date.today().isoformat()}. GEMMs: {rows[0]['gemm']}. "
+      "Every run profiles its units briefly at start (1 warm-up + 3 repetitions), "
+      "solves its partition and simulates its schedule (docs/planner.md); the "
+      "prediction is stored in its metrics.h5. Measured: median step time and bubble "
+      f"over the steps after the first {args.skip}, and each stage's largest tracked "
+      "peak (`peak_bytes_total`). Goals (#13): step time median |error| <= 5% and "
+      "worst <= 10%; memory within 1%.\n")
+    p("| runs | count | step time: median abs error (%) | worst (%) | within 10% (% of runs) | "
+      "bubble: median abs error (points) | worst (points) | memory: worst stage error (%) | "
+      "within 1% (% of runs) |")
+    p("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
+    for deck in sorted({r["deck"] for r in rows}):
+        p(summary_line([r for r in rows if r["deck"] == deck], deck))
+    p(summary_line(rows, "all"))
+    p(f"\n![error distribution]({os.path.basename(args.plot)})\n")
+    p("## Every run\n")
+    p("| deck | P | N | schedule | recompute | partition | units per stage | step predicted (ms) | "
+      "measured (ms) | error (%) | bubble predicted | measured | peak predicted (MiB, per stage) | "
+      "measured | worst error (%) |")
+    p("|---|---:|---:|---|---|---|---|---:|---:|---:|---:|---:|---|---|---:|")
+    for r in rows:
+        p(f"| {r['deck']} | {r['P']} | {r['N']} | {r['schedule']} | {r['recompute']} | {r['partition']} | "
+          f"{r['counts']} | {r['predicted_step_ms']:.2f} | {r['measured_step_ms']:.2f} | "
+          f"{r['step_error_pct']:+.1f} | {100 * r['predicted_bubble']:.1f}% | "
+          f"{100 * r['measured_bubble']:.1f}% | {r['predicted_peak_mib']} | {r['measured_peak_mib']} | "
+          f"{r['peak_error_pct']:.2f} |")
+
+
+if __name__ == "__main__":
+    main()
