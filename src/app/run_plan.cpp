@@ -79,6 +79,7 @@ void record_run_plan(const RunPlan& plan, const Deck& deck, MetricsFile& metrics
   metrics.set_attribute("predicted_stage_peak_bytes", plan.prediction.peak_bytes);
   metrics.set_attribute("predicted_stage_time_s", plan.partition.stage_time_s);
   metrics.set_attribute("predicted_stage_busy_s", plan.prediction.busy_s);
+  metrics.set_attribute("predicted_span_s", plan.prediction.span_s_max);
 }
 
 }  // namespace pt

@@ -1,0 +1,44 @@
+#!/usr/bin/env bash
+# bench_balance.sh: partitions of unbalanced models at P = 2 (issue #13,
+# "Balance figures"): a GPT whose 4096-token LM head is a heavy last unit
+# (inputs/gpt_heavy_head.toml) and an MLP whose 8192-wide first layer is a
+# heavy first unit (inputs/mlp_wide_input.toml). For each model it runs the
+# strategies uniform, time, memory and balanced (tracing on: measured
+# utilisation = busy / span per stage, from tools/trace_report.py) and every
+# contiguous partition [k, U - k] as an explicit list, and reports measured
+# throughput and utilisation beside the planner's predictions, and how far
+# balanced is from the best partition found by trying them all.
+# Goal: balanced within 5% of the best. Writes results/bench_balance.md.
+#   jobs/bench_balance.sh          (needs build/ and tools/.venv: make build tools)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+MODELS=${MODELS:-"gpt_heavy_head mlp_wide_input"}
+PY=tools/.venv/bin/python
+WORK=runs/bench_balance
+OUT=${OUT:-results/bench_balance.md}
+mkdir -p "$WORK" results
+list=$WORK/runs.txt
+: > "$list"
+
+run() {  # model label trace SETTING...
+  local model=$1 label=$2 trace=$3; shift 3
+  local dir=$WORK/${model}_$label
+  echo "bench_balance: $model $label"
+  mpirun --oversubscribe --bind-to none -np 2 build/pipetrain train "inputs/$model.toml" \
+    --set output.trace="$trace" --set output.dir=\""$dir"\" "$@" > "$dir.log" 2>&1 ||
+    { tail -20 "$dir.log"; exit 1; }
+  echo "$model $label $dir" >> "$list"
+}
+
+for model in $MODELS; do
+  units=$($PY -c 'import sys, tomllib; m = tomllib.load(open(sys.argv[1], "rb"))["model"]; print(m.get("blocks") if m["type"] == "gpt" else m["depth"])' "inputs/$model.toml")
+  for s in uniform time memory balanced; do
+    run "$model" "$s" true --set pipeline.partition=\""$s"\"
+  done
+  for k in $(seq 1 $((units - 1))); do
+    run "$model" "k$k" false --set pipeline.partition="[$k, $((units - k))]"
+  done
+done
+$PY tools/balance_report.py --runs "$list" > "$OUT"
+cat "$OUT"

@@ -1,0 +1,108 @@
+#!/usr/bin/env python3
+"""balance_report.py: partition strategies against every partition (#13).
+
+Reads jobs/bench_balance.sh's run list ("model label DIR" per line). For each
+run: the partition, measured throughput (batch / median step time after the
+warm-up steps) and, for the traced strategy runs, measured utilisation per
+stage (busy / span, tools/trace_report.py); beside them the run's own
+prediction from metrics.h5 (predicted step time, per-stage busy time over the
+predicted span). Prints a Markdown report.
+"""
+import argparse
+import datetime
+import json
+import os
+import platform
+import subprocess
+import sys
+
+import h5py
+import numpy as np
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def text(v):
+    return v.decode() if isinstance(v, bytes) else str(v)
+
+
+def measured_utilisation(trace, skip):
+    out = subprocess.run([sys.executable, os.path.join(HERE, "trace_report.py"), trace,
+                          "--skip", str(skip), "--json"], check=True, capture_output=True, text=True)
+    r = json.loads(out.stdout)
+    return [1.0 - s["bubble"] for s in r["stages"]]
+
+
+def read_run(model, label, path, skip):
+    with h5py.File(os.path.join(path, "metrics.h5"), "r") as f:
+        a = f.attrs
+        steps = np.asarray(f["step_time_s"], dtype=np.float64)[skip:]
+        batch = float(np.median(np.asarray(f["samples_per_s"])[skip:] * steps))
+        span = float(a["predicted_span_s"])
+        row = {
+            "model": model, "label": label,
+            "partition": "[" + ", ".join(str(c) for c in np.atleast_1d(a["partition"])) + "]",
+            "throughput": batch / float(np.median(steps)),
+            "predicted_throughput": batch / float(a["predicted_step_time_s"]),
+            "predicted_util": [b / span for b in np.atleast_1d(a["predicted_stage_busy_s"])],
+            "gemm": text(a["gemm"]), "cpu": text(a["cpu"]),
+        }
+    trace = os.path.join(path, "trace.h5")
+    row["util"] = measured_utilisation(trace, skip) if os.path.exists(trace) else None
+    return row
+
+
+def util_text(u):
+    return " / ".join(f"{100 * x:.0f}%" for x in u) + f" (mean {100 * sum(u) / len(u):.0f}%)"
+
+
+def report(model, rows):
+    p = print
+    strategies = [r for r in rows if not r["label"].startswith("k")]
+    every = [r for r in rows if r["label"].startswith("k")]
+    best = max(every, key=lambda r: r["throughput"])
+    p(f"\n## {model}\n")
+    p("| strategy | partition | throughput measured (samples/s) | predicted | "
+      "utilisation per stage, measured | predicted | vs best of all partitions |")
+    p("|---|---|---:|---:|---|---|---:|")
+    for r in strategies:
+        p(f"| {r['label']} | {r['partition']} | {r['throughput']:.1f} | {r['predicted_throughput']:.1f} | "
+          f"{util_text(r['util']) if r['util'] else '-'} | {util_text(r['predicted_util'])} | "
+          f"{100 * r['throughput'] / best['throughput']:.1f}% |")
+    p("\nEvery contiguous partition (explicit lists):\n")
+    p("| partition | throughput measured | predicted |")
+    p("|---|---:|---:|")
+    for r in every:
+        mark = " **best**" if r is best else ""
+        p(f"| {r['partition']}{mark} | {r['throughput']:.1f} | {r['predicted_throughput']:.1f} |")
+    bal = next(r for r in strategies if r["label"] == "balanced")
+    gap = 100 * (1 - bal["throughput"] / best["throughput"])
+    # Trying every partition measures noise too: a partition equal to the best
+    # one in counts is the best one.
+    same = bal["partition"] == best["partition"]
+    p(f"\nbalanced {bal['partition']}: {bal['throughput']:.1f} samples/s; best of all partitions "
+      f"{best['partition']}: {best['throughput']:.1f} samples/s; balanced is "
+      f"{gap:+.1f}% below it{' (the same partition)' if same else ''}; goal <= 5%: "
+      f"{'met' if gap <= 5.0 or same else 'missed'}.")
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--runs", required=True)
+    ap.add_argument("--skip", type=int, default=2)
+    args = ap.parse_args()
+    rows = [read_run(*line.split(), args.skip) for line in open(args.runs) if line.strip()]
+    print("# Partitions of unbalanced models, P = 2: measured against predicted\n")
+    print(f"Command: `jobs/bench_balance.sh`. Machine: {platform.node()}, {rows[0]['cpu']}, "
+          f"{os.cpu_count()} cores; {datetime.date.today().isoformat()}. GEMMs: {rows[0]['gemm']}. "
+          "1F1B, N = 8, one BLAS thread per rank. Throughput: batch / median step time after "
+          f"{args.skip} warm-up steps. Utilisation: busy / span of the step per stage (measured "
+          "from trace.h5; predicted: the simulated busy time over the simulated span). The "
+          "predictions are each run's own (brief profile at start, docs/planner.md). "
+          "`balanced` uses `pipeline.memory_budget_mb = 256`.")
+    for model in dict.fromkeys(r["model"] for r in rows):
+        report(model, [r for r in rows if r["model"] == model])
+
+
+if __name__ == "__main__":
+    main()
