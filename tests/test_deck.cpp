@@ -364,7 +364,8 @@ void expect_same_deck(const pt::Deck& a, const pt::Deck& b) {
 
 TEST(DeckPartition, StrategyNameOrCountList) {
   const std::string head = "[model]\ntype = \"mlp\"\ndepth = 8\n[pipeline]\n";
-  pt::Deck named = pt::parse_deck_text(head + "partition = \"balanced\"\n", "t.toml", {});
+  pt::Deck named = pt::parse_deck_text(
+      head + "partition = \"balanced\"\nmemory_budget_mb = 64.0\n", "t.toml", {});
   EXPECT_EQ(named.pipeline.partition_strategy, "balanced");
   EXPECT_TRUE(named.pipeline.partition.empty());
   pt::Deck listed = pt::parse_deck_text(head + "partition = [6, 2]\n", "t.toml", {});
@@ -375,6 +376,9 @@ TEST(DeckPartition, StrategyNameOrCountList) {
   EXPECT_EQ(text_error(head + "partition = \"fastest\"\n"),
             "t.toml:5: pipeline.partition = \"fastest\": must be one of \"uniform\", \"time\", "
             "\"memory\", \"balanced\", or a list of per-stage unit counts");
+  EXPECT_EQ(text_error(head + "partition = \"balanced\"\n"),
+            "t.toml:5: pipeline.partition = \"balanced\": needs pipeline.memory_budget_mb, the "
+            "memory each stage may use");
 }
 
 TEST(DeckToToml, DefaultsRoundTripAndEveryKeyIsWritten) {

@@ -7,7 +7,6 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
-#include <chrono>
 #include <cmath>
 #include <random>
 #include <string>
@@ -217,11 +216,19 @@ void expect_valid_counts(const PartitionResult& r, const RandomCase& c) {
   EXPECT_EQ(total, static_cast<int64_t>(pt::unit_layout(c.profile).partitionable));
 }
 
+// Random cases compared with brute force: fewer under ASan, where each brute
+// force costs about ten times as much (the same seed, so a prefix of the cases).
+#ifdef __SANITIZE_ADDRESS__
+constexpr int kRandomTrials = 300;
+#else
+constexpr int kRandomTrials = 1500;
+#endif
+
 // The solver's optimum equals the best of all partitions, for every objective.
 TEST(PartitionSolver, MatchesBruteForceOnRandomCosts) {
   std::mt19937 rng(20240613);
   int compared = 0, infeasible = 0;
-  for (int trial = 0; trial < 1500; ++trial) {
+  for (int trial = 0; trial < kRandomTrials; ++trial) {
     RandomCase c = random_case(rng);
     for (PartitionObjective objective :
          {PartitionObjective::Time, PartitionObjective::Memory, PartitionObjective::Balanced}) {
@@ -258,8 +265,8 @@ TEST(PartitionSolver, MatchesBruteForceOnRandomCosts) {
       ++compared;
     }
   }
-  EXPECT_GT(compared, 1000);
-  EXPECT_GT(infeasible, 20);  // the budgets below 1.0 x the optimum are infeasible
+  EXPECT_GT(compared, kRandomTrials * 2 / 3);
+  EXPECT_GT(infeasible, kRandomTrials / 75);  // budgets below 1.0 x the optimum are infeasible
 }
 
 // A time-optimal partition reported by the solver is what a hand count gives.
@@ -431,7 +438,8 @@ bool packs_within(const std::vector<double>& times, int stages, double limit) {
   return used <= stages;
 }
 
-TEST(PartitionSolver, LargeTimeOptimumIsExactAndFast) {
+// (Its speed is a benchmark: jobs/bench_plan_scale.sh.)
+TEST(PartitionSolver, LargeTimeOptimumIsExact) {
   std::mt19937 rng(7);
   std::uniform_real_distribution<double> time(0.5, 2.0);
   for (int stages : {7, 64, 250, 999}) {
@@ -445,11 +453,7 @@ TEST(PartitionSolver, LargeTimeOptimumIsExactAndFast) {
       p.units.push_back(u);
     }
     PartitionSetup setup{stages, std::vector<int>(stages, 1), {policy("none")}, 0.0};
-    const auto start = std::chrono::steady_clock::now();
     const PartitionResult r = pt::solve_partition(p, PartitionObjective::Time, setup);
-    const double seconds =
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    EXPECT_LT(seconds, 1.0) << stages << " stages";
     EXPECT_TRUE(packs_within(times, stages, r.max_time_s * (1 + 1e-9)));
     EXPECT_FALSE(packs_within(times, stages, r.max_time_s * (1 - 1e-9)));
     const PartitionResult uniform = pt::solve_partition(p, PartitionObjective::Uniform, setup);

@@ -357,7 +357,7 @@ int run_train(const World& w, const CommandLine& cli, const Deck& deck_in) {
     for (const auto& c : trainer.recompute_choices()) policies += (policies.empty() ? "" : ",") + c.policy;
     metrics.set_attribute("recompute", policies);
     print_run_plan(plan, deck);
-    record_run_plan(plan, deck, metrics);
+    record_run_plan(plan, deck, w.size, metrics);
     if (auto floor = trainer.loss_floor()) {
       metrics.set_attribute("loss_floor", floor->window);
       metrics.set_attribute("entropy_rate", floor->entropy_rate);

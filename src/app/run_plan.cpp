@@ -6,6 +6,7 @@
 
 #include "pipetrain/base/timed_wait.hpp"
 #include "pipetrain/io/metrics.hpp"
+#include "pipetrain/model/model.hpp"
 #include "pipetrain/runtime/profiler.hpp"
 
 namespace pt {
@@ -67,10 +68,12 @@ void print_run_plan(const RunPlan& plan, const Deck& deck) {
               describe_plan(deck.pipeline.partition_strategy, plan.partition, plan.prediction).c_str());
 }
 
-void record_run_plan(const RunPlan& plan, const Deck& deck, MetricsFile& metrics) {
-  metrics.set_attribute("partition", deck.pipeline.partition.empty()
-                                         ? plan.partition.units_per_stage
-                                         : deck.pipeline.partition);
+void record_run_plan(const RunPlan& plan, const Deck& deck, int num_stages,
+                     MetricsFile& metrics) {
+  // The counts the run uses: the deck's (explicit or resolved by the planner),
+  // else the runtime's uniform default.
+  metrics.set_attribute("partition", partition_units(model_units(deck.model), num_stages,
+                                                     deck.pipeline.partition));
   metrics.set_attribute("partition_strategy", deck.pipeline.partition_strategy);
   if (!plan.measured) return;
   metrics.set_attribute("partition_reason", plan.partition.reason);

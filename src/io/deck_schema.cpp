@@ -90,7 +90,7 @@ const std::vector<KeySpec> kDeckKeys = {
     {"pipeline", "predict", PT_FIELD(pipeline.predict), any(), nullptr, "profile every unit briefly at start and report the planner's predicted step time, bubble and memory beside the measured ones", PT_ALWAYS},
     {"pipeline", "recompute", PT_FIELD(pipeline.recompute), any(), nullptr, "activation recomputation: none | selective | every:K | full | auto", PT_ALWAYS},
     {"pipeline", "recompute_stages", PT_FIELD(pipeline.recompute_stages), any(), nullptr, "per-stage recompute policies, one per stage; [] = pipeline.recompute everywhere", PT_ALWAYS},
-    {"pipeline", "memory_budget_mb", PT_FIELD(pipeline.memory_budget_mb), at_least(0), nullptr, "per-stage memory budget (MiB) for recompute = \"auto\"; 0 = none", PT_ALWAYS},
+    {"pipeline", "memory_budget_mb", PT_FIELD(pipeline.memory_budget_mb), at_least(0), nullptr, "per-stage memory budget (MiB) for recompute = \"auto\" and partition = \"balanced\"; 0 = none", PT_ALWAYS},
     {"pipeline", "transport", PT_FIELD(pipeline.transport), any(), "auto|mpi|nccl_model|nccl|mpi_staged", "activation/gradient exchange: cpu: auto = mpi, or nccl_model (MPI with NCCL's semantics); cuda: auto picks nccl unless ranks share a GPU, or mpi_staged", PT_ALWAYS},
     {"pipeline", "timeout_s", PT_FIELD(pipeline.timeout_s), above(0), nullptr, "seconds a rank waits for a peer before aborting", PT_ALWAYS},
     {"output", "dir", PT_FIELD(output.dir), any(), nullptr, "run directory: metrics.h5, deck.resolved.toml, ...", PT_ALWAYS},
@@ -387,6 +387,12 @@ void check_recompute(const Deck& deck) {
                      " = \"auto\": needs pipeline.memory_budget_mb, the memory each stage may use");
 }
 
+void check_partition_strategy(const Deck& deck) {
+  if (deck.pipeline.partition_strategy == "balanced" && deck.pipeline.memory_budget_mb <= 0.0)
+    throw InputError(deck.where("pipeline.partition") +
+                     " = \"balanced\": needs pipeline.memory_budget_mb, the memory each stage may use");
+}
+
 // The transports each device offers (docs/reliability.md for nccl_model).
 void check_transport(const Deck& deck) {
   const std::string& t = deck.pipeline.transport;
@@ -433,6 +439,7 @@ void check_consistency(const Deck& deck) {
   }
   check_model_data(deck);
   check_recompute(deck);
+  check_partition_strategy(deck);
   check_transport(deck);
 }
 

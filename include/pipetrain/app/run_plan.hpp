@@ -37,6 +37,7 @@ void predict_run(RunPlan& plan, const Deck& deck, const Trainer& trainer);
 
 // Rank 0: the plan's lines for the log, and its attributes in metrics.h5.
 void print_run_plan(const RunPlan& plan, const Deck& deck);
-void record_run_plan(const RunPlan& plan, const Deck& deck, MetricsFile& metrics);
+void record_run_plan(const RunPlan& plan, const Deck& deck, int num_stages,
+                     MetricsFile& metrics);
 
 }  // namespace pt

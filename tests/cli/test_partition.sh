@@ -1,0 +1,50 @@
+#!/usr/bin/env bash
+# test_partition.sh: named partition strategies in a run (docs/planner.md):
+# the brief start-up profile turns "time" / "memory" / "balanced" into counts,
+# the run prints and stores the choice and its predicted step beside the
+# measured one, and impossible requests get their specific messages.
+#   tests/cli/test_partition.sh BUILD_DIR
+# inputs/mlp_wide_input.toml's first Linear layer (8192 -> 512) costs more
+# than the other seven together, so at P = 2 every strategy must isolate it:
+# [1, 7], whatever the machine's speed.
+source "$(dirname "$0")/lib.sh" "$1"
+py=tools/.venv/bin/python
+deck=inputs/mlp_wide_input.toml
+short=(--set training.steps=3 --set model.hidden_dim=256 --set data.samples=256)
+attrs() {  # attrs DIR EXPR: EXPR over the metrics.h5 attributes a of DIR must hold
+  "$py" -c "import h5py, sys; a = h5py.File('$1/metrics.h5').attrs; t = lambda k: a[k].decode() if isinstance(a[k], bytes) else str(a[k]); sys.exit(0 if ($2) else 1)"
+}
+
+for strategy in time memory balanced; do
+  run 2 train $deck "${short[@]}" --set pipeline.partition=\"$strategy\" --set output.dir=\"$tmp/$strategy\"
+  check "$strategy: run succeeds" status_is 0
+  check "$strategy: the heavy first layer gets a stage of its own" \
+    output_has "plan: partition $strategy: $strategy [1, 7]"
+  check "$strategy: metrics.h5 stores the partition and the strategy" \
+    attrs "$tmp/$strategy" "list(a['partition']) == [1, 7] and t('partition_strategy') == '$strategy'"
+done
+check "the step line carries the prediction and its error" bash -c "grep -Eq '^step .* ms \(plan [0-9.]+, [+-][0-9]+%\)' '$tmp/out'"
+check "the run ends with the prediction against the measured median" \
+  bash -c "grep -Eq '^plan: predicted step [0-9.]+ ms, measured median [0-9.]+ ms over [0-9]+ steps: error [+-][0-9.]+%' '$tmp/out'"
+check "metrics.h5 stores the predicted step, bubble, stage times and peaks" \
+  attrs "$tmp/balanced" "a['predicted_step_time_s'] > 0 and 0 <= a['predicted_bubble'] < 1 and len(a['predicted_stage_peak_bytes']) == 2 and len(a['predicted_stage_time_s']) == 2"
+
+run 2 train $deck "${short[@]}" --set pipeline.partition="[6, 2]" --set output.dir=\"$tmp/explicit\"
+check "an explicit list is kept and evaluated" output_has "plan: partition explicit: given [6, 2]"
+
+run 2 train $deck "${short[@]}" --set pipeline.partition=\"uniform\" --set pipeline.predict=false \
+  --set output.dir=\"$tmp/nopredict\"
+check "pipeline.predict = false: no profile, no plan lines" bash -c "! grep -q '^plan:' '$tmp/out'"
+check "... and the uniform counts are still recorded" attrs "$tmp/nopredict" "list(a['partition']) == [4, 4]"
+
+run 2 train $deck "${short[@]}" --set pipeline.memory_budget_mb=1 --set output.dir=\"$tmp/tight\"
+check "an infeasible budget exits non-zero" status_not
+check "... naming the key, the budget and the smallest achievable peak" \
+  bash -c "grep -Eq 'pipeline.memory_budget_mb.*memory budget 1048576 bytes \(1.00 MiB\) is below the smallest achievable largest stage peak [0-9]+ bytes' '$tmp/out'"
+
+run 2 train $deck "${short[@]}" --set pipeline.memory_budget_mb=0 --set output.dir=\"$tmp/nobudget\"
+check "balanced without a budget is refused at the deck check" \
+  output_has 'pipeline.partition = "balanced": needs pipeline.memory_budget_mb'
+
+echo "partition: $passed passed, $failed failed"
+[ "$failed" -eq 0 ]
