@@ -4,7 +4,8 @@
 #   make test       build and run every test (CTest; MPI tests at 1, 2, 4 ranks)
 #   make run        train the default job (a small GPT on Markov tokens) on NP ranks
 #   make bench      the CPU benchmarks (tables in results/)
-#   make cuda       also build the CUDA backend (CMAKE_CUDA_ARCHITECTURES=90)
+#   make cuda       build the CUDA backend, the application and the GPU tests in
+#                   build-cuda (CMAKE_CUDA_ARCHITECTURES=90)
 #   make test-sanitize  ASan + UBSan build in build-asan: every test, then a
 #                   short training run and its resume; fails on any report
 BUILD    ?= build
@@ -50,8 +51,13 @@ bench: build tools
 	jobs/bench_trace_overhead.sh
 	jobs/bench_checkpoint.sh
 
+# The CUDA build compiles and links the application and every target that
+# uses the CUDA backend (the CPU-only tests are the default build's).
+CUDA_TARGETS := pipetrain test_cuda_select test_cuda_kernels test_cuda_limits test_cuda_gpt \
+                test_cuda_transport test_cuda_pipeline test_loss_scaler bench_cuda
 cuda:
-	$(MAKE) BUILD=build-cuda CMAKE_ARGS="-DPIPETRAIN_CUDA=ON $(CMAKE_ARGS)" build
+	$(MAKE) BUILD=build-cuda CMAKE_ARGS="-DPIPETRAIN_CUDA=ON $(CMAKE_ARGS)" configure
+	cmake --build build-cuda -j $(JOBS) --target $(CUDA_TARGETS)
 
 # AddressSanitizer + UndefinedBehaviorSanitizer (gcc), RelWithDebInfo (-O2 -g).
 # Runtime options, suppressions and the run: tests/sanitizers/.

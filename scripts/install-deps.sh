@@ -10,6 +10,7 @@ packages=(
   zlib1g-dev                          # CRC-32 of checkpoint datasets
   libopenblas-dev                     # BLAS (CPU GEMMs with training.cpu_gemm = "openblas")
   libdnnl-dev                         # oneDNN: the default CPU GEMMs
+  ocl-icd-opencl-dev                  # OpenCL, which Debian's oneDNN CMake config requires
   libgtest-dev                        # tests
   libtoml11-dev libcli11-dev          # input decks, command line
 )
