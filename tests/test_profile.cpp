@@ -25,6 +25,7 @@
 #include "pipetrain/io/trace_io.hpp"
 #include "pipetrain/model/model.hpp"
 #include "pipetrain/model/optimizer.hpp"
+#include "pipetrain/plan/stage_cost.hpp"
 #include "pipetrain/runtime/profiler.hpp"
 #include "pipetrain/runtime/trainer.hpp"
 #include "mpi_test_util.hpp"
@@ -94,14 +95,16 @@ ModelProfile distinct_profile() {
   p.link.bandwidth_bytes_per_s = 7.25e9;
   p.step_overhead_s = 1.0 / 3.0;
   p.stage_data_bytes = 1234.0;
+  p.cache = "cold: a test's words";
   for (int u = 0; u < 3; ++u) {
     UnitCost c;
     c.name = "linear" + std::to_string(u);
     c.partitionable = u != 1;
     double* fields[] = {&c.forward_s, &c.backward_s, &c.recompute_s, &c.recompute_end_s,
                         &c.optimizer_s, &c.forward_flops, &c.input_bytes, &c.output_bytes,
-                        &c.stash_none_bytes, &c.stash_selective_bytes, &c.workspace_bytes,
-                        &c.param_bytes, &c.grad_bytes, &c.optimizer_bytes, &c.data_bytes};
+                        &c.stash_none_bytes, &c.stash_selective_bytes, &c.stash_always_bytes,
+                        &c.workspace_bytes, &c.param_bytes, &c.grad_bytes, &c.optimizer_bytes,
+                        &c.data_bytes};
     for (size_t f = 0; f < std::size(fields); ++f) *fields[f] = (u * 100.0 + f + 1.0) / 7.0;
     p.units.push_back(c);
   }
@@ -121,6 +124,7 @@ void expect_same(const UnitCost& a, const UnitCost& b) {
   EXPECT_EQ(a.output_bytes, b.output_bytes);
   EXPECT_EQ(a.stash_none_bytes, b.stash_none_bytes);
   EXPECT_EQ(a.stash_selective_bytes, b.stash_selective_bytes);
+  EXPECT_EQ(a.stash_always_bytes, b.stash_always_bytes);
   EXPECT_EQ(a.workspace_bytes, b.workspace_bytes);
   EXPECT_EQ(a.param_bytes, b.param_bytes);
   EXPECT_EQ(a.grad_bytes, b.grad_bytes);
@@ -137,6 +141,7 @@ void expect_same(const ModelProfile& a, const ModelProfile& b) {
   EXPECT_EQ(a.link.bandwidth_bytes_per_s, b.link.bandwidth_bytes_per_s);
   EXPECT_EQ(a.step_overhead_s, b.step_overhead_s);
   EXPECT_EQ(a.stage_data_bytes, b.stage_data_bytes);
+  EXPECT_EQ(a.cache, b.cache);
   ASSERT_EQ(a.units.size(), b.units.size());
   for (size_t u = 0; u < a.units.size(); ++u) expect_same(a.units[u], b.units[u]);
 }
@@ -190,12 +195,12 @@ TEST(ProfileFile, DamagedOrMismatchedFilesAreRefusedWithTheirReason) {
   expect_message(input_error_of([&] { profile_source_of(path); }), path, "not an HDF5 file");
 
   expect_message(message_after(path, [](hid_t f) {
-                   const int64_t two = 2;
+                   const int64_t three = 3;
                    hid_t a = H5Aopen(f, "format_version", H5P_DEFAULT);
-                   H5Awrite(a, H5T_NATIVE_INT64, &two);
+                   H5Awrite(a, H5T_NATIVE_INT64, &three);
                    H5Aclose(a);
                  }),
-                 path, "profile format_version 2; this pipetrain reads version 1");
+                 path, "profile format_version 3; this pipetrain reads version 2");
   expect_message(message_after(path, [](hid_t f) { H5Adelete(f, "format"); }), path,
                  "text attribute 'format' is missing");
   EXPECT_NE(input_error_of([&] { profile_source_of(path); }).find("neither a profile nor a trace"),
@@ -364,6 +369,17 @@ void check_stage(const Deck& d, const ModelProfile& p, const std::vector<int64_t
   EXPECT_EQ(full.workspace_bytes,
             stash - p.units[b].input_bytes - loss_grad + stage_workspace(p.units, b, e, false))
       << label;
+  // The planner's stage costs compose the units the same way, exactly.
+  const auto planned = [&](const char* policy) {
+    return pt::stage_costs(p, parts, {pt::PlanRecompute::parse(policy)})[static_cast<size_t>(s)];
+  };
+  for (const auto& [policy, probed] : {std::pair{"none", none}, std::pair{"selective", selective},
+                                       std::pair{"full", full}}) {
+    const pt::StageCost c = planned(policy);
+    EXPECT_EQ(c.stash_bytes, probed.stash_bytes) << label << " " << policy;
+    EXPECT_EQ(std::max(c.forward_transient_bytes, c.backward_transient_bytes),
+              probed.workspace_bytes) << label << " " << policy;
+  }
 }
 
 TEST(ProfileBytes, UnitsComposeIntoWhatTheExecutorTracksForAStage) {
@@ -395,6 +411,9 @@ TEST(ProfileBytes, OneStageTrainingPeaksAreTheSumsOfItsUnits) {
     EXPECT_EQ(peak[int(MemCategory::Activations)], stash) << d.model.type;
     EXPECT_EQ(peak.back(), persistent + data + stash + stage_workspace(p.units, 0, n, false))
         << d.model.type;
+    const int64_t units = d.model.type == "gpt" ? d.model.blocks : d.model.depth;
+    const pt::StageCost planned = pt::stage_costs(p, {units}, {pt::PlanRecompute::parse("none")})[0];
+    EXPECT_EQ(planned.peak_bytes(1), peak.back()) << d.model.type;
   }
 }
 

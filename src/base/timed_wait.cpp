@@ -427,4 +427,16 @@ bool nonfinite_gradient_requested(long long step) {
          rank == world_rank() && at_step == step;
 }
 
+int node_local_size(MPI_Comm comm, const std::string& what) {
+  MPI_Comm node = MPI_COMM_NULL;
+  {
+    DeadlineScope deadline(what);
+    MPI_CHECK(MPI_Comm_split_type(comm, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node));
+  }
+  int size = 1;
+  MPI_CHECK(MPI_Comm_size(node, &size));
+  MPI_CHECK(MPI_Comm_free(&node));
+  return size;
+}
+
 }  // namespace pt

@@ -35,6 +35,7 @@ constexpr Column kColumns[] = {
     {"output_bytes", &UnitCost::output_bytes},
     {"stash_none_bytes", &UnitCost::stash_none_bytes},
     {"stash_selective_bytes", &UnitCost::stash_selective_bytes},
+    {"stash_always_bytes", &UnitCost::stash_always_bytes},
     {"workspace_bytes", &UnitCost::workspace_bytes},
     {"param_bytes", &UnitCost::param_bytes},
     {"grad_bytes", &UnitCost::grad_bytes},
@@ -175,6 +176,7 @@ void write_profile_file(const std::string& path, const ModelProfile& profile,
     ckpt::write_attr(f, "link_bandwidth_bytes_per_s", profile.link.bandwidth_bytes_per_s);
     ckpt::write_attr(f, "step_overhead_s", profile.step_overhead_s);
     ckpt::write_attr(f, "stage_data_bytes", profile.stage_data_bytes);
+    ckpt::write_attr(f, "cache", profile.cache);
     ckpt::write_attr(f, "source", provenance.source);
     ckpt::write_attr(f, "deck", provenance.deck);
     write_units(f, profile.units);
@@ -198,6 +200,7 @@ ModelProfile read_profile_file(const std::string& path) {
   p.link.bandwidth_bytes_per_s = number_attr(file.get(), "link_bandwidth_bytes_per_s", path);
   p.step_overhead_s = number_attr(file.get(), "step_overhead_s", path);
   p.stage_data_bytes = number_attr(file.get(), "stage_data_bytes", path);
+  p.cache = text_attr(file.get(), "cache", path);
   p.units = read_units(file.get(), path);
   return p;
 }

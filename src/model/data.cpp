@@ -123,6 +123,11 @@ class TeacherData final : public Dataset {
 
 }  // namespace
 
+void fill_data_cache(const Dataset& data, int64_t rows, bool first_stage, bool last_stage) {
+  if (first_stage) data.inputs(0, rows);
+  if (last_stage) data.targets(0, rows);
+}
+
 std::unique_ptr<Dataset> make_dataset(const Deck& deck, Split split) {
   if (deck.data.type == "synthetic") return std::make_unique<TeacherData>(deck, split);
   if (deck.data.type == "markov") return make_markov_dataset(deck, split);

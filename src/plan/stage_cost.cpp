@@ -4,6 +4,8 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <tuple>
+#include <utility>
 
 #include "pipetrain/base/error.hpp"
 
@@ -95,12 +97,39 @@ UnitRanges::UnitRanges(const ModelProfile& profile) : count_(profile.units.size(
   stash_always_ = prefix_of(u, [](const UnitCost& c) { return c.stash_always_bytes; });
   persistent_ = prefix_of(
       u, [](const UnitCost& c) { return c.param_bytes + c.grad_bytes + c.optimizer_bytes; });
+  data_ = prefix_of(u, [](const UnitCost& c) { return c.data_bytes; });
+  stage_data_ = profile.stage_data_bytes;
   input_bytes_ = values_of(u, [](const UnitCost& c) { return c.input_bytes; });
   output_bytes_ = values_of(u, [](const UnitCost& c) { return c.output_bytes; });
-  workspace_max_ = max_table(values_of(u, [](const UnitCost& c) { return c.workspace_bytes; }));
-  selective_drop_max_ = max_table(values_of(u, [](const UnitCost& c) {
-    return std::max(0.0, c.stash_none_bytes - c.stash_selective_bytes);
-  }));
+  workspace_ = values_of(u, [](const UnitCost& c) { return c.workspace_bytes; });
+  workspace_max_ = max_table(workspace_);
+  // Unit k's transient term within a stage [first, end) with k < end - 1
+  // (docs/profile.md, "From units to a stage"): its workspace, less its
+  // output (consumed by the next unit of the stage), less the stash of the
+  // units after it, i.e. term_k + prefix[k + 1] - prefix[end].
+  std::vector<double> none_terms, selective_terms;
+  for (size_t k = 0; k < u.size(); ++k) {
+    const double drop = u[k].stash_none_bytes - u[k].stash_selective_bytes;
+    none_terms.push_back(u[k].workspace_bytes - u[k].output_bytes + stash_none_[k + 1]);
+    selective_terms.push_back(u[k].workspace_bytes + drop - u[k].output_bytes +
+                              stash_selective_[k + 1]);
+    selective_last_.push_back(u[k].workspace_bytes + drop);
+  }
+  none_terms_max_ = max_table(none_terms);
+  selective_terms_max_ = max_table(selective_terms);
+}
+
+// The transient peak above the stash of one micro-batch through units
+// [first, end) under recompute none (selective: with the selective stash of
+// the later units and each unit's recomputed probabilities): the largest
+// term over the units, the last unit's being its whole workspace.
+double UnitRanges::layered_transient(size_t first, size_t end, bool selective) const {
+  const Prefix& stash = selective ? stash_selective_ : stash_none_;
+  double peak = selective ? selective_last_[end - 1] : workspace_[end - 1];
+  if (end - 1 > first)
+    peak = std::max(peak, range_max(selective ? selective_terms_max_ : none_terms_max_, first,
+                                    end - 1) - stash[end]);
+  return std::max(0.0, peak);
 }
 
 double UnitRanges::range_max(const std::vector<std::vector<double>>& table, size_t first,
@@ -138,13 +167,23 @@ double UnitRanges::stash_bytes(size_t first, size_t end, const PlanRecompute& po
   PT_FAIL("unknown PlanRecompute kind");
 }
 
-double UnitRanges::recompute_transient(size_t first, size_t end,
-                                       const PlanRecompute& policy) const {
+// F and B transients above the stash (stage_cost.hpp).
+std::pair<double, double> UnitRanges::transients(size_t first, size_t end,
+                                                 const PlanRecompute& policy) const {
+  const double none = layered_transient(first, end, false);
   switch (policy.kind) {
-    case PlanRecompute::Kind::None: return 0.0;
-    case PlanRecompute::Kind::Selective: return range_max(selective_drop_max_, first, end);
-    case PlanRecompute::Kind::Every: return segment_peak(first, end, policy.every);
-    case PlanRecompute::Kind::Full: return sum(stash_none_, first, end);
+    case PlanRecompute::Kind::None: return {none, none};
+    case PlanRecompute::Kind::Selective: {
+      const double selective = layered_transient(first, end, true);
+      return {selective, selective};
+    }
+    case PlanRecompute::Kind::Every: {
+      const double work = range_max(workspace_max_, first, end);
+      return {work, work + segment_peak(first, end, policy.every)};
+    }
+    case PlanRecompute::Kind::Full:  // B re-creates what none keeps beyond the full stash
+      return {none, sum(stash_none_, first, end) - input_bytes_[first] -
+                        sum(stash_always_, first, end) + none};
   }
   PT_FAIL("unknown PlanRecompute kind");
 }
@@ -175,27 +214,48 @@ StageCost UnitRanges::cost(size_t first, size_t end, bool first_stage, bool last
   c.input_message_bytes = first_stage ? 0.0 : input_bytes_[first];
   c.output_message_bytes = last_stage ? 0.0 : output_bytes_[end - 1];
   c.persistent_bytes = sum(persistent_, first, end);
+  c.data_bytes = stage_data_ + sum(data_, first, end);
   c.comm_buffer_bytes = 2.0 * (c.input_message_bytes + c.output_message_bytes);
   c.stash_bytes = stash_bytes(first, end, policy);
-  c.forward_transient_bytes = range_max(workspace_max_, first, end);
-  c.backward_transient_bytes = c.forward_transient_bytes + recompute_transient(first, end, policy);
+  std::tie(c.forward_transient_bytes, c.backward_transient_bytes) = transients(first, end, policy);
   return c;
 }
 
 double UnitRanges::peak_lower_bound(size_t first, size_t end, const PlanRecompute& policy,
                                     double in_flight) const {
-  double stash = sum(stash_always_, first, end);
-  double transient = range_max(workspace_max_, first, end);
+  // The layered transient with the last unit's output taken off as well
+  // (below the transient): with at least one micro-batch in flight, a unit
+  // added at either end adds its stash at least once for each time it takes
+  // it from a term, so these never decrease as the range grows.
+  const auto layered_bound = [&](bool selective) {
+    const Prefix& stash = selective ? stash_selective_ : stash_none_;
+    return std::max(0.0, range_max(selective ? selective_terms_max_ : none_terms_max_, first, end) -
+                             stash[end]);
+  };
+  const double always = sum(stash_always_, first, end);
+  const bool stashing = in_flight >= 1.0;
+  double activations = 0.0;
   switch (policy.kind) {
-    case PlanRecompute::Kind::None: stash = sum(stash_none_, first, end); break;
-    case PlanRecompute::Kind::Selective:
-      stash = sum(stash_selective_, first, end);
-      transient += range_max(selective_drop_max_, first, end);
+    case PlanRecompute::Kind::None:
+      activations = in_flight * sum(stash_none_, first, end) + (stashing ? layered_bound(false) : 0.0);
       break;
-    case PlanRecompute::Kind::Every: break;
-    case PlanRecompute::Kind::Full: transient += sum(stash_none_, first, end); break;
+    case PlanRecompute::Kind::Selective:
+      activations =
+          in_flight * sum(stash_selective_, first, end) + (stashing ? layered_bound(true) : 0.0);
+      break;
+    case PlanRecompute::Kind::Every:
+      activations = in_flight * always + range_max(workspace_max_, first, end);
+      break;
+    case PlanRecompute::Kind::Full:  // the peak less (in_flight - 1) x the stage input
+      activations = stashing ? (in_flight - 1.0) * always + sum(stash_none_, first, end) +
+                                   layered_bound(false)
+                             : in_flight * always;
+      break;
   }
-  return sum(persistent_, first, end) + in_flight * stash + transient;
+  // Summed in peak_bytes' order, less a relative 1e-12, so that rounding
+  // never lifts the bound above a peak it equals in exact arithmetic.
+  const double base = sum(persistent_, first, end) + (stage_data_ + sum(data_, first, end));
+  return (base + activations) * (1.0 - 1e-12);
 }
 
 UnitLayout unit_layout(const ModelProfile& profile) {

@@ -163,7 +163,8 @@ void Executor::run_forward(int mb, Tensor x) {
 // cleared by the next step's zero_grad.
 MicroBatchProbe Executor::probe_micro_batch(const Dataset& data,
                                             const std::function<MemoryStats()>& stats,
-                                            const std::function<void()>& reset_peaks) {
+                                            const std::function<void()>& reset_peaks,
+                                            const std::function<void()>& before_each_pass) {
   data_ = &data;
   pass_ = Pass::Train;
   step_ = 0;
@@ -171,8 +172,7 @@ MicroBatchProbe Executor::probe_micro_batch(const Dataset& data,
   mbs_.clear();
   MicroBatchProbe probe;
   // Data that caches itself on first use (synthetic) does so before measuring.
-  if (stage_.is_first()) data.inputs(0, rows_);
-  if (stage_.is_last()) data.targets(0, rows_);
+  fill_data_cache(data, rows_, stage_.is_first(), stage_.is_last());
   const MemoryStats empty = stats();  // before the input and output-gradient buffers
   const double fetch_start = clock().now_us();
   Tensor x = stage_.is_first()
@@ -186,14 +186,16 @@ MicroBatchProbe Executor::probe_micro_batch(const Dataset& data,
   reset_memory_peaks();
   if (reset_peaks) reset_peaks();
   probing_ = true;
+  if (before_each_pass) before_each_pass();
   const double forward_start = clock().now_us();
   run_forward(0, std::move(x));
   be_.synchronize();
-  const double backward_start = clock().now_us();
-  probe.forward_s = (backward_start - forward_start + fetch_us) * 1e-6;
+  probe.forward_s = (clock().now_us() - forward_start + fetch_us) * 1e-6;
   const int act = static_cast<int>(MemCategory::Activations);
   probe.stash_bytes = stats().live[act] - before.live[act];
   if (stage_.is_last()) dy = std::move(mbs_[0].grad_output);
+  if (before_each_pass) before_each_pass();
+  const double backward_start = clock().now_us();
   run_backward(0, std::move(dy));
   be_.synchronize();
   probe.backward_s = (clock().now_us() - backward_start) * 1e-6;

@@ -175,6 +175,7 @@ ModelProfile profile_from_trace(const Deck& deck, const RunTrace& trace, Backend
   check_trace(deck, trace);
   ModelProfile p = profile_memory(deck, be, options);
   p.backend = deck.training.device;
+  p.cache = "as the traced run had it (times measured in that run)";
   if (options.kernels.empty())
     p.kernels = "not recorded (derived from the trace " + trace.source + "); GEMM operands " +
                 deck.training.precision;

@@ -5,6 +5,9 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
 
 #include "profile_parts.hpp"
 #include "pipetrain/base/error.hpp"
@@ -97,6 +100,20 @@ struct Context {
   std::unique_ptr<Dataset> data;
   std::unique_ptr<Transport> local;  // the executors' (probes never communicate)
   int64_t rows;
+  std::vector<char> evictor;  // non-empty: written before every timed pass (cold caches)
+
+  // Untimed: pushes every unit's state out of the caches.
+  void before_pass() {
+    if (evictor.empty()) return;
+    std::memset(evictor.data(), static_cast<int>(++evictions & 0x7f), evictor.size());
+    volatile char sink = 0;
+    for (size_t i = 0; i < evictor.size(); i += 4096) sink = sink + evictor[i];
+  }
+  std::function<void()> pass_hook() {
+    if (evictor.empty()) return {};
+    return [this] { before_pass(); };
+  }
+  int evictions = 0;
 
   Context(const Deck& d, Backend& b, const ProfileOptions& o)
       : deck(d), be(b),
@@ -138,7 +155,7 @@ Executor unit_executor(Context& c, UnitStage& u, const char* policy) {
 
 MicroBatchProbe probe(Context& c, Executor& executor) {
   DefaultDeviceGuard on_device(c.be.device());
-  return executor.probe_micro_batch(*c.data, c.stats, c.reset_peaks);
+  return executor.probe_micro_batch(*c.data, c.stats, c.reset_peaks, c.pass_hook());
 }
 
 double tensor_bytes(const Shape& shape, DType dtype) {
@@ -176,6 +193,7 @@ double time_forward_rerun(Context& c, StageModel& stage) {
                                               MemCategory::Workspace);
   c.be.synchronize();
   StagePass pass;
+  c.before_pass();
   const auto start = Clock::now();
   stage_forward(stage, c.be, x, pass);
   c.be.synchronize();
@@ -184,6 +202,7 @@ double time_forward_rerun(Context& c, StageModel& stage) {
 
 double time_optimizer_step(Context& c, UnitStage& u) {
   DefaultDeviceGuard on_device(c.be.device());
+  c.before_pass();
   const auto start = Clock::now();
   u.optimizer->step(c.be, static_cast<float>(c.deck.training.lr), 1.f);
   c.be.synchronize();
@@ -194,6 +213,7 @@ double time_optimizer_step(Context& c, UnitStage& u) {
 // zeroing them and their sums of squares for the global norm.
 double time_gradient_passes(Context& c, UnitStage& u) {
   DefaultDeviceGuard on_device(c.be.device());
+  c.before_pass();
   const auto start = Clock::now();
   u.optimizer->zero_grad(c.be);
   for (Param* p : u.stage.params()) c.be.sum_squares(p->grad);
@@ -307,6 +327,74 @@ double boundary_message_bytes(const std::vector<UnitCost>& units) {
   return bytes > 0.0 ? bytes : units.back().output_bytes;
 }
 
+// The highest-level CPU cache (sysfs; sysconf's figure is wrong in some
+// VMs) and how many CPUs share it; {0, 1} when unknown.
+struct LastLevelCache {
+  double bytes = 0.0;
+  int sharing_cpus = 1;
+};
+
+LastLevelCache last_level_cache() {
+  LastLevelCache llc;
+  int best_level = 0;
+  for (int index = 0; index < 16; ++index) {
+    const std::string dir = "/sys/devices/system/cpu/cpu0/cache/index" + std::to_string(index) + "/";
+    std::ifstream level_file(dir + "level"), type_file(dir + "type"), size_file(dir + "size"),
+        shared_file(dir + "shared_cpu_list");
+    int level = 0;
+    std::string type, size, shared;
+    if (!(level_file >> level) || !(type_file >> type) || !(size_file >> size)) continue;
+    if (type == "Instruction" || level < best_level) continue;
+    double bytes = std::atof(size.c_str());
+    if (size.back() == 'K') bytes *= 1024.0;
+    if (size.back() == 'M') bytes *= 1024.0 * 1024.0;
+    int cpus = 0;  // "0-1,4-5" -> 4
+    while (std::getline(shared_file, shared, ',')) {
+      int first = 0, last = 0;
+      const int read = std::sscanf(shared.c_str(), "%d-%d", &first, &last);
+      cpus += read == 2 ? last - first + 1 : (read == 1 ? 1 : 0);
+    }
+    best_level = level;
+    llc.bytes = bytes;
+    llc.sharing_cpus = std::max(1, cpus);
+  }
+  return llc;
+}
+
+std::string mib_text(double bytes) {
+  char text[32];
+  std::snprintf(text, sizeof text, "%.1f MiB", bytes / (1024.0 * 1024.0));
+  return text;
+}
+
+// Warm or cold caches for the unit times (ModelProfile::cache). A unit
+// measured alone keeps its state in the caches from one repetition to the
+// next; in a run, the other units of its stage evict it between one
+// micro-batch and the next once a stage's persistent bytes (the model's over
+// the stages) exceed the rank's share of the last-level cache (the cache
+// over the ranks of this node that share it). Then every timed pass starts
+// from evicted caches. Device backends: warm (their caches are not modelled).
+std::string choose_cache_state(Context& c, const ModelProfile& p, MPI_Comm comm) {
+  if (c.be.device() != Device::CPU) return "warm: device caches are not modelled";
+  const LastLevelCache llc = last_level_cache();
+  if (llc.bytes <= 0.0) return "warm: the last-level cache size is unknown";
+  int stages = 1;
+  MPI_CHECK(MPI_Comm_size(comm, &stages));
+  double persistent = 0.0;
+  for (const UnitCost& u : p.units) persistent += u.param_bytes + u.grad_bytes + u.optimizer_bytes;
+  const double per_stage = persistent / stages;
+  const int sharing =
+      std::min(llc.sharing_cpus, node_local_size(comm, "the node-local communicator split (profiler)"));
+  const double share = llc.bytes / std::max(1, sharing);
+  const std::string figures = "a stage's " + mib_text(per_stage) +
+                              " of parameters, gradients and optimizer state " +
+                              (per_stage > share ? "exceed" : "fit") + " its " + mib_text(share) +
+                              " share of the " + mib_text(llc.bytes) + " last-level cache";
+  if (per_stage <= share) return "warm: " + figures;
+  c.evictor.assign(static_cast<size_t>(1.5 * llc.bytes), 1);
+  return "cold: " + figures;
+}
+
 }  // namespace
 
 ModelProfile profile_memory(const Deck& deck, Backend& be, const ProfileOptions& options) {
@@ -315,6 +403,8 @@ ModelProfile profile_memory(const Deck& deck, Backend& be, const ProfileOptions&
   const std::vector<CostUnitInfo> infos = cost_units(deck.model);
   for (size_t u = 0; u < infos.size(); ++u)
     p.units.push_back(unit_memory(c, static_cast<int64_t>(u), infos[u]));
+  // The loss gradient, kept from F to B under every recompute policy.
+  p.units.back().stash_always_bytes = p.units.back().output_bytes;
   if (!options.memory_stats) {
     const DataBytes data = measure_data_bytes(deck, c.rows);
     p.stage_data_bytes = data.every_stage;
@@ -329,6 +419,7 @@ ModelProfile profile_model(const Deck& deck, Backend& be, MPI_Comm comm,
   PT_CHECK(options.reps >= 1 && options.warmup >= 0, "profile repetitions");
   ModelProfile p = profile_memory(deck, be, options);
   Context c(deck, be, options);
+  p.cache = choose_cache_state(c, p, comm);
   int64_t param_tensors = 0;
   const std::vector<double> mine = time_units(c, p.units.size(), options, comm, &param_tensors);
   const std::vector<double> times = median_over_ranks(mine, comm);

@@ -21,13 +21,7 @@ Schedule schedule_for_deck(const Deck& deck, int stages) {
 
 BlasThreadsChoice choose_blas_threads(const Deck& deck, MPI_Comm comm) {
   BlasThreadsChoice c;
-  MPI_Comm node = MPI_COMM_NULL;
-  {
-    DeadlineScope deadline("the node-local communicator split (BLAS threads)");
-    MPI_CHECK(MPI_Comm_split_type(comm, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node));
-  }
-  MPI_CHECK(MPI_Comm_size(node, &c.ranks_on_node));
-  MPI_CHECK(MPI_Comm_free(&node));
+  c.ranks_on_node = node_local_size(comm, "the node-local communicator split (BLAS threads)");
   c.node_cores = std::max(1u, std::thread::hardware_concurrency());
   c.automatic = deck.training.blas_threads == 0;
   c.threads = c.automatic ? std::max(1, c.node_cores / c.ranks_on_node)
@@ -49,6 +43,9 @@ Trainer::Trainer(const Deck& deck, MPI_Comm comm, ComputeSetup setup)
   stage_ = build_stage(deck_.model, units, rank_);
   data_ = make_dataset(deck_, Split::Train);
   if (deck_.training.eval_every > 0) eval_data_ = make_dataset(deck_, Split::Eval);
+  const int64_t rows = deck_.training.batch_size / deck_.pipeline.micro_batches;
+  fill_data_cache(*data_, rows, stage_.is_first(), stage_.is_last());
+  if (eval_data_) fill_data_cache(*eval_data_, rows, stage_.is_first(), stage_.is_last());
   transport_ = setup_.make_transport ? setup_.make_transport(comm_) : make_mpi_transport(comm_);
   move_state_to_device();
   DefaultDeviceGuard on_device(be_.device());

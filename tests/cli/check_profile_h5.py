@@ -12,7 +12,7 @@ import numpy as np
 
 COLUMNS = ["forward_s", "backward_s", "recompute_s", "recompute_end_s", "optimizer_s",
            "forward_flops", "input_bytes", "output_bytes", "stash_none_bytes",
-           "stash_selective_bytes", "workspace_bytes", "param_bytes", "grad_bytes",
+           "stash_selective_bytes", "stash_always_bytes", "workspace_bytes", "param_bytes", "grad_bytes",
            "optimizer_bytes", "data_bytes"]
 
 
@@ -24,9 +24,9 @@ def main():
     path, names, link = sys.argv[1], sys.argv[2].split(","), sys.argv[3]
     with h5py.File(path, "r") as f:
         a = f.attrs
-        if a["format"] != "pipetrain-profile" or int(a["format_version"]) != 1:
+        if a["format"] != "pipetrain-profile" or int(a["format_version"]) != 2:
             fail(f"format {a['format']!r} version {a['format_version']}")
-        for key in ["model", "backend", "kernels", "source", "deck"]:
+        for key in ["model", "backend", "kernels", "source", "deck", "cache"]:
             if not isinstance(a[key], str) or not a[key]:
                 fail(f"attribute {key} is not a non-empty string")
         if int(a["micro_batch_rows"]) < 1:

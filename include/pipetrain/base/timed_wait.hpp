@@ -101,6 +101,10 @@ class DeadlineScope {
   long long id_;
 };
 
+// Collective over comm: how many of its ranks share this rank's node
+// (MPI_Comm_split_type, under a DeadlineScope naming `what`).
+int node_local_size(MPI_Comm comm, const std::string& what);
+
 // Test-only fault injection. PIPETRAIN_TEST_STALL="RANK:POINT[:STEP]" makes
 // world rank RANK stop itself (SIGSTOP, as `kill -STOP` would) when it
 // reaches the named point (in step STEP, or the first time), so that its

@@ -39,6 +39,11 @@ class Dataset {
 
 std::unique_ptr<Dataset> make_dataset(const Deck& deck, Split split);
 
+// Data that caches itself on first use (synthetic data) does so now, for a
+// stage that reads inputs (`first_stage`) and/or targets (`last_stage`), so
+// that its one-time transient precedes the memory peaks of the steps.
+void fill_data_cache(const Dataset& data, int64_t rows, bool first_stage, bool last_stage);
+
 // Markov chain data (token_data.cpp).
 std::unique_ptr<Dataset> make_markov_dataset(const Deck& deck, Split split);
 // HDF5 token file data (token_data.cpp).

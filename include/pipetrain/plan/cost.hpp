@@ -65,6 +65,13 @@ struct ModelProfile {
   LinkCost link;
   double step_overhead_s = 0.0;  // per step, outside the schedule (loss, norm, clip)
   double stage_data_bytes = 0.0; // host bytes of training data every stage holds
+  // How the unit times were measured: "warm" (a unit's state stays in the
+  // caches between its micro-batches, as in a run whose stages fit them) or
+  // "cold" (caches evicted before every timed pass, as in a run whose stages
+  // do not), with the reason, e.g. "cold: a stage's 96.0 MiB of parameters,
+  // gradients and optimizer state exceed its 16.0 MiB share of the 32.0 MiB
+  // last-level cache". "" for device descriptions.
+  std::string cache;
 };
 
 }  // namespace pt

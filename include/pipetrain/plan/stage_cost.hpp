@@ -13,17 +13,26 @@
 //             selective  sum stash_selective_bytes
 //             every:K    sum input_bytes of units 0, K, 2K, ... + sum stash_always_bytes
 //             full       input_bytes of unit 0 + sum stash_always_bytes
-//   transient above the stash, for the one micro-batch being computed:
-//             F: max workspace_bytes
-//             B: max workspace_bytes + what backward recomputes and holds:
-//                selective  max over units of (stash_none - stash_selective)
-//                every:K    max over the K-unit segments of sum stash_none
-//                full       sum stash_none (the whole stage)
+//   transient above the stash, for the one micro-batch being computed, from
+//   the layered transient L = max over the stage's units k of
+//             workspace_bytes[k] - (output_bytes[k] unless k is the last)
+//             - sum of stash_none_bytes of the units after k
+//   (when unit k runs, the stash of the later units does not exist yet or
+//   is freed already; docs/profile.md checks it against the executor):
+//             none       F = B = L
+//             selective  F = B = L with stash_selective_bytes for the later
+//                        units and stash_none - stash_selective of unit k added
+//             every:K    F = max workspace_bytes; B = F + the largest sum of
+//                        stash_none over the K-unit segments (an upper bound)
+//             full       F = L; B = L + sum stash_none - the full stash
 //   persistent  sum (param_bytes + grad_bytes + optimizer_bytes)
+//   data        training data the stage caches in host memory: the profile's
+//               stage_data_bytes + sum data_bytes (the first stage's inputs,
+//               the last stage's targets)
 //   comm        2 x (input message + output message): a receive posted one
 //               compute ahead and a send not yet completed, per direction;
 //               stage 0 has no input message, the last stage no output message
-// Peak bytes = persistent + comm + in_flight x stash + max(F transient, B transient).
+// Peak bytes = persistent + data + comm + in_flight x stash + max(F transient, B transient).
 //
 // K of every:K counts partition units. A GPT unit is one layer of the
 // executor (embedding, block, head), so K means what it means at run time; an
@@ -33,6 +42,7 @@
 
 #include <cstddef>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "pipetrain/plan/cost.hpp"
@@ -62,13 +72,14 @@ struct StageCost {
   double output_message_bytes = 0.0;  // activation sent, gradient received (0 on the last stage)
   // Memory (see the top of this file).
   double persistent_bytes = 0.0;
+  double data_bytes = 0.0;  // training data cached in host memory (CPU profiles)
   double comm_buffer_bytes = 0.0;
   double stash_bytes = 0.0;  // per micro-batch in flight
   double forward_transient_bytes = 0.0;
   double backward_transient_bytes = 0.0;
 
   double time_per_micro_batch_s() const { return forward_s + backward_s; }
-  double base_bytes() const { return persistent_bytes + comm_buffer_bytes; }
+  double base_bytes() const { return persistent_bytes + data_bytes + comm_buffer_bytes; }
   double peak_bytes(double in_flight) const;
 };
 
@@ -97,13 +108,17 @@ class UnitRanges {
   double segment_peak(size_t first, size_t end, int every) const;
   double stash_bytes(size_t first, size_t end, const PlanRecompute& policy) const;
   double recompute_time(size_t first, size_t end, const PlanRecompute& policy) const;
-  double recompute_transient(size_t first, size_t end, const PlanRecompute& policy) const;
+  double layered_transient(size_t first, size_t end, bool selective) const;
+  std::pair<double, double> transients(size_t first, size_t end, const PlanRecompute& policy) const;
 
   size_t count_ = 0;
   Prefix forward_, backward_, recompute_, recompute_selective_, optimizer_;
-  Prefix stash_none_, stash_selective_, stash_always_, persistent_;
-  std::vector<double> input_bytes_, output_bytes_;
-  std::vector<std::vector<double>> workspace_max_, selective_drop_max_;  // sparse tables
+  Prefix stash_none_, stash_selective_, stash_always_, persistent_, data_;
+  double stage_data_ = 0.0;  // profile.stage_data_bytes: on every stage
+  std::vector<double> input_bytes_, output_bytes_, workspace_, selective_last_;
+  // Sparse tables of range maxima: workspace_bytes, and the layered
+  // transient terms of units followed by others in their stage.
+  std::vector<std::vector<double>> workspace_max_, none_terms_max_, selective_terms_max_;
 };
 
 // Where the partitionable units sit: units [leading, leading + partitionable)

@@ -52,8 +52,11 @@ class Executor {
   // Runs one micro-batch through this stage alone (no communication) and
   // measures it with `stats` (host or device statistics); `reset_peaks` may
   // be empty. Used by "auto" recomputation and the profiler.
+  // `before_each_pass`, when given, runs untimed before the forward and
+  // before the backward (the profiler evicts the caches there).
   MicroBatchProbe probe_micro_batch(const Dataset& data, const std::function<MemoryStats()>& stats,
-                                    const std::function<void()>& reset_peaks);
+                                    const std::function<void()>& reset_peaks,
+                                    const std::function<void()>& before_each_pass = {});
   // fp16: the loss gradient is multiplied by `scale`; overflowing gradients
   // are then expected and left to the loss scaler instead of stopping the run.
   void set_loss_scale(float scale) {
