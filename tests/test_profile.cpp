@@ -101,6 +101,7 @@ ModelProfile distinct_profile() {
     c.name = "linear" + std::to_string(u);
     c.partitionable = u != 1;
     double* fields[] = {&c.forward_s, &c.backward_s, &c.recompute_s, &c.recompute_end_s,
+                        &c.recompute_selective_s,
                         &c.optimizer_s, &c.forward_flops, &c.input_bytes, &c.output_bytes,
                         &c.stash_none_bytes, &c.stash_selective_bytes, &c.stash_always_bytes,
                         &c.workspace_bytes, &c.param_bytes, &c.grad_bytes, &c.optimizer_bytes,
@@ -118,6 +119,7 @@ void expect_same(const UnitCost& a, const UnitCost& b) {
   EXPECT_EQ(a.backward_s, b.backward_s);
   EXPECT_EQ(a.recompute_s, b.recompute_s);
   EXPECT_EQ(a.recompute_end_s, b.recompute_end_s);
+  EXPECT_EQ(a.recompute_selective_s, b.recompute_selective_s);
   EXPECT_EQ(a.optimizer_s, b.optimizer_s);
   EXPECT_EQ(a.forward_flops, b.forward_flops);
   EXPECT_EQ(a.input_bytes, b.input_bytes);

@@ -1,4 +1,4 @@
-// command_line.cpp: the pipetrain command line (train, validate, profile, help).
+// command_line.cpp: the pipetrain command line (train, validate, profile, plan, help).
 //
 // The only translation unit that includes CLI11 (it compiles slowly). Every
 // mistake is one pt::InputError carrying a usage hint; --help never exits.
@@ -18,6 +18,8 @@ const char* const kUsage =
     "usage: pipetrain train DECK [--set section.key=value]... [--resume [PATH|latest]]\n"
     "       pipetrain validate DECK [--set section.key=value]... [--ranks N] [--print-schedule]\n"
     "       pipetrain profile DECK [--set section.key=value]... [--ranks P] [--out FILE] [--reps K]\n"
+    "       pipetrain plan DECK [--set section.key=value]... [--ranks P] [--profile FILE | --device h200]\n"
+    "                      [--micro-batches N,...] [--reps K] [--top K]\n"
     "       pipetrain --help";
 
 CLI::App* add_deck_command(CLI::App& app, const char* name, const char* what, CommandLine& cl) {
@@ -51,6 +53,25 @@ CommandLine parse_command_line(int argc, char** argv) {
   profile->add_option("--out", cl.out, "the profile file (default: <output.dir>/profile.h5)");
   profile->add_option("--reps", cl.reps, "timed repetitions of each measurement; times are medians")
       ->check(CLI::Range(1, 1000));
+  CLI::App* plan = add_deck_command(
+      app, "plan", "predict step time, bubble and memory of DECK and its alternatives, ranked", cl);
+  plan->add_option("--ranks", cl.ranks, "plan for P stages (default: the MPI world size)")
+      ->check(CLI::Range(1, 1 << 16));
+  CLI::Option* from_file =
+      plan->add_option("--profile", cl.profile_path,
+                       "costs from a profile.h5 (pipetrain profile) or a trace.h5 instead of "
+                       "measuring (its micro-batch size only)");
+  plan->add_option("--device", cl.device,
+                   "costs from a device description instead of measuring (GPT decks): h200")
+      ->excludes(from_file);
+  plan->add_option("--micro-batches", cl.micro_batch_counts,
+                   "micro-batch counts to weigh (default: every divisor of the batch)")
+      ->delimiter(',')
+      ->check(CLI::Range(1, 1 << 20));
+  plan->add_option("--reps", cl.reps, "timed repetitions of each measurement (default: brief, 3)")
+      ->check(CLI::Range(1, 1000));
+  plan->add_option("--top", cl.top, "rows of the ranked table to print (default 20)")
+      ->check(CLI::Range(1, 100000));
   CLI::Option* resume =
       train->add_option("--resume", cl.resume,
                         "continue from a checkpoint: latest (the default: the newest good one "
@@ -58,8 +79,10 @@ CommandLine parse_command_line(int argc, char** argv) {
           ->type_name("[PATH|latest]")
           ->expected(0, 1);
   std::string first = argc > 1 ? argv[1] : "help";
-  if (first != "train" && first != "validate" && first != "profile" && first != "help" && first[0] != '-') {
-    throw InputError("pipetrain: unknown command '" + first + "'; expected train, validate or profile\n" + kUsage);
+  if (first != "train" && first != "validate" && first != "profile" && first != "plan" &&
+      first != "help" && first[0] != '-') {
+    throw InputError("pipetrain: unknown command '" + first +
+                     "'; expected train, validate, profile or plan\n" + kUsage);
   }
   if (first == "help") {
     cl.command = "help";
@@ -75,7 +98,10 @@ CommandLine parse_command_line(int argc, char** argv) {
   } catch (const CLI::ParseError& e) {
     throw InputError(std::string("pipetrain: ") + e.what() + "\n" + kUsage);
   }
-  cl.command = train->parsed() ? "train" : profile->parsed() ? "profile" : "validate";
+  cl.command = train->parsed()     ? "train"
+                : profile->parsed() ? "profile"
+                : plan->parsed()    ? "plan"
+                                    : "validate";
   if (resume->count() > 0 && cl.resume.empty()) cl.resume = "latest";
   return cl;
 }

@@ -69,8 +69,10 @@ bool load_deck(const World& w, const CommandLine& cli, Deck& deck) {
       set_wait_limit(deck.pipeline.timeout_s);  // the others learn it from the broadcast
       const int stages = check_deck_layout(deck, cli.ranks > 0 ? cli.ranks : w.size);
       validate_schedule(schedule_for_deck(deck, stages), comm_semantics_of(deck.pipeline.transport, deck.training.device));
-      check_data_files(deck);
-      if (deck.training.device == "cuda" && !cuda_available_in_build())
+      // `plan --device` neither reads data nor computes: it plans on a description.
+      const bool runs_here = !(cli.command == "plan" && !cli.device.empty());
+      if (runs_here) check_data_files(deck);
+      if (runs_here && deck.training.device == "cuda" && !cuda_available_in_build())
         throw InputError(deck.where("training.device") +
                          " = \"cuda\": this build has no CUDA backend; build with `make cuda` "
                          "(cmake -DPIPETRAIN_CUDA=ON) and run build-cuda/pipetrain");
@@ -413,6 +415,7 @@ int run_command(const World& w, const CommandLine& cli) {
     set_wait_limit(deck.pipeline.timeout_s);
     if (cli.command == "validate") return run_validate(w, cli, deck);
     if (cli.command == "profile") return run_profile(w.comm, cli, deck, w.blas_note);
+    if (cli.command == "plan") return run_plan(w.comm, cli, deck, w.blas_note);
     return run_train(w, cli, deck);
   } catch (const std::exception& e) {
     abort_job(w, e.what());

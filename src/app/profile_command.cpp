@@ -17,10 +17,6 @@
 
 namespace pt {
 
-namespace {
-
-// The deck's BLAS threads for a run of `planned_ranks` ranks on this node
-// (when more than the ranks profiling now): cores / planned ranks.
 BlasThreadsChoice profile_blas_threads(const Deck& deck, MPI_Comm comm, int planned_ranks) {
   BlasThreadsChoice c = choose_blas_threads(deck, comm);
   if (planned_ranks > c.ranks_on_node) {
@@ -30,8 +26,8 @@ BlasThreadsChoice profile_blas_threads(const Deck& deck, MPI_Comm comm, int plan
   return c;
 }
 
-ProfileOptions options_for(const CommandLine& cli, const ComputeResources& compute) {
-  ProfileOptions o;
+ProfileOptions options_for(const CommandLine& cli, const ComputeResources& compute,
+                           ProfileOptions o) {
   if (cli.reps > 0) o.reps = cli.reps;
   o.memory_stats = compute.setup.device_memory_stats;
   o.reset_memory_peaks = compute.setup.reset_device_memory_peaks;
@@ -39,6 +35,8 @@ ProfileOptions options_for(const CommandLine& cli, const ComputeResources& compu
   o.kernels = compute.kernels;
   return o;
 }
+
+namespace {
 
 std::string how_measured(const ProfileOptions& o, int ranks) {
   std::string text = "measured by `pipetrain profile` on " + std::to_string(ranks) +
@@ -135,7 +133,7 @@ int run_profile(MPI_Comm comm, const CommandLine& cli, const Deck& deck,
   const BlasReport report = gather_blas_report(comm, blas_note);
   ComputeResources compute = make_compute_resources(deck, comm);
   Backend& be = compute.setup.backend ? *compute.setup.backend : cpu_backend();
-  const ProfileOptions options = options_for(cli, compute);
+  const ProfileOptions options = options_for(cli, compute, ProfileOptions{});
   const ModelProfile profile = profile_model(deck, be, comm, options);
   if (rank != 0) return 0;
   if (report.any_fallback)

@@ -29,6 +29,7 @@ constexpr Column kColumns[] = {
     {"backward_s", &UnitCost::backward_s},
     {"recompute_s", &UnitCost::recompute_s},
     {"recompute_end_s", &UnitCost::recompute_end_s},
+    {"recompute_selective_s", &UnitCost::recompute_selective_s},
     {"optimizer_s", &UnitCost::optimizer_s},
     {"forward_flops", &UnitCost::forward_flops},
     {"input_bytes", &UnitCost::input_bytes},

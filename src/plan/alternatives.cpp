@@ -113,12 +113,12 @@ void rank_rows(PlanTable& table) {
 
 std::string row_text(const PlanRow& r, size_t rank) {
   char buf[256];
-  std::snprintf(buf, sizeof buf, "%4zu  %-6s %5d %5lld  %-9s %-8s %11.4f %10.1f %6.3f %10s  %-4s %6.3f",
+  std::snprintf(buf, sizeof buf, "%4zu  %-6s %5d %5lld  %-9s %-8s %12.5g %10.5g %6.3f %12s  %-4s %6.3f  ",
                 rank + 1, r.schedule.c_str(), r.micro_batches,
                 static_cast<long long>(r.micro_batch_size), r.recompute.c_str(),
-                objective_name(r.partition), r.step_time_s, r.throughput_samples_per_s, r.bubble,
-                plan_text::gib(r.max_peak_bytes).c_str(), r.fits ? "yes" : "no", r.plan_s);
-  return buf;
+                objective_name(r.partition), r.step_time_s * 1e3, r.throughput_samples_per_s,
+                r.bubble, plan_text::size(r.max_peak_bytes).c_str(), r.fits ? "yes" : "no", r.plan_s);
+  return buf + (r.units_per_stage.empty() ? std::string("-") : plan_text::list(r.units_per_stage));
 }
 
 }  // namespace
@@ -169,7 +169,7 @@ std::string format_plan_table(const PlanTable& table, size_t max_rows) {
                 plan_text::gib(table.memory_budget_bytes).c_str());
   std::string out = table.model + " on " + std::to_string(table.num_stages) + " x " +
                     table.device + ", memory budget " + budget + " per stage\n";
-  out += "rank  sched      N    mb  recompute partition  step (s)  samples/s bubble       peak  fits plan (s)\n";
+  out += "rank  sched      N    mb  recompute partition     step (ms)  samples/s bubble         peak  fits plan (s)  units per stage\n";
   for (size_t i = 0; i < table.rows.size() && i < max_rows; ++i) out += row_text(table.rows[i], i) + "\n";
   if (table.rows.size() > max_rows)
     out += "... " + std::to_string(table.rows.size() - max_rows) + " more\n";

@@ -43,6 +43,13 @@ std::string gib(double value) {
   return buf;
 }
 
+std::string size(double value) {
+  if (std::fabs(value) >= 1073741824.0) return gib(value);
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.4g MiB", value / 1048576.0);
+  return buf;
+}
+
 std::string number(double value) {
   char buf[32];
   std::snprintf(buf, sizeof buf, "%.6g", value);

@@ -222,7 +222,9 @@ double time_gradient_passes(Context& c, UnitStage& u) {
 }
 
 // Figures timed per unit, in this order.
-enum UnitTime : size_t { kForward, kBackward, kRecompute, kRecomputeEnd, kOptimizer, kGradPasses, kTimes };
+enum UnitTime : size_t {
+  kForward, kBackward, kRecompute, kRecomputeEnd, kRecomputeSelective, kOptimizer, kGradPasses, kTimes
+};
 
 // Samples of each timed figure (kTimes lists) of one unit: built anew,
 // `warmup` untimed rounds, then `reps` timed ones, appended to `samples`;
@@ -233,9 +235,16 @@ void time_unit(Context& c, int64_t index, int warmup, int reps,
   *param_tensors += static_cast<int64_t>(u.stage.params().size());
   Executor none = unit_executor(c, u, "none");
   Executor full = unit_executor(c, u, "full");
+  // Selective recomputation re-creates attention probabilities inside a
+  // block's backward: its cost is that backward's excess over none's. An
+  // MLP drops nothing under selective.
+  const bool drops = c.deck.model.type == "gpt";
+  Executor selective = unit_executor(c, u, drops ? "selective" : "none");
   samples.resize(kTimes);
   for (int r = 0; r < warmup + reps; ++r) {
     const MicroBatchProbe kept = probe(c, none);
+    const double selective_extra =
+        drops ? std::max(0.0, probe(c, selective).backward_s - kept.backward_s) : 0.0;
     const double rerun = time_forward_rerun(c, u.stage);
     const MicroBatchProbe recomputed = probe(c, full);
     const double optimizer = time_optimizer_step(c, u);
@@ -245,6 +254,7 @@ void time_unit(Context& c, int64_t index, int warmup, int reps,
     samples[kBackward].push_back(kept.backward_s);
     samples[kRecompute].push_back(rerun);
     samples[kRecomputeEnd].push_back(recomputed.recompute_s);
+    samples[kRecomputeSelective].push_back(selective_extra);
     samples[kOptimizer].push_back(optimizer);
     samples[kGradPasses].push_back(passes);
   }
@@ -430,6 +440,7 @@ ModelProfile profile_model(const Deck& deck, Backend& be, MPI_Comm comm,
     unit.forward_s = t[kForward];
     unit.backward_s = t[kBackward];
     unit.recompute_end_s = t[kRecomputeEnd];
+    unit.recompute_selective_s = t[kRecomputeSelective];
     // The last unit always ends its segment: it never re-runs in full.
     unit.recompute_s = u + 1 == p.units.size() ? t[kRecomputeEnd] : t[kRecompute];
     unit.optimizer_s = t[kOptimizer];

@@ -8,14 +8,18 @@
 namespace pt {
 
 struct CommandLine {
-  std::string command;                 // "train" | "validate" | "profile" | "help"
+  std::string command;                 // "train" | "validate" | "profile" | "plan" | "help"
   std::string deck_path;
   std::vector<std::string> overrides;  // from --set section.key=value
   int ranks = 0;                       // validate, profile --ranks N (0 = MPI world size)
   bool print_schedule = false;         // validate --print-schedule
   std::string resume;                  // train --resume [PATH]: "" = no, "latest" or a path
   std::string out;                     // profile --out FILE ("" = <output.dir>/profile.h5)
-  int reps = 0;                        // profile --reps K (0 = the profiler's default)
+  int reps = 0;                        // profile, plan --reps K (0 = the profiler's default)
+  std::string profile_path;            // plan --profile FILE (profile.h5 or trace.h5; "" = measure)
+  std::string device;                  // plan --device NAME ("" = the deck's own backend)
+  std::vector<int> micro_batch_counts; // plan --micro-batches N,... (empty: every divisor)
+  int top = 20;                        // plan --top K: rows of the ranked table printed
   std::string help_text;               // filled for "help"
 };
 

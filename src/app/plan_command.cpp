@@ -1,0 +1,185 @@
+// plan_command.cpp: `pipetrain plan DECK [--ranks P] [--profile FILE |
+// --device NAME] [--micro-batches N,...] [--reps K] [--top K]`: predicts,
+// without training, the step time, bubble, throughput and per-stage peak
+// memory of the deck and of the alternatives a user would weigh (schedules,
+// micro-batch counts, recompute policies, partitions), by simulating the
+// schedules the executor would run (plan/alternatives.hpp), and prints them
+// ranked with the best plan under the memory budget (docs/planner.md).
+//
+// Costs come from one of three places:
+//   measured   (default) a brief profile per micro-batch size on the deck's
+//              backend, every rank measuring at once (collective);
+//   --profile  a profile.h5 or trace.h5 (its micro-batch size only);
+//   --device   a device description (h200) and the analytic GPT costs, for
+//              scales this machine cannot run.
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdio>
+
+#include "pipetrain/app/blas_report.hpp"
+#include "pipetrain/app/profile_command.hpp"
+#include "pipetrain/base/error.hpp"
+#include "pipetrain/base/timed_wait.hpp"
+#include "pipetrain/io/profile_io.hpp"
+#include "pipetrain/plan/alternatives.hpp"
+#include "pipetrain/plan/device.hpp"
+#include "pipetrain/tensor/blas_info.hpp"
+
+namespace pt {
+
+namespace {
+
+const char* const kDevices = "h200";
+
+DeviceSpec device_named(const std::string& name) {
+  if (name == "h200") return h200_device();
+  throw InputError("plan --device " + name + ": unknown device; expected one of: " + kDevices);
+}
+
+// The deck's GPT as the analytic cost model sees it: activations and working
+// weights in the training precision, fp32 gradients, fp32 master weights
+// when the precision is lower, and the optimizer's fp32 state.
+GptSpec gpt_spec_of(const Deck& deck, const std::string& device) {
+  const ModelConfig& m = deck.model;
+  if (m.type != "gpt")
+    throw InputError(deck.where("model.type") + " = \"" + m.type + "\": plan --device " + device +
+                     " models GPT decks only (analytic costs); plan an MLP by measuring it "
+                     "(no --device) or from a profile (--profile FILE)");
+  GptSpec g;
+  g.name = "gpt blocks=" + std::to_string(m.blocks) + " d_model=" + std::to_string(m.d_model) +
+           " heads=" + std::to_string(m.heads) + " seq_len=" + std::to_string(m.seq_len) +
+           " vocab_size=" + std::to_string(m.vocab_size);
+  g.blocks = m.blocks;
+  g.d_model = m.d_model;
+  g.heads = m.heads;
+  g.seq_len = m.seq_len;
+  g.vocab_size = m.vocab_size;
+  g.mlp_ratio = m.mlp_ratio;
+  const bool half = deck.training.precision == "bf16" || deck.training.precision == "fp16";
+  g.activation_bytes = half ? 2.0 : 4.0;
+  g.param_bytes = half ? 2.0 : 4.0;
+  g.grad_bytes = 4.0;
+  const double moments = deck.training.optimizer == "adamw" ? 8.0 : 4.0;
+  g.optimizer_bytes = moments + (half ? 4.0 : 0.0);
+  return g;
+}
+
+double node_memory_bytes() {
+  const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGE_SIZE);
+  return pages > 0 && page > 0 ? static_cast<double>(pages) * static_cast<double>(page) : 0.0;
+}
+
+PlanRequest request_for(const Deck& deck, const CommandLine& cli, int stages) {
+  PlanRequest r;
+  r.num_stages = stages;
+  r.batch_size = deck.training.batch_size;
+  r.micro_batch_counts = cli.micro_batch_counts;
+  r.memory_budget_bytes = deck.pipeline.memory_budget_mb * 1024.0 * 1024.0;
+  // Selective recomputation drops attention probabilities; an MLP has none.
+  if (deck.model.type != "gpt") r.recompute = {"none", "full"};
+  for (int n : r.micro_batch_counts)
+    if (deck.training.batch_size % n != 0)
+      throw InputError("plan --micro-batches " + std::to_string(n) + ": does not divide " +
+                       deck.where("training.batch_size") + " = " +
+                       std::to_string(deck.training.batch_size));
+  return r;
+}
+
+// A profile read from a file holds for its own micro-batch size only.
+PlanTable plan_from_file(const Deck& deck, const CommandLine& cli, PlanRequest request,
+                         Backend& be) {
+  const ModelProfile profile = load_profile_for_deck(cli.profile_path, deck, be, {});
+  const int n = static_cast<int>(deck.training.batch_size / profile.micro_batch_rows);
+  if (!cli.micro_batch_counts.empty() && cli.micro_batch_counts != std::vector<int>{n})
+    throw InputError("plan --profile " + cli.profile_path + ": the profile holds for micro-batches " +
+                     "of " + std::to_string(profile.micro_batch_rows) + " samples, i.e. " +
+                     std::to_string(n) + " micro-batches; measure (no --profile) to weigh others");
+  request.micro_batch_counts = {n};
+  return rank_plans([&](int64_t) { return profile; }, {profile.link}, request);
+}
+
+// Collective: one brief profile per micro-batch size, on every rank at once.
+// Each profile's link goes into `links` before rank_plans simulates with it
+// (it asks for a micro-batch count's profile before planning its points).
+PlanTable plan_measured(const Deck& deck, const CommandLine& cli, const PlanRequest& request,
+                        MPI_Comm comm, const ComputeResources& compute, Backend& be) {
+  const ProfileOptions options = options_for(cli, compute, ProfileOptions::brief());
+  std::vector<LinkCost> links(1);
+  const auto profile_for = [&](int64_t rows) {
+    Deck sized = deck;
+    sized.pipeline.micro_batches = deck.training.batch_size / rows;
+    ModelProfile p = profile_model(sized, be, comm, options);
+    links[0] = p.link;
+    return p;
+  };
+  return rank_plans(profile_for, links, request);
+}
+
+// The deck's own point in the table: its schedule, N, recompute and partition.
+std::string deck_rank(const Deck& deck, const PlanTable& table) {
+  const std::string& strategy = deck.pipeline.partition_strategy;
+  for (size_t i = 0; i < table.rows.size(); ++i) {
+    const PlanRow& r = table.rows[i];
+    const bool same_partition =
+        strategy == "explicit" ? r.units_per_stage == deck.pipeline.partition
+                               : objective_name(r.partition) == strategy;
+    if (r.schedule == deck.pipeline.schedule && r.micro_batches == deck.pipeline.micro_batches &&
+        r.recompute == deck.pipeline.recompute && same_partition)
+      return "the deck as written (" + r.schedule + ", N=" + std::to_string(r.micro_batches) +
+             ", recompute " + r.recompute + ", partition " + strategy + ") ranks " +
+             std::to_string(i + 1) + " of " + std::to_string(table.rows.size());
+  }
+  return "the deck as written (" + deck.pipeline.schedule + ", N=" +
+         std::to_string(deck.pipeline.micro_batches) + ", recompute " + deck.pipeline.recompute +
+         ", partition " + strategy + ") is not among the plans weighed";
+}
+
+}  // namespace
+
+int run_plan(MPI_Comm comm, const CommandLine& cli, const Deck& deck, const std::string& blas_note) {
+  int rank = 0, size = 1;
+  MPI_Comm_rank(comm, &rank);
+  MPI_Comm_size(comm, &size);
+  set_wait_phase("in the planner");
+  const int stages = cli.ranks > 0 ? cli.ranks : size;
+  PlanRequest request = request_for(deck, cli, stages);
+  PlanTable table;
+  std::string source;
+  if (!cli.device.empty()) {
+    const DeviceSpec device = device_named(cli.device);
+    table = plan_alternatives(gpt_spec_of(deck, cli.device), device, request);
+    source = "device description " + device.name + " (analytic GPT costs, docs/planner.md)";
+  } else {
+    const BlasThreadsChoice blas = profile_blas_threads(deck, comm, stages);
+    set_blas_threads(blas.threads);
+    choose_wait_mode(blas);
+    const BlasReport report = gather_blas_report(comm, blas_note);
+    ComputeResources compute = make_compute_resources(deck, comm);
+    Backend& be = compute.setup.backend ? *compute.setup.backend : cpu_backend();
+    if (request.memory_budget_bytes == 0.0) request.memory_budget_bytes = node_memory_bytes() / stages;
+    if (cli.profile_path.empty()) {
+      table = plan_measured(deck, cli, request, comm, compute, be);
+      source = "brief profiles measured now on " + std::to_string(size) + " rank" +
+               (size == 1 ? "" : "s") + ", one per micro-batch size (" +
+               (compute.kernels.empty() ? blas_info().describe() : compute.kernels) + ")";
+    } else {
+      table = plan_from_file(deck, cli, request, be);
+      source = "the profile " + cli.profile_path;
+    }
+    if (rank == 0 && report.any_fallback)
+      std::printf("BLAS: warning: some ranks run fallback kernels; the measured costs are not "
+                  "those of the CPU's best kernels\n%s", report.lines.c_str());
+  }
+  if (rank != 0) return 0;
+  std::printf("plan: costs from %s; budget %s\n", source.c_str(),
+              deck.pipeline.memory_budget_mb > 0.0
+                  ? "pipeline.memory_budget_mb"
+                  : (cli.device.empty() ? "this node's memory / stages" : "the device's memory"));
+  std::printf("%s", format_plan_table(table, static_cast<size_t>(cli.top)).c_str());
+  std::printf("%s\n", deck_rank(deck, table).c_str());
+  std::fflush(stdout);
+  return 0;
+}
+
+}  // namespace pt

@@ -1,0 +1,60 @@
+#!/usr/bin/env bash
+# test_plan.sh: `pipetrain plan` end to end: measured on 2 ranks it ranks
+# every alternative of a deck (schedules x micro-batch counts x recompute x
+# partitions) by predicted step time, marks what fits the budget and names
+# the best plan and the deck's own rank; from a profile.h5 it plans that
+# profile's micro-batch size; on the H200 description it plans GPT-3 175B at
+# 8 stages (nothing fits) and 64 (1F1B, selective, balanced, as
+# test_plan_device finds); bad inputs get their message.
+#   tests/cli/test_plan.sh BUILD_DIR
+source "$(dirname "$0")/lib.sh" "$1"
+
+rows() { grep -E '^ +[0-9]+  (gpipe|1f1b) ' "$tmp/out"; }
+sorted_by_step() { rows | awk '{print $7}' | sort -g -c; }
+
+run 2 plan inputs/gpt_markov.toml --micro-batches 4,8 --top 1000
+check "plan on 2 ranks succeeds" status_is 0
+check "it weighs 2 N x 2 schedules x 3 recompute x 4 partitions" bash -c "[ \$(grep -cE '^ +[0-9]+  (gpipe|1f1b) ' '$tmp/out') -eq 48 ]"
+check "rows are ranked by predicted step time" sorted_by_step
+check "it names the best plan" output_has "best: rank 1, "
+check "it names the deck's own rank" output_has "the deck as written (1f1b, N=8, recompute none, partition uniform) ranks "
+check "it says where the costs come from" output_has "plan: costs from brief profiles measured now on 2 ranks"
+
+# A budget that only recomputation meets: the best plan is the fastest that fits.
+run 2 plan inputs/gpt_markov.toml --micro-batches 8 --set pipeline.memory_budget_mb=9.4 --top 1000
+check "a tight budget marks plans that do not fit" bash -c "grep -E '^ +[0-9]+  (gpipe|1f1b) ' '$tmp/out' | grep -q ' no '"
+check "the best plan fits the budget" bash -c "
+  best=\$(sed -n 's/^best: rank \([0-9]*\),.*/\1/p' '$tmp/out')
+  grep -E \"^ +\$best  \" '$tmp/out' | grep -q ' yes '"
+check "no faster plan than the best fits" bash -c "
+  best=\$(sed -n 's/^best: rank \([0-9]*\),.*/\1/p' '$tmp/out')
+  ! grep -E '^ +[0-9]+  (gpipe|1f1b) ' '$tmp/out' | awk -v b=\$best '\$1 < b && / yes /' | grep -q ."
+
+run 2 profile inputs/gpt_markov.toml --out "$tmp/gpt.h5" --reps 2
+run 1 plan inputs/gpt_markov.toml --ranks 2 --profile "$tmp/gpt.h5" --top 1000
+check "plan from a profile.h5 succeeds" status_is 0
+check "a profile plans its own micro-batch count only" bash -c "[ \$(grep -E '^ +[0-9]+  (gpipe|1f1b) ' '$tmp/out' | awk '\$3 != 8' | wc -l) -eq 0 ] && grep -qF 'the profile $tmp/gpt.h5' '$tmp/out'"
+run 1 plan inputs/gpt_markov.toml --ranks 2 --profile "$tmp/gpt.h5" --micro-batches 4
+check "another micro-batch count than the profile's is refused" output_has "the profile holds for micro-batches of 4 samples, i.e. 8 micro-batches"
+
+run 1 plan inputs/gpt3_175b.toml --device h200 --ranks 8 --micro-batches 1536
+check "GPT-3 175B on 8 H200s: nothing fits" output_has "best: none of the 24 plans fits the budget"
+run 1 plan inputs/gpt3_175b.toml --device h200 --ranks 64 --micro-batches 1536
+check "GPT-3 175B on 64 H200s: 1F1B, selective, balanced" output_has "best: rank 11, 1f1b N=1536 recompute selective, balanced partition [1 x19, 2 x32, 1 x13]"
+
+# Bad inputs: one message each, non-zero exit.
+run 1 plan inputs/gpt_markov.toml --device tpu7
+check "an unknown device is refused" output_has "plan --device tpu7: unknown device; expected one of: h200"
+run 1 plan inputs/mlp_small.toml --device h200
+check "a device plan of an MLP is refused" output_has "plan --device h200 models GPT decks only"
+run 1 plan inputs/gpt_markov.toml --micro-batches 5
+check "a micro-batch count that does not divide the batch is refused" output_has "plan --micro-batches 5: does not divide"
+run 1 plan inputs/gpt_markov.toml --profile "$tmp/nothing.h5"
+check "a missing profile is refused" output_has "$tmp/nothing.h5: no such file"
+run 1 plan inputs/gpt_markov.toml --profile "$tmp/gpt.h5" --device h200
+check "--profile and --device together are refused" status_not
+run 1 plan inputs/gpt_markov.toml --ranks 8
+check "--ranks checks the deck against P stages" output_has "model.blocks = 4: must be >= the number of stages (8"
+
+echo "$passed passed, $failed failed"
+[ "$failed" -eq 0 ]
