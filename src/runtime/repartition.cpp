@@ -130,11 +130,14 @@ std::pair<int64_t, double> Trainer::exchange_units(StageModel& from, StageModel&
   int64_t sent = 0;
   double bytes = 0.0;
   const std::string move = counts_text(old_counts) + " -> " + counts_text(new_counts);
-  for (int64_t u = 0; u < model_units(deck_.model); ++u) {
-    const int a = owner_of(old_counts, u), b = owner_of(new_counts, u);
+  // Unit -1: the pinned layers (GPT embedding, head), which never change rank.
+  for (int64_t u = -1; u < model_units(deck_.model); ++u) {
+    const int a = u < 0 ? rank_ : owner_of(old_counts, u), b = u < 0 ? rank_ : owner_of(new_counts, u);
     if (a != rank_ && b != rank_) continue;
     const std::vector<Param*> mine = (a == rank_ ? from : to).unit_params(u);
     const std::vector<Param*> kept = a == b ? to.unit_params(u) : std::vector<Param*>{};
+    PT_CHECK(a != b || kept.size() == mine.size(), "rebalance: unit " + std::to_string(u) +
+                                                       " has other parameters after the move");
     for (size_t i = 0; i < mine.size(); ++i) {
       std::vector<ParamState> states = param_state(*mine[i]);
       for (size_t k = 0; k < states.size(); ++k) {
