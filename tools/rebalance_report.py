@@ -1,0 +1,170 @@
+#!/usr/bin/env python3
+"""rebalance_report.py: dynamic rebalancing against the best static partition (#14).
+
+Reads jobs/bench_rebalance.sh's run list ("model label DIR" per line): per
+model one rebalancing run ("dynamic": rank 1 slowed from step S) and one run
+per contiguous partition ("k<k>": slowed from step 0, no rebalancing). For
+the dynamic run: throughput (median samples/s of rank 0's steps) before the
+slowdown, just after it (until the first move), after the last move, the
+moves and how many checks after the slowdown the partition was within 10% of
+the best static one. Prints a Markdown report; --plot draws throughput over
+steps beside the static partitions.
+"""
+import argparse
+import datetime
+import os
+import platform
+import tomllib
+
+import h5py
+import numpy as np
+
+
+def text(v):
+    return v.decode() if isinstance(v, bytes) else str(v)
+
+
+def counts(row):
+    return "[" + ", ".join(str(int(c)) for c in row) + "]"
+
+
+def read(path):
+    with h5py.File(os.path.join(path, "metrics.h5"), "r") as f:
+        deck = tomllib.loads(text(f.attrs["deck"]))
+        return {
+            "deck": deck,
+            "step": np.asarray(f["step"]),
+            "rate": np.asarray(f["samples_per_s"], dtype=np.float64),
+            "partition": np.asarray(f["partition"]),
+            "predicted_ratio": np.asarray(f["rebalance_predicted_ratio"]),
+            "ratio": np.asarray(f["rebalance_ratio"]),
+            "stage_compute": np.asarray(f["stage_compute_s"]),
+            "cpu": text(f.attrs["cpu"]), "gemm": text(f.attrs["gemm"]),
+        }
+
+
+def median(values):
+    return float(np.median(values)) if len(values) else float("nan")
+
+
+def static_rows(runs, skip):
+    rows = []
+    for label, path in runs:
+        r = read(path)
+        rows.append({"partition": counts(r["partition"][0]), "rate": median(r["rate"][skip:])})
+    return rows
+
+
+def dynamic_summary(r, skip):
+    p = r["deck"]["pipeline"]
+    slow, every = int(p["slowdown_from_step"]), int(p["rebalance_every"])
+    moves = [int(i) for i in np.flatnonzero(np.isfinite(r["predicted_ratio"]))]
+    first = moves[0] if moves else len(r["step"]) - 1
+    after_from = moves[-1] + 2 if moves else len(r["step"])
+    return {
+        "slow": slow, "every": every, "moves": moves,
+        "before": median(r["rate"][skip:slow]),
+        "just_after": median(r["rate"][slow:first + 1]),
+        "after": median(r["rate"][after_from:]),
+        "final": counts(r["partition"][-1]),
+    }
+
+
+def report(model, dyn_path, statics, factor, skip):
+    r = read(dyn_path)
+    d = dynamic_summary(r, skip)
+    best = max(statics, key=lambda s: s["rate"])
+    by_partition = {s["partition"]: s["rate"] for s in statics}
+    p = print
+    p(f"\n## {model}\n")
+    p(f"Rank 1 slowed {factor:g}x from step {d['slow']}; a check every {d['every']} steps "
+      f"(threshold {r['deck']['pipeline']['rebalance_threshold']}, margin "
+      f"{100 * r['deck']['pipeline']['rebalance_margin']:.0f}%).\n")
+    p("| phase | partition | throughput (samples/s) | vs best static |")
+    p("|---|---|---:|---:|")
+    start = counts(r["partition"][0])
+    p(f"| before the slowdown | {start} | {d['before']:.1f} | - |")
+    p(f"| just after the slowdown | {start} | {d['just_after']:.1f} | "
+      f"{100 * d['just_after'] / best['rate']:.1f}% |")
+    p(f"| after the rebalance | {d['final']} | {d['after']:.1f} | "
+      f"{100 * d['after'] / best['rate']:.1f}% |")
+    p(f"| best static partition (slowed from step 0) | {best['partition']} | {best['rate']:.1f} | 100.0% |")
+    p("\nMoves:\n")
+    p("| after step | partition | measured ratio before | predicted ratio after | checks since the slowdown | static throughput of the new partition |")
+    p("|---:|---|---:|---:|---:|---:|")
+    reached = None
+    for i in d["moves"]:
+        checks = int(np.ceil((i + 1 - d["slow"]) / d["every"]))
+        new = counts(r["partition"][i + 1]) if i + 1 < len(r["partition"]) else d["final"]
+        rate = by_partition.get(new, float("nan"))
+        if reached is None and rate >= 0.9 * best["rate"]:
+            reached = checks
+        p(f"| {i + 1} | {counts(r['partition'][i])} -> {new} | {r['ratio'][i]:.2f} | "
+          f"{r['predicted_ratio'][i]:.2f} | {checks} | {rate:.1f} |")
+    if not d["moves"]:
+        p("| - | no move | - | - | - | - |")
+    p("\nEvery contiguous partition, rank 1 slowed from step 0, no rebalancing:\n")
+    p("| partition | throughput (samples/s) |")
+    p("|---|---:|")
+    for s in statics:
+        p(f"| {s['partition']}{' **best**' if s is best else ''} | {s['rate']:.1f} |")
+    gap = 100 * (1 - d["after"] / best["rate"])
+    met = gap <= 10.0 and reached is not None
+    side = f"{gap:.1f}% below" if gap >= 0 else f"{-gap:.1f}% above"
+    p(f"\nAfter the rebalance {d['after']:.1f} samples/s, {side} the best static "
+      f"partition {best['partition']} ({best['rate']:.1f}); within 10% "
+      f"{'after ' + str(reached) + ' check(s) since the slowdown' if reached else 'not reached'}; "
+      f"goal (within 10%, within a few checks): {'met' if met else 'missed'}.")
+    return r, d, best
+
+
+def plot(path, results):
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    fig, axes = plt.subplots(len(results), 1, figsize=(9, 3.6 * len(results)), squeeze=False)
+    for ax, (model, r, d, best) in zip(axes[:, 0], results):
+        ax.plot(r["step"] + 1, r["rate"], lw=1, color="#4C72B0", label="rebalancing run")
+        ax.axhline(best["rate"], ls="--", color="#55A868", label=f"best static {best['partition']} (slowed)")
+        ax.axvline(d["slow"] + 0.5, color="#C44E52", lw=1, label="rank 1 slowed 2x")
+        for i, m in enumerate(d["moves"]):
+            ax.axvline(m + 1.5, color="#8172B3", lw=1, ls=":", label="move" if i == 0 else None)
+        ax.set_title(f"{model}: {counts(r['partition'][0])} -> {d['final']}")
+        ax.set_xlabel("step")
+        ax.set_ylabel("samples/s")
+        top = np.nanpercentile(r["rate"], 99)
+        ax.set_ylim(0, 1.15 * max(top, best["rate"]))
+        ax.legend(loc="lower left", fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--runs", required=True)
+    ap.add_argument("--skip", type=int, default=2, help="warm-up steps left out of every median")
+    ap.add_argument("--factor", type=float, default=2.0)
+    ap.add_argument("--plot", default="")
+    args = ap.parse_args()
+    runs = [line.split() for line in open(args.runs) if line.strip()]
+    models = list(dict.fromkeys(m for m, _, _ in runs))
+    first = read(runs[0][2])
+    print("# Dynamic rebalancing, P = 2: one rank slowed down\n")
+    print(f"Command: `jobs/bench_rebalance.sh`. Machine: {platform.node()}, {first['cpu']}, "
+          f"{os.cpu_count()} cores; {datetime.date.today().isoformat()}. GEMMs: {first['gemm']}. "
+          "1F1B, N = 8, one BLAS thread per rank, 2 ranks. Throughput: batch / step time of rank 0, "
+          f"median over the steps of each phase ({args.skip} warm-up steps and the first step after "
+          "a move left out). The slowdown is fault injection (`pipeline.slowdown_*`, rank 1 sleeps "
+          "(factor - 1) x the time of each F and B). Plot: `results/bench_rebalance.png`.")
+    results = []
+    for model in models:
+        dyn = next(path for m, label, path in runs if m == model and label == "dynamic")
+        statics = static_rows([(l, p) for m, l, p in runs if m == model and l.startswith("k")], args.skip)
+        r, d, best = report(model, dyn, statics, args.factor, args.skip)
+        results.append((model, r, d, best))
+    if args.plot:
+        plot(args.plot, results)
+
+
+if __name__ == "__main__":
+    main()
