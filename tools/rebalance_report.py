@@ -118,7 +118,7 @@ def report(model, dyn_path, statics, factor, skip):
     return r, d, best
 
 
-def plot(path, results):
+def plot(path, results, factor):
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -126,7 +126,7 @@ def plot(path, results):
     for ax, (model, r, d, best) in zip(axes[:, 0], results):
         ax.plot(r["step"] + 1, r["rate"], lw=1, color="#4C72B0", label="rebalancing run")
         ax.axhline(best["rate"], ls="--", color="#55A868", label=f"best static {best['partition']} (slowed)")
-        ax.axvline(d["slow"] + 0.5, color="#C44E52", lw=1, label="rank 1 slowed 2x")
+        ax.axvline(d["slow"] + 0.5, color="#C44E52", lw=1, label=f"rank 1 slowed {factor:g}x")
         for i, m in enumerate(d["moves"]):
             ax.axvline(m + 1.5, color="#8172B3", lw=1, ls=":", label="move" if i == 0 else None)
         ax.set_title(f"{model}: {counts(r['partition'][0])} -> {d['final']}")
@@ -163,7 +163,7 @@ def main():
         r, d, best = report(model, dyn, statics, args.factor, args.skip)
         results.append((model, r, d, best))
     if args.plot:
-        plot(args.plot, results)
+        plot(args.plot, results, args.factor)
 
 
 if __name__ == "__main__":

@@ -10,6 +10,7 @@
 #include "pipetrain/app/driver.hpp"
 #include "pipetrain/app/blas_report.hpp"
 #include "pipetrain/app/run_plan.hpp"
+#include "pipetrain/app/rebalance_log.hpp"
 
 #include <algorithm>
 #include <cmath>
@@ -324,40 +325,6 @@ void log_step(const Deck& deck, const StepRecord& rec, bool last, Progress& p, M
   }
 }
 
-std::string ratio_text(double r) {
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "%.2f", r);
-  return buf;
-}
-
-// Collective: a rebalancing check after `step` (when due) and its one line.
-void rebalance(const World& w, const Deck& deck, Trainer& trainer, int64_t step, StepRecord& rec) {
-  set_wait_phase("in the rebalancing check after step " + std::to_string(step));
-  const RebalanceCheck c = trainer.rebalance_after(step);
-  if (!c.checked) return;
-  const RebalanceDecision& d = c.decision;
-  if (!c.forced) rec.rebalance_ratio = d.measured_ratio;
-  if (d.move) rec.rebalance_predicted_ratio = c.forced ? std::nan("") : d.predicted_ratio;
-  if (w.rank != 0) return;
-  const std::string at = "rebalance after step " + std::to_string(step + 1);
-  if (c.forced)
-    std::printf("%s: partition %s -> %s (test hook PIPETRAIN_TEST_REBALANCE); %lld tensors, "
-                "%.2f MB sent in %.3f s\n",
-                at.c_str(), join(c.move.from).c_str(), join(c.move.to).c_str(),
-                static_cast<long long>(c.move.tensors_sent), c.move.bytes_sent / 1e6, c.move.seconds);
-  else if (d.move)
-    std::printf("%s: partition %s -> %s, measured stage ratio %s before (medians of %lld steps), "
-                "predicted %s after; %lld tensors, %.2f MB sent in %.3f s\n",
-                at.c_str(), join(c.move.from).c_str(), join(c.move.to).c_str(),
-                ratio_text(d.measured_ratio).c_str(),
-                static_cast<long long>(deck.pipeline.rebalance_every),
-                ratio_text(d.predicted_ratio).c_str(), static_cast<long long>(c.move.tensors_sent),
-                c.move.bytes_sent / 1e6, c.move.seconds);
-  else if (d.measured_ratio >= deck.pipeline.rebalance_threshold)
-    std::printf("%s: no move: %s\n", at.c_str(), d.reason.c_str());
-  std::fflush(stdout);
-}
-
 int run_train(const World& w, const CommandLine& cli, const Deck& deck_in) {
   Deck deck = deck_in;  // a named partition strategy becomes counts below
   BlasThreadsChoice blas = choose_blas_threads(deck, w.comm);
@@ -419,7 +386,7 @@ int run_train(const World& w, const CommandLine& cli, const Deck& deck_in) {
       set_wait_phase("in the evaluation after step " + std::to_string(step));
       rec.eval_loss = trainer.evaluate();
     }
-    rebalance(w, deck, trainer, step, rec);
+    rebalance_after_step(w.rank, deck, trainer, step, rec);
     if (w.rank == 0) log_step(deck, rec, last, progress, metrics);
     if (checkpoint_due(deck, step)) {
       set_wait_phase("in the checkpoint save after step " + std::to_string(step));

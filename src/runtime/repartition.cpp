@@ -71,6 +71,7 @@ RebalanceCheck Trainer::rebalance_after(int64_t step) {
     check.decision.reason = "PIPETRAIN_TEST_REBALANCE";
   } else if (rebalancer_ && rebalancer_->due(step)) {
     check.checked = true;
+    check.window_steps = rebalancer_->window_steps();
     check.decision = rebalancer_->decide(partition_, comm_);
   } else {
     return check;

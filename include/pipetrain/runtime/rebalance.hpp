@@ -34,6 +34,7 @@ struct MoveReport {
 struct RebalanceCheck {
   bool checked = false;
   bool forced = false;  // PIPETRAIN_TEST_REBALANCE asked for this move
+  int64_t window_steps = 0;  // steps whose medians the decision used
   RebalanceDecision decision;
   MoveReport move;
 };
