@@ -7,7 +7,8 @@
 # rebalancing ends (same loss of every step in metrics.h5, same checkpoint
 # digest). A forced move (PIPETRAIN_TEST_REBALANCE) before a checkpoint:
 # the manifest records the new partition, and the checkpoint resumes on 1, 2
-# and 4 ranks bitwise. Bad rebalancing and slowdown keys are input errors.
+# and 4 ranks bitwise. Under the threshold nothing moves. On 4 ranks units
+# leave a slowed middle rank. Bad rebalancing and slowdown keys are input errors.
 source "$(dirname "$0")/lib.sh" "$1"
 py=tools/.venv/bin/python
 digest() { grep -o "checkpoint step $1: .*digest [0-9a-f]*" "$2" | awk '{print $NF}'; }
@@ -57,6 +58,30 @@ names = f.attrs['kind_names']
 code = (names.decode() if isinstance(names, bytes) else names).split(',').index('REBALANCE')
 assert all((f['events'][r]['kind'] == code).sum() >= 1 for r in ('rank_0', 'rank_1'))
 " "$tmp/moving/trace.h5"
+
+# Under the threshold nothing moves, though every check is recorded.
+run 2 train $deck "${common[@]}" --set pipeline.rebalance=true --set pipeline.rebalance_every=3 \
+  --set pipeline.rebalance_threshold=1000 --set output.dir=\"$tmp/under\"
+check "under the threshold: the run succeeds" status_is 0
+check "under the threshold: no move" bash -c "! grep -q '^rebalance after' '$tmp/out'"
+check "under the threshold: four checks recorded, the partition unchanged" "$py" -c "
+import h5py, numpy as np, sys
+f = h5py.File(sys.argv[1])
+assert np.isfinite(f['rebalance_ratio'][()]).sum() == 4 and (f['partition'][()] == [4, 4]).all()
+assert not np.isfinite(f['rebalance_predicted_ratio'][()]).any()
+" "$tmp/under/metrics.h5"
+
+# Four stages, rank 2 slowed: units leave it, and the result is unchanged.
+four=(--set training.steps=12 --set output.checkpoint_every=12 --set pipeline.slowdown_rank=2
+      --set pipeline.slowdown_factor=4.0 --set pipeline.slowdown_from_step=2)
+run 4 train $deck "${four[@]}" --set output.dir=\"$tmp/still4\"
+want4=$(digest 12 "$tmp/out")
+run 4 train $deck "${four[@]}" --set pipeline.rebalance=true --set pipeline.rebalance_every=3 \
+  --set output.dir=\"$tmp/moving4\"
+check "4 stages: units move off the slowed rank" grep -Eq \
+  "^rebalance after step [0-9]+: partition \[2, 2, 2, 2\] -> \[[0-9]+, [0-9]+, 1, [0-9]+\]" "$tmp/out"
+check "4 stages: bitwise the same final state" [ "$(digest 12 "$tmp/out")" = "$want4" ]
+check "4 stages: every loss bitwise the same" same_metric loss still4 moving4
 
 # A forced move after step 3 (0-based 2), a checkpoint after step 4.
 forced=(--set training.steps=8 --set output.checkpoint_every=4)
