@@ -327,7 +327,7 @@ TEST(PartitionSolver, HandExampleForTime) {
   }
   // {1,2,3} | {4,5} -> max(6, 9) = 9; the alternatives give 10 or more.
   const PartitionResult r =
-      pt::solve_partition(p, PartitionObjective::Time, PartitionSetup{2, {1, 1}, {policy("none")}, 0.0});
+      pt::solve_partition(p, PartitionObjective::Time, PartitionSetup{2, {1, 1}, {policy("none")}, 0.0, {}});
   EXPECT_EQ(r.units_per_stage, (std::vector<int64_t>{3, 2}));
   EXPECT_DOUBLE_EQ(r.max_time_s, 9.0);
   EXPECT_EQ(r.slowest_stage, 1);
@@ -352,13 +352,13 @@ TEST(PartitionSolver, PinnedUnitsStayOnTheEndStages) {
   head.forward_s = 2.0;
   p.units.push_back(head);
   const PartitionResult r =
-      pt::solve_partition(p, PartitionObjective::Time, PartitionSetup{3, {1, 1, 1}, {policy("none")}, 0.0});
+      pt::solve_partition(p, PartitionObjective::Time, PartitionSetup{3, {1, 1, 1}, {policy("none")}, 0.0, {}});
   // Stage times 4 + a, b, 2 + c with a + b + c = 6, each >= 1: a = 1 is
   // forced for a maximum of 5 (a = 2 gives 6); [1, 3, 2] and [1, 4, 1] reach it.
   EXPECT_DOUBLE_EQ(r.max_time_s, 5.0);
   EXPECT_EQ(r.units_per_stage[0], 1);
   const PartitionResult uniform =
-      pt::solve_partition(p, PartitionObjective::Uniform, PartitionSetup{3, {1, 1, 1}, {policy("none")}, 0.0});
+      pt::solve_partition(p, PartitionObjective::Uniform, PartitionSetup{3, {1, 1, 1}, {policy("none")}, 0.0, {}});
   EXPECT_DOUBLE_EQ(uniform.stage_time_s[0], 6.0);  // embedding + 2 units
   EXPECT_DOUBLE_EQ(uniform.stage_time_s[2], 4.0);  // 2 units + head
 }
@@ -375,7 +375,7 @@ TEST(PartitionSolver, InfeasibleBudgetGivesTheNumbers) {
     u.stash_none_bytes = 10.0;
     p.units.push_back(u);
   }
-  PartitionSetup setup{2, {2, 1}, {policy("none")}, 200.0};
+  PartitionSetup setup{2, {2, 1}, {policy("none")}, 200.0, {}};
   const std::string msg =
       input_error_of([&] { pt::solve_partition(p, PartitionObjective::Balanced, setup); });
   EXPECT_THAT(msg, HasSubstr("memory budget 200 bytes"));
@@ -396,34 +396,34 @@ TEST(PartitionSolver, InfeasibleBudgetGivesTheNumbers) {
 TEST(PartitionSolver, BadSetupsAreInputErrors) {
   const ModelProfile p = round_profile();
   EXPECT_THAT(input_error_of([&] {
-                pt::solve_partition(p, PartitionObjective::Time, PartitionSetup{5, {1, 1, 1, 1, 1}, {policy("none")}, 0});
+                pt::solve_partition(p, PartitionObjective::Time, PartitionSetup{5, {1, 1, 1, 1, 1}, {policy("none")}, 0, {}});
               }),
               HasSubstr("5 stages need at least 5 partitionable units (one per stage); the model has 4"));
   EXPECT_THAT(input_error_of([&] {
-                pt::solve_partition(p, PartitionObjective::Time, PartitionSetup{2, {1}, {policy("none")}, 0});
+                pt::solve_partition(p, PartitionObjective::Time, PartitionSetup{2, {1}, {policy("none")}, 0, {}});
               }),
               HasSubstr("1 in-flight counts for 2 stages"));
   EXPECT_THAT(input_error_of([&] {
-                pt::solve_partition(p, PartitionObjective::Balanced, PartitionSetup{2, {1, 1}, {policy("none")}, 0});
+                pt::solve_partition(p, PartitionObjective::Balanced, PartitionSetup{2, {1, 1}, {policy("none")}, 0, {}});
               }),
               HasSubstr("needs a memory budget"));
   ModelProfile middle = p;
   middle.units[2].partitionable = false;
   EXPECT_THAT(input_error_of([&] {
-                pt::solve_partition(middle, PartitionObjective::Time, PartitionSetup{2, {1, 1}, {policy("none")}, 0});
+                pt::solve_partition(middle, PartitionObjective::Time, PartitionSetup{2, {1, 1}, {policy("none")}, 0, {}});
               }),
               HasSubstr("pinned units may only open or close the model"));
   EXPECT_THAT(input_error_of([&] {
-                pt::evaluate_partition(p, {2, 1}, PartitionSetup{2, {1, 1}, {policy("none")}, 0});
+                pt::evaluate_partition(p, {2, 1}, PartitionSetup{2, {1, 1}, {policy("none")}, 0, {}});
               }),
               HasSubstr("adding up to the 4 partitionable units"));
   EXPECT_THAT(input_error_of([&] {
-                pt::evaluate_partition(p, {4, 0}, PartitionSetup{2, {1, 1}, {policy("none")}, 0});
+                pt::evaluate_partition(p, {4, 0}, PartitionSetup{2, {1, 1}, {policy("none")}, 0, {}});
               }),
               HasSubstr("one count >= 1 per stage"));
   // Setup errors are plain input errors, not budget errors.
   try {
-    pt::solve_partition(p, PartitionObjective::Balanced, PartitionSetup{5, {1, 1, 1, 1, 1}, {policy("none")}, 1.0});
+    pt::solve_partition(p, PartitionObjective::Balanced, PartitionSetup{5, {1, 1, 1, 1, 1}, {policy("none")}, 1.0, {}});
     ADD_FAILURE() << "no InputError";
   } catch (const pt::MemoryBudgetError&) {
     ADD_FAILURE() << "a setup error reported as a budget error";
@@ -440,9 +440,9 @@ TEST(PartitionSolver, UniformMatchesTheRuntimeRule) {
   EXPECT_EQ(pt::uniform_counts(10, 4), (std::vector<int64_t>{3, 3, 2, 2}));
   const ModelProfile p = round_profile();
   const PartitionResult r = pt::solve_partition(
-      p, PartitionObjective::Uniform, PartitionSetup{3, {1, 1, 1}, {policy("none")}, 0});
+      p, PartitionObjective::Uniform, PartitionSetup{3, {1, 1, 1}, {policy("none")}, 0, {}});
   EXPECT_EQ(r.units_per_stage, (std::vector<int64_t>{2, 1, 1}));
-  EXPECT_THAT(pt::evaluate_partition(p, {1, 1, 2}, PartitionSetup{3, {1, 1, 1}, {policy("none")}, 0}).reason,
+  EXPECT_THAT(pt::evaluate_partition(p, {1, 1, 2}, PartitionSetup{3, {1, 1, 1}, {policy("none")}, 0, {}}).reason,
               HasSubstr("given [1, 1, 2]: slowest stage 2 at 21 s per micro-batch"));
   EXPECT_THAT(r.reason, HasSubstr("uniform: 4 units over 3 stages, 1 each, the first stage one more"));
 }
@@ -500,7 +500,7 @@ TEST(PartitionSolver, LargeTimeOptimumIsExact) {
       times.push_back(u.forward_s);
       p.units.push_back(u);
     }
-    PartitionSetup setup{stages, std::vector<int>(stages, 1), {policy("none")}, 0.0};
+    PartitionSetup setup{stages, std::vector<int>(stages, 1), {policy("none")}, 0.0, {}};
     const PartitionResult r = pt::solve_partition(p, PartitionObjective::Time, setup);
     EXPECT_TRUE(packs_within(times, stages, r.max_time_s * (1 + 1e-9)));
     EXPECT_FALSE(packs_within(times, stages, r.max_time_s * (1 - 1e-9)));

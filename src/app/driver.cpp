@@ -10,6 +10,7 @@
 #include "pipetrain/app/driver.hpp"
 #include "pipetrain/app/blas_report.hpp"
 #include "pipetrain/app/run_plan.hpp"
+#include "pipetrain/app/rebalance_log.hpp"
 
 #include <algorithm>
 #include <cmath>
@@ -337,6 +338,7 @@ int run_train(const World& w, const CommandLine& cli, const Deck& deck_in) {
   RunPlan plan = prepare_run_plan(deck, w.comm, compute);
   Trainer trainer(deck, w.comm, compute.setup);
   predict_run(plan, deck, trainer);
+  if (deck.pipeline.rebalance) trainer.enable_rebalance(plan.profile);
   const std::string resolved = deck_to_toml(deck);
   MetricsFile metrics(deck.output.dir + "/metrics.h5", resolved);
   if (w.rank == 0) {
@@ -386,6 +388,7 @@ int run_train(const World& w, const CommandLine& cli, const Deck& deck_in) {
       set_wait_phase("in the evaluation after step " + std::to_string(step));
       rec.eval_loss = trainer.evaluate();
     }
+    rebalance_after_step(w.rank, deck, trainer, step, rec);
     if (w.rank == 0) log_step(deck, rec, last, progress, metrics);
     if (checkpoint_due(deck, step)) {
       set_wait_phase("in the checkpoint save after step " + std::to_string(step));

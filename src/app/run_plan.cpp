@@ -15,7 +15,8 @@ namespace {
 
 bool needs_profile(const Deck& deck) {
   const std::string& s = deck.pipeline.partition_strategy;
-  return deck.pipeline.predict || s == "time" || s == "memory" || s == "balanced";
+  return deck.pipeline.predict || deck.pipeline.rebalance || s == "time" || s == "memory" ||
+         s == "balanced";
 }
 
 ProfileOptions brief_options(const ComputeResources& compute) {

@@ -367,10 +367,10 @@ double read_params(const std::string& dir, const std::map<std::string, std::stri
     if (!files.count(name)) files.emplace(name, open_file(path));
     const hid_t f = files.at(name).get();
     const std::string base = "params/" + p->name + "/";
-    bytes += read_checked(f, path, base + "value", p->value);
-    if (mode != LoadMode::Resume) continue;
-    if (p->state1.defined()) bytes += read_checked(f, path, base + "state1", p->state1);
-    if (p->state2.defined()) bytes += read_checked(f, path, base + "state2", p->state2);
+    for (const ParamState& s : param_state(*p)) {
+      bytes += read_checked(f, path, base + s.name, *s.tensor);
+      if (mode != LoadMode::Resume) break;  // weights only: the value, listed first
+    }
   }
   return bytes;
 }

@@ -104,14 +104,11 @@ struct StageFile {
 };
 
 // One parameter's datasets, recorded in `out`.
-void write_param(hid_t params_group, const Param& p, StageFile& out) {
+void write_param(hid_t params_group, Param& p, StageFile& out) {
   H5Id g = create_group(params_group, p.name);
-  auto one = [&](const char* name, const Tensor& t) {
-    out.datasets.push_back({"params/" + p.name + "/" + name, write_tensor(g.get(), name, t)});
-  };
-  one("value", p.value);
-  if (p.state1.defined()) one("state1", p.state1);
-  if (p.state2.defined()) one("state2", p.state2);
+  for (const ParamState& s : param_state(p))
+    out.datasets.push_back(
+        {"params/" + p.name + "/" + s.name, write_tensor(g.get(), s.name, *s.tensor)});
 }
 
 StageFile write_stage_file(const Where& w, const std::vector<Param*>& params, int64_t step) {

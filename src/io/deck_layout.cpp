@@ -129,6 +129,11 @@ int check_deck_layout(const Deck& deck, int num_ranks) {
                      " entries but the job has " + std::to_string(stages) +
                      " stages; give one policy per stage or leave it empty");
   if (deck.pipeline.schedule == "file") check_schedule_file(deck, stages);
+  if (deck.pipeline.slowdown_rank >= stages)
+    throw InputError(deck.where("pipeline.slowdown_rank") + " = " +
+                     std::to_string(deck.pipeline.slowdown_rank) + ": the job has " +
+                     std::to_string(stages) + " ranks (0-" + std::to_string(stages - 1) +
+                     "); give one of them, or -1 for none");
   return stages;
 }
 

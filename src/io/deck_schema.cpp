@@ -30,6 +30,8 @@ bool is_synthetic(const Deck& d) { return d.data.type == "synthetic"; }
 bool is_markov(const Deck& d) { return d.data.type == "markov"; }
 bool is_hdf5(const Deck& d) { return d.data.type == "hdf5"; }
 bool is_fp16(const Deck& d) { return d.training.precision == "fp16"; }
+bool is_rebalancing(const Deck& d) { return d.pipeline.rebalance; }
+bool is_slowed(const Deck& d) { return d.pipeline.slowdown_rank >= 0; }
 
 #define PT_FIELD(member) [](Deck& d) -> Field { return &d.member; }
 #define PT_MLP is_mlp, "model.type = \"mlp\""
@@ -93,6 +95,13 @@ const std::vector<KeySpec> kDeckKeys = {
     {"pipeline", "memory_budget_mb", PT_FIELD(pipeline.memory_budget_mb), at_least(0), nullptr, "per-stage memory budget (MiB) for recompute = \"auto\" and partition = \"balanced\"; 0 = none", PT_ALWAYS},
     {"pipeline", "transport", PT_FIELD(pipeline.transport), any(), "auto|mpi|nccl_model|nccl|mpi_staged", "activation/gradient exchange: cpu: auto = mpi, or nccl_model (MPI with NCCL's semantics); cuda: auto picks nccl unless ranks share a GPU, or mpi_staged", PT_ALWAYS},
     {"pipeline", "timeout_s", PT_FIELD(pipeline.timeout_s), above(0), nullptr, "seconds a rank waits for a peer before aborting", PT_ALWAYS},
+    {"pipeline", "rebalance", PT_FIELD(pipeline.rebalance), any(), nullptr, "move units between running stages when one becomes slow (docs/rebalance.md)", PT_ALWAYS},
+    {"pipeline", "rebalance_threshold", PT_FIELD(pipeline.rebalance_threshold), above(1), nullptr, "slowest / fastest stage median compute time that starts a rebalancing decision", is_rebalancing, "pipeline.rebalance = true"},
+    {"pipeline", "rebalance_every", PT_FIELD(pipeline.rebalance_every), between(1, 1 << 30), nullptr, "steps between rebalancing checks; each check uses the medians over those steps", is_rebalancing, "pipeline.rebalance = true"},
+    {"pipeline", "rebalance_margin", PT_FIELD(pipeline.rebalance_margin), fraction(), nullptr, "smallest predicted gain (fraction of the slowest stage's time) worth a move", is_rebalancing, "pipeline.rebalance = true"},
+    {"pipeline", "slowdown_rank", PT_FIELD(pipeline.slowdown_rank), between(-1, 1 << 16), nullptr, "fault injection: this rank's F and B take slowdown_factor times as long; -1 = none", PT_ALWAYS},
+    {"pipeline", "slowdown_factor", PT_FIELD(pipeline.slowdown_factor), at_least(1), nullptr, "fault injection: how many times as long the slowed rank computes", is_slowed, "pipeline.slowdown_rank >= 0"},
+    {"pipeline", "slowdown_from_step", PT_FIELD(pipeline.slowdown_from_step), at_least(0), nullptr, "fault injection: the first (0-based) step the rank is slowed", is_slowed, "pipeline.slowdown_rank >= 0"},
     {"output", "dir", PT_FIELD(output.dir), any(), nullptr, "run directory: metrics.h5, deck.resolved.toml, ...", PT_ALWAYS},
     {"output", "log_every", PT_FIELD(output.log_every), at_least(1), nullptr, "print a step line every k steps", PT_ALWAYS},
     {"output", "trace", PT_FIELD(output.trace), any(), nullptr, "write trace.h5: every rank's timeline of F, B, recompute, communication, waits, optimizer", PT_ALWAYS},

@@ -146,9 +146,12 @@ std::vector<std::string> stage_series_names() {
 MetricsFile::MetricsFile(std::string path, std::string resolved_deck)
     : path_(std::move(path)), deck_(std::move(resolved_deck)) {
   for (const char* name : {"loss", "lr", "grad_norm", "step_time_s", "samples_per_s", "eval_loss",
-                           "bubble", "loss_scale", "skipped"})
+                           "bubble", "loss_scale", "skipped", "rebalance_ratio",
+                           "rebalance_predicted_ratio"})
     series_[name] = {};
   for (const std::string& name : stage_series_names()) stage_series_[name] = {};
+  stage_series_["partition"] = {};
+  stage_series_["stage_compute_s"] = {};
 }
 
 void MetricsFile::set_attribute(const std::string& name, const std::string& value) {
@@ -182,6 +185,10 @@ void MetricsFile::add_step(const StepRecord& rec, double samples_per_s) {
   series_["bubble"].push_back(rec.bubble);
   series_["loss_scale"].push_back(rec.loss_scale);
   series_["skipped"].push_back(rec.skipped ? 1.0 : 0.0);
+  series_["rebalance_ratio"].push_back(rec.rebalance_ratio);
+  series_["rebalance_predicted_ratio"].push_back(rec.rebalance_predicted_ratio);
+  stage_series_["partition"].emplace_back(rec.partition.begin(), rec.partition.end());
+  stage_series_["stage_compute_s"].push_back(rec.stage_compute_s);
   const std::vector<std::string> names = stage_series_names();
   for (size_t c = 0; c < names.size(); ++c) {
     std::vector<double> per_stage;

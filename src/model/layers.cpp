@@ -8,6 +8,13 @@
 
 namespace pt {
 
+std::vector<ParamState> param_state(Param& p) {
+  std::vector<ParamState> state{{"value", &p.value}};
+  if (p.state1.defined()) state.push_back({"state1", &p.state1});
+  if (p.state2.defined()) state.push_back({"state2", &p.state2});
+  return state;
+}
+
 namespace {
 
 Tensor uniform_init(const Shape& shape, float bound, uint64_t seed, uint64_t stream) {

@@ -103,6 +103,14 @@ Shape StageModel::output_shape(int64_t rows) const {
   return shape;
 }
 
+std::vector<Param*> StageModel::unit_params(int64_t unit) {
+  std::vector<Param*> owned;
+  for (size_t i = 0; i < layers.size(); ++i)
+    if (layer_unit[i] == unit)
+      for (Param* p : layers[i]->params()) owned.push_back(p);
+  return owned;
+}
+
 std::vector<Param*> StageModel::params() {
   std::vector<Param*> all;
   for (auto& layer : layers)
@@ -122,7 +130,11 @@ void add_mlp_layers(const ModelConfig& model, StageModel& sm) {
     sm.layers.push_back(make_linear("unit" + std::to_string(u) + ".linear", in, out,
                                     model.init_seed, static_cast<uint64_t>(u),
                                     last_unit ? 1.f : std::sqrt(2.f)));
-    if (!last_unit) sm.layers.push_back(make_activation(model.activation));
+    sm.layer_unit.push_back(u);
+    if (!last_unit) {
+      sm.layers.push_back(make_activation(model.activation));
+      sm.layer_unit.push_back(u);
+    }
   }
   if (sm.is_last()) {
     sm.loss = make_loss(model.loss);
@@ -138,13 +150,17 @@ void add_gpt_layers(const ModelConfig& model, StageModel& sm, bool embedding, bo
     sm.sample_input_shape = {model.seq_len};
     sm.input_dtype = DType::I32;
     sm.layers.push_back(make_gpt_embedding(dims, model.init_seed));
+    sm.layer_unit.push_back(-1);
   } else {
     sm.sample_input_shape = {model.seq_len, model.d_model};
   }
-  for (int64_t u = sm.first_unit; u < sm.first_unit + sm.num_units; ++u)
+  for (int64_t u = sm.first_unit; u < sm.first_unit + sm.num_units; ++u) {
     sm.layers.push_back(make_gpt_block(dims, u, model.init_seed));
+    sm.layer_unit.push_back(u);
+  }
   if (head) {
     sm.layers.push_back(make_gpt_head(dims, model.init_seed));
+    sm.layer_unit.push_back(-1);
     sm.loss = make_loss("cross_entropy");
     sm.loss_terms_per_sample = model.seq_len;
   }

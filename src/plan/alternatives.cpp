@@ -74,7 +74,7 @@ PlanRow plan_point(const ModelProfile& profile, const Schedule& schedule,
   // Only balanced partitions take the budget as a constraint; the others
   // are marked infeasible below when their peak is over it.
   const double budget = objective == PartitionObjective::Balanced ? request.memory_budget_bytes : 0.0;
-  PartitionSetup setup{request.num_stages, in_flight, {PlanRecompute::parse(recompute)}, budget};
+  PartitionSetup setup{request.num_stages, in_flight, {PlanRecompute::parse(recompute)}, budget, {}};
   PartitionResult part;
   try {
     part = solve_partition(profile, objective, setup);

@@ -14,6 +14,7 @@
 #include "pipetrain/plan/partition.hpp"
 
 #include <algorithm>
+#include <cmath>
 #include <limits>
 
 #include "pipetrain/base/error.hpp"
@@ -27,6 +28,10 @@ constexpr double kInfinity = std::numeric_limits<double>::infinity();
 
 const PlanRecompute& policy_of(const PartitionSetup& setup, int stage) {
   return setup.recompute[setup.recompute.size() == 1 ? 0 : static_cast<size_t>(stage)];
+}
+
+double time_scale_of(const PartitionSetup& setup, size_t stage) {
+  return setup.stage_time_scale.empty() ? 1.0 : setup.stage_time_scale[stage];
 }
 
 void check_setup(const UnitLayout& layout, PartitionObjective objective,
@@ -46,6 +51,13 @@ void check_setup(const UnitLayout& layout, PartitionObjective objective,
     throw InputError("partition setup: " + std::to_string(setup.recompute.size()) +
                      " recompute policies for " + std::to_string(p) +
                      " stages; give one, or one per stage");
+  if (!setup.stage_time_scale.empty() && static_cast<int>(setup.stage_time_scale.size()) != p)
+    throw InputError("partition setup: " + std::to_string(setup.stage_time_scale.size()) +
+                     " stage time scales for " + std::to_string(p) + " stages");
+  for (double k : setup.stage_time_scale)
+    if (!(k > 0.0) || !std::isfinite(k))
+      throw InputError("partition setup: a stage time scale must be finite and > 0 (got " +
+                       plan_text::number(k) + ")");
   if (!(setup.memory_budget_bytes >= 0.0))
     throw InputError("partition setup: the memory budget must be >= 0 bytes (got " +
                      plan_text::number(setup.memory_budget_bytes) + ")");
@@ -96,7 +108,7 @@ class Solver {
 
   double value(int s, size_t a, size_t e) const {
     if (objective_ == PartitionObjective::Memory) return peak(s, a, e);
-    const double time = ranges_.time_s(first_unit(s, a), end_unit(s, e), policy_of(setup_, s));
+    const double time = scaled_time(s, a, e);
     if (objective_ == PartitionObjective::Balanced && peak(s, a, e) > setup_.memory_budget_bytes)
       return kInfinity;
     return time;
@@ -107,7 +119,12 @@ class Solver {
     if (objective_ == PartitionObjective::Memory)
       return ranges_.peak_lower_bound(first_unit(s, a), end_unit(s, e), policy_of(setup_, s),
                                       in_flight(s));
-    return ranges_.time_s(first_unit(s, a), end_unit(s, e), policy_of(setup_, s));
+    return scaled_time(s, a, e);
+  }
+
+  double scaled_time(int s, size_t a, size_t e) const {
+    return time_scale_of(setup_, static_cast<size_t>(s)) *
+           ranges_.time_s(first_unit(s, a), end_unit(s, e), policy_of(setup_, s));
   }
 
   bool over_budget_for_good(int s, size_t a, size_t e) const {
@@ -198,7 +215,7 @@ PartitionResult evaluate_checked(const ModelProfile& profile, const std::vector<
   r.units_per_stage = counts;
   r.stages = stage_costs(profile, counts, setup.recompute);
   for (size_t s = 0; s < r.stages.size(); ++s) {
-    r.stage_time_s.push_back(r.stages[s].time_per_micro_batch_s());
+    r.stage_time_s.push_back(time_scale_of(setup, s) * r.stages[s].time_per_micro_batch_s());
     r.stage_peak_bytes.push_back(r.stages[s].peak_bytes(setup.in_flight[s]));
     if (r.stage_time_s[s] > r.max_time_s || s == 0) {
       r.max_time_s = r.stage_time_s[s];
@@ -301,7 +318,7 @@ PartitionResult solve_partition(const ModelProfile& profile, PartitionObjective 
   }
   check_budget(r, setup, [&] {
     return solve_partition(profile, PartitionObjective::Memory,
-                           PartitionSetup{setup.num_stages, setup.in_flight, setup.recompute, 0.0});
+                           PartitionSetup{setup.num_stages, setup.in_flight, setup.recompute, 0.0, {}});
   });
   return r;
 }
@@ -349,7 +366,7 @@ PartitionResult brute_force_partition(const ModelProfile& profile, PartitionObje
   check_budget(best, setup, [&] {
     return brute_force_partition(profile, PartitionObjective::Memory,
                                  PartitionSetup{setup.num_stages, setup.in_flight,
-                                                setup.recompute, 0.0});
+                                                setup.recompute, 0.0, {}});
   });
   return best;
 }

@@ -8,6 +8,7 @@
 #include <cstdlib>
 #include <cmath>
 #include <cstdio>
+#include <thread>
 
 #include "pipetrain/base/error.hpp"
 #include "pipetrain/base/timed_wait.hpp"
@@ -78,6 +79,11 @@ double Executor::compute_begin() {
 
 void Executor::compute_end(EventKind kind, int mb, double start_us) {
   if (tracer_ && tracer_->enabled()) be_.synchronize();  // GPU: end = kernels done, not launched
+  if (slowdown_ > 1.0) {
+    be_.synchronize();
+    const double spent_us = clock().now_us() - start_us;
+    std::this_thread::sleep_for(std::chrono::duration<double, std::micro>((slowdown_ - 1.0) * spent_us));
+  }
   const double end_us = clock().now_us();
   in_compute_ = false;
   compute_us_ += end_us - start_us;

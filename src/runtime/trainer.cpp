@@ -39,8 +39,8 @@ Trainer::Trainer(const Deck& deck, MPI_Comm comm, ComputeSetup setup)
   report_ = validate_schedule(schedule_, semantics);
   eval_schedule_ = forward_only_schedule(schedule_);
   validate_schedule(eval_schedule_, semantics);
-  const auto units = partition_units(model_units(deck_.model), size_, deck_.pipeline.partition);
-  stage_ = build_stage(deck_.model, units, rank_);
+  partition_ = partition_units(model_units(deck_.model), size_, deck_.pipeline.partition);
+  stage_ = build_stage(deck_.model, partition_, rank_);
   data_ = make_dataset(deck_, Split::Train);
   if (deck_.training.eval_every > 0) eval_data_ = make_dataset(deck_, Split::Eval);
   const int64_t rows = deck_.training.batch_size / deck_.pipeline.micro_batches;
@@ -80,6 +80,7 @@ StepRecord Trainer::train_step(int64_t step) {
   StepRecord rec;
   rec.step = step;
   if (scaler_) executor_->set_loss_scale(scaler_->scale());
+  executor_->set_compute_slowdown(slowdown_at(step));
   rec.loss_scale = scaler_ ? scaler_->scale() : 1.0;
   StepOutcome outcome = executor_->run(schedule_, *data_, step, Pass::Train);
 
@@ -91,7 +92,9 @@ StepRecord Trainer::train_step(int64_t step) {
   fault_point("grad_norm", step);
   rec.grad_norm = rec.skipped ? std::nan("") : global_grad_norm(step);
   fault_point("bubble", step);
-  rec.bubble = measured_bubble(outcome);
+  rec.bubble = measured_bubble(outcome, rec.stage_compute_s);
+  rec.partition = partition_;
+  if (rebalancer_) rebalancer_->observe(rec.stage_compute_s);
   tracer_->record(EventKind::Reduction, step, stage_.stage, -1, reduce_start, tracer_->now_us());
   rec.lr = learning_rate(deck_.training, step);
   float clip_scale = 1.f;
@@ -211,10 +214,12 @@ RecomputePolicy Trainer::resolve_recompute() {
 
 // 1 - (this rank's F + B time without waits) / (the longest rank's span of
 // the schedule), averaged over ranks: the share of the step a stage idles.
-double Trainer::measured_bubble(const StepOutcome& outcome) {
+double Trainer::measured_bubble(const StepOutcome& outcome, std::vector<double>& compute_s) {
   double mine[2] = {outcome.compute_us, outcome.span_us};
   std::vector<double> all(2 * size_);
   timed_allgather(mine, 2, MPI_DOUBLE, all.data(), comm_, "the measured-bubble all-gather");
+  compute_s.clear();
+  for (int r = 0; r < size_; ++r) compute_s.push_back(all[2 * r] * 1e-6);
   double span = 0.0, idle = 0.0;
   for (int r = 0; r < size_; ++r) span = std::max(span, all[2 * r + 1]);
   for (int r = 0; r < size_; ++r) idle += span > 0.0 ? 1.0 - all[2 * r] / span : 0.0;

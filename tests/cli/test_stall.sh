@@ -9,7 +9,8 @@
 # exit 124, a failure) and leaves no pipetrain process behind. The stall
 # points cover every kind of wait: start-up, the executor's exchanges, the
 # loss broadcast, the gradient-norm, bubble and memory collectives,
-# evaluation, the checkpoint write and load agreements, the trace gather.
+# evaluation, the checkpoint write and load agreements, the trace gather,
+# the transfers of a rebalancing move.
 source "$(dirname "$0")/lib.sh" "$1"
 seed=${2:-$(date +%s)}
 RANDOM=$seed
@@ -52,6 +53,10 @@ check "checkpoint: latest still names no half-written checkpoint" \
 stall_case resume 2 "1:resume" "while loading the checkpoint" \
   --set output.checkpoint_dir=\"$tmp/base/checkpoints\" --set training.steps=8 --resume
 stall_case trace 2 "1:trace" "in the trace gather at the end of the run" --set output.trace=true
+# Rank 1 stops as a move begins (forced by PIPETRAIN_TEST_REBALANCE): rank 0
+# waits for the units rank 1 was to send, and the message names the move.
+PIPETRAIN_TEST_REBALANCE=$step:7,1 stall_case rebalance 2 "1:rebalance:$step" \
+  "in the rebalancing move after step $step (partition [4, 4] -> [7, 1]) waiting for the rebalancing receive of unit4.linear.weight/value from rank 1"
 
 # Rank 0 stops: the others still end the job, naming what they wait for.
 stall_case root_loss 4 "0:loss:$step" "in step $step waiting for the"

@@ -91,6 +91,20 @@ struct PipelineConfig {
   // Activation/gradient exchange. CPU: "auto" (= "mpi") | "mpi" | "nccl_model"
   // (MPI with NCCL's semantics); CUDA: "auto" | "nccl" | "mpi_staged".
   std::string transport = "auto";
+  // Dynamic rebalancing (docs/rebalance.md): every rebalance_every steps the
+  // median measured compute time of each stage over those steps is compared;
+  // at slowest / fastest >= rebalance_threshold, units move between the
+  // running stages when the solver predicts a gain of at least rebalance_margin.
+  bool rebalance = false;
+  double rebalance_threshold = 1.5;
+  int64_t rebalance_every = 10;
+  double rebalance_margin = 0.05;
+  // Fault injection (tests, benchmarks): from step slowdown_from_step on,
+  // rank slowdown_rank's F and B take slowdown_factor times as long (it
+  // sleeps after each); -1 = no rank is slowed. Changes no number.
+  int64_t slowdown_rank = -1;
+  double slowdown_factor = 2.0;
+  int64_t slowdown_from_step = 0;
 };
 
 struct OutputConfig {

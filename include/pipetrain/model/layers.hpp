@@ -21,6 +21,16 @@ struct Param {
   Tensor state2;     // same shape: AdamW second moment (unused by SGD)
 };
 
+// Everything a parameter carries from one step to the next, by name: "value",
+// then "state1" and "state2" when defined (the gradient is zeroed every
+// step). Checkpoints store these under params/<name>/<state name>, and
+// dynamic rebalancing sends them when a unit changes stage.
+struct ParamState {
+  const char* name;
+  Tensor* tensor;
+};
+std::vector<ParamState> param_state(Param& p);
+
 class Layer {
  public:
   virtual ~Layer() = default;

@@ -36,6 +36,7 @@ class StageModel {
   int64_t first_unit = 0;   // global index of this stage's first unit
   int64_t num_units = 0;
   std::vector<std::unique_ptr<Layer>> layers;  // in forward order
+  std::vector<int64_t> layer_unit;  // (layers) the partition unit of each; -1: pinned (GPT embedding, head)
   std::unique_ptr<Loss> loss;                  // last stage only
   Shape sample_input_shape;                    // input of one sample, e.g. (T, C)
   DType input_dtype = DType::F32;              // I32 token ids on the GPT's first stage
@@ -48,6 +49,9 @@ class StageModel {
   Shape output_shape(int64_t rows) const;
   // This stage's parameters in global order.
   std::vector<Param*> params();
+  // The parameters of partition unit `unit` (global index), in global order;
+  // empty when this stage does not hold it.
+  std::vector<Param*> unit_params(int64_t unit);
 };
 
 StageModel build_stage(const ModelConfig& model, const std::vector<int64_t>& units_per_stage,

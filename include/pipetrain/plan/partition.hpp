@@ -53,6 +53,10 @@ struct PartitionSetup {
   std::vector<PlanRecompute> recompute{PlanRecompute{}};
   // balanced: required (> 0); memory: optional, 0 = no budget; others ignore it.
   double memory_budget_bytes = 0.0;
+  // Per stage, a factor on the time of whatever units it holds (a stage on a
+  // rank that computes k times slower than the profile: k); empty = 1 on
+  // every stage. Dynamic rebalancing (plan/rebalance.hpp) measures it.
+  std::vector<double> stage_time_scale;
 };
 
 struct PartitionResult {

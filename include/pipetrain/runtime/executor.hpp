@@ -63,6 +63,10 @@ class Executor {
     loss_scale_ = scale;
     loss_scaling_ = true;
   }
+  // Fault injection (pipeline.slowdown_*): after each F and B this rank
+  // sleeps (factor - 1) x its compute time, so F and B take factor x as long
+  // and nothing computed changes. 1 = off.
+  void set_compute_slowdown(double factor) { slowdown_ = factor; }
   // Runs this rank's actions of `schedule` for batch `step` of `data`.
   // Evaluate: forward only, nothing stashed; needs a forward-only schedule.
   StepOutcome run(const Schedule& schedule, const Dataset& data, int64_t step, Pass pass);
@@ -122,6 +126,7 @@ class Executor {
   Tracer* tracer_;            // null: no events recorded
   float loss_scale_ = 1.f;    // 1 unless fp16 loss scaling is on
   bool loss_scaling_ = false;
+  double slowdown_ = 1.0;     // compute time factor (fault injection)
   Tracer local_clock_{false}; // times F/B and waits when no tracer is given
   double compute_us_ = 0.0, nested_wait_us_ = 0.0, last_end_us_ = 0.0;
   bool in_compute_ = false;

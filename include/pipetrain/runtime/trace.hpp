@@ -19,8 +19,10 @@
 namespace pt {
 
 // Codes stored in trace.h5 (kind_names attribute, same order).
-enum class EventKind : int32_t { F, B, Recompute, Wait, Send, Recv, Optimizer, Reduction, EvalF };
-constexpr const char* kEventKindNames = "F,B,RECOMPUTE,WAIT,SEND,RECV,OPTIMIZER,REDUCTION,EVAL_F";
+// REBALANCE: a move of units between stages after a step (docs/rebalance.md).
+enum class EventKind : int32_t { F, B, Recompute, Wait, Send, Recv, Optimizer, Reduction, EvalF, Rebalance };
+constexpr const char* kEventKindNames =
+    "F,B,RECOMPUTE,WAIT,SEND,RECV,OPTIMIZER,REDUCTION,EVAL_F,REBALANCE";
 
 struct TraceEvent {
   int64_t step;

@@ -18,6 +18,7 @@
 #include "pipetrain/runtime/executor.hpp"
 #include "pipetrain/model/loss_scaler.hpp"
 #include "pipetrain/model/optimizer.hpp"
+#include "pipetrain/runtime/rebalance.hpp"
 
 namespace pt {
 
@@ -34,6 +35,15 @@ struct StepRecord {
   // Rank 0 only: per stage, peak bytes during the step by MemCategory, then
   // the peak of the total. (stages, categories + 1)
   std::vector<std::vector<double>> stage_peak_bytes;
+  // Every rank: per stage, F + B time of the step without waits (seconds),
+  // and the units each stage held.
+  std::vector<double> stage_compute_s;
+  std::vector<int64_t> partition;
+  // Dynamic rebalancing after this step (set by the driver): the measured
+  // slowest / fastest ratio of a check (NaN: no check), the predicted ratio
+  // of the partition moved to (NaN: no move).
+  double rebalance_ratio = std::nan("");
+  double rebalance_predicted_ratio = std::nan("");
 };
 
 // What "auto" recomputation measured and chose on one stage.
@@ -95,14 +105,36 @@ class Trainer {
   const std::vector<RecomputeChoice>& recompute_choices() const { return recompute_; }
   int rank() const { return rank_; }
 
+  // Dynamic rebalancing (docs/rebalance.md). Decisions scale the unit times
+  // of `profile` (the run's start-up profile) by each stage's measured speed.
+  void enable_rebalance(const ModelProfile& profile);
+  bool rebalancing() const { return rebalancer_ != nullptr; }
+  // Collective, after step `step`: a check when one is due (or the test hook
+  // PIPETRAIN_TEST_REBALANCE asks for a move), and the move it decides.
+  RebalanceCheck rebalance_after(int64_t step);
+  // Collective: the stages hold `counts` units from now on. Each unit that
+  // changes stage is sent by its old rank to its new one (values and
+  // optimizer state); nothing else changes, so training continues bitwise
+  // as it would have. Returns what moved.
+  MoveReport repartition(const std::vector<int64_t>& counts, int64_t step);
+  // Units per stage in use now.
+  const std::vector<int64_t>& partition() const { return partition_; }
+
  private:
   double global_grad_norm(int64_t step);  // also the non-finite gradient check
   double mean_loss(double loss_sum);  // broadcast from the last stage
-  double measured_bubble(const StepOutcome& outcome);  // collective
+  // Collective; also every stage's compute seconds of the step.
+  double measured_bubble(const StepOutcome& outcome, std::vector<double>& compute_s);
   RecomputePolicy resolve_recompute();  // this stage's policy, "auto" decided collectively
   std::vector<std::vector<double>> gather_memory_peaks();
 
   void move_state_to_device();
+  double slowdown_at(int64_t step) const;  // pipeline.slowdown_* for this rank
+  // repartition's transfers: units leaving `from` are sent, units joining
+  // `to` received, units staying moved locally; returns tensors and bytes sent.
+  std::pair<int64_t, double> exchange_units(StageModel& from, StageModel& to,
+                                            const std::vector<int64_t>& old_counts,
+                                            const std::vector<int64_t>& new_counts);
   MemoryStats stage_memory_stats() const;
 
   Deck deck_;
@@ -123,6 +155,8 @@ class Trainer {
   ClockAlignment clocks_;
   std::unique_ptr<Executor> executor_;
   std::vector<RecomputeChoice> recompute_;
+  std::vector<int64_t> partition_;           // units per stage in use
+  std::unique_ptr<Rebalancer> rebalancer_;   // null unless enable_rebalance
 };
 
 }  // namespace pt

@@ -1,0 +1,184 @@
+// test_rebalance.cpp: moving units between running stages changes nothing
+// but speed (docs/rebalance.md).
+//
+// For P in {2, 4} (those that fit in the MPI world), gpipe and 1f1b, the MLP
+// and a small GPT, with and without recomputation, SGD and AdamW: a run that
+// moves units twice (Trainer::repartition between steps) gives every loss
+// and every final parameter BITWISE equal to the same run without moves, and
+// so does a run with one rank slowed down (fault injection only sleeps).
+// Also: the partition in use and the optimizer's update count after a move,
+// a move to the partition in use sends nothing, and a bad partition is refused.
+#include <gtest/gtest.h>
+#include <mpi.h>
+
+#include <cstring>
+
+#include "pipetrain/runtime/trainer.hpp"
+#include "mpi_test_util.hpp"
+
+namespace pt {
+namespace {
+
+using test::world_size;
+
+struct RunResult {
+  std::vector<float> params;  // rank 0 only
+  std::vector<double> losses;
+  std::vector<int64_t> final_partition;
+  int64_t updates = 0;
+};
+
+Deck mlp_deck(const std::string& schedule, const std::string& optimizer,
+              const std::string& recompute) {
+  Deck d;
+  d.model.input_dim = 12;
+  d.model.hidden_dim = 24;
+  d.model.output_dim = 5;
+  d.model.depth = 8;
+  d.data.samples = 256;
+  d.training.steps = 6;
+  d.training.batch_size = 16;
+  d.training.optimizer = optimizer;
+  d.training.lr = optimizer == "sgd" ? 0.05 : 1e-2;
+  d.training.warmup_steps = 1;
+  d.training.weight_decay = 0.01;
+  d.training.grad_clip = 0.5;  // the global norm crosses stages
+  d.training.blas_threads = 1;
+  d.pipeline.micro_batches = 4;
+  d.pipeline.schedule = schedule;
+  d.pipeline.recompute = recompute;
+  d.pipeline.timeout_s = 60;
+  return d;
+}
+
+Deck gpt_deck(const std::string& schedule, const std::string& optimizer,
+              const std::string& recompute) {
+  Deck d = mlp_deck(schedule, optimizer, recompute);
+  d.model.type = "gpt";
+  d.model.vocab_size = 16;
+  d.model.seq_len = 8;
+  d.model.d_model = 16;
+  d.model.heads = 2;
+  d.model.blocks = 6;
+  d.model.mlp_ratio = 2;
+  d.data.type = "markov";
+  d.data.markov_order = 1;
+  d.data.concentration = 0.3;
+  d.training.lr = optimizer == "sgd" ? 0.1 : 3e-3;
+  return d;
+}
+
+// Two moves, after steps 1 and 3: far from uniform, then across the middle.
+std::vector<std::vector<int64_t>> moves_for(int64_t units, int stages) {
+  std::vector<int64_t> heavy_first(static_cast<size_t>(stages), 1), heavy_last(heavy_first);
+  heavy_first[0] = units - (stages - 1);
+  heavy_last.back() = units - (stages - 1);
+  return {heavy_first, heavy_last};
+}
+
+// Trains on the first `stages` ranks; with `move`, repartitions after steps 1 and 3.
+RunResult train_on(const Deck& deck, int stages, bool move) {
+  int rank = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  MPI_Comm comm = MPI_COMM_NULL;
+  MPI_Comm_split(MPI_COMM_WORLD, rank < stages ? 0 : MPI_UNDEFINED, rank, &comm);
+  RunResult result;
+  if (comm == MPI_COMM_NULL) return result;
+  {
+    Trainer trainer(deck, comm);
+    const auto targets = moves_for(model_units(deck.model), stages);
+    for (int64_t s = 0; s < deck.training.steps; ++s) {
+      result.losses.push_back(trainer.train_step(s).loss);
+      if (move && (s == 1 || s == 3)) {
+        const MoveReport r = trainer.repartition(targets[s == 1 ? 0 : 1], s);
+        EXPECT_GT(r.tensors_sent, 0);
+        EXPECT_EQ(trainer.partition(), targets[s == 1 ? 0 : 1]);
+      }
+    }
+    result.params = trainer.gather_parameters();
+    result.final_partition = trainer.partition();
+    result.updates = trainer.optimizer().updates();
+  }
+  MPI_Comm_free(&comm);
+  return result;
+}
+
+size_t bitwise_differences(const std::vector<float>& a, const std::vector<float>& b) {
+  size_t diff = 0;
+  for (size_t i = 0; i < a.size(); ++i) diff += std::memcmp(&a[i], &b[i], sizeof(float)) != 0;
+  return diff;
+}
+
+void expect_same(const RunResult& got, const RunResult& want, const std::string& label) {
+  ASSERT_EQ(got.losses.size(), want.losses.size()) << label;
+  for (size_t i = 0; i < got.losses.size(); ++i)
+    EXPECT_EQ(std::memcmp(&got.losses[i], &want.losses[i], sizeof(double)), 0)
+        << label << ": loss of step " << i << " " << got.losses[i] << " vs " << want.losses[i];
+  ASSERT_EQ(got.params.size(), want.params.size()) << label;
+  EXPECT_EQ(bitwise_differences(got.params, want.params), 0u) << label << ": parameters differ";
+  EXPECT_EQ(got.updates, want.updates) << label;
+}
+
+using DeckMaker = Deck (*)(const std::string&, const std::string&, const std::string&);
+
+void check_moves_change_nothing(DeckMaker make, const char* model, const char* recompute) {
+  for (int p : {2, 4}) {
+    if (p > world_size()) continue;
+    for (const char* schedule : {"gpipe", "1f1b"})
+      for (const char* optimizer : {"sgd", "adamw"}) {
+        const Deck deck = make(schedule, optimizer, recompute);
+        const std::string label = std::string(model) + " P=" + std::to_string(p) + " " + schedule +
+                                  " " + optimizer + " recompute " + recompute;
+        const RunResult still = train_on(deck, p, false);
+        const RunResult moved = train_on(deck, p, true);
+        if (test::is_root()) expect_same(moved, still, label);
+        if (test::world_rank() < p) {
+          EXPECT_EQ(moved.final_partition, moves_for(model_units(deck.model), p)[1]) << label;
+          EXPECT_EQ(moved.updates, deck.training.steps) << label;
+        }
+      }
+  }
+}
+
+TEST(Rebalance, MlpMovesAreBitwiseInvisible) { check_moves_change_nothing(mlp_deck, "mlp", "none"); }
+TEST(Rebalance, MlpMovesWithFullRecompute) { check_moves_change_nothing(mlp_deck, "mlp", "full"); }
+TEST(Rebalance, GptMovesAreBitwiseInvisible) { check_moves_change_nothing(gpt_deck, "gpt", "none"); }
+TEST(Rebalance, GptMovesWithSelectiveRecompute) {
+  check_moves_change_nothing(gpt_deck, "gpt", "selective");
+}
+TEST(Rebalance, GptMovesWithEvery2Recompute) { check_moves_change_nothing(gpt_deck, "gpt", "every:2"); }
+
+// A slowed rank (fault injection) and its moves change no number either.
+TEST(Rebalance, SlowdownChangesNothing) {
+  if (world_size() < 2) GTEST_SKIP() << "needs 2 ranks";
+  Deck deck = mlp_deck("1f1b", "adamw", "none");
+  const RunResult plain = train_on(deck, 2, false);
+  deck.pipeline.slowdown_rank = 1;
+  deck.pipeline.slowdown_factor = 3.0;
+  deck.pipeline.slowdown_from_step = 2;
+  const RunResult slowed = train_on(deck, 2, true);
+  if (test::is_root()) expect_same(slowed, plain, "slowed rank 1, two moves");
+}
+
+TEST(Rebalance, MoveToTheCurrentPartitionSendsNothing) {
+  if (world_size() < 2) GTEST_SKIP() << "needs 2 ranks";
+  int rank = test::world_rank();
+  MPI_Comm comm = MPI_COMM_NULL;
+  MPI_Comm_split(MPI_COMM_WORLD, rank < 2 ? 0 : MPI_UNDEFINED, rank, &comm);
+  if (comm == MPI_COMM_NULL) return;
+  {
+    Trainer trainer(mlp_deck("1f1b", "sgd", "none"), comm);
+    trainer.train_step(0);
+    const MoveReport r = trainer.repartition({4, 4}, 0);
+    EXPECT_EQ(r.tensors_sent, 0);
+    EXPECT_EQ(r.from, r.to);
+    // A partition that does not cover the model is refused on every rank.
+    EXPECT_THROW(trainer.repartition({4, 3}, 0), Error);
+    EXPECT_THROW(trainer.repartition({8, 0}, 0), Error);
+    EXPECT_EQ(trainer.partition(), (std::vector<int64_t>{4, 4}));
+  }
+  MPI_Comm_free(&comm);
+}
+
+}  // namespace
+}  // namespace pt
