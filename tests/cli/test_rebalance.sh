@@ -78,8 +78,10 @@ run 4 train $deck "${four[@]}" --set output.dir=\"$tmp/still4\"
 want4=$(digest 12 "$tmp/out")
 run 4 train $deck "${four[@]}" --set pipeline.rebalance=true --set pipeline.rebalance_every=3 \
   --set output.dir=\"$tmp/moving4\"
+# 4 ranks share 2 cores here, so a check can first see another rank as slow;
+# the slowed rank must be left with one unit by a move of the run.
 check "4 stages: units move off the slowed rank" grep -Eq \
-  "^rebalance after step [0-9]+: partition \[2, 2, 2, 2\] -> \[[0-9]+, [0-9]+, 1, [0-9]+\]" "$tmp/out"
+  "^rebalance after step [0-9]+: partition \[[0-9, ]+\] -> \[[0-9]+, [0-9]+, 1, [0-9]+\]" "$tmp/out"
 check "4 stages: bitwise the same final state" [ "$(digest 12 "$tmp/out")" = "$want4" ]
 check "4 stages: every loss bitwise the same" same_metric loss still4 moving4
 
