@@ -19,8 +19,8 @@
 namespace pt {
 
 // Codes stored in trace.h5 (kind_names attribute, same order).
-enum class EventKind : int32_t { F, B, Recompute, Wait, Send, Recv, Optimizer, Reduction, EvalF };
-constexpr const char* kEventKindNames = "F,B,RECOMPUTE,WAIT,SEND,RECV,OPTIMIZER,REDUCTION,EVAL_F";
+enum class EventKind : int32_t { F, B, Recompute, Wait, Send, Recv, Optimizer, Reduction, EvalF, W };
+constexpr const char* kEventKindNames = "F,B,RECOMPUTE,WAIT,SEND,RECV,OPTIMIZER,REDUCTION,EVAL_F,W";
 
 struct TraceEvent {
   int64_t step;
