@@ -30,8 +30,9 @@ PartitionSetup partition_setup_for(const Deck& deck, const Schedule& schedule,
   return setup;
 }
 
-PartitionResult choose_partition(const Deck& deck, const ModelProfile& profile, int stages) {
-  const Schedule schedule = schedule_for_deck(deck, stages);
+PartitionResult choose_partition(const Deck& deck, const ModelProfile& profile, int ranks) {
+  const Schedule schedule = schedule_for_deck(deck, ranks);
+  const int stages = schedule.num_stages;
   const PartitionSetup setup =
       partition_setup_for(deck, schedule, deck_recompute_policies(deck, stages));
   const std::string& strategy = deck.pipeline.partition_strategy;

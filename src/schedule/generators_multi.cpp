@@ -6,7 +6,14 @@
 // the pipeline in unit time (F = B = W = 1, messages arrive at once): each
 // idle rank starts, among the actions whose inputs are ready, a B first (the
 // critical path), else an F if its in-flight limit allows, else a W (which
-// only fills time the rank would otherwise idle). F, B and W each run in
+// only fills time the rank would otherwise idle). ZB-H1 keeps 1F1B's order
+// of F and B on every stage and inserts the W; its limit is min(P, N)
+// micro-batches between F and W on every stage, 1F1B's peak (stage 0's), so
+// the last stages hold more than under 1F1B and defer their W into the
+// cool-down; its bubble is then (P-1)/(3N+P-1) in unit time for N >= P,
+// a third of 1F1B's time lost. ZB-V chooses F and B freely (the later
+// stage first), at most 2P stage micro-batches per rank between F and W:
+// 1F1B's peak, as each of its stages is half a 1F1B stage. F, B and W each run in
 // ascending micro-batch order on every stage, so every parameter's gradient
 // is accumulated in the order of a single process and the results are bitwise
 // the same.
@@ -182,6 +189,19 @@ std::vector<Action> interleaved_compute(int rank, int ranks, int chunks, int mbs
   return order;
 }
 
+// 1F1B's order of F and B on stage s of P (generators.cpp): min(P - s, N)
+// warm-up forwards, then one B and the next F, then the remaining B.
+std::vector<Action> one_f_one_b_order(int stage, int stages, int mbs) {
+  const int warmup = std::min(stages - stage, mbs);
+  std::vector<Action> order;
+  for (int m = 0; m < warmup; ++m) order.push_back(make(stage, ActionKind::F, m));
+  for (int k = 0; k < mbs; ++k) {
+    order.push_back(make(stage, ActionKind::B, k));
+    if (warmup + k < mbs) order.push_back(make(stage, ActionKind::F, warmup + k));
+  }
+  return order;
+}
+
 // ---- the unit-time list scheduler (ZB-H1, ZB-V) ----
 
 struct ListPolicy {
@@ -189,6 +209,9 @@ struct ListPolicy {
   // rank_limit > 0.
   std::vector<int> stage_limit;
   int rank_limit = 0;
+  // Per stage, a fixed order of its F and B actions (W are inserted where
+  // the next of them cannot run); empty: any ready F or B.
+  std::vector<std::vector<Action>> order;
 };
 
 class ListScheduler {
@@ -197,7 +220,7 @@ class ListScheduler {
       : s_(s), policy_(policy), n_(s.num_micro_batches),
         next_(3, std::vector<int>(s.num_stages, 0)),
         done_(3, std::vector<std::vector<int>>(s.num_stages, std::vector<int>(n_, -1))),
-        in_flight_(s.num_stages, 0), rank_in_flight_(s.num_ranks, 0) {}
+        in_flight_(s.num_stages, 0), rank_in_flight_(s.num_ranks, 0), position_(s.num_stages, 0) {}
 
   std::vector<std::vector<Action>> run() {
     std::vector<std::vector<Action>> order(s_.num_ranks);
@@ -262,6 +285,7 @@ class ListScheduler {
         const int st = stages[j], mb = next_[index(kind)][st];
         if (mb >= n_) continue;
         const Action a = make(st, kind, mb);
+        if (!policy_.order.empty() && !(policy_.order[st][position_[st]] == a)) continue;
         if (kind == ActionKind::F && !below_limit(rank, st)) continue;
         if (ready(a, t)) return out = a, true;
       }
@@ -278,6 +302,7 @@ class ListScheduler {
       ++in_flight_[a.stage];
       ++rank_in_flight_[stage_rank(s_, a.stage)];
     }
+    if (a.kind != ActionKind::W) ++position_[a.stage];
   }
   void finish(const Action& a, int t) {
     done_[index(a.kind)][a.stage][a.mb] = t;
@@ -293,6 +318,7 @@ class ListScheduler {
   std::vector<std::vector<int>> next_;                 // (F/B/W, stage) next micro-batch
   std::vector<std::vector<std::vector<int>>> done_;    // (F/B/W, stage, mb) end time or -1
   std::vector<int> in_flight_, rank_in_flight_;
+  std::vector<size_t> position_;  // per stage: next entry of policy_.order
 };
 
 }  // namespace
@@ -320,7 +346,10 @@ Schedule generate_zb_h1(int num_ranks, int num_micro_batches) {
   Schedule s = empty_schedule("zb-h1", num_ranks, num_ranks, num_micro_batches);
   ListPolicy policy;
   for (int st = 0; st < num_ranks; ++st)
-    policy.stage_limit.push_back(std::min(num_ranks - st, num_micro_batches));
+  {
+    policy.stage_limit.push_back(std::min(num_ranks, num_micro_batches));
+    policy.order.push_back(one_f_one_b_order(st, num_ranks, num_micro_batches));
+  }
   add_placed_communication(s, ListScheduler(s, policy).run());
   return s;
 }

@@ -81,8 +81,9 @@ Schedule generate_1f1b(int num_stages, int num_micro_batches);
 // per rank, rank r owning stages r, r+P, ..; forwards go in groups of P
 // micro-batches chunk by chunk; needs N to be a multiple of the rank count.
 Schedule generate_interleaved(int num_ranks, int virtual_stages, int num_micro_batches);
-// ZB-H1: one stage per rank, split backward; 1F1B's in-flight limit
-// (min(P-s, N) micro-batches between F and W) with W filling the bubbles.
+// ZB-H1: one stage per rank, split backward, 1F1B's order of F and B with W
+// filling the bubbles; at most min(P, N) micro-batches between F and W on
+// each stage (1F1B's peak, that of its stage 0).
 Schedule generate_zb_h1(int num_ranks, int num_micro_batches);
 // ZB-V: two stages per rank in a V (rank r owns stages r and 2P-1-r), split
 // backward, at most 2P half-size stage micro-batches between F and W per rank.
