@@ -110,7 +110,7 @@ std::vector<PlacedReceive> place_rank_receives(const Schedule& s,
                                                const std::map<std::tuple<int, int, int>, int>& at,
                                                int rank) {
   const std::vector<Action>& mine = compute[rank];
-  std::map<int, std::vector<PlacedReceive>> by_channel;  // peer rank * 2 + direction
+  std::map<int, std::vector<PlacedReceive>> by_channel;  // by sending rank
   for (int i = 0; i < static_cast<int>(mine.size()); ++i) {
     const Action& a = mine[i];
     if (!needs_receive(s, a)) continue;
@@ -121,7 +121,7 @@ std::vector<PlacedReceive> place_rank_receives(const Schedule& s,
     if (a.kind == ActionKind::B) r.slot = std::max(r.slot, at.at({a.stage, 0, a.mb}) + 1);
     const auto key = sender_key(a);
     const int peer = stage_rank(s, std::get<0>(key));
-    r.channel = peer * 2 + (a.kind == ActionKind::F ? 0 : 1);
+    r.channel = peer;  // NCCL: one channel per sender rank, activations and gradients alike
     r.k = at.at(key);  // the sender's position orders the channel
     by_channel[r.channel].push_back(r);
   }
