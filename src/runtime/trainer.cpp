@@ -271,14 +271,19 @@ double Trainer::mean_loss(double loss_sum) {
   return mean;
 }
 
-std::vector<int> Trainer::per_stage_counts(const std::vector<int>& mine) {
+std::vector<int> Trainer::per_stage_counts(const std::vector<int>& mine, const char* what) {
   const int stages = schedule_.num_stages;
   std::vector<int> padded(stages, 0), all(static_cast<size_t>(stages) * size_);
   for (size_t i = 0; i < stages_.size(); ++i) padded[stages_[i].stage] = mine[i];
-  timed_allgather(padded.data(), stages, MPI_INT, all.data(), comm_,
-                  "the per-stage counts all-gather");
+  timed_allgather(padded.data(), stages, MPI_INT, all.data(), comm_, what);
   std::vector<int> counts(stages);
   for (int st = 0; st < stages; ++st) counts[st] = all[stage_rank(schedule_, st) * stages + st];
+  return counts;
+}
+
+std::vector<int> Trainer::rank_counts(const std::vector<int>& stage_counts) const {
+  std::vector<int> counts(size_, 0);
+  for (int st = 0; st < schedule_.num_stages; ++st) counts[stage_rank(schedule_, st)] += stage_counts[st];
   return counts;
 }
 
@@ -332,10 +337,10 @@ double Trainer::global_grad_norm(int64_t step) {
                     std::to_string(schedule_.num_micro_batches - 1) + ")");
     }
   }
-  const std::vector<int> stage_counts = per_stage_counts(per_stage);
-  int count = static_cast<int>(local.size());
-  std::vector<int> counts(size_), offsets(size_, 0);
-  timed_allgather(&count, 1, MPI_INT, counts.data(), comm_, "the gradient-norm counts all-gather");
+  const std::vector<int> stage_counts =
+      per_stage_counts(per_stage, "the gradient-norm counts all-gather");
+  const int count = static_cast<int>(local.size());
+  std::vector<int> counts = rank_counts(stage_counts), offsets(size_, 0);
   for (int r = 1; r < size_; ++r) offsets[r] = offsets[r - 1] + counts[r - 1];
   std::vector<double> all(static_cast<size_t>(offsets.back() + counts.back()));
   timed_allgatherv(local.data(), count, MPI_DOUBLE, all.data(), counts.data(), offsets.data(),
@@ -357,10 +362,9 @@ std::vector<float> Trainer::gather_parameters() {
       per_stage.back() += static_cast<int>(host.numel());
     }
   }
-  const std::vector<int> stage_counts = per_stage_counts(per_stage);
-  int count = static_cast<int>(local.size());
-  std::vector<int> counts(size_), offsets(size_, 0);
-  timed_gather(&count, 1, MPI_INT, counts.data(), 0, comm_, "the parameter counts gather");
+  const std::vector<int> stage_counts = per_stage_counts(per_stage, "the parameter counts gather");
+  const int count = static_cast<int>(local.size());
+  std::vector<int> counts = rank_counts(stage_counts), offsets(size_, 0);
   std::vector<float> all;
   if (rank_ == 0) {
     for (int r = 1; r < size_; ++r) offsets[r] = offsets[r - 1] + counts[r - 1];

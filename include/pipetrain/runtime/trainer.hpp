@@ -110,7 +110,10 @@ class Trainer {
   // Per-stage blocks of values gathered rank by rank, put in stage order.
   template <typename T>
   std::vector<T> in_stage_order(const std::vector<T>& by_rank, const std::vector<int>& counts) const;
-  std::vector<int> per_stage_counts(const std::vector<int>& mine);  // collective
+  // Every stage's count from each rank's counts of its stages (collective;
+  // `what` names the wait), and the sums per rank.
+  std::vector<int> per_stage_counts(const std::vector<int>& mine, const char* what);
+  std::vector<int> rank_counts(const std::vector<int>& stage_counts) const;
   std::vector<std::vector<double>> gather_memory_peaks();
 
   void move_state_to_device();
