@@ -60,9 +60,12 @@ Units model_partition_units(const Deck& deck) {
           model_units(deck.model)};
 }
 
-void check_units_per_stage(const Deck& deck, const Units& units, int stages) {
+void check_units_per_stage(const Deck& deck, const Units& units, int stages, int per_rank) {
   if (units.count >= stages) return;
-  std::string why = deck.pipeline.stages == 0 ? ", one per MPI rank" : "";
+  std::string why = per_rank > 1 ? ": " + std::to_string(stages / per_rank) + " ranks x " +
+                                       std::to_string(per_rank) + " stages per rank"
+                    : deck.pipeline.stages == 0 ? ", one per MPI rank"
+                                                : "";
   throw InputError(deck.where(units.key) + " = " + std::to_string(units.count) +
                    ": must be >= the number of stages (" + std::to_string(stages) + why +
                    "); each stage needs at least one " + units.name);
@@ -154,7 +157,7 @@ int check_deck_layout(const Deck& deck, int num_ranks) {
                                        static_cast<int>(deck.pipeline.virtual_stages));
   const int stages = num_ranks * per_rank;
   const Units units = model_partition_units(deck);
-  check_units_per_stage(deck, units, stages);
+  check_units_per_stage(deck, units, stages, per_rank);
   check_partition(deck, units, stages);
   const size_t overrides = deck.pipeline.recompute_stages.size();
   if (overrides != 0 && overrides != static_cast<size_t>(stages))

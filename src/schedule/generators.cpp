@@ -191,7 +191,7 @@ Schedule generate_1f1b(int num_stages, int num_micro_batches) {
 }
 
 int stages_per_rank(const std::string& name, int virtual_stages) {
-  if (name == "interleaved") return virtual_stages;
+  if (name == "interleaved" || name == "file") return virtual_stages;
   return name == "zb-v" ? 2 : 1;
 }
 

@@ -90,8 +90,8 @@ Schedule generate_zb_h1(int num_ranks, int num_micro_batches);
 Schedule generate_zb_v(int num_ranks, int num_micro_batches);
 // The same schedule without backward actions, for evaluation passes.
 Schedule forward_only_schedule(const Schedule& training);
-// Stages per rank a generated schedule has: interleaved: virtual_stages,
-// zb-v: 2, others 1.
+// Stages per rank of pipeline.schedule `name`: interleaved and "file"
+// (a schedule file): virtual_stages, zb-v: 2, others 1.
 int stages_per_rank(const std::string& name, int virtual_stages);
 // "gpipe" | "1f1b" | "interleaved" | "zb-h1" | "zb-v" on `num_ranks` ranks;
 // throws InputError for other names or micro-batch counts a schedule refuses.
