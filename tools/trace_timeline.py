@@ -109,8 +109,9 @@ def title(trace, steps):
     rows = trace_report.step_table(trace, steps)
     per_step = trace_report.bubble_per_step(rows)
     which = f"step {steps[0]}" if len(steps) == 1 else f"steps {steps[0]}..{steps[-1]}"
-    text = (f"{trace.schedule_name or 'schedule ?'}: P = {trace.num_stages}, "
-            f"N = {trace.num_micro_batches}, {which}")
+    shape = (f"P = {trace.num_stages}" if trace.num_ranks == trace.num_stages
+             else f"{trace.num_ranks} ranks, {trace.num_stages} stages")
+    text = f"{trace.schedule_name or 'schedule ?'}: {shape}, N = {trace.num_micro_batches}, {which}"
     if per_step:
         theory = trace_report.trace_theory(trace)
         text += (f" — measured bubble {100 * np.mean(list(per_step.values())):.1f} %"
