@@ -5,7 +5,9 @@
 //   - the trained parameters are bitwise those of policy none;
 //   - the measured peak of stashed activations on each stage equals the
 //     schedule's peak in-flight micro-batches x the analytic bytes one
-//     micro-batch keeps under the policy (formulas in docs/memory.md).
+//     micro-batch keeps under the policy (formulas in docs/memory.md);
+//   - ZB-H1's split backward keeps the weight products' inputs as activations
+//     (the same bytes on the MLP) and trains 1F1B's parameters bitwise.
 #include <gtest/gtest.h>
 #include <mpi.h>
 

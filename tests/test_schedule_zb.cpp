@@ -200,6 +200,36 @@ TEST(Theory, BubbleOfEverySchedule) {
     }
 }
 
+// The planner's simulator with W, by hand: one stage, F = 1, B = 3 of which
+// recompute 1, W share 1/2 -> W = (3 - 1) / 2 = 1 and B = 2; micro-batch 0
+// stays in flight until its W, so F1 finds two in flight.
+TEST(SimulatorW, TimesAndInFlightByHand) {
+  const Schedule s = from_lines({"0F0 0B0 0F1 0W0 0B1 0W1"}, 1, 2);
+  pt::SimulationInput in;
+  pt::StageCost c;
+  c.forward_s = 1.0;
+  c.backward_s = 3.0;
+  c.recompute_s = 1.0;
+  c.stash_bytes = 100.0;
+  in.stages = {c};
+  in.weight_grad_share = 0.5;
+  const pt::SimulationResult r = pt::simulate_schedule(s, in);
+  const std::vector<std::pair<double, double>> want = {{0, 1}, {1, 3}, {3, 4}, {4, 5}, {5, 7}, {7, 8}};
+  ASSERT_EQ(r.events[0].size(), want.size());
+  for (size_t i = 0; i < want.size(); ++i) {
+    EXPECT_DOUBLE_EQ(r.events[0][i].start_s, want[i].first) << pt::to_string(r.events[0][i].action);
+    EXPECT_DOUBLE_EQ(r.events[0][i].end_s, want[i].second) << pt::to_string(r.events[0][i].action);
+  }
+  EXPECT_DOUBLE_EQ(r.busy_s[0], 8.0);
+  EXPECT_EQ(r.peak_in_flight, (std::vector<int>{2}));
+  EXPECT_DOUBLE_EQ(r.peak_bytes[0], 200.0);
+  EXPECT_EQ(pt::validate_schedule(s).peak_in_flight, (std::vector<int>{2}));
+  EXPECT_EQ(pt::validate_schedule(s).peak_pending_w, (std::vector<int>{1}));
+  const Schedule no_w = from_lines({"0F0 0B0 0F1 0B1 0W1"}, 1, 2);
+  EXPECT_NE(input_error_of([&] { pt::simulate_schedule(no_w, in); }).find("no rank runs 0W0"),
+            std::string::npos);
+}
+
 struct Broken {
   std::string what;
   int p, n;
