@@ -22,6 +22,23 @@ out=results/bench_schedules${SUFFIX:-}.md
 mkdir -p runs results
 dirs=()
 
+# Machine check: the MLP on one rank alone, then two independent one-rank
+# runs at once. On a machine with a core per rank both take the same time; a
+# ratio near 2 means the ranks share one core's throughput, so a rank runs
+# faster while its peer idles and filling the bubble cannot shorten the step.
+median_step() {
+  $PY -c "import h5py, numpy as np; print(np.median(h5py.File('$1/metrics.h5')['step_time_s'][2:]))"
+}
+one_rank() {
+  mpirun --oversubscribe --bind-to none -np 1 build/pipetrain train inputs/bench_mlp.toml \
+    --set pipeline.predict=false --set output.dir=\"$1\" > "$1.log" 2>&1 || { cat "$1.log"; exit 1; }
+}
+one_rank runs/bench_schedules_alone
+one_rank runs/bench_schedules_pair_a & one_rank runs/bench_schedules_pair_b & wait
+alone=$(median_step runs/bench_schedules_alone)
+pair=$(median_step runs/bench_schedules_pair_a)
+check_line=$($PY -c "print('one-rank MLP step %.1f ms alone, %.1f ms with a second one-rank run at once: x%.2f' % ($alone * 1e3, $pair * 1e3, $pair / $alone))")
+
 deck_of() { [ "$1" = mlp ] && echo inputs/bench_mlp.toml || echo inputs/gpt_markov.toml; }
 # The GPT deck trains for 600 steps with evaluations; the benchmark times 20.
 extra_of() {
@@ -47,7 +64,7 @@ for model in $MODELS; do
     done
   done
 done
-blas=$(grep -m1 "^BLAS" "${dirs[0]}.log" || true)
+blas=$(grep -m1 "^BLAS (ranks" "${dirs[0]}.log" || true)
 cpu=$(grep -m1 "model name" /proc/cpuinfo | cut -d: -f2- | sed 's/^ *//')
 {
   echo "# Schedules: measured bubble and step time, P = $P (CPU backend)"
@@ -57,6 +74,11 @@ cpu=$(grep -m1 "model name" /proc/cpuinfo | cut -d: -f2- | sed 's/^ *//')
   echo "C = 96, T = 64, batch 32, 20 steps), one BLAS thread per rank, tracing on, steps after"
   echo "the first 2 counted. Interleaved runs 2 stages per rank, ZB-V 2 (V shape)."
   echo "Machine: $(hostname), $(nproc) cores ($cpu), $(date -u +%F). $blas"
+  echo
+  echo "Machine check (this run): $check_line. A factor near 1 means a core per rank;"
+  echo "near 2, the two ranks share one core's throughput: a rank computes up to twice as fast"
+  echo "while its peer idles, so the measured bubble shrinks and a schedule that fills the"
+  echo "bubble (interleaved, ZB) cannot shorten the step much."
   [ "$P" -gt "$(nproc)" ] && echo "**$P ranks on $(nproc) cores: oversubscribed**, ranks share cores, bubbles and step times are not the schedule's alone."
   echo
   echo "Theory: the schedule data simulated in unit time (F = 1, B = 2, or B = W = 1 when"
