@@ -189,7 +189,7 @@ TEST(DeckErrors, BadChoiceListsTheAllowedValues) {
   EXPECT_EQ(text_error("[model]\nactivation = \"tanh\""),
             "t.toml:2: model.activation = \"tanh\": must be one of \"relu\", \"gelu\"");
   EXPECT_EQ(text_error("[pipeline]\nschedule = \"zb\""),
-            "t.toml:2: pipeline.schedule = \"zb\": must be one of \"gpipe\", \"1f1b\", \"file\"");
+            "t.toml:2: pipeline.schedule = \"zb\": must be one of \"gpipe\", \"1f1b\", \"interleaved\", \"zb-h1\", \"zb-v\", \"file\"");
   EXPECT_HAS(text_error("[training]\noptimizer = \"adam\""), "must be one of \"sgd\", \"adamw\"");
   EXPECT_HAS(text_error("[training]\nlr_schedule = \"linear\""), "must be one of \"constant\", \"cosine\"");
   EXPECT_HAS(text_error("[model]\nloss = \"l1\""), "must be one of \"mse\", \"cross_entropy\"");
@@ -477,7 +477,7 @@ TEST(DeckLayout, ScheduleFileMustExistAndMatch) {
   EXPECT_EQ(pt::check_deck_layout(deck, 2), 2);
   std::string msg = input_error([&] { pt::check_deck_layout(deck, 4); });  // 2 rank lines, 4 ranks
   EXPECT_HAS(msg, "t.toml:6: pipeline.schedule_file = \"" + path + "\": ");
-  EXPECT_HAS(msg, "has 2 rank lines but the job runs 4 stages");
+  EXPECT_HAS(msg, "has 2 rank lines but the job runs 4 ranks (4 stages)");
   pt::Deck more = pt::parse_deck_text(text, "t.toml", {"pipeline.micro_batches=4"});
   msg = input_error([&] { pt::check_deck_layout(more, 2); });  // the file has 2 micro-batches
   EXPECT_HAS(msg, "t.toml:6: pipeline.schedule_file = \"" + path + "\": ");

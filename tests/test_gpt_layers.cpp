@@ -1,6 +1,7 @@
 // test_gpt_layers.cpp: the GPT kernels and layers against central finite
 // differences, plus their structural properties (causality, parameter order,
-// initialisation, determinism, backward from recomputed attention probs).
+// initialisation, determinism, backward from recomputed attention probs), and
+// the split backward (B then W) of every layer kind, bitwise the fused one.
 //
 // As in test_layers.cpp: for y = f(x) and a fixed random r, L = sum(r * y)
 // (in double) has dL/dx = backward(r). Each analytic gradient element is
@@ -340,6 +341,62 @@ TEST(GptLayers, InitialisationIsGpt2StyleAndKeyedByName) {
   auto head = make_gpt_head(d, 42);
   EXPECT_NEAR(sample_std(emb->params()[0]->value), 0.02, 0.001);
   EXPECT_NEAR(sample_std(head->params()[2]->value), 0.02, 0.001);
+}
+
+}  // namespace
+}  // namespace pt
+
+namespace pt {
+namespace {
+
+// The split backward (backward_input, later backward_weights) of every
+// layer kind gives bitwise the fused backward's dx and parameter gradients,
+// over two accumulated micro-batches, with the weights of micro-batch 0 run
+// after micro-batch 1's input gradient (as zero-bubble schedules do).
+void expect_split_equals_fused(Layer& fused, Layer& split, const std::vector<Tensor>& xs,
+                               const char* label) {
+  Backend& be = cpu_backend();
+  std::vector<std::vector<Tensor>> deferred(xs.size());
+  for (size_t m = 0; m < xs.size(); ++m) {
+    std::vector<Tensor> saved_a, saved_b;
+    Tensor ya = fused.forward(be, xs[m], saved_a);
+    split.forward(be, xs[m], saved_b);
+    Tensor dy = random_tensor(ya.shape(), 10 + m);
+    const bool need_dx = xs[m].dtype() == DType::F32;
+    Tensor dxa = fused.backward(be, xs[m], saved_a, dy, need_dx);
+    Tensor dxb = split.backward_input(be, xs[m], saved_b, dy, need_dx, deferred[m]);
+    ASSERT_EQ(dxa.defined(), dxb.defined()) << label;
+    if (dxa.defined()) {
+      EXPECT_EQ(0, std::memcmp(dxa.f32(), dxb.f32(), sizeof(float) * dxa.numel())) << label << " dx";
+    }
+    if (m > 0) split.backward_weights(be, deferred[m - 1]);
+  }
+  split.backward_weights(be, deferred.back());
+  const auto pa = fused.params(), pb = split.params();
+  for (size_t i = 0; i < pa.size(); ++i)
+    EXPECT_EQ(0, std::memcmp(pa[i]->grad.f32(), pb[i]->grad.f32(), sizeof(float) * pa[i]->grad.numel()))
+        << label << " " << pa[i]->name;
+}
+
+TEST(SplitBackward, EveryLayerKindMatchesTheFusedBackwardBitwise) {
+  GptDims d;
+  d.vocab_size = 13;
+  d.seq_len = 6;
+  d.d_model = 8;
+  d.heads = 2;
+  d.mlp_ratio = 2;
+  const std::vector<Tensor> hidden = {random_tensor({3, 6, 8}, 1), random_tensor({3, 6, 8}, 2)};
+  const std::vector<Tensor> toks = {tokens(3, 6, 13), tokens(3, 6, 13)};
+  auto a = make_gpt_block(d, 1, 5), b = make_gpt_block(d, 1, 5);
+  expect_split_equals_fused(*a, *b, hidden, "block");
+  a = make_gpt_head(d, 5), b = make_gpt_head(d, 5);
+  expect_split_equals_fused(*a, *b, hidden, "head");
+  a = make_gpt_embedding(d, 5), b = make_gpt_embedding(d, 5);
+  expect_split_equals_fused(*a, *b, toks, "embedding");
+  a = make_linear("l", 8, 5, 3, 0, 1.f), b = make_linear("l", 8, 5, 3, 0, 1.f);
+  expect_split_equals_fused(*a, *b, {random_tensor({4, 8}, 3), random_tensor({4, 8}, 4)}, "linear");
+  a = make_gelu(), b = make_gelu();
+  expect_split_equals_fused(*a, *b, {random_tensor({4, 8}, 3)}, "gelu");
 }
 
 }  // namespace

@@ -5,7 +5,9 @@
 //   - the trained parameters are bitwise those of policy none;
 //   - the measured peak of stashed activations on each stage equals the
 //     schedule's peak in-flight micro-batches x the analytic bytes one
-//     micro-batch keeps under the policy (formulas in docs/memory.md).
+//     micro-batch keeps under the policy (formulas in docs/memory.md);
+//   - ZB-H1's split backward keeps the weight products' inputs as activations
+//     (the same bytes on the MLP) and trains 1F1B's parameters bitwise.
 #include <gtest/gtest.h>
 #include <mpi.h>
 
@@ -145,6 +147,28 @@ void check_model(const std::string& model) {
 }
 
 TEST(Recompute, MlpPoliciesGiveIdenticalGradientsAndPredictedMemory) { check_model("mlp"); }
+
+// ZB-H1 splits the backward: from B to W a micro-batch keeps each Linear's
+// input and output gradient (counted as activations). On the MLP that is
+// exactly what policy none keeps from F to B (every layer input; a GELU's
+// input is its Linear's output, the size of that Linear's output gradient),
+// so the peak is the schedule's in-flight count (F to W) x the same bytes.
+// Under full recomputation the gradients stay bitwise those of 1F1B.
+TEST(Recompute, SplitBackwardKeepsTheWeightInputsAsActivations) {
+  const Outcome reference = train(base_deck("mlp", "1f1b", "none"));
+  for (const char* policy : {"none", "full"}) {
+    const Deck deck = base_deck("mlp", "zb-h1", policy);
+    const Outcome got = train(deck);
+    if (world_rank() != 0) continue;
+    EXPECT_EQ(0, std::memcmp(got.params.data(), reference.params.data(),
+                             got.params.size() * sizeof(float)))
+        << "zb-h1 " << policy << ": parameters differ from 1f1b";
+    if (std::string(policy) != "none") continue;
+    for (int s = 0; s < world_size(); ++s)
+      EXPECT_EQ(got.stash_peak[s], got.in_flight[s] * mlp_stash(deck, s, world_size(), "none"))
+          << "zb-h1 stage " << s << " (" << got.in_flight[s] << " in flight from F to W)";
+  }
+}
 TEST(Recompute, GptPoliciesGiveIdenticalGradientsAndPredictedMemory) { check_model("gpt"); }
 
 TEST(Recompute, AutoPicksTheCheapestPolicyThatFitsOrExplains) {

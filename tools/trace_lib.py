@@ -19,7 +19,7 @@ import h5py
 import numpy as np
 
 DEFAULT_KIND_NAMES = ["F", "B", "RECOMPUTE", "WAIT", "SEND", "RECV",
-                      "OPTIMIZER", "REDUCTION", "EVAL_F", "REBALANCE"]
+                      "OPTIMIZER", "REDUCTION", "EVAL_F", "REBALANCE", "W"]
 EVENT_FIELDS = ["step", "stage", "mb", "kind", "start_us", "end_us"]
 EVENT_DTYPE = np.dtype([("step", "<i8"), ("stage", "<i4"), ("mb", "<i4"),
                         ("kind", "<i4"), ("start_us", "<f8"), ("end_us", "<f8")])
@@ -41,6 +41,7 @@ class Trace:
     deck_text: str = ""
     clock_offset_us: np.ndarray = field(default_factory=lambda: np.zeros(0))
     clock_error_us: np.ndarray = field(default_factory=lambda: np.zeros(0))
+    theory_bubble: float = None  # the schedule's unit-time bubble (newer traces)
 
     @property
     def num_ranks(self):
@@ -137,7 +138,8 @@ def load_trace(path):
             schedule=_text(a["schedule"]) if "schedule" in a else "",
             deck_text=_text(a["deck"]) if "deck" in a else "",
             clock_offset_us=_float_array(a, "clock_offset_us", len(events)),
-            clock_error_us=_float_array(a, "clock_error_us", len(events)))
+            clock_error_us=_float_array(a, "clock_error_us", len(events)),
+            theory_bubble=float(np.ravel(a["theory_bubble"])[0]) if "theory_bubble" in a else None)
 
 
 def load_or_exit(path, prog):

@@ -27,8 +27,8 @@ import numpy as np
 from trace_lib import TraceError, load_or_exit
 
 IMBALANCE_LIMIT = 1.5
-PIPELINE_START_KINDS = ("F", "B", "WAIT", "SEND", "RECV")
-PIPELINE_END_KINDS = ("F", "B", "WAIT")
+PIPELINE_START_KINDS = ("F", "B", "W", "WAIT", "SEND", "RECV")
+PIPELINE_END_KINDS = ("F", "B", "W", "WAIT")
 
 
 # ---- interval arithmetic on (n, 2) arrays of [start, end) -----------------
@@ -95,7 +95,7 @@ def pipeline_events(trace, ev):
 def rank_step(trace, ev):
     """Pipeline span, busy and wait of one rank in one step (None if no F/B)."""
     ev = pipeline_events(trace, ev)
-    fb = of_kinds(trace, ev, ["F", "B"])
+    fb = of_kinds(trace, ev, ["F", "B", "W"])
     if len(fb) == 0:
         return None
     start = float(of_kinds(trace, ev, PIPELINE_START_KINDS)["start_us"].min())
@@ -160,6 +160,14 @@ def bubble_per_step(rows):
 
 def theory_bubble(p, n):
     return (p - 1) / (n + p - 1) if n + p - 1 > 0 else 0.0
+
+
+def trace_theory(trace):
+    """The trace's schedule's theoretical bubble: recorded by the run (unit-time
+    simulation of its schedule, any schedule), else 1F1B's (P-1)/(N+P-1)."""
+    if trace.theory_bubble is not None:
+        return trace.theory_bubble
+    return theory_bubble(trace.num_stages, trace.num_micro_batches)
 
 
 def imbalance_of(compute):
@@ -234,7 +242,7 @@ def analyse(trace, skip):
             "compute_us_per_step": c, "bubble": st["bubble_sum"] / st["steps"] if st["steps"] else None}
             for st, c in zip(stats, compute)],
         "bubble": sum(bubbles) / samples if samples else None,
-        "bubble_theory": theory_bubble(trace.num_stages, trace.num_micro_batches),
+        "bubble_theory": trace_theory(trace),
         "bubble_per_step": {str(k): v for k, v in per_step.items()},
         "imbalance": None, "warning": None, "current_partition": None,
         "suggested_partition": None, "suggested_compute_us_per_step": None,
@@ -288,7 +296,7 @@ def print_text(r):
               f"{st['wait_us'] / n / 1e3:>12.3f} {st['idle_us'] / n / 1e3:>12.3f} "
               f"{busy_pct:>6.1f}% {fmt_pct(st['bubble']):>7}")
     diff = "" if r["bubble"] is None else f" ({100 * (r['bubble'] - r['bubble_theory']):+.1f} points)"
-    print(f"measured bubble {fmt_pct(r['bubble'])}, theory (P-1)/(N+P-1) "
+    print(f"measured bubble {fmt_pct(r['bubble'])}, theory "
           f"{fmt_pct(r['bubble_theory'])}{diff}")
     if r["imbalance"] is not None:
         print(f"stage imbalance (max/min compute per step): {r['imbalance']:.2f}")

@@ -5,7 +5,8 @@ timeline PNG in the manner of the GPipe paper's figure.
     tools/.venv/bin/python tools/trace_timeline.py runs/mlp/trace.h5 timeline.png [--step K | --step A:B]
 
 One row per stage (stage 0 on top), time to the right from the first event
-drawn. Boxes: F, B, recompute (inside its B), communication wait (blocked on
+drawn. Boxes: F, B, W (weight gradients of a split backward), recompute
+(inside its B), communication wait (blocked on
 a peer, inside the F/B that waits or at the end of the step), optimizer,
 reduction and evaluation; idle time is blank. F and B boxes carry their
 micro-batch number where it fits. A thin strip under each row shows the
@@ -29,13 +30,14 @@ from trace_lib import TraceError, load_or_exit, parse_step_range  # noqa: E402
 STYLE = {  # kind: (colour, legend label, hatch)
     "F": ("#4C72B0", "forward (F)", None),
     "B": ("#55A868", "backward (B)", None),
+    "W": ("#A6D854", "weight gradients (W)", None),
     "RECOMPUTE": ("#DD8452", "recompute", None),
     "WAIT": ("#E6B0B0", "communication wait", "///"),
     "OPTIMIZER": ("#8172B3", "optimizer", None),
     "REDUCTION": ("#937860", "reduction", None),
     "EVAL_F": ("#8CC5D8", "evaluation forward", None),
 }
-DRAW_ORDER = ["F", "B", "EVAL_F", "OPTIMIZER", "REDUCTION", "RECOMPUTE", "WAIT"]
+DRAW_ORDER = ["F", "B", "W", "EVAL_F", "OPTIMIZER", "REDUCTION", "RECOMPUTE", "WAIT"]
 TRANSFER_COLOUR = "#777777"
 BOX_H, STRIP_H = 0.72, 0.12
 
@@ -75,12 +77,14 @@ def label_start(waits, e):
 
 def draw_labels(ax, trace, ev, y, t0, div, pts_per_unit):
     waits = ev[ev["kind"] == trace.code("WAIT")]
-    boxes = ev[np.isin(ev["kind"], [trace.code("F"), trace.code("B"), trace.code("EVAL_F")])]
+    boxes = ev[np.isin(ev["kind"], [trace.code(k) for k in ("F", "B", "W", "EVAL_F")])]
     for e in boxes:
         if e["mb"] < 0:
             continue
         a, b = label_start(waits, e), float(e["end_us"])
-        text = str(int(e["mb"]))
+        # With several stages per rank the box names its stage: "s3:5".
+        many = len(np.unique(ev["stage"])) > 1
+        text = (f"{int(e['stage'])}:" if many else "") + str(int(e["mb"]))
         width_pts = (b - a) / div * pts_per_unit
         size = min(9.0, width_pts / (0.65 * len(text) + 0.4))
         if size >= 4.0:
@@ -105,10 +109,11 @@ def title(trace, steps):
     rows = trace_report.step_table(trace, steps)
     per_step = trace_report.bubble_per_step(rows)
     which = f"step {steps[0]}" if len(steps) == 1 else f"steps {steps[0]}..{steps[-1]}"
-    text = (f"{trace.schedule_name or 'schedule ?'}: P = {trace.num_stages}, "
-            f"N = {trace.num_micro_batches}, {which}")
+    shape = (f"P = {trace.num_stages}" if trace.num_ranks == trace.num_stages
+             else f"{trace.num_ranks} ranks, {trace.num_stages} stages")
+    text = f"{trace.schedule_name or 'schedule ?'}: {shape}, N = {trace.num_micro_batches}, {which}"
     if per_step:
-        theory = trace_report.theory_bubble(trace.num_stages, trace.num_micro_batches)
+        theory = trace_report.trace_theory(trace)
         text += (f" — measured bubble {100 * np.mean(list(per_step.values())):.1f} %"
                  f" (theory {100 * theory:.1f} %)")
     return text
@@ -122,6 +127,14 @@ def legend_handles(trace, per_rank):
     if present & {"SEND", "RECV"}:
         handles.append(Patch(facecolor=TRANSFER_COLOUR, alpha=0.35, label="transfer in flight"))
     return handles
+
+
+def row_label(trace, rank):
+    """'stage 2', or 'rank 0 (stages 0, 3)' when the rank owns several."""
+    stages = sorted({int(s) for s in trace.events[rank]["stage"]})
+    if len(stages) <= 1:
+        return f"stage {trace.stage_of_rank(rank)}"
+    return f"rank {rank} (stages {', '.join(map(str, stages))})"
 
 
 def draw(trace, steps, out):
@@ -140,7 +153,7 @@ def draw(trace, steps, out):
         draw_transfers(ax, trace, ev, r, t0, div)
         draw_labels(ax, trace, ev, r, t0, div, pts_per_unit)
     step_marks(ax, per_rank, steps, t0, div)
-    ax.set_yticks(range(ranks), [f"stage {trace.stage_of_rank(r)}" for r in range(ranks)])
+    ax.set_yticks(range(ranks), [row_label(trace, r) for r in range(ranks)])
     ax.set_xlabel(f"time ({unit}) from the first event drawn")
     ax.set_title(title(trace, steps), fontsize=10)
     handles = legend_handles(trace, per_rank)

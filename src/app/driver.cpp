@@ -30,6 +30,7 @@
 #include "pipetrain/base/timed_wait.hpp"
 #include "pipetrain/io/metrics.hpp"
 #include "pipetrain/io/trace_io.hpp"
+#include "pipetrain/plan/simulate.hpp"
 #include "pipetrain/runtime/trainer.hpp"
 
 namespace pt {
@@ -104,19 +105,16 @@ std::string join(const std::vector<int64_t>& v) {
   return "[" + os.str() + "]";
 }
 
-double theory_bubble(const Schedule& s) {
-  const double p = s.num_stages, n = s.num_micro_batches;
-  return (p - 1.0) / (n + p - 1.0);
-}
 
 std::string schedule_summary(const Schedule& s, const ScheduleReport& r) {
   std::vector<int64_t> peaks(r.peak_in_flight.begin(), r.peak_in_flight.end());
-  char buf[256];
+  char buf[384];
   std::snprintf(buf, sizeof buf,
                 "schedule %s: %d stages, %d micro-batches, peak in-flight micro-batches "
-                "per stage %s, theoretical bubble (P-1)/(N+P-1) = %.1f%%",
+                "per stage %s, theoretical bubble %.1f%% (unit times F = 1, B = 2, or B = W = 1 "
+                "when split: (P-1)/(N+P-1) for gpipe and 1f1b)",
                 s.name.c_str(), s.num_stages, s.num_micro_batches, join(peaks).c_str(),
-                100.0 * theory_bubble(s));
+                100.0 * unit_time_bubble(s));
   return buf;
 }
 
@@ -183,7 +181,10 @@ void print_summary(const Deck& deck, const StepRecord& last, double elapsed,
 
 void print_start(const World& w, const Deck& deck, const Trainer& trainer,
                  const BlasThreadsChoice& blas) {
-  std::printf("pipetrain: %d ranks, one stage per rank\n%s\n", w.size,
+  const int stages = trainer.schedule().num_stages;
+  std::printf("pipetrain: %d ranks, %s\n%s\n", w.size,
+              stages == w.size ? "one stage per rank"
+                               : (std::to_string(stages / w.size) + " stages per rank").c_str(),
               deck_to_toml(deck).c_str());
   std::printf("waits: %s (%d ranks on %d cores on this node%s)\n", wait_mode_name(wait_mode()),
               blas.ranks_on_node, blas.node_cores,
@@ -361,7 +362,7 @@ int run_train(const World& w, const CommandLine& cli, const Deck& deck_in) {
     for (const auto& c : trainer.recompute_choices()) policies += (policies.empty() ? "" : ",") + c.policy;
     metrics.set_attribute("recompute", policies);
     print_run_plan(plan, deck);
-    record_run_plan(plan, deck, w.size, metrics);
+    record_run_plan(plan, deck, trainer.schedule().num_stages, metrics);
     if (auto floor = trainer.loss_floor()) {
       metrics.set_attribute("loss_floor", floor->window);
       metrics.set_attribute("entropy_rate", floor->entropy_rate);

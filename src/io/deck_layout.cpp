@@ -3,6 +3,7 @@
 // explicit partition, schedule file.
 #include <cerrno>
 #include <cstring>
+#include <algorithm>
 #include <fstream>
 #include <numeric>
 #include <string>
@@ -59,9 +60,12 @@ Units model_partition_units(const Deck& deck) {
           model_units(deck.model)};
 }
 
-void check_units_per_stage(const Deck& deck, const Units& units, int stages) {
+void check_units_per_stage(const Deck& deck, const Units& units, int stages, int per_rank) {
   if (units.count >= stages) return;
-  std::string why = deck.pipeline.stages == 0 ? ", one per MPI rank" : "";
+  std::string why = per_rank > 1 ? ": " + std::to_string(stages / per_rank) + " ranks x " +
+                                       std::to_string(per_rank) + " stages per rank"
+                    : deck.pipeline.stages == 0 ? ", one per MPI rank"
+                                                : "";
   throw InputError(deck.where(units.key) + " = " + std::to_string(units.count) +
                    ": must be >= the number of stages (" + std::to_string(stages) + why +
                    "); each stage needs at least one " + units.name);
@@ -104,9 +108,11 @@ void check_schedule_file(const Deck& deck, int stages) {
   int micro_batches = static_cast<int>(deck.pipeline.micro_batches);
   try {
     Schedule schedule = load_schedule_file(path, stages, micro_batches);
-    if (schedule.num_ranks != stages) {
+    const int ranks = stages / static_cast<int>(deck.pipeline.virtual_stages);
+    if (schedule.num_ranks != ranks) {
       throw InputError("has " + plural(schedule.num_ranks, "rank line") + " but the job runs " +
-                       plural(stages, "stage") + ", one per rank; give one line per rank");
+                       plural(ranks, "rank") + " (" + plural(stages, "stage") +
+                       "); give one line per rank");
     }
     validate_schedule(schedule, comm_semantics_of(deck.pipeline.transport, deck.training.device));
   } catch (const InputError& e) {
@@ -114,27 +120,70 @@ void check_schedule_file(const Deck& deck, int stages) {
   }
 }
 
+// With several stages per rank "auto" recomputation (which probes one stage
+// per rank against the rank's budget) is refused.
+void check_recompute_per_rank(const Deck& deck, int per_rank) {
+  if (per_rank == 1) return;
+  const auto& per_stage = deck.pipeline.recompute_stages;
+  const bool any_auto = per_stage.empty()
+                            ? deck.pipeline.recompute == "auto"
+                            : std::find(per_stage.begin(), per_stage.end(), "auto") != per_stage.end();
+  if (!any_auto) return;
+  throw InputError(deck.where(per_stage.empty() ? "pipeline.recompute" : "pipeline.recompute_stages") +
+                   ": \"auto\" chooses one stage per rank, but " +
+                   other_key(deck, "pipeline.schedule", "\"" + deck.pipeline.schedule + "\"") +
+                   " puts " + std::to_string(per_rank) +
+                   " stages on each rank; give fixed policies (none, selective, every:K, full)");
+}
+
+// A generated schedule must accept the deck's micro-batch count.
+void check_generated_schedule(const Deck& deck, int ranks) {
+  try {
+    generate_schedule(deck.pipeline.schedule, ranks, static_cast<int>(deck.pipeline.micro_batches),
+                      static_cast<int>(deck.pipeline.virtual_stages));
+  } catch (const InputError& e) {
+    throw InputError(deck.where("pipeline.schedule") + " = \"" + deck.pipeline.schedule + "\" with " +
+                     other_key(deck, "pipeline.micro_batches",
+                               std::to_string(deck.pipeline.micro_batches)) + ": " + e.what());
+  }
+}
+
+// Rebalancing moves units between ranks of one stage each; the slowed rank
+// of the fault injection must exist.
+void check_rebalance_layout(const Deck& deck, int num_ranks, int per_rank) {
+  if (deck.pipeline.rebalance && per_rank > 1)
+    throw InputError(deck.where("pipeline.rebalance") + " = true moves units between ranks of one " +
+                     "stage each, but " +
+                     other_key(deck, "pipeline.schedule", "\"" + deck.pipeline.schedule + "\"") +
+                     " puts " + std::to_string(per_rank) + " stages on each rank");
+  if (deck.pipeline.slowdown_rank >= num_ranks)
+    throw InputError(deck.where("pipeline.slowdown_rank") + " = " +
+                     std::to_string(deck.pipeline.slowdown_rank) + ": the job has " +
+                     std::to_string(num_ranks) + " ranks (0-" + std::to_string(num_ranks - 1) +
+                     "); give one of them, or -1 for none");
+}
+
 }  // namespace
 
 int check_deck_layout(const Deck& deck, int num_ranks) {
   PT_CHECK(num_ranks >= 1, "num_ranks = " + std::to_string(num_ranks));
   check_stages(deck, num_ranks);
-  int stages = num_ranks;
+  const int per_rank = stages_per_rank(deck.pipeline.schedule,
+                                       static_cast<int>(deck.pipeline.virtual_stages));
+  const int stages = num_ranks * per_rank;
   const Units units = model_partition_units(deck);
-  check_units_per_stage(deck, units, stages);
+  check_units_per_stage(deck, units, stages, per_rank);
   check_partition(deck, units, stages);
   const size_t overrides = deck.pipeline.recompute_stages.size();
   if (overrides != 0 && overrides != static_cast<size_t>(stages))
     throw InputError(deck.where("pipeline.recompute_stages") + " has " + std::to_string(overrides) +
                      " entries but the job has " + std::to_string(stages) +
                      " stages; give one policy per stage or leave it empty");
+  check_recompute_per_rank(deck, per_rank);
   if (deck.pipeline.schedule == "file") check_schedule_file(deck, stages);
-  if (deck.pipeline.slowdown_rank >= stages)
-    throw InputError(deck.where("pipeline.slowdown_rank") + " = " +
-                     std::to_string(deck.pipeline.slowdown_rank) + ": the job has " +
-                     std::to_string(stages) + " ranks (0-" + std::to_string(stages - 1) +
-                     "); give one of them, or -1 for none");
-  return stages;
+  else check_generated_schedule(deck, num_ranks);
+  check_rebalance_layout(deck, num_ranks, per_rank);
+  return num_ranks;
 }
 
 }  // namespace pt

@@ -32,6 +32,9 @@ bool is_hdf5(const Deck& d) { return d.data.type == "hdf5"; }
 bool is_fp16(const Deck& d) { return d.training.precision == "fp16"; }
 bool is_rebalancing(const Deck& d) { return d.pipeline.rebalance; }
 bool is_slowed(const Deck& d) { return d.pipeline.slowdown_rank >= 0; }
+bool has_virtual_stages(const Deck& d) {
+  return d.pipeline.schedule == "interleaved" || d.pipeline.schedule == "file";
+}
 
 #define PT_FIELD(member) [](Deck& d) -> Field { return &d.member; }
 #define PT_MLP is_mlp, "model.type = \"mlp\""
@@ -86,7 +89,8 @@ const std::vector<KeySpec> kDeckKeys = {
     {"training", "eval_batches", PT_FIELD(training.eval_batches), between(1, 1 << 20), nullptr, "batches per evaluation", PT_ALWAYS},
     {"pipeline", "stages", PT_FIELD(pipeline.stages), between(0, 1 << 16), nullptr, "pipeline stages, one per MPI rank; 0 = number of ranks", PT_ALWAYS},
     {"pipeline", "micro_batches", PT_FIELD(pipeline.micro_batches), between(1, 1 << 20), nullptr, "micro-batches per step; must divide batch_size", PT_ALWAYS},
-    {"pipeline", "schedule", PT_FIELD(pipeline.schedule), any(), "gpipe|1f1b|file", "pipeline schedule", PT_ALWAYS},
+    {"pipeline", "schedule", PT_FIELD(pipeline.schedule), any(), "gpipe|1f1b|interleaved|zb-h1|zb-v|file", "pipeline schedule (docs/schedules.md): zb-h1 and zb-v split the backward into B and W", PT_ALWAYS},
+    {"pipeline", "virtual_stages", PT_FIELD(pipeline.virtual_stages), between(1, 64), nullptr, "stages per rank: interleaved (rank r owns stages r, r+P, ...) or a schedule file with several stages per rank", has_virtual_stages, "pipeline.schedule = \"interleaved\" or \"file\""},
     {"pipeline", "schedule_file", PT_FIELD(pipeline.schedule_file), any(), nullptr, "schedule text file, with schedule = \"file\"", PT_ALWAYS},
     {"pipeline", "partition", [](Deck& d) -> Field { return PartitionRef{&d.pipeline.partition_strategy, &d.pipeline.partition}; }, at_least(1), kPartitionStrategies, "split of the partition units (Linear layers or blocks) between stages: uniform (by count), time (fastest slowest stage), memory (smallest largest peak), balanced (time within memory_budget_mb), or a list of per-stage counts", PT_ALWAYS},
     {"pipeline", "predict", PT_FIELD(pipeline.predict), any(), nullptr, "profile every unit briefly at start and report the planner's predicted step time, bubble and memory beside the measured ones", PT_ALWAYS},

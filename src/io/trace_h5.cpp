@@ -11,6 +11,7 @@
 #include "pipetrain/base/error.hpp"
 #include "pipetrain/base/quiet_hdf5.hpp"
 #include "pipetrain/io/trace_io.hpp"
+#include "pipetrain/plan/simulate.hpp"
 
 namespace pt {
 
@@ -67,14 +68,6 @@ void write_events(hid_t group, const std::string& name, const std::vector<TraceE
   H5Sclose(space);
 }
 
-std::string schedule_text(const Schedule& s) {
-  std::string text;
-  for (const auto& rank : s.ranks) {
-    for (size_t i = 0; i < rank.size(); ++i) text += (i ? " " : "") + to_string(rank[i]);
-    text += "\n";
-  }
-  return text;
-}
 
 }  // namespace
 
@@ -86,12 +79,16 @@ void write_trace_file(const std::string& path, const std::string& resolved_deck,
   hid_t file = H5Fcreate(tmp.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
   if (file < 0) throw Error("cannot create " + tmp);
   string_attr(file, "deck", resolved_deck);
-  string_attr(file, "schedule", schedule_text(schedule));
+  string_attr(file, "schedule", format_schedule(schedule));
   string_attr(file, "schedule_name", schedule.name);
   string_attr(file, "kind_names", kEventKindNames);
   const int64_t stages = schedule.num_stages, mbs = schedule.num_micro_batches;
   numeric_attr(file, "num_stages", H5T_STD_I64LE, H5T_NATIVE_INT64, &stages, 1);
   numeric_attr(file, "num_micro_batches", H5T_STD_I64LE, H5T_NATIVE_INT64, &mbs, 1);
+  const int64_t ranks = schedule.num_ranks;
+  numeric_attr(file, "num_ranks", H5T_STD_I64LE, H5T_NATIVE_INT64, &ranks, 1);
+  const double theory = unit_time_bubble(schedule);
+  numeric_attr(file, "theory_bubble", H5T_IEEE_F64LE, H5T_NATIVE_DOUBLE, &theory, 1);
   numeric_attr(file, "clock_offset_us", H5T_IEEE_F64LE, H5T_NATIVE_DOUBLE, clocks.offset_us.data(),
                clocks.offset_us.size());
   numeric_attr(file, "clock_error_us", H5T_IEEE_F64LE, H5T_NATIVE_DOUBLE, clocks.error_us.data(),
@@ -169,9 +166,12 @@ RunTrace read_trace_file(const std::string& path) {
   trace.num_stages = static_cast<int>(stages);
   trace.num_micro_batches = static_cast<int>(mbs);
   trace.clock_error_us = read_doubles_attr(file.get(), "clock_error_us");
+  int64_t ranks = stages;  // traces before several stages per rank: one rank per stage
+  if (H5Aexists(file.get(), "num_ranks") > 0 && !ckpt::read_attr(file.get(), "num_ranks", ranks))
+    refuse_trace(path, "attribute num_ranks is unreadable");
   if (!ckpt::has_link(file.get(), "events")) refuse_trace(path, "group events is missing");
   H5Id group(H5Gopen2(file.get(), "events", H5P_DEFAULT), H5Gclose);
-  for (int r = 0; r < trace.num_stages; ++r) {
+  for (int r = 0; r < static_cast<int>(ranks); ++r) {
     const std::string name = "rank_" + std::to_string(r);
     if (!ckpt::has_link(group.get(), name)) refuse_trace(path, "dataset events/" + name + " is missing");
     trace.events.push_back(read_events(group.get(), name, path));

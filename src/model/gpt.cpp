@@ -81,14 +81,41 @@ struct Dense {
     if (has_bias()) be.add_bias(y, bias.value);
     return y;
   }
-  // Adds dW = dy^T x and db = column sums of dy; returns dx (rows, in).
-  Tensor backward(Backend& be, const Tensor& x, const Tensor& dy) {
-    be.matmul(dy, true, x, false, weight.grad, 1.f, 1.f);
-    if (has_bias()) be.accumulate_bias_grad(dy, bias.grad);
+  // Adds dW = dy^T x and db = column sums of dy, or, with `defer`, appends
+  // x and dy to it for weights(); returns dx (rows, in).
+  Tensor backward(Backend& be, const Tensor& x, const Tensor& dy,
+                  std::vector<Tensor>* defer = nullptr) {
+    if (defer) {
+      defer->push_back(x);
+      defer->push_back(dy);
+    } else {
+      weights(be, x, dy);
+    }
     Tensor dx = activation(x.shape());
     be.matmul(dy, false, weight.value, false, dx, 1.f, 0.f);
     return dx;
   }
+  void weights(Backend& be, const Tensor& x, const Tensor& dy) {
+    be.matmul(dy, true, x, false, weight.grad, 1.f, 1.f);
+    if (has_bias()) be.accumulate_bias_grad(dy, bias.grad);
+  }
+};
+
+// The deferred (x, dy) pairs of a split backward, consumed in the order the
+// backward appended them.
+class DeferredPairs {
+ public:
+  explicit DeferredPairs(const std::vector<Tensor>& deferred, size_t pairs) : d_(deferred) {
+    PT_CHECK(d_.size() == 2 * pairs, "weight gradients need backward_input's deferred tensors");
+  }
+  void next(Backend& be, Dense& dense) {
+    dense.weights(be, d_[i_], d_[i_ + 1]);
+    i_ += 2;
+  }
+
+ private:
+  const std::vector<Tensor>& d_;
+  size_t i_ = 0;
 };
 
 struct LayerNorm {
@@ -160,6 +187,16 @@ class GptEmbedding final : public Layer {
                   bool) override {
     be.embedding_backward(x, dy, wte_.grad, wpe_.grad);
     return Tensor();
+  }
+  // The whole gradient is a weight gradient. deferred: tokens (mb, T), dy (mb, T, C).
+  Tensor backward_input(Backend&, const Tensor& x, const std::vector<Tensor>&, const Tensor& dy,
+                        bool, std::vector<Tensor>& deferred) override {
+    deferred = {x, dy};
+    return Tensor();
+  }
+  void backward_weights(Backend& be, const std::vector<Tensor>& deferred) override {
+    PT_CHECK(deferred.size() == 2, "embedding gradients need backward_input's tokens and dy");
+    be.embedding_backward(deferred[0], deferred[1], wte_.grad, wpe_.grad);
   }
 
  private:
@@ -254,29 +291,45 @@ class GptBlock final : public Layer {
 
   Tensor backward(Backend& be, const Tensor& x, const std::vector<Tensor>& saved,
                   const Tensor& dy, bool need_dx) override {
+    return block_backward(be, x, saved, dy, need_dx, nullptr);
+  }
+  // deferred: (x, dy) of mlp_proj, fc, attn_proj, qkv; the layer norms'
+  // gradients stay in B (one kernel makes them with dx).
+  Tensor backward_input(Backend& be, const Tensor& x, const std::vector<Tensor>& saved,
+                        const Tensor& dy, bool need_dx, std::vector<Tensor>& deferred) override {
+    deferred.clear();
+    return block_backward(be, x, saved, dy, need_dx, &deferred);
+  }
+  void backward_weights(Backend& be, const std::vector<Tensor>& deferred) override {
+    DeferredPairs pairs(deferred, 4);
+    for (Dense* dense : {&mlp_proj_, &fc_, &attn_proj_, &qkv_}) pairs.next(be, *dense);
+  }
+
+ private:
+  Tensor block_backward(Backend& be, const Tensor& x, const std::vector<Tensor>& saved,
+                        const Tensor& dy, bool need_dx, std::vector<Tensor>* defer) {
     PT_CHECK(saved.size() == kBlockSavedCount, "block backward needs forward's saved tensors");
     const Tensor& x1 = saved[kX1];
     // MLP branch: y = x1 + mlp_proj(gelu(fc(ln2(x1)))).
-    Tensor dgelu = mlp_proj_.backward(be, saved[kGeluOut], dy);  // (mb, T, R*C)
+    Tensor dgelu = mlp_proj_.backward(be, saved[kGeluOut], dy, defer);  // (mb, T, R*C)
     Tensor dfc = Tensor::empty(dgelu.shape(), DType::F32, MemCategory::Workspace);
     be.gelu_backward(saved[kFcOut], dgelu, dfc);            // (mb, T, R*C)
-    Tensor dln2 = fc_.backward(be, saved[kLn2Out], dfc);    // (mb, T, C)
+    Tensor dln2 = fc_.backward(be, saved[kLn2Out], dfc, defer);  // (mb, T, C)
     Tensor dx1 = ln2_.backward(be, x1, saved[kLn2Mean], saved[kLn2Rstd], dln2);
     be.add(dx1, dy, dx1);  // + the residual path
     // Attention branch: x1 = x + attn_proj(attention(qkv(ln1(x)))).
-    Tensor dattn = attn_proj_.backward(be, saved[kAttn], dx1);  // (mb, T, C)
+    Tensor dattn = attn_proj_.backward(be, saved[kAttn], dx1, defer);  // (mb, T, C)
     const Tensor& qkv = saved[kQkv];
     Tensor probs = saved[kProbs].defined() ? saved[kProbs] : attention_probs(be, qkv);
     Tensor dqkv = Tensor::empty(qkv.shape(), DType::F32, MemCategory::Workspace);
     be.attention_backward(qkv, probs, dattn, dims_.heads, dqkv);  // (mb, T, 3C)
-    Tensor dln1 = qkv_.backward(be, saved[kLn1Out], dqkv);         // (mb, T, C)
+    Tensor dln1 = qkv_.backward(be, saved[kLn1Out], dqkv, defer);  // (mb, T, C)
     Tensor dx = ln1_.backward(be, x, saved[kLn1Mean], saved[kLn1Rstd], dln1);
     if (!need_dx) return Tensor();
     be.add(dx, dx1, dx);  // + the residual path
     return dx;
   }
 
- private:
   static std::string prefix(int64_t index) { return "block" + std::to_string(index) + "."; }
   static float residual_std(const GptDims& dims) {
     return kInitStd / std::sqrt(2.f * static_cast<float>(dims.blocks));
@@ -330,13 +383,27 @@ class GptHead final : public Layer {
   }
   Tensor backward(Backend& be, const Tensor& x, const std::vector<Tensor>& saved,
                   const Tensor& dy, bool need_dx) override {
+    return head_backward(be, x, saved, dy, need_dx, nullptr);
+  }
+  // deferred: (x, dy) of lm_head; ln_f's gradients stay in B.
+  Tensor backward_input(Backend& be, const Tensor& x, const std::vector<Tensor>& saved,
+                        const Tensor& dy, bool need_dx, std::vector<Tensor>& deferred) override {
+    deferred.clear();
+    return head_backward(be, x, saved, dy, need_dx, &deferred);
+  }
+  void backward_weights(Backend& be, const std::vector<Tensor>& deferred) override {
+    DeferredPairs(deferred, 1).next(be, lm_head_);
+  }
+
+ private:
+  Tensor head_backward(Backend& be, const Tensor& x, const std::vector<Tensor>& saved,
+                       const Tensor& dy, bool need_dx, std::vector<Tensor>* defer) {
     PT_CHECK(saved.size() == 3, "head backward needs forward's saved tensors");
-    Tensor dln = lm_head_.backward(be, saved[0], dy);  // (mb, T, C)
+    Tensor dln = lm_head_.backward(be, saved[0], dy, defer);  // (mb, T, C)
     Tensor dx = ln_f_.backward(be, x, saved[1], saved[2], dln);
     return need_dx ? dx : Tensor();
   }
 
- private:
   GptDims dims_;
   LayerNorm ln_f_;
   Dense lm_head_;  // (V, C), no bias

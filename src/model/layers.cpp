@@ -68,15 +68,31 @@ class Linear final : public Layer {
 
   Tensor backward(Backend& be, const Tensor& x, const std::vector<Tensor>&, const Tensor& dy,
                   bool need_dx) override {
+    add_weight_grads(be, x, dy);
+    return need_dx ? input_grad(be, x, dy) : Tensor();
+  }
+  // deferred: x (rows, in), dy (rows, out).
+  Tensor backward_input(Backend& be, const Tensor& x, const std::vector<Tensor>&, const Tensor& dy,
+                        bool need_dx, std::vector<Tensor>& deferred) override {
+    deferred = {x, dy};
+    return need_dx ? input_grad(be, x, dy) : Tensor();
+  }
+  void backward_weights(Backend& be, const std::vector<Tensor>& deferred) override {
+    PT_CHECK(deferred.size() == 2, "linear weight gradients need backward_input's x and dy");
+    add_weight_grads(be, deferred[0], deferred[1]);
+  }
+
+ private:
+  void add_weight_grads(Backend& be, const Tensor& x, const Tensor& dy) {
     be.matmul(dy, true, x, false, weight_.grad, 1.f, 1.f);  // dW += dy^T x: (out, in)
     be.accumulate_bias_grad(dy, bias_.grad);
-    if (!need_dx) return Tensor();
+  }
+  Tensor input_grad(Backend& be, const Tensor& x, const Tensor& dy) {
     Tensor dx = Tensor::empty(x.shape(), DType::F32, MemCategory::Workspace);
     be.matmul(dy, false, weight_.value, false, dx, 1.f, 0.f);  // (rows, out) x (out, in)
     return dx;
   }
 
- private:
   int64_t in_, out_;
   Param weight_;  // (out, in)
   Param bias_;    // (out)

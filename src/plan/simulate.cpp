@@ -62,8 +62,8 @@ void check_input(const Schedule& s, const SimulationInput& in) {
 class StepSimulation {
  public:
   StepSimulation(const Schedule& s, const SimulationInput& in)
-      : s_(s), in_(in), p_(s.num_stages), n_(s.num_micro_batches),
-        times_(4 * slots(), kNotYet), recv_posted_(2 * slots(), 0),
+      : s_(s), in_(in), p_(s.num_stages), n_(s.num_micro_batches), split_(splits_backward(s)),
+        times_(5 * slots(), kNotYet), recv_posted_(2 * slots(), 0),
         waiting_for_(s.num_ranks, kNothing),
         pc_(s.num_ranks, 0), clock_(s.num_ranks, 0.0), busy_(s.num_ranks, 0.0),
         span_(s.num_ranks, 0.0), in_flight_(p_, 0), result_() {
@@ -92,11 +92,22 @@ class StepSimulation {
   size_t pair(int stage, int mb) const {
     return static_cast<size_t>(stage) * static_cast<size_t>(n_) + static_cast<size_t>(mb);
   }
-  // times_[key]: end of F / B, post of SEND_F / SEND_B.
+  // times_[key]: end of F / B / W, post of SEND_F / SEND_B.
   size_t key(ActionKind kind, int stage, int mb) const {
     const size_t k = kind == ActionKind::F ? 0 : kind == ActionKind::B ? 1
-                     : kind == ActionKind::SEND_F ? 2 : 3;
-    return pair(stage, mb) * 4 + k;
+                     : kind == ActionKind::SEND_F ? 2 : kind == ActionKind::SEND_B ? 3 : 4;
+    return pair(stage, mb) * 5 + k;
+  }
+  // Seconds of W, and of B, of stage `stage`.
+  double w_time(int stage) const {
+    if (!split_) return 0.0;
+    const StageCost& c = in_.stages[stage];
+    return in_.weight_grad_share * std::max(0.0, c.backward_s - c.recompute_s);
+  }
+  double duration(const Action& a) const {
+    const StageCost& c = in_.stages[a.stage];
+    if (a.kind == ActionKind::F) return c.forward_s;
+    return a.kind == ActionKind::W ? w_time(a.stage) : c.backward_s - w_time(a.stage);
   }
   double done(ActionKind kind, int stage, int mb) const { return times_[key(kind, stage, mb)]; }
   char& recv_posted(const Action& recv) {
@@ -134,6 +145,7 @@ class StepSimulation {
 
   // The producer of what `a` (F or B) waits for, and whether it is a send.
   bool needs_input(const Action& a, Action& producer, bool& remote) const {
+    if (a.kind == ActionKind::W) return false;  // its B ran before, on this rank
     const bool forward = a.kind == ActionKind::F;
     const int from = forward ? a.stage - 1 : a.stage + 1;
     if (from < 0 || from >= p_) return false;
@@ -190,18 +202,20 @@ class StepSimulation {
   bool compute(int rank, const Action& a) {
     if (a.kind == ActionKind::B && done(ActionKind::F, a.stage, a.mb) == kNotYet)
       reject(s_, to_string(a) + " on rank " + std::to_string(rank) + " runs before its F");
+    if (a.kind == ActionKind::W && done(ActionKind::B, a.stage, a.mb) == kNotYet)
+      reject(s_, to_string(a) + " on rank " + std::to_string(rank) + " runs before its B");
     const double ready = input_ready(rank, a);
     if (ready == kNotYet) return false;
     const StageCost& c = in_.stages[a.stage];
     const bool forward = a.kind == ActionKind::F;
     const double start = std::max(clock_[rank], ready);
-    const double end = start + (forward ? c.forward_s : c.backward_s);
+    const double end = start + duration(a);
     if (forward) {
       int& now = in_flight_[a.stage];
       result_.peak_in_flight[a.stage] = std::max(result_.peak_in_flight[a.stage], ++now);
     }
     track_memory(a, forward ? c.forward_transient_bytes : c.backward_transient_bytes);
-    if (!forward) --in_flight_[a.stage];
+    if (a.kind == (split_ ? ActionKind::W : ActionKind::B)) --in_flight_[a.stage];
     clock_[rank] = end;
     busy_[rank] += end - start;
     span_[rank] = std::max(span_[rank], end);
@@ -233,7 +247,7 @@ class StepSimulation {
     const std::vector<Action>& list = s_.ranks[rank];
     while (pc_[rank] < static_cast<int>(list.size())) {
       const Action& a = list[pc_[rank]];
-      if (a.kind == ActionKind::F || a.kind == ActionKind::B) {
+      if (a.kind == ActionKind::F || a.kind == ActionKind::B || a.kind == ActionKind::W) {
         if (!compute(rank, a)) return;
       } else if (is_send(a.kind)) {
         post_send(rank, a);
@@ -263,6 +277,8 @@ class StepSimulation {
           reject(s_, "no rank runs " + to_string(make(st, ActionKind::F, mb)));
         if (!s_.forward_only && done(ActionKind::B, st, mb) == kNotYet)
           reject(s_, "no rank runs " + to_string(make(st, ActionKind::B, mb)));
+        if (split_ && done(ActionKind::W, st, mb) == kNotYet)
+          reject(s_, "no rank runs " + to_string(make(st, ActionKind::W, mb)));
       }
   }
 
@@ -301,6 +317,7 @@ class StepSimulation {
   const Schedule& s_;
   const SimulationInput& in_;
   int p_, n_;
+  bool split_;  // the schedule has W actions
   std::vector<double> times_;      // key(): end of F/B, post of SEND_*; kNotYet
   std::vector<char> recv_posted_;  // (stage, micro-batch, RECV_F | RECV_B) posted
   std::vector<size_t> waiting_for_;  // per rank: the key it waits for, or kNothing
@@ -319,14 +336,26 @@ SimulationResult simulate_schedule(const Schedule& schedule, const SimulationInp
 }
 
 std::vector<int> schedule_in_flight(const Schedule& s) {
+  const ActionKind ends = splits_backward(s) ? ActionKind::W : ActionKind::B;
   std::vector<int> now(static_cast<size_t>(std::max(s.num_stages, 0)), 0), peak(now);
   for (const std::vector<Action>& rank : s.ranks)
     for (const Action& a : rank) {
       if (a.stage < 0 || a.stage >= s.num_stages) continue;
       if (a.kind == ActionKind::F) peak[a.stage] = std::max(peak[a.stage], ++now[a.stage]);
-      if (a.kind == ActionKind::B) --now[a.stage];
+      if (a.kind == ends) --now[a.stage];
     }
   return peak;
+}
+
+double unit_time_bubble(const Schedule& schedule) {
+  SimulationInput input;
+  StageCost unit;
+  unit.forward_s = 1.0;
+  unit.backward_s = 2.0;
+  input.stages.assign(static_cast<size_t>(schedule.num_stages), unit);
+  input.links = {LinkCost{}};
+  input.record_events = false;
+  return simulate_schedule(schedule, input).bubble;
 }
 
 }  // namespace pt

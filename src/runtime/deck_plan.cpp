@@ -30,8 +30,9 @@ PartitionSetup partition_setup_for(const Deck& deck, const Schedule& schedule,
   return setup;
 }
 
-PartitionResult choose_partition(const Deck& deck, const ModelProfile& profile, int stages) {
-  const Schedule schedule = schedule_for_deck(deck, stages);
+PartitionResult choose_partition(const Deck& deck, const ModelProfile& profile, int ranks) {
+  const Schedule schedule = schedule_for_deck(deck, ranks);
+  const int stages = schedule.num_stages;
   const PartitionSetup setup =
       partition_setup_for(deck, schedule, deck_recompute_policies(deck, stages));
   const std::string& strategy = deck.pipeline.partition_strategy;
@@ -53,6 +54,19 @@ PartitionResult choose_partition(const Deck& deck, const ModelProfile& profile, 
   }
 }
 
+// W's share of a backward without recompute, by matmul FLOPs: the backward
+// of a weight product is two products (dx, dW) and W is one of them; the
+// attention products (scores, weighted values: 4 T C per token forward, no
+// weights) have a backward of twice their FLOPs, all in B. MLP: one half.
+double weight_grad_share(const ModelConfig& m) {
+  if (m.type != "gpt") return 0.5;
+  const double c = m.d_model, t = m.seq_len, r = m.mlp_ratio, v = m.vocab_size;
+  const double blocks = static_cast<double>(m.blocks);
+  const double weights = blocks * (8.0 * c * c + 4.0 * r * c * c) * t + 2.0 * t * c * v;
+  const double attention = blocks * 4.0 * t * c * t;
+  return weights / (2.0 * weights + 2.0 * attention);
+}
+
 SimulationResult predict_step(const Deck& deck, const ModelProfile& profile,
                               const Schedule& schedule, const std::vector<int64_t>& units_per_stage,
                               const std::vector<PlanRecompute>& policies) {
@@ -62,6 +76,7 @@ SimulationResult predict_step(const Deck& deck, const ModelProfile& profile,
   input.step_overhead_s = profile.step_overhead_s;
   input.batch_size = deck.training.batch_size;
   input.record_events = false;
+  input.weight_grad_share = weight_grad_share(deck.model);
   return simulate_schedule(schedule, input);
 }
 

@@ -19,6 +19,12 @@ namespace {
 constexpr int kActivation = 0;  // direction in message tags
 constexpr int kGradient = 1;
 
+std::vector<StageModel*> checked_stages(std::vector<StageModel*> stages, size_t policies) {
+  PT_CHECK(!stages.empty() && stages.size() == policies,
+           "an executor needs a policy for each of its stages");
+  return stages;
+}
+
 std::string format_seconds(double s) {
   char buf[32];
   std::snprintf(buf, sizeof buf, "%g", s);
@@ -28,9 +34,38 @@ std::string format_seconds(double s) {
 
 Executor::Executor(StageModel& stage, Transport& transport, const Deck& deck, Backend& backend,
                    RecomputePolicy policy, Tracer* tracer)
-    : stage_(stage), transport_(transport), deck_(deck), be_(backend), policy_(policy),
-      tracer_(tracer),
+    : Executor(std::vector<StageModel*>{&stage}, transport, deck, backend,
+               std::vector<RecomputePolicy>{policy}, tracer) {}
+
+Executor::Executor(std::vector<StageModel*> stages, Transport& transport, const Deck& deck,
+                   Backend& backend, std::vector<RecomputePolicy> policies, Tracer* tracer)
+    : stages_(checked_stages(std::move(stages), policies.size())),
+      policies_(std::move(policies)), stage_(*stages_.front()), transport_(transport),
+      deck_(deck), be_(backend), policy_(policies_.front()), tracer_(tracer),
       rows_(deck.training.batch_size / deck.pipeline.micro_batches) {}
+
+bool Executor::owns(int stage) const {
+  for (const StageModel* s : stages_)
+    if (s->stage == stage) return true;
+  return false;
+}
+
+void Executor::select(int stage) {
+  for (size_t i = 0; i < stages_.size(); ++i)
+    if (stages_[i]->stage == stage) {
+      cur_ = i;
+      return;
+    }
+  PT_FAIL("action for stage " + std::to_string(stage) + ", which this rank does not own");
+}
+
+Executor::MicroBatch& Executor::local_state(int stage, int mb) {
+  const size_t keep = cur_;
+  select(stage);
+  MicroBatch& state = mbs_[key(mb)];
+  cur_ = keep;
+  return state;
+}
 
 int Executor::tag(int dst_stage, int direction, int mb) const {
   return (mb * schedule_->num_stages + dst_stage) * 2 + direction;
@@ -47,6 +82,7 @@ StepOutcome Executor::run(const Schedule& schedule, const Dataset& data, int64_t
   data_ = &data;
   pass_ = pass;
   step_ = step;
+  split_ = pass == Pass::Train && splits_backward(schedule);
   if (pass == Pass::Train) fault_point("step", step);
   loss_sum_ = 0.0;
   mbs_.clear();
@@ -54,15 +90,18 @@ StepOutcome Executor::run(const Schedule& schedule, const Dataset& data, int64_t
   const double start_us = clock().now_us();
   last_end_us_ = start_us;
   for (const Action& a : schedule.ranks[transport_.rank()]) {
+    select(a.stage);
     run_action(a);
     reap_sends(false);
     poll_receives();
   }
   reap_sends(true);
-  for (auto& [mb, state] : mbs_)
+  for (auto& [k, state] : mbs_)
     PT_CHECK(!state.recv_f && !state.recv_b,
-             "micro-batch " + std::to_string(mb) + " has a receive nobody consumed");
+             "micro-batch " + std::to_string(k / static_cast<int>(stages_.size())) +
+                 " has a receive nobody consumed");
   mbs_.clear();
+  cur_ = 0;
   StepOutcome outcome;
   outcome.loss_sum = loss_sum_;
   outcome.compute_us = compute_us_ - nested_wait_us_;
@@ -88,15 +127,16 @@ void Executor::compute_end(EventKind kind, int mb, double start_us) {
   in_compute_ = false;
   compute_us_ += end_us - start_us;
   last_end_us_ = end_us;
-  if (tracer_) tracer_->record(kind, step_, stage_.stage, mb, start_us, end_us);
+  if (tracer_) tracer_->record(kind, step_, cur().stage, mb, start_us, end_us);
 }
 
 void Executor::run_action(const Action& a) {
-  PT_CHECK(a.stage == stage_.stage, "action " + to_string(a) + " is not for stage " +
-                                        std::to_string(stage_.stage));
+  PT_CHECK(a.stage == cur().stage, "action " + to_string(a) + " is not for stage " +
+                                       std::to_string(cur().stage));
   switch (a.kind) {
     case ActionKind::F: forward(a.mb); break;
     case ActionKind::B: backward(a.mb); break;
+    case ActionKind::W: weights(a.mb); break;
     case ActionKind::RECV_F:
     case ActionKind::RECV_B: post_recv(a); break;
     case ActionKind::SEND_F:
@@ -111,10 +151,15 @@ void Executor::forward(int mb) {
 }
 
 Tensor Executor::forward_input(int mb) {
-  MicroBatch& state = mbs_[mb];
+  MicroBatch& state = mbs_[key(mb)];
   Tensor x;
-  if (stage_.is_first()) {
+  if (cur().is_first()) {
     x = data_->inputs(micro_batch_first_sample(deck_, step_, mb), rows_).to(be_.device());
+  } else if (owns(cur().stage - 1)) {  // the previous stage ran here: a local handoff
+    MicroBatch& prev = local_state(cur().stage - 1, mb);
+    PT_CHECK(prev.output.defined(), "F of micro-batch " + std::to_string(mb) + " on stage " +
+                                        std::to_string(cur().stage) + " before the previous stage's F");
+    x = std::move(prev.output);
   } else {
     PT_CHECK(state.recv_f, "F of micro-batch " + std::to_string(mb) + " without RECV_F");
     wait_for(state.recv_f);
@@ -125,17 +170,19 @@ Tensor Executor::forward_input(int mb) {
 }
 
 void Executor::run_forward(int mb, Tensor x) {
-  MicroBatch& state = mbs_[mb];
-  const size_t n = stage_.layers.size();
+  MicroBatch& state = mbs_[key(mb)];
+  StageModel& stage = cur();
+  const RecomputePolicy& policy = cur_policy();
+  const size_t n = stage.layers.size();
   const bool stash = pass_ == Pass::Train;
   state.layer_inputs.assign(n, Tensor());
   state.layer_saved.assign(n, {});
   for (size_t i = 0; i < n; ++i) {
-    Tensor y = stage_.layers[i]->forward(be_, x, state.layer_saved[i]);
-    if (stash && policy_.keeps_input(i)) state.layer_inputs[i] = stashed(std::move(x));
-    if (stash && policy_.keeps_saved()) {
-      if (policy_.kind == RecomputePolicy::Kind::Selective)
-        stage_.layers[i]->drop_recomputable(state.layer_saved[i]);
+    Tensor y = stage.layers[i]->forward(be_, x, state.layer_saved[i]);
+    if (stash && policy.keeps_input(i)) state.layer_inputs[i] = stashed(std::move(x));
+    if (stash && policy.keeps_saved()) {
+      if (policy.kind == RecomputePolicy::Kind::Selective)
+        stage.layers[i]->drop_recomputable(state.layer_saved[i]);
       for (Tensor& t : state.layer_saved[i]) t.retag(MemCategory::Activations);
     } else {
       state.layer_saved[i].clear();
@@ -143,21 +190,21 @@ void Executor::run_forward(int mb, Tensor x) {
     x = std::move(y);
   }
   state.forward_done = true;
-  if (!stage_.is_last()) {
+  if (!stage.is_last()) {
     state.output = std::move(x);
     return;
   }
   const int64_t batch = deck_.training.batch_size;
-  const int64_t terms = stage_.loss_terms_per_sample;
+  const int64_t terms = stage.loss_terms_per_sample;
   Tensor target = data_->targets(micro_batch_first_sample(deck_, step_, mb), rows_).to(be_.device());
   state.grad_output = Tensor::empty(x.shape(), DType::F32, MemCategory::Workspace);
   const float grad_scale = static_cast<float>(loss_scale_ / static_cast<double>(batch * terms));
-  double loss = stage_.loss->forward_backward(be_, x, target, grad_scale, state.grad_output);
+  double loss = stage.loss->forward_backward(be_, x, target, grad_scale, state.grad_output);
   // With fp16 loss scaling an overflow is the scaler's to handle: the step
   // is skipped and the scale backs off (LossScaler::finish_backward).
   if (!std::isfinite(loss) && !loss_scaling_)
     throw Error("non-finite loss at step " + std::to_string(step_) + ", stage " +
-                std::to_string(stage_.stage) + ", micro-batch " + std::to_string(mb));
+                std::to_string(stage.stage) + ", micro-batch " + std::to_string(mb));
   loss_sum_ += loss;
   if (stash) state.grad_output.retag(MemCategory::Activations);
   else state.grad_output = Tensor();
@@ -233,48 +280,82 @@ Tensor Executor::stashed(Tensor t) {
 void Executor::recompute_segment(MicroBatch& state, size_t begin, size_t end) {
   Tensor x = state.layer_inputs[begin];
   for (size_t i = begin; i + 1 < end; ++i) {
-    Tensor y = stage_.layers[i]->forward(be_, x, state.layer_saved[i]);
+    Tensor y = cur().layers[i]->forward(be_, x, state.layer_saved[i]);
     state.layer_inputs[i] = std::move(x);
     x = std::move(y);
   }
-  stage_.layers[end - 1]->recompute_saved(be_, x, state.layer_saved[end - 1]);
+  cur().layers[end - 1]->recompute_saved(be_, x, state.layer_saved[end - 1]);
   state.layer_inputs[end - 1] = std::move(x);
 }
 
 void Executor::backward(int mb) {
-  auto it = mbs_.find(mb);
+  auto it = mbs_.find(key(mb));
   PT_CHECK(it != mbs_.end() && it->second.forward_done,
            "B of micro-batch " + std::to_string(mb) + " before its F");
   MicroBatch& state = it->second;
   const double start = compute_begin();
-  if (!stage_.is_last()) {
+  if (!cur().is_last() && owns(cur().stage + 1)) {  // the next stage ran here: local
+    MicroBatch& next = local_state(cur().stage + 1, mb);
+    PT_CHECK(next.grad_input.defined(), "B of micro-batch " + std::to_string(mb) + " on stage " +
+                                            std::to_string(cur().stage) + " before the next stage's B");
+    state.grad_output = std::move(next.grad_input);
+  } else if (!cur().is_last()) {
     PT_CHECK(state.recv_b, "B of micro-batch " + std::to_string(mb) + " without RECV_B");
     wait_for(state.recv_b);
     state.recv_b = Pending();
   }
   run_backward(mb, std::move(state.grad_output));
+  state.backward_done = true;
   compute_end(EventKind::B, mb, start);
 }
 
+// W: the weight gradients B deferred, layer by layer as B ran them.
+void Executor::weights(int mb) {
+  auto it = mbs_.find(key(mb));
+  PT_CHECK(it != mbs_.end() && it->second.backward_done && !it->second.deferred.empty(),
+           "W of micro-batch " + std::to_string(mb) + " before its B");
+  MicroBatch& state = it->second;
+  const double start = compute_begin();
+  for (size_t i = state.deferred.size(); i-- > 0;) {
+    cur().layers[i]->backward_weights(be_, state.deferred[i]);
+    state.deferred[i].clear();
+  }
+  state.deferred.clear();
+  compute_end(EventKind::W, mb, start);
+}
+
+// One layer's backward: fused, or (split) the input gradient, keeping what
+// W needs as activations.
+Tensor Executor::layer_backward(MicroBatch& state, size_t i, Tensor dy, bool need_dx) {
+  Layer& layer = *cur().layers[i];
+  if (!split_) return layer.backward(be_, state.layer_inputs[i], state.layer_saved[i], dy, need_dx);
+  Tensor dx = layer.backward_input(be_, state.layer_inputs[i], state.layer_saved[i], dy, need_dx,
+                                   state.deferred[i]);
+  for (Tensor& t : state.deferred[i]) t.retag(MemCategory::Activations);
+  return dx;
+}
+
 void Executor::run_backward(int mb, Tensor dy) {
-  MicroBatch& state = mbs_[mb];
+  MicroBatch& state = mbs_[key(mb)];
+  StageModel& stage = cur();
+  const RecomputePolicy& policy = cur_policy();
   recompute_us_ = 0.0;
+  if (split_) state.deferred.assign(stage.layers.size(), {});
   // Segments in reverse: recompute a segment's forward when the policy
   // dropped it, then run its backward, releasing the stash as it goes.
-  for (size_t end = stage_.layers.size(); end > 0;) {
-    const size_t begin = policy_.segment_start(end - 1);
-    if (!policy_.keeps_saved()) {
+  for (size_t end = stage.layers.size(); end > 0;) {
+    const size_t begin = policy.segment_start(end - 1);
+    if (!policy.keeps_saved()) {
       const double start = clock().now_us();
       recompute_segment(state, begin, end);
       if (probing_) be_.synchronize();
       const double end_us = clock().now_us();
       recompute_us_ += end_us - start;
-      if (tracer_) tracer_->record(EventKind::Recompute, step_, stage_.stage, mb, start, end_us);
+      if (tracer_) tracer_->record(EventKind::Recompute, step_, stage.stage, mb, start, end_us);
     }
     for (size_t i = end; i-- > begin;) {
-      const bool need_dx = i > 0 || !stage_.is_first();
-      Tensor dx = stage_.layers[i]->backward(be_, state.layer_inputs[i], state.layer_saved[i],
-                                             dy, need_dx);
+      const bool need_dx = i > 0 || !stage.is_first();
+      Tensor dx = layer_backward(state, i, std::move(dy), need_dx);
       state.layer_inputs[i] = Tensor();
       state.layer_saved[i].clear();
       dy = std::move(dx);
@@ -288,16 +369,16 @@ void Executor::run_backward(int mb, Tensor dy) {
 }
 
 void Executor::post_recv(const Action& a) {
-  MicroBatch& state = mbs_[a.mb];
+  MicroBatch& state = mbs_[key(a.mb)];
   if (a.kind == ActionKind::RECV_F) {
     PT_CHECK(!state.recv_f, "second " + to_string(a));
-    state.recv_input = Tensor::empty(stage_.input_shape(rows_), stage_.input_dtype,
+    state.recv_input = Tensor::empty(cur().input_shape(rows_), cur().input_dtype,
                                      MemCategory::Workspace);
     state.recv_f = posted(a, transport_.irecv(state.recv_input, peer_rank(a.stage - 1),
                                               tag(a.stage, kActivation, a.mb)));
   } else {
     PT_CHECK(!state.recv_b, "second " + to_string(a));
-    state.grad_output = Tensor::empty(stage_.output_shape(rows_), DType::F32,
+    state.grad_output = Tensor::empty(cur().output_shape(rows_), DType::F32,
                                       MemCategory::Workspace);
     state.recv_b = posted(a, transport_.irecv(state.grad_output, peer_rank(a.stage + 1),
                                               tag(a.stage, kGradient, a.mb)));
@@ -305,7 +386,7 @@ void Executor::post_recv(const Action& a) {
 }
 
 void Executor::post_send(const Action& a) {
-  MicroBatch& state = mbs_[a.mb];
+  MicroBatch& state = mbs_[key(a.mb)];
   Send send;
   if (a.kind == ActionKind::SEND_F) {
     PT_CHECK(state.output.defined(), to_string(a) + " before its F");
@@ -335,7 +416,7 @@ bool Executor::poll(Pending& p) {
   p.done = true;
   if (tracer_) {
     const bool send = p.action.kind == ActionKind::SEND_F || p.action.kind == ActionKind::SEND_B;
-    tracer_->record(send ? EventKind::Send : EventKind::Recv, step_, stage_.stage, p.action.mb,
+    tracer_->record(send ? EventKind::Send : EventKind::Recv, step_, p.action.stage, p.action.mb,
                     p.posted_us, tracer_->now_us());
   }
   return true;
@@ -369,7 +450,7 @@ void Executor::wait_for(Pending& p) {
   const double end_us = clock().now_us();
   if (in_compute_) nested_wait_us_ += end_us - start_us;
   last_end_us_ = std::max(last_end_us_, end_us);
-  if (tracer_) tracer_->record(EventKind::Wait, step_, stage_.stage, p.action.mb, start_us, end_us);
+  if (tracer_) tracer_->record(EventKind::Wait, step_, p.action.stage, p.action.mb, start_us, end_us);
 }
 
 std::string Executor::describe(const Action& a) const {

@@ -93,27 +93,29 @@ MoveReport Trainer::repartition(const std::vector<int64_t>& counts, int64_t step
   set_wait_phase("in the rebalancing move after step " + std::to_string(step) + " (partition " +
                  counts_text(partition_) + " -> " + counts_text(to) + ")");
   fault_point("rebalance", step);
+  PT_CHECK(stages_.size() == 1, "rebalancing needs one stage per rank (checked with the deck)");
+  StageModel& current = stages_.front();
   StageModel next = build_stage(deck_.model, to, rank_);
   move_parameters(next, be_.device());
   DefaultDeviceGuard on_device(be_.device());
   auto optimizer = std::make_unique<Optimizer>(deck_.training, next.params());
   optimizer->set_updates(optimizer_->updates());
-  const auto [tensors, bytes] = exchange_units(stage_, next, partition_, to);
+  const auto [tensors, bytes] = exchange_units(current, next, partition_, to);
   const RecomputePolicy policy = executor_->policy();
   executor_.reset();
   optimizer_ = std::move(optimizer);
-  stage_ = std::move(next);
+  current = std::move(next);
   partition_ = to;
   deck_.pipeline.partition = to;
   const bool automatic = uses_auto_recompute(deck_);
-  executor_ = std::make_unique<Executor>(stage_, *transport_, deck_, be_,
-                                         automatic ? resolve_recompute() : policy, tracer_.get());
+  executor_ = std::make_unique<Executor>(current, *transport_, deck_, be_,
+                                         automatic ? resolve_recompute_one() : policy, tracer_.get());
   double totals[2] = {static_cast<double>(tensors), bytes};
   timed_allreduce(MPI_IN_PLACE, totals, 2, MPI_DOUBLE, MPI_SUM, comm_,
                   "the rebalancing move's totals all-reduce");
   report.tensors_sent = static_cast<int64_t>(totals[0]);
   report.bytes_sent = totals[1];
-  tracer_->record(EventKind::Rebalance, step, stage_.stage, -1, trace_start, tracer_->now_us());
+  tracer_->record(EventKind::Rebalance, step, current.stage, -1, trace_start, tracer_->now_us());
   report.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   return report;
 }

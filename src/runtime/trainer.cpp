@@ -12,16 +12,23 @@
 
 namespace pt {
 
-Schedule schedule_for_deck(const Deck& deck, int stages) {
+Schedule schedule_for_deck(const Deck& deck, int ranks) {
   const int n = static_cast<int>(deck.pipeline.micro_batches);
+  const int v = static_cast<int>(deck.pipeline.virtual_stages);
   if (deck.pipeline.schedule == "file")
-    return load_schedule_file(deck.pipeline.schedule_file, stages, n);
-  return generate_schedule(deck.pipeline.schedule, stages, n);
+    return load_schedule_file(deck.pipeline.schedule_file, ranks * v, n);
+  return generate_schedule(deck.pipeline.schedule, ranks, n, v);
 }
 
 BlasThreadsChoice choose_blas_threads(const Deck& deck, MPI_Comm comm) {
   BlasThreadsChoice c;
-  c.ranks_on_node = node_local_size(comm, "the node-local communicator split (BLAS threads)");
+  MPI_Comm node = MPI_COMM_NULL;
+  {
+    DeadlineScope deadline("the node-local communicator split (BLAS threads)");
+    MPI_CHECK(MPI_Comm_split_type(comm, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node));
+  }
+  MPI_CHECK(MPI_Comm_size(node, &c.ranks_on_node));
+  MPI_CHECK(MPI_Comm_free(&node));
   c.node_cores = std::max(1u, std::thread::hardware_concurrency());
   c.automatic = deck.training.blas_threads == 0;
   c.threads = c.automatic ? std::max(1, c.node_cores / c.ranks_on_node)
@@ -35,21 +42,23 @@ Trainer::Trainer(const Deck& deck, MPI_Comm comm, ComputeSetup setup)
   MPI_CHECK(MPI_Comm_rank(comm_, &rank_));
   MPI_CHECK(MPI_Comm_size(comm_, &size_));
   schedule_ = schedule_for_deck(deck_, size_);
+  PT_CHECK(schedule_.num_ranks == size_, "schedule '" + schedule_.name + "' has " +
+                                             std::to_string(schedule_.num_ranks) + " ranks, the job " +
+                                             std::to_string(size_));
   const CommSemantics semantics = comm_semantics_of(deck_.pipeline.transport, deck_.training.device);
   report_ = validate_schedule(schedule_, semantics);
   eval_schedule_ = forward_only_schedule(schedule_);
   validate_schedule(eval_schedule_, semantics);
-  partition_ = partition_units(model_units(deck_.model), size_, deck_.pipeline.partition);
-  stage_ = build_stage(deck_.model, partition_, rank_);
+  partition_ = partition_units(model_units(deck_.model), schedule_.num_stages,
+                               deck_.pipeline.partition);
+  for (int st : rank_stages(schedule_, rank_)) stages_.push_back(build_stage(deck_.model, partition_, st));
   data_ = make_dataset(deck_, Split::Train);
   if (deck_.training.eval_every > 0) eval_data_ = make_dataset(deck_, Split::Eval);
-  const int64_t rows = deck_.training.batch_size / deck_.pipeline.micro_batches;
-  fill_data_cache(*data_, rows, stage_.is_first(), stage_.is_last());
-  if (eval_data_) fill_data_cache(*eval_data_, rows, stage_.is_first(), stage_.is_last());
+  fill_data_caches();
   transport_ = setup_.make_transport ? setup_.make_transport(comm_) : make_mpi_transport(comm_);
   move_state_to_device();
   DefaultDeviceGuard on_device(be_.device());
-  optimizer_ = std::make_unique<Optimizer>(deck_.training, stage_.params());
+  optimizer_ = std::make_unique<Optimizer>(deck_.training, params());
   if (deck_.training.precision == "fp16") {
     LossScalerConfig scaling;
     scaling.initial_scale = deck_.training.loss_scale;
@@ -57,12 +66,36 @@ Trainer::Trainer(const Deck& deck, MPI_Comm comm, ComputeSetup setup)
   }
   tracer_ = std::make_unique<Tracer>(deck_.output.trace);
   if (tracer_->enabled()) clocks_ = tracer_->align_clocks(comm_);
-  executor_ = std::make_unique<Executor>(stage_, *transport_, deck_, be_,
-                                         resolve_recompute(), tracer_.get());
+  std::vector<StageModel*> mine;
+  for (StageModel& st : stages_) mine.push_back(&st);
+  executor_ = std::make_unique<Executor>(mine, *transport_, deck_, be_, resolve_recompute(),
+                                         tracer_.get());
+}
+
+std::vector<Param*> Trainer::params() {
+  std::vector<Param*> all;
+  for (StageModel& st : stages_)
+    for (Param* p : st.params()) all.push_back(p);
+  return all;
+}
+
+// Synthetic data caches itself on first use: for the stages of this rank
+// that read inputs (the first) or targets (the last), before step 0.
+void Trainer::fill_data_caches() {
+  const int64_t rows = deck_.training.batch_size / deck_.pipeline.micro_batches;
+  bool first = false, last = false;
+  for (const StageModel& st : stages_) {
+    first = first || st.is_first();
+    last = last || st.is_last();
+  }
+  fill_data_cache(*data_, rows, first, last);
+  if (eval_data_) fill_data_cache(*eval_data_, rows, first, last);
 }
 
 // Parameters are built (and initialised) on the host, then moved.
-void Trainer::move_state_to_device() { move_parameters(stage_, be_.device()); }
+void Trainer::move_state_to_device() {
+  for (StageModel& st : stages_) move_parameters(st, be_.device());
+}
 
 MemoryStats Trainer::stage_memory_stats() const {
   return setup_.device_memory_stats ? setup_.device_memory_stats() : memory_stats();
@@ -88,14 +121,14 @@ StepRecord Trainer::train_step(int64_t step) {
   fault_point("loss", step);
   rec.loss = mean_loss(outcome.loss_sum);
   // fp16: unscale, or skip the whole step on every stage after an overflow.
-  rec.skipped = scaler_ && !scaler_->finish_backward(be, stage_.params(), comm_);
+  rec.skipped = scaler_ && !scaler_->finish_backward(be, params(), comm_);
   fault_point("grad_norm", step);
   rec.grad_norm = rec.skipped ? std::nan("") : global_grad_norm(step);
   fault_point("bubble", step);
   rec.bubble = measured_bubble(outcome, rec.stage_compute_s);
   rec.partition = partition_;
   if (rebalancer_) rebalancer_->observe(rec.stage_compute_s);
-  tracer_->record(EventKind::Reduction, step, stage_.stage, -1, reduce_start, tracer_->now_us());
+  tracer_->record(EventKind::Reduction, step, stage().stage, -1, reduce_start, tracer_->now_us());
   rec.lr = learning_rate(deck_.training, step);
   float clip_scale = 1.f;
   const double clip = deck_.training.grad_clip;
@@ -104,7 +137,7 @@ StepRecord Trainer::train_step(int64_t step) {
   const double optimizer_start = tracer_->now_us();
   if (!rec.skipped) optimizer_->step(be, static_cast<float>(rec.lr), clip_scale);
   be.synchronize();
-  tracer_->record(EventKind::Optimizer, step, stage_.stage, -1, optimizer_start, tracer_->now_us());
+  tracer_->record(EventKind::Optimizer, step, stage().stage, -1, optimizer_start, tracer_->now_us());
   rec.step_time_s =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   fault_point("memory", step);
@@ -146,7 +179,26 @@ std::string mib(double bytes) {
 // estimated peak -- persistent state + peak in-flight micro-batches x stash +
 // transient + communication buffers -- fits the budget. Every rank learns every stage's choice; if a
 // stage fits with none, every rank throws the same InputError.
-RecomputePolicy Trainer::resolve_recompute() {
+std::vector<RecomputePolicy> Trainer::resolve_recompute() {
+  if (schedule_.num_stages == size_) return {resolve_recompute_one()};
+  // Several stages per rank: fixed policies ("auto" is refused by the deck
+  // check, docs/schedules.md), the same on every rank.
+  recompute_.clear();
+  std::vector<RecomputePolicy> mine;
+  for (int st = 0; st < schedule_.num_stages; ++st) {
+    RecomputeChoice c;
+    c.requested = stage_setting(deck_, st);
+    PT_CHECK(c.requested != "auto", "recompute \"auto\" with several stages per rank");
+    const RecomputePolicy policy = parse_recompute_policy(c.requested, deck_.where("pipeline.recompute"));
+    c.policy = policy.name();
+    recompute_.push_back(c);
+    if (stage_rank(schedule_, st) == rank_) mine.push_back(policy);
+  }
+  return mine;
+}
+
+RecomputePolicy Trainer::resolve_recompute_one() {
+  const StageModel& stage = stages_.front();
   const std::string setting = stage_setting(deck_, rank_);
   const std::string key = deck_.pipeline.recompute_stages.empty()
                               ? deck_.where("pipeline.recompute")
@@ -161,16 +213,16 @@ RecomputePolicy Trainer::resolve_recompute() {
   } else {
     mine.budget_bytes = deck_.pipeline.memory_budget_mb * 1048576.0;
     const double persistent = static_cast<double>(stage_memory_stats().live_total);
-    const double in_flight = report_.peak_in_flight[stage_.stage];
+    const double in_flight = report_.peak_in_flight[stage.stage];
     // Receives posted one action early and sends not yet completed: up to two
     // micro-batches of stage input and output each.
     const int64_t rows = deck_.training.batch_size / deck_.pipeline.micro_batches;
-    const double comm = 2.0 * 4.0 * static_cast<double>(shape_numel(stage_.input_shape(rows)) +
-                                                        shape_numel(stage_.output_shape(rows)));
+    const double comm = 2.0 * 4.0 * static_cast<double>(shape_numel(stage.input_shape(rows)) +
+                                                        shape_numel(stage.output_shape(rows)));
     fits = false;
     for (const char* candidate : {"none", "selective", "every:2", "full"}) {
       chosen = parse_recompute_policy(candidate, key);
-      Executor probe(stage_, *transport_, deck_, be_, chosen);
+      Executor probe(stages_.front(), *transport_, deck_, be_, chosen);
       const MicroBatchProbe m = probe.probe_micro_batch(
           *data_, [this] { return stage_memory_stats(); }, setup_.reset_device_memory_peaks);
       mine.needed_bytes = persistent + in_flight * static_cast<double>(m.stash_bytes) +
@@ -230,10 +282,48 @@ std::vector<std::vector<TraceEvent>> Trainer::gather_trace() { return tracer_->g
 
 double Trainer::mean_loss(double loss_sum) {
   double mean = 0.0;
-  if (stage_.is_last())
-    mean = loss_sum / static_cast<double>(deck_.training.batch_size * stage_.loss_terms_per_sample);
-  timed_bcast(&mean, 1, MPI_DOUBLE, size_ - 1, comm_, "the loss broadcast from the last stage");
+  for (const StageModel& st : stages_)
+    if (st.is_last())
+      mean = loss_sum / static_cast<double>(deck_.training.batch_size * st.loss_terms_per_sample);
+  timed_bcast(&mean, 1, MPI_DOUBLE, stage_rank(schedule_, schedule_.num_stages - 1), comm_,
+              "the loss broadcast from the last stage");
   return mean;
+}
+
+std::vector<int> Trainer::per_stage_counts(const std::vector<int>& mine, const char* what) {
+  const int stages = schedule_.num_stages;
+  std::vector<int> padded(stages, 0), all(static_cast<size_t>(stages) * size_);
+  for (size_t i = 0; i < stages_.size(); ++i) padded[stages_[i].stage] = mine[i];
+  timed_allgather(padded.data(), stages, MPI_INT, all.data(), comm_, what);
+  std::vector<int> counts(stages);
+  for (int st = 0; st < stages; ++st) counts[st] = all[stage_rank(schedule_, st) * stages + st];
+  return counts;
+}
+
+std::vector<int> Trainer::rank_counts(const std::vector<int>& stage_counts) const {
+  std::vector<int> counts(size_, 0);
+  for (int st = 0; st < schedule_.num_stages; ++st) counts[stage_rank(schedule_, st)] += stage_counts[st];
+  return counts;
+}
+
+// by_rank holds rank 0's stages' blocks (ascending), then rank 1's, ...;
+// the result holds stage 0's block, then stage 1's, ...
+template <typename T>
+std::vector<T> Trainer::in_stage_order(const std::vector<T>& by_rank,
+                                       const std::vector<int>& counts) const {
+  std::vector<size_t> offset(counts.size());
+  size_t at = 0;
+  for (int r = 0; r < size_; ++r)
+    for (int st : rank_stages(schedule_, r)) {
+      offset[st] = at;
+      at += static_cast<size_t>(counts[st]);
+    }
+  PT_CHECK(at == by_rank.size(), "per-stage blocks cover the gathered values");
+  std::vector<T> ordered;
+  ordered.reserve(by_rank.size());
+  for (size_t st = 0; st < counts.size(); ++st)
+    ordered.insert(ordered.end(), by_rank.begin() + offset[st], by_rank.begin() + offset[st] + counts[st]);
+  return ordered;
 }
 
 double Trainer::evaluate() {
@@ -251,38 +341,49 @@ double Trainer::evaluate() {
 double Trainer::global_grad_norm(int64_t step) {
   Backend& be = be_;
   std::vector<double> local;
-  if (nonfinite_gradient_requested(step)) be.fill(stage_.params().back()->grad, INFINITY);
-  for (Param* p : stage_.params()) {
-    local.push_back(be.sum_squares(p->grad));
-    // A double sum of squared floats cannot overflow, so it is finite exactly
-    // when every element is: this is the step's non-finite gradient check.
-    if (!std::isfinite(local.back()))
-      throw Error("non-finite gradient of " + p->name + " at step " + std::to_string(step) +
-                  ", stage " + std::to_string(stage_.stage) + " (accumulated over micro-batches 0-" +
-                  std::to_string(schedule_.num_micro_batches - 1) + ")");
+  std::vector<int> per_stage;
+  if (nonfinite_gradient_requested(step)) be.fill(params().back()->grad, INFINITY);
+  for (StageModel& st : stages_) {
+    per_stage.push_back(0);
+    for (Param* p : st.params()) {
+      local.push_back(be.sum_squares(p->grad));
+      ++per_stage.back();
+      // A double sum of squared floats cannot overflow, so it is finite exactly
+      // when every element is: this is the step's non-finite gradient check.
+      if (!std::isfinite(local.back()))
+        throw Error("non-finite gradient of " + p->name + " at step " + std::to_string(step) +
+                    ", stage " + std::to_string(st.stage) + " (accumulated over micro-batches 0-" +
+                    std::to_string(schedule_.num_micro_batches - 1) + ")");
+    }
   }
-  int count = static_cast<int>(local.size());
-  std::vector<int> counts(size_), offsets(size_, 0);
-  timed_allgather(&count, 1, MPI_INT, counts.data(), comm_, "the gradient-norm counts all-gather");
+  const std::vector<int> stage_counts =
+      per_stage_counts(per_stage, "the gradient-norm counts all-gather");
+  const int count = static_cast<int>(local.size());
+  std::vector<int> counts = rank_counts(stage_counts), offsets(size_, 0);
   for (int r = 1; r < size_; ++r) offsets[r] = offsets[r - 1] + counts[r - 1];
   std::vector<double> all(static_cast<size_t>(offsets.back() + counts.back()));
   timed_allgatherv(local.data(), count, MPI_DOUBLE, all.data(), counts.data(), offsets.data(),
                    comm_, "the gradient-norm all-gather");
+  // Added in global parameter order, whatever the placement of the stages.
   double sum = 0.0;
-  for (double v : all) sum += v;
+  for (double v : in_stage_order(all, stage_counts)) sum += v;
   return std::sqrt(sum);
 }
 
 std::vector<float> Trainer::gather_parameters() {
   std::vector<float> local;
-  for (Param* p : stage_.params())
-  {
-    const Tensor host = p->value.to(Device::CPU);
-    local.insert(local.end(), host.f32(), host.f32() + host.numel());
+  std::vector<int> per_stage;
+  for (StageModel& st : stages_) {
+    per_stage.push_back(0);
+    for (Param* p : st.params()) {
+      const Tensor host = p->value.to(Device::CPU);
+      local.insert(local.end(), host.f32(), host.f32() + host.numel());
+      per_stage.back() += static_cast<int>(host.numel());
+    }
   }
-  int count = static_cast<int>(local.size());
-  std::vector<int> counts(size_), offsets(size_, 0);
-  timed_gather(&count, 1, MPI_INT, counts.data(), 0, comm_, "the parameter counts gather");
+  const std::vector<int> stage_counts = per_stage_counts(per_stage, "the parameter counts gather");
+  const int count = static_cast<int>(local.size());
+  std::vector<int> counts = rank_counts(stage_counts), offsets(size_, 0);
   std::vector<float> all;
   if (rank_ == 0) {
     for (int r = 1; r < size_; ++r) offsets[r] = offsets[r - 1] + counts[r - 1];
@@ -290,7 +391,7 @@ std::vector<float> Trainer::gather_parameters() {
   }
   timed_gatherv(local.data(), count, MPI_FLOAT, all.data(), counts.data(), offsets.data(), 0,
                 comm_, "the parameter gather");
-  return all;
+  return rank_ == 0 ? in_stage_order(all, stage_counts) : all;
 }
 
 }  // namespace pt

@@ -17,7 +17,7 @@ namespace pt {
 
 namespace {
 
-constexpr ActionKind kAllKinds[] = {ActionKind::F,      ActionKind::B,
+constexpr ActionKind kAllKinds[] = {ActionKind::F,      ActionKind::B,      ActionKind::W,
                                     ActionKind::SEND_F, ActionKind::RECV_F,
                                     ActionKind::SEND_B, ActionKind::RECV_B};
 
@@ -25,8 +25,8 @@ constexpr ActionKind kAllKinds[] = {ActionKind::F,      ActionKind::B,
 constexpr size_t kMaxDigits = 9;
 
 const char* expected_form() {
-  return "expected <stage><KIND><micro-batch> such as 2F5 or 1SEND_F4, with "
-         "decimal stage and micro-batch and KIND one of F, B, SEND_F, RECV_F, "
+  return "expected <stage><KIND><micro-batch> such as 2F5, 0W3 or 1SEND_F4, with "
+         "decimal stage and micro-batch and KIND one of F, B, W, SEND_F, RECV_F, "
          "SEND_B, RECV_B";
 }
 
@@ -92,7 +92,43 @@ void check_sizes(const std::string& source, int num_stages, int num_micro_batche
   }
 }
 
+constexpr const char* kPlacement = "placement:";
+
+bool is_placement_line(const std::string& line) {
+  size_t first = line.find_first_not_of(" \t");
+  return first != std::string::npos && line.compare(first, 10, kPlacement) == 0;
+}
+
+// "placement: 0 1 1 0": the rank of stage 0, 1, ...
+std::vector<int> parse_placement(const std::string& line, const std::string& where) {
+  std::istringstream tokens(line.substr(line.find(kPlacement) + 10));
+  std::vector<int> placement;
+  std::string token;
+  while (tokens >> token) {
+    if (token.find_first_not_of("0123456789") != std::string::npos || token.size() > kMaxDigits)
+      throw InputError(where + ": bad placement entry '" + token +
+                       "'; expected 'placement:' and the rank of each stage, e.g. "
+                       "'placement: 0 1 1 0'");
+    placement.push_back(std::stoi(token));
+  }
+  return placement;
+}
+
 }  // namespace
+
+std::vector<int> rank_stages(const Schedule& s, int rank) {
+  std::vector<int> stages;
+  for (int st = 0; st < s.num_stages; ++st)
+    if (stage_rank(s, st) == rank) stages.push_back(st);
+  return stages;
+}
+
+bool splits_backward(const Schedule& s) {
+  for (const std::vector<Action>& rank : s.ranks)
+    for (const Action& a : rank)
+      if (a.kind == ActionKind::W) return true;
+  return false;
+}
 
 const char* kind_name(ActionKind kind) {
   switch (kind) {
@@ -102,6 +138,7 @@ const char* kind_name(ActionKind kind) {
     case ActionKind::RECV_F: return "RECV_F";
     case ActionKind::SEND_B: return "SEND_B";
     case ActionKind::RECV_B: return "RECV_B";
+    case ActionKind::W: return "W";
   }
   PT_FAIL("unknown ActionKind " + std::to_string(static_cast<int>(kind)));
 }
@@ -124,6 +161,11 @@ Action parse_action(const std::string& text) {
 
 std::string format_schedule(const Schedule& s) {
   std::string out;
+  if (!s.placement.empty()) {
+    out += kPlacement;
+    for (int r : s.placement) out += " " + std::to_string(r);
+    out += '\n';
+  }
   for (const std::vector<Action>& rank : s.ranks) {
     for (size_t i = 0; i < rank.size(); ++i) {
       if (i > 0) out += ' ';
@@ -145,6 +187,16 @@ Schedule parse_schedule(const std::string& text, const std::string& source_name,
   for (size_t i = 0; i < lines.size(); ++i) {
     if (is_ignored_line(lines[i])) continue;
     std::string where = source_name + ":" + std::to_string(i + 1);
+    if (is_placement_line(lines[i])) {
+      if (!s.placement.empty() || !s.ranks.empty())
+        throw InputError(where + ": the placement line must come once, before the rank lines");
+      s.placement = parse_placement(lines[i], where);
+      if (static_cast<int>(s.placement.size()) != num_stages)
+        throw InputError(where + ": the placement names " + std::to_string(s.placement.size()) +
+                         " stages; give the rank of each of the " + std::to_string(num_stages) +
+                         " stages");
+      continue;
+    }
     s.ranks.push_back(parse_rank_line(lines[i], where));
   }
   int rank_lines = static_cast<int>(s.ranks.size());

@@ -1,4 +1,5 @@
-// generators.cpp: builds the GPipe and 1F1B schedules, one stage per rank.
+// generators.cpp: builds the GPipe and 1F1B schedules, one stage per rank
+// (interleaved and zero-bubble schedules: generators_multi.cpp).
 //
 // Each generator first decides the order of the compute actions (F, B) of a
 // stage, then add_communication() inserts the sends and receives:
@@ -189,10 +190,20 @@ Schedule generate_1f1b(int num_stages, int num_micro_batches) {
   return s;
 }
 
-Schedule generate_schedule(const std::string& name, int num_stages, int num_micro_batches) {
-  if (name == "gpipe") return generate_gpipe(num_stages, num_micro_batches);
-  if (name == "1f1b") return generate_1f1b(num_stages, num_micro_batches);
-  throw InputError("unknown schedule '" + name + "'; expected 'gpipe' or '1f1b'");
+int stages_per_rank(const std::string& name, int virtual_stages) {
+  if (name == "interleaved" || name == "file") return virtual_stages;
+  return name == "zb-v" ? 2 : 1;
+}
+
+Schedule generate_schedule(const std::string& name, int num_ranks, int num_micro_batches,
+                           int virtual_stages) {
+  if (name == "gpipe") return generate_gpipe(num_ranks, num_micro_batches);
+  if (name == "1f1b") return generate_1f1b(num_ranks, num_micro_batches);
+  if (name == "interleaved") return generate_interleaved(num_ranks, virtual_stages, num_micro_batches);
+  if (name == "zb-h1") return generate_zb_h1(num_ranks, num_micro_batches);
+  if (name == "zb-v") return generate_zb_v(num_ranks, num_micro_batches);
+  throw InputError("unknown schedule '" + name +
+                   "'; expected 'gpipe', '1f1b', 'interleaved', 'zb-h1' or 'zb-v'");
 }
 
 Schedule forward_only_schedule(const Schedule& training) {

@@ -1,11 +1,11 @@
 // validator.cpp: checks a schedule before step 0 and draws its rank x step grid.
 //
-// validate_schedule() runs, in order: shape checks; per-action checks (ranges,
-// owning rank, comm actions that may not exist); counts (exactly one of every
-// required action); order on each rank (F before B, send after its compute,
-// receive before its consumer); and a lock-step simulation that finds
-// deadlocks. Every failure is a pt::InputError that explains the problem and
-// shows format_grid() with the offending actions marked ">2F5<".
+// validate_schedule() runs, in order: shape checks (placement included);
+// per-action checks (ranges, owning rank, comm actions that may not exist);
+// counts (exactly one of every required action; with any W, one W per B);
+// order on each rank (F before B before W, send after its compute, receive
+// before its consumer); and a lock-step simulation that finds deadlocks. Every failure is a pt::InputError that explains the problem and
+// shows format_grid() (grid.cpp) with the offending actions marked ">2F5<".
 #include <algorithm>
 #include <limits>
 #include <map>
@@ -22,11 +22,10 @@ namespace {
 
 using Mark = std::pair<int, int>;  // (rank, index in that rank's list)
 
-constexpr ActionKind kComputeKinds[] = {ActionKind::F, ActionKind::B};
+constexpr ActionKind kComputeKinds[] = {ActionKind::F, ActionKind::B, ActionKind::W};
 constexpr ActionKind kCommKinds[] = {ActionKind::SEND_F, ActionKind::RECV_F,
                                      ActionKind::SEND_B, ActionKind::RECV_B};
-constexpr int kNumKinds = 6;
-constexpr size_t kGridLineBudget = 120;  // characters per grid line
+constexpr int kNumKinds = 7;
 constexpr int kNever = std::numeric_limits<int>::max();  // a round after all rounds
 
 Action make(int stage, ActionKind kind, int mb) {
@@ -35,6 +34,10 @@ Action make(int stage, ActionKind kind, int mb) {
   a.kind = kind;
   a.mb = mb;
   return a;
+}
+
+bool is_compute(ActionKind kind) {
+  return kind == ActionKind::F || kind == ActionKind::B || kind == ActionKind::W;
 }
 
 // "1 stage", "4 stages", "2 micro-batches".
@@ -116,6 +119,22 @@ void check_shape(const Schedule& s) {
     reject(s, "has " + std::to_string(s.ranks.size()) + " rank lists for " +
                   std::to_string(s.num_ranks) + " ranks",
            {});
+  if (s.placement.empty()) return;
+  if (static_cast<int>(s.placement.size()) != s.num_stages)
+    reject(s, "the placement names the rank of " + std::to_string(s.placement.size()) +
+                  " stages; it needs one rank per stage",
+           {});
+  std::vector<bool> owns(s.num_ranks, false);
+  for (int st = 0; st < s.num_stages; ++st) {
+    const int r = s.placement[st];
+    if (r < 0 || r >= s.num_ranks)
+      reject(s, "the placement puts stage " + std::to_string(st) + " on rank " +
+                    std::to_string(r) + "; ranks are 0.." + std::to_string(s.num_ranks - 1),
+             {});
+    owns[r] = true;
+  }
+  for (int r = 0; r < s.num_ranks; ++r)
+    if (!owns[r]) reject(s, "rank " + std::to_string(r) + " owns no stage", {});
 }
 
 void check_action(const Schedule& s, const Mark& m) {
@@ -132,7 +151,7 @@ void check_action(const Schedule& s, const Mark& m) {
     reject(s, what + "wrong rank; stage " + std::to_string(a.stage) + " lives on rank " +
                   std::to_string(stage_rank(s, a.stage)),
            {m});
-  if (a.kind == ActionKind::F || a.kind == ActionKind::B) return;
+  if (is_compute(a.kind)) return;
   std::string why = comm_forbidden(s, a);
   if (!why.empty()) reject(s, what + "comm action not allowed: " + why, {m});
 }
@@ -168,7 +187,11 @@ void check_count(const Schedule& s, const ActionIndex& index, const Action& a) {
                   " times; it must appear exactly once",
            found);
   if (!found.empty()) return;
-  if (a.kind == ActionKind::F || a.kind == ActionKind::B)
+  if (a.kind == ActionKind::W)
+    reject(s, "missing " + to_string(a) + ": the schedule splits the backward (it has W "
+                  "actions), so every B needs its W, which adds the deferred weight gradients",
+           index.find(make(a.stage, ActionKind::B, a.mb)));
+  if (is_compute(a.kind))
     reject(s, "missing " + to_string(a) + ": every stage runs exactly one " +
                   kind_name(a.kind) + " per micro-batch",
            {});
@@ -178,7 +201,8 @@ void check_count(const Schedule& s, const ActionIndex& index, const Action& a) {
 }
 
 bool is_backward(ActionKind kind) {
-  return kind == ActionKind::B || kind == ActionKind::SEND_B || kind == ActionKind::RECV_B;
+  return kind == ActionKind::B || kind == ActionKind::W || kind == ActionKind::SEND_B ||
+         kind == ActionKind::RECV_B;
 }
 
 // A forward-only (evaluation) schedule must contain no backward action.
@@ -190,7 +214,9 @@ void check_absent(const Schedule& s, const ActionIndex& index, const Action& a) 
 }
 
 void check_counts(const Schedule& s, const ActionIndex& index) {
+  const bool split = splits_backward(s);
   auto check_kind = [&](ActionKind kind) {
+    if (kind == ActionKind::W && !split && !s.forward_only) return;
     for (int st = 0; st < s.num_stages; ++st)
       for (int mb = 0; mb < s.num_micro_batches; ++mb) {
         if (s.forward_only && is_backward(kind)) check_absent(s, index, make(st, kind, mb));
@@ -213,6 +239,8 @@ void check_before(const Schedule& s, const ActionIndex& index, const Action& fir
 void check_order(const Schedule& s, const ActionIndex& index, int st, int mb) {
   Action f = make(st, ActionKind::F, mb), b = make(st, ActionKind::B, mb);
   check_before(s, index, f, b, "backward needs the forward of the same micro-batch");
+  check_before(s, index, b, make(st, ActionKind::W, mb),
+               "W adds the weight gradients that B of the same micro-batch deferred");
   const char* send_rule = "a send must follow the compute that produces its data";
   const char* recv_rule = "a receive must be posted before the compute that consumes it";
   check_before(s, index, f, make(st, ActionKind::SEND_F, mb), send_rule);
@@ -253,7 +281,7 @@ void check_channel_order(const Schedule& s) {
   for (int r = 0; r < s.num_ranks; ++r)
     for (int i = 0; i < static_cast<int>(s.ranks[r].size()); ++i) {
       const Action& a = s.ranks[r][i];
-      if (a.kind == ActionKind::F || a.kind == ActionKind::B) continue;
+      if (is_compute(a.kind)) continue;
       const bool send = a.kind == ActionKind::SEND_F || a.kind == ActionKind::SEND_B;
       (send ? sends : recvs)[channel_of(s, r, a)].push_back({r, i});
     }
@@ -324,6 +352,7 @@ class Simulation {
       bool local = same_rank(s_, prev, a.stage);
       deps.push_back(make(prev, local ? ActionKind::F : ActionKind::SEND_F, a.mb));
     }
+    if (a.kind == ActionKind::W) deps.push_back(make(a.stage, ActionKind::B, a.mb));
     if (a.kind == ActionKind::B) {
       deps.push_back(make(a.stage, ActionKind::F, a.mb));
       int next = a.stage + 1;
@@ -338,7 +367,7 @@ class Simulation {
   // NCCL lazy connection: the rank's first action on a channel; records the
   // round in which the rank reached it and blocks until the peer reached its own.
   bool blocked_connecting(int rank, const Action& a, int round) {
-    if (!comm_.lazy_connect || a.kind == ActionKind::F || a.kind == ActionKind::B) return false;
+    if (!comm_.lazy_connect || is_compute(a.kind)) return false;
     const Channel ch = channel_of(s_, rank, a);
     auto mine = reached_.find({ch, rank});
     if (mine == reached_.end()) {
@@ -405,30 +434,24 @@ class Simulation {
   bool reached_something_ = false;
 };
 
-// Per stage, the most micro-batches with F done and B not yet done.
-std::vector<int> peak_in_flight(const Schedule& s) {
-  std::vector<int> now(s.num_stages, 0), peak(s.num_stages, 0);
+// Per stage, the most micro-batches with F done and B (W when the backward
+// is split) not yet done, and the most with B done and W not yet.
+void peak_in_flight(const Schedule& s, ScheduleReport& report) {
+  const bool split = splits_backward(s);
+  std::vector<int> now(s.num_stages, 0), pending(s.num_stages, 0);
+  report.peak_in_flight.assign(s.num_stages, 0);
+  report.peak_pending_w.assign(s.num_stages, 0);
   for (const std::vector<Action>& rank : s.ranks) {
     for (const Action& a : rank) {
-      if (a.kind == ActionKind::F) peak[a.stage] = std::max(peak[a.stage], ++now[a.stage]);
-      if (a.kind == ActionKind::B) --now[a.stage];
+      int& peak = report.peak_in_flight[a.stage];
+      if (a.kind == ActionKind::F) peak = std::max(peak, ++now[a.stage]);
+      if (a.kind == (split ? ActionKind::W : ActionKind::B)) --now[a.stage];
+      if (!split) continue;
+      int& peak_w = report.peak_pending_w[a.stage];
+      if (a.kind == ActionKind::B) peak_w = std::max(peak_w, ++pending[a.stage]);
+      if (a.kind == ActionKind::W) --pending[a.stage];
     }
   }
-  return peak;
-}
-
-std::string pad_right(std::string text, size_t width) {
-  if (text.size() < width) text.append(width - text.size(), ' ');
-  return text;
-}
-
-std::string trim_right(std::string line) {
-  line.erase(line.find_last_not_of(' ') + 1);
-  return line;
-}
-
-bool is_marked(const std::vector<Mark>& marks, int rank, int index) {
-  return std::find(marks.begin(), marks.end(), Mark{rank, index}) != marks.end();
 }
 
 }  // namespace
@@ -449,38 +472,8 @@ ScheduleReport validate_schedule(const Schedule& s, const CommSemantics& comm) {
   if (comm.match_by_order) check_channel_order(s);
   ScheduleReport report;
   report.simulated_rounds = Simulation(s, index, comm).run();
-  report.peak_in_flight = peak_in_flight(s);
+  peak_in_flight(s, report);
   return report;
-}
-
-// Columns are one step (action index) wide; long schedules wrap into blocks
-// of columns so that each line stays within kGridLineBudget characters.
-std::string format_grid(const Schedule& s, const std::vector<std::pair<int, int>>& marks) {
-  size_t cell = 4, steps = 0;
-  for (const std::vector<Action>& rank : s.ranks) {
-    steps = std::max(steps, rank.size());
-    for (const Action& a : rank) cell = std::max(cell, to_string(a).size() + 2);
-  }
-  int num_rows = static_cast<int>(s.ranks.size());
-  size_t label = std::string("rank " + std::to_string(std::max(num_rows - 1, 0))).size();
-  size_t per_block = std::max<size_t>(1, (kGridLineBudget - label - 2) / (cell + 1));
-  std::string out;
-  for (size_t start = 0; start == 0 || start < steps; start += per_block) {
-    size_t end = std::min(steps, start + per_block);
-    std::string header = pad_right("step", label) + " |";
-    for (size_t i = start; i < end; ++i) header += " " + pad_right(" " + std::to_string(i), cell);
-    out += (start > 0 ? "\n" : "") + trim_right(header) + "\n";
-    for (int r = 0; r < num_rows; ++r) {
-      std::string line = pad_right("rank " + std::to_string(r), label) + " |";
-      for (size_t i = start; i < end && i < s.ranks[r].size(); ++i) {
-        std::string text = to_string(s.ranks[r][i]);
-        bool mark = is_marked(marks, r, static_cast<int>(i));
-        line += " " + pad_right(mark ? ">" + text + "<" : " " + text + " ", cell);
-      }
-      out += trim_right(line) + "\n";
-    }
-  }
-  return out;
 }
 
 }  // namespace pt

@@ -74,8 +74,10 @@ struct TrainingConfig {
 struct PipelineConfig {
   int64_t stages = 0;              // 0 = number of MPI ranks
   int64_t micro_batches = 4;       // N
-  std::string schedule = "1f1b";   // "gpipe" | "1f1b" | "file"
+  // "gpipe" | "1f1b" | "interleaved" | "zb-h1" | "zb-v" | "file"
+  std::string schedule = "1f1b";
   std::string schedule_file;       // with schedule = "file"
+  int64_t virtual_stages = 1;      // stages per rank: interleaved and file (zb-v: 2)
   // How partition units are split between stages (docs/planner.md):
   // "uniform" (by count), "time" (slowest stage fastest), "memory" (largest
   // stage peak smallest), "balanced" (time, with every stage's peak within

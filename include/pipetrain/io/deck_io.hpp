@@ -22,10 +22,12 @@ Deck parse_deck_file(const std::string& path, const std::vector<std::string>& ov
 Deck parse_deck_text(const std::string& text, const std::string& source_name,
                      const std::vector<std::string>& overrides);
 
-// Checks that need the world: the stage count resolved against `num_ranks`
-// (one stage per rank), partition units per stage (MLP Linear layers, GPT
-// blocks), the explicit partition, the schedule file. Returns the resolved
-// number of stages.
+// Checks that need the world: the rank count resolved against `num_ranks`,
+// the schedule's stages (ranks x stages per rank: interleaved
+// virtual_stages, zb-v 2) with their partition units (MLP Linear layers, GPT
+// blocks), the explicit partition, per-stage recompute, the schedule
+// (generated or file). Returns the resolved number of ranks, the count
+// schedule_for_deck takes.
 int check_deck_layout(const Deck& deck, int num_ranks);
 
 // The resolved deck as commented TOML; parse_deck_text of it gives the same Deck.

@@ -46,6 +46,19 @@ class Layer {
   // cheap to recompute (attention scores and softmax); backward then
   // recomputes them, bitwise equal. Layers without such tensors keep all.
   virtual void drop_recomputable(std::vector<Tensor>& /*saved*/) {}
+  // Split backward (zero-bubble schedules): backward_input is backward
+  // without the weight-gradient products of the layer's dense parts (and the
+  // whole gradient of an embedding, which has no input gradient); it appends
+  // what they need (each product's input and output gradient) to `deferred`.
+  // backward_weights(deferred) then adds exactly what backward would have
+  // added, with the same calls on the same tensors, so the bits are equal.
+  // Layers with nothing to defer do their whole backward in backward_input.
+  virtual Tensor backward_input(Backend& be, const Tensor& x, const std::vector<Tensor>& saved,
+                                const Tensor& dy, bool need_dx, std::vector<Tensor>& deferred) {
+    (void)deferred;
+    return backward(be, x, saved, dy, need_dx);
+  }
+  virtual void backward_weights(Backend& /*be*/, const std::vector<Tensor>& /*deferred*/) {}
   // Recomputation of the last layer of a segment: refills `saved` exactly as
   // forward would, skipping work whose only use is the output y.
   virtual void recompute_saved(Backend& be, const Tensor& x, std::vector<Tensor>& saved) {

@@ -12,14 +12,22 @@
 //   - B(s, m) likewise waits for SEND_B(s+1, m) (B(s+1, m) on the same rank;
 //     nothing on the last stage, which starts from the loss) and lasts
 //     stages[s].backward_s (recompute included);
+//   - with a split backward (W actions) W(s, m) follows B(s, m) on its rank
+//     and lasts w = weight_grad_share x (backward_s - recompute_s), B the
+//     rest (backward_s - w): the weight-gradient products are half the
+//     products of a backward (dW = dy^T x beside dx = dy W; the GPT's
+//     attention products, without weights, stay in B, so a block's share is
+//     a little below one half);
 //   - a rank's span ends at its last compute or its last send's completion,
 //     whichever is later (the executor waits for every send at the end).
 // Step time = the longest span + step overhead + the longest optimizer step,
 // as Trainer::train_step runs them (the reductions after the schedule wait
 // for the slowest rank). The bubble is Trainer::measured_bubble's: the mean
 // over ranks of 1 - busy / longest span. Memory: per stage, the bytes at the
-// start of every F and B (base + in flight x stash + that action's
-// transient), maximised over the step.
+// start of every F, B and W (base + in flight x stash + that action's
+// transient), maximised over the step; a micro-batch is in flight from its F
+// to its B, or to its W with a split backward (counting the whole stash until
+// W: an upper bound, since after B only W's inputs remain).
 #pragma once
 
 #include <cstdint>
@@ -39,9 +47,10 @@ struct SimulationInput {
   double step_overhead_s = 0.0;  // loss, norm, clip reductions per step
   int64_t batch_size = 0;        // samples per step, for the throughput
   bool record_events = true;     // fill SimulationResult::events
+  double weight_grad_share = 0.5;  // W's share of a backward without recompute
 };
 
-// One action on the simulated timeline. F, B: compute. SEND_*: posted at
+// One action on the simulated timeline. F, B, W: compute. SEND_*: posted at
 // start, completed at end. RECV_*: posted at start; end is the data's
 // arrival (or start, if it had arrived before the post).
 struct SimEvent {
@@ -53,7 +62,7 @@ struct SimEvent {
 struct SimulationResult {
   // Per rank (stage s lives on rank s % num_ranks; one stage per rank for
   // the generated schedules).
-  std::vector<double> busy_s;  // F + B time
+  std::vector<double> busy_s;  // F + B (+ W) time
   std::vector<double> span_s;  // 0 to its last compute or send completion
   std::vector<double> idle_s;  // longest span - busy
   std::vector<std::vector<SimEvent>> events;  // in list order (record_events)
@@ -63,7 +72,7 @@ struct SimulationResult {
   double bubble = 0.0;
   double throughput_samples_per_s = 0.0;  // 0 without a batch size
   // Per stage.
-  std::vector<int> peak_in_flight;     // micro-batches with F started, B not ended
+  std::vector<int> peak_in_flight;     // micro-batches with F started, B (W when split) not ended
   std::vector<double> peak_bytes;
 };
 
@@ -71,9 +80,14 @@ struct SimulationResult {
 // schedule deadlocks or misses an action (it names the stuck actions).
 SimulationResult simulate_schedule(const Schedule& schedule, const SimulationInput& input);
 
-// Per stage, the most micro-batches with F done and B not yet, counting each
-// rank's list in order: validate_schedule's peak_in_flight in O(actions),
-// for callers that skip the validator on known-valid generated schedules.
+// Per stage, the most micro-batches with F done and B (W when split) not yet,
+// counting each rank's list in order: validate_schedule's peak_in_flight in
+// O(actions), for callers that skip the validator on known-valid generated
+// schedules.
 std::vector<int> schedule_in_flight(const Schedule& schedule);
+
+// The schedule's theoretical bubble: simulated with every stage's F taking 1,
+// B 2 (B 1 and W 1 when split), free links and no optimizer.
+double unit_time_bubble(const Schedule& schedule);
 
 }  // namespace pt

@@ -27,7 +27,8 @@ PartitionSetup partition_setup_for(const Deck& deck, const Schedule& schedule,
 // The partition pipeline.partition asks for: explicit counts and "uniform"
 // are evaluated, "time" / "memory" / "balanced" solved. InputError (a
 // MemoryBudgetError for an infeasible budget, with the numbers) on failure.
-PartitionResult choose_partition(const Deck& deck, const ModelProfile& profile, int stages);
+// The schedule on `ranks` ranks fixes the stage count (ranks x stages per rank).
+PartitionResult choose_partition(const Deck& deck, const ModelProfile& profile, int ranks);
 
 // One simulated step of the deck's schedule with `units_per_stage` and the
 // policies the run uses.

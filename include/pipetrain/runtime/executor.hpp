@@ -1,9 +1,13 @@
 // executor.hpp: the one executor that runs any valid schedule.
 //
 // For each action of this rank's list it does exactly what the action says
-// (see schedule.hpp for the semantics): F and B run the stage, SEND_* and
-// RECV_* post non-blocking transfers whose tags carry (stage, direction,
-// micro-batch). A wait longer than the deck's timeout throws a TimeoutError
+// (see schedule.hpp for the semantics): F and B run the stage, W adds the
+// weight gradients B deferred (schedules with W split every backward),
+// SEND_* and RECV_* post non-blocking transfers whose tags carry (stage,
+// direction, micro-batch). A rank may own several stages (interleaved,
+// ZB-V); the handoff between two stages of one rank is local, no message.
+// With a split backward B keeps, per micro-batch until its W, each deferred
+// weight product's input and output gradient, counted as Activations. A wait longer than the deck's timeout throws a TimeoutError
 // naming the rank, the step and the action waited for.
 #pragma once
 
@@ -25,7 +29,7 @@ namespace pt {
 
 struct StepOutcome {
   double loss_sum = 0.0;  // last stage: summed loss terms of the step; else 0
-  double compute_us = 0.0;  // time in F and B, not counting waits for peers
+  double compute_us = 0.0;  // time in F, B and W, not counting waits for peers
   double span_us = 0.0;     // first action's start to the end of the last wait or compute
 };
 
@@ -48,6 +52,9 @@ class Executor {
  public:
   Executor(StageModel& stage, Transport& transport, const Deck& deck, Backend& backend,
            RecomputePolicy policy, Tracer* tracer = nullptr);
+  // Several stages on this rank (ascending), each with its policy.
+  Executor(std::vector<StageModel*> stages, Transport& transport, const Deck& deck,
+           Backend& backend, std::vector<RecomputePolicy> policies, Tracer* tracer = nullptr);
   const RecomputePolicy& policy() const { return policy_; }
   // Runs one micro-batch through this stage alone (no communication) and
   // measures it with `stats` (host or device statistics); `reset_peaks` may
@@ -88,8 +95,10 @@ class Executor {
     Tensor grad_output;                            // (rows, out) dL/d output
     Tensor grad_input;                             // (rows, in) dL/d input, until sent
     Tensor recv_input;                             // (rows, in) buffer of RECV_F
+    std::vector<std::vector<Tensor>> deferred;     // (layers) split backward: W's inputs
     Pending recv_f, recv_b;
     bool forward_done = false;
+    bool backward_done = false;
   };
   struct Send {
     Tensor buffer;
@@ -104,6 +113,15 @@ class Executor {
   Tensor stashed(Tensor t);  // counted as an activation kept for backward
   void recompute_segment(MicroBatch& state, size_t begin, size_t end);
   void backward(int mb);
+  void weights(int mb);
+  Tensor layer_backward(MicroBatch& state, size_t i, Tensor dy, bool need_dx);
+  // The stage of this rank that runs `stage` becomes the current one.
+  void select(int stage);
+  StageModel& cur() { return *stages_[cur_]; }
+  const RecomputePolicy& cur_policy() const { return policies_[cur_]; }
+  int key(int mb) const { return mb * static_cast<int>(stages_.size()) + static_cast<int>(cur_); }
+  bool owns(int stage) const;
+  MicroBatch& local_state(int stage, int mb);  // of another stage on this rank
   void post_recv(const Action& a);
   void post_send(const Action& a);
   Pending posted(const Action& a, std::unique_ptr<PendingTransfer> transfer);
@@ -118,7 +136,11 @@ class Executor {
   int peer_rank(int stage) const { return stage_rank(*schedule_, stage); }
   std::string describe(const Action& a) const;
 
-  StageModel& stage_;
+  std::vector<StageModel*> stages_;       // this rank's stages, ascending
+  std::vector<RecomputePolicy> policies_;  // (stages_)
+  size_t cur_ = 0;                         // index in stages_ of the running action
+  bool split_ = false;                     // the schedule being run has W actions
+  StageModel& stage_;                      // the first of stages_
   Transport& transport_;
   const Deck& deck_;
   Backend& be_;
@@ -138,7 +160,7 @@ class Executor {
   Pass pass_ = Pass::Train;
   int64_t step_ = 0;
   double loss_sum_ = 0.0;
-  std::map<int, MicroBatch> mbs_;
+  std::map<int, MicroBatch> mbs_;  // by key(mb): micro-batch and local stage
   std::vector<Send> sends_;
 };
 

@@ -19,10 +19,11 @@
 namespace pt {
 
 // Codes stored in trace.h5 (kind_names attribute, same order).
-// REBALANCE: a move of units between stages after a step (docs/rebalance.md).
-enum class EventKind : int32_t { F, B, Recompute, Wait, Send, Recv, Optimizer, Reduction, EvalF, Rebalance };
+// REBALANCE: a move of units between stages after a step (docs/rebalance.md);
+// W: the deferred weight gradients of a split backward (docs/schedules.md).
+enum class EventKind : int32_t { F, B, Recompute, Wait, Send, Recv, Optimizer, Reduction, EvalF, Rebalance, W };
 constexpr const char* kEventKindNames =
-    "F,B,RECOMPUTE,WAIT,SEND,RECV,OPTIMIZER,REDUCTION,EVAL_F,REBALANCE";
+    "F,B,RECOMPUTE,WAIT,SEND,RECV,OPTIMIZER,REDUCTION,EVAL_F,REBALANCE,W";
 
 struct TraceEvent {
   int64_t step;

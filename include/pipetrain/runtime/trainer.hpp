@@ -1,6 +1,7 @@
 // trainer.hpp: one rank's part of pipeline-parallel training.
 //
-// Builds this rank's stage, the optimizer, the data set and the schedule
+// Builds this rank's stages (one, or several with interleaved and ZB-V
+// schedules), the optimizer, the data set and the schedule
 // (generated or loaded, then validated), and runs training steps:
 // zero gradients, run the schedule through the Executor, combine the loss and
 // the global gradient norm, take one optimizer step per batch.
@@ -35,8 +36,9 @@ struct StepRecord {
   // Rank 0 only: per stage, peak bytes during the step by MemCategory, then
   // the peak of the total. (stages, categories + 1)
   std::vector<std::vector<double>> stage_peak_bytes;
-  // Every rank: per stage, F + B time of the step without waits (seconds),
-  // and the units each stage held.
+  // Every rank: per rank (its stages together; per stage with one stage per
+  // rank), F + B time of the step without waits (seconds), and the units
+  // each stage held.
   std::vector<double> stage_compute_s;
   std::vector<int64_t> partition;
   // Dynamic rebalancing after this step (set by the driver): the measured
@@ -54,8 +56,9 @@ struct RecomputeChoice {
   double budget_bytes = 0.0;   // pipeline.memory_budget_mb in bytes (auto only)
 };
 
-// The deck's schedule for `stages` stages: generated, or read from its file.
-Schedule schedule_for_deck(const Deck& deck, int stages);
+// The deck's schedule on `ranks` ranks: generated, or read from its file;
+// ranks x stages_per_rank stages.
+Schedule schedule_for_deck(const Deck& deck, int ranks);
 
 // BLAS threads for this rank: the deck's value, or node cores / ranks on the node.
 struct BlasThreadsChoice {
@@ -78,7 +81,7 @@ struct ComputeSetup {
 
 class Trainer {
  public:
-  // `comm` holds exactly one rank per stage.
+  // `comm` holds the schedule's ranks (stages / stages per rank).
   Trainer(const Deck& deck, MPI_Comm comm, ComputeSetup setup = {});
   ~Trainer();
   StepRecord train_step(int64_t step);  // collective over comm
@@ -91,9 +94,12 @@ class Trainer {
 
   const Schedule& schedule() const { return schedule_; }
   const ScheduleReport& schedule_report() const { return report_; }
-  const StageModel& stage() const { return stage_; }
-  // This stage's parameters (values and optimizer state), for checkpoints.
-  std::vector<Param*> params() { return stage_.params(); }
+  // This rank's first stage, and all of them (ascending).
+  const StageModel& stage() const { return stages_.front(); }
+  const std::vector<StageModel>& stages() const { return stages_; }
+  // This rank's parameters, its stages in order (values and optimizer
+  // state), for checkpoints.
+  std::vector<Param*> params();
   // Optimizer updates applied (AdamW's bias-correction count) and the fp16
   // loss scaler (null unless training.precision = "fp16"), for checkpoints.
   Optimizer& optimizer() { return *optimizer_; }
@@ -105,8 +111,9 @@ class Trainer {
   const std::vector<RecomputeChoice>& recompute_choices() const { return recompute_; }
   int rank() const { return rank_; }
 
-  // Dynamic rebalancing (docs/rebalance.md). Decisions scale the unit times
-  // of `profile` (the run's start-up profile) by each stage's measured speed.
+  // Dynamic rebalancing (docs/rebalance.md; one stage per rank). Decisions
+  // scale the unit times of `profile` (the run's start-up profile) by each
+  // stage's measured speed.
   void enable_rebalance(const ModelProfile& profile);
   bool rebalancing() const { return rebalancer_ != nullptr; }
   // Collective, after step `step`: a check when one is due (or the test hook
@@ -123,12 +130,22 @@ class Trainer {
  private:
   double global_grad_norm(int64_t step);  // also the non-finite gradient check
   double mean_loss(double loss_sum);  // broadcast from the last stage
-  // Collective; also every stage's compute seconds of the step.
+  // Collective; also every rank's compute seconds of the step.
   double measured_bubble(const StepOutcome& outcome, std::vector<double>& compute_s);
-  RecomputePolicy resolve_recompute();  // this stage's policy, "auto" decided collectively
+  // This rank's stages' policies; "auto" (one stage per rank) decided collectively.
+  std::vector<RecomputePolicy> resolve_recompute();
+  RecomputePolicy resolve_recompute_one();
+  // Per-stage blocks of values gathered rank by rank, put in stage order.
+  template <typename T>
+  std::vector<T> in_stage_order(const std::vector<T>& by_rank, const std::vector<int>& counts) const;
+  // Every stage's count from each rank's counts of its stages (collective;
+  // `what` names the wait), and the sums per rank.
+  std::vector<int> per_stage_counts(const std::vector<int>& mine, const char* what);
+  std::vector<int> rank_counts(const std::vector<int>& stage_counts) const;
   std::vector<std::vector<double>> gather_memory_peaks();
 
   void move_state_to_device();
+  void fill_data_caches();
   double slowdown_at(int64_t step) const;  // pipeline.slowdown_* for this rank
   // repartition's transfers: units leaving `from` are sent, units joining
   // `to` received, units staying moved locally; returns tensors and bytes sent.
@@ -146,7 +163,7 @@ class Trainer {
   Schedule schedule_;
   ScheduleReport report_;
   Schedule eval_schedule_;  // forward-only version of schedule_
-  StageModel stage_;
+  std::vector<StageModel> stages_;  // this rank's, ascending
   std::unique_ptr<Dataset> data_;
   std::unique_ptr<Dataset> eval_data_;  // null when training.eval_every = 0
   std::unique_ptr<Transport> transport_;

@@ -2,8 +2,9 @@
 //
 // A schedule is, for every rank, the ordered list of actions that rank runs in
 // one training step. An action is (stage, kind, micro-batch) and prints as
-// "<stage><KIND><mb>", e.g. "2F5", "0B3", "1SEND_F4", "3RECV_B0"; the text
-// parses back to the same action. Generators build GPipe and 1F1B schedules,
+// "<stage><KIND><mb>", e.g. "2F5", "0B3", "0W3", "1SEND_F4", "3RECV_B0"; the
+// text parses back to the same action. Generators build GPipe, 1F1B,
+// interleaved 1F1B, ZB-H1 and ZB-V schedules (docs/schedules.md draws each),
 // a schedule can also be read from a text file (one line per rank), and the
 // validator checks any schedule before step 0. One executor
 // (runtime/executor) runs every valid schedule.
@@ -13,15 +14,21 @@
 //          the data for stage 0, else the completed RECV_F of (stage, mb).
 //   B      backward of one micro-batch; accumulates parameter gradients. Needs
 //          F of (stage, mb) done and, except on the last stage (which starts
-//          from the loss), the completed RECV_B of (stage, mb).
+//          from the loss), the output gradient: the completed RECV_B of
+//          (stage, mb), or B of (stage+1, mb) when that stage is on the rank.
+//          In a schedule with W actions (a split backward) B computes the
+//          input gradient only and keeps what the weight gradients need.
+//   W      the weight gradients of one micro-batch that B deferred (needs B
+//          of (stage, mb)); a schedule has W for every (stage, mb) or none.
 //   SEND_F post a non-blocking send of F's output to stage+1 (after F).
 //   RECV_F post a non-blocking receive of this stage's input from stage-1.
 //   SEND_B post a non-blocking send of B's input gradient to stage-1 (after B).
 //   RECV_B post a non-blocking receive of this stage's output gradient from stage+1.
 // Sends and receives never block when posted. F/B block until their input has
 // arrived; all sends are completed at the end of the step. Stage s lives on
-// rank s % num_ranks. Comm actions are required exactly when the two stages
-// live on different ranks.
+// rank s % num_ranks unless the schedule gives a placement (ZB-V's V shape:
+// rank r owns stages r and 2P-1-r). Comm actions are required exactly when
+// the two stages live on different ranks.
 #pragma once
 
 #include <string>
@@ -29,7 +36,7 @@
 
 namespace pt {
 
-enum class ActionKind { F, B, SEND_F, RECV_F, SEND_B, RECV_B };
+enum class ActionKind { F, B, SEND_F, RECV_F, SEND_B, RECV_B, W };
 
 struct Action {
   int stage = 0;
@@ -51,31 +58,62 @@ struct Schedule {
   int num_micro_batches = 1;  // N
   int num_ranks = 1;
   std::vector<std::vector<Action>> ranks;  // (num_ranks, actions of that rank)
-  // Evaluation schedules: F and its comm actions only, no B, SEND_B, RECV_B.
+  // Evaluation schedules: F and its comm actions only, no B, W, SEND_B, RECV_B.
   bool forward_only = false;
+  // (num_stages) rank of each stage; empty: stage % num_ranks.
+  std::vector<int> placement;
 };
 
-inline int stage_rank(const Schedule& s, int stage) { return stage % s.num_ranks; }
+inline int stage_rank(const Schedule& s, int stage) {
+  return s.placement.empty() ? stage % s.num_ranks : s.placement[static_cast<size_t>(stage)];
+}
+// The stages rank `rank` owns, ascending.
+std::vector<int> rank_stages(const Schedule& s, int rank);
+// True when the schedule has W actions (a split backward).
+bool splits_backward(const Schedule& s);
 
 // Fill-drain: all F, then all B (both in ascending micro-batch order).
 Schedule generate_gpipe(int num_stages, int num_micro_batches);
 // PipeDream-flush: stage s runs min(P-s, N) warm-up forwards, then alternates
 // one F and one B, then drains. B runs in ascending micro-batch order.
 Schedule generate_1f1b(int num_stages, int num_micro_batches);
+// Interleaved 1F1B (Megatron's virtual pipeline): `virtual_stages` v stages
+// per rank, rank r owning stages r, r+P, ..; forwards go in groups of P
+// micro-batches chunk by chunk; needs N to be a multiple of the rank count.
+Schedule generate_interleaved(int num_ranks, int virtual_stages, int num_micro_batches);
+// ZB-H1: one stage per rank, split backward, 1F1B's order of F and B with W
+// filling the bubbles; at most min(P, N) micro-batches between F and W on
+// each stage (1F1B's peak, that of its stage 0).
+Schedule generate_zb_h1(int num_ranks, int num_micro_batches);
+// ZB-V: two stages per rank in a V (rank r owns stages r and 2P-1-r), split
+// backward, at most 2P half-size stage micro-batches between F and W per rank.
+Schedule generate_zb_v(int num_ranks, int num_micro_batches);
 // The same schedule without backward actions, for evaluation passes.
 Schedule forward_only_schedule(const Schedule& training);
-// "gpipe" | "1f1b"; throws InputError for other names.
-Schedule generate_schedule(const std::string& name, int num_stages, int num_micro_batches);
+// Stages per rank of pipeline.schedule `name`: interleaved and "file"
+// (a schedule file): virtual_stages, zb-v: 2, others 1.
+int stages_per_rank(const std::string& name, int virtual_stages);
+// "gpipe" | "1f1b" | "interleaved" | "zb-h1" | "zb-v" on `num_ranks` ranks;
+// throws InputError for other names or micro-batch counts a schedule refuses.
+Schedule generate_schedule(const std::string& name, int num_ranks, int num_micro_batches,
+                           int virtual_stages = 1);
 
 // One line per rank: actions separated by spaces. parse_schedule(format(s))
-// gives back s. Lines starting with '#' and blank lines are ignored.
+// gives back s. Lines starting with '#' and blank lines are ignored. A
+// schedule with a placement starts with the line "placement: 0 1 1 0" (the
+// rank of each stage); without it stage s lives on rank s % ranks.
 std::string format_schedule(const Schedule& s);
 Schedule parse_schedule(const std::string& text, const std::string& source_name,
                         int num_stages, int num_micro_batches);
 Schedule load_schedule_file(const std::string& path, int num_stages, int num_micro_batches);
 
 struct ScheduleReport {
-  std::vector<int> peak_in_flight;  // (num_stages) max micro-batches with F done, B not yet
+  // (num_stages) max micro-batches with F done and B (W when split) not yet:
+  // the stage's activation stash bound.
+  std::vector<int> peak_in_flight;
+  // (num_stages) max micro-batches with B done, W not yet (0 without W): of
+  // the in-flight ones, those holding only the weight-gradient stash.
+  std::vector<int> peak_pending_w;
   int simulated_rounds = 0;         // rounds of the deadlock simulation
 };
 

@@ -1,0 +1,99 @@
+#!/usr/bin/env bash
+# bench_schedules.sh: every schedule (1f1b, interleaved with 2 stages per
+# rank, zb-h1, zb-v; gpipe with SCHEDULES) on the balanced MLP
+# (inputs/bench_mlp.toml) and the GPT (inputs/gpt_markov.toml) at P = 2 ranks,
+# N = 2, 4, 8, 16: measured bubble (trace.h5, tools/trace_report.py) against
+# the schedule's theory (unit-time simulation of its schedule data) and the
+# planner's prediction, measured step time against the prediction, peak
+# memory, and ZB-H1's gain over 1F1B against what theory predicts. Writes
+# results/bench_schedules.md and one timeline per schedule (MLP, N = 8):
+# results/bench_schedules_timeline_<schedule>.png.
+#   jobs/bench_schedules.sh        (needs build/ and tools/.venv: make build tools)
+#   P=4 jobs/bench_schedules.sh    (4 ranks on this 2-core machine: oversubscribed)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+P=${P:-2}
+N_LIST=${N_LIST:-"2 4 8 16"}
+SCHEDULES=${SCHEDULES:-"1f1b interleaved zb-h1 zb-v"}
+MODELS=${MODELS:-"mlp gpt"}
+PY=tools/.venv/bin/python
+out=results/bench_schedules${SUFFIX:-}.md
+mkdir -p runs results
+dirs=()
+
+# Machine check: the MLP on one rank alone, then two independent one-rank
+# runs at once. On a machine with a core per rank both take the same time; a
+# ratio near 2 means the ranks share one core's throughput, so a rank runs
+# faster while its peer idles and filling the bubble cannot shorten the step.
+median_step() {
+  $PY -c "import h5py, numpy as np; print(np.median(h5py.File('$1/metrics.h5')['step_time_s'][2:]))"
+}
+one_rank() {
+  mpirun --oversubscribe --bind-to none -np 1 build/pipetrain train inputs/bench_mlp.toml \
+    --set pipeline.predict=false --set output.dir=\"$1\" > "$1.log" 2>&1 || { cat "$1.log"; exit 1; }
+}
+one_rank runs/bench_schedules_alone
+one_rank runs/bench_schedules_pair_a & one_rank runs/bench_schedules_pair_b & wait
+alone=$(median_step runs/bench_schedules_alone)
+pair=$(median_step runs/bench_schedules_pair_a)
+check_line=$($PY -c "print('one-rank MLP step %.1f ms alone, %.1f ms with a second one-rank run at once: x%.2f' % ($alone * 1e3, $pair * 1e3, $pair / $alone))")
+
+deck_of() { [ "$1" = mlp ] && echo inputs/bench_mlp.toml || echo inputs/gpt_markov.toml; }
+# The GPT deck trains for 600 steps with evaluations; the benchmark times 20.
+extra_of() {
+  [ "$1" = gpt ] && echo "--set training.steps=20 --set training.eval_every=0 --set training.warmup_steps=2"
+}
+
+for model in $MODELS; do
+  for s in $SCHEDULES; do
+    for n in $N_LIST; do
+      [ "$s" = interleaved ] && [ $((n % P)) -ne 0 ] && continue
+      dir=runs/bench_schedules_${model}_${s}_p${P}_n$n
+      virtual=""
+      [ "$s" = interleaved ] && virtual="--set pipeline.virtual_stages=2"
+      # shellcheck disable=SC2046
+      mpirun --oversubscribe --bind-to none -np "$P" build/pipetrain train "$(deck_of $model)" \
+        --set pipeline.micro_batches=$n --set pipeline.schedule=\"$s\" $virtual \
+        --set output.trace=true --set output.dir=\"$dir\" $(extra_of $model) \
+        > "$dir.log" 2>&1 || { cat "$dir.log"; exit 1; }
+      dirs+=("$dir")
+      if [ "$model" = mlp ] && [ "$n" = 8 ]; then
+        $PY tools/trace_timeline.py "$dir/trace.h5" "results/bench_schedules_timeline_${s}${SUFFIX:-}.png" > /dev/null
+      fi
+    done
+  done
+done
+blas=$(grep -m1 "^BLAS (ranks" "${dirs[0]}.log" || true)
+cpu=$(grep -m1 "model name" /proc/cpuinfo | cut -d: -f2- | sed 's/^ *//')
+{
+  echo "# Schedules: measured bubble and step time, P = $P (CPU backend)"
+  echo
+  echo "Command: \`P=$P jobs/bench_schedules.sh\`; decks \`inputs/bench_mlp.toml\` (16 Linear"
+  echo "layers of 1024 x 1024, batch 512, 12 steps) and \`inputs/gpt_markov.toml\` (4 blocks,"
+  echo "C = 96, T = 64, batch 32, 20 steps), one BLAS thread per rank, tracing on, steps after"
+  echo "the first 2 counted. Interleaved runs 2 stages per rank, ZB-V 2 (V shape)."
+  echo "Machine: $(hostname), $(nproc) cores ($cpu), $(date -u +%F). $blas"
+  echo
+  echo "Machine check (this run): $check_line. A factor near 1 means a core per rank;"
+  echo "near 2, the two ranks share one core's throughput: a rank computes up to twice as fast"
+  echo "while its peer idles, so the measured bubble shrinks and a schedule that fills the"
+  echo "bubble (interleaved, ZB) cannot shorten the step much."
+  [ "$P" -gt "$(nproc)" ] && echo "**$P ranks on $(nproc) cores: oversubscribed**, ranks share cores, bubbles and step times are not the schedule's alone."
+  echo
+  echo "Theory: the schedule data simulated in unit time (F = 1, B = 2, or B = W = 1 when"
+  echo "split; free links): (P-1)/(N+P-1) for 1F1B, (P-1)/(vN+P-1) interleaved, (P-1)/(3N+P-1)"
+  echo "ZB-H1 (N >= P). Predicted: the planner's simulation of the same schedule with the"
+  echo "run's brief profile (W = its share of B by FLOPs, docs/schedules.md)."
+  echo
+  $PY tools/schedules_report.py --skip 2 "${dirs[@]}"
+  echo
+  echo "Measured bubble = mean over ranks and steps of 1 - (F + B + W time without"
+  echo "waits) / (longest rank's span of the step's schedule); see docs/outputs.md."
+  echo "Peak MiB: the largest rank's peak of all memory during a step (metrics.h5)."
+  echo
+  for s in $SCHEDULES; do
+    echo "![$s, MLP, N = 8](bench_schedules_timeline_${s}${SUFFIX:-}.png)"
+  done
+} > "$out"
+cat "$out"

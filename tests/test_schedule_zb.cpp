@@ -1,0 +1,295 @@
+// test_schedule_zb.cpp: the W action, stage placement, the interleaved,
+// ZB-H1 and ZB-V generators, the validator's rules for W (with the marked
+// grid) and the theoretical bubble of every schedule (unit_time_bubble).
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "pipetrain/base/error.hpp"
+#include "pipetrain/plan/simulate.hpp"
+#include "pipetrain/schedule/schedule.hpp"
+
+namespace {
+
+using pt::Action;
+using pt::ActionKind;
+using pt::InputError;
+using pt::Schedule;
+using Lines = std::vector<std::string>;
+
+Schedule from_lines(const Lines& ranks, int num_stages, int num_micro_batches) {
+  std::string text;
+  for (const std::string& line : ranks) text += line + "\n";
+  return pt::parse_schedule(text, "test", num_stages, num_micro_batches);
+}
+
+template <typename Fn>
+std::string input_error_of(Fn fn) {
+  try {
+    fn();
+  } catch (const InputError& e) {
+    return e.what();
+  }
+  return "";
+}
+
+struct Generated {
+  std::string label;
+  Schedule schedule;
+};
+
+// Every new generator at P = 1..4 and N = 1..16 (interleaved: multiples of P).
+std::vector<Generated> all_generated() {
+  std::vector<Generated> out;
+  for (int p = 1; p <= 4; ++p)
+    for (int n = 1; n <= 16; ++n) {
+      const std::string at = " P=" + std::to_string(p) + " N=" + std::to_string(n);
+      out.push_back({"zb-h1" + at, pt::generate_zb_h1(p, n)});
+      out.push_back({"zb-v" + at, pt::generate_zb_v(p, n)});
+      for (int v = 1; v <= 3 && n % p == 0; ++v)
+        out.push_back({"interleaved v=" + std::to_string(v) + at, pt::generate_interleaved(p, v, n)});
+    }
+  return out;
+}
+
+TEST(WAction, RoundTripsAndNamesItsKind) {
+  const Action a = pt::parse_action("0W3");
+  EXPECT_EQ(a.stage, 0);
+  EXPECT_EQ(a.kind, ActionKind::W);
+  EXPECT_EQ(a.mb, 3);
+  EXPECT_EQ(pt::to_string(a), "0W3");
+  EXPECT_NE(input_error_of([] { pt::parse_action("0X3"); }).find("KIND one of F, B, W,"),
+            std::string::npos);
+}
+
+TEST(Placement, PrintsAndParsesBackExactly) {
+  const Schedule s = pt::generate_zb_v(2, 3);
+  EXPECT_EQ(s.placement, (std::vector<int>{0, 1, 1, 0}));
+  const std::string text = pt::format_schedule(s);
+  EXPECT_EQ(text.substr(0, text.find('\n')), "placement: 0 1 1 0");
+  const Schedule back = pt::parse_schedule(text, "zb-v.txt", 4, 3);
+  EXPECT_EQ(back.placement, s.placement);
+  EXPECT_EQ(back.ranks, s.ranks);
+  EXPECT_EQ(pt::format_schedule(back), text);
+  EXPECT_EQ(pt::rank_stages(back, 0), (std::vector<int>{0, 3}));
+}
+
+TEST(Placement, BadLinesAreInputErrorsNamingTheLine) {
+  EXPECT_NE(input_error_of([] { from_lines({"placement: 0 x", "0F0"}, 2, 1); })
+                .find("test:1: bad placement entry 'x'"),
+            std::string::npos);
+  EXPECT_NE(input_error_of([] { from_lines({"placement: 0 1 1", "0F0"}, 2, 1); })
+                .find("test:1: the placement names 3 stages; give the rank of each of the 2"),
+            std::string::npos);
+  EXPECT_NE(input_error_of([] { from_lines({"0F0", "placement: 0 0"}, 2, 1); })
+                .find("test:2: the placement line must come once, before the rank lines"),
+            std::string::npos);
+  const std::string msg = input_error_of([] {
+    pt::validate_schedule(from_lines({"placement: 0 0 0", "0F0 1F0 2F0 2B0 1B0 0B0", "0F0"}, 3, 1));
+  });
+  EXPECT_NE(msg.find("rank 1 owns no stage"), std::string::npos) << msg;
+}
+
+TEST(Generators, NewSchedulesValidateUnderMpiAndNccl) {
+  for (const Generated& g : all_generated()) {
+    const Schedule& s = g.schedule;
+    pt::ScheduleReport r;
+    ASSERT_NO_THROW(r = pt::validate_schedule(s, pt::CommSemantics::mpi())) << g.label;
+    EXPECT_EQ(input_error_of([&] { pt::validate_schedule(s, pt::CommSemantics::nccl()); }), "")
+        << g.label;
+    ASSERT_NO_THROW(pt::validate_schedule(pt::forward_only_schedule(s))) << g.label;
+    // Text round trip, placement included.
+    const Schedule back = pt::parse_schedule(pt::format_schedule(s), "x", s.num_stages,
+                                             s.num_micro_batches);
+    EXPECT_EQ(back.ranks, s.ranks) << g.label;
+    EXPECT_EQ(back.placement, s.placement) << g.label;
+    // The simulator's in-flight count is the validator's.
+    EXPECT_EQ(pt::schedule_in_flight(s), r.peak_in_flight) << g.label;
+  }
+}
+
+// B and W (and F) run in ascending micro-batch order on every stage: the
+// gradient accumulation order of a single process.
+TEST(Generators, ComputeRunsInAscendingMicroBatchOrderPerStage) {
+  for (const Generated& g : all_generated()) {
+    const Schedule& s = g.schedule;
+    std::vector<std::vector<int>> next(3, std::vector<int>(s.num_stages, 0));
+    for (const auto& rank : s.ranks)
+      for (const Action& a : rank) {
+        const int k = a.kind == ActionKind::F ? 0 : a.kind == ActionKind::B ? 1 : a.kind == ActionKind::W ? 2 : -1;
+        if (k < 0) continue;
+        EXPECT_EQ(a.mb, next[k][a.stage]++) << g.label << " " << pt::to_string(a);
+      }
+  }
+}
+
+TEST(Generators, PlacementAndMemoryLimits) {
+  for (int p = 1; p <= 4; ++p)
+    for (int n = 1; n <= 16; ++n) {
+      const std::string at = " P=" + std::to_string(p) + " N=" + std::to_string(n);
+      const Schedule h1 = pt::generate_zb_h1(p, n);
+      const pt::ScheduleReport rh = pt::validate_schedule(h1);
+      EXPECT_TRUE(pt::splits_backward(h1));
+      // ZB-H1: 1F1B's peak (stage 0's min(P, N)) on every stage, F to W.
+      for (int s = 0; s < p; ++s) EXPECT_LE(rh.peak_in_flight[s], std::min(p, n)) << "zb-h1" << at;
+      EXPECT_EQ(rh.peak_in_flight[0], std::min(p, n)) << "zb-h1" << at;
+      const Schedule v = pt::generate_zb_v(p, n);
+      const pt::ScheduleReport rv = pt::validate_schedule(v);
+      EXPECT_EQ(rv.peak_in_flight.size(), static_cast<size_t>(2 * p));
+      for (int r = 0; r < p; ++r) {
+        EXPECT_EQ(pt::rank_stages(v, r), (std::vector<int>{r, 2 * p - 1 - r})) << "zb-v" << at;
+        // Both stages of the rank together, F to W: at most 2P half stages.
+        int now = 0, peak = 0;
+        for (const Action& a : v.ranks[r]) {
+          if (a.kind == ActionKind::F) peak = std::max(peak, ++now);
+          if (a.kind == ActionKind::W) --now;
+        }
+        EXPECT_LE(peak, 2 * p) << "zb-v" << at << " rank " << r;
+      }
+      if (n % p != 0) continue;
+      const Schedule il = pt::generate_interleaved(p, 2, n);
+      EXPECT_FALSE(pt::splits_backward(il));
+      for (int r = 0; r < p; ++r) EXPECT_EQ(pt::rank_stages(il, r), (std::vector<int>{r, r + p}));
+    }
+}
+
+TEST(Generators, ExactSmallSchedules) {
+  // Stage 1 keeps 1F1B's F/B order; W0 must run before F2 (limit 2).
+  EXPECT_EQ(pt::format_schedule(pt::generate_zb_h1(2, 3)),
+            "0F0 0SEND_F0 0RECV_B0 0F1 0SEND_F1 0B0 0W0 0RECV_B1 0F2 0SEND_F2 0B1 0RECV_B2 0W1 0B2 0W2\n"
+            "1RECV_F0 1F0 1RECV_F1 1B0 1SEND_B0 1F1 1B1 1SEND_B1 1RECV_F2 1W0 1F2 1B2 1SEND_B2 1W1 1W2\n");
+  // Megatron's order with one rank: warm-up 1, then F/B pairs, chunk by chunk.
+  EXPECT_EQ(pt::format_schedule(pt::generate_interleaved(1, 2, 2)), "0F0 1F0 1B0 0F1 0B0 1F1 1B1 0B1\n");
+  // Both halves on rank 0, at most 2 stage micro-batches between F and W.
+  EXPECT_EQ(pt::format_schedule(pt::generate_zb_v(1, 2)), "0F0 1F0 1B0 0B0 0W0 0F1 1W0 1F1 1B1 0B1 0W1 1W1\n");
+}
+
+TEST(Generators, RefuseWhatTheyCannotRun) {
+  EXPECT_EQ(input_error_of([] { pt::generate_interleaved(2, 2, 3); }),
+            "schedule 'interleaved' runs micro-batches in groups of one per rank: 3 micro-batches "
+            "is not a multiple of the 2 ranks");
+  EXPECT_NE(input_error_of([] { pt::generate_schedule("zb", 2, 4); })
+                .find("expected 'gpipe', '1f1b', 'interleaved', 'zb-h1' or 'zb-v'"),
+            std::string::npos);
+  EXPECT_NE(input_error_of([] { pt::generate_zb_v(0, 4); }).find("needs at least 1 rank"),
+            std::string::npos);
+  EXPECT_EQ(pt::stages_per_rank("zb-v", 1), 2);
+  EXPECT_EQ(pt::stages_per_rank("interleaved", 3), 3);
+  EXPECT_EQ(pt::stages_per_rank("1f1b", 3), 1);
+}
+
+// Theory in unit time (F = 1, B = 2, B = W = 1 when split).
+TEST(Theory, BubbleOfEverySchedule) {
+  for (int p : {2, 3, 4})
+    for (int n : {4, 8, 12, 16}) {
+      const double P = p, N = n;
+      const std::string at = " P=" + std::to_string(p) + " N=" + std::to_string(n);
+      EXPECT_NEAR(pt::unit_time_bubble(pt::generate_1f1b(p, n)), (P - 1) / (N + P - 1), 1e-12) << at;
+      EXPECT_NEAR(pt::unit_time_bubble(pt::generate_gpipe(p, n)), (P - 1) / (N + P - 1), 1e-12) << at;
+      EXPECT_NEAR(pt::unit_time_bubble(pt::generate_zb_h1(p, n)), (P - 1) / (3 * N + P - 1), 1e-12) << at;
+      if (n % p == 0) {
+        for (int v : {2, 3}) {
+          EXPECT_NEAR(pt::unit_time_bubble(pt::generate_interleaved(p, v, n)),
+                      (P - 1) / (v * N + P - 1), 1e-12) << at << " v=" << v;
+        }
+      }
+      // ZB-V: below ZB-H1 (its ramp is half-stage steps).
+      EXPECT_LT(pt::unit_time_bubble(pt::generate_zb_v(p, n)),
+                pt::unit_time_bubble(pt::generate_zb_h1(p, n))) << at;
+    }
+}
+
+// The planner's simulator with W, by hand: one stage, F = 1, B = 3 of which
+// recompute 1, W share 1/2 -> W = (3 - 1) / 2 = 1 and B = 2; micro-batch 0
+// stays in flight until its W, so F1 finds two in flight.
+TEST(SimulatorW, TimesAndInFlightByHand) {
+  const Schedule s = from_lines({"0F0 0B0 0F1 0W0 0B1 0W1"}, 1, 2);
+  pt::SimulationInput in;
+  pt::StageCost c;
+  c.forward_s = 1.0;
+  c.backward_s = 3.0;
+  c.recompute_s = 1.0;
+  c.stash_bytes = 100.0;
+  in.stages = {c};
+  in.weight_grad_share = 0.5;
+  const pt::SimulationResult r = pt::simulate_schedule(s, in);
+  const std::vector<std::pair<double, double>> want = {{0, 1}, {1, 3}, {3, 4}, {4, 5}, {5, 7}, {7, 8}};
+  ASSERT_EQ(r.events[0].size(), want.size());
+  for (size_t i = 0; i < want.size(); ++i) {
+    EXPECT_DOUBLE_EQ(r.events[0][i].start_s, want[i].first) << pt::to_string(r.events[0][i].action);
+    EXPECT_DOUBLE_EQ(r.events[0][i].end_s, want[i].second) << pt::to_string(r.events[0][i].action);
+  }
+  EXPECT_DOUBLE_EQ(r.busy_s[0], 8.0);
+  EXPECT_EQ(r.peak_in_flight, (std::vector<int>{2}));
+  EXPECT_DOUBLE_EQ(r.peak_bytes[0], 200.0);
+  EXPECT_EQ(pt::validate_schedule(s).peak_in_flight, (std::vector<int>{2}));
+  EXPECT_EQ(pt::validate_schedule(s).peak_pending_w, (std::vector<int>{1}));
+  const Schedule no_w = from_lines({"0F0 0B0 0F1 0B1 0W1"}, 1, 2);
+  EXPECT_NE(input_error_of([&] { pt::simulate_schedule(no_w, in); }).find("no rank runs 0W0"),
+            std::string::npos);
+}
+
+struct Broken {
+  std::string what;
+  int p, n;
+  Lines ranks;
+  std::vector<std::string> message_parts;
+};
+
+TEST(ValidatorW, RejectsBadWPlacementWithTheMarkedGrid) {
+  const std::vector<Broken> table = {
+      {"W before its B", 1, 2, {"0F0 0W0 0B0 0F1 0B1 0W1"},
+       {"0W0 (rank 0, step 1) comes before 0B0 (rank 0, step 2); W adds the weight gradients "
+        "that B of the same micro-batch deferred", ">0W0<", ">0B0<"}},
+      {"missing W", 1, 2, {"0F0 0B0 0W0 0F1 0B1"},
+       {"missing 0W1: the schedule splits the backward (it has W actions), so every B needs its W",
+        ">0B1<"}},
+      {"duplicate W", 1, 2, {"0F0 0B0 0W0 0F1 0B1 0W1 0W0"},
+       {"0W0 appears 2 times; it must appear exactly once", ">0W0<"}},
+      {"W on the wrong rank", 2, 1,
+       {"0F0 0SEND_F0 0RECV_B0 0B0 1W0 0W0", "1RECV_F0 1F0 1B0 1SEND_B0"},
+       {"1W0 (rank 0, step 4): wrong rank; stage 1 lives on rank 1", ">1W0<"}},
+  };
+  for (const Broken& b : table) {
+    const Schedule s = from_lines(b.ranks, b.p, b.n);
+    const std::string msg = input_error_of([&] { pt::validate_schedule(s); });
+    ASSERT_FALSE(msg.empty()) << b.what << ": accepted";
+    EXPECT_NE(msg.find("step   |"), std::string::npos) << b.what << ": no grid\n" << msg;
+    for (const std::string& part : b.message_parts)
+      EXPECT_NE(msg.find(part), std::string::npos) << b.what << ": no '" << part << "' in\n" << msg;
+  }
+  Schedule eval = from_lines({"0F0 0W0"}, 1, 1);
+  eval.forward_only = true;
+  EXPECT_NE(input_error_of([&] { pt::validate_schedule(eval); })
+                .find("0W0 in a forward-only schedule; it must have no backward actions"),
+            std::string::npos);
+}
+
+// A hand-written ZB-V file on 2 ranks: accepted under MPI; with the
+// gradient receives of rank 0 swapped it still runs under MPI (tags) but is
+// refused under NCCL (order), and with W of a stage delayed past the whole
+// step it is still valid (W only needs its B).
+TEST(ValidatorW, HandWrittenSplitScheduleUnderBothSemantics) {
+  const Lines ok = {
+      "placement: 0 1 1 0",
+      "0F0 0SEND_F0 3RECV_F0 3F0 3B0 3SEND_B0 0RECV_B0 0B0 3W0 0W0",
+      "1RECV_F0 1F0 2F0 2SEND_F0 2RECV_B0 2B0 1B0 1SEND_B0 2W0 1W0"};
+  EXPECT_NO_THROW(pt::validate_schedule(from_lines(ok, 4, 1), pt::CommSemantics::nccl()));
+  const Lines two = {
+      "placement: 0 1 1 0",
+      "0F0 0SEND_F0 0F1 0SEND_F1 3RECV_F0 3RECV_F1 3F0 3B0 3SEND_B0 3F1 3B1 3SEND_B1 "
+      "0RECV_B1 0RECV_B0 0B0 0B1 3W0 3W1 0W0 0W1",
+      "1RECV_F0 1RECV_F1 1F0 2F0 2SEND_F0 1F1 2F1 2SEND_F1 2RECV_B0 2RECV_B1 2B0 1B0 1SEND_B0 "
+      "2B1 1B1 1SEND_B1 2W0 2W1 1W0 1W1"};
+  const Schedule s = from_lines(two, 4, 2);
+  EXPECT_NO_THROW(pt::validate_schedule(s, pt::CommSemantics::mpi()));
+  const std::string msg = input_error_of([&] { pt::validate_schedule(s, pt::CommSemantics::nccl()); });
+  EXPECT_NE(msg.find("under NCCL semantics the messages from rank 1 to rank 0 meet by order"),
+            std::string::npos) << msg;
+  EXPECT_NE(msg.find(">0RECV_B1<"), std::string::npos) << msg;
+}
+
+}  // namespace

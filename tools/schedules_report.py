@@ -1,0 +1,105 @@
+#!/usr/bin/env python3
+"""schedules_report.py: the table of jobs/bench_schedules.sh from its runs.
+
+    tools/.venv/bin/python tools/schedules_report.py --skip 2 RUN_DIR...
+
+For every run directory (a `pipetrain train` with output.trace = true and
+pipeline.predict on) one markdown row: model, schedule, P, N, the theoretical
+bubble (the run's schedule simulated in unit time, trace attribute
+theory_bubble), the measured bubble (trace_report.py's definition, steps after
+--skip), the planner's predicted bubble and step time (metrics.h5 attributes
+predicted_bubble, predicted_step_time_s), the measured median step time and
+the largest per-rank peak memory (peak_bytes_total). Then, per model and N,
+ZB-H1's speedup over 1F1B against the speedup theory predicts.
+"""
+import argparse
+import json
+import sys
+
+import h5py
+import numpy as np
+
+import trace_report
+from trace_lib import TraceError, load_trace
+
+
+def run_row(run_dir, skip):
+    trace = load_trace(f"{run_dir}/trace.h5")
+    r = trace_report.analyse(trace, skip)
+    with h5py.File(f"{run_dir}/metrics.h5", "r") as f:
+        a = f.attrs
+        step = np.asarray(f["step_time_s"], dtype=np.float64)[skip:]
+        peak = np.asarray(f["peak_bytes_total"], dtype=np.float64)
+        predicted_step = float(a["predicted_step_time_s"]) if "predicted_step_time_s" in a else float("nan")
+        predicted_bubble = float(a["predicted_bubble"]) if "predicted_bubble" in a else float("nan")
+    deck = trace.deck_text
+    model = "gpt" if 'type = "gpt"' in deck else "mlp"
+    return {
+        "dir": run_dir, "model": model, "schedule": trace.schedule_name,
+        "ranks": trace.num_ranks, "stages": trace.num_stages, "n": trace.num_micro_batches,
+        "theory": r["bubble_theory"], "bubble": r["bubble"], "predicted_bubble": predicted_bubble,
+        "step_s": float(np.median(step)), "predicted_step_s": predicted_step,
+        "peak_mib": float(peak.max()) / 1048576.0,
+    }
+
+
+def pct(x):
+    return "n/a" if x is None or np.isnan(x) else f"{100 * x:.1f}%"
+
+
+def table(rows):
+    out = ["| model | schedule | P | stages | N | theory | measured | diff (points) | within 3 | "
+           "predicted bubble | step (ms) | predicted step (ms) | step error | peak MiB |",
+           "|---|---|---:|---:|---:|---:|---:|---:|---|---:|---:|---:|---:|---:|"]
+    for r in rows:
+        diff = 100 * (r["bubble"] - r["theory"])
+        err = 100 * (r["predicted_step_s"] - r["step_s"]) / r["step_s"]
+        out.append(f"| {r['model']} | {r['schedule']} | {r['ranks']} | {r['stages']} | {r['n']} | "
+                   f"{pct(r['theory'])} | {pct(r['bubble'])} | {diff:+.1f} | "
+                   f"{'yes' if abs(diff) <= 3 else 'no'} | {pct(r['predicted_bubble'])} | "
+                   f"{1e3 * r['step_s']:.1f} | {1e3 * r['predicted_step_s']:.1f} | {err:+.0f}% | "
+                   f"{r['peak_mib']:.1f} |")
+    return "\n".join(out)
+
+
+def zb_speedup(rows):
+    """ZB-H1 against 1F1B: measured step-time gain vs the theory's (unit-time
+    spans 3N / (1 - bubble)), and the share of it achieved (goal >= 2/3)."""
+    out = ["| model | N | 1F1B step (ms) | ZB-H1 step (ms) | measured gain | theory gain | "
+           "achieved | goal 2/3 | peak MiB 1F1B / ZB-H1 |",
+           "|---|---:|---:|---:|---:|---:|---:|---|---|"]
+    key = {(r["model"], r["schedule"], r["n"]): r for r in rows}
+    for (model, schedule, n), base in sorted(key.items()):
+        zb = key.get((model, "zb-h1", n))
+        if schedule != "1f1b" or zb is None:
+            continue
+        measured = 1 - zb["step_s"] / base["step_s"]
+        theory = 1 - (1 - base["theory"]) / (1 - zb["theory"])
+        achieved = measured / theory if theory > 0 else float("nan")
+        out.append(f"| {model} | {n} | {1e3 * base['step_s']:.1f} | {1e3 * zb['step_s']:.1f} | "
+                   f"{100 * measured:.1f}% | {100 * theory:.1f}% | {achieved:.2f} | "
+                   f"{'yes' if achieved >= 2 / 3 else 'no'} | "
+                   f"{base['peak_mib']:.1f} / {zb['peak_mib']:.1f} |")
+    return "\n".join(out)
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("runs", nargs="+", help="run directories")
+    parser.add_argument("--skip", type=int, default=2, help="warm-up steps not counted")
+    parser.add_argument("--json", action="store_true", help="print the rows as JSON")
+    args = parser.parse_args()
+    try:
+        rows = [run_row(d, args.skip) for d in args.runs]
+    except (TraceError, OSError, KeyError) as err:
+        sys.exit(f"{parser.prog}: error: {err}")
+    if args.json:
+        print(json.dumps(rows, indent=1))
+        return
+    print(table(rows))
+    print()
+    print(zb_speedup(rows))
+
+
+if __name__ == "__main__":
+    main()
