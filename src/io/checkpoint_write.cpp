@@ -175,8 +175,12 @@ void write_manifest(const Where& w, const Deck& deck, const std::string& resolve
                                    "(seed, stream, index); the data seed, the init seed and "
                                    "the step are the whole state"));
   write_attr(f, "stages", static_cast<int64_t>(w.size));
+  // Units per pipeline stage in use (a rank holds several stages under
+  // interleaved and zb-v schedules; informational: loading is by layer).
+  const int pipeline_stages =
+      deck.pipeline.partition.empty() ? w.size : static_cast<int>(deck.pipeline.partition.size());
   write_attr(f, "partition",
-             partition_units(model_units(deck.model), w.size, deck.pipeline.partition));
+             partition_units(model_units(deck.model), pipeline_stages, deck.pipeline.partition));
   write_attr(f, "created_utc", utc_now());
   write_attr(f, "deck", resolved_deck);
   H5Id files = create_group(f, "files");
