@@ -161,9 +161,12 @@ TEST(Simulator, PeakMemoryIsInFlightTimesStash) {
         } else {
           for (int st = 0; st < p; ++st) EXPECT_EQ(in_flight[st], std::min(p - st, n));
         }
-        // With persistent, comm and transient bytes: the stage's peak_bytes().
+        // With persistent, data and transient bytes: the stage's peak_bytes()
+        // less its bound on message buffers (the simulator tracks them; these
+        // stages send empty messages).
         for (StageCost& c : stages) {
           c.persistent_bytes = 5000.0;
+          c.data_bytes = 800.0;
           c.comm_buffer_bytes = 300.0;
           c.forward_transient_bytes = 40.0;
           c.backward_transient_bytes = 70.0;
@@ -171,8 +174,36 @@ TEST(Simulator, PeakMemoryIsInFlightTimesStash) {
         in.stages = stages;
         r = pt::simulate_schedule(s, in);
         for (int st = 0; st < p; ++st)
-          EXPECT_DOUBLE_EQ(r.peak_bytes[st], stages[st].peak_bytes(in_flight[st]));
+          EXPECT_DOUBLE_EQ(r.peak_bytes[st], stages[st].peak_bytes(in_flight[st]) - 300.0);
       }
+}
+
+// Message buffers by hand, GPipe P = 2, N = 2, F = 1 s, B = 2 s, 0.1 s links,
+// 10-byte messages, stash 100, persistent 5000, transients F 40 / B 70:
+//   rank 0: 0F0 0SEND_F0 0RECV_B0 0F1 0SEND_F1 0RECV_B1 0B0 0B1
+//   rank 1: 1RECV_F0 1RECV_F1 1F0 1F1 1B0 1SEND_B0 1B1 1SEND_B1
+// Stage 0 peaks at 0B0 (t = 5.2): two stashes, the posted RECV_B1 (RECV_B0's
+// buffer is B0's own), SEND_F1 long complete: 5000 + 200 + 10 + 70. Stage 1
+// peaks at 1B0 (t = 3.1): 5000 + 200 + 70, no buffer: both receives were
+// consumed by the F's, no send posted yet; at 1B1 (t = 5.1) SEND_B0 (complete
+// at 5.2) holds its 10 bytes beside one stash: 5180.
+TEST(Simulator, MessageBuffersLiveFromPostToUse) {
+  const Schedule s = pt::generate_schedule("gpipe", 2, 2);
+  ASSERT_EQ(pt::format_schedule(s),
+            "0F0 0SEND_F0 0RECV_B0 0F1 0SEND_F1 0RECV_B1 0B0 0B1\n"
+            "1RECV_F0 1RECV_F1 1F0 1F1 1B0 1SEND_B0 1B1 1SEND_B1\n");
+  std::vector<StageCost> stages(2, stage(1.0, 2.0));
+  for (StageCost& c : stages) {
+    c.stash_bytes = 100.0;
+    c.persistent_bytes = 5000.0;
+    c.forward_transient_bytes = 40.0;
+    c.backward_transient_bytes = 70.0;
+  }
+  stages[0].output_message_bytes = 10.0;
+  stages[1].input_message_bytes = 10.0;
+  const SimulationResult r = pt::simulate_schedule(s, {stages, {latency(0.1)}, 0.0, 0, false});
+  EXPECT_DOUBLE_EQ(r.peak_bytes[0], 5000.0 + 200.0 + 10.0 + 70.0);
+  EXPECT_DOUBLE_EQ(r.peak_bytes[1], 5000.0 + 200.0 + 70.0);
 }
 
 // Message time = latency + bytes / bandwidth of that link: stage 0 -> 1 over

@@ -66,7 +66,8 @@ class StepSimulation {
         times_(5 * slots(), kNotYet), recv_posted_(2 * slots(), 0),
         waiting_for_(s.num_ranks, kNothing),
         pc_(s.num_ranks, 0), clock_(s.num_ranks, 0.0), busy_(s.num_ranks, 0.0),
-        span_(s.num_ranks, 0.0), in_flight_(p_, 0), result_() {
+        span_(s.num_ranks, 0.0), in_flight_(p_, 0), recv_live_(p_, 0.0), sends_live_(p_),
+        result_() {
     result_.peak_in_flight.assign(p_, 0);
     result_.peak_bytes.assign(p_, 0.0);
     if (in.record_events) result_.events.resize(s.num_ranks);
@@ -192,9 +193,31 @@ class StepSimulation {
     if (in_.record_events) result_.events[rank].push_back({a, start, end});
   }
 
-  void track_memory(const Action& a, double transient) {
+  // Bytes of the message a receive or send carries.
+  double message_bytes(const Action& a) const {
     const StageCost& c = in_.stages[a.stage];
-    const double bytes = c.base_bytes() + in_flight_[a.stage] * c.stash_bytes + transient;
+    const bool output = a.kind == ActionKind::SEND_F || a.kind == ActionKind::RECV_B;
+    return output ? c.output_message_bytes : c.input_message_bytes;
+  }
+
+  // The stage's bytes when compute action `a` starts at `start`: persistent
+  // and data, the stash of the micro-batches in flight, the action's
+  // transient, the buffers of receives posted and not consumed yet, and of
+  // sends not complete (a send holds its buffer from its post until its
+  // message has arrived). The buffer `a` consumes is in its transient.
+  void track_memory(const Action& a, double start, double transient) {
+    const StageCost& c = in_.stages[a.stage];
+    std::vector<std::pair<double, double>>& sends = sends_live_[a.stage];
+    double sending = 0.0;
+    size_t kept = 0;
+    for (const auto& send : sends)
+      if (send.first > start) {
+        sends[kept++] = send;
+        sending += send.second;
+      }
+    sends.resize(kept);
+    const double bytes = c.persistent_bytes + c.data_bytes + recv_live_[a.stage] + sending +
+                         in_flight_[a.stage] * c.stash_bytes + transient;
     result_.peak_bytes[a.stage] = std::max(result_.peak_bytes[a.stage], bytes);
   }
 
@@ -206,6 +229,11 @@ class StepSimulation {
       reject(s_, to_string(a) + " on rank " + std::to_string(rank) + " runs before its B");
     const double ready = input_ready(rank, a);
     if (ready == kNotYet) return false;
+    Action producer;
+    bool remote = false;
+    if (needs_input(a, producer, remote) && remote)
+      recv_live_[a.stage] -= message_bytes(make(a.stage, a.kind == ActionKind::F ? ActionKind::RECV_F
+                                                                                : ActionKind::RECV_B, a.mb));
     const StageCost& c = in_.stages[a.stage];
     const bool forward = a.kind == ActionKind::F;
     const double start = std::max(clock_[rank], ready);
@@ -214,7 +242,7 @@ class StepSimulation {
       int& now = in_flight_[a.stage];
       result_.peak_in_flight[a.stage] = std::max(result_.peak_in_flight[a.stage], ++now);
     }
-    track_memory(a, forward ? c.forward_transient_bytes : c.backward_transient_bytes);
+    track_memory(a, start, forward ? c.forward_transient_bytes : c.backward_transient_bytes);
     if (a.kind == (split_ ? ActionKind::W : ActionKind::B)) --in_flight_[a.stage];
     clock_[rank] = end;
     busy_[rank] += end - start;
@@ -231,6 +259,7 @@ class StepSimulation {
                      kind_name(made_by));
     const double post = clock_[rank];
     const double complete = post + send_time(a);
+    sends_live_[a.stage].push_back({complete, message_bytes(a)});
     span_[rank] = std::max(span_[rank], complete);
     record(rank, a, post, complete);
     set_done(a, post);
@@ -240,6 +269,7 @@ class StepSimulation {
     char& posted = recv_posted(a);
     if (posted) reject(s_, to_string(a) + " appears more than once");
     posted = 1;
+    recv_live_[a.stage] += message_bytes(a);
     record(rank, a, clock_[rank], clock_[rank]);
   }
 
@@ -324,6 +354,8 @@ class StepSimulation {
   std::vector<int> pc_;
   std::vector<double> clock_, busy_, span_;
   std::vector<int> in_flight_;
+  std::vector<double> recv_live_;  // per stage: bytes of receives posted, not consumed
+  std::vector<std::vector<std::pair<double, double>>> sends_live_;  // per stage: (complete, bytes)
   std::vector<int> runnable_;
   SimulationResult result_;
 };
