@@ -50,6 +50,10 @@ bench: build tools
 	jobs/bench_bubble.sh
 	jobs/bench_trace_overhead.sh
 	jobs/bench_checkpoint.sh
+	jobs/bench_planner.sh
+	jobs/bench_balance.sh
+	jobs/bench_schedules.sh
+	jobs/bench_rebalance.sh
 
 # The CUDA build compiles and links the application and every target that
 # uses the CUDA backend (the CPU-only tests are the default build's).
