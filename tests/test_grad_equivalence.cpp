@@ -22,6 +22,7 @@
 #include "pipetrain/tensor/backend.hpp"
 #include "pipetrain/runtime/trainer.hpp"
 #include "mpi_test_util.hpp"
+#include "test_decks.hpp"
 
 namespace pt {
 namespace {
@@ -60,17 +61,7 @@ Deck small_deck(int micro_batches, const std::string& schedule, const std::strin
 // A tiny GPT on Markov tokens: 4 blocks split over the stages.
 Deck small_gpt_deck(int micro_batches, const std::string& schedule, const std::string& optimizer,
                     const std::string&) {
-  Deck d = small_deck(micro_batches, schedule, optimizer, "cross_entropy");
-  d.model.type = "gpt";
-  d.model.vocab_size = 16;
-  d.model.seq_len = 8;
-  d.model.d_model = 16;
-  d.model.heads = 2;
-  d.model.blocks = 4;
-  d.model.mlp_ratio = 2;
-  d.data.type = "markov";
-  d.data.markov_order = 1;
-  d.data.concentration = 0.3;
+  Deck d = pt_test::tiny_gpt(small_deck(micro_batches, schedule, optimizer, "cross_entropy"), 4);
   d.training.lr = optimizer == "sgd" ? 0.1 : 3e-3;
   return d;
 }

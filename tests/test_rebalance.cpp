@@ -15,6 +15,7 @@
 
 #include "pipetrain/runtime/trainer.hpp"
 #include "mpi_test_util.hpp"
+#include "test_decks.hpp"
 
 namespace pt {
 namespace {
@@ -53,17 +54,7 @@ Deck mlp_deck(const std::string& schedule, const std::string& optimizer,
 
 Deck gpt_deck(const std::string& schedule, const std::string& optimizer,
               const std::string& recompute) {
-  Deck d = mlp_deck(schedule, optimizer, recompute);
-  d.model.type = "gpt";
-  d.model.vocab_size = 16;
-  d.model.seq_len = 8;
-  d.model.d_model = 16;
-  d.model.heads = 2;
-  d.model.blocks = 6;
-  d.model.mlp_ratio = 2;
-  d.data.type = "markov";
-  d.data.markov_order = 1;
-  d.data.concentration = 0.3;
+  Deck d = pt_test::tiny_gpt(mlp_deck(schedule, optimizer, recompute), 6);
   d.training.lr = optimizer == "sgd" ? 0.1 : 3e-3;
   return d;
 }

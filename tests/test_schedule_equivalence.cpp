@@ -25,6 +25,7 @@
 #include "pipetrain/io/deck_io.hpp"
 #include "pipetrain/runtime/trainer.hpp"
 #include "mpi_test_util.hpp"
+#include "test_decks.hpp"
 
 namespace pt {
 namespace {
@@ -59,18 +60,7 @@ Deck mlp_deck() {
 }
 
 Deck gpt_deck() {
-  Deck d = mlp_deck();
-  d.model.type = "gpt";
-  d.model.loss = "cross_entropy";
-  d.model.vocab_size = 16;
-  d.model.seq_len = 8;
-  d.model.d_model = 16;
-  d.model.heads = 2;
-  d.model.blocks = 8;
-  d.model.mlp_ratio = 2;
-  d.data.type = "markov";
-  d.data.markov_order = 1;
-  d.data.concentration = 0.3;
+  Deck d = pt_test::tiny_gpt(mlp_deck(), 8);
   d.training.lr = 3e-3;
   return d;
 }
