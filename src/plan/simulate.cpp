@@ -25,14 +25,6 @@ constexpr size_t kNothing = static_cast<size_t>(-1);
 bool is_send(ActionKind k) { return k == ActionKind::SEND_F || k == ActionKind::SEND_B; }
 bool is_recv(ActionKind k) { return k == ActionKind::RECV_F || k == ActionKind::RECV_B; }
 
-Action make(int stage, ActionKind kind, int mb) {
-  Action a;
-  a.stage = stage;
-  a.kind = kind;
-  a.mb = mb;
-  return a;
-}
-
 [[noreturn]] void reject(const Schedule& s, const std::string& problem) {
   throw InputError("cannot simulate schedule '" + s.name + "' (" + std::to_string(s.num_stages) +
                    " stages, " + std::to_string(s.num_micro_batches) + " micro-batches, " +
@@ -153,7 +145,7 @@ class StepSimulation {
     remote = stage_rank(s_, from) != stage_rank(s_, a.stage);
     const ActionKind kind = forward ? (remote ? ActionKind::SEND_F : ActionKind::F)
                                     : (remote ? ActionKind::SEND_B : ActionKind::B);
-    producer = make(from, kind, a.mb);
+    producer = make_action(from, kind, a.mb);
     return true;
   }
 
@@ -164,7 +156,7 @@ class StepSimulation {
     bool remote = false;
     if (!needs_input(a, producer, remote)) return 0.0;
     if (remote) {
-      const Action recv = make(a.stage, a.kind == ActionKind::F ? ActionKind::RECV_F
+      const Action recv = make_action(a.stage, a.kind == ActionKind::F ? ActionKind::RECV_F
                                                                 : ActionKind::RECV_B, a.mb);
       if (!recv_posted(recv))
         reject(s_, to_string(a) + " on rank " + std::to_string(rank) + " runs before its " +
@@ -232,7 +224,7 @@ class StepSimulation {
     Action producer;
     bool remote = false;
     if (needs_input(a, producer, remote) && remote)
-      recv_live_[a.stage] -= message_bytes(make(a.stage, a.kind == ActionKind::F ? ActionKind::RECV_F
+      recv_live_[a.stage] -= message_bytes(make_action(a.stage, a.kind == ActionKind::F ? ActionKind::RECV_F
                                                                                 : ActionKind::RECV_B, a.mb));
     const StageCost& c = in_.stages[a.stage];
     const bool forward = a.kind == ActionKind::F;
@@ -304,11 +296,11 @@ class StepSimulation {
     for (int st = 0; st < p_; ++st)
       for (int mb = 0; mb < n_; ++mb) {
         if (done(ActionKind::F, st, mb) == kNotYet)
-          reject(s_, "no rank runs " + to_string(make(st, ActionKind::F, mb)));
+          reject(s_, "no rank runs " + to_string(make_action(st, ActionKind::F, mb)));
         if (!s_.forward_only && done(ActionKind::B, st, mb) == kNotYet)
-          reject(s_, "no rank runs " + to_string(make(st, ActionKind::B, mb)));
+          reject(s_, "no rank runs " + to_string(make_action(st, ActionKind::B, mb)));
         if (split_ && done(ActionKind::W, st, mb) == kNotYet)
-          reject(s_, "no rank runs " + to_string(make(st, ActionKind::W, mb)));
+          reject(s_, "no rank runs " + to_string(make_action(st, ActionKind::W, mb)));
       }
   }
 
@@ -318,7 +310,7 @@ class StepSimulation {
       for (SimEvent& e : events) {
         if (!is_recv(e.action.kind)) continue;
         const bool forward = e.action.kind == ActionKind::RECV_F;
-        const Action send = make(forward ? e.action.stage - 1 : e.action.stage + 1,
+        const Action send = make_action(forward ? e.action.stage - 1 : e.action.stage + 1,
                                  forward ? ActionKind::SEND_F : ActionKind::SEND_B, e.action.mb);
         const double posted = done(send.kind, send.stage, send.mb);
         e.end_s = posted == kNotYet ? e.start_s : std::max(e.start_s, posted + send_time(send));

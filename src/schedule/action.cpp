@@ -220,4 +220,12 @@ Schedule load_schedule_file(const std::string& path, int num_stages, int num_mic
   return parse_schedule(text.str(), path, num_stages, num_micro_batches);
 }
 
+Action make_action(int stage, ActionKind kind, int mb) {
+  Action a;
+  a.stage = stage;
+  a.kind = kind;
+  a.mb = mb;
+  return a;
+}
+
 }  // namespace pt

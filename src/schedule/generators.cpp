@@ -32,14 +32,6 @@ namespace pt {
 
 namespace {
 
-Action make(int stage, ActionKind kind, int mb) {
-  Action a;
-  a.stage = stage;
-  a.kind = kind;
-  a.mb = mb;
-  return a;
-}
-
 void check_sizes(const std::string& name, int num_stages, int num_micro_batches) {
   if (num_stages < 1 || num_micro_batches < 1) {
     throw InputError("schedule '" + name + "' needs at least 1 stage and 1 micro-batch (got " +
@@ -51,8 +43,8 @@ void check_sizes(const std::string& name, int num_stages, int num_micro_batches)
 // GPipe (fill-drain): F0 .. F(N-1), then B0 .. B(N-1).
 std::vector<Action> gpipe_compute(int stage, int num_micro_batches) {
   std::vector<Action> order;
-  for (int m = 0; m < num_micro_batches; ++m) order.push_back(make(stage, ActionKind::F, m));
-  for (int m = 0; m < num_micro_batches; ++m) order.push_back(make(stage, ActionKind::B, m));
+  for (int m = 0; m < num_micro_batches; ++m) order.push_back(make_action(stage, ActionKind::F, m));
+  for (int m = 0; m < num_micro_batches; ++m) order.push_back(make_action(stage, ActionKind::B, m));
   return order;
 }
 
@@ -66,11 +58,11 @@ std::vector<Action> gpipe_compute(int stage, int num_micro_batches) {
 std::vector<Action> one_f_one_b_compute(int stage, int num_stages, int num_micro_batches) {
   int warmup = std::min(num_stages - stage, num_micro_batches);
   std::vector<Action> order;
-  for (int m = 0; m < warmup; ++m) order.push_back(make(stage, ActionKind::F, m));
+  for (int m = 0; m < warmup; ++m) order.push_back(make_action(stage, ActionKind::F, m));
   for (int k = 0; k < num_micro_batches; ++k) {
-    order.push_back(make(stage, ActionKind::B, k));
+    order.push_back(make_action(stage, ActionKind::B, k));
     if (warmup + k < num_micro_batches) {
-      order.push_back(make(stage, ActionKind::F, warmup + k));
+      order.push_back(make_action(stage, ActionKind::F, warmup + k));
     }
   }
   return order;
@@ -87,11 +79,11 @@ bool needs_send(const Action& a, int num_stages) {
 }
 
 Action receive_for(const Action& a) {
-  return make(a.stage, a.kind == ActionKind::F ? ActionKind::RECV_F : ActionKind::RECV_B, a.mb);
+  return make_action(a.stage, a.kind == ActionKind::F ? ActionKind::RECV_F : ActionKind::RECV_B, a.mb);
 }
 
 Action send_for(const Action& a) {
-  return make(a.stage, a.kind == ActionKind::F ? ActionKind::SEND_F : ActionKind::SEND_B, a.mb);
+  return make_action(a.stage, a.kind == ActionKind::F ? ActionKind::SEND_F : ActionKind::SEND_B, a.mb);
 }
 
 // Position of each micro-batch's F in the compute order (-1 when absent),

@@ -36,14 +36,6 @@ namespace pt {
 
 namespace {
 
-Action make(int stage, ActionKind kind, int mb) {
-  Action a;
-  a.stage = stage;
-  a.kind = kind;
-  a.mb = mb;
-  return a;
-}
-
 void check_sizes(const std::string& name, int num_ranks, int num_micro_batches) {
   if (num_ranks < 1 || num_micro_batches < 1)
     throw InputError("schedule '" + name + "' needs at least 1 rank and 1 micro-batch (got " +
@@ -115,7 +107,7 @@ std::vector<PlacedReceive> place_rank_receives(const Schedule& s,
     const Action& a = mine[i];
     if (!needs_receive(s, a)) continue;
     PlacedReceive r;
-    r.action = make(a.stage, a.kind == ActionKind::F ? ActionKind::RECV_F : ActionKind::RECV_B, a.mb);
+    r.action = make_action(a.stage, a.kind == ActionKind::F ? ActionKind::RECV_F : ActionKind::RECV_B, a.mb);
     r.consumer = i;
     r.slot = std::max(i - 1, 0);
     if (a.kind == ActionKind::B) r.slot = std::max(r.slot, at.at({a.stage, 0, a.mb}) + 1);
@@ -154,7 +146,7 @@ void add_placed_communication(Schedule& s, const std::vector<std::vector<Action>
       const Action& a = compute[r][i];
       out.push_back(a);
       if (needs_send(s, a))
-        out.push_back(make(a.stage, a.kind == ActionKind::F ? ActionKind::SEND_F : ActionKind::SEND_B,
+        out.push_back(make_action(a.stage, a.kind == ActionKind::F ? ActionKind::SEND_F : ActionKind::SEND_B,
                            a.mb));
     }
     PT_CHECK(next == receives.size(), "every receive placed");
@@ -172,11 +164,11 @@ std::vector<Action> interleaved_compute(int rank, int ranks, int chunks, int mbs
   const int total = mbs * chunks;
   auto forward = [&](int k) {
     const int chunk = (k / ranks) % chunks;
-    return make(chunk * ranks + rank, ActionKind::F, (k / (ranks * chunks)) * ranks + k % ranks);
+    return make_action(chunk * ranks + rank, ActionKind::F, (k / (ranks * chunks)) * ranks + k % ranks);
   };
   auto backward = [&](int k) {
     const int chunk = chunks - 1 - (k / ranks) % chunks;
-    return make(chunk * ranks + rank, ActionKind::B, (k / (ranks * chunks)) * ranks + k % ranks);
+    return make_action(chunk * ranks + rank, ActionKind::B, (k / (ranks * chunks)) * ranks + k % ranks);
   };
   const int warmup = std::min(2 * (ranks - rank - 1) + (chunks - 1) * ranks, total);
   std::vector<Action> order;
@@ -194,10 +186,10 @@ std::vector<Action> interleaved_compute(int rank, int ranks, int chunks, int mbs
 std::vector<Action> one_f_one_b_order(int stage, int stages, int mbs) {
   const int warmup = std::min(stages - stage, mbs);
   std::vector<Action> order;
-  for (int m = 0; m < warmup; ++m) order.push_back(make(stage, ActionKind::F, m));
+  for (int m = 0; m < warmup; ++m) order.push_back(make_action(stage, ActionKind::F, m));
   for (int k = 0; k < mbs; ++k) {
-    order.push_back(make(stage, ActionKind::B, k));
-    if (warmup + k < mbs) order.push_back(make(stage, ActionKind::F, warmup + k));
+    order.push_back(make_action(stage, ActionKind::B, k));
+    if (warmup + k < mbs) order.push_back(make_action(stage, ActionKind::F, warmup + k));
   }
   return order;
 }
@@ -284,7 +276,7 @@ class ListScheduler {
       for (size_t j = stages.size(); j-- > 0;) {
         const int st = stages[j], mb = next_[index(kind)][st];
         if (mb >= n_) continue;
-        const Action a = make(st, kind, mb);
+        const Action a = make_action(st, kind, mb);
         if (!policy_.order.empty() && !(policy_.order[st][position_[st]] == a)) continue;
         if (kind == ActionKind::F && !below_limit(rank, st)) continue;
         if (ready(a, t)) return out = a, true;
@@ -292,7 +284,7 @@ class ListScheduler {
     }
     for (int st : stages) {
       const int mb = next_[2][st];
-      if (mb < n_ && ready(make(st, ActionKind::W, mb), t)) return out = make(st, ActionKind::W, mb), true;
+      if (mb < n_ && ready(make_action(st, ActionKind::W, mb), t)) return out = make_action(st, ActionKind::W, mb), true;
     }
     return false;
   }

@@ -28,14 +28,6 @@ constexpr ActionKind kCommKinds[] = {ActionKind::SEND_F, ActionKind::RECV_F,
 constexpr int kNumKinds = 7;
 constexpr int kNever = std::numeric_limits<int>::max();  // a round after all rounds
 
-Action make(int stage, ActionKind kind, int mb) {
-  Action a;
-  a.stage = stage;
-  a.kind = kind;
-  a.mb = mb;
-  return a;
-}
-
 bool is_compute(ActionKind kind) {
   return kind == ActionKind::F || kind == ActionKind::B || kind == ActionKind::W;
 }
@@ -165,7 +157,7 @@ void check_actions(const Schedule& s) {
 // precede it).
 Action compute_of(const Action& a) {
   bool forward = a.kind == ActionKind::SEND_F || a.kind == ActionKind::RECV_F;
-  return make(a.stage, forward ? ActionKind::F : ActionKind::B, a.mb);
+  return make_action(a.stage, forward ? ActionKind::F : ActionKind::B, a.mb);
 }
 
 std::string missing_comm_reason(const Schedule& s, const Action& a) {
@@ -190,7 +182,7 @@ void check_count(const Schedule& s, const ActionIndex& index, const Action& a) {
   if (a.kind == ActionKind::W)
     reject(s, "missing " + to_string(a) + ": the schedule splits the backward (it has W "
                   "actions), so every B needs its W, which adds the deferred weight gradients",
-           index.find(make(a.stage, ActionKind::B, a.mb)));
+           index.find(make_action(a.stage, ActionKind::B, a.mb)));
   if (is_compute(a.kind))
     reject(s, "missing " + to_string(a) + ": every stage runs exactly one " +
                   kind_name(a.kind) + " per micro-batch",
@@ -219,8 +211,8 @@ void check_counts(const Schedule& s, const ActionIndex& index) {
     if (kind == ActionKind::W && !split && !s.forward_only) return;
     for (int st = 0; st < s.num_stages; ++st)
       for (int mb = 0; mb < s.num_micro_batches; ++mb) {
-        if (s.forward_only && is_backward(kind)) check_absent(s, index, make(st, kind, mb));
-        else check_count(s, index, make(st, kind, mb));
+        if (s.forward_only && is_backward(kind)) check_absent(s, index, make_action(st, kind, mb));
+        else check_count(s, index, make_action(st, kind, mb));
       }
   };
   for (ActionKind kind : kComputeKinds) check_kind(kind);
@@ -237,16 +229,16 @@ void check_before(const Schedule& s, const ActionIndex& index, const Action& fir
 }
 
 void check_order(const Schedule& s, const ActionIndex& index, int st, int mb) {
-  Action f = make(st, ActionKind::F, mb), b = make(st, ActionKind::B, mb);
+  Action f = make_action(st, ActionKind::F, mb), b = make_action(st, ActionKind::B, mb);
   check_before(s, index, f, b, "backward needs the forward of the same micro-batch");
-  check_before(s, index, b, make(st, ActionKind::W, mb),
+  check_before(s, index, b, make_action(st, ActionKind::W, mb),
                "W adds the weight gradients that B of the same micro-batch deferred");
   const char* send_rule = "a send must follow the compute that produces its data";
   const char* recv_rule = "a receive must be posted before the compute that consumes it";
-  check_before(s, index, f, make(st, ActionKind::SEND_F, mb), send_rule);
-  check_before(s, index, make(st, ActionKind::RECV_F, mb), f, recv_rule);
-  check_before(s, index, b, make(st, ActionKind::SEND_B, mb), send_rule);
-  check_before(s, index, make(st, ActionKind::RECV_B, mb), b, recv_rule);
+  check_before(s, index, f, make_action(st, ActionKind::SEND_F, mb), send_rule);
+  check_before(s, index, make_action(st, ActionKind::RECV_F, mb), f, recv_rule);
+  check_before(s, index, b, make_action(st, ActionKind::SEND_B, mb), send_rule);
+  check_before(s, index, make_action(st, ActionKind::RECV_B, mb), b, recv_rule);
 }
 
 // The rank on the other end of a comm action.
@@ -261,8 +253,8 @@ Channel channel_of(const Schedule& s, int rank, const Action& a) {
 
 // The receive a send meets: SEND_F(s, m) -> RECV_F(s+1, m), SEND_B(s, m) -> RECV_B(s-1, m).
 Action receive_of(const Action& send) {
-  return send.kind == ActionKind::SEND_F ? make(send.stage + 1, ActionKind::RECV_F, send.mb)
-                                         : make(send.stage - 1, ActionKind::RECV_B, send.mb);
+  return send.kind == ActionKind::SEND_F ? make_action(send.stage + 1, ActionKind::RECV_F, send.mb)
+                                         : make_action(send.stage - 1, ActionKind::RECV_B, send.mb);
 }
 
 std::string ordinal(size_t k) {
@@ -350,15 +342,15 @@ class Simulation {
     if (a.kind == ActionKind::F && a.stage > 0) {
       int prev = a.stage - 1;
       bool local = same_rank(s_, prev, a.stage);
-      deps.push_back(make(prev, local ? ActionKind::F : ActionKind::SEND_F, a.mb));
+      deps.push_back(make_action(prev, local ? ActionKind::F : ActionKind::SEND_F, a.mb));
     }
-    if (a.kind == ActionKind::W) deps.push_back(make(a.stage, ActionKind::B, a.mb));
+    if (a.kind == ActionKind::W) deps.push_back(make_action(a.stage, ActionKind::B, a.mb));
     if (a.kind == ActionKind::B) {
-      deps.push_back(make(a.stage, ActionKind::F, a.mb));
+      deps.push_back(make_action(a.stage, ActionKind::F, a.mb));
       int next = a.stage + 1;
       if (next < s_.num_stages) {
         bool local = same_rank(s_, next, a.stage);
-        deps.push_back(make(next, local ? ActionKind::B : ActionKind::SEND_B, a.mb));
+        deps.push_back(make_action(next, local ? ActionKind::B : ActionKind::SEND_B, a.mb));
       }
     }
     return deps;

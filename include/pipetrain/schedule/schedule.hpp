@@ -51,6 +51,8 @@ const char* kind_name(ActionKind kind);   // "F", "SEND_F", ...
 std::string to_string(const Action& a);   // "2F5"
 // Parses "2F5" etc.; throws InputError naming the text and what was expected.
 Action parse_action(const std::string& text);
+// The action <stage><kind><mb>, e.g. make_action(2, ActionKind::F, 5) is "2F5".
+Action make_action(int stage, ActionKind kind, int mb);
 
 struct Schedule {
   std::string name;        // "gpipe", "1f1b", or the file it came from
