@@ -96,8 +96,9 @@ TEST(Simulator, GpipeTwoStagesByHand) {
 // P = 2, N = 3, 1F1B; the same costs.
 // Rank 0: 0F0 0SEND_F0 0RECV_B0 0F1 0SEND_F1 0B0 0RECV_B1 0F2 0SEND_F2 0RECV_B2 0B1 0B2
 // Rank 1: 1RECV_F0 1F0 1RECV_F1 1B0 1SEND_B0 1F1 1RECV_F2 1B1 1SEND_B1 1F2 1B2 1SEND_B2
-//   0F0 [0, 1] (arrives 1.5), 0F1 [1, 2] (arrives 2.5)
-//   1F0 [1.5, 2.5]; 1RECV_F1 posted at 2.5, data there at 2.5; 1B0 [2.5, 4.5]
+//   0F0 [0, 1] (arrives 1.5), 0F1 [1, 2]
+//   1F0 [1.5, 2.5]; 1RECV_F1 posted at 2.5, so 0SEND_F1's transfer starts
+//   then (rendezvous) and its data arrive at 3; 1B0 [2.5, 4.5]
 //   (arrives 5); 1F1 [4.5, 5.5]; 1B1 [5.5, 7.5] (arrives 8); 1F2 waits
 //   0B0 waits for 5: [5, 7]; 0F2 [7, 8] (arrives 8.5); 0B1 [8, 10]
 //   1F2 [8.5, 9.5]; 1B2 [9.5, 11.5] (arrives 12); 0B2 [12, 14]
@@ -107,10 +108,10 @@ TEST(Simulator, OneFOneBTwoStagesByHand) {
   SimulationInput in{{stage(1, 2), stage(1, 2)}, {latency(0.5)}, 0.0, 0, true};
   const SimulationResult r = pt::simulate_schedule(s, in);
   expect_timeline(r, 0, {{"0F0", {0, 1}},      {"0SEND_F0", {1, 1.5}}, {"0RECV_B0", {1, 5}},
-                         {"0F1", {1, 2}},      {"0SEND_F1", {2, 2.5}}, {"0B0", {5, 7}},
+                         {"0F1", {1, 2}},      {"0SEND_F1", {2, 3}},   {"0B0", {5, 7}},
                          {"0RECV_B1", {7, 8}}, {"0F2", {7, 8}},        {"0SEND_F2", {8, 8.5}},
                          {"0RECV_B2", {8, 12}}, {"0B1", {8, 10}},      {"0B2", {12, 14}}});
-  expect_timeline(r, 1, {{"1RECV_F0", {0, 1.5}},   {"1F0", {1.5, 2.5}},  {"1RECV_F1", {2.5, 2.5}},
+  expect_timeline(r, 1, {{"1RECV_F0", {0, 1.5}},   {"1F0", {1.5, 2.5}},  {"1RECV_F1", {2.5, 3}},
                          {"1B0", {2.5, 4.5}},      {"1SEND_B0", {4.5, 5}}, {"1F1", {4.5, 5.5}},
                          {"1RECV_F2", {5.5, 8.5}}, {"1B1", {5.5, 7.5}},  {"1SEND_B1", {7.5, 8}},
                          {"1F2", {8.5, 9.5}},      {"1B2", {9.5, 11.5}}, {"1SEND_B2", {11.5, 12}}});
@@ -204,6 +205,49 @@ TEST(Simulator, MessageBuffersLiveFromPostToUse) {
   const SimulationResult r = pt::simulate_schedule(s, {stages, {latency(0.1)}, 0.0, 0, false});
   EXPECT_DOUBLE_EQ(r.peak_bytes[0], 5000.0 + 200.0 + 10.0 + 70.0);
   EXPECT_DOUBLE_EQ(r.peak_bytes[1], 5000.0 + 200.0 + 70.0);
+}
+
+// Rendezvous by hand: a slow stage 1 (F = 3 s) posts each RECV_F just before
+// its F, so stage 0's sends wait for those posts. F0/B 1 s/2 s on stage 0,
+// 0.1 s links, 1000-byte messages, stash 100, persistent 5000, transients
+// F 40 / B 70:
+//   rank 1: F0 [1.1, 4.1], RECV_F1 posted 4.1, F1 [4.2, 7.2], F2 [7.3, 10.3],
+//           F3 [10.4, 13.4], B0..B3 [13.4, 21.4], SEND_B3 done at 21.8
+//   rank 0: F0..F3 [0, 4]; SEND_F1 (posted 2) completes at 4.2, SEND_F2
+//           (posted 3) at 7.3; B0 [15.5, 17.5] ... B3 [21.8, 23.8]
+// Stage 0 peaks at F3 (t = 3): 4 stashes, SEND_F1 and SEND_F2 incomplete:
+// 5000 + 400 + 40 + 2000 (had the transfers started at the send's post,
+// SEND_F1 would be done at 2.1: 6440). Stage 1 peaks at B1 (t = 15.4):
+// 3 stashes and SEND_B0 (complete at 15.5): 5000 + 300 + 70 + 1000.
+TEST(Simulator, SendsWaitForTheirReceivePost) {
+  const Schedule s = pt::parse_schedule(
+      "0F0 0SEND_F0 0F1 0SEND_F1 0F2 0SEND_F2 0F3 0SEND_F3 "
+      "0RECV_B0 0B0 0RECV_B1 0B1 0RECV_B2 0B2 0RECV_B3 0B3\n"
+      "1RECV_F0 1F0 1RECV_F1 1F1 1RECV_F2 1F2 1RECV_F3 1F3 "
+      "1B0 1SEND_B0 1B1 1SEND_B1 1B2 1SEND_B2 1B3 1SEND_B3\n",
+      "late-posts", 2, 4);
+  std::vector<StageCost> stages{stage(1.0, 2.0), stage(3.0, 2.0)};
+  for (StageCost& c : stages) {
+    c.stash_bytes = 100.0;
+    c.persistent_bytes = 5000.0;
+    c.forward_transient_bytes = 40.0;
+    c.backward_transient_bytes = 70.0;
+  }
+  stages[0].output_message_bytes = 1000.0;
+  stages[1].input_message_bytes = 1000.0;
+  const SimulationResult r = pt::simulate_schedule(s, {stages, {latency(0.1)}, 0.0, 0, true});
+  EXPECT_DOUBLE_EQ(r.peak_bytes[0], 5000.0 + 400.0 + 40.0 + 2000.0);
+  EXPECT_DOUBLE_EQ(r.peak_bytes[1], 5000.0 + 300.0 + 70.0 + 1000.0);
+  EXPECT_NEAR(r.span_s[0], 23.8, 1e-9);
+  EXPECT_NEAR(r.span_s[1], 21.8, 1e-9);  // SEND_B3 waits for RECV_B3, posted at 21.7
+  EXPECT_NEAR(r.step_time_s, 23.8, 1e-9);
+  std::map<std::string, Span> rank1;
+  for (const pt::SimEvent& e : r.events[1]) rank1[pt::to_string(e.action)] = {e.start_s, e.end_s};
+  EXPECT_NEAR(rank1["1RECV_F1"].start, 4.1, 1e-9);
+  EXPECT_NEAR(rank1["1RECV_F1"].end, 4.2, 1e-9);
+  EXPECT_NEAR(rank1["1F1"].start, 4.2, 1e-9);
+  EXPECT_NEAR(rank1["1F3"].start, 10.4, 1e-9);
+  EXPECT_NEAR(rank1["1SEND_B0"].end, 15.5, 1e-9);
 }
 
 // Message time = latency + bytes / bandwidth of that link: stage 0 -> 1 over

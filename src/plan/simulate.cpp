@@ -55,10 +55,10 @@ class StepSimulation {
  public:
   StepSimulation(const Schedule& s, const SimulationInput& in)
       : s_(s), in_(in), p_(s.num_stages), n_(s.num_micro_batches), split_(splits_backward(s)),
-        times_(5 * slots(), kNotYet), recv_posted_(2 * slots(), 0),
+        times_(5 * slots(), kNotYet), starts_(3 * slots(), kNotYet), recv_post_s_(2 * slots(), kNotYet),
         waiting_for_(s.num_ranks, kNothing),
         pc_(s.num_ranks, 0), clock_(s.num_ranks, 0.0), busy_(s.num_ranks, 0.0),
-        span_(s.num_ranks, 0.0), in_flight_(p_, 0), recv_live_(p_, 0.0), sends_live_(p_),
+        span_(s.num_ranks, 0.0), in_flight_(p_, 0),
         result_() {
     result_.peak_in_flight.assign(p_, 0);
     result_.peak_bytes.assign(p_, 0.0);
@@ -75,6 +75,7 @@ class StepSimulation {
       advance(r);
     }
     check_finished();
+    for (int r = 0; r < s_.num_ranks; ++r) replay_memory_and_sends(r);
     if (in_.record_events) fill_receive_ends();
     summarise();
     return std::move(result_);
@@ -103,8 +104,24 @@ class StepSimulation {
     return a.kind == ActionKind::W ? w_time(a.stage) : c.backward_s - w_time(a.stage);
   }
   double done(ActionKind kind, int stage, int mb) const { return times_[key(kind, stage, mb)]; }
-  char& recv_posted(const Action& recv) {
-    return recv_posted_[pair(recv.stage, recv.mb) * 2 + (recv.kind == ActionKind::RECV_F ? 0 : 1)];
+  // When a receive was posted; kNotYet before.
+  double& recv_post(const Action& recv) {
+    return recv_post_s_[pair(recv.stage, recv.mb) * 2 + (recv.kind == ActionKind::RECV_F ? 0 : 1)];
+  }
+  // The receive that matches send `send`.
+  Action matching_recv(const Action& send) const {
+    return send.kind == ActionKind::SEND_F ? make_action(send.stage + 1, ActionKind::RECV_F, send.mb)
+                                           : make_action(send.stage - 1, ActionKind::RECV_B, send.mb);
+  }
+  // Rendezvous: the transfer starts once both the send and its receive are
+  // posted; the message arrives, and the send completes, link time later.
+  double arrival(const Action& send) {
+    return std::max(done(send.kind, send.stage, send.mb), recv_post(matching_recv(send))) +
+           send_time(send);
+  }
+  double& start_of(const Action& compute) {
+    const size_t k = compute.kind == ActionKind::F ? 0 : compute.kind == ActionKind::B ? 1 : 2;
+    return starts_[pair(compute.stage, compute.mb) * 3 + k];
   }
   // The rank that may wait for `a` (F or SEND_F: the next stage's; B or SEND_B: the previous's).
   int consumer_rank(const Action& a) const {
@@ -158,7 +175,7 @@ class StepSimulation {
     if (remote) {
       const Action recv = make_action(a.stage, a.kind == ActionKind::F ? ActionKind::RECV_F
                                                                 : ActionKind::RECV_B, a.mb);
-      if (!recv_posted(recv))
+      if (recv_post(recv) == kNotYet)
         reject(s_, to_string(a) + " on rank " + std::to_string(rank) + " runs before its " +
                        to_string(recv) + " was posted");
     }
@@ -167,7 +184,7 @@ class StepSimulation {
       waiting_for_[rank] = k;
       return kNotYet;
     }
-    return remote ? times_[k] + send_time(producer) : times_[k];
+    return remote ? arrival(producer) : times_[k];
   }
 
   void set_done(const Action& a, double time) {
@@ -192,27 +209,6 @@ class StepSimulation {
     return output ? c.output_message_bytes : c.input_message_bytes;
   }
 
-  // The stage's bytes when compute action `a` starts at `start`: persistent
-  // and data, the stash of the micro-batches in flight, the action's
-  // transient, the buffers of receives posted and not consumed yet, and of
-  // sends not complete (a send holds its buffer from its post until its
-  // message has arrived). The buffer `a` consumes is in its transient.
-  void track_memory(const Action& a, double start, double transient) {
-    const StageCost& c = in_.stages[a.stage];
-    std::vector<std::pair<double, double>>& sends = sends_live_[a.stage];
-    double sending = 0.0;
-    size_t kept = 0;
-    for (const auto& send : sends)
-      if (send.first > start) {
-        sends[kept++] = send;
-        sending += send.second;
-      }
-    sends.resize(kept);
-    const double bytes = c.persistent_bytes + c.data_bytes + recv_live_[a.stage] + sending +
-                         in_flight_[a.stage] * c.stash_bytes + transient;
-    result_.peak_bytes[a.stage] = std::max(result_.peak_bytes[a.stage], bytes);
-  }
-
   // Runs compute action `a` on `rank`; false when it must wait.
   bool compute(int rank, const Action& a) {
     if (a.kind == ActionKind::B && done(ActionKind::F, a.stage, a.mb) == kNotYet)
@@ -221,25 +217,18 @@ class StepSimulation {
       reject(s_, to_string(a) + " on rank " + std::to_string(rank) + " runs before its B");
     const double ready = input_ready(rank, a);
     if (ready == kNotYet) return false;
-    Action producer;
-    bool remote = false;
-    if (needs_input(a, producer, remote) && remote)
-      recv_live_[a.stage] -= message_bytes(make_action(a.stage, a.kind == ActionKind::F ? ActionKind::RECV_F
-                                                                                : ActionKind::RECV_B, a.mb));
-    const StageCost& c = in_.stages[a.stage];
-    const bool forward = a.kind == ActionKind::F;
     const double start = std::max(clock_[rank], ready);
     const double end = start + duration(a);
-    if (forward) {
+    if (a.kind == ActionKind::F) {
       int& now = in_flight_[a.stage];
       result_.peak_in_flight[a.stage] = std::max(result_.peak_in_flight[a.stage], ++now);
     }
-    track_memory(a, start, forward ? c.forward_transient_bytes : c.backward_transient_bytes);
     if (a.kind == (split_ ? ActionKind::W : ActionKind::B)) --in_flight_[a.stage];
     clock_[rank] = end;
     busy_[rank] += end - start;
     span_[rank] = std::max(span_[rank], end);
     record(rank, a, start, end);
+    start_of(a) = start;
     set_done(a, end);
     return true;
   }
@@ -250,18 +239,14 @@ class StepSimulation {
       reject(s_, to_string(a) + " on rank " + std::to_string(rank) + " is posted before its " +
                      kind_name(made_by));
     const double post = clock_[rank];
-    const double complete = post + send_time(a);
-    sends_live_[a.stage].push_back({complete, message_bytes(a)});
-    span_[rank] = std::max(span_[rank], complete);
-    record(rank, a, post, complete);
+    record(rank, a, post, post);  // its end (completion) is known after the step: replay_memory_and_sends
     set_done(a, post);
   }
 
   void post_recv(int rank, const Action& a) {
-    char& posted = recv_posted(a);
-    if (posted) reject(s_, to_string(a) + " appears more than once");
-    posted = 1;
-    recv_live_[a.stage] += message_bytes(a);
+    double& posted = recv_post(a);
+    if (posted != kNotYet) reject(s_, to_string(a) + " appears more than once");
+    posted = clock_[rank];
     record(rank, a, clock_[rank], clock_[rank]);
   }
 
@@ -304,6 +289,62 @@ class StepSimulation {
       }
   }
 
+  // After the step, when every post time is known: replays `rank`'s list in
+  // order for the bytes of each of its stages at the start of every F, B and
+  // W: persistent and data, the stash of the micro-batches in flight, the
+  // action's transient, the buffers of receives posted and not consumed yet,
+  // and of sends not complete (a send holds its buffer from its post until
+  // its message has arrived, which waits for the receive's post). The buffer
+  // a compute consumes is in its transient. Sends also end the rank's span
+  // when they complete after its last compute.
+  void replay_memory_and_sends(int rank) {
+    struct StageState {
+      int in_flight = 0;
+      double receiving = 0.0, sending = 0.0;  // bytes of posted receives, incomplete sends
+      std::vector<std::pair<double, double>> sends;  // min-heap of (completion, bytes)
+    };
+    std::vector<StageState> state(static_cast<size_t>(p_));
+    const auto later_first = [](const std::pair<double, double>& x, const std::pair<double, double>& y) {
+      return x.first > y.first;
+    };
+    const std::vector<Action>& list = s_.ranks[rank];
+    for (size_t i = 0; i < list.size(); ++i) {
+      const Action& a = list[i];
+      StageState& st = state[a.stage];
+      if (is_recv(a.kind)) {
+        st.receiving += message_bytes(a);
+        continue;
+      }
+      if (is_send(a.kind)) {
+        const double complete = arrival(a);
+        span_[rank] = std::max(span_[rank], complete);
+        if (in_.record_events) result_.events[rank][i].end_s = complete;
+        st.sends.push_back({complete, message_bytes(a)});
+        std::push_heap(st.sends.begin(), st.sends.end(), later_first);
+        st.sending += message_bytes(a);
+        continue;
+      }
+      const double start = start_of(a);
+      while (!st.sends.empty() && st.sends.front().first <= start) {  // starts only grow on a rank
+        st.sending -= st.sends.front().second;
+        std::pop_heap(st.sends.begin(), st.sends.end(), later_first);
+        st.sends.pop_back();
+      }
+      Action producer;
+      bool remote = false;
+      if (needs_input(a, producer, remote) && remote)
+        st.receiving -= message_bytes(make_action(a.stage, a.kind == ActionKind::F ? ActionKind::RECV_F
+                                                                                : ActionKind::RECV_B, a.mb));
+      if (a.kind == ActionKind::F) ++st.in_flight;
+      const StageCost& c = in_.stages[a.stage];
+      const double transient = a.kind == ActionKind::F ? c.forward_transient_bytes : c.backward_transient_bytes;
+      const double bytes = c.persistent_bytes + c.data_bytes + st.receiving + std::max(0.0, st.sending) +
+                           st.in_flight * c.stash_bytes + transient;
+      result_.peak_bytes[a.stage] = std::max(result_.peak_bytes[a.stage], bytes);
+      if (a.kind == (split_ ? ActionKind::W : ActionKind::B)) --st.in_flight;
+    }
+  }
+
   // A receive ends when its data arrives (or at its post, if that is later).
   void fill_receive_ends() {
     for (std::vector<SimEvent>& events : result_.events)
@@ -313,7 +354,7 @@ class StepSimulation {
         const Action send = make_action(forward ? e.action.stage - 1 : e.action.stage + 1,
                                  forward ? ActionKind::SEND_F : ActionKind::SEND_B, e.action.mb);
         const double posted = done(send.kind, send.stage, send.mb);
-        e.end_s = posted == kNotYet ? e.start_s : std::max(e.start_s, posted + send_time(send));
+        e.end_s = posted == kNotYet ? e.start_s : std::max(e.start_s, arrival(send));
       }
   }
 
@@ -340,14 +381,13 @@ class StepSimulation {
   const SimulationInput& in_;
   int p_, n_;
   bool split_;  // the schedule has W actions
-  std::vector<double> times_;      // key(): end of F/B, post of SEND_*; kNotYet
-  std::vector<char> recv_posted_;  // (stage, micro-batch, RECV_F | RECV_B) posted
+  std::vector<double> times_;        // key(): end of F/B/W, post of SEND_*; kNotYet
+  std::vector<double> starts_;       // start_of(): start of F/B/W; kNotYet
+  std::vector<double> recv_post_s_;  // recv_post(): (stage, micro-batch, RECV_F | RECV_B); kNotYet
   std::vector<size_t> waiting_for_;  // per rank: the key it waits for, or kNothing
   std::vector<int> pc_;
   std::vector<double> clock_, busy_, span_;
-  std::vector<int> in_flight_;
-  std::vector<double> recv_live_;  // per stage: bytes of receives posted, not consumed
-  std::vector<std::vector<std::pair<double, double>>> sends_live_;  // per stage: (complete, bytes)
+  std::vector<int> in_flight_;  // per stage, while simulating: for peak_in_flight
   std::vector<int> runnable_;
   SimulationResult result_;
 };

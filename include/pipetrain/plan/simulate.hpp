@@ -2,10 +2,11 @@
 // schedule (generated or hand-written), with the executor's semantics
 // (schedule.hpp, runtime/executor.cpp):
 //   - each rank runs its actions in list order, one at a time;
-//   - posting SEND_* or RECV_* takes no time and never blocks; a message
-//     arrives link.time_s(bytes) after its send was posted (the transfer
-//     starts at the post, whether or not the receive is posted yet), and the
-//     send completes at the same moment;
+//   - posting SEND_* or RECV_* takes no time and never blocks; a transfer
+//     starts when both its send and its receive are posted (rendezvous, as
+//     MPI does for messages above its eager limit and NCCL always does), the
+//     message arrives link.time_s(bytes) later, and the send completes at
+//     the same moment (until then it holds its buffer);
 //   - F(s, m) starts when the rank is free and its input is there: the data
 //     on stage 0, the arrival of SEND_F(s-1, m), or the end of F(s-1, m) when
 //     stage s-1 lives on the same rank; it lasts stages[s].forward_s;
@@ -25,7 +26,8 @@
 // for the slowest rank). The bubble is Trainer::measured_bubble's: the mean
 // over ranks of 1 - busy / longest span. Memory: per stage, the bytes at the
 // start of every F, B and W (base + in flight x stash + that action's
-// transient), maximised over the step; a micro-batch is in flight from its F
+// transient + posted receive buffers not consumed + incomplete sends),
+// maximised over the step; a micro-batch is in flight from its F
 // to its B, or to its W with a split backward (counting the whole stash until
 // W: an upper bound, since after B only W's inputs remain).
 #pragma once
