@@ -33,7 +33,8 @@ done
   echo
   echo "Command: \`jobs/bench_bubble.sh\` (deck \`$DECK\`: 16 Linear layers of 1024 x 1024,"
   echo "batch 512, 2 ranks with one BLAS thread each, tracing on; steps 3-12 from"
-  echo "\`tools/trace_report.py --skip 2\`). Machine: $(hostname), $(nproc) cores, $(date -u +%F)."
+  echo "\`tools/trace_report.py --skip 2\`)."
+  tools/.venv/bin/python tools/run_identity.py runs/bench_bubble_n2/metrics.h5
   echo
   echo "| N | theory (P-1)/(N+P-1) | measured | difference (points) | within 3 points | stage imbalance |"
   echo "|---:|---:|---:|---:|---|---:|"

@@ -105,6 +105,8 @@ rm -rf "$OUT"/np*/checkpoints "$OUT"/np*.read "$OUT"/np*.plain  # ~2.5 GB; the l
   echo "MB/s as median (min-max) of $REPS writes / 5 reads. Machine: $(hostname), $(nproc) cores,"
   echo "$(df -h "$OUT" | awk 'NR == 2 {print $1}') ($(stat -f -c %T "$OUT")), $(date -u +%F)."
   echo
+  tools/.venv/bin/python tools/run_identity.py "$OUT/np1/metrics.h5"
+  echo
   echo "| ranks | MB | operation | pipetrain MB/s | plain MB/s | pipetrain / plain (medians) |"
   echo "|---|---|---|---|---|---|"
   printf '%s\n' "${rows[@]}"

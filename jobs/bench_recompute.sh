@@ -26,7 +26,7 @@ tools/.venv/bin/python tools/recompute_report.py results/bench_recompute "${args
   echo "Command: \`jobs/bench_recompute.sh\` (deck \`$DECK\`: GPT, 4 stages x 2 blocks,"
   echo "d_model 128, T = 128, N = 8 micro-batches of 4, 1F1B, $NP ranks on $(nproc) cores,"
   echo "one BLAS thread per rank; peak over steps 3-14, median step time)."
-  echo "Machine: $(hostname), $(date -u +%F)."
+  tools/.venv/bin/python tools/run_identity.py runs/bench_recompute_none/metrics.h5
   echo
   cat results/bench_recompute.md
   echo

@@ -36,15 +36,16 @@ rows=()
 for batch in $BATCHES; do
   rows+=("$batch $(median_step 1 "$batch") $(median_step 2 "$batch")")
 done
-$PY - "$DECK" "$REPEATS" "${rows[@]}" > "$out" <<'PYEOF'
+identity=$($PY tools/run_identity.py runs/bench_speedup_np2_b${BATCHES%% *}/metrics.h5)
+$PY - "$DECK" "$REPEATS" "$identity" "${rows[@]}" > "$out" <<'PYEOF'
 import sys, datetime, platform, os
-deck, repeats, rows = sys.argv[1], sys.argv[2], sys.argv[3:]
+deck, repeats, identity, rows = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4:]
 n, p = 8, 2
 ideal = p * n / (n + p - 1)
 print("# Pipeline speedup: balanced MLP, 2 ranks vs 1 rank (CPU backend)\n")
 print(f"Command: `jobs/bench_speedup.sh` (deck `{deck}`, 1F1B, N = {n}, one BLAS thread "
       f"per rank, median step time after 2 warm-up steps, best of {repeats} runs).\n")
-print(f"Machine: {platform.node()}, {os.cpu_count()} cores; {datetime.date.today().isoformat()}\n")
+print(f"{identity}\n")
 print("| batch | rows per micro-batch | ranks | step time (ms) | samples/s | speedup | ideal P*N/(N+P-1) | % of ideal |")
 print("|---:|---:|---:|---:|---:|---:|---:|---:|")
 for row in rows:

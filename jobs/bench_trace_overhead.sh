@@ -19,7 +19,8 @@ for r in $(seq "$REPEATS"); do
       { cat "$dir.log"; exit 1; }
   done
 done
-$PY - "$REPEATS" "$DECK" "$NP" > results/bench_trace_overhead.md <<'PYEOF'
+$PY - "$REPEATS" "$DECK" "$NP" "$($PY tools/run_identity.py runs/bench_trace_false_1/metrics.h5)" \
+  > results/bench_trace_overhead.md <<'PYEOF'
 import sys, h5py, numpy as np, datetime, os, platform
 repeats, deck, np_ranks = int(sys.argv[1]), sys.argv[2], sys.argv[3]
 def times(flag):
@@ -31,8 +32,7 @@ def times(flag):
 off, on = times("false"), times("true")
 print("# Tracing overhead\n")
 print(f"Command: `jobs/bench_trace_overhead.sh` (deck `{deck}`, {np_ranks} ranks, 12 steps, "
-      f"first 2 dropped, {repeats} alternating runs each). Machine: {platform.node()}, "
-      f"{os.cpu_count()} cores, {datetime.date.today()}.\n")
+      f"first 2 dropped, {repeats} alternating runs each).\n\n{sys.argv[4]}\n")
 print("| tracing | median step time (ms) | steps timed |")
 print("|---|---:|---:|")
 print(f"| off | {1e3 * np.median(off):.2f} | {len(off)} |")

@@ -47,6 +47,8 @@ tools/.venv/bin/python tools/scaling_report.py "$out" "${runs[@]}"
   echo "With more ranks than cores (--oversubscribe) a descheduled rank counts as idle, so"
   echo "the measured bubble of those runs is not comparable with the theory."
   echo
+  tools/.venv/bin/python tools/run_identity.py "${runs[0]##*,}/metrics.h5"
+  echo
   cat "$out.md"
 } > "$out.md.tmp" && mv "$out.md.tmp" "$out.md"
 echo "wrote $out.csv, $out.md and ${out}_*.png"
