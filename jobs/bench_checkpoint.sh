@@ -102,8 +102,8 @@ rm -rf "$OUT"/np*/checkpoints "$OUT"/np*.read "$OUT"/np*.plain  # ~2.5 GB; the l
   echo "Command: \`jobs/bench_checkpoint.sh\` (deck \`$DECK\`: GPT, d_model 1024, 4 blocks,"
   echo "51.0 M parameters = 204 MB of weights; AdamW, so a checkpoint holds weights and two"
   echo "moments in float32). Ranks = stages = stage files written and read in parallel."
-  echo "MB/s as median (min-max) of $REPS writes / 5 reads. Machine: $(hostname), $(nproc) cores,"
-  echo "$(df -h "$OUT" | awk 'NR == 2 {print $1}') ($(stat -f -c %T "$OUT")), $(date -u +%F)."
+  echo "MB/s as median (min-max) of $REPS writes / 5 reads. Disk: $(df -h "$OUT" | awk 'NR == 2 {print $1}')"
+  echo "($(stat -f -c %T "$OUT"))."
   echo
   tools/.venv/bin/python tools/run_identity.py "$OUT/np1/metrics.h5"
   echo
