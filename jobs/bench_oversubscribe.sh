@@ -48,6 +48,6 @@ for np_ranks in (4, 2):
         steps_ms = 1e3 * float(np.median([s for _, s in rows]))
         print(f"| {np_ranks} | {os.cpu_count()} | {mode} | {np.median(walls):.2f} "
               f"({walls[0]:.2f}-{walls[-1]:.2f}) | {steps_ms:.1f} |")
-print("\n`auto` (the default) picks `sleep` when a node has more ranks than cores, else `yield`.")
+print("\nThe default is `yield` at every rank count; `PIPETRAIN_WAIT=sleep` selects the other mode.")
 PYEOF
 cat results/bench_oversubscribe.md

@@ -18,16 +18,17 @@
 
 namespace pt {
 
-// Sleep-backoff waits when the node has more ranks than cores, so idle ranks
-// leave the cores to those that compute; PIPETRAIN_WAIT=yield|sleep overrides.
-void choose_wait_mode(const BlasThreadsChoice& node) {
+// Yielding waits, whatever the node's ranks and cores: measured with
+// jobs/bench_oversubscribe.sh they are as fast as sleeping ones with a core
+// per rank, and 4-14% faster with 4 ranks on 2 cores (a sleeping rank wakes
+// late for its message). PIPETRAIN_WAIT=sleep gives the core away for real,
+// for schedulers that favour spinners; PIPETRAIN_WAIT=yield|sleep overrides.
+void choose_wait_mode() {
   const char* env = std::getenv("PIPETRAIN_WAIT");
   const std::string forced = env ? env : "";
   if (!forced.empty() && forced != "yield" && forced != "sleep")
     throw InputError("PIPETRAIN_WAIT=" + forced + ": expected yield or sleep");
-  const bool oversubscribed = node.ranks_on_node > node.node_cores;
-  const bool sleep = forced.empty() ? oversubscribed : forced == "sleep";
-  set_wait_mode(sleep ? WaitMode::Sleep : WaitMode::Yield);
+  set_wait_mode(forced == "sleep" ? WaitMode::Sleep : WaitMode::Yield);
 }
 
 bool cuda_available_in_build() {

@@ -333,7 +333,7 @@ int run_train(const World& w, const CommandLine& cli, const Deck& deck_in) {
   BlasThreadsChoice blas = choose_blas_threads(deck, w.comm);
   set_cpu_gemm(parse_cpu_gemm(deck.training.cpu_gemm));
   set_blas_threads(blas.threads);
-  choose_wait_mode(blas);
+  choose_wait_mode();
   const BlasReport blas_report = gather_blas_report(w.comm, w.blas_note);
   ComputeResources compute = make_compute_resources(deck, w.comm);
   RunPlan plan = prepare_run_plan(deck, w.comm, compute);

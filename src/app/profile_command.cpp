@@ -129,7 +129,7 @@ int run_profile(MPI_Comm comm, const CommandLine& cli, const Deck& deck,
   set_wait_phase("in the profile");
   const BlasThreadsChoice blas = profile_blas_threads(deck, comm, cli.ranks);
   set_blas_threads(blas.threads);
-  choose_wait_mode(blas);
+  choose_wait_mode();
   const BlasReport report = gather_blas_report(comm, blas_note);
   ComputeResources compute = make_compute_resources(deck, comm);
   Backend& be = compute.setup.backend ? *compute.setup.backend : cpu_backend();

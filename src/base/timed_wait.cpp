@@ -4,6 +4,7 @@
 #include "pipetrain/base/timed_wait.hpp"
 
 #include <sched.h>
+#include <sys/prctl.h>
 
 #include <array>
 #include <chrono>
@@ -283,7 +284,13 @@ std::string wait_phase() {
   return g_phase;
 }
 
-void set_wait_mode(WaitMode mode) { g_wait_mode = mode; }
+// Sleep mode asks the kernel for 1 us of timer slack instead of its default
+// 50 us: a 20 us sleep then wakes after about 20 us, not 70, so a waiting
+// rank sees its message almost as soon as a yielding one would.
+void set_wait_mode(WaitMode mode) {
+  g_wait_mode = mode;
+  if (mode == WaitMode::Sleep) prctl(PR_SET_TIMERSLACK, 1000UL, 0UL, 0UL, 0UL);
+}
 WaitMode wait_mode() { return g_wait_mode; }
 
 const char* wait_mode_name(WaitMode mode) { return mode == WaitMode::Sleep ? "sleep" : "yield"; }

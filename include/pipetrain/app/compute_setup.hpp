@@ -19,9 +19,9 @@ struct ComputeResources {
 };
 
 bool cuda_available_in_build();
-// Sleep-backoff waits when the node has more ranks than cores, so idle ranks
-// leave the cores to those that compute; PIPETRAIN_WAIT=yield|sleep overrides.
-void choose_wait_mode(const BlasThreadsChoice& node);
+// Yielding waits (measured faster than sleeping ones on oversubscribed nodes
+// too; docs/performance.md); PIPETRAIN_WAIT=yield|sleep overrides.
+void choose_wait_mode();
 // Collective over comm for CUDA (device selection, logging every rank's GPU).
 ComputeResources make_compute_resources(const Deck& deck, MPI_Comm comm);
 
