@@ -1,0 +1,45 @@
+// replica_group.hpp: the ranks that hold the same stages in the D replicas of
+// a pipeline, and the one collective data parallelism needs from them.
+//
+// The gradient reduction (grad_reducer.hpp) gathers every replica's bucket
+// and adds the pieces itself in a fixed order, so the sum never depends on a
+// collective's internal algorithm (which changes with message size and would
+// make results differ between partitions). A group works on buffers where it
+// communicates: host memory for MPI (the CPU backend), the GPU for NCCL
+// (src/cuda/replica_group_nccl.cpp, bootstrapped over MPI like the pipeline
+// links).
+#pragma once
+
+#include <mpi.h>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "pipetrain/runtime/transport.hpp"
+#include "pipetrain/tensor/tensor.hpp"
+
+namespace pt {
+
+class ReplicaGroup {
+ public:
+  virtual ~ReplicaGroup() = default;
+  virtual const char* name() const = 0;
+  virtual int replica() const = 0;   // this rank's index in the group
+  virtual int replicas() const = 0;  // D
+  // `count` floats where this group communicates (counted as Gradients).
+  virtual Tensor buffer(int64_t count) = 0;
+  // dst[offset, offset + src.numel()) := src (src on any device).
+  virtual void pack(const Tensor& src, Tensor& dst, int64_t offset) = 0;
+  // dst := ((0 + src[o_0 ..]) + src[o_1 ..]) + ..., element by element, the
+  // offsets in the order given (dst.numel() floats from each; dst on any device).
+  virtual void fold(const Tensor& src, const std::vector<int64_t>& offsets, Tensor& dst) = 0;
+  // Starts gathering every replica's `send` into `recv` (replicas() x
+  // send.numel() floats, replica order). Both stay alive until it completes.
+  virtual std::unique_ptr<PendingTransfer> iallgather(const Tensor& send, Tensor& recv) = 0;
+};
+
+// MPI_Iallgather over `replicas` (host buffers). Not collective.
+std::unique_ptr<ReplicaGroup> make_mpi_replica_group(MPI_Comm replicas);
+
+}  // namespace pt
