@@ -69,6 +69,7 @@ GradientReducer::GradientReducer(std::vector<StageModel*> stages, ReplicaGroup& 
 void GradientReducer::begin_step(int64_t step) {
   step_ = step;
   launched_any_ = false;
+  if (!active_) return;
   for (size_t s = 0; s < stages_.size(); ++s)
     for (ReductionBucket* b : layer_bucket_[s])
       if (b) b->remaining = 0;
