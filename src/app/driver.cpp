@@ -69,9 +69,15 @@ bool load_deck(const World& w, const CommandLine& cli, Deck& deck) {
     try {
       deck = parse_deck_file(cli.deck_path, cli.overrides);
       set_wait_limit(deck.pipeline.timeout_s);  // the others learn it from the broadcast
-      const DeckLayout layout = resolve_deck_layout(deck, cli.ranks > 0 ? cli.ranks : w.size);
-      deck.pipeline.data_parallel = layout.data_parallel;  // resolved: every rank and the outputs see D
-      validate_schedule(schedule_for_deck(deck, layout.pipeline_ranks), comm_semantics_of(deck.pipeline.transport, deck.training.device));
+      // `plan` without a D or a stage count weighs every P x D grid of the
+      // ranks, each checked by the planner; everything else runs one grid.
+      const bool every_grid = cli.command == "plan" && deck.pipeline.stages == 0 &&
+                              deck.key_origin.count("pipeline.data_parallel") == 0;
+      if (!every_grid) {
+        const DeckLayout layout = resolve_deck_layout(deck, cli.ranks > 0 ? cli.ranks : w.size);
+        deck.pipeline.data_parallel = layout.data_parallel;  // resolved: every rank and the outputs see D
+        validate_schedule(schedule_for_deck(deck, layout.pipeline_ranks), comm_semantics_of(deck.pipeline.transport, deck.training.device));
+      }
       // `plan --device` neither reads data nor computes: it plans on a description.
       const bool runs_here = !(cli.command == "plan" && !cli.device.empty());
       if (runs_here) check_data_files(deck);
