@@ -2,10 +2,11 @@
 // communicator per stage's replica group (the ranks holding the same stages
 // in every replica), bootstrapped over MPI like the pipeline links (replica
 // 0 makes the id, MPI_Bcast sends its bytes, ncclCommInitRank under the
-// watchdog). Buckets live on the GPU: packing is a device copy, the gather is
-// ncclAllGather on the group's own stream (after the compute stream's work),
-// and the fixed-order fold is a sequence of elementwise adds on the compute
-// stream, so GPU results are as deterministic as the CPU's for a given GPU.
+// watchdog). Buckets live on the GPU: packing is a device copy, the
+// all-to-all is grouped ncclSend/ncclRecv and the all-gather ncclAllGather,
+// both on the group's own stream (after the compute stream's work), and the
+// fixed-order fold is a sequence of elementwise adds on the compute stream,
+// so GPU results are as deterministic as the CPU's for a given GPU.
 // Compiled with the CUDA backend; not run in this project's CI (no GPU).
 #include <cuda_runtime.h>
 #include <mpi.h>
@@ -99,6 +100,11 @@ class NcclReplicaGroup final : public ReplicaGroup {
     CUDA_CHECK(cudaMemcpyAsync(floats(dst) + offset, src.raw(), src.bytes(), cudaMemcpyDefault,
                                context().compute));
   }
+  void unpack(const Tensor& src, int64_t offset, Tensor& dst) override {
+    PT_CHECK(offset >= 0 && offset + dst.numel() <= src.numel(), "bucket unpacking");
+    CUDA_CHECK(cudaMemcpyAsync(dst.raw(), floats(src) + offset, dst.bytes(), cudaMemcpyDefault,
+                               context().compute));
+  }
   void fold(const Tensor& src, const std::vector<int64_t>& offsets, Tensor& dst) override {
     PT_CHECK(dst.device() == Device::CUDA, "the NCCL replica group folds into device gradients");
     const int64_t n = dst.numel();
@@ -109,19 +115,42 @@ class NcclReplicaGroup final : public ReplicaGroup {
       kern::add(floats(dst), floats(src) + o, floats(dst), n, s);
     }
   }
+  std::unique_ptr<PendingTransfer> ialltoall(const Tensor& send, int64_t send_offset, int64_t chunk,
+                                             Tensor& recv, int64_t recv_offset) override {
+    PT_CHECK(send_offset + chunk * size_ <= send.numel() && recv_offset + chunk * size_ <= recv.numel(),
+             "replica all-to-all sizes");
+    after_compute();
+    NCCL_CHECK(ncclGroupStart());
+    for (int r = 0; r < size_; ++r) {
+      NCCL_CHECK(ncclSend(floats(send) + send_offset + r * chunk, static_cast<size_t>(chunk),
+                          ncclFloat, r, comm_, stream_));
+      NCCL_CHECK(ncclRecv(floats(recv) + recv_offset + r * chunk, static_cast<size_t>(chunk),
+                          ncclFloat, r, comm_, stream_));
+    }
+    NCCL_CHECK(ncclGroupEnd());
+    return completion(send, recv);
+  }
   std::unique_ptr<PendingTransfer> iallgather(const Tensor& send, Tensor& recv) override {
     PT_CHECK(recv.numel() == send.numel() * size_, "replica all-gather sizes");
-    CUDA_CHECK(cudaEventRecord(ready_, context().compute));
-    CUDA_CHECK(cudaStreamWaitEvent(stream_, ready_, 0));
+    after_compute();
     NCCL_CHECK(ncclAllGather(send.raw(), recv.raw(), static_cast<size_t>(send.numel()), ncclFloat,
                              comm_, stream_));
+    return completion(send, recv);
+  }
+
+ private:
+  // The group's stream waits for what the compute stream has queued (packing, folds).
+  void after_compute() {
+    CUDA_CHECK(cudaEventRecord(ready_, context().compute));
+    CUDA_CHECK(cudaStreamWaitEvent(stream_, ready_, 0));
+  }
+  std::unique_ptr<PendingTransfer> completion(const Tensor& send, const Tensor& recv) {
     cudaEvent_t done;
     CUDA_CHECK(cudaEventCreateWithFlags(&done, cudaEventDisableTiming));
     CUDA_CHECK(cudaEventRecord(done, stream_));
     return std::make_unique<NcclGather>(comm_, done, timeout_s_, send, recv);
   }
 
- private:
   double timeout_s_;
   int rank_ = 0, size_ = 1;
   ncclComm_t comm_ = nullptr;

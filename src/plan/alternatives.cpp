@@ -127,7 +127,7 @@ PlanRow plan_point(const ModelProfile& profile, const Schedule& schedule,
     for (size_t st = 0; st < grads.size() && st < result.span_s.size(); ++st) {
       end = std::max(end, result.span_s[st] + replica_reduction_s(grads[st], request.data_parallel,
                                                                    slots, request.replica_link));
-      result.peak_bytes[st] += grads[st] * slots * (1.0 + request.data_parallel);
+      result.peak_bytes[st] += replica_reduction_bytes(grads[st], request.data_parallel, slots);
     }
     row.reduction_s = end - result.span_s_max;
   }
@@ -203,7 +203,12 @@ PlanTable rank_plans(const ProfileForMicroBatch& profile_for, const std::vector<
 
 double replica_reduction_s(double grad_bytes, int replicas, int slots, const LinkCost& link) {
   if (replicas <= 1) return 0.0;
-  return (replicas - 1) * link.time_s(grad_bytes * slots);
+  const double share = grad_bytes / replicas;  // one replica's chunk
+  return (replicas - 1) * (link.time_s(share * slots) + link.time_s(share));
+}
+
+double replica_reduction_bytes(double grad_bytes, int replicas, int slots) {
+  return grad_bytes * (2.0 * slots + 1.0 + 1.0 / replicas);
 }
 
 PlanTable rank_grid_plans(const ProfileForMicroBatch& profile_for, const LinksForStages& links_for,

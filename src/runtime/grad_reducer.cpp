@@ -37,10 +37,21 @@ GradientReducer::GradientReducer(std::vector<StageModel*> stages, ReplicaGroup& 
     layer_bucket_.emplace_back(st->layers.size(), nullptr);
     std::unique_ptr<ReductionBucket> cur;
     int index = 0;
+    const int replicas = group_.replicas();
     auto close = [&] {
       if (!cur || cur->params.empty()) return;
-      cur->send = group_.buffer(cur->count * slots);
-      cur->recv = group_.buffer(cur->count * slots * group_.replicas());
+      ReductionBucket& b = *cur;
+      b.chunk = (b.count + replicas - 1) / replicas;
+      const int64_t padded = b.chunk * replicas;
+      b.send = group_.buffer(padded * slots);
+      b.pieces = group_.buffer(padded * slots);
+      b.sum = group_.buffer(b.chunk);
+      b.total = group_.buffer(padded);
+      if (padded > b.count) {  // the padding is sent as zeros and never read back
+        const Tensor zeros = Tensor::zeros({padded - b.count}, DType::F32, MemCategory::Workspace,
+                                           Device::CPU);
+        for (int k = 0; k < slots; ++k) group_.pack(zeros, b.send, k * padded + b.count);
+      }
       buckets_.push_back(std::move(cur));
     };
     for (size_t i = st->layers.size(); i-- > 0;) {
@@ -77,9 +88,9 @@ void GradientReducer::begin_step(int64_t step) {
     for (ReductionBucket* b : layer_bucket_[s])
       if (b) b->remaining += micro_batches_;
   for (auto& b : buckets_) {
-    PT_CHECK(!b->pending || b->done, "a reduction bucket is still running at the start of a step");
-    b->pending.reset();
-    b->done = false;
+    PT_CHECK(b->phase == 0 || b->phase == 3, "a reduction bucket is still running at the start of a step");
+    b->pending.clear();
+    b->phase = 0;
   }
 }
 
@@ -97,7 +108,7 @@ void GradientReducer::layer_done(int stage, int mb, size_t layer) {
     for (Param* p : params) {
       size_t j = 0;
       while (b->params[j] != p) ++j;
-      group_.pack(p->grad, b->send, static_cast<int64_t>(mb) * b->count + b->offsets[j]);
+      group_.pack(p->grad, b->send, mb * b->chunk * group_.replicas() + b->offsets[j]);
       be_.fill(p->grad, 0.f);
     }
   }
@@ -113,15 +124,34 @@ void GradientReducer::launch(ReductionBucket& b) {
   }
   if (!ordered_)
     for (size_t j = 0; j < b.params.size(); ++j) group_.pack(b.params[j]->grad, b.send, b.offsets[j]);
-  be_.synchronize();  // GPU: the packed gradients are written before the collective reads them
   b.start_us = tracer_ ? tracer_->now_us() : 0.0;
-  b.pending = group_.iallgather(b.send, b.recv);
+  const int64_t padded = b.chunk * group_.replicas();
+  for (int k = 0; k < b.slots; ++k)
+    b.pending.push_back(group_.ialltoall(b.send, k * padded, b.chunk, b.pieces, k * padded));
+  b.phase = 1;
 }
 
-bool GradientReducer::test(ReductionBucket& b) {
-  if (b.done) return true;
-  if (!b.pending || !b.pending->test()) return false;
-  b.done = true;
+// Phase 1 done: this replica's chunk is summed, slot (replica r, k) in the
+// order r * slots + k: global micro-batch order ("ordered"), replica order
+// ("replica"); then the all-gather. Phase 2 done: the sums go to the gradients.
+bool GradientReducer::advance(ReductionBucket& b) {
+  if (b.phase == 3) return true;
+  for (auto& p : b.pending)
+    if (!p->test()) return false;
+  b.pending.clear();
+  if (b.phase == 1) {
+    const int replicas = group_.replicas();
+    std::vector<int64_t> offsets;
+    for (int r = 0; r < replicas; ++r)
+      for (int k = 0; k < b.slots; ++k)
+        offsets.push_back((static_cast<int64_t>(k) * replicas + r) * b.chunk);
+    group_.fold(b.pieces, offsets, b.sum);
+    b.pending.push_back(group_.iallgather(b.sum, b.total));
+    b.phase = 2;
+    return false;
+  }
+  for (size_t j = 0; j < b.params.size(); ++j) group_.unpack(b.total, b.offsets[j], b.params[j]->grad);
+  b.phase = 3;
   if (tracer_) tracer_->record(EventKind::Reduction, step_, b.stage, b.index, b.start_us, tracer_->now_us());
   return true;
 }
@@ -129,7 +159,7 @@ bool GradientReducer::test(ReductionBucket& b) {
 void GradientReducer::poll() {
   if (!active_) return;
   for (auto& b : buckets_)
-    if (b->pending) test(*b);
+    if (b->phase == 1 || b->phase == 2) advance(*b);
 }
 
 std::string GradientReducer::describe(const ReductionBucket& b) const {
@@ -145,23 +175,13 @@ std::string GradientReducer::describe(const ReductionBucket& b) const {
 
 void GradientReducer::finish() {
   if (!active_) return;
-  const int replicas = group_.replicas();
   for (auto& bp : buckets_) {
     ReductionBucket& b = *bp;
-    PT_CHECK(b.pending != nullptr, "bucket " + std::to_string(b.index) + " of stage " +
-                                       std::to_string(b.stage) + " was never started (" +
-                                       std::to_string(b.remaining) + " layer completions missing)");
-    if (!test(b) && !poll_until([&] { return test(b); }, deck_.pipeline.timeout_s))
+    PT_CHECK(b.phase > 0, "bucket " + std::to_string(b.index) + " of stage " +
+                              std::to_string(b.stage) + " was never started (" +
+                              std::to_string(b.remaining) + " layer completions missing)");
+    if (!advance(b) && !poll_until([&] { return advance(b); }, deck_.pipeline.timeout_s))
       throw TimeoutError(describe(b));
-    // Slot (replica r, k) is global micro-batch r * slots + k ("ordered") or
-    // replica r ("replica"): added in that order.
-    for (size_t j = 0; j < b.params.size(); ++j) {
-      std::vector<int64_t> offsets;
-      for (int r = 0; r < replicas; ++r)
-        for (int k = 0; k < b.slots; ++k)
-          offsets.push_back((static_cast<int64_t>(r) * b.slots + k) * b.count + b.offsets[j]);
-      group_.fold(b.recv, offsets, b.params[j]->grad);
-    }
   }
 }
 

@@ -1,5 +1,5 @@
-// replica_group_mpi.cpp: the MPI replica group (MPI_Iallgather on host
-// buffers, folds on the CPU).
+// replica_group_mpi.cpp: the MPI replica group (MPI_Ialltoall and
+// MPI_Iallgather on host buffers, folds on the CPU).
 #include <mpi.h>
 
 #include <climits>
@@ -53,6 +53,16 @@ class MpiReplicaGroup final : public ReplicaGroup {
     const Tensor host = src.to(Device::CPU);
     std::memcpy(dst.f32() + offset, host.f32(), host.bytes());
   }
+  void unpack(const Tensor& src, int64_t offset, Tensor& dst) override {
+    PT_CHECK(offset >= 0 && offset + dst.numel() <= src.numel(), "bucket unpacking");
+    if (dst.device() == Device::CPU) {
+      std::memcpy(dst.f32(), src.f32() + offset, dst.bytes());
+      return;
+    }
+    Tensor host = Tensor::empty(dst.shape(), DType::F32, MemCategory::Workspace, Device::CPU);
+    std::memcpy(host.f32(), src.f32() + offset, dst.bytes());
+    copy_tensor(host, dst);
+  }
   void fold(const Tensor& src, const std::vector<int64_t>& offsets, Tensor& dst) override {
     const int64_t n = dst.numel();
     Tensor host = dst.device() == Device::CPU ? dst : Tensor::empty(dst.shape(), DType::F32,
@@ -66,12 +76,23 @@ class MpiReplicaGroup final : public ReplicaGroup {
     }
     if (dst.device() != Device::CPU) copy_tensor(host, dst);
   }
+  std::unique_ptr<PendingTransfer> ialltoall(const Tensor& send, int64_t send_offset, int64_t chunk,
+                                             Tensor& recv, int64_t recv_offset) override {
+    PT_CHECK(chunk <= INT_MAX && send_offset + chunk * size_ <= send.numel() &&
+                 recv_offset + chunk * size_ <= recv.numel(),
+             "replica all-to-all sizes");
+    auto t = std::make_unique<MpiGather>(send, recv);
+    const int count = static_cast<int>(chunk);
+    MPI_CHECK(MPI_Ialltoall(send.f32() + send_offset, count, MPI_FLOAT, recv.f32() + recv_offset,
+                            count, MPI_FLOAT, comm_, &t->request_));
+    return t;
+  }
   std::unique_ptr<PendingTransfer> iallgather(const Tensor& send, Tensor& recv) override {
     PT_CHECK(send.numel() <= INT_MAX && recv.numel() == send.numel() * size_,
              "replica all-gather sizes");
     auto t = std::make_unique<MpiGather>(send, recv);
     const int count = static_cast<int>(send.numel());
-    MPI_CHECK(MPI_Iallgather(send.raw(), count, MPI_FLOAT, recv.raw(), count, MPI_FLOAT, comm_,
+    MPI_CHECK(MPI_Iallgather(send.f32(), count, MPI_FLOAT, recv.f32(), count, MPI_FLOAT, comm_,
                              &t->request_));
     return t;
   }

@@ -79,9 +79,12 @@ PlanTable rank_plans(const ProfileForMicroBatch& profile_for, const std::vector<
                      const PlanRequest& request);
 
 // The data-parallel reduction of one stage's gradient (grad_bytes, fp32) as
-// pipetrain runs it: a ring all-gather of `slots` copies per replica, D - 1
-// steps each moving one replica's slots over `link`; 0 at D = 1 with one slot.
+// pipetrain runs it (grad_reducer.hpp): an all-to-all of `slots` chunks of
+// grad_bytes / D per replica, then an all-gather of one chunk, each D - 1
+// exchanges over `link`; 0 at D = 1. Its buffers: send and all-to-all
+// receive of `slots` gradients, the summed chunk and the gathered sum.
 double replica_reduction_s(double grad_bytes, int replicas, int slots, const LinkCost& link);
+double replica_reduction_bytes(double grad_bytes, int replicas, int slots);
 
 // Every P x D grid of total_ranks ranks (D dividing total_ranks and the
 // batch, P = total_ranks / D no more than the partitionable units): the

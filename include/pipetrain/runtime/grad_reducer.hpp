@@ -10,8 +10,11 @@
 // cool-down, and completes under the wait limit (a replica that never joins
 // ends the job with a message naming the bucket and stage).
 //
-// Every replica's bucket is gathered and added in a fixed order, so results
-// are deterministic and never depend on a collective's algorithm:
+// A bucket is reduced as a reduce-scatter then an all-gather (the traffic of
+// a ring all-reduce): an all-to-all hands replica r the r-th chunk of every
+// replica's bucket, r adds the pieces in a fixed order, and an all-gather
+// returns every summed chunk to every replica. Results are deterministic and
+// never depend on a collective's algorithm:
 //   replica: each replica's accumulated gradient, added in replica order
 //            (bitwise the same across P for a given D);
 //   ordered: each micro-batch's gradient, copied apart at the end of its
@@ -39,13 +42,16 @@ struct ReductionBucket {
   size_t last_layer = 0;
   std::vector<Param*> params;
   std::vector<int64_t> offsets;  // (params) element offset in the bucket
-  int64_t count = 0;             // floats of one slot
+  int64_t count = 0;             // gradient floats of the bucket
+  int64_t chunk = 0;             // ceil(count / replicas): each replica's share of the sum
   int slots = 1;                 // per replica: 1, or micro-batches ("ordered")
-  Tensor send;                   // (slots x count)
-  Tensor recv;                   // (replicas x slots x count)
+  Tensor send;                   // (slots, replicas x chunk) this replica's gradients, zero-padded
+  Tensor pieces;                 // (slots, replicas, chunk) every replica's piece of this one's chunk
+  Tensor sum;                    // (chunk) this replica's chunk of the sum
+  Tensor total;                  // (replicas x chunk) every chunk of the sum
   int remaining = 0;             // layer completions still to come this step
-  std::unique_ptr<PendingTransfer> pending;
-  bool done = false;
+  int phase = 0;                 // 0 waiting for layers, 1 all-to-all, 2 all-gather, 3 done
+  std::vector<std::unique_ptr<PendingTransfer>> pending;
   double start_us = 0.0;
 };
 
@@ -70,7 +76,7 @@ class GradientReducer {
 
  private:
   void launch(ReductionBucket& b);
-  bool test(ReductionBucket& b);
+  bool advance(ReductionBucket& b);  // true once the bucket's sum is in the gradients
   std::string describe(const ReductionBucket& b) const;
 
   std::vector<StageModel*> stages_;
