@@ -81,13 +81,22 @@ class NcclReplicaGroup final : public ReplicaGroup {
       DeadlineScope deadline("NCCL's replica group set-up (ncclCommInitRank)");
       NCCL_CHECK(ncclCommInitRank(&comm_, size_, id, rank_));
     }
+    // A second communicator and stream for the all-gathers: all-to-alls and
+    // all-gathers each keep one order on every replica (grad_reducer.cpp).
+    {
+      DeadlineScope deadline("NCCL's replica group split for the all-gathers (ncclCommSplit)");
+      NCCL_CHECK(ncclCommSplit(comm_, 0, rank_, &gather_comm_, nullptr));
+    }
     CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+    CUDA_CHECK(cudaStreamCreateWithFlags(&gather_stream_, cudaStreamNonBlocking));
     CUDA_CHECK(cudaEventCreateWithFlags(&ready_, cudaEventDisableTiming));
   }
   ~NcclReplicaGroup() override {
+    if (gather_comm_) ncclCommDestroy(gather_comm_);
     if (comm_) ncclCommDestroy(comm_);
     if (ready_) cudaEventDestroy(ready_);
     if (stream_) cudaStreamDestroy(stream_);
+    if (gather_stream_) cudaStreamDestroy(gather_stream_);
   }
   const char* name() const override { return "nccl"; }
   int replica() const override { return rank_; }
@@ -119,7 +128,7 @@ class NcclReplicaGroup final : public ReplicaGroup {
                                              Tensor& recv, int64_t recv_offset) override {
     PT_CHECK(send_offset + chunk * size_ <= send.numel() && recv_offset + chunk * size_ <= recv.numel(),
              "replica all-to-all sizes");
-    after_compute();
+    after_compute(stream_);
     NCCL_CHECK(ncclGroupStart());
     for (int r = 0; r < size_; ++r) {
       NCCL_CHECK(ncclSend(floats(send) + send_offset + r * chunk, static_cast<size_t>(chunk),
@@ -128,33 +137,34 @@ class NcclReplicaGroup final : public ReplicaGroup {
                           ncclFloat, r, comm_, stream_));
     }
     NCCL_CHECK(ncclGroupEnd());
-    return completion(send, recv);
+    return completion(comm_, stream_, send, recv);
   }
   std::unique_ptr<PendingTransfer> iallgather(const Tensor& send, Tensor& recv) override {
     PT_CHECK(recv.numel() == send.numel() * size_, "replica all-gather sizes");
-    after_compute();
+    after_compute(gather_stream_);
     NCCL_CHECK(ncclAllGather(send.raw(), recv.raw(), static_cast<size_t>(send.numel()), ncclFloat,
-                             comm_, stream_));
-    return completion(send, recv);
+                             gather_comm_, gather_stream_));
+    return completion(gather_comm_, gather_stream_, send, recv);
   }
 
  private:
   // The group's stream waits for what the compute stream has queued (packing, folds).
-  void after_compute() {
+  void after_compute(cudaStream_t stream) {
     CUDA_CHECK(cudaEventRecord(ready_, context().compute));
-    CUDA_CHECK(cudaStreamWaitEvent(stream_, ready_, 0));
+    CUDA_CHECK(cudaStreamWaitEvent(stream, ready_, 0));
   }
-  std::unique_ptr<PendingTransfer> completion(const Tensor& send, const Tensor& recv) {
+  std::unique_ptr<PendingTransfer> completion(ncclComm_t comm, cudaStream_t stream,
+                                              const Tensor& send, const Tensor& recv) {
     cudaEvent_t done;
     CUDA_CHECK(cudaEventCreateWithFlags(&done, cudaEventDisableTiming));
-    CUDA_CHECK(cudaEventRecord(done, stream_));
-    return std::make_unique<NcclGather>(comm_, done, timeout_s_, send, recv);
+    CUDA_CHECK(cudaEventRecord(done, stream));
+    return std::make_unique<NcclGather>(comm, done, timeout_s_, send, recv);
   }
 
   double timeout_s_;
   int rank_ = 0, size_ = 1;
-  ncclComm_t comm_ = nullptr;
-  cudaStream_t stream_ = nullptr;
+  ncclComm_t comm_ = nullptr, gather_comm_ = nullptr;
+  cudaStream_t stream_ = nullptr, gather_stream_ = nullptr;
   cudaEvent_t ready_ = nullptr;
 };
 

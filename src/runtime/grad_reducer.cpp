@@ -80,6 +80,7 @@ GradientReducer::GradientReducer(std::vector<StageModel*> stages, ReplicaGroup& 
 void GradientReducer::begin_step(int64_t step) {
   step_ = step;
   launched_any_ = false;
+  launched_.clear();
   if (!active_) return;
   for (size_t s = 0; s < stages_.size(); ++s)
     for (ReductionBucket* b : layer_bucket_[s])
@@ -129,6 +130,7 @@ void GradientReducer::launch(ReductionBucket& b) {
   for (int k = 0; k < b.slots; ++k)
     b.pending.push_back(group_.ialltoall(b.send, k * padded, b.chunk, b.pieces, k * padded));
   b.phase = 1;
+  launched_.push_back(&b);
 }
 
 // Phase 1 done: this replica's chunk is summed, slot (replica r, k) in the
@@ -156,10 +158,21 @@ bool GradientReducer::advance(ReductionBucket& b) {
   return true;
 }
 
+// Every replica must start its collectives in the same order: all-to-alls
+// start in launch order (the schedule's, the same in every replica), and
+// all-gathers (on their own communicator) in launch order too: a bucket's
+// all-gather waits for every earlier bucket's to have started.
 void GradientReducer::poll() {
   if (!active_) return;
-  for (auto& b : buckets_)
-    if (b->phase == 1 || b->phase == 2) advance(*b);
+  bool blocked = false;
+  for (ReductionBucket* b : launched_) {
+    if (b->phase == 1 && !blocked) {
+      advance(*b);
+      blocked = b->phase == 1;
+    } else if (b->phase == 2) {
+      advance(*b);
+    }
+  }
 }
 
 std::string GradientReducer::describe(const ReductionBucket& b) const {
@@ -175,11 +188,12 @@ std::string GradientReducer::describe(const ReductionBucket& b) const {
 
 void GradientReducer::finish() {
   if (!active_) return;
-  for (auto& bp : buckets_) {
+  for (auto& bp : buckets_)
+    PT_CHECK(bp->phase > 0, "bucket " + std::to_string(bp->index) + " of stage " +
+                                std::to_string(bp->stage) + " was never started (" +
+                                std::to_string(bp->remaining) + " layer completions missing)");
+  for (ReductionBucket* bp : launched_) {  // in launch order (see poll)
     ReductionBucket& b = *bp;
-    PT_CHECK(b.phase > 0, "bucket " + std::to_string(b.index) + " of stage " +
-                              std::to_string(b.stage) + " was never started (" +
-                              std::to_string(b.remaining) + " layer completions missing)");
     if (!advance(b) && !poll_until([&] { return advance(b); }, deck_.pipeline.timeout_s))
       throw TimeoutError(describe(b));
   }

@@ -6,6 +6,7 @@
 #include <cstring>
 
 #include "pipetrain/base/error.hpp"
+#include "pipetrain/base/timed_wait.hpp"
 #include "pipetrain/runtime/replica_group.hpp"
 
 namespace pt {
@@ -38,9 +39,21 @@ class MpiGather final : public PendingTransfer {
 
 class MpiReplicaGroup final : public ReplicaGroup {
  public:
-  explicit MpiReplicaGroup(MPI_Comm comm) : comm_(comm) {
-    MPI_CHECK(MPI_Comm_rank(comm_, &rank_));
-    MPI_CHECK(MPI_Comm_size(comm_, &size_));
+  // Two duplicates of the replica communicator: all-to-alls on one,
+  // all-gathers on the other, so each keeps one order on every replica.
+  explicit MpiReplicaGroup(MPI_Comm comm) {
+    MPI_CHECK(MPI_Comm_rank(comm, &rank_));
+    MPI_CHECK(MPI_Comm_size(comm, &size_));
+    DeadlineScope deadline("the replica group's communicator duplicates");
+    MPI_CHECK(MPI_Comm_dup(comm, &comm_));
+    MPI_CHECK(MPI_Comm_dup(comm, &gather_comm_));
+  }
+  ~MpiReplicaGroup() override {
+    int finalized = 0;
+    MPI_Finalized(&finalized);
+    if (finalized) return;
+    MPI_Comm_free(&comm_);
+    MPI_Comm_free(&gather_comm_);
   }
   const char* name() const override { return "mpi"; }
   int replica() const override { return rank_; }
@@ -92,13 +105,13 @@ class MpiReplicaGroup final : public ReplicaGroup {
              "replica all-gather sizes");
     auto t = std::make_unique<MpiGather>(send, recv);
     const int count = static_cast<int>(send.numel());
-    MPI_CHECK(MPI_Iallgather(send.f32(), count, MPI_FLOAT, recv.f32(), count, MPI_FLOAT, comm_,
+    MPI_CHECK(MPI_Iallgather(send.f32(), count, MPI_FLOAT, recv.f32(), count, MPI_FLOAT, gather_comm_,
                              &t->request_));
     return t;
   }
 
  private:
-  MPI_Comm comm_;
+  MPI_Comm comm_ = MPI_COMM_NULL, gather_comm_ = MPI_COMM_NULL;
   int rank_ = 0, size_ = 1;
 };
 

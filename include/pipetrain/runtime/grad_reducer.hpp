@@ -90,6 +90,7 @@ class GradientReducer {
   int64_t step_ = 0;
   bool launched_any_ = false;
   std::vector<std::unique_ptr<ReductionBucket>> buckets_;
+  std::vector<ReductionBucket*> launched_;  // this step's, in launch order
   // (stages_) (layers) the bucket holding the layer's parameters, or null
   std::vector<std::vector<ReductionBucket*>> layer_bucket_;
 };

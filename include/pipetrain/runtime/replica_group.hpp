@@ -46,7 +46,9 @@ class ReplicaGroup {
                                                      int64_t chunk, Tensor& recv,
                                                      int64_t recv_offset) = 0;
   // Starts gathering every replica's `send` into `recv` (replicas() x
-  // send.numel() floats, replica order).
+  // send.numel() floats, replica order). All-to-alls and all-gathers go on
+  // two separate channels (communicators), each started in the same order
+  // on every replica.
   virtual std::unique_ptr<PendingTransfer> iallgather(const Tensor& send, Tensor& recv) = 0;
 };
 
