@@ -241,3 +241,71 @@ TEST(PlanAlternatives, BadRequestsAreInputErrors) {
 }
 
 }  // namespace
+
+// Data parallel x pipeline grids (docs/data-parallel.md): a 13B GPT (40
+// blocks, d_model 5120) on 64 and 1024 H200s. More ranks than blocks, so
+// every plan must replicate the pipeline; the planner chooses P, D, N,
+// schedule and recompute within the memory budget, and each row's step is
+// its pipeline's (batch B / D) plus the reduction the step waits for.
+GptSpec gpt_13b() {
+  GptSpec g = pt::gpt3_175b();
+  g.name = "gpt-13b";
+  g.blocks = 40;
+  g.d_model = 5120;
+  g.heads = 40;
+  return g;
+}
+
+void expect_grid_plan(int ranks) {
+  PlanRequest request;
+  request.batch_size = 1536;
+  request.micro_batch_counts = {1, 2, 3, 4, 6, 8, 12, 16, 24, 48};
+  request.schedules = {"1f1b"};
+  request.partitions = {pt::PartitionObjective::Uniform, pt::PartitionObjective::Balanced};
+  const PlanTable table = pt::plan_grid_alternatives(gpt_13b(), pt::h200_device(), request, ranks);
+  std::printf("%s", pt::format_plan_table(table, 8).c_str());
+  expect_ranked(table);
+  ASSERT_GE(table.best, 0) << "some grid fits";
+  std::vector<int> grids;
+  for (const PlanRow& row : table.rows) {
+    EXPECT_EQ(row.num_stages * row.data_parallel, ranks);
+    EXPECT_LE(row.num_stages, 40) << "no more stages than blocks";
+    EXPECT_EQ(1536 % (row.data_parallel * row.micro_batches), 0);
+    if (row.data_parallel > 1 && !row.units_per_stage.empty()) EXPECT_GT(row.reduction_s, 0.0);
+    if (std::find(grids.begin(), grids.end(), row.data_parallel) == grids.end())
+      grids.push_back(row.data_parallel);
+  }
+  EXPECT_GE(grids.size(), 3u) << "several D weighed";
+  const PlanRow& best = table.rows[table.best];
+  EXPECT_GT(best.data_parallel, 1);
+  EXPECT_THAT(pt::format_plan_table(table, 3),
+              HasSubstr("best: rank " + std::to_string(table.best + 1) + ", P x D = " +
+                        std::to_string(best.num_stages) + " x " + std::to_string(best.data_parallel)));
+  // The best row is its pipeline's plan at batch B / D plus the reduction.
+  PlanRequest one;
+  one.num_stages = best.num_stages;
+  one.batch_size = 1536 / best.data_parallel;
+  one.micro_batch_counts = {best.micro_batches};
+  one.schedules = {best.schedule};
+  one.recompute = {best.recompute};
+  one.partitions = {best.partition};
+  const PlanTable pipeline = pt::plan_alternatives(gpt_13b(), pt::h200_device(), one);
+  ASSERT_EQ(pipeline.rows.size(), 1u);
+  EXPECT_NEAR(best.step_time_s, pipeline.rows[0].step_time_s + best.reduction_s,
+              1e-12 * best.step_time_s);
+  EXPECT_EQ(best.units_per_stage, pipeline.rows[0].units_per_stage);
+  EXPECT_LT(max_cpu_seconds(table), 1.0);
+}
+
+TEST(PlanGrid, Gpt13BOn64H200sReplicatesThePipeline) { expect_grid_plan(64); }
+TEST(PlanGrid, Gpt13BOn1024H200sReplicatesThePipeline) { expect_grid_plan(1024); }
+
+// The reduction model: nothing at D = 1; an all-to-all of `slots` chunks
+// and an all-gather of one, each D - 1 exchanges of a 1/D chunk.
+TEST(PlanGrid, ReductionCostFromTheLinkModel) {
+  const pt::LinkCost link{1e-5, 1e9};
+  EXPECT_EQ(pt::replica_reduction_s(4e6, 1, 1, link), 0.0);
+  EXPECT_DOUBLE_EQ(pt::replica_reduction_s(4e6, 4, 1, link), 3 * (2 * 1e-5 + 2 * 1e6 / 1e9));
+  EXPECT_DOUBLE_EQ(pt::replica_reduction_s(4e6, 4, 8, link), 3 * (2 * 1e-5 + 9 * 1e6 / 1e9));
+  EXPECT_DOUBLE_EQ(pt::replica_reduction_bytes(4e6, 4, 1), 4e6 * 3.25);
+}

@@ -92,6 +92,14 @@ ComputeResources make_compute_resources(const Deck& deck, MPI_Comm comm) {
     log_links(stage_comm, plan);
     return made;
   };
+  // Data parallelism: NCCL for the replica groups, unless the deck asks for
+  // MPI or this host has more ranks than GPUs (NCCL needs one GPU per rank);
+  // otherwise the MPI group (host buffers, device copies).
+  const bool gpu_per_rank = info->local_size <= info->device_count;
+  if (transport == "nccl" || (transport == "auto" && gpu_per_rank))
+    c.setup.make_replica_group = [timeout_s](MPI_Comm replicas) {
+      return cuda::make_nccl_replica_group(replicas, timeout_s);
+    };
   c.kernels = cuda::versions().describe() + "; GEMM operands " + deck.training.precision;
   c.setup.device_memory_stats = [] { return cuda::device_memory_stats(); };
   c.setup.reset_device_memory_peaks = [] { cuda::reset_device_memory_peaks(); };

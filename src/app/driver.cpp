@@ -69,8 +69,15 @@ bool load_deck(const World& w, const CommandLine& cli, Deck& deck) {
     try {
       deck = parse_deck_file(cli.deck_path, cli.overrides);
       set_wait_limit(deck.pipeline.timeout_s);  // the others learn it from the broadcast
-      const int stages = check_deck_layout(deck, cli.ranks > 0 ? cli.ranks : w.size);
-      validate_schedule(schedule_for_deck(deck, stages), comm_semantics_of(deck.pipeline.transport, deck.training.device));
+      // `plan` without a D or a stage count weighs every P x D grid of the
+      // ranks, each checked by the planner; everything else runs one grid.
+      const bool every_grid = cli.command == "plan" && deck.pipeline.stages == 0 &&
+                              deck.key_origin.count("pipeline.data_parallel") == 0;
+      if (!every_grid) {
+        const DeckLayout layout = resolve_deck_layout(deck, cli.ranks > 0 ? cli.ranks : w.size);
+        deck.pipeline.data_parallel = layout.data_parallel;  // resolved: every rank and the outputs see D
+        validate_schedule(schedule_for_deck(deck, layout.pipeline_ranks), comm_semantics_of(deck.pipeline.transport, deck.training.device));
+      }
       // `plan --device` neither reads data nor computes: it plans on a description.
       const bool runs_here = !(cli.command == "plan" && !cli.device.empty());
       if (runs_here) check_data_files(deck);
@@ -120,13 +127,18 @@ std::string schedule_summary(const Schedule& s, const ScheduleReport& r) {
 
 int run_validate(const World& w, const CommandLine& cli, const Deck& deck) {
   if (w.rank != 0) return 0;
-  const int stages = check_deck_layout(deck, cli.ranks > 0 ? cli.ranks : w.size);
+  const DeckLayout layout = resolve_deck_layout(deck, cli.ranks > 0 ? cli.ranks : w.size);
+  const int stages = layout.pipeline_ranks;
   Schedule s = schedule_for_deck(deck, stages);
   ScheduleReport report = validate_schedule(s, comm_semantics_of(deck.pipeline.transport, deck.training.device));
   std::printf("%s\n", deck_to_toml(deck).c_str());
   if (cli.print_schedule) std::printf("%s\n%s\n", format_schedule(s).c_str(), format_grid(s).c_str());
   std::printf("%s\n", schedule_summary(s, report).c_str());
-  std::printf("deck %s is valid for %d ranks\n", cli.deck_path.c_str(), stages);
+  if (layout.data_parallel > 1)
+    std::printf("deck %s is valid for %d ranks: %d pipeline ranks x %d data-parallel replicas\n",
+                cli.deck_path.c_str(), stages * layout.data_parallel, stages, layout.data_parallel);
+  else
+    std::printf("deck %s is valid for %d ranks\n", cli.deck_path.c_str(), stages);
   return 0;
 }
 
@@ -182,10 +194,18 @@ void print_summary(const Deck& deck, const StepRecord& last, double elapsed,
 void print_start(const World& w, const Deck& deck, const Trainer& trainer,
                  const BlasThreadsChoice& blas) {
   const int stages = trainer.schedule().num_stages;
-  std::printf("pipetrain: %d ranks, %s\n%s\n", w.size,
-              stages == w.size ? "one stage per rank"
-                               : (std::to_string(stages / w.size) + " stages per rank").c_str(),
-              deck_to_toml(deck).c_str());
+  const int pipeline_ranks = w.size / trainer.replicas();
+  std::string grid;
+  if (trainer.replicas() > 1)
+    grid = " (a grid of " + std::to_string(pipeline_ranks) + " pipeline ranks x " +
+           std::to_string(trainer.replicas()) + " data-parallel replicas; replica d is world ranks " +
+           "d x " + std::to_string(pipeline_ranks) + " + pipeline rank; gradient reduction \"" +
+           deck.pipeline.dp_reduction + "\" in " + std::to_string(trainer.reducer().buckets().size()) +
+           " bucket(s) on rank 0)";
+  std::printf("pipetrain: %d ranks, %s%s\n%s\n", w.size,
+              stages == pipeline_ranks ? "one stage per rank"
+                               : (std::to_string(stages / pipeline_ranks) + " stages per rank").c_str(),
+              grid.c_str(), deck_to_toml(deck).c_str());
   std::printf("waits: %s (%d ranks on %d cores on this node%s)\n", wait_mode_name(wait_mode()),
               blas.ranks_on_node, blas.node_cores,
               std::getenv("PIPETRAIN_WAIT") ? "; PIPETRAIN_WAIT" : "");
@@ -224,10 +244,21 @@ void write_trace(const World& w, const Deck& deck, Trainer& trainer) {
   std::printf("trace: %s (clock offsets estimated to within %.1f us)\n", path.c_str(), worst);
 }
 
+// Data parallelism: every replica's pipeline learned the same outcome of a
+// checkpoint load; a replica that failed (where the others did not) fails all.
+void agree_across_replicas(const ProcessGrid& grid, bool ok) {
+  if (grid.data_parallel() == 1) return;
+  int mine = ok ? 1 : 0, all = 0;
+  timed_allreduce(&mine, &all, 1, MPI_INT, MPI_MIN, grid.world(),
+                  "the checkpoint load agreement across the replicas");
+  if (ok && all == 0)
+    throw InputError("another data-parallel replica could not load the checkpoint (see its message)");
+}
+
 // The state training starts from: --resume (weights, optimizer state, step)
 // or training.init_from (weights only). Returns the first step, or -1 after a
 // bad checkpoint (every rank has the same error; rank 0 printed it).
-int64_t restore(const World& w, const CommandLine& cli, const Deck& deck,
+int64_t restore(const World& w, const ProcessGrid& grid, const CommandLine& cli, const Deck& deck,
                 const std::string& resolved, Trainer& trainer) {
   const bool resume = !cli.resume.empty();
   const std::string& spec = resume ? cli.resume : deck.training.init_from;
@@ -237,8 +268,11 @@ int64_t restore(const World& w, const CommandLine& cli, const Deck& deck,
   if (resume && !deck.training.init_from.empty() && w.rank == 0)
     std::printf("--resume: training.init_from = \"%s\" is not used\n", deck.training.init_from.c_str());
   try {
+    // Every pipeline of the grid loads the same (layout-free) checkpoint;
+    // the replicas then agree that all of them did.
     const CheckpointRead r = load_checkpoint(spec, resume ? LoadMode::Resume : LoadMode::WeightsOnly,
-                                             deck, resolved, trainer, w.comm);
+                                             deck, resolved, trainer, grid.pipeline());
+    agree_across_replicas(grid, true);
     if (w.rank == 0)
       std::printf("%s %s (step %lld): %.1f MB read in %.2f s (%.0f MB/s)\n",
                   resume ? "resuming from" : "weights initialised from", r.path.c_str(),
@@ -247,6 +281,7 @@ int64_t restore(const World& w, const CommandLine& cli, const Deck& deck,
     return resume ? r.step : 0;
   } catch (const InputError& e) {
     if (w.rank == 0) std::fprintf(stderr, "pipetrain: error: %s\n", e.what());
+    agree_across_replicas(grid, false);
     return -1;
   }
 }
@@ -281,11 +316,18 @@ bool checkpoint_due(const Deck& deck, int64_t step) {
 // Collective: training waits for the whole write (see docs/checkpoint-format.md).
 // metrics.h5 is flushed first, so it holds every step of each published
 // checkpoint and a resume from it finds the whole history.
-void checkpoint(const World& w, const Deck& deck, const std::string& resolved, Trainer& trainer,
-                int64_t steps_done, MetricsFile& metrics) {
+// Data parallelism: the replicas hold the same state, so replica 0's
+// pipeline alone writes (one file per rank of it, layout-free); the others
+// wait for it.
+void checkpoint(const World& w, const ProcessGrid& grid, const Deck& deck,
+                const std::string& resolved, Trainer& trainer, int64_t steps_done,
+                MetricsFile& metrics) {
   if (w.rank == 0) metrics.flush();
   test_kill_point("PIPETRAIN_TEST_KILL_BEFORE_PUBLISH", w.rank, steps_done);
-  const CheckpointWrite c = save_checkpoint(deck, resolved, trainer, steps_done, w.comm);
+  CheckpointWrite c;
+  if (grid.replica() == 0) c = save_checkpoint(deck, resolved, trainer, steps_done, grid.pipeline());
+  if (grid.data_parallel() > 1)
+    timed_barrier(grid.world(), "the end of replica 0's checkpoint write");
   test_kill_point("PIPETRAIN_TEST_KILL_AFTER_PUBLISH", w.rank, steps_done);
   if (w.rank != 0) return;
   std::printf("checkpoint step %lld: %s, %.1f MB in %.2f s (%.0f MB/s), digest %08x\n",
@@ -328,6 +370,20 @@ void log_step(const Deck& deck, const StepRecord& rec, bool last, Progress& p, M
   }
 }
 
+// Data parallelism: each pipeline profiled itself, but the replicas of a
+// stage must hold the same units (their gradient buckets match), so every
+// replica takes replica 0's partition.
+void share_partition(const ProcessGrid& grid, Deck& deck) {
+  if (grid.data_parallel() == 1) return;
+  long long n = static_cast<long long>(deck.pipeline.partition.size());
+  timed_bcast(&n, 1, MPI_LONG_LONG, 0, grid.replicas(), "the partition broadcast from replica 0");
+  std::vector<long long> counts(deck.pipeline.partition.begin(), deck.pipeline.partition.end());
+  counts.resize(static_cast<size_t>(n));
+  timed_bcast(counts.data(), static_cast<int>(n), MPI_LONG_LONG, 0, grid.replicas(),
+              "the partition broadcast from replica 0");
+  deck.pipeline.partition.assign(counts.begin(), counts.end());
+}
+
 int run_train(const World& w, const CommandLine& cli, const Deck& deck_in) {
   Deck deck = deck_in;  // a named partition strategy becomes counts below
   BlasThreadsChoice blas = choose_blas_threads(deck, w.comm);
@@ -336,8 +392,10 @@ int run_train(const World& w, const CommandLine& cli, const Deck& deck_in) {
   choose_wait_mode();
   const BlasReport blas_report = gather_blas_report(w.comm, w.blas_note);
   ComputeResources compute = make_compute_resources(deck, w.comm);
-  RunPlan plan = prepare_run_plan(deck, w.comm, compute);
-  Trainer trainer(deck, w.comm, compute.setup);
+  const ProcessGrid grid(w.comm, static_cast<int>(data_parallel_size(deck)));
+  RunPlan plan = prepare_run_plan(deck, grid.pipeline(), compute);
+  share_partition(grid, deck);
+  Trainer trainer(deck, grid, compute.setup);
   predict_run(plan, deck, trainer);
   if (deck.pipeline.rebalance) trainer.enable_rebalance(plan.profile);
   const std::string resolved = deck_to_toml(deck);
@@ -370,7 +428,7 @@ int run_train(const World& w, const CommandLine& cli, const Deck& deck_in) {
   }
   Progress progress;
   if (plan.measured) progress.predicted_step_s = plan.prediction.step_time_s;
-  progress.first_step = restore(w, cli, deck, resolved, trainer);
+  progress.first_step = restore(w, grid, cli, deck, resolved, trainer);
   if (progress.first_step < 0) return 2;
   if (progress.first_step >= deck.training.steps) {
     if (w.rank == 0) std::printf("nothing to train: the checkpoint is at step %lld of training.steps = %lld\n",
@@ -393,7 +451,7 @@ int run_train(const World& w, const CommandLine& cli, const Deck& deck_in) {
     if (w.rank == 0) log_step(deck, rec, last, progress, metrics);
     if (checkpoint_due(deck, step)) {
       set_wait_phase("in the checkpoint save after step " + std::to_string(step));
-      checkpoint(w, deck, resolved, trainer, step + 1, metrics);
+      checkpoint(w, grid, deck, resolved, trainer, step + 1, metrics);
     }
   }
   write_trace(w, deck, trainer);

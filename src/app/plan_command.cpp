@@ -108,12 +108,18 @@ PlanTable plan_measured(const Deck& deck, const CommandLine& cli, const PlanRequ
   std::vector<LinkCost> links(1);
   const auto profile_for = [&](int64_t rows) {
     Deck sized = deck;
+    sized.pipeline.data_parallel = 1;  // `rows` is already one replica's micro-batch
     sized.pipeline.micro_batches = deck.training.batch_size / rows;
     ModelProfile p = profile_model(sized, be, comm, options);
     links[0] = p.link;
     return p;
   };
-  return rank_plans(profile_for, links, request);
+  if (request.data_parallel == 0)  // every P x D grid of the ranks, replicas over the measured link
+    return rank_grid_plans(profile_for, [&](int) { return links; },
+                           [&](int, int) { return links[0]; }, request, request.num_stages);
+  PlanRequest r = request;  // a fixed D: the replicas' link is the measured one
+  r.replica_link = links[0];
+  return rank_plans(profile_for, links, r);
 }
 
 // The deck's own point in the table: its schedule, N, recompute and partition.
@@ -124,7 +130,8 @@ std::string deck_rank(const Deck& deck, const PlanTable& table) {
     const bool same_partition =
         strategy == "explicit" ? r.units_per_stage == deck.pipeline.partition
                                : objective_name(r.partition) == strategy;
-    if (r.schedule == deck.pipeline.schedule && r.micro_batches == deck.pipeline.micro_batches &&
+    if (r.data_parallel == data_parallel_size(deck) && r.schedule == deck.pipeline.schedule &&
+        r.micro_batches == deck.pipeline.micro_batches &&
         r.recompute == deck.pipeline.recompute && same_partition)
       return "the deck as written (" + r.schedule + ", N=" + std::to_string(r.micro_batches) +
              ", recompute " + r.recompute + ", partition " + strategy + ") ranks " +
@@ -142,13 +149,27 @@ int run_plan(MPI_Comm comm, const CommandLine& cli, const Deck& deck, const std:
   MPI_Comm_rank(comm, &rank);
   MPI_Comm_size(comm, &size);
   set_wait_phase("in the planner");
-  const int stages = cli.ranks > 0 ? cli.ranks : size;
+  // Data parallelism: with neither pipeline.data_parallel nor pipeline.stages
+  // in the deck, every P x D grid of the ranks is weighed (request
+  // data_parallel = 0 here); else the deck's D on ranks / D stages.
+  const int ranks = cli.ranks > 0 ? cli.ranks : size;
+  const bool every_grid = deck.key_origin.count("pipeline.data_parallel") == 0 &&
+                          deck.pipeline.stages == 0;
+  const int d = every_grid ? 1 : static_cast<int>(data_parallel_size(deck));
+  const int stages = every_grid ? ranks : ranks / d;
   PlanRequest request = request_for(deck, cli, stages);
+  request.data_parallel = every_grid ? 0 : d;
   PlanTable table;
   std::string source;
   if (!cli.device.empty()) {
     const DeviceSpec device = device_named(cli.device);
-    table = plan_alternatives(gpt_spec_of(deck, cli.device), device, request);
+    if (every_grid) {
+      request.data_parallel = 1;
+      table = plan_grid_alternatives(gpt_spec_of(deck, cli.device), device, request, ranks);
+    } else {
+      request.replica_link = ranks <= device.devices_per_node ? device.intra_node : device.inter_node;
+      table = plan_alternatives(gpt_spec_of(deck, cli.device), device, request);
+    }
     source = "device description " + device.name + " (analytic GPT costs, docs/planner.md)";
   } else {
     const BlasThreadsChoice blas = profile_blas_threads(deck, comm, stages);
@@ -158,6 +179,7 @@ int run_plan(MPI_Comm comm, const CommandLine& cli, const Deck& deck, const std:
     ComputeResources compute = make_compute_resources(deck, comm);
     Backend& be = compute.setup.backend ? *compute.setup.backend : cpu_backend();
     if (request.memory_budget_bytes == 0.0) request.memory_budget_bytes = node_memory_bytes() / stages;
+    if (!cli.profile_path.empty() && request.data_parallel == 0) request.data_parallel = 1;
     if (cli.profile_path.empty()) {
       table = plan_measured(deck, cli, request, comm, compute, be);
       source = "brief profiles measured now on " + std::to_string(size) + " rank" +

@@ -1,6 +1,6 @@
 // deck_layout.cpp: check_deck_layout, the deck checks that need the rank count:
-// stages, partition units (MLP Linear layers, GPT blocks) per stage, the
-// explicit partition, schedule file.
+// the P x D grid (pipeline.data_parallel), stages, partition units (MLP
+// Linear layers, GPT blocks) per stage, the explicit partition, schedule file.
 #include <cerrno>
 #include <cstring>
 #include <algorithm>
@@ -163,9 +163,67 @@ void check_rebalance_layout(const Deck& deck, int num_ranks, int per_rank) {
                      "); give one of them, or -1 for none");
 }
 
+// D replicas of a pipeline: D divides the ranks, and the global batch splits
+// into D x micro_batches equal micro-batches.
+int resolve_data_parallel(const Deck& deck, int world_ranks) {
+  const int64_t stages = deck.pipeline.stages;
+  int64_t d = deck.pipeline.data_parallel;
+  if (d == 0) d = stages > 0 && world_ranks % stages == 0 ? world_ranks / stages : 1;
+  if (world_ranks % d != 0)
+    throw InputError(deck.where("pipeline.data_parallel") + " = " + std::to_string(d) +
+                     " but the job has " + plural(world_ranks, "MPI rank") +
+                     "; the ranks form a grid of pipeline ranks x data_parallel replicas, so " +
+                     "data_parallel must divide the rank count");
+  const int64_t n = deck.pipeline.micro_batches;
+  if (deck.training.batch_size % (n * d) != 0)
+    throw InputError(deck.where("training.batch_size") + " = " +
+                     std::to_string(deck.training.batch_size) + ": the global batch must be " +
+                     "divisible by data_parallel x micro_batches = " + std::to_string(d) + " x " +
+                     std::to_string(n) + " (" +
+                     other_key(deck, "pipeline.micro_batches", std::to_string(n)) + ", " +
+                     std::to_string(world_ranks) + " ranks as " +
+                     std::to_string(world_ranks / d) + " x " + std::to_string(d) + ")");
+  if (d > 1 && deck.pipeline.rebalance)
+    throw InputError(deck.where("pipeline.rebalance") + " = true moves units between the " +
+                     "ranks of one pipeline; it is not supported with " +
+                     std::to_string(d) + " data-parallel replicas (pipeline.data_parallel)");
+  return static_cast<int>(d);
+}
+
+// "ordered" keeps each micro-batch's gradient apart at the end of its B; a
+// split backward adds weight gradients later, in W.
+void check_ordered_reduction(const Deck& deck, int ranks) {
+  if (deck.pipeline.dp_reduction != "ordered") return;
+  const std::string& s = deck.pipeline.schedule;
+  bool split = s == "zb-h1" || s == "zb-v";
+  if (s == "file")
+    split = splits_backward(load_schedule_file(deck.pipeline.schedule_file,
+                                               ranks * static_cast<int>(deck.pipeline.virtual_stages),
+                                               static_cast<int>(deck.pipeline.micro_batches)));
+  if (split)
+    throw InputError(deck.where("pipeline.dp_reduction") + " = \"ordered\" keeps each " +
+                     "micro-batch's gradient at the end of its backward, but " +
+                     other_key(deck, "pipeline.schedule", "\"" + s + "\"") +
+                     " splits the backward (W actions); use \"replica\" or gpipe, 1f1b, interleaved");
+}
+
 }  // namespace
 
-int check_deck_layout(const Deck& deck, int num_ranks) {
+DeckLayout resolve_deck_layout(const Deck& deck, int world_ranks) {
+  PT_CHECK(world_ranks >= 1, "world_ranks = " + std::to_string(world_ranks));
+  DeckLayout layout;
+  layout.data_parallel = resolve_data_parallel(deck, world_ranks);
+  layout.pipeline_ranks = world_ranks / layout.data_parallel;
+  check_layout_of_pipeline(deck, layout.pipeline_ranks);
+  check_ordered_reduction(deck, layout.pipeline_ranks);
+  return layout;
+}
+
+int check_deck_layout(const Deck& deck, int world_ranks) {
+  return resolve_deck_layout(deck, world_ranks).pipeline_ranks;
+}
+
+int check_layout_of_pipeline(const Deck& deck, int num_ranks) {
   PT_CHECK(num_ranks >= 1, "num_ranks = " + std::to_string(num_ranks));
   check_stages(deck, num_ranks);
   const int per_rank = stages_per_rank(deck.pipeline.schedule,

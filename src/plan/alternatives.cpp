@@ -33,21 +33,50 @@ double cpu_seconds_since(std::clock_t start) {
   return static_cast<double>(std::clock() - start) / CLOCKS_PER_SEC;
 }
 
+// One replica's share of the global batch.
+int64_t replica_batch(const PlanRequest& request) {
+  return request.batch_size / std::max(1, request.data_parallel);
+}
+
 std::vector<int> micro_batch_counts(const PlanRequest& request) {
   if (request.batch_size < 1)
     throw InputError("plan request: batch_size must be >= 1 (got " +
                      std::to_string(request.batch_size) + ")");
+  if (request.data_parallel < 1 || request.batch_size % request.data_parallel != 0)
+    throw InputError("plan request: " + std::to_string(request.data_parallel) +
+                     " data-parallel replicas do not divide the batch of " +
+                     std::to_string(request.batch_size));
+  const int64_t batch = replica_batch(request);
   std::vector<int> counts = request.micro_batch_counts;
   if (counts.empty()) {
-    for (int64_t n = 1; n <= request.batch_size; ++n)
-      if (request.batch_size % n == 0) counts.push_back(static_cast<int>(n));
+    for (int64_t n = 1; n <= batch; ++n)
+      if (batch % n == 0) counts.push_back(static_cast<int>(n));
   }
   for (int n : counts)
-    if (n < 1 || request.batch_size % n != 0)
+    if (n < 1 || batch % n != 0)
       throw InputError("plan request: " + std::to_string(n) +
-                       " micro-batches do not divide the batch of " +
-                       std::to_string(request.batch_size));
+                       " micro-batches do not divide the replica's batch of " +
+                       std::to_string(batch));
   return counts;
+}
+
+// Gradient bytes of each stage: its partitionable units, the pinned first
+// (embedding) and last (head) units with the first and last stage.
+std::vector<double> stage_grad_bytes(const ModelProfile& profile,
+                                     const std::vector<int64_t>& units_per_stage) {
+  std::vector<double> bytes(units_per_stage.size(), 0.0);
+  size_t stage = 0;
+  int64_t left = units_per_stage.empty() ? 0 : units_per_stage[0];
+  for (const UnitCost& u : profile.units) {
+    if (!u.partitionable) {
+      bytes[&u == &profile.units.front() ? 0 : bytes.size() - 1] += u.grad_bytes;
+      continue;
+    }
+    while (left == 0 && stage + 1 < units_per_stage.size()) left = units_per_stage[++stage];
+    bytes[stage] += u.grad_bytes;
+    --left;
+  }
+  return bytes;
 }
 
 void check_request(const PlanRequest& request) {
@@ -66,9 +95,11 @@ PlanRow plan_point(const ModelProfile& profile, const Schedule& schedule,
                    const std::string& recompute, PartitionObjective objective,
                    const PlanRequest& request) {
   PlanRow row;
+  row.data_parallel = request.data_parallel;
+  row.num_stages = request.num_stages;
   row.schedule = schedule.name;
   row.micro_batches = schedule.num_micro_batches;
-  row.micro_batch_size = request.batch_size / schedule.num_micro_batches;
+  row.micro_batch_size = replica_batch(request) / schedule.num_micro_batches;
   row.recompute = recompute;
   row.partition = objective;
   // Only balanced partitions take the budget as a constraint; the others
@@ -83,11 +114,25 @@ PlanRow plan_point(const ModelProfile& profile, const Schedule& schedule,
     row.note = e.what();
     return row;
   }
-  SimulationInput sim{part.stages, links, profile.step_overhead_s, request.batch_size, false};
-  const SimulationResult result = simulate_schedule(schedule, sim);
+  SimulationInput sim{part.stages, links, profile.step_overhead_s, replica_batch(request), false};
+  SimulationResult result = simulate_schedule(schedule, sim);
   row.units_per_stage = part.units_per_stage;
-  row.step_time_s = result.step_time_s;
-  row.throughput_samples_per_s = result.throughput_samples_per_s;
+  // Data parallelism: stage s's reduction starts at the end of its last
+  // compute (its span) and the step waits for the last one to finish; the
+  // buckets' buffers (send and D receives per slot) add to each stage's peak.
+  const int slots = request.dp_reduction == "ordered" ? schedule.num_micro_batches : 1;
+  if (request.data_parallel > 1 || slots > 1) {
+    const std::vector<double> grads = stage_grad_bytes(profile, part.units_per_stage);
+    double end = result.span_s_max;
+    for (size_t st = 0; st < grads.size() && st < result.span_s.size(); ++st) {
+      end = std::max(end, result.span_s[st] + replica_reduction_s(grads[st], request.data_parallel,
+                                                                   slots, request.replica_link));
+      result.peak_bytes[st] += replica_reduction_bytes(grads[st], request.data_parallel, slots);
+    }
+    row.reduction_s = end - result.span_s_max;
+  }
+  row.step_time_s = result.step_time_s + row.reduction_s;
+  row.throughput_samples_per_s = static_cast<double>(request.batch_size) / row.step_time_s;
   row.bubble = result.bubble;
   const auto largest = std::max_element(result.peak_bytes.begin(), result.peak_bytes.end());
   row.max_peak_bytes = *largest;
@@ -112,9 +157,9 @@ void rank_rows(PlanTable& table) {
 }
 
 std::string row_text(const PlanRow& r, size_t rank) {
-  char buf[256];
-  std::snprintf(buf, sizeof buf, "%4zu  %-6s %5d %5lld  %-9s %-8s %12.5g %10.5g %6.3f %12s  %-4s %6.3f  ",
-                rank + 1, r.schedule.c_str(), r.micro_batches,
+  char buf[320];
+  std::snprintf(buf, sizeof buf, "%4zu %4dx%-4d %9.4g  %-6s %5d %5lld  %-9s %-8s %12.5g %10.5g %6.3f %12s  %-4s %6.3f  ",
+                rank + 1, r.num_stages, r.data_parallel, r.reduction_s * 1e3, r.schedule.c_str(), r.micro_batches,
                 static_cast<long long>(r.micro_batch_size), r.recompute.c_str(),
                 objective_name(r.partition), r.step_time_s * 1e3, r.throughput_samples_per_s,
                 r.bubble, plan_text::size(r.max_peak_bytes).c_str(), r.fits ? "yes" : "no", r.plan_s);
@@ -128,9 +173,10 @@ PlanTable rank_plans(const ProfileForMicroBatch& profile_for, const std::vector<
   check_request(request);
   PlanTable table;
   table.num_stages = request.num_stages;
+  table.total_ranks = request.num_stages * request.data_parallel;
   table.memory_budget_bytes = request.memory_budget_bytes;
   for (int n : micro_batch_counts(request)) {
-    const ModelProfile profile = profile_for(request.batch_size / n);
+    const ModelProfile profile = profile_for(replica_batch(request) / n);
     table.model = profile.model;
     table.device = profile.backend;
     for (const std::string& name : request.schedules) {
@@ -155,6 +201,69 @@ PlanTable rank_plans(const ProfileForMicroBatch& profile_for, const std::vector<
   return table;
 }
 
+double replica_reduction_s(double grad_bytes, int replicas, int slots, const LinkCost& link) {
+  if (replicas <= 1) return 0.0;
+  const double share = grad_bytes / replicas;  // one replica's chunk
+  return (replicas - 1) * (link.time_s(share * slots) + link.time_s(share));
+}
+
+double replica_reduction_bytes(double grad_bytes, int replicas, int slots) {
+  return grad_bytes * (2.0 * slots + 1.0 + 1.0 / replicas);
+}
+
+PlanTable rank_grid_plans(const ProfileForMicroBatch& profile_for, const LinksForStages& links_for,
+                          const ReplicaLinkFor& replica_link_for, const PlanRequest& request,
+                          int total_ranks) {
+  if (total_ranks < 1) throw InputError("plan request: total ranks must be >= 1");
+  PlanTable table;
+  table.total_ranks = total_ranks;
+  table.memory_budget_bytes = request.memory_budget_bytes;
+  std::string skipped;
+  for (int d = 1; d <= total_ranks; ++d) {
+    if (total_ranks % d != 0 || request.batch_size % d != 0) continue;
+    PlanRequest r = request;
+    r.data_parallel = d;
+    r.num_stages = total_ranks / d;
+    r.replica_link = replica_link_for(r.num_stages, d);
+    if (!r.micro_batch_counts.empty()) {  // the requested N that fit this replica's batch
+      r.micro_batch_counts.clear();
+      for (int n : request.micro_batch_counts)
+        if (replica_batch(r) % n == 0) r.micro_batch_counts.push_back(n);
+      if (r.micro_batch_counts.empty()) continue;
+    }
+    PlanTable one;
+    try {
+      one = rank_plans(profile_for, links_for(r.num_stages), r);
+    } catch (const InputError& e) {  // e.g. more stages than units: that grid is not a plan
+      skipped += std::string(skipped.empty() ? "" : "; ") + std::to_string(r.num_stages) + " x " +
+                 std::to_string(d) + ": " + e.what();
+      continue;
+    }
+    table.model = one.model;
+    table.device = one.device;
+    for (PlanRow& row : one.rows) table.rows.push_back(std::move(row));
+  }
+  if (table.rows.empty())
+    throw InputError("plan request: no P x D grid of " + std::to_string(total_ranks) +
+                     " ranks can be planned (" + skipped + ")");
+  rank_rows(table);
+  return table;
+}
+
+PlanTable plan_grid_alternatives(const GptSpec& gpt, const DeviceSpec& device, PlanRequest request,
+                                 int total_ranks) {
+  if (request.memory_budget_bytes == 0.0) request.memory_budget_bytes = device.memory_bytes;
+  return rank_grid_plans(
+      [&](int64_t rows) { return gpt_profile(gpt, device, rows); },
+      [&](int stages) {
+        return stages > 1 ? stage_links(device, stages) : std::vector<LinkCost>{device.intra_node};
+      },
+      [&](int stages, int replicas) {
+        return stages * replicas <= device.devices_per_node ? device.intra_node : device.inter_node;
+      },
+      request, total_ranks);
+}
+
 PlanTable plan_alternatives(const GptSpec& gpt, const DeviceSpec& device, PlanRequest request) {
   if (request.memory_budget_bytes == 0.0) request.memory_budget_bytes = device.memory_bytes;
   const std::vector<LinkCost> links =
@@ -167,9 +276,11 @@ std::string format_plan_table(const PlanTable& table, size_t max_rows) {
   char budget[64];
   std::snprintf(budget, sizeof budget, "%.4g GB (%s)", table.memory_budget_bytes / 1e9,
                 plan_text::gib(table.memory_budget_bytes).c_str());
-  std::string out = table.model + " on " + std::to_string(table.num_stages) + " x " +
-                    table.device + ", memory budget " + budget + " per stage\n";
-  out += "rank  sched      N    mb  recompute partition     step (ms)  samples/s bubble         peak  fits plan (s)  units per stage\n";
+  const int ranks = table.total_ranks > 0 ? table.total_ranks : table.num_stages;
+  std::string out = table.model + " on " + std::to_string(ranks) + " x " + table.device +
+                    (table.num_stages == 0 ? " as every P x D grid" : "") + ", memory budget " +
+                    budget + " per stage\n";
+  out += "rank  P x D  dp (ms)  sched      N    mb  recompute partition     step (ms)  samples/s bubble         peak  fits plan (s)  units per stage\n";
   for (size_t i = 0; i < table.rows.size() && i < max_rows; ++i) out += row_text(table.rows[i], i) + "\n";
   if (table.rows.size() > max_rows)
     out += "... " + std::to_string(table.rows.size() - max_rows) + " more\n";
@@ -177,7 +288,11 @@ std::string format_plan_table(const PlanTable& table, size_t max_rows) {
     out += "best: none of the " + std::to_string(table.rows.size()) + " plans fits the budget\n";
   } else {
     const PlanRow& best = table.rows[static_cast<size_t>(table.best)];
-    out += "best: rank " + std::to_string(table.best + 1) + ", " + best.schedule + " N=" +
+    const std::string grid = table.num_stages == 0 || best.data_parallel > 1
+                                 ? "P x D = " + std::to_string(best.num_stages) + " x " +
+                                       std::to_string(best.data_parallel) + ", "
+                                 : "";
+    out += "best: rank " + std::to_string(table.best + 1) + ", " + grid + best.schedule + " N=" +
            std::to_string(best.micro_batches) + " recompute " + best.recompute + ", " +
            objective_name(best.partition) + " partition " + plan_text::list(best.units_per_stage) +
            "\n";

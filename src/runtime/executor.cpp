@@ -42,7 +42,12 @@ Executor::Executor(std::vector<StageModel*> stages, Transport& transport, const 
     : stages_(checked_stages(std::move(stages), policies.size())),
       policies_(std::move(policies)), stage_(*stages_.front()), transport_(transport),
       deck_(deck), be_(backend), policy_(policies_.front()), tracer_(tracer),
-      rows_(deck.training.batch_size / deck.pipeline.micro_batches) {}
+      rows_(deck.training.batch_size / (deck.pipeline.micro_batches * data_parallel_size(deck))) {}
+
+void Executor::weights_done(int mb, size_t layer) {
+  if (reduction_.layer_done && pass_ == Pass::Train && !probing_)
+    reduction_.layer_done(cur().stage, mb, layer);
+}
 
 bool Executor::owns(int stage) const {
   for (const StageModel* s : stages_)
@@ -85,6 +90,7 @@ StepOutcome Executor::run(const Schedule& schedule, const Dataset& data, int64_t
   split_ = pass == Pass::Train && splits_backward(schedule);
   if (pass == Pass::Train) fault_point("step", step);
   loss_sum_ = 0.0;
+  mb_losses_.assign(static_cast<size_t>(schedule.num_micro_batches), 0.0);
   mbs_.clear();
   compute_us_ = nested_wait_us_ = 0.0;
   const double start_us = clock().now_us();
@@ -94,6 +100,7 @@ StepOutcome Executor::run(const Schedule& schedule, const Dataset& data, int64_t
     run_action(a);
     reap_sends(false);
     poll_receives();
+    if (reduction_.progress) reduction_.progress();
   }
   reap_sends(true);
   for (auto& [k, state] : mbs_)
@@ -104,6 +111,8 @@ StepOutcome Executor::run(const Schedule& schedule, const Dataset& data, int64_t
   cur_ = 0;
   StepOutcome outcome;
   outcome.loss_sum = loss_sum_;
+  for (const StageModel* st : stages_)
+    if (st->is_last()) outcome.micro_batch_losses = mb_losses_;
   outcome.compute_us = compute_us_ - nested_wait_us_;
   outcome.span_us = last_end_us_ - start_us;
   return outcome;
@@ -154,7 +163,7 @@ Tensor Executor::forward_input(int mb) {
   MicroBatch& state = mbs_[key(mb)];
   Tensor x;
   if (cur().is_first()) {
-    x = data_->inputs(micro_batch_first_sample(deck_, step_, mb), rows_).to(be_.device());
+    x = data_->inputs(micro_batch_first_sample(deck_, step_, global_mb(mb)), rows_).to(be_.device());
   } else if (owns(cur().stage - 1)) {  // the previous stage ran here: a local handoff
     MicroBatch& prev = local_state(cur().stage - 1, mb);
     PT_CHECK(prev.output.defined(), "F of micro-batch " + std::to_string(mb) + " on stage " +
@@ -196,7 +205,8 @@ void Executor::run_forward(int mb, Tensor x) {
   }
   const int64_t batch = deck_.training.batch_size;
   const int64_t terms = stage.loss_terms_per_sample;
-  Tensor target = data_->targets(micro_batch_first_sample(deck_, step_, mb), rows_).to(be_.device());
+  Tensor target =
+      data_->targets(micro_batch_first_sample(deck_, step_, global_mb(mb)), rows_).to(be_.device());
   state.grad_output = Tensor::empty(x.shape(), DType::F32, MemCategory::Workspace);
   const float grad_scale = static_cast<float>(loss_scale_ / static_cast<double>(batch * terms));
   double loss = stage.loss->forward_backward(be_, x, target, grad_scale, state.grad_output);
@@ -204,8 +214,9 @@ void Executor::run_forward(int mb, Tensor x) {
   // is skipped and the scale backs off (LossScaler::finish_backward).
   if (!std::isfinite(loss) && !loss_scaling_)
     throw Error("non-finite loss at step " + std::to_string(step_) + ", stage " +
-                std::to_string(stage.stage) + ", micro-batch " + std::to_string(mb));
+                std::to_string(stage.stage) + ", micro-batch " + std::to_string(global_mb(mb)));
   loss_sum_ += loss;
+  if (static_cast<size_t>(mb) < mb_losses_.size()) mb_losses_[static_cast<size_t>(mb)] = loss;
   if (stash) state.grad_output.retag(MemCategory::Activations);
   else state.grad_output = Tensor();
 }
@@ -319,6 +330,7 @@ void Executor::weights(int mb) {
   for (size_t i = state.deferred.size(); i-- > 0;) {
     cur().layers[i]->backward_weights(be_, state.deferred[i]);
     state.deferred[i].clear();
+    weights_done(mb, i);
   }
   state.deferred.clear();
   compute_end(EventKind::W, mb, start);
@@ -356,6 +368,7 @@ void Executor::run_backward(int mb, Tensor dy) {
     for (size_t i = end; i-- > begin;) {
       const bool need_dx = i > 0 || !stage.is_first();
       Tensor dx = layer_backward(state, i, std::move(dy), need_dx);
+      if (!split_) weights_done(mb, i);
       state.layer_inputs[i] = Tensor();
       state.layer_saved[i].clear();
       dy = std::move(dx);

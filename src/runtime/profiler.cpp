@@ -28,7 +28,7 @@ ProfileOptions ProfileOptions::brief() {
 }
 
 int64_t micro_batch_rows(const Deck& deck) {
-  return deck.training.batch_size / deck.pipeline.micro_batches;
+  return deck.training.batch_size / (deck.pipeline.micro_batches * data_parallel_size(deck));
 }
 
 std::string profile_model_description(const Deck& deck) {

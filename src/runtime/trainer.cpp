@@ -9,6 +9,7 @@
 
 #include "pipetrain/base/error.hpp"
 #include "pipetrain/base/timed_wait.hpp"
+#include "pipetrain/runtime/profiler.hpp"
 
 namespace pt {
 
@@ -37,8 +38,16 @@ BlasThreadsChoice choose_blas_threads(const Deck& deck, MPI_Comm comm) {
 }
 
 Trainer::Trainer(const Deck& deck, MPI_Comm comm, ComputeSetup setup)
-    : deck_(deck), comm_(comm), setup_(std::move(setup)),
+    : Trainer(deck, ProcessGrid::single(comm), std::move(setup)) {}
+
+Trainer::Trainer(const Deck& deck, const ProcessGrid& grid, ComputeSetup setup)
+    : deck_(deck), comm_(grid.pipeline()), replicas_comm_(grid.replicas()),
+      replica_(grid.replica()), replicas_(grid.data_parallel()),
+      replica_group_text_(grid.replica_group_text()), setup_(std::move(setup)),
       be_(setup_.backend ? *setup_.backend : cpu_backend()) {
+  PT_CHECK(data_parallel_size(deck_) == replicas_,
+           "pipeline.data_parallel = " + std::to_string(data_parallel_size(deck_)) +
+               " but the process grid has " + std::to_string(replicas_) + " replicas");
   MPI_CHECK(MPI_Comm_rank(comm_, &rank_));
   MPI_CHECK(MPI_Comm_size(comm_, &size_));
   schedule_ = schedule_for_deck(deck_, size_);
@@ -70,6 +79,17 @@ Trainer::Trainer(const Deck& deck, MPI_Comm comm, ComputeSetup setup)
   for (StageModel& st : stages_) mine.push_back(&st);
   executor_ = std::make_unique<Executor>(mine, *transport_, deck_, be_, resolve_recompute(),
                                          tracer_.get());
+  executor_->set_replica(replica_);
+  replica_group_ = setup_.make_replica_group ? setup_.make_replica_group(replicas_comm_)
+                                             : make_mpi_replica_group(replicas_comm_);
+  reducer_ = std::make_unique<GradientReducer>(mine, *replica_group_, deck_, be_, tracer_.get(),
+                                               replica_group_text_);
+  if (reducer_->active()) {
+    GradientReducer* r = reducer_.get();
+    executor_->set_reduction_hooks(
+        {[r](int stage, int mb, size_t layer) { r->layer_done(stage, mb, layer); },
+         [r] { r->poll(); }});
+  }
 }
 
 std::vector<Param*> Trainer::params() {
@@ -82,7 +102,7 @@ std::vector<Param*> Trainer::params() {
 // Synthetic data caches itself on first use: for the stages of this rank
 // that read inputs (the first) or targets (the last), before step 0.
 void Trainer::fill_data_caches() {
-  const int64_t rows = deck_.training.batch_size / deck_.pipeline.micro_batches;
+  const int64_t rows = micro_batch_rows(deck_);
   bool first = false, last = false;
   for (const StageModel& st : stages_) {
     first = first || st.is_first();
@@ -115,11 +135,15 @@ StepRecord Trainer::train_step(int64_t step) {
   if (scaler_) executor_->set_loss_scale(scaler_->scale());
   executor_->set_compute_slowdown(slowdown_at(step));
   rec.loss_scale = scaler_ ? scaler_->scale() : 1.0;
+  reducer_->begin_step(step);
   StepOutcome outcome = executor_->run(schedule_, *data_, step, Pass::Train);
+  // Data parallelism: the buckets still running complete; every replica
+  // then holds the same gradients (the global batch's).
+  reducer_->finish();
 
   const double reduce_start = tracer_->now_us();
   fault_point("loss", step);
-  rec.loss = mean_loss(outcome.loss_sum);
+  rec.loss = mean_loss(outcome);
   // fp16: unscale, or skip the whole step on every stage after an overflow.
   rec.skipped = scaler_ && !scaler_->finish_backward(be, params(), comm_);
   fault_point("grad_norm", step);
@@ -216,7 +240,7 @@ RecomputePolicy Trainer::resolve_recompute_one() {
     const double in_flight = report_.peak_in_flight[stage.stage];
     // Receives posted one action early and sends not yet completed: up to two
     // micro-batches of stage input and output each.
-    const int64_t rows = deck_.training.batch_size / deck_.pipeline.micro_batches;
+    const int64_t rows = micro_batch_rows(deck_);
     const double comm = 2.0 * 4.0 * static_cast<double>(shape_numel(stage.input_shape(rows)) +
                                                         shape_numel(stage.output_shape(rows)));
     fits = false;
@@ -280,11 +304,21 @@ double Trainer::measured_bubble(const StepOutcome& outcome, std::vector<double>&
 
 std::vector<std::vector<TraceEvent>> Trainer::gather_trace() { return tracer_->gather(comm_, clocks_); }
 
-double Trainer::mean_loss(double loss_sum) {
+double Trainer::mean_loss(const StepOutcome& outcome) {
   double mean = 0.0;
-  for (const StageModel& st : stages_)
-    if (st.is_last())
-      mean = loss_sum / static_cast<double>(deck_.training.batch_size * st.loss_terms_per_sample);
+  for (const StageModel& st : stages_) {
+    if (!st.is_last()) continue;
+    double sum = outcome.loss_sum;
+    if (replicas_ > 1) {
+      const std::vector<double>& mine = outcome.micro_batch_losses;
+      std::vector<double> all(mine.size() * static_cast<size_t>(replicas_));
+      timed_allgather(mine.data(), static_cast<int>(mine.size()), MPI_DOUBLE, all.data(),
+                      replicas_comm_, "the loss all-gather across the last stage's replicas");
+      sum = 0.0;  // global micro-batch order: as one pipeline would add them
+      for (double l : all) sum += l;
+    }
+    mean = sum / static_cast<double>(deck_.training.batch_size * st.loss_terms_per_sample);
+  }
   timed_bcast(&mean, 1, MPI_DOUBLE, stage_rank(schedule_, schedule_.num_stages - 1), comm_,
               "the loss broadcast from the last stage");
   return mean;
@@ -332,7 +366,7 @@ double Trainer::evaluate() {
   double sum = 0.0;
   fault_point("eval");
   for (int64_t b = 0; b < deck_.training.eval_batches; ++b)
-    sum += mean_loss(executor_->run(eval_schedule_, *eval_data_, b, Pass::Evaluate).loss_sum);
+    sum += mean_loss(executor_->run(eval_schedule_, *eval_data_, b, Pass::Evaluate));
   return sum / static_cast<double>(deck_.training.eval_batches);
 }
 

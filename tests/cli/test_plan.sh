@@ -9,12 +9,14 @@
 #   tests/cli/test_plan.sh BUILD_DIR
 source "$(dirname "$0")/lib.sh" "$1"
 
-rows() { grep -E '^ +[0-9]+  (gpipe|1f1b) ' "$tmp/out"; }
-sorted_by_step() { rows | awk '{print $7}' | sort -g -c; }
+# A plan row: rank, P x D, reduction ms, schedule, N, micro-batch size, recompute, partition, step ms, ...
+rows() { grep -E '^ +[0-9]+ +[0-9]+x[0-9]+ +[0-9.e+-]+ +(gpipe|1f1b) ' "$tmp/out"; }
+sorted_by_step() { rows | awk '{print $9}' | sort -g -c; }
 
 run 2 plan inputs/gpt_markov.toml --micro-batches 4,8 --top 1000
 check "plan on 2 ranks succeeds" status_is 0
-check "it weighs 2 N x 2 schedules x 3 recompute x 4 partitions" bash -c "[ \$(grep -cE '^ +[0-9]+  (gpipe|1f1b) ' '$tmp/out') -eq 48 ]"
+check "it weighs 2 grids (2x1, 1x2) x 2 N x 2 schedules x 3 recompute x 4 partitions" bash -c "[ \$(grep -cE '^ +[0-9]+ +[0-9]+x[0-9]+ +[0-9.e+-]+ +(gpipe|1f1b) ' '$tmp/out') -eq 96 ]"
+check "both grids are weighed" bash -c "grep -qE '^ +[0-9]+ +2x1 ' '$tmp/out' && grep -qE '^ +[0-9]+ +1x2 ' '$tmp/out'"
 check "rows are ranked by predicted step time" sorted_by_step
 check "it names the best plan" output_has "best: rank 1, "
 check "it names the deck's own rank" output_has "the deck as written (1f1b, N=8, recompute none, partition uniform) ranks "
@@ -22,25 +24,29 @@ check "it says where the costs come from" output_has "plan: costs from brief pro
 
 # A budget that only recomputation meets: the best plan is the fastest that fits.
 run 2 plan inputs/gpt_markov.toml --micro-batches 8 --set pipeline.memory_budget_mb=9.4 --top 1000
-check "a tight budget marks plans that do not fit" bash -c "grep -E '^ +[0-9]+  (gpipe|1f1b) ' '$tmp/out' | grep -q ' no '"
+check "a tight budget marks plans that do not fit" bash -c "grep -E '^ +[0-9]+ +[0-9]+x[0-9]+ +[0-9.e+-]+ +(gpipe|1f1b) ' '$tmp/out' | grep -q ' no '"
 check "the best plan fits the budget" bash -c "
   best=\$(sed -n 's/^best: rank \([0-9]*\),.*/\1/p' '$tmp/out')
-  grep -E \"^ +\$best  \" '$tmp/out' | grep -q ' yes '"
+  grep -E \"^ +\$best +[0-9]+x\" '$tmp/out' | grep -q ' yes '"
 check "no faster plan than the best fits" bash -c "
   best=\$(sed -n 's/^best: rank \([0-9]*\),.*/\1/p' '$tmp/out')
-  ! grep -E '^ +[0-9]+  (gpipe|1f1b) ' '$tmp/out' | awk -v b=\$best '\$1 < b && / yes /' | grep -q ."
+  ! grep -E '^ +[0-9]+ +[0-9]+x[0-9]+ +[0-9.e+-]+ +(gpipe|1f1b) ' '$tmp/out' | awk -v b=\$best '\$1 < b && / yes /' | grep -q ."
 
 run 2 profile inputs/gpt_markov.toml --out "$tmp/gpt.h5" --reps 2
 run 1 plan inputs/gpt_markov.toml --ranks 2 --profile "$tmp/gpt.h5" --top 1000
 check "plan from a profile.h5 succeeds" status_is 0
-check "a profile plans its own micro-batch count only" bash -c "[ \$(grep -E '^ +[0-9]+  (gpipe|1f1b) ' '$tmp/out' | awk '\$3 != 8' | wc -l) -eq 0 ] && grep -qF 'the profile $tmp/gpt.h5' '$tmp/out'"
+check "a profile plans its own micro-batch count only" bash -c "[ \$(grep -E '^ +[0-9]+ +[0-9]+x[0-9]+ +[0-9.e+-]+ +(gpipe|1f1b) ' '$tmp/out' | wc -l) -gt 0 ] && [ \$(grep -E '^ +[0-9]+ +[0-9]+x[0-9]+ +[0-9.e+-]+ +(gpipe|1f1b) ' '$tmp/out' | awk '\$5 != 8' | wc -l) -eq 0 ] && grep -qF 'the profile $tmp/gpt.h5' '$tmp/out'"
 run 1 plan inputs/gpt_markov.toml --ranks 2 --profile "$tmp/gpt.h5" --micro-batches 4
 check "another micro-batch count than the profile's is refused" output_has "the profile holds for micro-batches of 4 samples, i.e. 8 micro-batches"
 
 run 1 plan inputs/gpt3_175b.toml --device h200 --ranks 8 --micro-batches 1536
 check "GPT-3 175B on 8 H200s: nothing fits" output_has "best: none of the 24 plans fits the budget"
 run 1 plan inputs/gpt3_175b.toml --device h200 --ranks 64 --micro-batches 1536
-check "GPT-3 175B on 64 H200s: 1F1B, selective, balanced" output_has "best: rank 11, 1f1b N=1536 recompute selective, balanced partition [1 x19, 2 x32, 1 x13]"
+check "GPT-3 175B on 64 H200s: 1F1B, selective, balanced" output_has "best: rank 11, P x D = 64 x 1, 1f1b N=1536 recompute selective, balanced partition [1 x19, 2 x32, 1 x13]"
+# More ranks than blocks: only grids with D > 1 are plans (docs/data-parallel.md).
+run 1 plan inputs/gpt3_175b.toml --device h200 --ranks 512 --micro-batches 64,128,256
+check "GPT-3 175B on 512 H200s: grids of at most 96 stages" output_has "on 512 x H200 SXM (bf16) as every P x D grid"
+check "... the table has a P x D column" output_has "P x D  dp (ms)"
 
 # Bad inputs: one message each, non-zero exit.
 run 1 plan inputs/gpt_markov.toml --device tpu7

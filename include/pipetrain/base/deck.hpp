@@ -107,6 +107,19 @@ struct PipelineConfig {
   int64_t slowdown_rank = -1;
   double slowdown_factor = 2.0;
   int64_t slowdown_from_step = 0;
+  // Data parallelism (docs/data-parallel.md): data_parallel = D replicas of
+  // the pipeline, ranks = pipeline ranks x D; 0 = ranks / stages (1 when
+  // pipeline.stages = 0). batch_size stays the global batch; each replica
+  // runs micro_batches micro-batches of batch_size / (D x micro_batches).
+  int64_t data_parallel = 0;
+  // How the D replicas' gradients are summed: "replica" (each replica's
+  // accumulated gradient, added in replica order: bitwise across P at a
+  // given D) or "ordered" (every micro-batch's gradient kept apart and added
+  // in global micro-batch order: bitwise across every P x D with the same
+  // micro-batch size, at (micro_batches + D x micro_batches) x the gradient
+  // memory and D x micro_batches x the traffic).
+  std::string dp_reduction = "replica";
+  double dp_bucket_mb = 4.0;       // gradient bytes per reduction bucket (MiB)
 };
 
 struct OutputConfig {
@@ -133,5 +146,10 @@ struct Deck {
   // "inputs/mlp.toml:12: training.batch_size" style prefix for messages.
   std::string where(const std::string& dotted_key) const;
 };
+
+// D of pipeline.data_parallel; 1 before the layout check resolves 0.
+inline int64_t data_parallel_size(const Deck& deck) {
+  return deck.pipeline.data_parallel > 0 ? deck.pipeline.data_parallel : 1;
+}
 
 }  // namespace pt

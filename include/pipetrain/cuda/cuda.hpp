@@ -24,6 +24,7 @@
 
 #include "pipetrain/tensor/backend.hpp"
 #include "pipetrain/tensor/tensor.hpp"
+#include "pipetrain/runtime/replica_group.hpp"
 #include "pipetrain/runtime/transport.hpp"
 
 namespace pt::cuda {
@@ -154,6 +155,11 @@ std::string resolve_transport(const std::string& requested, const DeviceInfo& in
 std::unique_ptr<Transport> make_transport(const std::string& requested, MPI_Comm comm,
                                           const DeviceInfo& info, double timeout_s,
                                           TransportPlan* plan = nullptr);
+
+// The data-parallel replica group of this rank's stages (grad_reducer.hpp):
+// one NCCL communicator over `replicas`, bootstrapped by MPI; buckets on the
+// GPU. Collective over `replicas`.
+std::unique_ptr<ReplicaGroup> make_nccl_replica_group(MPI_Comm replicas, double timeout_s);
 
 // ---- memory ----
 

@@ -22,13 +22,23 @@ Deck parse_deck_file(const std::string& path, const std::vector<std::string>& ov
 Deck parse_deck_text(const std::string& text, const std::string& source_name,
                      const std::vector<std::string>& overrides);
 
-// Checks that need the world: the rank count resolved against `num_ranks`,
+// Checks that need the world. The ranks form a grid of pipeline ranks x
+// data_parallel replicas (docs/data-parallel.md): data_parallel divides
+// `world_ranks` and the batch splits into data_parallel x micro_batches
+// micro-batches. Then, for one pipeline of the grid: the rank count resolved,
 // the schedule's stages (ranks x stages per rank: interleaved
 // virtual_stages, zb-v 2) with their partition units (MLP Linear layers, GPT
 // blocks), the explicit partition, per-stage recompute, the schedule
 // (generated or file). Returns the resolved number of ranks, the count
 // schedule_for_deck takes.
-int check_deck_layout(const Deck& deck, int num_ranks);
+int check_deck_layout(const Deck& deck, int world_ranks);
+struct DeckLayout {
+  int pipeline_ranks = 1;  // ranks of one pipeline (stages / stages per rank)
+  int data_parallel = 1;   // replicas D of the pipeline (resolved pipeline.data_parallel)
+};
+DeckLayout resolve_deck_layout(const Deck& deck, int world_ranks);
+// The checks of one pipeline of `num_ranks` ranks (no data parallelism).
+int check_layout_of_pipeline(const Deck& deck, int num_ranks);
 
 // The resolved deck as commented TOML; parse_deck_text of it gives the same Deck.
 std::string deck_to_toml(const Deck& deck);

@@ -1,7 +1,7 @@
 // data.hpp: training and evaluation data, addressed by global sample index.
 //
 // Step t uses samples t * batch + j, j = 0..batch-1; micro-batch m of that
-// step holds j = m * rows .. (m + 1) * rows - 1. The first stage asks for
+// step holds j = m * rows .. (m + 1) * rows - 1 (m global over the replicas). The first stage asks for
 // inputs and the last stage for targets; neither needs the other, and no rank
 // holds the whole data set.
 //   synthetic (MLP): x ~ N(0, 1), targets from a fixed random teacher.
@@ -53,9 +53,13 @@ std::unique_ptr<Dataset> make_hdf5_dataset(const Deck& deck, Split split);
 // chunks. Throws InputError naming the file and the problem.
 void check_token_file(const Deck& deck, const std::string& path, const std::string& deck_key);
 
-// First global sample of micro-batch `mb` of step `step`.
+// First global sample of micro-batch `mb` of step `step`. With D replicas
+// (pipeline.data_parallel) `mb` is the global micro-batch index: replica d's
+// local micro-batch m is d * micro_batches + m, so replica d reads the d-th
+// contiguous slice of the batch (docs/data-parallel.md).
 inline int64_t micro_batch_first_sample(const Deck& deck, int64_t step, int64_t mb) {
-  const int64_t rows = deck.training.batch_size / deck.pipeline.micro_batches;
+  const int64_t rows =
+      deck.training.batch_size / (deck.pipeline.micro_batches * data_parallel_size(deck));
   return step * deck.training.batch_size + mb * rows;
 }
 

@@ -1,5 +1,6 @@
 // alternatives.hpp: ranking whole training plans. A plan is one point
-// (schedule, micro-batch count N, recompute policy, partition objective); for
+// (P x D grid, schedule, micro-batch count N, recompute policy, partition
+// objective); for
 // each, the schedule is generated (gpipe or 1f1b), the partition solved for
 // its in-flight counts, and one step simulated. Plans are ranked by step
 // time; those whose largest stage peak exceeds the memory budget are marked
@@ -28,9 +29,19 @@ struct PlanRequest {
                                              PartitionObjective::Memory,
                                              PartitionObjective::Balanced};
   double memory_budget_bytes = 0.0;  // > 0 (plan_alternatives: 0 = the device's memory)
+  // Data parallelism (docs/data-parallel.md): D replicas of the num_stages
+  // pipeline; batch_size stays the global batch, each replica runs N
+  // micro-batches of batch_size / (D x N). Each stage's gradient is gathered
+  // from its D replicas over replica_link once its last backward is done.
+  int data_parallel = 1;
+  LinkCost replica_link;
+  std::string dp_reduction = "replica";  // "replica" | "ordered" (N slots per replica)
 };
 
 struct PlanRow {
+  int data_parallel = 1;       // D (num_stages x D ranks)
+  int num_stages = 0;          // P
+  double reduction_s = 0.0;    // data-parallel reduction time beyond the pipeline's span
   std::string schedule;
   int micro_batches = 0;
   int64_t micro_batch_size = 0;
@@ -51,7 +62,8 @@ struct PlanRow {
 struct PlanTable {
   std::string model;
   std::string device;
-  int num_stages = 0;
+  int num_stages = 0;        // one P, or 0 when the rows hold several grids
+  int total_ranks = 0;       // P x D of every row
   double memory_budget_bytes = 0.0;
   std::vector<PlanRow> rows;  // by step time, fastest first
   int best = -1;              // index of the fastest feasible row, -1 if none
@@ -65,6 +77,29 @@ using ProfileForMicroBatch = std::function<ModelProfile(int64_t micro_batch_size
 // divide the batch, more stages than partitionable units, ...).
 PlanTable rank_plans(const ProfileForMicroBatch& profile_for, const std::vector<LinkCost>& links,
                      const PlanRequest& request);
+
+// The data-parallel reduction of one stage's gradient (grad_bytes, fp32) as
+// pipetrain runs it (grad_reducer.hpp): an all-to-all of `slots` chunks of
+// grad_bytes / D per replica, then an all-gather of one chunk, each D - 1
+// exchanges over `link`; 0 at D = 1. Its buffers: send and all-to-all
+// receive of `slots` gradients, the summed chunk and the gathered sum.
+double replica_reduction_s(double grad_bytes, int replicas, int slots, const LinkCost& link);
+double replica_reduction_bytes(double grad_bytes, int replicas, int slots);
+
+// Every P x D grid of total_ranks ranks (D dividing total_ranks and the
+// batch, P = total_ranks / D no more than the partitionable units): the
+// request's points for each, merged and ranked. links_for(P) gives a
+// pipeline's links, replica_link_for(P, D) the link between replicas.
+using LinksForStages = std::function<std::vector<LinkCost>(int stages)>;
+using ReplicaLinkFor = std::function<LinkCost(int stages, int replicas)>;
+PlanTable rank_grid_plans(const ProfileForMicroBatch& profile_for, const LinksForStages& links_for,
+                          const ReplicaLinkFor& replica_link_for, const PlanRequest& request,
+                          int total_ranks);
+// rank_grid_plans on a device description: pipelines placed on consecutive
+// devices, replicas on the intra-node link when the whole grid fits one node,
+// else the inter-node link.
+PlanTable plan_grid_alternatives(const GptSpec& gpt, const DeviceSpec& device, PlanRequest request,
+                                 int total_ranks);
 
 // rank_plans for an analytic GPT on a device (stages one per device, links
 // from stage_links; budget 0 = device.memory_bytes).

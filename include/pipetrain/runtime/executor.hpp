@@ -29,6 +29,7 @@ namespace pt {
 
 struct StepOutcome {
   double loss_sum = 0.0;  // last stage: summed loss terms of the step; else 0
+  std::vector<double> micro_batch_losses;  // last stage: (micro-batches) each one's summed loss terms
   double compute_us = 0.0;  // time in F, B and W, not counting waits for peers
   double span_us = 0.0;     // first action's start to the end of the last wait or compute
 };
@@ -74,6 +75,18 @@ class Executor {
   // sleeps (factor - 1) x its compute time, so F and B take factor x as long
   // and nothing computed changes. 1 = off.
   void set_compute_slowdown(double factor) { slowdown_ = factor; }
+  // Data parallelism: this executor's pipeline is replica `replica` of
+  // pipeline.data_parallel; its micro-batch m reads global micro-batch
+  // replica * micro_batches + m of each batch (docs/data-parallel.md).
+  void set_replica(int replica) { replica_ = replica; }
+  // Data-parallel gradient reduction (grad_reducer.hpp): `layer_done` runs
+  // when a layer's weight gradients of a micro-batch are complete (end of
+  // its B, or of its W with a split backward), `progress` after every action.
+  struct ReductionHooks {
+    std::function<void(int stage, int mb, size_t layer)> layer_done;
+    std::function<void()> progress;
+  };
+  void set_reduction_hooks(ReductionHooks hooks) { reduction_ = std::move(hooks); }
   // Runs this rank's actions of `schedule` for batch `step` of `data`.
   // Evaluate: forward only, nothing stashed; needs a forward-only schedule.
   StepOutcome run(const Schedule& schedule, const Dataset& data, int64_t step, Pass pass);
@@ -154,7 +167,14 @@ class Executor {
   bool in_compute_ = false;
   bool probing_ = false;      // probe_micro_batch: synchronise to time the recompute
   double recompute_us_ = 0.0; // recompute time of the last run_backward
-  int64_t rows_;  // samples per micro-batch
+  int64_t rows_;  // samples per micro-batch: batch / (micro-batches x replicas)
+  int replica_ = 0;  // data-parallel replica of this pipeline
+  ReductionHooks reduction_;
+  void weights_done(int mb, size_t layer);
+  int64_t global_mb(int mb) const {  // data index of local micro-batch mb
+    return static_cast<int64_t>(replica_) * deck_.pipeline.micro_batches + mb;
+  }  // reduction_.layer_done, when training
+  std::vector<double> mb_losses_;  // (micro-batches) last stage
   const Schedule* schedule_ = nullptr;  // of the pass being run
   const Dataset* data_ = nullptr;
   Pass pass_ = Pass::Train;

@@ -17,6 +17,9 @@
 
 #include "pipetrain/base/deck.hpp"
 #include "pipetrain/runtime/executor.hpp"
+#include "pipetrain/runtime/grad_reducer.hpp"
+#include "pipetrain/runtime/grid.hpp"
+#include "pipetrain/runtime/replica_group.hpp"
 #include "pipetrain/model/loss_scaler.hpp"
 #include "pipetrain/model/optimizer.hpp"
 #include "pipetrain/runtime/rebalance.hpp"
@@ -75,6 +78,8 @@ BlasThreadsChoice choose_blas_threads(const Deck& deck, MPI_Comm comm);
 struct ComputeSetup {
   Backend* backend = nullptr;  // null: cpu_backend()
   std::function<std::unique_ptr<Transport>(MPI_Comm)> make_transport;  // null: MPI
+  // The data-parallel replica group of this rank's stages; null: MPI.
+  std::function<std::unique_ptr<ReplicaGroup>(MPI_Comm)> make_replica_group;
   std::function<MemoryStats()> device_memory_stats;  // null: host statistics
   std::function<void()> reset_device_memory_peaks;
 };
@@ -83,6 +88,9 @@ class Trainer {
  public:
   // `comm` holds the schedule's ranks (stages / stages per rank).
   Trainer(const Deck& deck, MPI_Comm comm, ComputeSetup setup = {});
+  // One pipeline of a P x D grid (data_parallel_size(deck) == grid's D):
+  // collective over the grid's world. The grid must outlive the trainer.
+  Trainer(const Deck& deck, const ProcessGrid& grid, ComputeSetup setup = {});
   ~Trainer();
   StepRecord train_step(int64_t step);  // collective over comm
   // Mean loss over training.eval_batches held-out batches (forward only).
@@ -109,7 +117,11 @@ class Trainer {
   const ClockAlignment& clock_alignment() const { return clocks_; }
   // Every stage's recompute policy, on every rank (stage order).
   const std::vector<RecomputeChoice>& recompute_choices() const { return recompute_; }
-  int rank() const { return rank_; }
+  int rank() const { return rank_; }  // in the pipeline
+  int replica() const { return replica_; }
+  int replicas() const { return replicas_; }
+  // The data-parallel reduction (its buckets); inactive at D = 1 with "replica".
+  const GradientReducer& reducer() const { return *reducer_; }
 
   // Dynamic rebalancing (docs/rebalance.md; one stage per rank). Decisions
   // scale the unit times of `profile` (the run's start-up profile) by each
@@ -129,7 +141,9 @@ class Trainer {
 
  private:
   double global_grad_norm(int64_t step);  // also the non-finite gradient check
-  double mean_loss(double loss_sum);  // broadcast from the last stage
+  // The global batch's mean loss (every replica's micro-batch losses added in
+  // global micro-batch order), broadcast from the last stage.
+  double mean_loss(const StepOutcome& outcome);
   // Collective; also every rank's compute seconds of the step.
   double measured_bubble(const StepOutcome& outcome, std::vector<double>& compute_s);
   // This rank's stages' policies; "auto" (one stage per rank) decided collectively.
@@ -156,6 +170,9 @@ class Trainer {
 
   Deck deck_;
   MPI_Comm comm_;
+  MPI_Comm replicas_comm_ = MPI_COMM_SELF;  // this rank's stages in every replica
+  int replica_ = 0, replicas_ = 1;
+  std::string replica_group_text_;
   ComputeSetup setup_;
   Backend& be_;
   std::unique_ptr<LossScaler> scaler_;  // fp16 only
@@ -171,6 +188,8 @@ class Trainer {
   std::unique_ptr<Tracer> tracer_;
   ClockAlignment clocks_;
   std::unique_ptr<Executor> executor_;
+  std::unique_ptr<ReplicaGroup> replica_group_;
+  std::unique_ptr<GradientReducer> reducer_;
   std::vector<RecomputeChoice> recompute_;
   std::vector<int64_t> partition_;           // units per stage in use
   std::unique_ptr<Rebalancer> rebalancer_;   // null unless enable_rebalance
