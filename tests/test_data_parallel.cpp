@@ -9,6 +9,8 @@
 //   - dp_reduction = "replica": bitwise the same across P at one D, and
 //     within a tolerance of "ordered";
 //   - the replicas of a stage hold bitwise the same parameters after training;
+//   - clipping (every case clips) and fp16 loss scaling act the same on the
+//     whole grid: the same steps skipped, the same scales, bitwise results;
 //   - the replicas split the global batch without overlap: a replica's share
 //     is the slice a single pipeline gives the same global micro-batches;
 //   - the trace has one REDUCTION event per bucket and step, starting after
@@ -76,6 +78,8 @@ std::string name(const Layout& l) { return std::to_string(l.p) + "x" + std::to_s
 struct RunResult {
   bool ran = false;
   std::vector<double> losses;                    // world rank 0
+  std::vector<int> skipped;                      // world rank 0: fp16 steps skipped (1) per step
+  std::vector<double> scales;                    // world rank 0: fp16 loss scale per step
   std::vector<float> params;                     // world rank 0 (replica 0)
   bool replicas_equal = true;                    // world rank 0: every replica's parameters
   std::vector<std::vector<TraceEvent>> events;   // world rank 0: replica 0's pipeline
@@ -96,9 +100,19 @@ RunResult train_grid(Deck deck, const Layout& l, int global_mb) {
   if (sub == MPI_COMM_NULL) return result;
   {
     ProcessGrid grid(sub, l.d);
-    Trainer trainer(deck, grid);
-    for (int64_t s = 0; s < deck.training.steps; ++s)
-      result.losses.push_back(trainer.train_step(s).loss);
+    std::unique_ptr<Backend> backend;  // reduced precision: the CPU's exact emulation
+    ComputeSetup setup;
+    if (deck.training.precision != "fp32") {
+      backend = make_cpu_backend(parse_gemm_precision(deck.training.precision));
+      setup.backend = backend.get();
+    }
+    Trainer trainer(deck, grid, setup);
+    for (int64_t s = 0; s < deck.training.steps; ++s) {
+      const StepRecord rec = trainer.train_step(s);
+      result.losses.push_back(rec.loss);
+      result.skipped.push_back(rec.skipped ? 1 : 0);
+      result.scales.push_back(rec.loss_scale);
+    }
     std::vector<float> mine = trainer.gather_parameters();  // on each pipeline's rank 0
     // Replica 0's pipeline rank 0 (world rank 0) compares every replica's parameters.
     if (grid.pipeline_rank() == 0) {
@@ -142,6 +156,9 @@ void expect_bitwise(const RunResult& ref, const RunResult& got, const std::strin
     EXPECT_EQ(std::memcmp(&ref.losses[s], &got.losses[s], sizeof(double)), 0)
         << what << ": loss of step " << s << " " << ref.losses[s] << " vs " << got.losses[s];
   EXPECT_TRUE(got.replicas_equal) << what << ": replicas hold different parameters";
+  if (ref.skipped.empty()) return;  // a reference without a grid records no steps
+  EXPECT_EQ(ref.skipped, got.skipped) << what << ": fp16 steps skipped";
+  EXPECT_EQ(ref.scales, got.scales) << what << ": fp16 loss scales";
 }
 
 const std::vector<Layout> kLayouts = {{1, 1}, {2, 1}, {1, 2}, {2, 2}, {4, 1}, {1, 4}};
@@ -166,6 +183,25 @@ TEST(DataParallel, OrderedInterleavedIsBitwiseAcrossLayouts) {
   const RunResult ref = train_grid(one, {1, 1}, 4);
   for (const Layout& l : std::vector<Layout>{{2, 1}, {2, 2}})
     expect_bitwise(ref, train_grid(deck, l, 4), "interleaved " + name(l));
+}
+
+// fp16 with a loss scale that overflows at first: every replica and stage
+// skips the same steps and backs the scale off the same way, and the layouts
+// stay bitwise equal (the overflow check reads the reduced gradients).
+TEST(DataParallel, Fp16LossScalingIsConsistentAcrossTheGrid) {
+  Deck deck = mlp_deck("1f1b", "ordered");
+  deck.training.precision = "fp16";
+  deck.training.loss_scale = 16777216.0;  // 2^24: overflows fp16 for the first steps
+  deck.training.steps = 8;
+  const RunResult ref = train_grid(deck, {1, 1}, 4);
+  if (is_root()) {
+    int skipped = 0;
+    for (int s : ref.skipped) skipped += s;
+    EXPECT_GT(skipped, 0) << "no overflow: the case does not exercise the scaler";
+    EXPECT_LT(skipped, 8) << "never recovered from the overflow";
+  }
+  for (const Layout& l : std::vector<Layout>{{1, 2}, {2, 2}, {1, 4}})
+    expect_bitwise(ref, train_grid(deck, l, 4), "fp16 " + name(l));
 }
 
 // "replica": bitwise across P at one D; within rounding of "ordered".

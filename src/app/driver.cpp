@@ -7,6 +7,9 @@
 // training.init_from) is likewise agreed on before the first step. Failures
 // after that point end the job through MPI_Abort, so no rank is ever left
 // waiting. Checkpoints are written every output.checkpoint_every steps.
+// With pipeline.data_parallel = D the ranks form a P x D grid (runtime/grid.hpp):
+// each replica's pipeline trains its share of the batch, replica 0 writes the
+// checkpoints, every replica loads them (docs/data-parallel.md).
 #include "pipetrain/app/driver.hpp"
 #include "pipetrain/app/blas_report.hpp"
 #include "pipetrain/app/run_plan.hpp"
@@ -24,6 +27,7 @@
 #include "pipetrain/io/deck_io.hpp"
 #include "pipetrain/app/command_line.hpp"
 #include "pipetrain/app/compute_setup.hpp"
+#include "pipetrain/app/grid_setup.hpp"
 #include "pipetrain/app/profile_command.hpp"
 #include "pipetrain/model/data.hpp"
 #include "pipetrain/base/error.hpp"
@@ -72,7 +76,7 @@ bool load_deck(const World& w, const CommandLine& cli, Deck& deck) {
       // `plan` without a D or a stage count weighs every P x D grid of the
       // ranks, each checked by the planner; everything else runs one grid.
       const bool every_grid = cli.command == "plan" && deck.pipeline.stages == 0 &&
-                              deck.key_origin.count("pipeline.data_parallel") == 0;
+                              deck.pipeline.data_parallel == 0;
       if (!every_grid) {
         const DeckLayout layout = resolve_deck_layout(deck, cli.ranks > 0 ? cli.ranks : w.size);
         deck.pipeline.data_parallel = layout.data_parallel;  // resolved: every rank and the outputs see D
@@ -244,17 +248,6 @@ void write_trace(const World& w, const Deck& deck, Trainer& trainer) {
   std::printf("trace: %s (clock offsets estimated to within %.1f us)\n", path.c_str(), worst);
 }
 
-// Data parallelism: every replica's pipeline learned the same outcome of a
-// checkpoint load; a replica that failed (where the others did not) fails all.
-void agree_across_replicas(const ProcessGrid& grid, bool ok) {
-  if (grid.data_parallel() == 1) return;
-  int mine = ok ? 1 : 0, all = 0;
-  timed_allreduce(&mine, &all, 1, MPI_INT, MPI_MIN, grid.world(),
-                  "the checkpoint load agreement across the replicas");
-  if (ok && all == 0)
-    throw InputError("another data-parallel replica could not load the checkpoint (see its message)");
-}
-
 // The state training starts from: --resume (weights, optimizer state, step)
 // or training.init_from (weights only). Returns the first step, or -1 after a
 // bad checkpoint (every rank has the same error; rank 0 printed it).
@@ -368,20 +361,6 @@ void log_step(const Deck& deck, const StepRecord& rec, bool last, Progress& p, M
     metrics.flush();
     p.last_write = p.elapsed;
   }
-}
-
-// Data parallelism: each pipeline profiled itself, but the replicas of a
-// stage must hold the same units (their gradient buckets match), so every
-// replica takes replica 0's partition.
-void share_partition(const ProcessGrid& grid, Deck& deck) {
-  if (grid.data_parallel() == 1) return;
-  long long n = static_cast<long long>(deck.pipeline.partition.size());
-  timed_bcast(&n, 1, MPI_LONG_LONG, 0, grid.replicas(), "the partition broadcast from replica 0");
-  std::vector<long long> counts(deck.pipeline.partition.begin(), deck.pipeline.partition.end());
-  counts.resize(static_cast<size_t>(n));
-  timed_bcast(counts.data(), static_cast<int>(n), MPI_LONG_LONG, 0, grid.replicas(),
-              "the partition broadcast from replica 0");
-  deck.pipeline.partition.assign(counts.begin(), counts.end());
 }
 
 int run_train(const World& w, const CommandLine& cli, const Deck& deck_in) {

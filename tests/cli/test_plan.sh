@@ -59,8 +59,13 @@ run 1 plan inputs/gpt_markov.toml --profile "$tmp/nothing.h5"
 check "a missing profile is refused" output_has "$tmp/nothing.h5: no such file"
 run 1 plan inputs/gpt_markov.toml --profile "$tmp/gpt.h5" --device h200
 check "--profile and --device together are refused" status_not
-run 1 plan inputs/gpt_markov.toml --ranks 8
+run 1 plan inputs/gpt_markov.toml --ranks 8 --set pipeline.stages=8
 check "--ranks checks the deck against P stages" output_has "model.blocks = 4: must be >= the number of stages (8"
+# Without a stage count, 8 ranks are weighed as the grids whose pipelines fit 4 blocks.
+run 1 plan inputs/gpt_markov.toml --ranks 8 --micro-batches 4 --top 1000
+check "--ranks 8 on 4 blocks: 4x2, 2x4 and 1x8 grids, no 8x1" bash -c "
+  grep -qE '^ +[0-9]+ +4x2 ' '$tmp/out' && grep -qE '^ +[0-9]+ +2x4 ' '$tmp/out' &&
+  grep -qE '^ +[0-9]+ +1x8 ' '$tmp/out' && ! grep -qE '^ +[0-9]+ +8x1 ' '$tmp/out'"
 
 echo "$passed passed, $failed failed"
 [ "$failed" -eq 0 ]
