@@ -271,7 +271,9 @@ void expect_grid_plan(int ranks) {
     EXPECT_EQ(row.num_stages * row.data_parallel, ranks);
     EXPECT_LE(row.num_stages, 40) << "no more stages than blocks";
     EXPECT_EQ(1536 % (row.data_parallel * row.micro_batches), 0);
-    if (row.data_parallel > 1 && !row.units_per_stage.empty()) EXPECT_GT(row.reduction_s, 0.0);
+    if (row.data_parallel > 1 && !row.units_per_stage.empty()) {
+      EXPECT_GT(row.reduction_s, 0.0);
+    }
     if (std::find(grids.begin(), grids.end(), row.data_parallel) == grids.end())
       grids.push_back(row.data_parallel);
   }
