@@ -72,8 +72,9 @@ mkdir -p runs "$(dirname "$out")"
   echo
   echo "Command: \`jobs/bench_data_parallel.sh\`${TINY:+ (TINY=1: a proof that the script works, not a measurement)};"
   echo "$STEPS steps, median step time after $WARMUP warm-up steps, best of $REPEATS runs; one BLAS"
-  echo "thread per rank; dp_reduction = \"replica\"; 1F1B. Machine: $(hostname), $cores cores,"
-  echo "$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'); $(date -u +%Y-%m-%d)."
+  echo "thread per rank; dp_reduction = \"replica\"; 1F1B."
+  echo
+  tools/.venv/bin/python tools/run_identity.py "$(ls -d runs/bench_dp_*_1x1_* | head -1)/metrics.h5"
   echo
   echo "Strong scaling keeps the global batch and the micro-batch size (N x D fixed);"
   echo "weak scaling keeps each replica's batch (global batch D x B). Speedup is samples/s"
