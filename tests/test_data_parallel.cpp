@@ -41,23 +41,8 @@ using test::world_rank;
 using test::world_size;
 
 Deck mlp_deck(const std::string& schedule, const std::string& reduction) {
-  Deck d;
-  d.model.input_dim = 12;
-  d.model.hidden_dim = 24;
-  d.model.output_dim = 5;
-  d.model.depth = 8;
-  d.model.activation = "gelu";
-  d.data.samples = 256;
-  d.training.steps = 3;
-  d.training.batch_size = 16;
-  d.training.optimizer = "adamw";
-  d.training.lr = 1e-2;
-  d.training.warmup_steps = 1;
-  d.training.weight_decay = 0.01;
-  d.training.grad_clip = 0.5;  // clipping uses the global norm of the reduced gradient
-  d.training.blas_threads = 1;
+  Deck d = pt_test::tiny_mlp(16);  // clipping uses the global norm of the reduced gradient
   d.pipeline.schedule = schedule;
-  d.pipeline.timeout_s = 60;
   d.pipeline.dp_reduction = reduction;
   d.pipeline.dp_bucket_mb = 0.002;  // several buckets per stage
   return d;

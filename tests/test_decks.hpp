@@ -1,5 +1,6 @@
-// test_decks.hpp: the tiny GPT the equivalence, checkpoint and rebalancing
-// tests train (a 16-token vocabulary, 8 tokens, width 16, 2 heads, Markov
+// test_decks.hpp: the tiny MLP and GPT the equivalence, checkpoint and
+// rebalancing tests train: the MLP (8 GELU layers 12 -> 24 -> 5, AdamW with
+// warm-up, weight decay and clipping, 3 steps), and the GPT (a 16-token vocabulary, 8 tokens, width 16, 2 heads, Markov
 // tokens), made from a test's own MLP deck so that its training settings
 // (optimizer, schedule, micro-batches, clipping) carry over.
 #pragma once
@@ -9,6 +10,28 @@
 #include "pipetrain/base/deck.hpp"
 
 namespace pt_test {
+
+// The tiny MLP, `batch` samples per step. Clipping is on, so the global
+// gradient norm must agree bitwise too.
+inline pt::Deck tiny_mlp(int64_t batch) {
+  pt::Deck d;
+  d.model.input_dim = 12;
+  d.model.hidden_dim = 24;
+  d.model.output_dim = 5;
+  d.model.depth = 8;
+  d.model.activation = "gelu";
+  d.data.samples = 256;
+  d.training.steps = 3;
+  d.training.batch_size = batch;
+  d.training.optimizer = "adamw";
+  d.training.lr = 1e-2;
+  d.training.warmup_steps = 1;
+  d.training.weight_decay = 0.01;
+  d.training.grad_clip = 0.5;
+  d.training.blas_threads = 1;
+  d.pipeline.timeout_s = 60;
+  return d;
+}
 
 // `d` becomes the tiny GPT with `blocks` blocks; everything else is kept.
 inline pt::Deck tiny_gpt(pt::Deck d, int64_t blocks) {

@@ -40,22 +40,7 @@ struct RunResult {
 };
 
 Deck mlp_deck() {
-  Deck d;
-  d.model.input_dim = 12;
-  d.model.hidden_dim = 24;
-  d.model.output_dim = 5;
-  d.model.depth = 8;
-  d.model.activation = "gelu";
-  d.data.samples = 256;
-  d.training.steps = 3;
-  d.training.batch_size = 24;
-  d.training.optimizer = "adamw";
-  d.training.lr = 1e-2;
-  d.training.warmup_steps = 1;
-  d.training.weight_decay = 0.01;
-  d.training.grad_clip = 0.5;  // clipping: the norm must be bitwise too
-  d.training.blas_threads = 1;
-  d.pipeline.timeout_s = 60;
+  Deck d = pt_test::tiny_mlp(24);  // clipping: the norm must be bitwise too
   return d;
 }
 
