@@ -13,7 +13,7 @@ namespace pt {
 
 namespace {
 
-class MpiGather final : public PendingTransfer {
+class MpiGather final : public MpiRequestTransfer {
  public:
   MpiGather(const Tensor& send, const Tensor& recv) : send_(send), recv_(recv) {}
   ~MpiGather() override {
@@ -23,18 +23,9 @@ class MpiGather final : public PendingTransfer {
     retire_buffer(send_);
     retire_buffer(recv_);
   }
-  bool test() override {
-    if (done_) return true;
-    int flag = 0;
-    MPI_CHECK(MPI_Test(&request_, &flag, MPI_STATUS_IGNORE));
-    done_ = flag != 0;
-    return done_;
-  }
-  MPI_Request request_ = MPI_REQUEST_NULL;
 
  private:
   Tensor send_, recv_;
-  bool done_ = false;
 };
 
 class MpiReplicaGroup final : public ReplicaGroup {

@@ -11,7 +11,7 @@ namespace pt {
 
 namespace {
 
-class MpiTransfer final : public PendingTransfer {
+class MpiTransfer final : public MpiRequestTransfer {
  public:
   MpiTransfer(const Tensor& buf, bool send) : buf_(buf), send_(send) {}
   ~MpiTransfer() override {
@@ -21,19 +21,10 @@ class MpiTransfer final : public PendingTransfer {
     if (cancel_request(request_, send_ ? 0.2 : 2.0) == CancelOutcome::StillActive)
       retire_buffer(buf_);
   }
-  bool test() override {
-    if (done_) return true;
-    int flag = 0;
-    MPI_CHECK(MPI_Test(&request_, &flag, MPI_STATUS_IGNORE));
-    done_ = flag != 0;
-    return done_;
-  }
-  MPI_Request request_ = MPI_REQUEST_NULL;
 
  private:
   Tensor buf_;  // keeps the storage alive while MPI may use it
   bool send_;
-  bool done_ = false;
 };
 
 int checked_count(const Tensor& buf) {
@@ -70,6 +61,14 @@ class MpiTransport final : public Transport {
 };
 
 }  // namespace
+
+bool MpiRequestTransfer::test() {
+  if (done_) return true;
+  int flag = 0;
+  MPI_CHECK(MPI_Test(&request_, &flag, MPI_STATUS_IGNORE));
+  done_ = flag != 0;
+  return done_;
+}
 
 void retire_buffer(const Tensor& buf) {
   static std::vector<Tensor>* retired = new std::vector<Tensor>();  // never freed, on purpose

@@ -22,6 +22,17 @@ class PendingTransfer {
   virtual bool test() = 0;
 };
 
+// A transfer that is one MPI request: complete once MPI_Test says so. The
+// subclass's destructor decides what an unfinished request leaves behind.
+class MpiRequestTransfer : public PendingTransfer {
+ public:
+  bool test() override;
+  MPI_Request request_ = MPI_REQUEST_NULL;
+
+ protected:
+  bool done_ = false;
+};
+
 class Transport {
  public:
   virtual ~Transport() = default;
