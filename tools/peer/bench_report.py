@@ -19,7 +19,11 @@ import platform
 import re
 import statistics
 import subprocess
+import sys
 from collections import defaultdict
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+from run_identity import cpu_model  # noqa: E402  (tools/run_identity.py)
 
 GOALS = {"gpt": 1.5, "mlp": 1.15}  # issue #12: pipetrain / peer at 2 stages
 QUIET = 0.3  # cores used by other processes below which a run counts as quiet
@@ -33,17 +37,6 @@ LABELS = {
 def fmt_range(values, digits=1):
     med = statistics.median(values)
     return f"{med:.{digits}f} [{min(values):.{digits}f}-{max(values):.{digits}f}]"
-
-
-def cpu_model():
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown"
 
 
 def openblas_of(binary):
