@@ -11,10 +11,15 @@
 // stages on P cores, each with 1/P of the GEMMs, run N micro-batches in
 // (N + P - 1) stage slots, so at most P * rows / t * N / (N + P - 1) samples/s.
 //   build/bench_gemm DECK [--set key=value]... [--reps K] [--stages P] [--tsv]
+// Also times the GEMMs on the model's own buffers (ModelBuffers): the same
+// calls moving the model's bytes, which shows how much of the gap to the
+// limit is the memory traffic of a model larger than the caches.
 // Prints a Markdown table (or, with --tsv, one tab-separated line per library:
-// library, GEMM ms, GEMM GFLOP/s, model ms, limit samples/s at 1 and P stages).
+// library, GEMM ms, GEMM GFLOP/s, model ms, limit samples/s at 1 and P stages,
+// then GEMM ms on the model's buffers and its limits at 1 and P stages).
 #include <algorithm>
 #include <chrono>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <string>
@@ -90,7 +95,9 @@ double forward_backward_seconds(Model& m) {
   return seconds_since(start);
 }
 
-// Times the recorded GEMMs alone, on buffers of the largest sizes.
+// Times the recorded GEMMs alone, on one set of buffers of the largest sizes:
+// every call finds its operands in cache when they fit (the GEMM rate #12's
+// limit is defined by).
 double replay_seconds(const std::vector<GemmShape>& shapes) {
   size_t max_a = 0, max_b = 0, max_c = 0;
   for (const GemmShape& g : shapes) {
@@ -106,9 +113,69 @@ double replay_seconds(const std::vector<GemmShape>& shapes) {
   return seconds_since(start);
 }
 
+// The recorded GEMMs on buffers laid out as the model's own matrices: every
+// byte range the calls touched (merged where they overlap, e.g. attention
+// heads inside one (rows, 3C) tensor) gets one buffer, so a layer's weight
+// read in forward is the one read again in backward and the GEMMs stream the
+// model's whole footprint through the caches, as training does.
+class ModelBuffers {
+ public:
+  explicit ModelBuffers(const std::vector<GemmShape>& shapes) {
+    for (const GemmShape& g : shapes) {
+      add(g.a_id, (g.trans_a ? g.k : g.m) * g.lda);
+      add(g.b_id, (g.trans_b ? g.n : g.k) * g.ldb);
+      add(g.c_id, g.m * g.ldc);
+    }
+    merge();
+  }
+  float* at(const void* id) {
+    const auto addr = reinterpret_cast<uintptr_t>(id);
+    for (Region& r : regions_)
+      if (addr >= r.begin && addr < r.end) return r.data.data() + (addr - r.begin) / sizeof(float);
+    PT_FAIL("bench_gemm: a recorded GEMM operand outside every region");
+  }
+
+ private:
+  struct Region {
+    uintptr_t begin, end;
+    std::vector<float> data;
+  };
+  void add(const void* id, int64_t floats) {
+    const auto begin = reinterpret_cast<uintptr_t>(id);
+    regions_.push_back({begin, begin + static_cast<uintptr_t>(floats) * sizeof(float), {}});
+  }
+  void merge() {
+    std::sort(regions_.begin(), regions_.end(),
+              [](const Region& x, const Region& y) { return x.begin < y.begin; });
+    std::vector<Region> merged;
+    for (Region& r : regions_) {
+      if (!merged.empty() && r.begin < merged.back().end)
+        merged.back().end = std::max(merged.back().end, r.end);
+      else merged.push_back(std::move(r));
+    }
+    for (Region& r : merged) r.data.assign((r.end - r.begin) / sizeof(float) + 1, 0.01f);
+    regions_ = std::move(merged);
+  }
+  std::vector<Region> regions_;
+};
+
+double replay_on_model_buffers_seconds(const std::vector<GemmShape>& shapes, ModelBuffers& buf) {
+  std::vector<float*> operands;  // a, b, c of every call, resolved before the clock starts
+  for (const GemmShape& g : shapes)
+    for (const void* id : {g.a_id, g.b_id, g.c_id}) operands.push_back(buf.at(id));
+  const auto start = Clock::now();
+  for (size_t i = 0; i < shapes.size(); ++i) {
+    const GemmShape& g = shapes[i];
+    cpu::sgemm(g.trans_a, g.trans_b, g.m, g.n, g.k, 1.f, operands[3 * i], g.lda,
+               operands[3 * i + 1], g.ldb, g.beta, operands[3 * i + 2], g.ldc);
+  }
+  return seconds_since(start);
+}
+
 struct LibraryTimes {
   std::string library;
   double gemm_s = 0.0;   // the recorded GEMMs alone, per micro-batch
+  double model_gemm_s = 0.0;  // the same on the model's own buffers
   double model_s = 0.0;  // the model's forward + backward, per micro-batch
 };
 
@@ -118,14 +185,18 @@ LibraryTimes time_library(CpuGemm gemm, Model& m, const std::vector<GemmShape>& 
   set_cpu_gemm(gemm);
   LibraryTimes t;
   t.library = cpu_gemm_description();
+  ModelBuffers buffers(shapes);
   replay_seconds(shapes);  // warm-up (oneDNN generates its kernels on first use)
+  replay_on_model_buffers_seconds(shapes, buffers);
   forward_backward_seconds(m);
-  std::vector<double> gemm_s, model_s;
+  std::vector<double> gemm_s, model_gemm_s, model_s;
   for (int r = 0; r < reps; ++r) {
     gemm_s.push_back(replay_seconds(shapes));
+    model_gemm_s.push_back(replay_on_model_buffers_seconds(shapes, buffers));
     model_s.push_back(forward_backward_seconds(m));
   }
   t.gemm_s = median(gemm_s);
+  t.model_gemm_s = median(model_gemm_s);
   t.model_s = median(model_s);
   return t;
 }
@@ -139,25 +210,30 @@ void print(const Options& o, const Deck& deck, int64_t rows, size_t calls, doubl
   const int n = static_cast<int>(deck.pipeline.micro_batches);
   if (o.tsv) {
     for (const LibraryTimes& t : all)
-      std::printf("%s\t%.4f\t%.2f\t%.4f\t%.2f\t%.2f\n", t.library.c_str(), t.gemm_s * 1e3,
-                  flops / t.gemm_s * 1e-9, t.model_s * 1e3,
+      std::printf("%s\t%.4f\t%.2f\t%.4f\t%.2f\t%.2f\t%.4f\t%.2f\t%.2f\n", t.library.c_str(),
+                  t.gemm_s * 1e3, flops / t.gemm_s * 1e-9, t.model_s * 1e3,
                   limit_samples_per_s(rows, t.gemm_s, 1, n),
-                  limit_samples_per_s(rows, t.gemm_s, o.stages, n));
+                  limit_samples_per_s(rows, t.gemm_s, o.stages, n), t.model_gemm_s * 1e3,
+                  limit_samples_per_s(rows, t.model_gemm_s, 1, n),
+                  limit_samples_per_s(rows, t.model_gemm_s, o.stages, n));
     return;
   }
   std::printf("Deck %s: micro-batch of %lld rows (batch %lld / N = %d), %zu GEMMs per "
               "micro-batch forward + backward, one thread; median of %d repetitions.\n\n",
               o.deck.c_str(), static_cast<long long>(rows),
               static_cast<long long>(deck.training.batch_size), n, calls, o.reps);
-  std::printf("| GEMM library | GEMMs alone (ms) | GEMM GFLOP/s | model fwd+bwd (ms) | GEMM share "
-              "(%%) | limit, 1 stage (samples/s) | limit, %d stages (samples/s) |\n",
+  std::printf("| GEMM library | GEMMs alone (ms) | GEMM GFLOP/s | on the model's buffers (ms) | "
+              "model fwd+bwd (ms) | GEMM share (%%) | limit, 1 stage (samples/s) | limit, %d "
+              "stages (samples/s) | same, model's buffers |\n",
               o.stages);
-  std::printf("|---|---:|---:|---:|---:|---:|---:|\n");
+  std::printf("|---|---:|---:|---:|---:|---:|---:|---:|---:|\n");
   for (const LibraryTimes& t : all)
-    std::printf("| %s | %.3f | %.1f | %.3f | %.1f | %.1f | %.1f |\n", t.library.c_str(),
-                t.gemm_s * 1e3, flops / t.gemm_s * 1e-9, t.model_s * 1e3,
-                100.0 * t.gemm_s / t.model_s, limit_samples_per_s(rows, t.gemm_s, 1, n),
-                limit_samples_per_s(rows, t.gemm_s, o.stages, n));
+    std::printf("| %s | %.3f | %.1f | %.3f | %.3f | %.1f | %.1f | %.1f | %.1f |\n",
+                t.library.c_str(), t.gemm_s * 1e3, flops / t.gemm_s * 1e-9,
+                t.model_gemm_s * 1e3, t.model_s * 1e3, 100.0 * t.gemm_s / t.model_s,
+                limit_samples_per_s(rows, t.gemm_s, 1, n),
+                limit_samples_per_s(rows, t.gemm_s, o.stages, n),
+                limit_samples_per_s(rows, t.model_gemm_s, o.stages, n));
 }
 
 int run(int argc, char** argv) {

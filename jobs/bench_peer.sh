@@ -204,18 +204,19 @@ run_peer() {  # workload np rep
 }
 
 # The GEMM limit of a workload (build/bench_gemm: the deck's micro-batch GEMMs
-# alone on one core, per library; P stages at most P x that rate x N/(N+P-1)),
+# alone on one core, per library; P stages at most P x that rate x N/(N+P-1);
+# and the same GEMMs on buffers laid out as the model's own matrices),
 # measured in every repetition beside the runs it bounds.
 limits=$WORK/limits.csv
 if [ "${APPEND:-0}" = 1 ] && [ -f "${OUT_CSV%.csv}_limits.csv" ]; then
   cp "${OUT_CSV%.csv}_limits.csv" "$limits"
 else
-  echo "workload,rep,library,gemm_ms,gemm_gflops,model_ms,limit_1,limit_2" > "$limits"
+  echo "workload,rep,library,gemm_ms,gemm_gflops,model_ms,limit_1,limit_2,model_gemm_ms,model_limit_1,model_limit_2" > "$limits"
 fi
 measure_limit() {  # workload rep
   build/bench_gemm "$DECK" "${SETS[@]}" --stages 2 --reps 11 --tsv > "$WORK/limit.tsv" ||
     die "build/bench_gemm failed for $1"
-  awk -F'\t' -v w="$1" -v r="$2" 'BEGIN { OFS = "," } { gsub(",", ";", $1); print w, r, $1, $2, $3, $4, $5, $6 }' \
+  awk -F'\t' -v w="$1" -v r="$2" 'BEGIN { OFS = "," } { gsub(",", ";", $1); print w, r, $1, $2, $3, $4, $5, $6, $7, $8, $9 }' \
     "$WORK/limit.tsv" >> "$limits"
 }
 

@@ -83,7 +83,7 @@ std::string cpu_gemm_description() {
 namespace cpu {
 void sgemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, const float* a,
            int64_t lda, const float* b, int64_t ldb, float beta, float* c, int64_t ldc) {
-  if (g_gemm_recording) g_gemm_recording->push_back({ta, tb, m, n, k, lda, ldb, ldc, beta});
+  if (g_gemm_recording) g_gemm_recording->push_back({ta, tb, m, n, k, lda, ldb, ldc, beta, a, b, c});
   if (!g_threads_applied) apply_threads();
   if (g_cpu_gemm == CpuGemm::OneDNN) {
     onednn_sgemm(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);

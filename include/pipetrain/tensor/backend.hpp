@@ -115,11 +115,18 @@ Backend& cpu_backend();
 std::unique_ptr<Backend> make_cpu_backend(GemmPrecision precision);
 
 // GEMM shapes of the CPU backend, for benchmarks: every sgemm call between
-// start and stop is recorded (arguments as in cblas_sgemm, row-major).
+// start and stop is recorded (arguments as in cblas_sgemm, row-major). The
+// operand addresses are kept only as identities, never dereferenced: a
+// replay can tell which calls shared a matrix (a layer's weight in forward
+// and backward, one layer's output as the next one's input) and give each
+// distinct matrix its own buffer, so that it moves the model's bytes.
 struct GemmShape {
   bool trans_a, trans_b;
   int64_t m, n, k, lda, ldb, ldc;
   float beta;
+  const void* a_id = nullptr;
+  const void* b_id = nullptr;
+  const void* c_id = nullptr;
 };
 void start_gemm_recording();
 std::vector<GemmShape> stop_gemm_recording();
