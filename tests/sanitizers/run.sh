@@ -2,8 +2,11 @@
 # run.sh: the sanitizer pass (`make test-sanitize`, after the ASan + UBSan
 # build into BUILD_DIR, normally build-asan).
 #   tests/sanitizers/run.sh BUILD_DIR
-# 1. the whole CTest suite of BUILD_DIR (MPI tests at 1, 2 and 4 ranks, the
-#    end-to-end CLI tests, and sanitizer_selftest);
+# 1. the CTest suite of BUILD_DIR (MPI tests at 1, 2 and 4 ranks, the
+#    end-to-end CLI tests, and sanitizer_selftest) except the tests labelled
+#    "tooling" (tests/CMakeLists.txt: the Python tools and the command-line
+#    drivers whose C++ the GoogleTests cover), two tests at a time (a test
+#    that starts a multi-rank job runs alone: PROCESSORS);
 # 2. a short training run on 2 ranks with checkpoints, then a --resume of it
 #    on 4 ranks to more steps;
 # with the options of options.sh, each rank writing its reports to
@@ -29,7 +32,7 @@ t0=$SECONDS
 # under the same load: the load, not ASan). The try does not hide a sanitizer
 # report: the first try's report stays in $logs and fails the pass.
 echo "test-sanitize: ctest in $build (reports to $logs)"
-(cd "$build" && ctest --output-on-failure -j 1 --repeat until-pass:2 ${SANITIZE_CTEST_ARGS:-}) ||
+(cd "$build" && ctest --output-on-failure -j 2 -LE tooling --repeat until-pass:2 ${SANITIZE_CTEST_ARGS:-}) ||
   failed+=("ctest")
 t1=$SECONDS
 
