@@ -153,7 +153,7 @@ class ModelBuffers {
         merged.back().end = std::max(merged.back().end, r.end);
       else merged.push_back(std::move(r));
     }
-    for (Region& r : merged) r.data.assign((r.end - r.begin) / sizeof(float) + 1, 0.01f);
+    for (Region& r : merged) r.data.assign((r.end - r.begin) / sizeof(float), 0.01f);
     regions_ = std::move(merged);
   }
   std::vector<Region> regions_;

@@ -27,7 +27,8 @@ rows=$work/rows.csv
 echo "batch,rep,warm_1,warm_2,model_1,model_2,pipetrain_1,pipetrain_2" > "$rows"
 
 median_rate() {  # metrics.h5 batch: the batch over the median step time after 3 warm-up steps
-  $PY -c "import h5py, numpy as np, sys; t = np.asarray(h5py.File(sys.argv[1])['step_time_s'])[3:]; print(int(sys.argv[2]) / np.median(t))" "$1" "$2"
+  $PY tools/metrics_summary.py "$1" --skip 3 --json |
+    $PY -c 'import json, sys; print(int(sys.argv[1]) / json.load(sys.stdin)["median_step_time_s"])' "$2"
 }
 train_rate() {  # ranks batch rep
   local dir=$work/run_$1_$2_$3
