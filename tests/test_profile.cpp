@@ -4,7 +4,8 @@
 //   - unit bytes equal the analytic sizes (MLP and GPT), compose exactly into
 //     what the executor's memory tracking reports for a stage (the rules of
 //     docs/profile.md), and into a one-stage training run's tracked peaks;
-//   - times are positive, a recompute costs about a forward; every rank gets
+//   - times are positive, a recompute costs about a forward; the stage-chain
+//     calibration makes the planner's stage sums the measured stages; every rank gets
 //     the same profile; the link is measured on >= 2 ranks;
 //   - a profile derived from a traced run, in memory and through trace.h5.
 #include <gtest/gtest.h>
@@ -96,6 +97,7 @@ ModelProfile distinct_profile() {
   p.step_overhead_s = 1.0 / 3.0;
   p.stage_data_bytes = 1234.0;
   p.cache = "cold: a test's words";
+  p.calibration = "stage chains [2]: a test's ratios";
   for (int u = 0; u < 3; ++u) {
     UnitCost c;
     c.name = "linear" + std::to_string(u);
@@ -144,6 +146,7 @@ void expect_same(const ModelProfile& a, const ModelProfile& b) {
   EXPECT_EQ(a.step_overhead_s, b.step_overhead_s);
   EXPECT_EQ(a.stage_data_bytes, b.stage_data_bytes);
   EXPECT_EQ(a.cache, b.cache);
+  EXPECT_EQ(a.calibration, b.calibration);
   ASSERT_EQ(a.units.size(), b.units.size());
   for (size_t u = 0; u < a.units.size(); ++u) expect_same(a.units[u], b.units[u]);
 }
@@ -197,12 +200,14 @@ TEST(ProfileFile, DamagedOrMismatchedFilesAreRefusedWithTheirReason) {
   expect_message(input_error_of([&] { profile_source_of(path); }), path, "not an HDF5 file");
 
   expect_message(message_after(path, [](hid_t f) {
-                   const int64_t three = 3;
+                   const int64_t four = 4;
                    hid_t a = H5Aopen(f, "format_version", H5P_DEFAULT);
-                   H5Awrite(a, H5T_NATIVE_INT64, &three);
+                   H5Awrite(a, H5T_NATIVE_INT64, &four);
                    H5Aclose(a);
                  }),
-                 path, "profile format_version 3; this pipetrain reads version 2");
+                 path, "profile format_version 4; this pipetrain reads version 3");
+  expect_message(message_after(path, [](hid_t f) { H5Adelete(f, "calibration"); }), path,
+                 "text attribute 'calibration' is missing");
   expect_message(message_after(path, [](hid_t f) { H5Adelete(f, "format"); }), path,
                  "text attribute 'format' is missing");
   EXPECT_NE(input_error_of([&] { profile_source_of(path); }).find("neither a profile nor a trace"),
@@ -493,6 +498,47 @@ TEST(ProfileLink, MeasuredBetweenRanksZeroAndOne) {
     std::printf("  link: latency %.2f us, bandwidth %.2f GB/s, 1 MiB in %.1f us\n",
                 p.link.latency_s * 1e6, p.link.bandwidth_bytes_per_s * 1e-9,
                 p.link.time_s(message) * 1e6);
+}
+
+// The stage chains: after calibration the planner's sums over each stage of
+// the uniform partition over the ranks (pinned GPT units included) are the
+// times measured for that stage run whole, and every unit of a stage is
+// scaled by the same ratio.
+TEST(ProfileChains, ScaledUnitsAddUpToTheMeasuredStages) {
+  Deck d = timing_gpt();
+  d.model.blocks = 4;
+  ProfileOptions o = ProfileOptions::brief();
+  o.stage_chains = false;
+  const ModelProfile uncalibrated = profile_model(d, cpu_backend(), MPI_COMM_WORLD, o);
+  EXPECT_EQ(uncalibrated.calibration, "");
+  ModelProfile p = uncalibrated;
+  const ChainCalibration cal = calibrate_with_stage_chains(p, d, cpu_backend(), MPI_COMM_WORLD, o);
+  const int stages = std::min(world_size(), 4);
+  ASSERT_EQ(cal.units_per_stage, partition_units(4, stages, {}));
+  ASSERT_EQ(cal.forward_s.size(), static_cast<size_t>(stages));
+  EXPECT_EQ(cal.text.rfind("stage chains [", 0), 0u) << cal.text;
+  expect_same_on_every_rank(p);
+  const std::vector<StageCost> none = stage_costs(p, cal.units_per_stage, {PlanRecompute::parse("none")});
+  const std::vector<StageCost> full = stage_costs(p, cal.units_per_stage, {PlanRecompute::parse("full")});
+  size_t unit = 0;
+  for (int s = 0; s < stages; ++s) {
+    EXPECT_GT(cal.forward_s[s], 0.0);
+    EXPECT_NEAR(none[s].forward_s, cal.forward_s[s], 1e-12 + 1e-9 * cal.forward_s[s]) << "stage " << s;
+    EXPECT_NEAR(none[s].backward_s, cal.backward_s[s], 1e-12 + 1e-9 * cal.backward_s[s]) << "stage " << s;
+    EXPECT_NEAR(full[s].recompute_s, cal.recompute_s[s], 1e-12 + 1e-9 * cal.recompute_s[s]) << "stage " << s;
+    // embedding with stage 0, head with the last stage
+    const size_t units = static_cast<size_t>(cal.units_per_stage[s]) + (s == 0) + (s + 1 == stages);
+    for (size_t k = 0; k < units; ++k, ++unit) {
+      const UnitCost &before = uncalibrated.units[unit], &after = p.units[unit];
+      EXPECT_NEAR(after.forward_s, before.forward_s * cal.forward_ratio[s], 1e-15) << after.name;
+      EXPECT_NEAR(after.backward_s, before.backward_s * cal.backward_ratio[s], 1e-15) << after.name;
+      EXPECT_NEAR(after.recompute_s, before.recompute_s * cal.recompute_ratio[s], 1e-15) << after.name;
+      EXPECT_EQ(after.optimizer_s, before.optimizer_s) << after.name;
+    }
+  }
+  EXPECT_EQ(unit, p.units.size());
+  if (is_root())
+    std::printf("  %s\n", cal.text.c_str());
 }
 
 // ---- from a trace ----------------------------------------------------------

@@ -102,7 +102,7 @@ void print_profile(const ModelProfile& p, const ProfileOptions& o, int ranks,
               "through the units, each after %d warm-up) on %d rank%s\n",
               static_cast<long long>(p.micro_batch_rows), o.reps, o.warmup, ranks,
               ranks == 1 ? "" : "s (every rank measures every unit at once)");
-  std::printf("caches %s\n", p.cache.c_str());
+  std::printf("caches %s\n%s\n", p.cache.c_str(), p.calibration.c_str());
   print_table(p);
   std::printf("stash / sel: kept from F to B with recompute none / selective (full and every:K "
               "keep the input of a segment's first unit); rc end: recompute when the unit ends a "

@@ -64,8 +64,9 @@ void predict_run(RunPlan& plan, const Deck& deck, const Trainer& trainer) {
 
 void print_run_plan(const RunPlan& plan, const Deck& deck) {
   if (!plan.measured) return;
-  std::printf("plan: brief profile of every unit in %.2f s (%s; caches %s)\n%s", plan.profile_seconds,
-              plan.profile.kernels.c_str(), plan.profile.cache.c_str(),
+  std::printf("plan: brief profile of every unit in %.2f s (%s; caches %s; %s)\n%s",
+              plan.profile_seconds, plan.profile.kernels.c_str(), plan.profile.cache.c_str(),
+              plan.profile.calibration.c_str(),
               describe_plan(deck.pipeline.partition_strategy, plan.partition, plan.prediction).c_str());
 }
 
@@ -79,6 +80,7 @@ void record_run_plan(const RunPlan& plan, const Deck& deck, int num_stages,
   if (!plan.measured) return;
   metrics.set_attribute("partition_reason", plan.partition.reason);
   metrics.set_attribute("profile_cache", plan.profile.cache);
+  metrics.set_attribute("profile_calibration", plan.profile.calibration);
   metrics.set_attribute("predicted_step_time_s", plan.prediction.step_time_s);
   metrics.set_attribute("predicted_bubble", plan.prediction.bubble);
   metrics.set_attribute("predicted_stage_peak_bytes", plan.prediction.peak_bytes);

@@ -178,6 +178,7 @@ void write_profile_file(const std::string& path, const ModelProfile& profile,
     ckpt::write_attr(f, "step_overhead_s", profile.step_overhead_s);
     ckpt::write_attr(f, "stage_data_bytes", profile.stage_data_bytes);
     ckpt::write_attr(f, "cache", profile.cache);
+    ckpt::write_attr(f, "calibration", profile.calibration);
     ckpt::write_attr(f, "source", provenance.source);
     ckpt::write_attr(f, "deck", provenance.deck);
     write_units(f, profile.units);
@@ -202,6 +203,7 @@ ModelProfile read_profile_file(const std::string& path) {
   p.step_overhead_s = number_attr(file.get(), "step_overhead_s", path);
   p.stage_data_bytes = number_attr(file.get(), "stage_data_bytes", path);
   p.cache = text_attr(file.get(), "cache", path);
+  p.calibration = text_attr(file.get(), "calibration", path);
   p.units = read_units(file.get(), path);
   return p;
 }

@@ -26,4 +26,9 @@ LinkCost measure_link(MPI_Comm comm, const Deck& deck, Backend& be, double messa
 double step_collectives_seconds(MPI_Comm comm, int64_t param_tensors,
                                 const ProfileOptions& options);
 
+// The element-wise lower median over the ranks of comm (of an even count,
+// the smaller middle value): a rank that another process slowed down for a
+// whole unit does not shift it (with 2 ranks it is the faster rank's).
+std::vector<double> median_over_ranks(const std::vector<double>& mine, MPI_Comm comm);
+
 }  // namespace pt

@@ -176,6 +176,7 @@ ModelProfile profile_from_trace(const Deck& deck, const RunTrace& trace, Backend
   ModelProfile p = profile_memory(deck, be, options);
   p.backend = deck.training.device;
   p.cache = "as the traced run had it (times measured in that run)";
+  p.calibration = "none: the traced run's stages measured whole";
   if (options.kernels.empty())
     p.kernels = "not recorded (derived from the trace " + trace.source + "); GEMM operands " +
                 deck.training.precision;

@@ -66,6 +66,26 @@ double median(std::vector<double> values) {
   return n % 2 == 1 ? values[n / 2] : 0.5 * (values[n / 2 - 1] + values[n / 2]);
 }
 
+// The element-wise lower median over the ranks of comm (of an even count,
+// the smaller middle value): a rank that another process slowed down for a
+// whole unit does not shift it (with 2 ranks it is the faster rank's).
+std::vector<double> median_over_ranks(const std::vector<double>& mine, MPI_Comm comm) {
+  int size = 1;
+  MPI_CHECK(MPI_Comm_size(comm, &size));
+  const size_t n = mine.size();
+  std::vector<double> all(n * static_cast<size_t>(size));
+  timed_allgather(mine.data(), static_cast<int>(n), MPI_DOUBLE, all.data(), comm,
+                  "the profiler's unit times all-gather");
+  std::vector<double> out(n);
+  for (size_t i = 0; i < n; ++i) {
+    std::vector<double> column;
+    for (int r = 0; r < size; ++r) column.push_back(all[static_cast<size_t>(r) * n + i]);
+    std::nth_element(column.begin(), column.begin() + (size - 1) / 2, column.end());
+    out[i] = column[static_cast<size_t>(size - 1) / 2];
+  }
+  return out;
+}
+
 namespace {
 
 using Clock = std::chrono::steady_clock;
@@ -283,26 +303,6 @@ std::vector<double> time_units(Context& c, size_t units, const ProfileOptions& o
   return medians;
 }
 
-// The element-wise lower median over the ranks of comm (of an even count,
-// the smaller middle value): a rank that another process slowed down for a
-// whole unit does not shift it (with 2 ranks it is the faster rank's).
-std::vector<double> median_over_ranks(const std::vector<double>& mine, MPI_Comm comm) {
-  int size = 1;
-  MPI_CHECK(MPI_Comm_size(comm, &size));
-  const size_t n = mine.size();
-  std::vector<double> all(n * static_cast<size_t>(size));
-  timed_allgather(mine.data(), static_cast<int>(n), MPI_DOUBLE, all.data(), comm,
-                  "the profiler's unit times all-gather");
-  std::vector<double> out(n);
-  for (size_t i = 0; i < n; ++i) {
-    std::vector<double> column;
-    for (int r = 0; r < size; ++r) column.push_back(all[static_cast<size_t>(r) * n + i]);
-    std::nth_element(column.begin(), column.begin() + (size - 1) / 2, column.end());
-    out[i] = column[static_cast<size_t>(size - 1) / 2];
-  }
-  return out;
-}
-
 // Host bytes the training data (and evaluation data, when the deck
 // evaluates) keeps on every stage, and besides on the first stage (cached
 // inputs) and the last (cached targets), by the host statistics.
@@ -447,6 +447,7 @@ ModelProfile profile_model(const Deck& deck, Backend& be, MPI_Comm comm,
     gradient_passes += t[kGradPasses];
   }
   p.step_overhead_s = gradient_passes + step_collectives_seconds(comm, param_tensors, options);
+  if (options.stage_chains) p.calibration = calibrate_with_stage_chains(p, deck, be, comm, options).text;
   p.link = measure_link(comm, deck, be, boundary_message_bytes(p.units), options);
   return p;
 }

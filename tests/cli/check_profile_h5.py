@@ -24,9 +24,9 @@ def main():
     path, names, link = sys.argv[1], sys.argv[2].split(","), sys.argv[3]
     with h5py.File(path, "r") as f:
         a = f.attrs
-        if a["format"] != "pipetrain-profile" or int(a["format_version"]) != 2:
+        if a["format"] != "pipetrain-profile" or int(a["format_version"]) != 3:
             fail(f"format {a['format']!r} version {a['format_version']}")
-        for key in ["model", "backend", "kernels", "source", "deck", "cache"]:
+        for key in ["model", "backend", "kernels", "source", "deck", "cache", "calibration"]:
             if not isinstance(a[key], str) or not a[key]:
                 fail(f"attribute {key} is not a non-empty string")
         if int(a["micro_batch_rows"]) < 1:

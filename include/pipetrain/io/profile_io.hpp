@@ -14,7 +14,7 @@
 namespace pt {
 
 constexpr const char* kProfileFormat = "pipetrain-profile";  // attribute `format`
-constexpr int64_t kProfileFormatVersion = 2;                 // attribute `format_version`
+constexpr int64_t kProfileFormatVersion = 3;                 // attribute `format_version`
 
 // What profile.h5 stores besides the profile.
 struct ProfileProvenance {

@@ -72,6 +72,10 @@ struct ModelProfile {
   // gradients and optimizer state exceed its 16.0 MiB share of the 32.0 MiB
   // last-level cache". "" for device descriptions.
   std::string cache;
+  // How the unit times were corrected by whole stages measured as the run
+  // runs them (runtime/profile_chain.cpp), e.g. "stage chains [8, 8]: F x
+  // 1.021 1.034, B x 1.287 1.301, recompute x 1.05 1.04"; "" when not.
+  std::string calibration;
 };
 
 }  // namespace pt

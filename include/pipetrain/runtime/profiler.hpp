@@ -36,6 +36,9 @@ struct ProfileOptions {
   // The transport the link is measured through (e.g. NCCL on GPUs); null: MPI.
   std::function<std::unique_ptr<Transport>(MPI_Comm)> make_transport;
   std::string kernels;  // GEMM library and kernels; "" = this process's BLAS
+  // Correct the unit times by whole stages run as the executor runs them
+  // (calibrate_with_stage_chains); off only to test the calibration itself.
+  bool stage_chains = true;
 
   // The short pass run before training (1 warm-up, 3 repetitions).
   static ProfileOptions brief();
@@ -57,6 +60,26 @@ std::string profile_model_description(const Deck& deck);
 // ranks 0 and 1 measure the link; every rank returns the same profile.
 ModelProfile profile_model(const Deck& deck, Backend& be, MPI_Comm comm,
                            const ProfileOptions& options = {});
+
+// The stage-chain calibration (runtime/profile_chain.cpp, docs/profile.md
+// "Stage chains"): units measured alone miss what the units of one stage do
+// to each other (caches, buffers, prefetch). Every stage of the uniform
+// partition over the ranks of comm is built whole and runs micro-batches F
+// then B, nothing evicted in between, as the executor runs them; each time is
+// the lower median over the ranks. The units of each stage are then scaled
+// so that the planner's sums (UnitRanges::cost) equal the measured stage:
+// forward_s by the F ratio, backward_s and recompute_selective_s by the B
+// ratio, recompute_s and recompute_end_s by the recompute ratio (full).
+struct ChainCalibration {
+  std::vector<int64_t> units_per_stage;  // (stages) partitionable units of each chain
+  std::vector<double> forward_s, backward_s, recompute_s;  // (stages) measured
+  std::vector<double> forward_ratio, backward_ratio, recompute_ratio;  // (stages)
+  std::string text;  // ModelProfile::calibration
+};
+// Collective over comm; profile_model calls it unless options.stage_chains
+// is false.
+ChainCalibration calibrate_with_stage_chains(ModelProfile& p, const Deck& deck, Backend& be,
+                                             MPI_Comm comm, const ProfileOptions& options);
 
 // A profile without times: the byte figures and FLOPs of every unit, from
 // one micro-batch per recompute policy (bytes do not vary between runs), and

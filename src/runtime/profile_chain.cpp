@@ -1,0 +1,136 @@
+// profile_chain.cpp: the stage-chain calibration of a profile's unit times.
+//
+// A unit measured alone misses what the units of one stage do to each other
+// in a run: one layer's gradient write-back and weights push the next
+// layer's out of the caches, the allocator reuses another layer's buffers,
+// the prefetchers see a longer stream. So after the units are timed, every
+// stage of the uniform partition over the profiling ranks is built whole and
+// runs micro-batch after micro-batch (F then B, nothing evicted in between,
+// as the executor runs them); the ratio of the stage's measured F, B and
+// recompute to what the planner adds up from its units scales those units
+// (docs/profile.md, "Stage chains").
+#include <algorithm>
+#include <cstdio>
+
+#include "profile_parts.hpp"
+#include "pipetrain/base/error.hpp"
+#include "pipetrain/base/timed_wait.hpp"
+#include "pipetrain/model/data.hpp"
+#include "pipetrain/model/model.hpp"
+#include "pipetrain/plan/stage_cost.hpp"
+#include "pipetrain/runtime/executor.hpp"
+
+namespace pt {
+
+namespace {
+
+// Figures timed per chain, in this order.
+enum ChainTime : size_t { kChainForward, kChainBackward, kChainRecompute, kChainTimes };
+
+// This rank's medians of one chain (stage `stage` of `counts`): F and B under
+// recompute none, the recompute inside B under full.
+std::vector<double> time_chain(const Deck& deck, Backend& be, const ProfileOptions& options,
+                               const std::vector<int64_t>& counts, int stage) {
+  StageModel model;
+  {
+    DefaultDeviceGuard on_host(Device::CPU);  // parameters are initialised on the host
+    model = build_stage(deck.model, counts, stage);
+  }
+  move_parameters(model, be.device());
+  DefaultDeviceGuard on_device(be.device());
+  std::unique_ptr<Transport> local = make_mpi_transport(MPI_COMM_SELF);  // probes never communicate
+  std::unique_ptr<Dataset> data = make_dataset(deck, Split::Train);
+  const auto stats = options.memory_stats ? options.memory_stats : [] { return memory_stats(); };
+  Executor none(model, *local, deck, be, parse_recompute_policy("none", "the profiler"));
+  Executor full(model, *local, deck, be, parse_recompute_policy("full", "the profiler"));
+  std::vector<std::vector<double>> samples(kChainTimes);
+  for (int r = 0; r < options.warmup + options.reps; ++r) {
+    const MicroBatchProbe kept = none.probe_micro_batch(*data, stats, options.reset_memory_peaks);
+    const MicroBatchProbe recomputed = full.probe_micro_batch(*data, stats, options.reset_memory_peaks);
+    if (r < options.warmup) continue;
+    samples[kChainForward].push_back(kept.forward_s);
+    samples[kChainBackward].push_back(kept.backward_s);
+    samples[kChainRecompute].push_back(recomputed.recompute_s);
+  }
+  std::vector<double> medians;
+  for (const auto& figure : samples) medians.push_back(median(figure));
+  return medians;
+}
+
+// measured / predicted, or 1 when either is not a positive time.
+double ratio(double measured, double predicted) {
+  return measured > 0.0 && predicted > 0.0 ? measured / predicted : 1.0;
+}
+
+void scale_units(ModelProfile& p, size_t first, size_t end, double forward, double backward,
+                 double recompute) {
+  for (size_t u = first; u < end; ++u) {
+    UnitCost& unit = p.units[u];
+    unit.forward_s *= forward;
+    unit.backward_s *= backward;
+    unit.recompute_selective_s *= backward;  // part of a backward
+    unit.recompute_s *= recompute;
+    unit.recompute_end_s *= recompute;
+  }
+}
+
+std::string counts_text(const std::vector<int64_t>& counts) {
+  std::string text = "[";
+  for (size_t i = 0; i < counts.size(); ++i) text += (i ? ", " : "") + std::to_string(counts[i]);
+  return text + "]";
+}
+
+std::string ratios_text(const std::vector<double>& ratios) {
+  std::string text;
+  for (size_t i = 0; i < ratios.size(); ++i) {
+    char number[32];
+    std::snprintf(number, sizeof number, "%s%.3f", i ? " " : "", ratios[i]);
+    text += number;
+  }
+  return text;
+}
+
+}  // namespace
+
+ChainCalibration calibrate_with_stage_chains(ModelProfile& p, const Deck& deck, Backend& be,
+                                             MPI_Comm comm, const ProfileOptions& options) {
+  int ranks = 1;
+  MPI_CHECK(MPI_Comm_size(comm, &ranks));
+  const UnitLayout layout = unit_layout(p);
+  const int stages = static_cast<int>(std::min<size_t>(static_cast<size_t>(ranks), layout.partitionable));
+  ChainCalibration cal;
+  cal.units_per_stage = partition_units(model_units(deck.model), stages, {});
+  std::vector<double> mine;
+  for (int s = 0; s < stages; ++s) {
+    timed_barrier(comm, "the profiler's barrier before a stage chain");
+    const std::vector<double> times = time_chain(deck, be, options, cal.units_per_stage, s);
+    mine.insert(mine.end(), times.begin(), times.end());
+  }
+  const std::vector<double> measured = median_over_ranks(mine, comm);
+  const UnitRanges ranges(p);  // the sums before any stage is scaled
+  const PlanRecompute none = PlanRecompute::parse("none"), full = PlanRecompute::parse("full");
+  size_t first = 0;
+  for (int s = 0; s < stages; ++s) {
+    const bool first_stage = s == 0, last_stage = s + 1 == stages;
+    const size_t end = first + (first_stage ? layout.leading : 0) +
+                       static_cast<size_t>(cal.units_per_stage[s]) + (last_stage ? layout.trailing : 0);
+    const StageCost sum_none = ranges.cost(first, end, first_stage, last_stage, none);
+    const StageCost sum_full = ranges.cost(first, end, first_stage, last_stage, full);
+    const double* m = &measured[static_cast<size_t>(s) * kChainTimes];
+    cal.forward_s.push_back(m[kChainForward]);
+    cal.backward_s.push_back(m[kChainBackward]);
+    cal.recompute_s.push_back(m[kChainRecompute]);
+    cal.forward_ratio.push_back(ratio(m[kChainForward], sum_none.forward_s));
+    cal.backward_ratio.push_back(ratio(m[kChainBackward], sum_none.backward_s));
+    cal.recompute_ratio.push_back(ratio(m[kChainRecompute], sum_full.recompute_s));
+    scale_units(p, first, end, cal.forward_ratio.back(), cal.backward_ratio.back(),
+                cal.recompute_ratio.back());
+    first = end;
+  }
+  cal.text = "stage chains " + counts_text(cal.units_per_stage) + ": F x " +
+             ratios_text(cal.forward_ratio) + ", B x " + ratios_text(cal.backward_ratio) +
+             ", recompute x " + ratios_text(cal.recompute_ratio);
+  return cal;
+}
+
+}  // namespace pt
