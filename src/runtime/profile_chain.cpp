@@ -27,10 +27,27 @@ namespace {
 // Figures timed per chain, in this order.
 enum ChainTime : size_t { kChainForward, kChainBackward, kChainRecompute, kChainTimes };
 
+// Timed repetitions of a chain: at least options.reps, more (up to 3 x) while
+// they fit kChainBudgetSeconds, so that a short stage gets enough samples for
+// a burst of load from another process not to move its median; the same on
+// every rank (the largest wanted).
+constexpr double kChainBudgetSeconds = 0.3;
+
+int chain_repetitions(double pair_seconds, const ProfileOptions& options, MPI_Comm comm) {
+  int wanted = options.reps;
+  if (pair_seconds > 0.0)
+    wanted = static_cast<int>(std::clamp(kChainBudgetSeconds / pair_seconds,
+                                         static_cast<double>(options.reps), 3.0 * options.reps));
+  int agreed = wanted;
+  timed_allreduce(&wanted, &agreed, 1, MPI_INT, MPI_MAX, comm,
+                  "the profiler's stage-chain repetitions all-reduce");
+  return agreed;
+}
+
 // This rank's medians of one chain (stage `stage` of `counts`): F and B under
 // recompute none, the recompute inside B under full.
 std::vector<double> time_chain(const Deck& deck, Backend& be, const ProfileOptions& options,
-                               const std::vector<int64_t>& counts, int stage) {
+                               const std::vector<int64_t>& counts, int stage, MPI_Comm comm) {
   StageModel model;
   {
     DefaultDeviceGuard on_host(Device::CPU);  // parameters are initialised on the host
@@ -43,11 +60,19 @@ std::vector<double> time_chain(const Deck& deck, Backend& be, const ProfileOptio
   const auto stats = options.memory_stats ? options.memory_stats : [] { return memory_stats(); };
   Executor none(model, *local, deck, be, parse_recompute_policy("none", "the profiler"));
   Executor full(model, *local, deck, be, parse_recompute_policy("full", "the profiler"));
+  const auto pair = [&] {  // F + B under none, then under full
+    return std::make_pair(none.probe_micro_batch(*data, stats, options.reset_memory_peaks),
+                          full.probe_micro_batch(*data, stats, options.reset_memory_peaks));
+  };
+  double pair_seconds = 0.0;
+  for (int r = 0; r < std::max(1, options.warmup); ++r) {
+    const auto [kept, recomputed] = pair();
+    pair_seconds = kept.forward_s + kept.backward_s + recomputed.forward_s + recomputed.backward_s;
+  }
+  const int reps = chain_repetitions(pair_seconds, options, comm);
   std::vector<std::vector<double>> samples(kChainTimes);
-  for (int r = 0; r < options.warmup + options.reps; ++r) {
-    const MicroBatchProbe kept = none.probe_micro_batch(*data, stats, options.reset_memory_peaks);
-    const MicroBatchProbe recomputed = full.probe_micro_batch(*data, stats, options.reset_memory_peaks);
-    if (r < options.warmup) continue;
+  for (int r = 0; r < reps; ++r) {
+    const auto [kept, recomputed] = pair();
     samples[kChainForward].push_back(kept.forward_s);
     samples[kChainBackward].push_back(kept.backward_s);
     samples[kChainRecompute].push_back(recomputed.recompute_s);
@@ -103,7 +128,7 @@ ChainCalibration calibrate_with_stage_chains(ModelProfile& p, const Deck& deck, 
   std::vector<double> mine;
   for (int s = 0; s < stages; ++s) {
     timed_barrier(comm, "the profiler's barrier before a stage chain");
-    const std::vector<double> times = time_chain(deck, be, options, cal.units_per_stage, s);
+    const std::vector<double> times = time_chain(deck, be, options, cal.units_per_stage, s, comm);
     mine.insert(mine.end(), times.begin(), times.end());
   }
   const std::vector<double> measured = median_over_ranks(mine, comm);
