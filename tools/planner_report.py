@@ -97,6 +97,8 @@ def main():
     ap.add_argument("--plot", required=True)
     ap.add_argument("--skip", type=int, default=2, help="warm-up steps left out of the medians")
     ap.add_argument("--command", default="jobs/bench_planner.sh")
+    ap.add_argument("--stress", default="", help="comma-separated decks reported apart, "
+                    "outside the 'all' line (configurations run to probe a known limit)")
     args = ap.parse_args()
     rows = [read_run(line.split(), args.skip) for line in open(args.runs) if line.strip()]
     with open(args.csv, "w", newline="") as f:
@@ -109,6 +111,7 @@ def main():
     p(f"Command: `{args.command}`. Machine: {platform.node()}, {cpu_model()}, "
       f"{os.cpu_count()} cores; {datetime.date.today().isoformat()}. GEMMs: {rows[0]['gemm']}. "
       "Every run profiles its units briefly at start (1 warm-up + 3 repetitions), "
+      "calibrates them by its uniform stages run whole (docs/profile.md, \"Stage chains\"), "
       "solves its partition and simulates its schedule (docs/planner.md); the "
       "prediction is stored in its metrics.h5. Measured: median step time and bubble "
       f"over the steps after the first {args.skip}, and each stage's largest tracked "
@@ -118,9 +121,12 @@ def main():
       "bubble: median abs error (points) | worst (points) | memory: worst stage error (%) | "
       "within 1% (% of runs) |")
     p("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
-    for deck in sorted({r["deck"] for r in rows}):
+    stress = {d for d in args.stress.split(",") if d}
+    for deck in sorted({r["deck"] for r in rows} - stress):
         p(summary_line([r for r in rows if r["deck"] == deck], deck))
-    p(summary_line(rows, "all"))
+    p(summary_line([r for r in rows if r["deck"] not in stress], "all"))
+    for deck in sorted(stress & {r["deck"] for r in rows}):
+        p(summary_line([r for r in rows if r["deck"] == deck], deck + " (stress, not in all)"))
     p(f"\n![error distribution]({os.path.basename(args.plot)})\n")
     p("## Every run\n")
     p("| deck | P | N | schedule | recompute | partition | units per stage | step predicted (ms) | "
