@@ -1,8 +1,11 @@
 #!/usr/bin/env bash
 # bench_schedules.sh: every schedule (1f1b, interleaved with 2 stages per
 # rank, zb-h1, zb-v; gpipe with SCHEDULES) on the balanced MLP
-# (inputs/bench_mlp.toml) and the GPT (inputs/gpt_markov.toml) at P = 2 ranks,
-# N = 2, 4, 8, 16: measured bubble (trace.h5, tools/trace_report.py) against
+# (inputs/bench_mlp.toml), the balanced GPT (inputs/gpt_balanced.toml, model
+# "gpt-balanced") and the unbalanced GPT (inputs/gpt_markov.toml, "gpt") at
+# P = 2 ranks, N = 2, 4, 8, 16, each REPS times (default 3; the schedules of
+# one model and N run one after another within a repetition, so that a slow
+# spell of the host hits them alike; the table gives medians): measured bubble (trace.h5, tools/trace_report.py) against
 # the schedule's theory (unit-time simulation of its schedule data) and the
 # planner's prediction, measured step time against the prediction, peak
 # memory, and ZB-H1's gain over 1F1B against what theory predicts. Writes
@@ -16,7 +19,8 @@ export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 P=${P:-2}
 N_LIST=${N_LIST:-"2 4 8 16"}
 SCHEDULES=${SCHEDULES:-"1f1b interleaved zb-h1 zb-v"}
-MODELS=${MODELS:-"mlp gpt"}
+MODELS=${MODELS:-"mlp gpt-balanced gpt"}
+REPS=${REPS:-3}
 PY=tools/.venv/bin/python
 out=results/bench_schedules${SUFFIX:-}.md
 mkdir -p runs results
@@ -39,40 +43,56 @@ alone=$(median_step runs/bench_schedules_alone)
 pair=$(median_step runs/bench_schedules_pair_a)
 check_line=$($PY -c "print('one-rank MLP step %.1f ms alone, %.1f ms with a second one-rank run at once: x%.2f' % ($alone * 1e3, $pair * 1e3, $pair / $alone))")
 
-deck_of() { [ "$1" = mlp ] && echo inputs/bench_mlp.toml || echo inputs/gpt_markov.toml; }
+deck_of() {
+  case $1 in
+    mlp) echo inputs/bench_mlp.toml ;;
+    gpt-balanced) echo inputs/gpt_balanced.toml ;;
+    gpt) echo inputs/gpt_markov.toml ;;
+    *) echo "bench_schedules: unknown model '$1' (mlp gpt-balanced gpt)" >&2; exit 1 ;;
+  esac
+}
 # The GPT deck trains for 600 steps with evaluations; the benchmark times 20.
 extra_of() {
   [ "$1" = gpt ] && echo "--set training.steps=20 --set training.eval_every=0 --set training.warmup_steps=2"
 }
 
-for model in $MODELS; do
-  for s in $SCHEDULES; do
+for rep in $(seq 1 "$REPS"); do
+  for model in $MODELS; do
+    deck=$(deck_of "$model")
     for n in $N_LIST; do
-      [ "$s" = interleaved ] && [ $((n % P)) -ne 0 ] && continue
-      dir=runs/bench_schedules_${model}_${s}_p${P}_n$n
-      virtual=""
-      [ "$s" = interleaved ] && virtual="--set pipeline.virtual_stages=2"
-      # shellcheck disable=SC2046
-      mpirun --oversubscribe --bind-to none -np "$P" build/pipetrain train "$(deck_of $model)" \
-        --set pipeline.micro_batches=$n --set pipeline.schedule=\"$s\" $virtual \
-        --set output.trace=true --set output.dir=\"$dir\" $(extra_of $model) \
-        > "$dir.log" 2>&1 || { cat "$dir.log"; exit 1; }
-      dirs+=("$dir")
-      if [ "$model" = mlp ] && [ "$n" = 8 ]; then
-        $PY tools/trace_timeline.py "$dir/trace.h5" "results/bench_schedules_timeline_${s}${SUFFIX:-}.png" > /dev/null
-      fi
+      for s in $SCHEDULES; do
+        [ "$s" = interleaved ] && [ $((n % P)) -ne 0 ] && continue
+        dir=runs/bench_schedules_${model}_${s}_p${P}_n${n}_r$rep
+        virtual=""
+        [ "$s" = interleaved ] && virtual="--set pipeline.virtual_stages=2"
+        # shellcheck disable=SC2046
+        mpirun --oversubscribe --bind-to none -np "$P" build/pipetrain train "$deck" \
+          --set pipeline.micro_batches=$n --set pipeline.schedule=\"$s\" $virtual \
+          --set output.trace=true --set output.dir=\"$dir\" $(extra_of $model) \
+          > "$dir.log" 2>&1 || { cat "$dir.log"; exit 1; }
+        dirs+=("$model=$dir")
+        if [ "$model" = mlp ] && [ "$n" = 8 ] && [ "$rep" = 1 ]; then
+          $PY tools/trace_timeline.py "$dir/trace.h5" "results/bench_schedules_timeline_${s}${SUFFIX:-}.png" > /dev/null
+        fi
+      done
     done
   done
 done
-blas=$(grep -m1 "^BLAS (ranks" "${dirs[0]}.log" || true)
+first_dir=${dirs[0]#*=}
+blas=$(grep -m1 "^BLAS (ranks" "$first_dir.log" || true)
 cpu=$(grep -m1 "model name" /proc/cpuinfo | cut -d: -f2- | sed 's/^ *//')
 {
   echo "# Schedules: measured bubble and step time, P = $P (CPU backend)"
   echo
-  echo "Command: \`P=$P jobs/bench_schedules.sh\`; decks \`inputs/bench_mlp.toml\` (16 Linear"
-  echo "layers of 1024 x 1024, batch 512, 12 steps) and \`inputs/gpt_markov.toml\` (4 blocks,"
-  echo "C = 96, T = 64, batch 32, 20 steps), one BLAS thread per rank, tracing on, steps after"
-  echo "the first 2 counted. Interleaved runs 2 stages per rank, ZB-V 2 (V shape)."
+  echo "Command: \`P=$P REPS=$REPS jobs/bench_schedules.sh\`; decks \`inputs/bench_mlp.toml\` (mlp: 16"
+  echo "Linear layers of 1024 x 1024, batch 512, 12 steps), \`inputs/gpt_balanced.toml\`"
+  echo "(gpt-balanced: 7 blocks and a head that costs about one, C = 96, T = 64, V = 1024, batch 32,"
+  echo "20 steps, partition \"time\": equal stages) and \`inputs/gpt_markov.toml\` (gpt: 4 blocks,"
+  echo "V = 128, batch 32, 20 steps: its last stage is the slowest, so its bubble is above the"
+  echo "theory of equal stages and is compared with the planner's prediction instead), one BLAS"
+  echo "thread per rank, tracing on, steps after the first 2 counted. Interleaved runs 2 stages"
+  echo "per rank, ZB-V 2 (V shape). Each row: the median of $REPS runs (column runs), the"
+  echo "schedules of one model and N run one after another in each repetition."
   echo "Machine: $(hostname), $(nproc) cores ($cpu), $(date -u +%F). $blas"
   echo
   echo "Machine check (this run): $check_line. A factor near 1 means a core per rank;"

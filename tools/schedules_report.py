@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """schedules_report.py: the table of jobs/bench_schedules.sh from its runs.
 
-    tools/.venv/bin/python tools/schedules_report.py --skip 2 RUN_DIR...
+    tools/.venv/bin/python tools/schedules_report.py --skip 2 [LABEL=]RUN_DIR...
 
 For every run directory (a `pipetrain train` with output.trace = true and
 pipeline.predict on) one markdown row: model, schedule, P, N, the theoretical
@@ -10,7 +10,10 @@ theory_bubble), the measured bubble (trace_report.py's definition, steps after
 --skip), the planner's predicted bubble and step time (metrics.h5 attributes
 predicted_bubble, predicted_step_time_s), the measured median step time and
 the largest per-rank peak memory (peak_bytes_total). Then, per model and N,
-ZB-H1's speedup over 1F1B against the speedup theory predicts.
+ZB-H1's speedup over 1F1B against the speedup theory predicts. A LABEL names
+the model in the table (default: gpt or mlp, from the run's deck). Repeated
+runs of one (label, schedule, P, N) are merged into one row: the medians of
+their measured and predicted figures, with the count in the "runs" column.
 """
 import argparse
 import json
@@ -23,7 +26,8 @@ import trace_report
 from trace_lib import TraceError, load_trace
 
 
-def run_row(run_dir, skip):
+def run_row(arg, skip):
+    label, _, run_dir = arg.rpartition("=")
     trace = load_trace(f"{run_dir}/trace.h5")
     r = trace_report.analyse(trace, skip)
     with h5py.File(f"{run_dir}/metrics.h5", "r") as f:
@@ -33,14 +37,29 @@ def run_row(run_dir, skip):
         predicted_step = float(a["predicted_step_time_s"]) if "predicted_step_time_s" in a else float("nan")
         predicted_bubble = float(a["predicted_bubble"]) if "predicted_bubble" in a else float("nan")
     deck = trace.deck_text
-    model = "gpt" if 'type = "gpt"' in deck else "mlp"
+    model = label or ("gpt" if 'type = "gpt"' in deck else "mlp")
     return {
         "dir": run_dir, "model": model, "schedule": trace.schedule_name,
         "ranks": trace.num_ranks, "stages": trace.num_stages, "n": trace.num_micro_batches,
         "theory": r["bubble_theory"], "bubble": r["bubble"], "predicted_bubble": predicted_bubble,
         "step_s": float(np.median(step)), "predicted_step_s": predicted_step,
-        "peak_mib": float(peak.max()) / 1048576.0,
+        "peak_mib": float(peak.max()) / 1048576.0, "runs": 1,
     }
+
+
+def merge_repeats(rows):
+    """One row per (model, schedule, ranks, stages, n): medians of the repeats."""
+    groups = {}
+    for r in rows:
+        groups.setdefault((r["model"], r["schedule"], r["ranks"], r["stages"], r["n"]), []).append(r)
+    merged = []
+    for group in groups.values():
+        row = dict(group[0])
+        for k in ["bubble", "predicted_bubble", "step_s", "predicted_step_s", "peak_mib"]:
+            row[k] = float(np.median([g[k] for g in group]))
+        row["runs"] = len(group)
+        merged.append(row)
+    return merged
 
 
 def pct(x):
@@ -48,14 +67,14 @@ def pct(x):
 
 
 def table(rows):
-    out = ["| model | schedule | P | stages | N | theory | measured | diff (points) | within 3 | "
+    out = ["| model | schedule | P | stages | N | runs | theory | measured | diff (points) | within 3 | "
            "predicted bubble | step (ms) | predicted step (ms) | step error | peak MiB |",
-           "|---|---|---:|---:|---:|---:|---:|---:|---|---:|---:|---:|---:|---:|"]
+           "|---|---|---:|---:|---:|---:|---:|---:|---:|---|---:|---:|---:|---:|---:|"]
     for r in rows:
         diff = 100 * (r["bubble"] - r["theory"])
         err = 100 * (r["predicted_step_s"] - r["step_s"]) / r["step_s"]
         out.append(f"| {r['model']} | {r['schedule']} | {r['ranks']} | {r['stages']} | {r['n']} | "
-                   f"{pct(r['theory'])} | {pct(r['bubble'])} | {diff:+.1f} | "
+                   f"{r['runs']} | {pct(r['theory'])} | {pct(r['bubble'])} | {diff:+.1f} | "
                    f"{'yes' if abs(diff) <= 3 else 'no'} | {pct(r['predicted_bubble'])} | "
                    f"{1e3 * r['step_s']:.1f} | {1e3 * r['predicted_step_s']:.1f} | {err:+.0f}% | "
                    f"{r['peak_mib']:.1f} |")
@@ -85,12 +104,12 @@ def zb_speedup(rows):
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("runs", nargs="+", help="run directories")
+    parser.add_argument("runs", nargs="+", help="run directories, each optionally LABEL=DIR")
     parser.add_argument("--skip", type=int, default=2, help="warm-up steps not counted")
     parser.add_argument("--json", action="store_true", help="print the rows as JSON")
     args = parser.parse_args()
     try:
-        rows = [run_row(d, args.skip) for d in args.runs]
+        rows = merge_repeats([run_row(d, args.skip) for d in args.runs])
     except (TraceError, OSError, KeyError) as err:
         sys.exit(f"{parser.prog}: error: {err}")
     if args.json:
