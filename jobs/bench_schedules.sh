@@ -86,7 +86,7 @@ cpu=$(grep -m1 "model name" /proc/cpuinfo | cut -d: -f2- | sed 's/^ *//')
   echo
   echo "Command: \`P=$P REPS=$REPS jobs/bench_schedules.sh\`; decks \`inputs/bench_mlp.toml\` (mlp: 16"
   echo "Linear layers of 1024 x 1024, batch 512, 12 steps), \`inputs/gpt_balanced.toml\`"
-  echo "(gpt-balanced: 7 blocks and a head that costs about one, C = 96, T = 64, V = 1024, batch 32,"
+  echo "(gpt-balanced: 7 blocks and a head that costs about one, C = 96, T = 64, V = 384, batch 32,"
   echo "20 steps, partition \"time\": equal stages) and \`inputs/gpt_markov.toml\` (gpt: 4 blocks,"
   echo "V = 128, batch 32, 20 steps: its last stage is the slowest, so its bubble is above the"
   echo "theory of equal stages and is compared with the planner's prediction instead), one BLAS"
