@@ -106,7 +106,7 @@ ModelProfile distinct_profile() {
                         &c.recompute_selective_s,
                         &c.optimizer_s, &c.forward_flops, &c.input_bytes, &c.output_bytes,
                         &c.stash_none_bytes, &c.stash_selective_bytes, &c.stash_always_bytes,
-                        &c.workspace_bytes, &c.param_bytes, &c.grad_bytes, &c.optimizer_bytes,
+                        &c.workspace_bytes, &c.backward_workspace_bytes, &c.param_bytes, &c.grad_bytes, &c.optimizer_bytes,
                         &c.data_bytes};
     for (size_t f = 0; f < std::size(fields); ++f) *fields[f] = (u * 100.0 + f + 1.0) / 7.0;
     p.units.push_back(c);
@@ -130,6 +130,7 @@ void expect_same(const UnitCost& a, const UnitCost& b) {
   EXPECT_EQ(a.stash_selective_bytes, b.stash_selective_bytes);
   EXPECT_EQ(a.stash_always_bytes, b.stash_always_bytes);
   EXPECT_EQ(a.workspace_bytes, b.workspace_bytes);
+  EXPECT_EQ(a.backward_workspace_bytes, b.backward_workspace_bytes);
   EXPECT_EQ(a.param_bytes, b.param_bytes);
   EXPECT_EQ(a.grad_bytes, b.grad_bytes);
   EXPECT_EQ(a.optimizer_bytes, b.optimizer_bytes);
@@ -321,10 +322,12 @@ TEST(ProfileBytes, GptUnitsMatchTheAnalyticSizes) {
 // selective: over its units k, workspace_k (plus the recomputed stash under
 // selective) less the stash of the units after k, less k's output when a
 // later unit of the stage consumes it.
-double stage_workspace(const std::vector<UnitCost>& units, size_t b, size_t e, bool selective) {
+// backward: the same over the units' peaks during B alone.
+double stage_workspace(const std::vector<UnitCost>& units, size_t b, size_t e, bool selective,
+                       bool backward = false) {
   double peak = 0.0;
   for (size_t k = b; k < e; ++k) {
-    double w = units[k].workspace_bytes;
+    double w = backward ? units[k].backward_workspace_bytes : units[k].workspace_bytes;
     if (selective) w += units[k].stash_none_bytes - units[k].stash_selective_bytes;
     for (size_t j = k + 1; j < e; ++j)
       w -= selective ? units[j].stash_selective_bytes : units[j].stash_none_bytes;
@@ -372,21 +375,28 @@ void check_stage(const Deck& d, const ModelProfile& p, const std::vector<int64_t
   EXPECT_EQ(full.stash_bytes, p.units[b].input_bytes + loss_grad) << label;
   EXPECT_EQ(none.workspace_bytes, stage_workspace(p.units, b, e, false)) << label;
   EXPECT_EQ(selective.workspace_bytes, stage_workspace(p.units, b, e, true)) << label;
-  // Full: what none keeps beyond the stage input and loss gradient is recomputed as workspace.
-  EXPECT_EQ(full.workspace_bytes,
-            stash - p.units[b].input_bytes - loss_grad + stage_workspace(p.units, b, e, false))
+  EXPECT_EQ(none.backward_workspace_bytes, stage_workspace(p.units, b, e, false, true)) << label;
+  // Full: what none keeps beyond the stage input and loss gradient is
+  // recomputed as workspace, on top of B's own peak.
+  EXPECT_EQ(full.backward_workspace_bytes,
+            stash - p.units[b].input_bytes - loss_grad + stage_workspace(p.units, b, e, false, true))
       << label;
   // The planner's stage costs compose the units the same way, exactly.
   const auto planned = [&](const char* policy) {
     return pt::stage_costs(p, parts, {pt::PlanRecompute::parse(policy)})[static_cast<size_t>(s)];
   };
-  for (const auto& [policy, probed] : {std::pair{"none", none}, std::pair{"selective", selective},
-                                       std::pair{"full", full}}) {
+  for (const auto& [policy, probed] : {std::pair{"none", none}, std::pair{"selective", selective}}) {
     const pt::StageCost c = planned(policy);
     EXPECT_EQ(c.stash_bytes, probed.stash_bytes) << label << " " << policy;
     EXPECT_EQ(std::max(c.forward_transient_bytes, c.backward_transient_bytes),
               probed.workspace_bytes) << label << " " << policy;
   }
+  // Full: B is the probe's B alone, less the stage output on a stage that is
+  // not the last (the probe holds it through B; a run sends it after F).
+  const pt::StageCost c = planned("full");
+  EXPECT_EQ(c.stash_bytes, full.stash_bytes) << label;
+  const double held_output = stage.is_last() ? 0.0 : p.units[e - 1].output_bytes;
+  EXPECT_EQ(c.backward_transient_bytes, full.backward_workspace_bytes - held_output) << label;
 }
 
 TEST(ProfileBytes, UnitsComposeIntoWhatTheExecutorTracksForAStage) {

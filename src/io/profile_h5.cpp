@@ -38,6 +38,7 @@ constexpr Column kColumns[] = {
     {"stash_selective_bytes", &UnitCost::stash_selective_bytes},
     {"stash_always_bytes", &UnitCost::stash_always_bytes},
     {"workspace_bytes", &UnitCost::workspace_bytes},
+    {"backward_workspace_bytes", &UnitCost::backward_workspace_bytes},
     {"param_bytes", &UnitCost::param_bytes},
     {"grad_bytes", &UnitCost::grad_bytes},
     {"optimizer_bytes", &UnitCost::optimizer_bytes},

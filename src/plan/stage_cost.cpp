@@ -102,20 +102,25 @@ UnitRanges::UnitRanges(const ModelProfile& profile) : count_(profile.units.size(
   input_bytes_ = values_of(u, [](const UnitCost& c) { return c.input_bytes; });
   output_bytes_ = values_of(u, [](const UnitCost& c) { return c.output_bytes; });
   workspace_ = values_of(u, [](const UnitCost& c) { return c.workspace_bytes; });
+  backward_workspace_ = values_of(u, [](const UnitCost& c) {
+    return c.backward_workspace_bytes > 0.0 ? c.backward_workspace_bytes : c.workspace_bytes;
+  });
   workspace_max_ = max_table(workspace_);
   // Unit k's transient term within a stage [first, end) with k < end - 1
   // (docs/profile.md, "From units to a stage"): its workspace, less its
   // output (consumed by the next unit of the stage), less the stash of the
   // units after it, i.e. term_k + prefix[k + 1] - prefix[end].
-  std::vector<double> none_terms, selective_terms;
+  std::vector<double> none_terms, selective_terms, backward_terms;
   for (size_t k = 0; k < u.size(); ++k) {
     const double drop = u[k].stash_none_bytes - u[k].stash_selective_bytes;
     none_terms.push_back(u[k].workspace_bytes - u[k].output_bytes + stash_none_[k + 1]);
+    backward_terms.push_back(backward_workspace_[k] - u[k].output_bytes + stash_none_[k + 1]);
     selective_terms.push_back(u[k].workspace_bytes + drop - u[k].output_bytes +
                               stash_selective_[k + 1]);
     selective_last_.push_back(u[k].workspace_bytes + drop);
   }
   none_terms_max_ = max_table(none_terms);
+  backward_terms_max_ = max_table(backward_terms);
   selective_terms_max_ = max_table(selective_terms);
 }
 
@@ -129,6 +134,21 @@ double UnitRanges::layered_transient(size_t first, size_t end, bool selective) c
   if (end - 1 > first)
     peak = std::max(peak, range_max(selective ? selective_terms_max_ : none_terms_max_, first,
                                     end - 1) - stash[end]);
+  return std::max(0.0, peak);
+}
+
+// The layered transient of B alone under recompute none (the units'
+// backward_workspace_bytes): what recompute "full" adds its re-created stash
+// to, since its forwards keep nothing and its re-run computes no loss. On a
+// stage that is not the last, less the stage's output, which the probe held
+// through B but a run sends after F (the simulator counts the send's buffer
+// until its message has arrived).
+double UnitRanges::backward_layered_transient(size_t first, size_t end, bool last_stage) const {
+  if (!last_stage)
+    return std::max(0.0, range_max(backward_terms_max_, first, end) - stash_none_[end]);
+  double peak = backward_workspace_[end - 1];
+  if (end - 1 > first)
+    peak = std::max(peak, range_max(backward_terms_max_, first, end - 1) - stash_none_[end]);
   return std::max(0.0, peak);
 }
 
@@ -167,23 +187,35 @@ double UnitRanges::stash_bytes(size_t first, size_t end, const PlanRecompute& po
   PT_FAIL("unknown PlanRecompute kind");
 }
 
+// The layered transient of F alone on a stage that is not the last: the
+// last unit's output gradient, measured with it (the probe allocates it
+// before F), does not exist during F in a run; posted receives of other
+// micro-batches' gradients are counted apart by the simulator.
+double UnitRanges::forward_layered_transient(size_t first, size_t end, bool selective) const {
+  const Prefix& stash = selective ? stash_selective_ : stash_none_;
+  return std::max(0.0, range_max(selective ? selective_terms_max_ : none_terms_max_, first, end) -
+                           stash[end]);
+}
+
 // F and B transients above the stash (stage_cost.hpp).
-std::pair<double, double> UnitRanges::transients(size_t first, size_t end,
+std::pair<double, double> UnitRanges::transients(size_t first, size_t end, bool last_stage,
                                                  const PlanRecompute& policy) const {
   const double none = layered_transient(first, end, false);
+  const double forward_none = last_stage ? none : forward_layered_transient(first, end, false);
   switch (policy.kind) {
-    case PlanRecompute::Kind::None: return {none, none};
+    case PlanRecompute::Kind::None: return {forward_none, none};
     case PlanRecompute::Kind::Selective: {
       const double selective = layered_transient(first, end, true);
-      return {selective, selective};
+      return {last_stage ? selective : forward_layered_transient(first, end, true), selective};
     }
     case PlanRecompute::Kind::Every: {
       const double work = range_max(workspace_max_, first, end);
       return {work, work + segment_peak(first, end, policy.every)};
     }
     case PlanRecompute::Kind::Full:  // B re-creates what none keeps beyond the full stash
-      return {none, sum(stash_none_, first, end) - input_bytes_[first] -
-                        sum(stash_always_, first, end) + none};
+      return {forward_none, sum(stash_none_, first, end) - input_bytes_[first] -
+                                sum(stash_always_, first, end) +
+                                backward_layered_transient(first, end, last_stage)};
   }
   PT_FAIL("unknown PlanRecompute kind");
 }
@@ -217,7 +249,7 @@ StageCost UnitRanges::cost(size_t first, size_t end, bool first_stage, bool last
   c.data_bytes = stage_data_ + sum(data_, first, end);
   c.comm_buffer_bytes = 2.0 * (c.input_message_bytes + c.output_message_bytes);
   c.stash_bytes = stash_bytes(first, end, policy);
-  std::tie(c.forward_transient_bytes, c.backward_transient_bytes) = transients(first, end, policy);
+  std::tie(c.forward_transient_bytes, c.backward_transient_bytes) = transients(first, end, last_stage, policy);
   return c;
 }
 
@@ -246,11 +278,14 @@ double UnitRanges::peak_lower_bound(size_t first, size_t end, const PlanRecomput
     case PlanRecompute::Kind::Every:
       activations = in_flight * always + range_max(workspace_max_, first, end);
       break;
-    case PlanRecompute::Kind::Full:  // the peak less (in_flight - 1) x the stage input
+    case PlanRecompute::Kind::Full: {  // the peak less (in_flight - 1) x the stage input
+      const double backward_bound =
+          std::max(0.0, range_max(backward_terms_max_, first, end) - stash_none_[end]);
       activations = stashing ? (in_flight - 1.0) * always + sum(stash_none_, first, end) +
-                                   layered_bound(false)
+                                   backward_bound
                              : in_flight * always;
       break;
+    }
   }
   // Summed in peak_bytes' order, less a relative 1e-12, so that rounding
   // never lifts the bound above a peak it equals in exact arithmetic.

@@ -258,6 +258,9 @@ MicroBatchProbe Executor::probe_micro_batch(const Dataset& data,
   const int act = static_cast<int>(MemCategory::Activations);
   probe.stash_bytes = stats().live[act] - before.live[act];
   if (stage_.is_last()) dy = std::move(mbs_[0].grad_output);
+  const MemoryStats after_forward = stats();  // its peak is the forward's
+  reset_memory_peaks();
+  if (reset_peaks) reset_peaks();
   if (before_each_pass) before_each_pass();
   const double backward_start = clock().now_us();
   run_backward(0, std::move(dy));
@@ -268,13 +271,15 @@ MicroBatchProbe Executor::probe_micro_batch(const Dataset& data,
   const MemoryStats after = stats();
   // Signed: a stage whose input is larger than all it allocates has a
   // transient below its stash.
-  const auto above = [&](size_t base) {
-    const double bytes = static_cast<double>(after.peak_total) - static_cast<double>(base) -
+  const auto above = [&](size_t peak, size_t base) {
+    const double bytes = static_cast<double>(peak) - static_cast<double>(base) -
                          static_cast<double>(probe.stash_bytes);
     return static_cast<size_t>(std::max(0.0, bytes));
   };
-  probe.transient_bytes = above(before.live_total);
-  probe.workspace_bytes = above(empty.live_total);
+  const size_t peak = std::max(after_forward.peak_total, after.peak_total);
+  probe.transient_bytes = above(peak, before.live_total);
+  probe.workspace_bytes = above(peak, empty.live_total);
+  probe.backward_workspace_bytes = above(after.peak_total, empty.live_total);
   mbs_.clear();
   return probe;
 }
@@ -443,12 +448,14 @@ void Executor::poll_receives() {
 }
 
 void Executor::reap_sends(bool wait_all) {
+  reaping_ = true;
   size_t kept = 0;
   for (size_t i = 0; i < sends_.size(); ++i) {
     if (wait_all) wait_for(sends_[i].pending);
     if (!poll(sends_[i].pending)) sends_[kept++] = std::move(sends_[i]);
   }
   sends_.resize(kept);
+  reaping_ = false;
 }
 
 // Polls with a short spin, then yields the core between polls: the latency
@@ -458,7 +465,14 @@ void Executor::reap_sends(bool wait_all) {
 void Executor::wait_for(Pending& p) {
   if (poll(p)) return;
   const double start_us = clock().now_us();
-  if (!poll_until([&] { return poll(p); }, deck_.pipeline.timeout_s))
+  // While a receive is awaited, sends that complete free their buffers at
+  // once rather than after the action: a stage far ahead of its successor
+  // (GPipe's forwards) does not hold its finished messages through the wait.
+  const auto progress = [&] {
+    if (!reaping_) reap_sends(false);
+    return poll(p);
+  };
+  if (!poll_until(progress, deck_.pipeline.timeout_s))
     throw TimeoutError(describe(p.action));
   const double end_us = clock().now_us();
   if (in_compute_) nested_wait_us_ += end_us - start_us;

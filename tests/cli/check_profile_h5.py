@@ -12,7 +12,7 @@ import numpy as np
 
 COLUMNS = ["forward_s", "backward_s", "recompute_s", "recompute_end_s", "recompute_selective_s", "optimizer_s",
            "forward_flops", "input_bytes", "output_bytes", "stash_none_bytes",
-           "stash_selective_bytes", "stash_always_bytes", "workspace_bytes", "param_bytes", "grad_bytes",
+           "stash_selective_bytes", "stash_always_bytes", "workspace_bytes", "backward_workspace_bytes", "param_bytes", "grad_bytes",
            "optimizer_bytes", "data_bytes"]
 
 

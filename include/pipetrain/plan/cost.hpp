@@ -38,6 +38,9 @@ struct UnitCost {
   double stash_selective_bytes = 0.0;  // ... with recompute = selective
   double stash_always_bytes = 0.0;     // part of both kept under every policy (the loss gradient)
   double workspace_bytes = 0.0;        // transient peak above the stash during its F or B
+  // The same peak during B alone (<= workspace_bytes; what recompute "full"
+  // adds its re-created stash to). 0: not measured, workspace_bytes is used.
+  double backward_workspace_bytes = 0.0;
   // Bytes per unit, independent of micro-batches.
   double param_bytes = 0.0;
   double grad_bytes = 0.0;

@@ -19,12 +19,19 @@
 //             - sum of stash_none_bytes of the units after k
 //   (when unit k runs, the stash of the later units does not exist yet or
 //   is freed already; docs/profile.md checks it against the executor):
-//             none       F = B = L
-//             selective  F = B = L with stash_selective_bytes for the later
-//                        units and stash_none - stash_selective of unit k added
+//             none       F = L_F; B = L
+//             selective  F = L_F, B = L, both with stash_selective_bytes for
+//                        the later units and stash_none - stash_selective of
+//                        unit k added
 //             every:K    F = max workspace_bytes; B = F + the largest sum of
 //                        stash_none over the K-unit segments (an upper bound)
-//             full       F = L; B = L + sum stash_none - the full stash
+//             full       F = L_F; B = L_B + sum stash_none - the full stash
+//   where L_F is L with the last unit's output taken off as well on a stage
+//   that is not the last (the probe measured its output gradient, which a
+//   run's F does not have yet), and L_B is L over the units'
+//   backward_workspace_bytes (the peak of B alone: full's B re-creates the
+//   stash but not the loss's forward buffers), with the last unit's output
+//   taken off on a stage that is not the last (a run sends it after F)
 //   persistent  sum (param_bytes + grad_bytes + optimizer_bytes)
 //   data        training data the stage caches in host memory: the profile's
 //               stage_data_bytes + sum data_bytes (the first stage's inputs,
@@ -109,16 +116,20 @@ class UnitRanges {
   double stash_bytes(size_t first, size_t end, const PlanRecompute& policy) const;
   double recompute_time(size_t first, size_t end, const PlanRecompute& policy) const;
   double layered_transient(size_t first, size_t end, bool selective) const;
-  std::pair<double, double> transients(size_t first, size_t end, const PlanRecompute& policy) const;
+  double forward_layered_transient(size_t first, size_t end, bool selective) const;
+  double backward_layered_transient(size_t first, size_t end, bool last_stage) const;
+  std::pair<double, double> transients(size_t first, size_t end, bool last_stage,
+                                       const PlanRecompute& policy) const;
 
   size_t count_ = 0;
   Prefix forward_, backward_, recompute_, recompute_selective_, optimizer_;
   Prefix stash_none_, stash_selective_, stash_always_, persistent_, data_;
   double stage_data_ = 0.0;  // profile.stage_data_bytes: on every stage
-  std::vector<double> input_bytes_, output_bytes_, workspace_, selective_last_;
+  std::vector<double> input_bytes_, output_bytes_, workspace_, backward_workspace_, selective_last_;
   // Sparse tables of range maxima: workspace_bytes, and the layered
   // transient terms of units followed by others in their stage.
-  std::vector<std::vector<double>> workspace_max_, none_terms_max_, selective_terms_max_;
+  std::vector<std::vector<double>> workspace_max_, none_terms_max_, selective_terms_max_,
+      backward_terms_max_;
 };
 
 // Where the partitionable units sit: units [leading, leading + partitionable)

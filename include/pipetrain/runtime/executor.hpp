@@ -44,6 +44,7 @@ struct MicroBatchProbe {
   size_t transient_bytes = 0;  // peak of everything else during F + B, beyond
                                // the stage input and output-gradient buffers
   size_t workspace_bytes = 0;  // the same peak counting those two buffers
+  size_t backward_workspace_bytes = 0;  // workspace_bytes' peak during B alone
   double forward_s = 0.0;      // F; on the first stage with fetching the input
   double backward_s = 0.0;     // B, with its recompute
   double recompute_s = 0.0;    // the recompute inside B (0 unless it recomputes)
@@ -144,6 +145,8 @@ class Executor {
   double compute_begin();     // start of an F/B: its time
   void compute_end(EventKind kind, int mb, double start_us);
   const Tracer& clock() const;
+  // Frees the buffers of completed sends (all of them, waiting, when
+  // wait_all); also called while a receive is waited for.
   void reap_sends(bool wait_all);
   int tag(int dst_stage, int direction, int mb) const;
   int peer_rank(int stage) const { return stage_rank(*schedule_, stage); }
@@ -182,6 +185,7 @@ class Executor {
   double loss_sum_ = 0.0;
   std::map<int, MicroBatch> mbs_;  // by key(mb): micro-batch and local stage
   std::vector<Send> sends_;
+  bool reaping_ = false;  // inside reap_sends: its waits do not reap again
 };
 
 }  // namespace pt
