@@ -187,10 +187,12 @@ double UnitRanges::stash_bytes(size_t first, size_t end, const PlanRecompute& po
   PT_FAIL("unknown PlanRecompute kind");
 }
 
-// The layered transient of F alone on a stage that is not the last: the
-// last unit's output gradient, measured with it (the probe allocates it
-// before F), does not exist during F in a run; posted receives of other
-// micro-batches' gradients are counted apart by the simulator.
+// The layered transient on a stage that is not the last, in a run: the
+// probe measured the last unit with its output gradient allocated before F
+// and its output held through B; in a run the gradient does not exist yet
+// during F and the output has been sent before B, so each phase holds one
+// of the two, and the probe's peak counts one too many (posted receives and
+// incomplete sends are counted apart by the simulator).
 double UnitRanges::forward_layered_transient(size_t first, size_t end, bool selective) const {
   const Prefix& stash = selective ? stash_selective_ : stash_none_;
   return std::max(0.0, range_max(selective ? selective_terms_max_ : none_terms_max_, first, end) -
@@ -203,10 +205,11 @@ std::pair<double, double> UnitRanges::transients(size_t first, size_t end, bool 
   const double none = layered_transient(first, end, false);
   const double forward_none = last_stage ? none : forward_layered_transient(first, end, false);
   switch (policy.kind) {
-    case PlanRecompute::Kind::None: return {forward_none, none};
+    case PlanRecompute::Kind::None: return {forward_none, forward_none};
     case PlanRecompute::Kind::Selective: {
-      const double selective = layered_transient(first, end, true);
-      return {last_stage ? selective : forward_layered_transient(first, end, true), selective};
+      const double selective = last_stage ? layered_transient(first, end, true)
+                                          : forward_layered_transient(first, end, true);
+      return {selective, selective};
     }
     case PlanRecompute::Kind::Every: {
       const double work = range_max(workspace_max_, first, end);

@@ -19,16 +19,16 @@
 //             - sum of stash_none_bytes of the units after k
 //   (when unit k runs, the stash of the later units does not exist yet or
 //   is freed already; docs/profile.md checks it against the executor):
-//             none       F = L_F; B = L
-//             selective  F = L_F, B = L, both with stash_selective_bytes for
-//                        the later units and stash_none - stash_selective of
-//                        unit k added
+//             none       F = B = L_F
+//             selective  F = B = L_F with stash_selective_bytes for the later
+//                        units and stash_none - stash_selective of unit k added
 //             every:K    F = max workspace_bytes; B = F + the largest sum of
 //                        stash_none over the K-unit segments (an upper bound)
 //             full       F = L_F; B = L_B + sum stash_none - the full stash
 //   where L_F is L with the last unit's output taken off as well on a stage
-//   that is not the last (the probe measured its output gradient, which a
-//   run's F does not have yet), and L_B is L over the units'
+//   that is not the last (the probe held both its output gradient, which a
+//   run's F does not have yet, and its output, which a run has sent before
+//   B), and L_B is L over the units'
 //   backward_workspace_bytes (the peak of B alone: full's B re-creates the
 //   stash but not the loss's forward buffers), with the last unit's output
 //   taken off on a stage that is not the last (a run sends it after F)
