@@ -65,7 +65,7 @@ cuda:
 	$(MAKE) BUILD=build-cuda CMAKE_ARGS="-DPIPETRAIN_CUDA=ON $(CMAKE_ARGS)" configure
 	cmake --build build-cuda -j $(JOBS) --target $(CUDA_TARGETS)
 
-# AddressSanitizer + UndefinedBehaviorSanitizer (gcc), RelWithDebInfo (-O2 -g).
+# AddressSanitizer + UndefinedBehaviorSanitizer (gcc), -O1 -g1 (CMakeLists.txt).
 # Runtime options, suppressions and the run: tests/sanitizers/.
 test-sanitize: tools
 	$(MAKE) BUILD=build-asan \

@@ -273,7 +273,7 @@ void expect_valid_counts(const PartitionResult& r, const RandomCase& c) {
 // Random cases compared with brute force: fewer under ASan, where each brute
 // force costs about ten times as much (the same seed, so a prefix of the cases).
 #ifdef __SANITIZE_ADDRESS__
-constexpr int kRandomTrials = 300;
+constexpr int kRandomTrials = 100;
 #else
 constexpr int kRandomTrials = 1500;
 #endif

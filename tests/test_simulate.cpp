@@ -122,6 +122,31 @@ TEST(Simulator, OneFOneBTwoStagesByHand) {
   EXPECT_EQ(r.peak_in_flight, (std::vector<int>{2, 1}));
 }
 
+// The same 1F1B with receiver_progress (MPI on the CPU: the receiver copies
+// between its computes). 1SEND_B1 is posted at 7.5 while rank 0 runs 0F2
+// [7, 8], so its transfer starts at 8 and arrives at 8.5 (not 8): 0B1
+// [8.5, 10.5]. Every other transfer finds its receiver idle or between
+// computes (0SEND_F1 at 2.5, when 1F0 ends), and the span stays 14.
+TEST(Simulator, ReceiverProgressStartsTransfersBetweenItsComputes) {
+  const Schedule s = pt::generate_1f1b(2, 3);
+  SimulationInput in{{stage(1, 2), stage(1, 2)}, {latency(0.5)}, 0.0, 0, true};
+  in.receiver_progress = true;
+  const SimulationResult r = pt::simulate_schedule(s, in);
+  expect_timeline(r, 0, {{"0F0", {0, 1}},        {"0SEND_F0", {1, 1.5}}, {"0RECV_B0", {1, 5}},
+                         {"0F1", {1, 2}},        {"0SEND_F1", {2, 3}},   {"0B0", {5, 7}},
+                         {"0RECV_B1", {7, 8.5}}, {"0F2", {7, 8}},        {"0SEND_F2", {8, 8.5}},
+                         {"0RECV_B2", {8, 12}},  {"0B1", {8.5, 10.5}},   {"0B2", {12, 14}}});
+  expect_timeline(r, 1, {{"1RECV_F0", {0, 1.5}},   {"1F0", {1.5, 2.5}},    {"1RECV_F1", {2.5, 3}},
+                         {"1B0", {2.5, 4.5}},      {"1SEND_B0", {4.5, 5}},   {"1F1", {4.5, 5.5}},
+                         {"1RECV_F2", {5.5, 8.5}}, {"1B1", {5.5, 7.5}},    {"1SEND_B1", {7.5, 8.5}},
+                         {"1F2", {8.5, 9.5}},      {"1B2", {9.5, 11.5}},   {"1SEND_B2", {11.5, 12}}});
+  EXPECT_EQ(r.span_s, (std::vector<double>{14, 12}));
+  // Without it the same input gives 0B1 [8, 10] (OneFOneBTwoStagesByHand).
+  in.receiver_progress = false;
+  const SimulationResult free_links = pt::simulate_schedule(s, in);
+  EXPECT_DOUBLE_EQ(free_links.events[0][10].start_s, 8.0);
+}
+
 // Equal stages and free links: span (N + P - 1)(F + B) and bubble
 // (P - 1) / (N + P - 1), for both generated schedules.
 TEST(Simulator, BubbleFormulaForEqualStages) {

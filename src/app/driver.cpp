@@ -400,6 +400,7 @@ int run_train(const World& w, const CommandLine& cli, const Deck& deck_in) {
     metrics.set_attribute("recompute", policies);
     print_run_plan(plan, deck);
     record_run_plan(plan, deck, trainer.schedule().num_stages, metrics);
+    save_run_profile(plan, deck, resolved);
     if (auto floor = trainer.loss_floor()) {
       metrics.set_attribute("loss_floor", floor->window);
       metrics.set_attribute("entropy_rate", floor->entropy_rate);

@@ -24,6 +24,7 @@
 #include "pipetrain/io/profile_io.hpp"
 #include "pipetrain/plan/alternatives.hpp"
 #include "pipetrain/plan/device.hpp"
+#include "pipetrain/runtime/deck_plan.hpp"
 #include "pipetrain/tensor/blas_info.hpp"
 
 namespace pt {
@@ -76,6 +77,7 @@ PlanRequest request_for(const Deck& deck, const CommandLine& cli, int stages) {
   r.batch_size = deck.training.batch_size;
   r.micro_batch_counts = cli.micro_batch_counts;
   r.memory_budget_bytes = deck.pipeline.memory_budget_mb * 1024.0 * 1024.0;
+  r.weight_grad_share = weight_grad_share(deck.model);
   // Selective recomputation drops attention probabilities; an MLP has none.
   if (deck.model.type != "gpt") r.recompute = {"none", "full"};
   for (int n : r.micro_batch_counts)

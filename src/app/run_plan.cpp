@@ -6,6 +6,7 @@
 
 #include "pipetrain/base/timed_wait.hpp"
 #include "pipetrain/io/metrics.hpp"
+#include "pipetrain/io/profile_io.hpp"
 #include "pipetrain/model/model.hpp"
 #include "pipetrain/runtime/profiler.hpp"
 
@@ -87,6 +88,14 @@ void record_run_plan(const RunPlan& plan, const Deck& deck, int num_stages,
   metrics.set_attribute("predicted_stage_time_s", plan.partition.stage_time_s);
   metrics.set_attribute("predicted_stage_busy_s", plan.prediction.busy_s);
   metrics.set_attribute("predicted_span_s", plan.prediction.span_s_max);
+}
+
+void save_run_profile(const RunPlan& plan, const Deck& deck, const std::string& resolved_deck) {
+  if (!plan.measured) return;
+  char how[96];
+  std::snprintf(how, sizeof how, "measured: the brief start-up profile of a training run (%.2f s)",
+                plan.profile_seconds);
+  write_profile_file(deck.output.dir + "/profile.h5", plan.profile, {resolved_deck, how});
 }
 
 }  // namespace pt

@@ -67,7 +67,7 @@ void prepare_output_directories(const Deck& deck) {
   const std::string head = key_head(deck, "output.dir", dir);
   make_directories(dir, head);
   check_writable(dir, head);
-  for (const char* name : {"metrics.h5", "deck.resolved.toml", "trace.h5"})
+  for (const char* name : {"metrics.h5", "deck.resolved.toml", "trace.h5", "profile.h5"})
     check_not_directory(dir + "/" + name, head, std::string("its ") + name);
   if (deck.output.checkpoint_every <= 0) return;
   const std::string root = checkpoint_root(deck);

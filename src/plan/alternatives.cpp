@@ -115,6 +115,8 @@ PlanRow plan_point(const ModelProfile& profile, const Schedule& schedule,
     return row;
   }
   SimulationInput sim{part.stages, links, profile.step_overhead_s, replica_batch(request), false};
+  sim.receiver_progress = receiver_driven_links(profile);
+  sim.weight_grad_share = request.weight_grad_share;
   SimulationResult result = simulate_schedule(schedule, sim);
   row.units_per_stage = part.units_per_stage;
   // Data parallelism: stage s's reduction starts at the end of its last

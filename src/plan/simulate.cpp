@@ -12,6 +12,7 @@
 
 #include <algorithm>
 #include <string>
+#include <utility>
 
 #include "pipetrain/base/error.hpp"
 
@@ -58,7 +59,7 @@ class StepSimulation {
         times_(5 * slots(), kNotYet), starts_(3 * slots(), kNotYet), recv_post_s_(2 * slots(), kNotYet),
         waiting_for_(s.num_ranks, kNothing),
         pc_(s.num_ranks, 0), clock_(s.num_ranks, 0.0), busy_(s.num_ranks, 0.0),
-        span_(s.num_ranks, 0.0), in_flight_(p_, 0),
+        span_(s.num_ranks, 0.0), computes_(s.num_ranks), in_flight_(p_, 0),
         result_() {
     result_.peak_in_flight.assign(p_, 0);
     result_.peak_bytes.assign(p_, 0.0);
@@ -114,10 +115,24 @@ class StepSimulation {
                                            : make_action(send.stage - 1, ActionKind::RECV_B, send.mb);
   }
   // Rendezvous: the transfer starts once both the send and its receive are
-  // posted; the message arrives, and the send completes, link time later.
+  // posted (with receiver_progress, not before the receiver is between
+  // computes); the message arrives, and the send completes, link time later.
   double arrival(const Action& send) {
-    return std::max(done(send.kind, send.stage, send.mb), recv_post(matching_recv(send))) +
-           send_time(send);
+    const Action recv = matching_recv(send);
+    double start = std::max(done(send.kind, send.stage, send.mb), recv_post(recv));
+    if (in_.receiver_progress) start = between_computes(stage_rank(s_, recv.stage), start);
+    return start + send_time(send);
+  }
+  // The first moment from `t` on at which `rank` is not computing. Only its
+  // computes so far are looked at: when a consumer asks for its input, every
+  // compute of its rank that could hold a transfer back has run.
+  double between_computes(int rank, double t) const {
+    const std::vector<std::pair<double, double>>& runs = computes_[rank];
+    auto after = std::upper_bound(runs.begin(), runs.end(), t,
+                                  [](double x, const std::pair<double, double>& run) { return x < run.first; });
+    if (after == runs.begin()) return t;
+    const std::pair<double, double>& run = *(after - 1);  // the last compute that started before t
+    return t < run.second && t > run.first ? run.second : t;
   }
   double& start_of(const Action& compute) {
     const size_t k = compute.kind == ActionKind::F ? 0 : compute.kind == ActionKind::B ? 1 : 2;
@@ -225,6 +240,7 @@ class StepSimulation {
     }
     if (a.kind == (split_ ? ActionKind::W : ActionKind::B)) --in_flight_[a.stage];
     clock_[rank] = end;
+    if (in_.receiver_progress && end > start) computes_[rank].push_back({start, end});
     busy_[rank] += end - start;
     span_[rank] = std::max(span_[rank], end);
     record(rank, a, start, end);
@@ -387,6 +403,7 @@ class StepSimulation {
   std::vector<size_t> waiting_for_;  // per rank: the key it waits for, or kNothing
   std::vector<int> pc_;
   std::vector<double> clock_, busy_, span_;
+  std::vector<std::vector<std::pair<double, double>>> computes_;  // per rank: (start, end) in order (receiver_progress)
   std::vector<int> in_flight_;  // per stage, while simulating: for peak_in_flight
   std::vector<int> runnable_;
   SimulationResult result_;

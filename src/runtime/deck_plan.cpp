@@ -77,6 +77,7 @@ SimulationResult predict_step(const Deck& deck, const ModelProfile& profile,
   input.batch_size = deck.training.batch_size;
   input.record_events = false;
   input.weight_grad_share = weight_grad_share(deck.model);
+  input.receiver_progress = receiver_driven_links(profile);
   return simulate_schedule(schedule, input);
 }
 

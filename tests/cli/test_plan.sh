@@ -3,7 +3,8 @@
 # every alternative of a deck (schedules x micro-batch counts x recompute x
 # partitions) by predicted step time, marks what fits the budget and names
 # the best plan and the deck's own rank; from a profile.h5 it plans that
-# profile's micro-batch size; on the H200 description it plans GPT-3 175B at
+# profile's micro-batch size, and from a training run's profile.h5 it
+# predicts that run's step again; on the H200 description it plans GPT-3 175B at
 # 8 stages (nothing fits) and 64 (1F1B, selective, balanced, as
 # test_plan_device finds); bad inputs get their message.
 #   tests/cli/test_plan.sh BUILD_DIR
@@ -38,6 +39,17 @@ check "plan from a profile.h5 succeeds" status_is 0
 check "a profile plans its own micro-batch count only" bash -c "[ \$(grep -E '^ +[0-9]+ +[0-9]+x[0-9]+ +[0-9.e+-]+ +(gpipe|1f1b) ' '$tmp/out' | wc -l) -gt 0 ] && [ \$(grep -E '^ +[0-9]+ +[0-9]+x[0-9]+ +[0-9.e+-]+ +(gpipe|1f1b) ' '$tmp/out' | awk '\$5 != 8' | wc -l) -eq 0 ] && grep -qF 'the profile $tmp/gpt.h5' '$tmp/out'"
 run 1 plan inputs/gpt_markov.toml --ranks 2 --profile "$tmp/gpt.h5" --micro-batches 4
 check "another micro-batch count than the profile's is refused" output_has "the profile holds for micro-batches of 4 samples, i.e. 8 micro-batches"
+
+# A training run keeps its brief profile: planned from it, the deck as run
+# ranks with the very step the run predicted.
+run 2 train inputs/gpt_markov.toml --set training.steps=3 --set training.warmup_steps=1 \
+  --set training.eval_every=0 --set pipeline.micro_batches=4 --set output.dir=\"$tmp/run\"
+predicted=$(sed -n 's/^plan: predicted step \([0-9.]*\) ms, bubble.*/\1/p' "$tmp/out")
+check "a training run writes the profile it predicted from" test -s "$tmp/run/profile.h5"
+run 1 plan "$tmp/run/deck.resolved.toml" --ranks 2 --profile "$tmp/run/profile.h5" --top 1000
+check "planned from the run's profile, the run's row has its predicted step ($predicted ms)" bash -c "
+  [ -n '$predicted' ] && rows_of() { grep -E '^ +[0-9]+ +2x1 +[0-9.e+-]+ +1f1b +4 +8 +none +uniform ' '$tmp/out'; }
+  rows_of | awk -v p='$predicted' '{ d = \$9 - p; if (d < 0) d = -d; if (d < 0.01) found = 1 } END { exit !found }'"
 
 run 1 plan inputs/gpt3_175b.toml --device h200 --ranks 8 --micro-batches 1536
 check "GPT-3 175B on 8 H200s: nothing fits" output_has "best: none of the 24 plans fits the budget"

@@ -5,8 +5,10 @@
 # 1. the CTest suite of BUILD_DIR (MPI tests at 1, 2 and 4 ranks, the
 #    end-to-end CLI tests, and sanitizer_selftest) except the tests labelled
 #    "tooling" (tests/CMakeLists.txt: the Python tools and the command-line
-#    drivers whose C++ the GoogleTests cover) and "repeats_at_4" (4-rank
-#    reruns of the equivalence matrices), two tests at a time (a test
+#    drivers whose C++ the GoogleTests cover), "repeats_at_4" (4-rank
+#    reruns of the equivalence matrices) and "covered_e2e" (end-to-end runs
+#    of data parallelism, rebalancing and stalls, whose C++ the MPI
+#    GoogleTests run), two tests at a time (a test
 #    that starts a multi-rank job runs alone: PROCESSORS);
 # 2. a short training run on 2 ranks with checkpoints, then a --resume of it
 #    on 4 ranks to more steps;
@@ -33,7 +35,7 @@ t0=$SECONDS
 # under the same load: the load, not ASan). The try does not hide a sanitizer
 # report: the first try's report stays in $logs and fails the pass.
 echo "test-sanitize: ctest in $build (reports to $logs)"
-(cd "$build" && ctest --output-on-failure -j 2 -LE "tooling|repeats_at_4" --repeat until-pass:2 ${SANITIZE_CTEST_ARGS:-}) ||
+(cd "$build" && ctest --output-on-failure -j 2 -LE "tooling|repeats_at_4|covered_e2e" --repeat until-pass:2 ${SANITIZE_CTEST_ARGS:-}) ||
   failed+=("ctest")
 t1=$SECONDS
 

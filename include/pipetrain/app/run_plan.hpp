@@ -39,5 +39,9 @@ void predict_run(RunPlan& plan, const Deck& deck, const Trainer& trainer);
 void print_run_plan(const RunPlan& plan, const Deck& deck);
 void record_run_plan(const RunPlan& plan, const Deck& deck, int num_stages,
                      MetricsFile& metrics);
+// Rank 0: the brief profile as <output.dir>/profile.h5 (when one was
+// measured), so that `pipetrain plan DECK --profile` repeats the run's
+// prediction without measuring.
+void save_run_profile(const RunPlan& plan, const Deck& deck, const std::string& resolved_deck);
 
 }  // namespace pt

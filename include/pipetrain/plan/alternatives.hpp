@@ -36,6 +36,7 @@ struct PlanRequest {
   int data_parallel = 1;
   LinkCost replica_link;
   std::string dp_reduction = "replica";  // "replica" | "ordered" (N slots per replica)
+  double weight_grad_share = 0.5;  // SimulationInput::weight_grad_share (zero-bubble schedules)
 };
 
 struct PlanRow {

@@ -81,4 +81,9 @@ struct ModelProfile {
   std::string calibration;
 };
 
+// Whether `profile`'s messages move only when the receiving rank polls
+// between its actions (the CPU backend's MPI transport), not on their own
+// (NCCL, device descriptions): SimulationInput::receiver_progress.
+inline bool receiver_driven_links(const ModelProfile& profile) { return profile.backend == "cpu"; }
+
 }  // namespace pt

@@ -4,9 +4,10 @@
 //   - each rank runs its actions in list order, one at a time;
 //   - posting SEND_* or RECV_* takes no time and never blocks; a transfer
 //     starts when both its send and its receive are posted (rendezvous, as
-//     MPI does for messages above its eager limit and NCCL always does), the
-//     message arrives link.time_s(bytes) later, and the send completes at
-//     the same moment (until then it holds its buffer);
+//     MPI does for messages above its eager limit and NCCL always does) or,
+//     with receiver_progress, at the end of the receiver's compute that
+//     moment falls in; the message arrives link.time_s(bytes) later, and the
+//     send completes at the same moment (until then it holds its buffer);
 //   - F(s, m) starts when the rank is free and its input is there: the data
 //     on stage 0, the arrival of SEND_F(s-1, m), or the end of F(s-1, m) when
 //     stage s-1 lives on the same rank; it lasts stages[s].forward_s;
@@ -50,6 +51,12 @@ struct SimulationInput {
   int64_t batch_size = 0;        // samples per step, for the throughput
   bool record_events = true;     // fill SimulationResult::events
   double weight_grad_share = 0.5;  // W's share of a backward without recompute
+  // The receiving rank moves a message only between its own computes (MPI
+  // on the CPU: the receiver copies it when it tests or waits for the
+  // receive, after an action or while idle), so a transfer whose send and
+  // receive are both posted while the receiver computes starts when that
+  // compute ends. false: links progress on their own (NCCL's kernels).
+  bool receiver_progress = false;
 };
 
 // One action on the simulated timeline. F, B, W: compute. SEND_*: posted at
