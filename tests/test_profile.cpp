@@ -528,6 +528,13 @@ TEST(ProfileChains, ScaledUnitsAddUpToTheMeasuredStages) {
   ASSERT_EQ(cal.units_per_stage, partition_units(4, stages, {}));
   ASSERT_EQ(cal.forward_s.size(), static_cast<size_t>(stages));
   EXPECT_EQ(cal.text.rfind("stage chains [", 0), 0u) << cal.text;
+  // the repetitions (at least --reps, at most 3x) are spread over 3 passes
+  EXPECT_EQ(cal.passes, 3);
+  ASSERT_EQ(cal.repetitions.size(), static_cast<size_t>(stages));
+  for (int reps : cal.repetitions) {
+    EXPECT_GE(reps, o.reps);
+    EXPECT_LE(reps, 3 * o.reps);
+  }
   expect_same_on_every_rank(p);
   const std::vector<StageCost> none = stage_costs(p, cal.units_per_stage, {PlanRecompute::parse("none")});
   const std::vector<StageCost> full = stage_costs(p, cal.units_per_stage, {PlanRecompute::parse("full")});

@@ -44,10 +44,19 @@ int chain_repetitions(double pair_seconds, const ProfileOptions& options, MPI_Co
   return agreed;
 }
 
-// This rank's medians of one chain (stage `stage` of `counts`): F and B under
-// recompute none, the recompute inside B under full.
-std::vector<double> time_chain(const Deck& deck, Backend& be, const ProfileOptions& options,
-                               const std::vector<int64_t>& counts, int stage, MPI_Comm comm) {
+// One chain's timed figures, (kChainTimes, reps), and its repetition count.
+struct ChainSamples {
+  int reps = 0;  // decided in the first pass, the same on every rank
+  std::vector<std::vector<double>> times = std::vector<std::vector<double>>(kChainTimes);
+};
+
+// This pass's share of one chain's repetitions (stage `stage` of `counts`):
+// the stage built whole, the warm-ups (at least one) untimed, then timed
+// pairs of F and B under recompute none and the recompute inside B under
+// full. Pass 0 decides the chain's repetition count from its warm-up.
+void time_chain_pass(const Deck& deck, Backend& be, const ProfileOptions& options,
+                     const std::vector<int64_t>& counts, int stage, int pass, int passes,
+                     MPI_Comm comm, ChainSamples& chain) {
   StageModel model;
   {
     DefaultDeviceGuard on_host(Device::CPU);  // parameters are initialised on the host
@@ -69,16 +78,36 @@ std::vector<double> time_chain(const Deck& deck, Backend& be, const ProfileOptio
     const auto [kept, recomputed] = pair();
     pair_seconds = kept.forward_s + kept.backward_s + recomputed.forward_s + recomputed.backward_s;
   }
-  const int reps = chain_repetitions(pair_seconds, options, comm);
-  std::vector<std::vector<double>> samples(kChainTimes);
+  if (pass == 0) chain.reps = chain_repetitions(pair_seconds, options, comm);
+  const int reps = chain.reps / passes + (pass < chain.reps % passes ? 1 : 0);
   for (int r = 0; r < reps; ++r) {
     const auto [kept, recomputed] = pair();
-    samples[kChainForward].push_back(kept.forward_s);
-    samples[kChainBackward].push_back(kept.backward_s);
-    samples[kChainRecompute].push_back(recomputed.recompute_s);
+    chain.times[kChainForward].push_back(kept.forward_s);
+    chain.times[kChainBackward].push_back(kept.backward_s);
+    chain.times[kChainRecompute].push_back(recomputed.recompute_s);
   }
+}
+
+// This rank's medians of every chain, (stages, kChainTimes). The repetitions
+// are spread over up to 3 passes through the stages, as the units' are: a
+// burst of load from another process that outlasts one stage's repetitions
+// then spoils at most a pass of each chain, not a whole chain (which scales
+// every unit of its stage). One stage is built at a time.
+std::vector<double> time_chains(const Deck& deck, Backend& be, const ProfileOptions& options,
+                                MPI_Comm comm, ChainCalibration& cal) {
+  const std::vector<int64_t>& counts = cal.units_per_stage;
+  cal.passes = std::clamp(options.reps, 1, 3);
+  std::vector<ChainSamples> chains(counts.size());
+  for (int pass = 0; pass < cal.passes; ++pass)
+    for (size_t s = 0; s < counts.size(); ++s) {
+      timed_barrier(comm, "the profiler's barrier before a stage chain");
+      time_chain_pass(deck, be, options, counts, static_cast<int>(s), pass, cal.passes, comm, chains[s]);
+    }
   std::vector<double> medians;
-  for (const auto& figure : samples) medians.push_back(median(figure));
+  for (const ChainSamples& chain : chains) {
+    cal.repetitions.push_back(static_cast<int>(chain.times[kChainForward].size()));
+    for (const auto& figure : chain.times) medians.push_back(median(figure));
+  }
   return medians;
 }
 
@@ -125,13 +154,8 @@ ChainCalibration calibrate_with_stage_chains(ModelProfile& p, const Deck& deck, 
   const int stages = static_cast<int>(std::min<size_t>(static_cast<size_t>(ranks), layout.partitionable));
   ChainCalibration cal;
   cal.units_per_stage = partition_units(model_units(deck.model), stages, {});
-  std::vector<double> mine;
-  for (int s = 0; s < stages; ++s) {
-    timed_barrier(comm, "the profiler's barrier before a stage chain");
-    const std::vector<double> times = time_chain(deck, be, options, cal.units_per_stage, s, comm);
-    mine.insert(mine.end(), times.begin(), times.end());
-  }
-  const std::vector<double> measured = median_over_ranks(mine, comm);
+  const std::vector<double> measured =
+      median_over_ranks(time_chains(deck, be, options, comm, cal), comm);
   const UnitRanges ranges(p);  // the sums before any stage is scaled
   const PlanRecompute none = PlanRecompute::parse("none"), full = PlanRecompute::parse("full");
   size_t first = 0;

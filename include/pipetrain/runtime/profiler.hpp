@@ -65,8 +65,9 @@ ModelProfile profile_model(const Deck& deck, Backend& be, MPI_Comm comm,
 // "Stage chains"): units measured alone miss what the units of one stage do
 // to each other (caches, buffers, prefetch). Every stage of the uniform
 // partition over the ranks of comm is built whole and runs micro-batches F
-// then B, nothing evicted in between, as the executor runs them; each time is
-// the lower median over the ranks. The units of each stage are then scaled
+// then B, nothing evicted in between, as the executor runs them, its
+// repetitions spread over up to 3 passes through the stages (a burst of load
+// spoils a pass, not a chain); each time is the lower median over the ranks. The units of each stage are then scaled
 // so that the planner's sums (UnitRanges::cost) equal the measured stage:
 // forward_s by the F ratio, backward_s and recompute_selective_s by the B
 // ratio, recompute_s and recompute_end_s by the recompute ratio (full).
@@ -74,6 +75,8 @@ struct ChainCalibration {
   std::vector<int64_t> units_per_stage;  // (stages) partitionable units of each chain
   std::vector<double> forward_s, backward_s, recompute_s;  // (stages) measured
   std::vector<double> forward_ratio, backward_ratio, recompute_ratio;  // (stages)
+  std::vector<int> repetitions;  // (stages) timed repetitions of each chain, all passes
+  int passes = 0;                // passes through the stages
   std::string text;  // ModelProfile::calibration
 };
 // Collective over comm; profile_model calls it unless options.stage_chains
