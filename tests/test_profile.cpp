@@ -28,6 +28,7 @@
 #include "pipetrain/model/optimizer.hpp"
 #include "pipetrain/plan/stage_cost.hpp"
 #include "pipetrain/runtime/profiler.hpp"
+#include "pipetrain/runtime/speed_probe.hpp"
 #include "pipetrain/runtime/trainer.hpp"
 #include "mpi_test_util.hpp"
 
@@ -509,6 +510,21 @@ TEST(ProfileLink, MeasuredBetweenRanksZeroAndOne) {
     std::printf("  link: latency %.2f us, bandwidth %.2f GB/s, 1 MiB in %.1f us\n",
                 p.link.latency_s * 1e6, p.link.bandwidth_bytes_per_s * 1e-9,
                 p.link.time_s(message) * 1e6);
+}
+
+// The speed probe: a positive time, the same on every rank (the slowest's),
+// and a spread that is max / min - 1 of the probes.
+TEST(SpeedProbe, SlowestRanksTimeAndSpread) {
+  const double t = time_speed_probe(cpu_backend(), MPI_COMM_WORLD, 3);
+  EXPECT_GT(t, 0.0);
+  EXPECT_LT(t, 10.0);  // 268 MFLOP
+  double lowest = t, highest = t;
+  MPI_Allreduce(&t, &lowest, 1, MPI_DOUBLE, MPI_MIN, MPI_COMM_WORLD);
+  MPI_Allreduce(&t, &highest, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+  EXPECT_EQ(lowest, highest);
+  EXPECT_DOUBLE_EQ(speed_probe_spread({2.0e-3, 2.5e-3, 2.2e-3}), 0.25);
+  EXPECT_EQ(speed_probe_spread({2.0e-3}), 0.0);
+  EXPECT_EQ(speed_probe_spread({0.0, 1.0}), 0.0);
 }
 
 // The stage chains: after calibration the planner's sums over each stage of

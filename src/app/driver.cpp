@@ -435,8 +435,10 @@ int run_train(const World& w, const CommandLine& cli, const Deck& deck_in) {
     }
   }
   write_trace(w, deck, trainer);
+  probe_after_steps(plan, grid.pipeline(), compute);
   if (w.rank == 0) {
     print_plan_error(progress);
+    report_speed_probes(plan, metrics);
     print_summary(deck, rec, progress.elapsed, trainer.loss_floor());
   }
   return 0;

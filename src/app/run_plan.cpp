@@ -9,6 +9,7 @@
 #include "pipetrain/io/profile_io.hpp"
 #include "pipetrain/model/model.hpp"
 #include "pipetrain/runtime/profiler.hpp"
+#include "pipetrain/runtime/speed_probe.hpp"
 
 namespace pt {
 
@@ -29,6 +30,10 @@ ProfileOptions brief_options(const ComputeResources& compute) {
   return o;
 }
 
+Backend& run_backend(const ComputeResources& compute) {
+  return compute.setup.backend ? *compute.setup.backend : cpu_backend();
+}
+
 int comm_size(MPI_Comm comm) {
   int size = 1;
   MPI_Comm_size(comm, &size);
@@ -41,11 +46,13 @@ RunPlan prepare_run_plan(Deck& deck, MPI_Comm comm, const ComputeResources& comp
   RunPlan plan;
   if (!needs_profile(deck)) return plan;
   set_wait_phase("in the start-up profile");
+  Backend& be = run_backend(compute);
+  plan.speed_probe_s.push_back(time_speed_probe(be, comm));
   const auto start = std::chrono::steady_clock::now();
-  Backend& be = compute.setup.backend ? *compute.setup.backend : cpu_backend();
   plan.profile = profile_model(deck, be, comm, brief_options(compute));
   plan.profile_seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  plan.speed_probe_s.push_back(time_speed_probe(be, comm));
   plan.measured = true;
   // Every rank has the same profile, so every rank solves to the same counts.
   plan.partition = choose_partition(deck, plan.profile, comm_size(comm));
@@ -88,6 +95,28 @@ void record_run_plan(const RunPlan& plan, const Deck& deck, int num_stages,
   metrics.set_attribute("predicted_stage_time_s", plan.partition.stage_time_s);
   metrics.set_attribute("predicted_stage_busy_s", plan.prediction.busy_s);
   metrics.set_attribute("predicted_span_s", plan.prediction.span_s_max);
+}
+
+void probe_after_steps(RunPlan& plan, MPI_Comm comm, const ComputeResources& compute) {
+  if (!plan.measured) return;
+  set_wait_phase("in the speed probe after the steps");
+  plan.speed_probe_s.push_back(time_speed_probe(run_backend(compute), comm));
+}
+
+void report_speed_probes(const RunPlan& plan, MetricsFile& metrics) {
+  if (!plan.measured || plan.speed_probe_s.size() < 3) return;
+  const std::vector<double>& t = plan.speed_probe_s;
+  const double spread = speed_probe_spread(t);
+  std::printf("plan: speed probe (a 512^3 matmul, slowest rank) %.3f ms before the profile, "
+              "%.3f ms after it, %.3f ms after the steps: spread %.1f%%%s\n",
+              t[0] * 1e3, t[1] * 1e3, t[2] * 1e3, 100.0 * spread,
+              spread > kSteadyHostSpread
+                  ? " (over 10%: the host's speed changed during the run, so part of the plan's "
+                    "error is the host's)"
+                  : "");
+  metrics.set_attribute("speed_probe_s", t);
+  metrics.set_attribute("speed_probe_spread", spread);
+  metrics.flush();
 }
 
 void save_run_profile(const RunPlan& plan, const Deck& deck, const std::string& resolved_deck) {

@@ -10,6 +10,7 @@
 #include <mpi.h>
 
 #include <string>
+#include <vector>
 
 #include "pipetrain/app/compute_setup.hpp"
 #include "pipetrain/runtime/deck_plan.hpp"
@@ -25,7 +26,13 @@ struct RunPlan {
   PartitionResult partition;     // the run's partition and its per-stage costs
   SimulationResult prediction;   // one simulated step of the run
   double profile_seconds = 0.0;  // wall time of the brief profile
+  // The speed probe (runtime/speed_probe.hpp) before and after the profile,
+  // then after the steps: how steady the host was between them.
+  std::vector<double> speed_probe_s;
 };
+
+// A run whose probes spread more than this is on an unsteady host.
+constexpr double kSteadyHostSpread = 0.10;
 
 // Collective over comm. Resolves deck.pipeline.partition (a named strategy
 // becomes counts, the same on every rank). Throws InputError (an infeasible
@@ -39,6 +46,12 @@ void predict_run(RunPlan& plan, const Deck& deck, const Trainer& trainer);
 void print_run_plan(const RunPlan& plan, const Deck& deck);
 void record_run_plan(const RunPlan& plan, const Deck& deck, int num_stages,
                      MetricsFile& metrics);
+// Collective over comm, after the steps: the last speed probe.
+void probe_after_steps(RunPlan& plan, MPI_Comm comm, const ComputeResources& compute);
+// Rank 0: the probes' line for the log, and their attributes in metrics.h5
+// (speed_probe_s, speed_probe_spread).
+void report_speed_probes(const RunPlan& plan, MetricsFile& metrics);
+
 // Rank 0: the brief profile as <output.dir>/profile.h5 (when one was
 // measured), so that `pipetrain plan DECK --profile` repeats the run's
 // prediction without measuring.

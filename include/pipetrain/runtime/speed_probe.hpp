@@ -1,0 +1,26 @@
+// speed_probe.hpp: a fixed piece of work timed at chosen moments of a run, so
+// that a prediction error can be told apart from a host whose speed changed
+// between the profile and the steps (another process, a frequency change, a
+// neighbour on a shared machine). The probe is one (512, 512) x (512, 512)
+// matmul on the run's backend; its spread over the moments of a run is the
+// host's unsteadiness, published beside the planner's error
+// (docs/planner.md, "A noisy host").
+#pragma once
+
+#include <mpi.h>
+
+#include <vector>
+
+#include "pipetrain/tensor/backend.hpp"
+
+namespace pt {
+
+// Collective over comm: the median seconds of the probe matmul over
+// `reps` timed repetitions (after 2 untimed), the slowest rank's.
+double time_speed_probe(Backend& be, MPI_Comm comm, int reps = 9);
+
+// max / min - 1 of the probe times (0 with fewer than two, or a
+// non-positive time).
+double speed_probe_spread(const std::vector<double>& probe_seconds);
+
+}  // namespace pt
