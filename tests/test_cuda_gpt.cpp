@@ -169,7 +169,7 @@ TEST(CudaGpt, TrainingStepMatchesCpuBf16) {
 // gradient when `overflow`, then the scaler decides; the optimizer steps only
 // when it says so. Returns the loss.
 double scaled_step(StageModel& stage, Backend& be, Optimizer& opt, LossScaler& scaler,
-                   const Tensor& tokens, const Tensor& labels, int64_t step, bool overflow) {
+                   const Tensor& tokens, const Tensor& labels, bool overflow) {
   DefaultDeviceGuard guard(be.device());
   StagePass pass;
   Tensor logits = stage_forward(stage, be, tokens, pass);
@@ -224,9 +224,9 @@ TEST(CudaGpt, Fp16TrainsWithTheLossScalerAndSkipsAnOverflow) {
     const bool overflow = step == 1;
     const std::vector<Tensor> before = host_values(dev);
     const double ref_loss =
-        scaled_step(ref, cpu_backend(), ref_opt, ref_scaler, tokens, labels, step, overflow);
+        scaled_step(ref, cpu_backend(), ref_opt, ref_scaler, tokens, labels, overflow);
     const double loss =
-        scaled_step(dev, *be, *dev_opt, dev_scaler, gtokens, glabels, step, overflow);
+        scaled_step(dev, *be, *dev_opt, dev_scaler, gtokens, glabels, overflow);
     std::printf("  step %lld: loss cpu %.6f cuda fp16 %.6f, scale %g\n",
                 static_cast<long long>(step), ref_loss, loss, dev_scaler.scale());
     EXPECT_TRUE(std::isfinite(loss));
