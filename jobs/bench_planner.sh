@@ -22,7 +22,7 @@
 # Writes results/bench_planner.csv, results/bench_planner.md and the error
 # distribution results/bench_planner_error.png.
 #   jobs/bench_planner.sh                 (needs build/ and tools/.venv: make build tools)
-#   PS="1 2" NS="4 8" DECKS=gpt jobs/bench_planner.sh
+#   PS="1 2" NS="4 8" DECKS=gpt WORK=/tmp/bp OUT=/tmp/bp jobs/bench_planner.sh  (a subset, kept apart)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
@@ -32,7 +32,7 @@ DECKS=${DECKS:-"mlp gpt mlp128"}
 STEPS=${STEPS:-10}
 TRIES=${TRIES:-3}
 PY=tools/.venv/bin/python
-WORK=runs/bench_planner
+WORK=${WORK:-runs/bench_planner}
 OUT=${OUT:-results/bench_planner}
 mkdir -p "$WORK" results
 [ -x build/pipetrain ] || { echo "bench_planner: build/pipetrain missing: run make build" >&2; exit 1; }
