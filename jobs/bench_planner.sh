@@ -86,6 +86,6 @@ for d in $DECKS; do
   done
 done
 $PY tools/planner_report.py --runs "$list" --csv "$OUT.csv" --plot "${OUT}_error.png" --stress mlp128 \
-  --unsteady "$unsteady" \
+  --unsteady "$unsteady" --tries "$TRIES" \
   --command "jobs/bench_planner.sh (PS=\"$PS\" NS=\"$NS\" DECKS=\"$DECKS\" STEPS=$STEPS)" > "$OUT.md"
 cat "$OUT.md"

@@ -63,6 +63,13 @@ def read_run(fields, skip):
     return row
 
 
+RUN_TABLE_HEADER = (
+    "| deck | P | N | schedule | recompute | partition | units per stage | step predicted (ms) | "
+    "measured (ms) | error (%) | bubble predicted | measured | peak predicted (MiB, per stage) | "
+    "measured | worst error (%) | probe spread (%) |\n"
+    "|---|---:|---:|---|---|---|---|---:|---:|---:|---:|---:|---|---|---:|---:|")
+
+
 def summary_line(rows, label):
     step = [abs(r["step_error_pct"]) for r in rows]
     bub = [abs(r["bubble_error_points"]) for r in rows]
@@ -101,6 +108,8 @@ def main():
     ap.add_argument("--plot", required=True)
     ap.add_argument("--skip", type=int, default=2, help="warm-up steps left out of the medians")
     ap.add_argument("--command", default="jobs/bench_planner.sh")
+    ap.add_argument("--tries", type=int, default=3, help="tries per configuration the "
+                    "benchmark allowed (jobs/bench_planner.sh TRIES)")
     ap.add_argument("--unsteady", default="", help="runs set aside for an unsteady host "
                     "(same format as --runs), reported apart")
     ap.add_argument("--stress", default="", help="comma-separated decks reported apart, "
@@ -127,8 +136,8 @@ def main():
       "peak (`peak_bytes_total`). Goals (#13): step time median |error| <= 5% and "
       "worst <= 10%; memory within 1%. Probe spread: how much a fixed 512^3 matmul's time "
       "changed between before the profile, after it and after the steps (docs/planner.md, "
-      "\"A noisy host\"); a run over 10% was set aside and run again (at most 3 tries, the "
-      f"last kept): {len(set_aside)} set aside, listed at the end; "
+      "\"A noisy host\"); a run over 10% was set aside and run again (at most "
+      f"{args.tries} tries, the last kept): {len(set_aside)} set aside, listed at the end; "
       f"{sum(r['probe_spread_pct'] > 10.0 for r in rows)} kept runs still over 10%.\n")
     p("| runs | count | step time: median abs error (%) | worst (%) | within 10% (% of runs) | "
       "bubble: median abs error (points) | worst (points) | memory: worst stage error (%) | "
@@ -142,19 +151,13 @@ def main():
         p(summary_line([r for r in rows if r["deck"] == deck], deck + " (stress, not in all)"))
     p(f"\n![error distribution]({os.path.basename(args.plot)})\n")
     p("## Every run\n")
-    p("| deck | P | N | schedule | recompute | partition | units per stage | step predicted (ms) | "
-      "measured (ms) | error (%) | bubble predicted | measured | peak predicted (MiB, per stage) | "
-      "measured | worst error (%) | probe spread (%) |")
-    p("|---|---:|---:|---|---|---|---|---:|---:|---:|---:|---:|---|---|---:|---:|")
+    p(RUN_TABLE_HEADER)
     for r in rows:
         p(run_line(r))
     if set_aside:
         p("\n## Runs set aside: the host's speed changed by more than 10% during them\n")
         p("Each was run again; the table above has the try that was kept.\n")
-        p("| deck | P | N | schedule | recompute | partition | units per stage | step predicted (ms) | "
-          "measured (ms) | error (%) | bubble predicted | measured | peak predicted (MiB, per stage) | "
-          "measured | worst error (%) | probe spread (%) |")
-        p("|---|---:|---:|---|---|---|---|---:|---:|---:|---:|---:|---|---|---:|---:|")
+        p(RUN_TABLE_HEADER)
         for r in set_aside:
             p(run_line(r))
 

@@ -1,5 +1,6 @@
 // profile_parts.hpp: what the profiler's translation units share (private
-// to src/runtime: profiler.cpp, profile_link.cpp, profile_trace.cpp).
+// to src/runtime: profiler.cpp, profile_chain.cpp, profile_link.cpp,
+// profile_trace.cpp, speed_probe.cpp).
 #pragma once
 
 #include <mpi.h>

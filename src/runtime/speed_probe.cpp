@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <chrono>
 
+#include "profile_parts.hpp"
 #include "pipetrain/base/timed_wait.hpp"
 #include "pipetrain/tensor/tensor.hpp"
 
@@ -34,8 +35,7 @@ double time_speed_probe(Backend& be, MPI_Comm comm, int reps) {
   for (int r = 0; r < 2; ++r) time_one_matmul(be, a, b, c);
   std::vector<double> times;
   for (int r = 0; r < std::max(1, reps); ++r) times.push_back(time_one_matmul(be, a, b, c));
-  std::sort(times.begin(), times.end());
-  const double mine = times[times.size() / 2];
+  const double mine = median(times);
   double slowest = mine;
   timed_allreduce(&mine, &slowest, 1, MPI_DOUBLE, MPI_MAX, comm, "the speed probe's all-reduce");
   return slowest;

@@ -31,9 +31,6 @@ struct RunPlan {
   std::vector<double> speed_probe_s;
 };
 
-// A run whose probes spread more than this is on an unsteady host.
-constexpr double kSteadyHostSpread = 0.10;
-
 // Collective over comm. Resolves deck.pipeline.partition (a named strategy
 // becomes counts, the same on every rank). Throws InputError (an infeasible
 // memory budget with its numbers, a balanced partition without a budget).

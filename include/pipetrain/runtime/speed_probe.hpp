@@ -19,6 +19,10 @@ namespace pt {
 // `reps` timed repetitions (after 2 untimed), the slowest rank's.
 double time_speed_probe(Backend& be, MPI_Comm comm, int reps = 9);
 
+// A run whose probes spread more than this is on an unsteady host: part of
+// its prediction's error is the host's.
+constexpr double kSteadyHostSpread = 0.10;
+
 // max / min - 1 of the probe times (0 with fewer than two, or a
 // non-positive time).
 double speed_probe_spread(const std::vector<double>& probe_seconds);
