@@ -31,6 +31,7 @@ NS=${NS:-"1 2 4 8 16"}
 DECKS=${DECKS:-"mlp gpt mlp128"}
 STEPS=${STEPS:-10}
 TRIES=${TRIES:-3}
+[[ "$TRIES" =~ ^[1-9][0-9]*$ ]] || { echo "bench_planner: TRIES must be a positive integer (tries per configuration), got '$TRIES'" >&2; exit 1; }
 PY=tools/.venv/bin/python
 WORK=${WORK:-runs/bench_planner}
 OUT=${OUT:-results/bench_planner}

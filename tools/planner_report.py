@@ -33,6 +33,11 @@ def cpu_model():
     return platform.processor() or "unknown CPU"
 
 
+def text_attr(attrs, name):
+    value = attrs[name]
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
 def read_run(fields, skip):
     deck, p, n, sched, rc, part, path = fields
     with h5py.File(os.path.join(path, "metrics.h5"), "r") as f:
@@ -55,7 +60,8 @@ def read_run(fields, skip):
             "predicted_peak_mib": ";".join("%.3f" % (b / 2**20) for b in predicted_peaks),
             "measured_peak_mib": ";".join("%.3f" % (b / 2**20) for b in measured_peaks),
             "probe_spread_pct": 100.0 * float(a["speed_probe_spread"]) if "speed_probe_spread" in a else float("nan"),
-            "gemm": a["gemm"].decode() if isinstance(a["gemm"], bytes) else str(a["gemm"]),
+            "gemm": text_attr(a, "gemm"),
+            "blas": f"{text_attr(a, 'blas')} on its {text_attr(a, 'blas_core')} kernels",
         }
     row["step_error_pct"] = 100.0 * (row["predicted_step_ms"] - row["measured_step_ms"]) / row["measured_step_ms"]
     row["bubble_error_points"] = 100.0 * (row["predicted_bubble"] - row["measured_bubble"])
@@ -127,7 +133,7 @@ def main():
     p = print
     p("# The planner's published error: predicted against measured runs\n")
     p(f"Command: `{args.command}`. Machine: {platform.node()}, {cpu_model()}, "
-      f"{os.cpu_count()} cores; {datetime.date.today().isoformat()}. GEMMs: {rows[0]['gemm']}. "
+      f"{os.cpu_count()} cores; {datetime.date.today().isoformat()}. GEMMs: {rows[0]['gemm']}; BLAS: {rows[0]['blas']}. "
       "Every run profiles its units briefly at start (1 warm-up + 3 repetitions), "
       "calibrates them by its uniform stages run whole (docs/profile.md, \"Stage chains\"), "
       "solves its partition and simulates its schedule (docs/planner.md); the "
