@@ -2,11 +2,17 @@
 // serves it.
 //
 // Two libraries can compute the CPU's GEMMs:
-//   onednn    oneDNN's dnnl_sgemm (the default). It picks its kernels from
-//             the CPU's features at run time (AVX-512, AMX, ...), so it never
-//             falls back silently, and on the micro-batch shapes of pipeline
+//   onednn    oneDNN (the default). It picks its kernels from the CPU's
+//             features at run time (AVX-512, AMX, ...), so it never falls
+//             back silently, and on the micro-batch shapes of pipeline
 //             training it is faster than OpenBLAS 0.3.21's best kernels
-//             (results/bench_gemm.md).
+//             (results/bench_gemm.md). A x B^T (every Linear forward) runs
+//             on oneDNN's matmul primitive, whose brgemm kernels read the
+//             transposed B in place; dnnl_sgemm packs it first, which at 32-64
+//             rows costs 20-30% (docs/performance.md). Other shapes run
+//             dnnl_sgemm.
+//   onednn-sgemm  dnnl_sgemm for every shape (the default before the
+//             matmul primitive; kept to measure against).
 //   openblas  OpenBLAS's cblas_sgemm, with the kernels select_blas_kernel
 //             chose (tensor/blas_info).
 // Both are deterministic for a fixed thread count: the same shapes give
@@ -16,7 +22,11 @@
 #include <dnnl.h>
 #include <omp.h>
 
+#include <dnnl.hpp>
+#include <map>
+#include <memory>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "pipetrain/base/error.hpp"
@@ -49,6 +59,65 @@ void onednn_sgemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha
                                        " k=" + std::to_string(k));
 }
 
+// The shortest inner dimension at which A B^T runs on the matmul primitive:
+// below it the primitive's fixed cost per call (a few microseconds) outweighs
+// what it saves (measured on 16-256 rows; docs/performance.md).
+constexpr int64_t kMatmulMinK = 256;
+
+// C = alpha * A B^T + beta * C on oneDNN's matmul primitive. B^T is described
+// by strides (a (k, n) view of the row-major (n, k) B), so nothing is copied.
+// Primitives are created once per shape and kept per thread: creating one
+// costs far more than running a micro-batch's GEMM.
+class MatmulNT {
+ public:
+  void run(int64_t m, int64_t n, int64_t k, float alpha, const float* a, int64_t lda,
+           const float* b, int64_t ldb, float beta, float* c, int64_t ldc) {
+    using dnnl::memory;
+    const memory::desc a_desc({m, k}, memory::data_type::f32, memory::dims{lda, 1});
+    const memory::desc b_desc({k, n}, memory::data_type::f32, memory::dims{1, ldb});
+    const memory::desc c_desc({m, n}, memory::data_type::f32, memory::dims{ldc, 1});
+    dnnl::matmul& mm = primitive(Key{m, n, k, lda, ldb, ldc, alpha, beta}, a_desc, b_desc, c_desc);
+    memory a_mem(a_desc, engine_, const_cast<float*>(a));
+    memory b_mem(b_desc, engine_, const_cast<float*>(b));
+    memory c_mem(c_desc, engine_, c);
+    mm.execute(stream_, {{DNNL_ARG_SRC, a_mem}, {DNNL_ARG_WEIGHTS, b_mem}, {DNNL_ARG_DST, c_mem}});
+    stream_.wait();
+  }
+
+ private:
+  using Key = std::tuple<int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, float, float>;
+
+  dnnl::matmul& primitive(const Key& key, const dnnl::memory::desc& a, const dnnl::memory::desc& b,
+                          const dnnl::memory::desc& c) {
+    auto found = cache_.find(key);
+    if (found != cache_.end()) return found->second;
+    dnnl::primitive_attr attr;
+    if (std::get<6>(key) != 1.f) attr.set_output_scales(0, {std::get<6>(key)});
+    if (std::get<7>(key) != 0.f) {
+      dnnl::post_ops sum;
+      sum.append_sum(std::get<7>(key));
+      attr.set_post_ops(sum);
+    }
+    const dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(a, b, c), attr, engine_);
+    return cache_.emplace(key, dnnl::matmul(pd)).first->second;
+  }
+
+  dnnl::engine engine_{dnnl::engine::kind::cpu, 0};
+  dnnl::stream stream_{engine_};
+  std::map<Key, dnnl::matmul> cache_;
+};
+
+void onednn_matmul_nt(int64_t m, int64_t n, int64_t k, float alpha, const float* a, int64_t lda,
+                      const float* b, int64_t ldb, float beta, float* c, int64_t ldc) {
+  thread_local MatmulNT matmul;
+  try {
+    matmul.run(m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+  } catch (const dnnl::error& e) {
+    PT_FAIL(std::string("oneDNN matmul failed (") + e.what() + ") for m=" + std::to_string(m) +
+            " n=" + std::to_string(n) + " k=" + std::to_string(k));
+  }
+}
+
 const char* isa_name(dnnl_cpu_isa_t isa) {
   switch (isa) {
     case dnnl_cpu_isa_sse41: return "sse4.1";
@@ -66,8 +135,10 @@ const char* isa_name(dnnl_cpu_isa_t isa) {
 
 CpuGemm parse_cpu_gemm(const std::string& name) {
   if (name == "onednn") return CpuGemm::OneDNN;
+  if (name == "onednn-sgemm") return CpuGemm::OneDNNSgemm;
   if (name == "openblas") return CpuGemm::OpenBLAS;
-  throw InputError("unknown CPU GEMM library \"" + name + "\"; expected onednn or openblas");
+  throw InputError("unknown CPU GEMM library \"" + name +
+                   "\"; expected onednn, onednn-sgemm or openblas");
 }
 
 void set_cpu_gemm(CpuGemm gemm) { g_cpu_gemm = gemm; }
@@ -77,7 +148,8 @@ std::string cpu_gemm_description() {
   if (g_cpu_gemm == CpuGemm::OpenBLAS) return "OpenBLAS cblas_sgemm";
   const dnnl_version_t* v = dnnl_version();
   return "oneDNN " + std::to_string(v->major) + "." + std::to_string(v->minor) + "." +
-         std::to_string(v->patch) + " dnnl_sgemm, ISA " + isa_name(dnnl_get_effective_cpu_isa());
+         std::to_string(v->patch) +
+         (g_cpu_gemm == CpuGemm::OneDNN ? " dnnl_sgemm + matmul (A B^T)" : " dnnl_sgemm") + ", ISA " + isa_name(dnnl_get_effective_cpu_isa());
 }
 
 namespace cpu {
@@ -85,7 +157,11 @@ void sgemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, const
            int64_t lda, const float* b, int64_t ldb, float beta, float* c, int64_t ldc) {
   if (g_gemm_recording) g_gemm_recording->push_back({ta, tb, m, n, k, lda, ldb, ldc, beta, a, b, c});
   if (!g_threads_applied) apply_threads();
-  if (g_cpu_gemm == CpuGemm::OneDNN) {
+  if (g_cpu_gemm == CpuGemm::OneDNN || g_cpu_gemm == CpuGemm::OneDNNSgemm) {
+    if (g_cpu_gemm == CpuGemm::OneDNN && !ta && tb && m > 0 && n > 0 && k >= kMatmulMinK) {
+      onednn_matmul_nt(m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+      return;
+    }
     onednn_sgemm(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
     return;
   }

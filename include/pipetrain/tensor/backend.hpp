@@ -143,13 +143,15 @@ void gemm(GemmPrecision p, bool ta, bool tb, int64_t m, int64_t n, int64_t k, fl
           int64_t ldc);
 }  // namespace cpu
 
-// The library behind cpu::sgemm (src/tensor/cpu_gemm.cpp): oneDNN's
-// dnnl_sgemm (default) or OpenBLAS's cblas_sgemm; process-wide.
-enum class CpuGemm { OneDNN, OpenBLAS };
-CpuGemm parse_cpu_gemm(const std::string& name);  // "onednn" | "openblas"; else InputError
+// The library behind cpu::sgemm (src/tensor/cpu_gemm.cpp): oneDNN (default:
+// its matmul primitive for A B^T with k >= 256, dnnl_sgemm otherwise), oneDNN's
+// dnnl_sgemm alone, or OpenBLAS's cblas_sgemm; process-wide.
+enum class CpuGemm { OneDNN, OneDNNSgemm, OpenBLAS };
+// "onednn" | "onednn-sgemm" | "openblas"; else InputError
+CpuGemm parse_cpu_gemm(const std::string& name);
 void set_cpu_gemm(CpuGemm gemm);
 CpuGemm cpu_gemm();
-// "oneDNN 2.6.3 dnnl_sgemm, ISA avx512_core_amx" or "OpenBLAS cblas_sgemm".
+// "oneDNN 2.6.3 dnnl_sgemm + matmul (A B^T), ISA avx512_core_amx" or "OpenBLAS cblas_sgemm".
 std::string cpu_gemm_description();
 
 // Sets the GEMM threads (OpenBLAS's and oneDNN's OpenMP) for this process.
