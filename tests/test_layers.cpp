@@ -10,6 +10,7 @@
 #include <functional>
 
 #include "pipetrain/model/layers.hpp"
+#include "pipetrain/model/optimizer.hpp"
 #include "fd_check.hpp"
 #include "pipetrain/base/rng.hpp"
 
@@ -60,6 +61,41 @@ TEST(Layers, LinearAccumulatesGradientsAcrossCalls) {
   layer->backward(be, x, saved, dy, false);
   for (int64_t i = 0; i < once.numel(); ++i)
     EXPECT_FLOAT_EQ(w->grad.f32()[i], 2.f * once.f32()[i]);
+}
+
+// zero_grad leaves a Linear weight's zeroing to its first accumulation: the
+// stale buffer must not leak into the gradient, which must be bitwise the
+// filled-then-accumulated one, and settle_grad must zero a pending one.
+TEST(Layers, LinearWeightGradientZeroedByItsFirstAccumulation) {
+  Backend& be = cpu_backend();
+  auto layer = make_linear("lin", 300, 40, 3, 0, 1.f);
+  Tensor x = random_tensor({16, 300}, 1), dy = random_tensor({16, 40}, 2);
+  std::vector<Tensor> saved;
+  layer->forward(be, x, saved);
+  Param* w = layer->params()[0];
+  ASSERT_TRUE(w->zero_by_overwrite);
+  be.fill(w->grad, 0.f);
+  layer->backward(be, x, saved, dy, false);
+  layer->backward(be, x, saved, dy, false);
+  const Tensor filled = w->grad.clone(MemCategory::Workspace);
+
+  TrainingConfig cfg;
+  cfg.optimizer = "sgd";
+  Optimizer opt(cfg, layer->params());
+  be.fill(w->grad, 7.f);  // stale values a fill would have cleared
+  opt.zero_grad(be);
+  EXPECT_TRUE(w->grad_zero_pending);
+  EXPECT_EQ(w->grad.f32()[0], 7.f) << "zero_grad filled a gradient zeroed by overwrite";
+  layer->backward(be, x, saved, dy, false);
+  EXPECT_FALSE(w->grad_zero_pending);
+  layer->backward(be, x, saved, dy, false);
+  for (int64_t i = 0; i < filled.numel(); ++i)
+    ASSERT_EQ(w->grad.f32()[i], filled.f32()[i]) << "element " << i;
+
+  opt.zero_grad(be);
+  settle_grad(be, *w);
+  EXPECT_FALSE(w->grad_zero_pending);
+  for (int64_t i = 0; i < w->grad.numel(); ++i) ASSERT_EQ(w->grad.f32()[i], 0.f);
 }
 
 TEST(Layers, ReluMatchesFiniteDifferences) {

@@ -8,6 +8,12 @@
 
 namespace pt {
 
+void settle_grad(Backend& be, Param& p) {
+  if (!p.grad_zero_pending) return;
+  be.fill(p.grad, 0.f);
+  p.grad_zero_pending = false;
+}
+
 std::vector<ParamState> param_state(Param& p) {
   std::vector<ParamState> state{{"value", &p.value}};
   if (p.state1.defined()) state.push_back({"state1", &p.state1});
@@ -46,6 +52,7 @@ class Linear final : public Layer {
       : in_(in), out_(out) {
     float bound = gain * std::sqrt(3.f / static_cast<float>(in));
     weight_ = make_param(name + ".weight", uniform_init({out, in}, bound, seed, stream));
+    weight_.zero_by_overwrite = true;
     bias_ = make_param(name + ".bias", Tensor::zeros({out}, DType::F32, MemCategory::Parameters));
   }
   std::string kind() const override { return "linear"; }
@@ -84,7 +91,10 @@ class Linear final : public Layer {
 
  private:
   void add_weight_grads(Backend& be, const Tensor& x, const Tensor& dy) {
-    be.matmul(dy, true, x, false, weight_.grad, 1.f, 1.f);  // dW += dy^T x: (out, in)
+    // dW += dy^T x: (out, in); the step's first one overwrites (0 + v == v exactly).
+    const float beta = weight_.grad_zero_pending ? 0.f : 1.f;
+    weight_.grad_zero_pending = false;
+    be.matmul(dy, true, x, false, weight_.grad, 1.f, beta);
     be.accumulate_bias_grad(dy, bias_.grad);
   }
   Tensor input_grad(Backend& be, const Tensor& x, const Tensor& dy) {

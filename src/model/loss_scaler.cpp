@@ -18,8 +18,10 @@ LossScaler::LossScaler(const LossScalerConfig& cfg) : cfg_(cfg), scale_(cfg.init
 }
 
 bool LossScaler::grads_finite(Backend& be, const std::vector<Param*>& params) {
-  for (Param* p : params)
+  for (Param* p : params) {
+    settle_grad(be, *p);
     if (!be.all_finite(p->grad)) return false;
+  }
   return true;
 }
 

@@ -29,13 +29,21 @@ Optimizer::Optimizer(const TrainingConfig& cfg, std::vector<Param*> params)
   }
 }
 
+// A gradient its layer zeroes by overwriting is only marked; the others are
+// filled. Every parameter of a stage gets its first accumulation in every
+// step's backward, so nothing reads a marked gradient's stale values
+// (readers outside the layers settle_grad first all the same).
 void Optimizer::zero_grad(Backend& be) {
-  for (Param* p : params_) be.fill(p->grad, 0.f);
+  for (Param* p : params_) {
+    if (p->zero_by_overwrite) p->grad_zero_pending = true;
+    else be.fill(p->grad, 0.f);
+  }
 }
 
 void Optimizer::step(Backend& be, float lr, float grad_scale) {
   ++updates_;
   for (Param* p : params_) {
+    settle_grad(be, *p);
     if (grad_scale != 1.f) be.scale(p->grad, grad_scale);
     if (cfg_.optimizer == "sgd") {
       be.sgd_step(p->value, p->grad, p->state1, lr, static_cast<float>(cfg_.momentum),

@@ -109,6 +109,7 @@ void GradientReducer::layer_done(int stage, int mb, size_t layer) {
     for (Param* p : params) {
       size_t j = 0;
       while (b->params[j] != p) ++j;
+      settle_grad(be_, *p);
       group_.pack(p->grad, b->send, mb * b->chunk * group_.replicas() + b->offsets[j]);
       be_.fill(p->grad, 0.f);
     }
@@ -123,8 +124,12 @@ void GradientReducer::launch(ReductionBucket& b) {
     launched_any_ = true;
     fault_point("reduction", step_);
   }
-  if (!ordered_)
-    for (size_t j = 0; j < b.params.size(); ++j) group_.pack(b.params[j]->grad, b.send, b.offsets[j]);
+  if (!ordered_) {
+    for (size_t j = 0; j < b.params.size(); ++j) {
+      settle_grad(be_, *b.params[j]);
+      group_.pack(b.params[j]->grad, b.send, b.offsets[j]);
+    }
+  }
   b.start_us = tracer_ ? tracer_->now_us() : 0.0;
   const int64_t padded = b.chunk * group_.replicas();
   for (int k = 0; k < b.slots; ++k)

@@ -380,6 +380,7 @@ double Trainer::global_grad_norm(int64_t step) {
   for (StageModel& st : stages_) {
     per_stage.push_back(0);
     for (Param* p : st.params()) {
+      settle_grad(be, *p);
       local.push_back(be.sum_squares(p->grad));
       ++per_stage.back();
       // A double sum of squared floats cannot overflow, so it is finite exactly

@@ -19,7 +19,18 @@ struct Param {
   Tensor grad;       // same shape: accumulated over the micro-batches of a step
   Tensor state1;     // same shape: SGD momentum, or AdamW first moment
   Tensor state2;     // same shape: AdamW second moment (unused by SGD)
+  // Zeroing this gradient may be left to its first accumulation (a GEMM with
+  // beta = 0 overwrites it), which saves a pass over it every step. Set by
+  // the layer that owns it (Linear's weight); see Optimizer::zero_grad.
+  bool zero_by_overwrite = false;
+  // The gradient reads as zero whatever its buffer holds: zero_grad set it,
+  // the first accumulation clears it.
+  bool grad_zero_pending = false;
 };
+
+// Makes p.grad hold what it reads as: zeros it when its zeroing is still
+// pending. Everything that reads gradients outside the layers calls it first.
+void settle_grad(Backend& be, Param& p);
 
 // Everything a parameter carries from one step to the next, by name: "value",
 // then "state1" and "state2" when defined (the gradient is zeroed every
