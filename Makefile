@@ -55,6 +55,7 @@ bench: build tools
 	jobs/bench_schedules.sh
 	jobs/bench_rebalance.sh
 	jobs/bench_data_parallel.sh
+	jobs/bench_gemm.sh
 	jobs/bench_gemm_limits.sh
 
 # The CUDA build compiles and links the application and every target that

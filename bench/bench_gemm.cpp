@@ -3,7 +3,8 @@
 //
 // Builds the deck's whole model as one stage, records every GEMM one
 // micro-batch's forward + backward issues (rows = batch_size / micro_batches),
-// and times, for each library (oneDNN as pipetrain runs it: its matmul
+// and times, for each choice of training.cpu_gemm (auto, the default: oneDNN
+// with OpenBLAS for wide weight gradients over few rows; oneDNN: its matmul
 // primitive for A B^T, dnnl_sgemm otherwise; oneDNN's dnnl_sgemm alone;
 // OpenBLAS's cblas_sgemm; one thread):
 //   - the recorded GEMMs alone, replayed on buffers of the same sizes;
@@ -160,13 +161,22 @@ class ModelBuffers {
   std::vector<Region> regions_;
 };
 
-double replay_on_model_buffers_seconds(const std::vector<GemmShape>& shapes, ModelBuffers& buf) {
+// The calls of one kind: "NT" = A x B^T (a Linear's forward), "NN" (its
+// input gradient), "TN" (its weight gradient), "TT"; "" = every call.
+bool of_kind(const GemmShape& g, const std::string& kind) {
+  if (kind.empty()) return true;
+  return kind[0] == (g.trans_a ? 'T' : 'N') && kind[1] == (g.trans_b ? 'T' : 'N');
+}
+
+double replay_on_model_buffers_seconds(const std::vector<GemmShape>& shapes, ModelBuffers& buf,
+                                       const std::string& kind = "") {
   std::vector<float*> operands;  // a, b, c of every call, resolved before the clock starts
   for (const GemmShape& g : shapes)
     for (const void* id : {g.a_id, g.b_id, g.c_id}) operands.push_back(buf.at(id));
   const auto start = Clock::now();
   for (size_t i = 0; i < shapes.size(); ++i) {
     const GemmShape& g = shapes[i];
+    if (!of_kind(g, kind)) continue;
     cpu::sgemm(g.trans_a, g.trans_b, g.m, g.n, g.k, 1.f, operands[3 * i], g.lda,
                operands[3 * i + 1], g.ldb, g.beta, operands[3 * i + 2], g.ldc);
   }
@@ -178,7 +188,10 @@ struct LibraryTimes {
   double gemm_s = 0.0;   // the recorded GEMMs alone, per micro-batch
   double model_gemm_s = 0.0;  // the same on the model's own buffers
   double model_s = 0.0;  // the model's forward + backward, per micro-batch
+  std::vector<double> kind_s;  // per kKinds entry: its calls alone on the model's buffers
 };
+
+const std::vector<std::string> kKinds = {"NT", "NN", "TN", "TT"};
 
 // Alternates the measurements over repetitions so that noise hits all alike.
 LibraryTimes time_library(CpuGemm gemm, Model& m, const std::vector<GemmShape>& shapes,
@@ -191,14 +204,18 @@ LibraryTimes time_library(CpuGemm gemm, Model& m, const std::vector<GemmShape>& 
   replay_on_model_buffers_seconds(shapes, buffers);
   forward_backward_seconds(m);
   std::vector<double> gemm_s, model_gemm_s, model_s;
+  std::vector<std::vector<double>> kind_s(kKinds.size());
   for (int r = 0; r < reps; ++r) {
     gemm_s.push_back(replay_seconds(shapes));
     model_gemm_s.push_back(replay_on_model_buffers_seconds(shapes, buffers));
     model_s.push_back(forward_backward_seconds(m));
+    for (size_t k = 0; k < kKinds.size(); ++k)
+      kind_s[k].push_back(replay_on_model_buffers_seconds(shapes, buffers, kKinds[k]));
   }
   t.gemm_s = median(gemm_s);
   t.model_gemm_s = median(model_gemm_s);
   t.model_s = median(model_s);
+  for (const std::vector<double>& k : kind_s) t.kind_s.push_back(median(k));
   return t;
 }
 
@@ -206,8 +223,31 @@ double limit_samples_per_s(double rows, double gemm_s, int stages, int micro_bat
   return stages * rows / gemm_s * micro_batches / (micro_batches + stages - 1.0);
 }
 
-void print(const Options& o, const Deck& deck, int64_t rows, size_t calls, double flops,
-           const std::vector<LibraryTimes>& all) {
+// Each kind of call on the model's buffers, per library: where one library
+// gains on another (e.g. oneDNN's matmul primitive on A x B^T).
+void print_kinds(const std::vector<GemmShape>& shapes, const std::vector<LibraryTimes>& all) {
+  std::printf("\nBy kind of call (N = as stored, T = transposed; on the model's buffers, ms per "
+              "micro-batch):\n\n| kind | calls | GFLOP |");
+  for (const LibraryTimes& t : all) std::printf(" %s |", t.library.c_str());
+  std::printf("\n|---|---:|---:|");
+  for (size_t i = 0; i < all.size(); ++i) std::printf("---:|");
+  std::printf("\n");
+  for (size_t k = 0; k < kKinds.size(); ++k) {
+    int calls = 0;
+    double flops = 0.0;
+    for (const GemmShape& g : shapes)
+      if (of_kind(g, kKinds[k])) ++calls, flops += 2.0 * g.m * g.n * g.k;
+    if (calls == 0) continue;
+    std::printf("| A%s x B%s | %d | %.3f |", kKinds[k][0] == 'T' ? "^T" : "",
+                kKinds[k][1] == 'T' ? "^T" : "", calls, flops * 1e-9);
+    for (const LibraryTimes& t : all) std::printf(" %.3f |", t.kind_s[k] * 1e3);
+    std::printf("\n");
+  }
+}
+
+void print(const Options& o, const Deck& deck, int64_t rows, const std::vector<GemmShape>& shapes,
+           double flops, const std::vector<LibraryTimes>& all) {
+  const size_t calls = shapes.size();
   const int n = static_cast<int>(deck.pipeline.micro_batches);
   if (o.tsv) {
     for (const LibraryTimes& t : all)
@@ -235,6 +275,7 @@ void print(const Options& o, const Deck& deck, int64_t rows, size_t calls, doubl
                 limit_samples_per_s(rows, t.gemm_s, 1, n),
                 limit_samples_per_s(rows, t.gemm_s, o.stages, n),
                 limit_samples_per_s(rows, t.model_gemm_s, o.stages, n));
+  print_kinds(shapes, all);
 }
 
 int run(int argc, char** argv) {
@@ -253,9 +294,10 @@ int run(int argc, char** argv) {
   double flops = 0.0;
   for (const GemmShape& g : shapes) flops += 2.0 * g.m * g.n * g.k;
   std::vector<LibraryTimes> all;
-  for (CpuGemm gemm : {CpuGemm::OneDNN, CpuGemm::OneDNNSgemm, CpuGemm::OpenBLAS})
+  // The default (auto) first: the benchmark scripts read the first line as the limit of a run.
+  for (CpuGemm gemm : {CpuGemm::Auto, CpuGemm::OneDNN, CpuGemm::OneDNNSgemm, CpuGemm::OpenBLAS})
     all.push_back(time_library(gemm, m, shapes, o.reps));
-  print(o, deck, rows, shapes.size(), flops, all);
+  print(o, deck, rows, shapes, flops, all);
   return 0;
 }
 

@@ -1,5 +1,6 @@
-// test_cpu_gemm.cpp: cpu::sgemm on every CPU GEMM choice (onednn with its
-// matmul primitive for A B^T, onednn-sgemm, openblas) against a double
+// test_cpu_gemm.cpp: cpu::sgemm on every CPU GEMM choice (auto, which sends
+// wide weight gradients to OpenBLAS; onednn with its matmul primitive for
+// A B^T; onednn-sgemm; openblas) against a double
 // reference: every transpose pair, strided operands, alpha and beta, inner
 // dimensions below and above the primitive's threshold. Prints the max
 // relative difference; a repeated call must be bitwise equal.
@@ -74,10 +75,12 @@ TEST(CpuGemm, EveryChoiceMatchesADoubleReference) {
       {false, true, 64, 64, 24, 1.f, 0.f},    // Q K^T at a small head size: dnnl_sgemm
       {false, false, 31, 70, 300, 1.f, 1.f},
       {true, false, 70, 50, 64, 1.f, 1.f},    // a weight gradient, accumulated
+      {true, false, 512, 520, 64, 1.f, 1.f},  // a wide one: OpenBLAS under auto
+      {true, false, 512, 512, 40, 1.f, 0.f},  // its first accumulation (beta = 0)
       {true, true, 20, 30, 270, 2.f, 0.f},
   };
   const std::vector<std::pair<CpuGemm, const char*>> choices = {
-      {CpuGemm::OneDNN, "onednn"}, {CpuGemm::OneDNNSgemm, "onednn-sgemm"}, {CpuGemm::OpenBLAS, "openblas"}};
+      {CpuGemm::Auto, "auto"}, {CpuGemm::OneDNN, "onednn"}, {CpuGemm::OneDNNSgemm, "onednn-sgemm"}, {CpuGemm::OpenBLAS, "openblas"}};
   for (const auto& [gemm, name] : choices) {
     for (const Case& c : cases) {
       bool padding_kept = false, repeatable = false;
@@ -90,10 +93,11 @@ TEST(CpuGemm, EveryChoiceMatchesADoubleReference) {
       EXPECT_TRUE(repeatable) << name << ": a repeated call differed";
     }
   }
-  set_cpu_gemm(CpuGemm::OneDNN);
+  set_cpu_gemm(CpuGemm::Auto);
 }
 
 TEST(CpuGemm, ChoicesParseAndUnknownOnesAreNamed) {
+  EXPECT_EQ(parse_cpu_gemm("auto"), CpuGemm::Auto);
   EXPECT_EQ(parse_cpu_gemm("onednn"), CpuGemm::OneDNN);
   EXPECT_EQ(parse_cpu_gemm("onednn-sgemm"), CpuGemm::OneDNNSgemm);
   EXPECT_EQ(parse_cpu_gemm("openblas"), CpuGemm::OpenBLAS);
@@ -101,7 +105,7 @@ TEST(CpuGemm, ChoicesParseAndUnknownOnesAreNamed) {
     parse_cpu_gemm("mkl");
     FAIL() << "mkl was accepted";
   } catch (const std::exception& e) {
-    EXPECT_NE(std::string(e.what()).find("\"mkl\"; expected onednn, onednn-sgemm or openblas"),
+    EXPECT_NE(std::string(e.what()).find("\"mkl\"; expected auto, onednn, onednn-sgemm or openblas"),
               std::string::npos)
         << e.what();
   }

@@ -80,7 +80,7 @@ const std::vector<KeySpec> kDeckKeys = {
     {"training", "weight_decay", PT_FIELD(training.weight_decay), at_least(0), nullptr, "decoupled weight decay (AdamW), L2 (SGD)", PT_ALWAYS},
     {"training", "grad_clip", PT_FIELD(training.grad_clip), at_least(0), nullptr, "global gradient-norm clip; 0 = off", PT_ALWAYS},
     {"training", "blas_threads", PT_FIELD(training.blas_threads), between(0, 4096), nullptr, "BLAS threads per rank; 0 = node cores / ranks on the node", PT_ALWAYS},
-    {"training", "cpu_gemm", PT_FIELD(training.cpu_gemm), any(), "onednn|onednn-sgemm|openblas", "library of the CPU backend's GEMMs: onednn (oneDNN, kernels chosen from the CPU's features; its matmul primitive for A B^T), onednn-sgemm (dnnl_sgemm for every GEMM) or openblas", PT_ALWAYS},
+    {"training", "cpu_gemm", PT_FIELD(training.cpu_gemm), any(), "auto|onednn|onednn-sgemm|openblas", "library of the CPU backend's GEMMs: auto (oneDNN, with OpenBLAS for the weight gradients of wide layers over <= 64 rows), onednn (oneDNN, kernels chosen from the CPU's features; its matmul primitive for A B^T), onednn-sgemm (dnnl_sgemm for every GEMM) or openblas", PT_ALWAYS},
     {"training", "eval_every", PT_FIELD(training.eval_every), at_least(0), nullptr, "held-out evaluation loss every k steps; 0 = off", PT_ALWAYS},
     {"training", "init_from", PT_FIELD(training.init_from), any(), nullptr, "checkpoint whose weights (only) initialise the model; \"\" = none", PT_ALWAYS},
     {"training", "device", PT_FIELD(training.device), any(), "cpu|cuda", "where each rank computes: cpu, or cuda (one GPU per rank)", PT_ALWAYS},

@@ -1,12 +1,16 @@
 // cpu_gemm.cpp: the CPU backend's one GEMM entry point and the library that
 // serves it.
 //
-// Two libraries can compute the CPU's GEMMs:
-//   onednn    oneDNN (the default). It picks its kernels from the CPU's
+// Four choices (training.cpu_gemm) compute the CPU's GEMMs:
+//   auto      (the default) onednn's calls, except the weight gradients of
+//             wide layers over few rows, which run on OpenBLAS (measured
+//             faster when the gradient streams from memory; see
+//             openblas_serves below).
+//   onednn    oneDNN. It picks its kernels from the CPU's
 //             features at run time (AVX-512, AMX, ...), so it never falls
 //             back silently, and on the micro-batch shapes of pipeline
 //             training it is faster than OpenBLAS 0.3.21's best kernels
-//             (results/bench_gemm.md). A x B^T (every Linear forward) runs
+//             (results/bench_gemm.md). A x B^T (every wide Linear forward) runs
 //             on oneDNN's matmul primitive, whose brgemm kernels read the
 //             transposed B in place; dnnl_sgemm packs it first, which at 32-64
 //             rows costs 20-30% (docs/performance.md). Other shapes run
@@ -15,9 +19,9 @@
 //             matmul primitive; kept to measure against).
 //   openblas  OpenBLAS's cblas_sgemm, with the kernels select_blas_kernel
 //             chose (tensor/blas_info).
-// Both are deterministic for a fixed thread count: the same shapes give
+// All are deterministic for a fixed thread count: the same shapes give
 // bitwise the same results, so every equivalence in the tests holds with
-// either. training.cpu_gemm chooses; set_cpu_gemm applies it process-wide.
+// each. training.cpu_gemm chooses; set_cpu_gemm applies it process-wide.
 #include <cblas.h>
 #include <dnnl.h>
 #include <omp.h>
@@ -36,7 +40,7 @@ namespace pt {
 
 namespace {
 
-CpuGemm g_cpu_gemm = CpuGemm::OneDNN;
+CpuGemm g_cpu_gemm = CpuGemm::Auto;
 int g_blas_threads = 1;
 bool g_threads_applied = false;
 std::vector<GemmShape>* g_gemm_recording = nullptr;
@@ -63,6 +67,17 @@ void onednn_sgemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha
 // below it the primitive's fixed cost per call (a few microseconds) outweighs
 // what it saves (measured on 16-256 rows; docs/performance.md).
 constexpr int64_t kMatmulMinK = 256;
+
+// Under auto, a weight gradient dW (+)= dY^T x of a wide layer (C at least
+// 512 x 512) summed over at most 64 rows runs on OpenBLAS: its kernels keep
+// C's read-modify-write streaming when C comes from memory, as a step's
+// gradients do, and take 25-30% less time than dnnl_sgemm there (on C in
+// cache, or over more rows, dnnl_sgemm is as fast or faster; results/bench_gemm.md).
+constexpr int64_t kOpenBlasMaxRows = 64;
+constexpr int64_t kOpenBlasMinArea = 512 * 512;
+bool openblas_serves(bool ta, bool tb, int64_t m, int64_t n, int64_t k) {
+  return ta && !tb && k <= kOpenBlasMaxRows && m * n >= kOpenBlasMinArea;
+}
 
 // C = alpha * A B^T + beta * C on oneDNN's matmul primitive. B^T is described
 // by strides (a (k, n) view of the row-major (n, k) B), so nothing is copied.
@@ -134,11 +149,12 @@ const char* isa_name(dnnl_cpu_isa_t isa) {
 }  // namespace
 
 CpuGemm parse_cpu_gemm(const std::string& name) {
+  if (name == "auto") return CpuGemm::Auto;
   if (name == "onednn") return CpuGemm::OneDNN;
   if (name == "onednn-sgemm") return CpuGemm::OneDNNSgemm;
   if (name == "openblas") return CpuGemm::OpenBLAS;
   throw InputError("unknown CPU GEMM library \"" + name +
-                   "\"; expected onednn, onednn-sgemm or openblas");
+                   "\"; expected auto, onednn, onednn-sgemm or openblas");
 }
 
 void set_cpu_gemm(CpuGemm gemm) { g_cpu_gemm = gemm; }
@@ -147,9 +163,13 @@ CpuGemm cpu_gemm() { return g_cpu_gemm; }
 std::string cpu_gemm_description() {
   if (g_cpu_gemm == CpuGemm::OpenBLAS) return "OpenBLAS cblas_sgemm";
   const dnnl_version_t* v = dnnl_version();
-  return "oneDNN " + std::to_string(v->major) + "." + std::to_string(v->minor) + "." +
-         std::to_string(v->patch) +
-         (g_cpu_gemm == CpuGemm::OneDNN ? " dnnl_sgemm + matmul (A B^T)" : " dnnl_sgemm") + ", ISA " + isa_name(dnnl_get_effective_cpu_isa());
+  const std::string onednn = "oneDNN " + std::to_string(v->major) + "." +
+                             std::to_string(v->minor) + "." + std::to_string(v->patch);
+  const std::string isa = std::string(", ISA ") + isa_name(dnnl_get_effective_cpu_isa());
+  if (g_cpu_gemm == CpuGemm::OneDNNSgemm) return onednn + " dnnl_sgemm" + isa;
+  if (g_cpu_gemm == CpuGemm::OneDNN) return onednn + " dnnl_sgemm + matmul (A B^T)" + isa;
+  return "auto: " + onednn + " dnnl_sgemm + matmul (A B^T)" + isa +
+         ", OpenBLAS cblas_sgemm (wide A^T B of <= 64 rows)";
 }
 
 namespace cpu {
@@ -157,12 +177,12 @@ void sgemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, const
            int64_t lda, const float* b, int64_t ldb, float beta, float* c, int64_t ldc) {
   if (g_gemm_recording) g_gemm_recording->push_back({ta, tb, m, n, k, lda, ldb, ldc, beta, a, b, c});
   if (!g_threads_applied) apply_threads();
-  if (g_cpu_gemm == CpuGemm::OneDNN || g_cpu_gemm == CpuGemm::OneDNNSgemm) {
-    if (g_cpu_gemm == CpuGemm::OneDNN && !ta && tb && m > 0 && n > 0 && k >= kMatmulMinK) {
-      onednn_matmul_nt(m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
-      return;
-    }
-    onednn_sgemm(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+  const bool openblas =
+      g_cpu_gemm == CpuGemm::OpenBLAS || (g_cpu_gemm == CpuGemm::Auto && openblas_serves(ta, tb, m, n, k));
+  if (!openblas) {
+    const bool matmul = g_cpu_gemm != CpuGemm::OneDNNSgemm && !ta && tb && m > 0 && n > 0 && k >= kMatmulMinK;
+    if (matmul) onednn_matmul_nt(m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+    else onednn_sgemm(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
     return;
   }
   cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans,

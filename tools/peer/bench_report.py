@@ -249,15 +249,16 @@ def main():
               f"{text(ratio_of(q[(w, 'pipetrain', 2)], q[(w, 'peer', 2)]))} |")
 
     limit_rows = list(csv.DictReader(open(args.limits))) if args.limits else []
-    gemm_library = next((r["library"] for r in limit_rows if r["library"].startswith("oneDNN")), None)
+    # build/bench_gemm prints the default GEMM choice (the one pipetrain ran on) first.
+    gemm_library = limit_rows[0]["library"] if limit_rows else None
     if limit_rows:
         print_limits(p, limit_rows, rate, workloads, gemm_library)
 
     p("\n## What runs\n")
     p("- **pipetrain**: `build/pipetrain` on the CPU backend, 1F1B, N = 8, "
       "`training.blas_threads = 1` (one thread per rank). GEMMs: "
-      f"{gemm_library or 'see metrics.h5 attribute gemm'} (`training.cpu_gemm = \"onednn\"`, "
-      "the default); OpenBLAS (linked, used with `training.cpu_gemm = \"openblas\"`) "
+      f"{gemm_library or 'see metrics.h5 attribute gemm'} (`training.cpu_gemm = \"auto\"`, "
+      "the default); OpenBLAS (linked; all GEMMs with `training.cpu_gemm = \"openblas\"`) "
       f"`{blas_path}`, `openblas_get_corename()` = `{corename}` ({blas_config}). "
       "Step time: `step_time_s` of `metrics.h5` (rank 0, from zeroing the gradients to "
       "the end of the optimizer step; every step holds the loss broadcast and the "

@@ -62,7 +62,7 @@ struct TrainingConfig {
   double weight_decay = 0.0;       // decoupled weight decay (AdamW), L2 (SGD)
   double grad_clip = 0.0;          // global-norm clip; 0 = off
   int64_t blas_threads = 0;        // 0 = node cores / ranks on the node
-  std::string cpu_gemm = "onednn"; // CPU GEMM library: "onednn" | "onednn-sgemm" | "openblas"
+  std::string cpu_gemm = "auto";   // CPU GEMM library: "auto" | "onednn" | "onednn-sgemm" | "openblas"
   int64_t eval_every = 0;          // held-out loss every k steps; 0 = off
   int64_t eval_batches = 2;        // batches per evaluation
   std::string init_from;           // checkpoint whose weights (only) start training

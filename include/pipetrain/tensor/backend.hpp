@@ -143,11 +143,12 @@ void gemm(GemmPrecision p, bool ta, bool tb, int64_t m, int64_t n, int64_t k, fl
           int64_t ldc);
 }  // namespace cpu
 
-// The library behind cpu::sgemm (src/tensor/cpu_gemm.cpp): oneDNN (default:
-// its matmul primitive for A B^T with k >= 256, dnnl_sgemm otherwise), oneDNN's
-// dnnl_sgemm alone, or OpenBLAS's cblas_sgemm; process-wide.
-enum class CpuGemm { OneDNN, OneDNNSgemm, OpenBLAS };
-// "onednn" | "onednn-sgemm" | "openblas"; else InputError
+// The library behind cpu::sgemm (src/tensor/cpu_gemm.cpp): auto (default:
+// oneDNN, with OpenBLAS for wide weight gradients over <= 64 rows), oneDNN
+// (its matmul primitive for A B^T with k >= 256, dnnl_sgemm otherwise),
+// oneDNN's dnnl_sgemm alone, or OpenBLAS's cblas_sgemm; process-wide.
+enum class CpuGemm { Auto, OneDNN, OneDNNSgemm, OpenBLAS };
+// "auto" | "onednn" | "onednn-sgemm" | "openblas"; else InputError
 CpuGemm parse_cpu_gemm(const std::string& name);
 void set_cpu_gemm(CpuGemm gemm);
 CpuGemm cpu_gemm();
