@@ -3,6 +3,8 @@
 # rank, zb-h1, zb-v; gpipe with SCHEDULES) on the balanced MLP
 # (inputs/bench_mlp.toml), the balanced GPT (inputs/gpt_balanced.toml, model
 # "gpt-balanced") and the unbalanced GPT (inputs/gpt_markov.toml, "gpt") at
+# (MODELS may add "mlp-equal": inputs/bench_mlp_equal.toml, stages of equal
+# GEMM work)
 # P = 2 ranks, N = 2, 4, 8, 16, each REPS times (default 3; the schedules of
 # one model and N run one after another within a repetition, so that a slow
 # spell of the host hits them alike; the table gives medians): measured bubble (trace.h5, tools/trace_report.py) against
@@ -46,9 +48,10 @@ check_line=$($PY -c "print('one-rank MLP step %.1f ms alone, %.1f ms with a seco
 deck_of() {
   case $1 in
     mlp) echo inputs/bench_mlp.toml ;;
+    mlp-equal) echo inputs/bench_mlp_equal.toml ;;
     gpt-balanced) echo inputs/gpt_balanced.toml ;;
     gpt) echo inputs/gpt_markov.toml ;;
-    *) echo "bench_schedules: unknown model '$1' (mlp gpt-balanced gpt)" >&2; exit 1 ;;
+    *) echo "bench_schedules: unknown model '$1' (mlp mlp-equal gpt-balanced gpt)" >&2; exit 1 ;;
   esac
 }
 # The GPT deck trains for 600 steps with evaluations; the benchmark times 20.
@@ -93,6 +96,11 @@ cpu=$(grep -m1 "model name" /proc/cpuinfo | cut -d: -f2- | sed 's/^ *//')
   echo "thread per rank, tracing on, steps after the first 2 counted. Interleaved runs 2 stages"
   echo "per rank, ZB-V 2 (V shape). Each row: the median of $REPS runs (column runs), the"
   echo "schedules of one model and N run one after another in each repetition."
+  case " $MODELS " in *" mlp-equal "*)
+    echo "mlp-equal: \`inputs/bench_mlp_equal.toml\`, the mlp with its last layer 1024 -> 683, so that"
+    echo "both stages do 23 GEMMs of 1024 x 1024 x rows per micro-batch (in mlp the first does 23, the"
+    echo "second 24: layer 0 needs no input gradient)." ;;
+  esac
   echo "Machine: $(hostname), $(nproc) cores ($cpu), $(date -u +%F). $blas"
   echo
   echo "Machine check (this run): $check_line. A factor near 1 means a core per rank;"
