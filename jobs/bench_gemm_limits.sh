@@ -40,8 +40,10 @@ train_rate() {  # ranks batch rep
 
 for rep in $(seq 1 "$REPEATS"); do
   for batch in $BATCHES; do
+    # The first line is the default GEMM choice, the one the runs use. sed reads
+    # all the output (head would close the pipe early: SIGPIPE under pipefail).
     line=$(build/bench_gemm "$DECK" --set training.batch_size="$batch" --stages 2 --reps 11 --tsv |
-           head -1)  # the first line is the default choice || die "bench_gemm failed"
+           sed -n 1p) || die "bench_gemm failed"
     IFS=$'\t' read -r _ _ _ _ warm1 warm2 _ model1 model2 <<< "$line"
     one=$(train_rate 1 "$batch" "$rep")
     two=$(train_rate 2 "$batch" "$rep")

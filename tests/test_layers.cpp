@@ -48,17 +48,31 @@ TEST(Layers, LinearMatchesFiniteDifferences) {
   check_layer(*layer, {4, 7}, "linear");
 }
 
+// A Linear layer (in -> out) after its forward on `rows` random rows, with
+// a random output gradient: what the weight-gradient tests start from.
+struct ForwardedLinear {
+  std::unique_ptr<Layer> layer;
+  Tensor x, dy;  // (rows, in), (rows, out)
+  std::vector<Tensor> saved;
+  Param* w;      // the weight, (out, in)
+  ForwardedLinear(int64_t rows, int64_t in, int64_t out)
+      : layer(make_linear("lin", in, out, 3, 0, 1.f)),
+        x(random_tensor({rows, in}, 1)),
+        dy(random_tensor({rows, out}, 2)) {
+    layer->forward(cpu_backend(), x, saved);
+    w = layer->params()[0];
+  }
+  void backward() { layer->backward(cpu_backend(), x, saved, dy, false); }
+};
+
 TEST(Layers, LinearAccumulatesGradientsAcrossCalls) {
   Backend& be = cpu_backend();
-  auto layer = make_linear("lin", 3, 2, 3, 0, 1.f);
-  Tensor x = random_tensor({4, 3}, 1), dy = random_tensor({4, 2}, 2);
-  std::vector<Tensor> saved;
-  layer->forward(be, x, saved);
-  Param* w = layer->params()[0];
+  ForwardedLinear lin(4, 3, 2);
+  Param* w = lin.w;
   be.fill(w->grad, 0.f);
-  layer->backward(be, x, saved, dy, false);
+  lin.backward();
   Tensor once = w->grad.clone(MemCategory::Workspace);
-  layer->backward(be, x, saved, dy, false);
+  lin.backward();
   for (int64_t i = 0; i < once.numel(); ++i)
     EXPECT_FLOAT_EQ(w->grad.f32()[i], 2.f * once.f32()[i]);
 }
@@ -68,27 +82,24 @@ TEST(Layers, LinearAccumulatesGradientsAcrossCalls) {
 // filled-then-accumulated one, and settle_grad must zero a pending one.
 TEST(Layers, LinearWeightGradientZeroedByItsFirstAccumulation) {
   Backend& be = cpu_backend();
-  auto layer = make_linear("lin", 300, 40, 3, 0, 1.f);
-  Tensor x = random_tensor({16, 300}, 1), dy = random_tensor({16, 40}, 2);
-  std::vector<Tensor> saved;
-  layer->forward(be, x, saved);
-  Param* w = layer->params()[0];
+  ForwardedLinear lin(16, 300, 40);
+  Param* w = lin.w;
   ASSERT_TRUE(w->zero_by_overwrite);
   be.fill(w->grad, 0.f);
-  layer->backward(be, x, saved, dy, false);
-  layer->backward(be, x, saved, dy, false);
+  lin.backward();
+  lin.backward();
   const Tensor filled = w->grad.clone(MemCategory::Workspace);
 
   TrainingConfig cfg;
   cfg.optimizer = "sgd";
-  Optimizer opt(cfg, layer->params());
+  Optimizer opt(cfg, lin.layer->params());
   be.fill(w->grad, 7.f);  // stale values a fill would have cleared
   opt.zero_grad(be);
   EXPECT_TRUE(w->grad_zero_pending);
   EXPECT_EQ(w->grad.f32()[0], 7.f) << "zero_grad filled a gradient zeroed by overwrite";
-  layer->backward(be, x, saved, dy, false);
+  lin.backward();
   EXPECT_FALSE(w->grad_zero_pending);
-  layer->backward(be, x, saved, dy, false);
+  lin.backward();
   for (int64_t i = 0; i < filled.numel(); ++i)
     ASSERT_EQ(w->grad.f32()[i], filled.f32()[i]) << "element " << i;
 
