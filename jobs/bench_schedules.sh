@@ -4,7 +4,9 @@
 # (inputs/bench_mlp.toml), the balanced GPT (inputs/gpt_balanced.toml, model
 # "gpt-balanced") and the unbalanced GPT (inputs/gpt_markov.toml, "gpt") at
 # (MODELS may add "mlp-equal": inputs/bench_mlp_equal.toml, stages of equal
-# GEMM work)
+# GEMM work at 2 ranks; and "mlp-balanced": that deck for every schedule but
+# zb-v, which runs inputs/bench_mlp_v_equal.toml, whose ranks do equal GEMM
+# work under ZB-V's V placement)
 # P = 2 ranks, N = 2, 4, 8, 16, each REPS times (default 3; the schedules of
 # one model and N run one after another within a repetition, so that a slow
 # spell of the host hits them alike; the table gives medians): measured bubble (trace.h5, tools/trace_report.py) against
@@ -45,13 +47,15 @@ alone=$(median_step runs/bench_schedules_alone)
 pair=$(median_step runs/bench_schedules_pair_a)
 check_line=$($PY -c "print('one-rank MLP step %.1f ms alone, %.1f ms with a second one-rank run at once: x%.2f' % ($alone * 1e3, $pair * 1e3, $pair / $alone))")
 
-deck_of() {
+deck_of() {  # MODEL SCHEDULE
   case $1 in
     mlp) echo inputs/bench_mlp.toml ;;
     mlp-equal) echo inputs/bench_mlp_equal.toml ;;
+    mlp-balanced)
+      if [ "$2" = zb-v ]; then echo inputs/bench_mlp_v_equal.toml; else echo inputs/bench_mlp_equal.toml; fi ;;
     gpt-balanced) echo inputs/gpt_balanced.toml ;;
     gpt) echo inputs/gpt_markov.toml ;;
-    *) echo "bench_schedules: unknown model '$1' (mlp mlp-equal gpt-balanced gpt)" >&2; exit 1 ;;
+    *) echo "bench_schedules: unknown model '$1' (mlp mlp-equal mlp-balanced gpt-balanced gpt)" >&2; exit 1 ;;
   esac
 }
 # The GPT deck trains for 600 steps with evaluations; the benchmark times 20.
@@ -61,9 +65,9 @@ extra_of() {
 
 for rep in $(seq 1 "$REPS"); do
   for model in $MODELS; do
-    deck=$(deck_of "$model")
     for n in $N_LIST; do
       for s in $SCHEDULES; do
+        deck=$(deck_of "$model" "$s")
         [ "$s" = interleaved ] && [ $((n % P)) -ne 0 ] && continue
         dir=runs/bench_schedules_${model}_${s}_p${P}_n${n}_r$rep
         virtual=""
@@ -101,6 +105,12 @@ cpu=$(grep -m1 "model name" /proc/cpuinfo | cut -d: -f2- | sed 's/^ *//')
     echo "both stages do 23 GEMMs of 1024 x 1024 x rows per micro-batch (in mlp the first does 23, the"
     echo "second 24: layer 0 needs no input gradient)." ;;
   esac
+  case " $MODELS " in *" mlp-balanced "*)
+    echo "mlp-balanced: \`inputs/bench_mlp_equal.toml\` for every schedule but zb-v, which runs"
+    echo "\`inputs/bench_mlp_v_equal.toml\` (last layer 1024 -> 1365): the ranks do equal GEMM work under"
+    echo "each schedule's placement (ZB-V's rank 0 holds stages 0 and 3, so stage 3 carries the GEMM"
+    echo "that stage 0 lacks), which is what the theory assumes." ;;
+  esac
   echo "Machine: $(hostname), $(nproc) cores ($cpu), $(date -u +%F). $blas"
   echo
   echo "Machine check (this run): $check_line. A factor near 1 means a core per rank;"
@@ -112,7 +122,13 @@ cpu=$(grep -m1 "model name" /proc/cpuinfo | cut -d: -f2- | sed 's/^ *//')
   echo "Theory: the schedule data simulated in unit time (F = 1, B = 2, or B = W = 1 when"
   echo "split; free links): (P-1)/(N+P-1) for 1F1B, (P-1)/(vN+P-1) interleaved, (P-1)/(3N+P-1)"
   echo "ZB-H1 (N >= P). Predicted: the planner's simulation of the same schedule with the"
-  echo "run's brief profile (W = its share of B by FLOPs, docs/schedules.md)."
+  echo "run's brief profile (W = its share of B by FLOPs, docs/schedules.md). At the run's"
+  echo "costs: the same schedule simulated with the run's own median F, B and W time of every"
+  echo "stage (trace.h5 attribute cost_bubble; free links): the bubble the schedule leaves for"
+  echo "actions that cost what they cost in this run. Measured minus it (runtime added) is what"
+  echo "the runtime adds: messages, progress, the spread of action times. It minus the theory is"
+  echo "what the model's uneven actions cost (a GPT's last stage: F carries the loss and the"
+  echo "head, B and W are light; attention has no W)."
   echo
   $PY tools/schedules_report.py --skip 2 "${dirs[@]}"
   echo

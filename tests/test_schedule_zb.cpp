@@ -293,3 +293,37 @@ TEST(ValidatorW, HandWrittenSplitScheduleUnderBothSemantics) {
 }
 
 }  // namespace
+
+// The schedule at given action costs (the trace's cost_bubble), by hand:
+// 1F1B, P = 2, N = 2, stage 0 F = 1 B = 2, stage 1 F = 3 B = 1. Rank 0 runs
+// F0 [0,1] F1 [1,2] B0 [5,7] B1 [9,11]; rank 1 F0 [1,4] B0 [4,5] F1 [5,8]
+// B1 [8,9]. Span 11, busy 6 and 8: bubble (5/11 + 3/11) / 2 = 4/11, above
+// the unit-time 1/3 of equal stages.
+TEST(BubbleAtCosts, UnevenStagesByHand) {
+  const std::vector<pt::ActionCost> costs = {{1.0, 2.0, 0.0}, {3.0, 1.0, 0.0}};
+  EXPECT_NEAR(pt::bubble_at_costs(pt::generate_1f1b(2, 2), costs), 4.0 / 11.0, 1e-12);
+}
+
+// Equal F = B = W = 1 on every stage is the unit-time theory of a split
+// backward; W's own time is used, not a share of B.
+TEST(BubbleAtCosts, EqualCostsAreTheUnitTimeTheory) {
+  for (int p : {2, 4})
+    for (int n : {4, 8}) {
+      const std::vector<pt::ActionCost> unit(static_cast<size_t>(p), {1.0, 1.0, 1.0});
+      EXPECT_NEAR(pt::bubble_at_costs(pt::generate_zb_h1(p, n), unit),
+                  pt::unit_time_bubble(pt::generate_zb_h1(p, n)), 1e-12);
+      const std::vector<pt::ActionCost> v(static_cast<size_t>(2 * p), {1.0, 1.0, 1.0});
+      EXPECT_NEAR(pt::bubble_at_costs(pt::generate_zb_v(p, n), v),
+                  pt::unit_time_bubble(pt::generate_zb_v(p, n)), 1e-12);
+    }
+  // A cheaper W on the last stage only changes the result.
+  std::vector<pt::ActionCost> uneven(2, {1.0, 1.0, 1.0});
+  uneven[1].weight_s = 0.25;
+  EXPECT_GT(pt::bubble_at_costs(pt::generate_zb_h1(2, 4), uneven),
+            pt::unit_time_bubble(pt::generate_zb_h1(2, 4)) + 1e-3);
+}
+
+TEST(BubbleAtCosts, WrongStageCountIsAnError) {
+  const std::vector<pt::ActionCost> one = {{1.0, 2.0, 0.0}};
+  EXPECT_THROW(pt::bubble_at_costs(pt::generate_1f1b(2, 2), one), pt::Error);
+}

@@ -106,5 +106,32 @@ TEST(Trace, OffByDefaultRecordsNothing) {
   for (const auto& per_rank : events) EXPECT_TRUE(per_rank.empty());
 }
 
+// median_action_costs on a hand-made timeline: step 0 is left out, waits
+// nested in an action are taken off it, medians per stage and kind, no W
+// gives 0, and a stage without F or B gives no costs at all.
+TEST(TraceCosts, MediansLessNestedWaitsAfterTheFirstStep) {
+  const auto ev = [](EventKind k, int64_t step, int stage, double start, double end) {
+    return TraceEvent{step, stage, 0, static_cast<int32_t>(k), start, end};
+  };
+  std::vector<std::vector<TraceEvent>> ranks(2);
+  ranks[0] = {ev(EventKind::F, 0, 0, 0, 900),  // step 0: ignored
+              ev(EventKind::Wait, 1, 0, 1000, 1400), ev(EventKind::F, 1, 0, 1000, 1500),
+              ev(EventKind::F, 2, 0, 2000, 2100), ev(EventKind::F, 3, 0, 3000, 3300),
+              ev(EventKind::B, 1, 0, 4000, 4200), ev(EventKind::B, 2, 0, 5000, 5200),
+              ev(EventKind::W, 2, 0, 6000, 6050)};
+  ranks[1] = {ev(EventKind::F, 1, 1, 1500, 1800), ev(EventKind::Wait, 1, 1, 1900, 1950),
+              ev(EventKind::B, 1, 1, 1900, 2000)};
+  const std::vector<ActionCost> costs = median_action_costs(ranks, 2);
+  ASSERT_EQ(costs.size(), 2u);
+  EXPECT_NEAR(costs[0].forward_s, 100e-6, 1e-12);  // median of 100, 100, 300
+  EXPECT_NEAR(costs[0].backward_s, 200e-6, 1e-12);
+  EXPECT_NEAR(costs[0].weight_s, 50e-6, 1e-12);
+  EXPECT_NEAR(costs[1].forward_s, 300e-6, 1e-12);
+  EXPECT_NEAR(costs[1].backward_s, 50e-6, 1e-12);  // 100 less its 50 of waiting
+  EXPECT_EQ(costs[1].weight_s, 0.0);
+  ranks[1].clear();
+  EXPECT_TRUE(median_action_costs(ranks, 2).empty());
+}
+
 }  // namespace
 }  // namespace pt

@@ -9,7 +9,10 @@ bubble (the run's schedule simulated in unit time, trace attribute
 theory_bubble), the measured bubble (trace_report.py's definition, steps after
 --skip), the planner's predicted bubble and step time (metrics.h5 attributes
 predicted_bubble, predicted_step_time_s), the measured median step time and
-the largest per-rank peak memory (peak_bytes_total). Then, per model and N,
+the largest per-rank peak memory (peak_bytes_total). Beside the unit-time
+theory, the schedule simulated at the run's own median F, B and W costs
+(trace attribute cost_bubble): measured - that is what the runtime added,
+that - theory what the model's uneven actions cost under the schedule. Then, per model and N,
 ZB-H1's speedup over 1F1B against the speedup theory predicts. A LABEL names
 the model in the table (default: gpt or mlp, from the run's deck). Repeated
 runs of one (label, schedule, P, N) are merged into one row: the medians of
@@ -42,6 +45,7 @@ def run_row(arg, skip):
         "dir": run_dir, "model": model, "schedule": trace.schedule_name,
         "ranks": trace.num_ranks, "stages": trace.num_stages, "n": trace.num_micro_batches,
         "theory": r["bubble_theory"], "bubble": r["bubble"], "predicted_bubble": predicted_bubble,
+        "at_costs": float("nan") if r["bubble_at_costs"] is None else r["bubble_at_costs"],
         "step_s": float(np.median(step)), "predicted_step_s": predicted_step,
         "peak_mib": float(peak.max()) / 1048576.0, "runs": 1,
     }
@@ -55,7 +59,7 @@ def merge_repeats(rows):
     merged = []
     for group in groups.values():
         row = dict(group[0])
-        for k in ["bubble", "predicted_bubble", "step_s", "predicted_step_s", "peak_mib"]:
+        for k in ["bubble", "at_costs", "predicted_bubble", "step_s", "predicted_step_s", "peak_mib"]:
             row[k] = float(np.median([g[k] for g in group]))
         row["runs"] = len(group)
         merged.append(row)
@@ -68,14 +72,17 @@ def pct(x):
 
 def table(rows):
     out = ["| model | schedule | P | stages | N | runs | theory | measured | diff (points) | within 3 | "
+           "at the run's costs | runtime added (points) | "
            "predicted bubble | step (ms) | predicted step (ms) | step error | peak MiB |",
-           "|---|---|---:|---:|---:|---:|---:|---:|---:|---|---:|---:|---:|---:|---:|"]
+           "|---|---|---:|---:|---:|---:|---:|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|"]
     for r in rows:
         diff = 100 * (r["bubble"] - r["theory"])
+        added = 100 * (r["bubble"] - r["at_costs"])
         err = 100 * (r["predicted_step_s"] - r["step_s"]) / r["step_s"]
         out.append(f"| {r['model']} | {r['schedule']} | {r['ranks']} | {r['stages']} | {r['n']} | "
                    f"{r['runs']} | {pct(r['theory'])} | {pct(r['bubble'])} | {diff:+.1f} | "
-                   f"{'yes' if abs(diff) <= 3 else 'no'} | {pct(r['predicted_bubble'])} | "
+                   f"{'yes' if abs(diff) <= 3 else 'no'} | {pct(r['at_costs'])} | "
+                   f"{'n/a' if np.isnan(added) else f'{added:+.1f}'} | {pct(r['predicted_bubble'])} | "
                    f"{1e3 * r['step_s']:.1f} | {1e3 * r['predicted_step_s']:.1f} | {err:+.0f}% | "
                    f"{r['peak_mib']:.1f} |")
     return "\n".join(out)

@@ -42,6 +42,8 @@ class Trace:
     clock_offset_us: np.ndarray = field(default_factory=lambda: np.zeros(0))
     clock_error_us: np.ndarray = field(default_factory=lambda: np.zeros(0))
     theory_bubble: float = None  # the schedule's unit-time bubble (newer traces)
+    cost_bubble: float = None    # the schedule at this run's median action costs (newer traces)
+    action_costs_s: np.ndarray = None  # (stages, 3): median F, B, W seconds behind cost_bubble
 
     @property
     def num_ranks(self):
@@ -139,7 +141,10 @@ def load_trace(path):
             deck_text=_text(a["deck"]) if "deck" in a else "",
             clock_offset_us=_float_array(a, "clock_offset_us", len(events)),
             clock_error_us=_float_array(a, "clock_error_us", len(events)),
-            theory_bubble=float(np.ravel(a["theory_bubble"])[0]) if "theory_bubble" in a else None)
+            theory_bubble=float(np.ravel(a["theory_bubble"])[0]) if "theory_bubble" in a else None,
+            cost_bubble=float(np.ravel(a["cost_bubble"])[0]) if "cost_bubble" in a else None,
+            action_costs_s=(np.asarray(a["action_costs_s"], dtype=np.float64).reshape(-1, 3)
+                            if "action_costs_s" in a else None))
 
 
 def load_or_exit(path, prog):

@@ -13,7 +13,12 @@ Definitions (per step, per rank; the first --skip steps are warm-up and left out
   idle           (step window) - busy - wait, where the step window is the
                  longest pipeline span over the ranks in that step
   bubble         1 - busy / step window; the reported bubble is the mean over
-                 ranks and timed steps, shown next to theory (P-1)/(N+P-1)
+                 ranks and timed steps, shown next to theory (the schedule in
+                 unit time: (P-1)/(N+P-1) for 1F1B) and, for traces that carry
+                 it, the schedule at the run's own median F, B and W costs
+                 (cost_bubble): measured - that is what the runtime added
+                 (links, late progress, jitter); that - theory is what uneven
+                 actions cost under this schedule
   imbalance      max / min over stages of the mean busy time per step
 When the imbalance exceeds 1.5 a WARNING proposes a partition
 (pipeline.partition) that balances the cost per unit estimated from this run.
@@ -243,6 +248,9 @@ def analyse(trace, skip):
             for st, c in zip(stats, compute)],
         "bubble": sum(bubbles) / samples if samples else None,
         "bubble_theory": trace_theory(trace),
+        "bubble_at_costs": trace.cost_bubble,
+        "action_costs_ms": (None if trace.action_costs_s is None
+                            else (1e3 * trace.action_costs_s).round(4).tolist()),
         "bubble_per_step": {str(k): v for k, v in per_step.items()},
         "imbalance": None, "warning": None, "current_partition": None,
         "suggested_partition": None, "suggested_compute_us_per_step": None,
@@ -298,6 +306,13 @@ def print_text(r):
     diff = "" if r["bubble"] is None else f" ({100 * (r['bubble'] - r['bubble_theory']):+.1f} points)"
     print(f"measured bubble {fmt_pct(r['bubble'])}, theory "
           f"{fmt_pct(r['bubble_theory'])}{diff}")
+    if r["bubble_at_costs"] is not None:
+        added = "" if r["bubble"] is None else \
+            f"; the runtime added {100 * (r['bubble'] - r['bubble_at_costs']):+.1f} points"
+        print(f"the schedule at this run's median F/B/W costs: bubble "
+              f"{fmt_pct(r['bubble_at_costs'])}{added}")
+        for s, (f, b, w) in enumerate(r["action_costs_ms"]):
+            print(f"  stage {s}: F {f:.3f} ms, B {b:.3f} ms, W {w:.3f} ms")
     if r["imbalance"] is not None:
         print(f"stage imbalance (max/min compute per step): {r['imbalance']:.2f}")
     if r["warning"]:

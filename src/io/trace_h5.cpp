@@ -69,6 +69,20 @@ void write_events(hid_t group, const std::string& name, const std::vector<TraceE
 }
 
 
+// The schedule's bubble at this run's own median action costs (cost_bubble)
+// and those costs (action_costs_s, (stages, 3): F, B, W seconds); neither
+// when some stage has no traced F or B.
+void write_cost_bubble(hid_t file, const Schedule& schedule,
+                       const std::vector<std::vector<TraceEvent>>& events_per_rank) {
+  const std::vector<ActionCost> costs = median_action_costs(events_per_rank, schedule.num_stages);
+  if (costs.empty()) return;
+  const double bubble = bubble_at_costs(schedule, costs);
+  numeric_attr(file, "cost_bubble", H5T_IEEE_F64LE, H5T_NATIVE_DOUBLE, &bubble, 1);
+  std::vector<double> flat;
+  for (const ActionCost& c : costs) flat.insert(flat.end(), {c.forward_s, c.backward_s, c.weight_s});
+  numeric_attr(file, "action_costs_s", H5T_IEEE_F64LE, H5T_NATIVE_DOUBLE, flat.data(), flat.size());
+}
+
 }  // namespace
 
 void write_trace_file(const std::string& path, const std::string& resolved_deck,
@@ -89,6 +103,7 @@ void write_trace_file(const std::string& path, const std::string& resolved_deck,
   numeric_attr(file, "num_ranks", H5T_STD_I64LE, H5T_NATIVE_INT64, &ranks, 1);
   const double theory = unit_time_bubble(schedule);
   numeric_attr(file, "theory_bubble", H5T_IEEE_F64LE, H5T_NATIVE_DOUBLE, &theory, 1);
+  write_cost_bubble(file, schedule, events_per_rank);
   numeric_attr(file, "clock_offset_us", H5T_IEEE_F64LE, H5T_NATIVE_DOUBLE, clocks.offset_us.data(),
                clocks.offset_us.size());
   numeric_attr(file, "clock_error_us", H5T_IEEE_F64LE, H5T_NATIVE_DOUBLE, clocks.error_us.data(),

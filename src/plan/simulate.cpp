@@ -97,6 +97,7 @@ class StepSimulation {
   double w_time(int stage) const {
     if (!split_) return 0.0;
     const StageCost& c = in_.stages[stage];
+    if (c.weight_s >= 0.0) return std::min(c.weight_s, c.backward_s);
     return in_.weight_grad_share * std::max(0.0, c.backward_s - c.recompute_s);
   }
   double duration(const Action& a) const {
@@ -434,6 +435,23 @@ double unit_time_bubble(const Schedule& schedule) {
   unit.forward_s = 1.0;
   unit.backward_s = 2.0;
   input.stages.assign(static_cast<size_t>(schedule.num_stages), unit);
+  input.links = {LinkCost{}};
+  input.record_events = false;
+  return simulate_schedule(schedule, input).bubble;
+}
+
+double bubble_at_costs(const Schedule& schedule, const std::vector<ActionCost>& costs) {
+  PT_CHECK(costs.size() == static_cast<size_t>(schedule.num_stages),
+           "bubble_at_costs: " + std::to_string(costs.size()) + " stage costs for " +
+               std::to_string(schedule.num_stages) + " stages");
+  SimulationInput input;
+  for (const ActionCost& c : costs) {
+    StageCost stage;
+    stage.forward_s = c.forward_s;
+    stage.backward_s = c.backward_s + c.weight_s;
+    stage.weight_s = c.weight_s;
+    input.stages.push_back(stage);
+  }
   input.links = {LinkCost{}};
   input.record_events = false;
   return simulate_schedule(schedule, input).bubble;

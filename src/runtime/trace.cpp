@@ -1,6 +1,8 @@
 // trace.cpp: clock alignment across ranks and gathering of trace events.
 #include "pipetrain/runtime/trace.hpp"
 
+#include <algorithm>
+#include <array>
 #include <limits>
 
 #include "pipetrain/base/error.hpp"
@@ -15,6 +17,62 @@ constexpr int kMaxRounds = 512;     // and at most, while
 constexpr double kGoodRtt_us = 100; // no round trip was this short yet (a loaded node)
 constexpr double kStop = -1.0;      // rank 0's "no more rounds"
 }  // namespace
+
+namespace {
+
+bool is_kind(const TraceEvent& e, EventKind kind) { return e.kind == static_cast<int32_t>(kind); }
+
+double median_of(std::vector<double>& v) {
+  if (v.empty()) return 0.0;
+  const size_t mid = v.size() / 2;
+  std::nth_element(v.begin(), v.begin() + static_cast<std::ptrdiff_t>(mid), v.end());
+  const double upper = v[mid];
+  if (v.size() % 2 == 1) return upper;
+  return 0.5 * (upper + *std::max_element(v.begin(), v.begin() + static_cast<std::ptrdiff_t>(mid)));
+}
+
+// Microseconds of the waits (sorted by start) lying inside [start, end].
+double nested_wait_us(const std::vector<TraceEvent>& waits, double start, double end) {
+  auto it = std::lower_bound(waits.begin(), waits.end(), start,
+                             [](const TraceEvent& w, double t) { return w.start_us < t; });
+  double total = 0.0;
+  for (; it != waits.end() && it->start_us < end; ++it)
+    if (it->end_us <= end) total += it->end_us - it->start_us;
+  return total;
+}
+
+}  // namespace
+
+std::vector<ActionCost> median_action_costs(const std::vector<std::vector<TraceEvent>>& events_per_rank,
+                                            int num_stages) {
+  int64_t last_step = -1;
+  for (const auto& events : events_per_rank)
+    for (const TraceEvent& e : events)
+      if (is_kind(e, EventKind::F)) last_step = std::max(last_step, e.step);
+  const int64_t first_step = last_step >= 1 ? 1 : 0;
+  // samples[stage][0..2]: F, B, W seconds
+  std::vector<std::array<std::vector<double>, 3>> samples(static_cast<size_t>(num_stages));
+  for (const auto& events : events_per_rank) {
+    std::vector<TraceEvent> waits;
+    for (const TraceEvent& e : events)
+      if (is_kind(e, EventKind::Wait)) waits.push_back(e);
+    std::sort(waits.begin(), waits.end(),
+              [](const TraceEvent& a, const TraceEvent& b) { return a.start_us < b.start_us; });
+    for (const TraceEvent& e : events) {
+      const int slot = is_kind(e, EventKind::F) ? 0 : is_kind(e, EventKind::B) ? 1
+                       : is_kind(e, EventKind::W) ? 2 : -1;
+      if (slot < 0 || e.step < first_step || e.stage < 0 || e.stage >= num_stages) continue;
+      const double us = e.end_us - e.start_us - nested_wait_us(waits, e.start_us, e.end_us);
+      samples[static_cast<size_t>(e.stage)][static_cast<size_t>(slot)].push_back(std::max(0.0, us) * 1e-6);
+    }
+  }
+  std::vector<ActionCost> costs;
+  for (auto& stage : samples) {
+    if (stage[0].empty() || stage[1].empty()) return {};
+    costs.push_back({median_of(stage[0]), median_of(stage[1]), median_of(stage[2])});
+  }
+  return costs;
+}
 
 Tracer::Tracer(bool enabled) : enabled_(enabled), origin_(std::chrono::steady_clock::now()) {
   if (enabled_) events_.reserve(1 << 16);

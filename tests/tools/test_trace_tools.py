@@ -225,6 +225,25 @@ def test_report_cli_json(tmp):
     assert rc == 0 and "measured bubble 33.3 %" in out and "WARNING" not in out, out
 
 
+def test_report_bubble_at_measured_costs(tmp):
+    # A trace carrying cost_bubble (the schedule at its own median costs):
+    # the report gives it and the points the runtime added beside it.
+    path = hand_gpipe_trace(f"{tmp}/t.h5")
+    with h5py.File(path, "a") as f:
+        f.attrs["cost_bubble"] = 0.25
+        f.attrs["action_costs_s"] = np.array([1e-3, 2e-3, 0.0, 1.5e-3, 2.5e-3, 0.5e-3])
+    r = trace_report.analyse(load_trace(path), skip=1)
+    assert r["bubble_at_costs"] == 0.25
+    assert np.allclose(r["action_costs_ms"], [[1, 2, 0], [1.5, 2.5, 0.5]])
+    rc, out, err = run_tool("trace_report.py", path)
+    assert rc == 0, err
+    assert "median F/B/W costs: bubble 25.0 %; the runtime added +8.3 points" in out, out
+    assert "stage 1: F 1.500 ms, B 2.500 ms, W 0.500 ms" in out, out
+    # Older traces have neither attribute: nothing is printed about it.
+    rc, out, _ = run_tool("trace_report.py", hand_gpipe_trace(f"{tmp}/old.h5"))
+    assert rc == 0 and "median F/B/W" not in out, out
+
+
 def test_simulated_schedules_match_theory(tmp):
     # With equal stages and no latency both schedules finish in (N+P-1)(F+B),
     # so the measured bubble is exactly (P-1)/(N+P-1); an evaluation pass

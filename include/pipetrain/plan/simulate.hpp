@@ -99,4 +99,19 @@ std::vector<int> schedule_in_flight(const Schedule& schedule);
 // B 2 (B 1 and W 1 when split), free links and no optimizer.
 double unit_time_bubble(const Schedule& schedule);
 
+// What one stage's actions cost, in seconds per micro-batch: B with its
+// recomputation, W (0 without a split backward) apart from it.
+struct ActionCost {
+  double forward_s = 0.0;
+  double backward_s = 0.0;
+  double weight_s = 0.0;
+};
+
+// The schedule's bubble when every stage's F, B and W take the given times
+// (one entry per stage), with free links and no optimizer: the bubble the
+// schedule itself implies for a model whose actions cost that. With a run's
+// measured costs (median_action_costs) it separates what the schedule and
+// the model's uneven actions leave idle from what the runtime adds.
+double bubble_at_costs(const Schedule& schedule, const std::vector<ActionCost>& costs);
+
 }  // namespace pt

@@ -73,6 +73,9 @@ struct StageCost {
   double forward_s = 0.0;
   double backward_s = 0.0;   // including recomputation
   double recompute_s = 0.0;  // the part of backward_s that recomputes
+  // W's seconds of a split backward when measured (a trace's own costs,
+  // bubble_at_costs); < 0: the simulator's weight_grad_share of the backward.
+  double weight_s = -1.0;
   double optimizer_s = 0.0;
   // Bytes per micro-batch of the messages to the neighbours.
   double input_message_bytes = 0.0;   // activation received, gradient sent (0 on stage 0)

@@ -16,6 +16,8 @@
 #include <string>
 #include <vector>
 
+#include "pipetrain/plan/simulate.hpp"
+
 namespace pt {
 
 // Codes stored in trace.h5 (kind_names attribute, same order).
@@ -48,6 +50,14 @@ struct RunTrace {
   std::vector<double> clock_error_us;           // (ranks) half the best ping-pong round trip
   std::vector<std::vector<TraceEvent>> events;  // (ranks) events on rank 0's clock
 };
+
+// Per stage (num_stages entries), the median seconds of its F, B and W
+// actions in the traced steps after the first (the first allocates; all of
+// them when there is only one), each less the waits nested in it, B with its
+// recomputation. Empty when some stage has no traced F or B. A run that
+// rebalanced mixes its partitions' costs.
+std::vector<ActionCost> median_action_costs(const std::vector<std::vector<TraceEvent>>& events_per_rank,
+                                            int num_stages);
 
 class Tracer {
  public:
