@@ -1,12 +1,11 @@
 #!/usr/bin/env bash
 # bench_schedules.sh: every schedule (1f1b, interleaved with 2 stages per
-# rank, zb-h1, zb-v; gpipe with SCHEDULES) on the balanced MLP
-# (inputs/bench_mlp.toml), the balanced GPT (inputs/gpt_balanced.toml, model
-# "gpt-balanced") and the unbalanced GPT (inputs/gpt_markov.toml, "gpt") at
-# (MODELS may add "mlp-equal": inputs/bench_mlp_equal.toml, stages of equal
-# GEMM work at 2 ranks; and "mlp-balanced": that deck for every schedule but
-# zb-v, which runs inputs/bench_mlp_v_equal.toml, whose ranks do equal GEMM
-# work under ZB-V's V placement)
+# rank, zb-h1, zb-v; gpipe with SCHEDULES) on the MLP whose stages do equal
+# F, B and W work under every placement (inputs/bench_mlp_even.toml, model
+# "mlp-even"), the MLP of the other benchmarks (inputs/bench_mlp.toml,
+# "mlp"), the balanced GPT (inputs/gpt_balanced.toml, "gpt-balanced") and
+# the unbalanced GPT (inputs/gpt_markov.toml, "gpt"); MODELS picks (also
+# "mlp-equal": inputs/bench_mlp_equal.toml, equal GEMM work at 2 stages), at
 # P = 2 ranks, N = 2, 4, 8, 16, each REPS times (default 3; the schedules of
 # one model and N run one after another within a repetition, so that a slow
 # spell of the host hits them alike; the table gives medians): measured bubble (trace.h5, tools/trace_report.py) against
@@ -23,7 +22,7 @@ export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 P=${P:-2}
 N_LIST=${N_LIST:-"2 4 8 16"}
 SCHEDULES=${SCHEDULES:-"1f1b interleaved zb-h1 zb-v"}
-MODELS=${MODELS:-"mlp gpt-balanced gpt"}
+MODELS=${MODELS:-"mlp-even mlp gpt-balanced gpt"}
 REPS=${REPS:-3}
 PY=tools/.venv/bin/python
 out=results/bench_schedules${SUFFIX:-}.md
@@ -51,11 +50,10 @@ deck_of() {  # MODEL SCHEDULE
   case $1 in
     mlp) echo inputs/bench_mlp.toml ;;
     mlp-equal) echo inputs/bench_mlp_equal.toml ;;
-    mlp-balanced)
-      if [ "$2" = zb-v ]; then echo inputs/bench_mlp_v_equal.toml; else echo inputs/bench_mlp_equal.toml; fi ;;
+    mlp-even) echo inputs/bench_mlp_even.toml ;;
     gpt-balanced) echo inputs/gpt_balanced.toml ;;
     gpt) echo inputs/gpt_markov.toml ;;
-    *) echo "bench_schedules: unknown model '$1' (mlp mlp-equal mlp-balanced gpt-balanced gpt)" >&2; exit 1 ;;
+    *) echo "bench_schedules: unknown model '$1' (mlp mlp-even mlp-equal gpt-balanced gpt)" >&2; exit 1 ;;
   esac
 }
 # The GPT deck trains for 600 steps with evaluations; the benchmark times 20.
@@ -105,11 +103,12 @@ cpu=$(grep -m1 "model name" /proc/cpuinfo | cut -d: -f2- | sed 's/^ *//')
     echo "both stages do 23 GEMMs of 1024 x 1024 x rows per micro-batch (in mlp the first does 23, the"
     echo "second 24: layer 0 needs no input gradient)." ;;
   esac
-  case " $MODELS " in *" mlp-balanced "*)
-    echo "mlp-balanced: \`inputs/bench_mlp_equal.toml\` for every schedule but zb-v, which runs"
-    echo "\`inputs/bench_mlp_v_equal.toml\` (last layer 1024 -> 1365): the ranks do equal GEMM work under"
-    echo "each schedule's placement (ZB-V's rank 0 holds stages 0 and 3, so stage 3 carries the GEMM"
-    echo "that stage 0 lacks), which is what the theory assumes." ;;
+  case " $MODELS " in *" mlp-even "*)
+    echo "mlp-even: \`inputs/bench_mlp_even.toml\`, layer 0 of 16 -> 1024 (1/64 of a layer) and"
+    echo "the mlp's 16 layers of 1024 x 1024, uniform partition [9, 8] on 2 stages and [5, 4, 4, 4]"
+    echo "on 4: every stage does the same GEMMs in F, in B and in W under every placement (in mlp the"
+    echo "first stage's B does one fewer, as layer 0 needs no input gradient), which is what the"
+    echo "theory assumes." ;;
   esac
   echo "Machine: $(hostname), $(nproc) cores ($cpu), $(date -u +%F). $blas"
   echo
