@@ -133,7 +133,8 @@ cpu=$(grep -m1 "model name" /proc/cpuinfo | cut -d: -f2- | sed 's/^ *//')
   echo
   echo "Measured bubble = mean over ranks and steps of 1 - (F + B + W time without"
   echo "waits) / (longest rank's span of the step's schedule); see docs/outputs.md."
-  echo "Peak MiB: the largest rank's peak of all memory during a step (metrics.h5)."
+  echo "Peak MiB: the largest rank's peak of all memory during a step (metrics.h5);"
+  echo "activations MiB: the largest rank's peak of activations (the stash)."
   echo
   for s in $SCHEDULES; do
     echo "![$s, MLP, N = 8](bench_schedules_timeline_${s}${SUFFIX:-}.png)"

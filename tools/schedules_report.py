@@ -37,6 +37,7 @@ def run_row(arg, skip):
         a = f.attrs
         step = np.asarray(f["step_time_s"], dtype=np.float64)[skip:]
         peak = np.asarray(f["peak_bytes_total"], dtype=np.float64)
+        act = np.asarray(f["peak_bytes_activations"], dtype=np.float64)
         predicted_step = float(a["predicted_step_time_s"]) if "predicted_step_time_s" in a else float("nan")
         predicted_bubble = float(a["predicted_bubble"]) if "predicted_bubble" in a else float("nan")
     deck = trace.deck_text
@@ -47,7 +48,8 @@ def run_row(arg, skip):
         "theory": r["bubble_theory"], "bubble": r["bubble"], "predicted_bubble": predicted_bubble,
         "at_costs": float("nan") if r["bubble_at_costs"] is None else r["bubble_at_costs"],
         "step_s": float(np.median(step)), "predicted_step_s": predicted_step,
-        "peak_mib": float(peak.max()) / 1048576.0, "runs": 1,
+        "peak_mib": float(peak.max()) / 1048576.0, "act_mib": float(act.max()) / 1048576.0,
+        "runs": 1,
     }
 
 
@@ -59,7 +61,8 @@ def merge_repeats(rows):
     merged = []
     for group in groups.values():
         row = dict(group[0])
-        for k in ["bubble", "at_costs", "predicted_bubble", "step_s", "predicted_step_s", "peak_mib"]:
+        for k in ["bubble", "at_costs", "predicted_bubble", "step_s", "predicted_step_s", "peak_mib",
+                  "act_mib"]:
             row[k] = float(np.median([g[k] for g in group]))
         row["runs"] = len(group)
         merged.append(row)
@@ -90,10 +93,13 @@ def table(rows):
 
 def zb_speedup(rows):
     """ZB-H1 against 1F1B: measured step-time gain vs the theory's (unit-time
-    spans 3N / (1 - bubble)), and the share of it achieved (goal >= 2/3)."""
+    spans 3N / (1 - bubble)), and the share of it achieved (goal >= 2/3);
+    beside it the largest rank's peak of all memory and of activations (the
+    stash ZB-H1 bounds like 1F1B: P micro-batches on the first stage; its
+    later stages hold up to P too, which shows in their total)."""
     out = ["| model | N | 1F1B step (ms) | ZB-H1 step (ms) | measured gain | theory gain | "
-           "achieved | goal 2/3 | peak MiB 1F1B / ZB-H1 |",
-           "|---|---:|---:|---:|---:|---:|---:|---|---|"]
+           "achieved | goal 2/3 | peak MiB 1F1B / ZB-H1 | activations MiB 1F1B / ZB-H1 |",
+           "|---|---:|---:|---:|---:|---:|---:|---|---|---|"]
     key = {(r["model"], r["schedule"], r["n"]): r for r in rows}
     for (model, schedule, n), base in sorted(key.items()):
         zb = key.get((model, "zb-h1", n))
@@ -105,7 +111,8 @@ def zb_speedup(rows):
         out.append(f"| {model} | {n} | {1e3 * base['step_s']:.1f} | {1e3 * zb['step_s']:.1f} | "
                    f"{100 * measured:.1f}% | {100 * theory:.1f}% | {achieved:.2f} | "
                    f"{'yes' if achieved >= 2 / 3 else 'no'} | "
-                   f"{base['peak_mib']:.1f} / {zb['peak_mib']:.1f} |")
+                   f"{base['peak_mib']:.1f} / {zb['peak_mib']:.1f} | "
+                   f"{base['act_mib']:.1f} / {zb['act_mib']:.1f} |")
     return "\n".join(out)
 
 
