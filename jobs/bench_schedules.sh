@@ -46,7 +46,7 @@ alone=$(median_step runs/bench_schedules_alone)
 pair=$(median_step runs/bench_schedules_pair_a)
 check_line=$($PY -c "print('one-rank MLP step %.1f ms alone, %.1f ms with a second one-rank run at once: x%.2f' % ($alone * 1e3, $pair * 1e3, $pair / $alone))")
 
-deck_of() {  # MODEL SCHEDULE
+deck_of() {
   case $1 in
     mlp) echo inputs/bench_mlp.toml ;;
     mlp-equal) echo inputs/bench_mlp_equal.toml ;;
@@ -65,7 +65,7 @@ for rep in $(seq 1 "$REPS"); do
   for model in $MODELS; do
     for n in $N_LIST; do
       for s in $SCHEDULES; do
-        deck=$(deck_of "$model" "$s")
+        deck=$(deck_of "$model")
         [ "$s" = interleaved ] && [ $((n % P)) -ne 0 ] && continue
         dir=runs/bench_schedules_${model}_${s}_p${P}_n${n}_r$rep
         virtual=""

@@ -133,5 +133,20 @@ TEST(TraceCosts, MediansLessNestedWaitsAfterTheFirstStep) {
   EXPECT_TRUE(median_action_costs(ranks, 2).empty());
 }
 
+// A resumed run's trace starts at its first step k > 0: step k (which
+// allocates) is left out, not step 0.
+TEST(TraceCosts, TheFirstTracedStepOfAResumedRunIsLeftOut) {
+  const auto ev = [](EventKind k, int64_t step, double start, double end) {
+    return TraceEvent{step, 0, 0, static_cast<int32_t>(k), start, end};
+  };
+  std::vector<std::vector<TraceEvent>> ranks = {
+      {ev(EventKind::F, 7, 0, 900), ev(EventKind::B, 7, 900, 2900),
+       ev(EventKind::F, 8, 3000, 3100), ev(EventKind::B, 8, 3100, 3300)}};
+  const std::vector<ActionCost> costs = median_action_costs(ranks, 1);
+  ASSERT_EQ(costs.size(), 1u);
+  EXPECT_NEAR(costs[0].forward_s, 100e-6, 1e-12);
+  EXPECT_NEAR(costs[0].backward_s, 200e-6, 1e-12);
+}
+
 }  // namespace
 }  // namespace pt

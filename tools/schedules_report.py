@@ -63,7 +63,9 @@ def merge_repeats(rows):
         row = dict(group[0])
         for k in ["bubble", "at_costs", "predicted_bubble", "step_s", "predicted_step_s", "peak_mib",
                   "act_mib"]:
-            row[k] = float(np.median([g[k] for g in group]))
+            values = [g[k] for g in group]
+            # a repeat without the figure (older trace) does not void the others
+            row[k] = float(np.nanmedian(values)) if not np.all(np.isnan(values)) else float("nan")
         row["runs"] = len(group)
         merged.append(row)
     return merged

@@ -45,11 +45,15 @@ double nested_wait_us(const std::vector<TraceEvent>& waits, double start, double
 
 std::vector<ActionCost> median_action_costs(const std::vector<std::vector<TraceEvent>>& events_per_rank,
                                             int num_stages) {
-  int64_t last_step = -1;
+  // The first traced step (the first of a resumed run, too) allocates.
+  int64_t first = std::numeric_limits<int64_t>::max(), last = std::numeric_limits<int64_t>::min();
   for (const auto& events : events_per_rank)
     for (const TraceEvent& e : events)
-      if (is_kind(e, EventKind::F)) last_step = std::max(last_step, e.step);
-  const int64_t first_step = last_step >= 1 ? 1 : 0;
+      if (is_kind(e, EventKind::F)) {
+        first = std::min(first, e.step);
+        last = std::max(last, e.step);
+      }
+  const int64_t first_step = last > first ? first + 1 : first;
   // samples[stage][0..2]: F, B, W seconds
   std::vector<std::array<std::vector<double>, 3>> samples(static_cast<size_t>(num_stages));
   for (const auto& events : events_per_rank) {
