@@ -429,15 +429,10 @@ std::vector<int> schedule_in_flight(const Schedule& s) {
   return peak;
 }
 
+// F = B = W = 1: a fused backward (B + W) takes 2.
 double unit_time_bubble(const Schedule& schedule) {
-  SimulationInput input;
-  StageCost unit;
-  unit.forward_s = 1.0;
-  unit.backward_s = 2.0;
-  input.stages.assign(static_cast<size_t>(schedule.num_stages), unit);
-  input.links = {LinkCost{}};
-  input.record_events = false;
-  return simulate_schedule(schedule, input).bubble;
+  return bubble_at_costs(schedule, std::vector<ActionCost>(static_cast<size_t>(schedule.num_stages),
+                                                           ActionCost{1.0, 1.0, 1.0}));
 }
 
 double bubble_at_costs(const Schedule& schedule, const std::vector<ActionCost>& costs) {

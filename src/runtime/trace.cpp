@@ -1,10 +1,12 @@
-// trace.cpp: clock alignment across ranks and gathering of trace events.
+// trace.cpp: clock alignment across ranks, gathering of trace events, and
+// the median action costs of a gathered trace (cost_bubble of trace.h5).
 #include "pipetrain/runtime/trace.hpp"
 
 #include <algorithm>
 #include <array>
 #include <limits>
 
+#include "profile_parts.hpp"
 #include "pipetrain/base/error.hpp"
 #include "pipetrain/base/timed_wait.hpp"
 
@@ -16,20 +18,8 @@ constexpr int kMinRounds = 16;      // ping-pongs per peer at least,
 constexpr int kMaxRounds = 512;     // and at most, while
 constexpr double kGoodRtt_us = 100; // no round trip was this short yet (a loaded node)
 constexpr double kStop = -1.0;      // rank 0's "no more rounds"
-}  // namespace
-
-namespace {
 
 bool is_kind(const TraceEvent& e, EventKind kind) { return e.kind == static_cast<int32_t>(kind); }
-
-double median_of(std::vector<double>& v) {
-  if (v.empty()) return 0.0;
-  const size_t mid = v.size() / 2;
-  std::nth_element(v.begin(), v.begin() + static_cast<std::ptrdiff_t>(mid), v.end());
-  const double upper = v[mid];
-  if (v.size() % 2 == 1) return upper;
-  return 0.5 * (upper + *std::max_element(v.begin(), v.begin() + static_cast<std::ptrdiff_t>(mid)));
-}
 
 // Microseconds of the waits (sorted by start) lying inside [start, end].
 double nested_wait_us(const std::vector<TraceEvent>& waits, double start, double end) {
@@ -73,7 +63,7 @@ std::vector<ActionCost> median_action_costs(const std::vector<std::vector<TraceE
   std::vector<ActionCost> costs;
   for (auto& stage : samples) {
     if (stage[0].empty() || stage[1].empty()) return {};
-    costs.push_back({median_of(stage[0]), median_of(stage[1]), median_of(stage[2])});
+    costs.push_back({median(stage[0]), median(stage[1]), median(stage[2])});
   }
   return costs;
 }
