@@ -44,6 +44,7 @@ class Trace:
     theory_bubble: float = None  # the schedule's unit-time bubble (newer traces)
     cost_bubble: float = None    # the schedule at this run's median action costs (newer traces)
     action_costs_s: np.ndarray = None  # (stages, 3): median F, B, W seconds behind cost_bubble
+    schedule_first_step: int = 0  # the schedule ran from this step on (pipeline.schedule_times = "measured")
 
     @property
     def num_ranks(self):
@@ -144,7 +145,8 @@ def load_trace(path):
             theory_bubble=float(np.ravel(a["theory_bubble"])[0]) if "theory_bubble" in a else None,
             cost_bubble=float(np.ravel(a["cost_bubble"])[0]) if "cost_bubble" in a else None,
             action_costs_s=(np.asarray(a["action_costs_s"], dtype=np.float64).reshape(-1, 3)
-                            if "action_costs_s" in a else None))
+                            if "action_costs_s" in a else None),
+            schedule_first_step=_scalar_int(a, "schedule_first_step", 0))
 
 
 def load_or_exit(path, prog):

@@ -115,7 +115,13 @@ def timed_steps(trace, skip):
     if len(steps) <= skip:
         raise TraceError(f"{trace.path}: {len(steps)} step(s) with F/B events, "
                          f"cannot skip {skip} (use --skip 0)")
-    return steps[skip:]
+    # pipeline.schedule_times = "measured": the steps before the placement ran
+    # another schedule than the one the trace stores.
+    kept = [s for s in steps[skip:] if s >= trace.schedule_first_step]
+    if not kept:
+        raise TraceError(f"{trace.path}: no step ran the stored schedule after the {skip} skipped: "
+                         f"it was placed from step {trace.schedule_first_step} on")
+    return kept
 
 
 def by_step(ev):

@@ -12,6 +12,7 @@
 
 #include "pipetrain/io/deck_io.hpp"
 #include "pipetrain/base/error.hpp"
+#include "pipetrain/schedule/schedule.hpp"
 #include "pipetrain/runtime/recompute.hpp"
 
 namespace pt::deck_schema {
@@ -32,6 +33,7 @@ bool is_hdf5(const Deck& d) { return d.data.type == "hdf5"; }
 bool is_fp16(const Deck& d) { return d.training.precision == "fp16"; }
 bool is_rebalancing(const Deck& d) { return d.pipeline.rebalance; }
 bool is_slowed(const Deck& d) { return d.pipeline.slowdown_rank >= 0; }
+bool takes_times(const Deck& d) { return schedule_takes_times(d.pipeline.schedule); }
 bool has_virtual_stages(const Deck& d) {
   return d.pipeline.schedule == "interleaved" || d.pipeline.schedule == "file";
 }
@@ -91,6 +93,7 @@ const std::vector<KeySpec> kDeckKeys = {
     {"pipeline", "micro_batches", PT_FIELD(pipeline.micro_batches), between(1, 1 << 20), nullptr, "micro-batches per step; must divide batch_size", PT_ALWAYS},
     {"pipeline", "schedule", PT_FIELD(pipeline.schedule), any(), "gpipe|1f1b|interleaved|zb-h1|zb-v|file", "pipeline schedule (docs/schedules.md): zb-h1 and zb-v split the backward into B and W", PT_ALWAYS},
     {"pipeline", "virtual_stages", PT_FIELD(pipeline.virtual_stages), between(1, 64), nullptr, "stages per rank: interleaved (rank r owns stages r, r+P, ...) or a schedule file with several stages per rank", has_virtual_stages, "pipeline.schedule = \"interleaved\" or \"file\""},
+    {"pipeline", "schedule_times", PT_FIELD(pipeline.schedule_times), any(), "unit|measured", "how zb-h1 and zb-v place F, B and W: unit (every action one time unit, as in the papers) or measured (placed again after the first 3 steps at each stage's measured F, B and W times when that simulates a smaller bubble; results stay bitwise the same; docs/schedules.md)", takes_times, "pipeline.schedule = \"zb-h1\" or \"zb-v\""},
     {"pipeline", "schedule_file", PT_FIELD(pipeline.schedule_file), any(), nullptr, "schedule text file, with schedule = \"file\"", PT_ALWAYS},
     {"pipeline", "partition", [](Deck& d) -> Field { return PartitionRef{&d.pipeline.partition_strategy, &d.pipeline.partition}; }, at_least(1), kPartitionStrategies, "split of the partition units (Linear layers or blocks) between stages: uniform (by count), time (fastest slowest stage), memory (smallest largest peak), balanced (time within memory_budget_mb), or a list of per-stage counts", PT_ALWAYS},
     {"pipeline", "predict", PT_FIELD(pipeline.predict), any(), nullptr, "profile every unit briefly at start and report the planner's predicted step time, bubble and memory beside the measured ones", PT_ALWAYS},
@@ -449,6 +452,12 @@ void check_consistency(const Deck& deck) {
     throw InputError(deck.where("pipeline.schedule_file") + " = " + toml_string(p.schedule_file) +
                      ": is only used with pipeline.schedule = \"file\", but " +
                      other_key(deck, "pipeline.schedule", toml_string(p.schedule)));
+  }
+  if (p.schedule_times == "measured" && p.rebalance) {
+    throw InputError(deck.where("pipeline.schedule_times") +
+                     " = \"measured\": cannot be combined with " +
+                     other_key(deck, "pipeline.rebalance", "true") +
+                     " (a move changes the stage times the schedule was placed at)");
   }
   if (deck.output.dir.empty()) {
     throw InputError(deck.where("output.dir") + " = \"\": must name a directory");

@@ -88,7 +88,7 @@ void write_cost_bubble(hid_t file, const Schedule& schedule,
 void write_trace_file(const std::string& path, const std::string& resolved_deck,
                       const Schedule& schedule,
                       const std::vector<std::vector<TraceEvent>>& events_per_rank,
-                      const ClockAlignment& clocks) {
+                      const ClockAlignment& clocks, int64_t schedule_first_step) {
   const std::string tmp = path + ".tmp";
   hid_t file = H5Fcreate(tmp.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
   if (file < 0) throw Error("cannot create " + tmp);
@@ -101,8 +101,9 @@ void write_trace_file(const std::string& path, const std::string& resolved_deck,
   numeric_attr(file, "num_micro_batches", H5T_STD_I64LE, H5T_NATIVE_INT64, &mbs, 1);
   const int64_t ranks = schedule.num_ranks;
   numeric_attr(file, "num_ranks", H5T_STD_I64LE, H5T_NATIVE_INT64, &ranks, 1);
-  const double theory = unit_time_bubble(schedule);
+  const double theory = theory_bubble(schedule);
   numeric_attr(file, "theory_bubble", H5T_IEEE_F64LE, H5T_NATIVE_DOUBLE, &theory, 1);
+  numeric_attr(file, "schedule_first_step", H5T_STD_I64LE, H5T_NATIVE_INT64, &schedule_first_step, 1);
   write_cost_bubble(file, schedule, events_per_rank);
   numeric_attr(file, "clock_offset_us", H5T_IEEE_F64LE, H5T_NATIVE_DOUBLE, clocks.offset_us.data(),
                clocks.offset_us.size());

@@ -435,6 +435,28 @@ double unit_time_bubble(const Schedule& schedule) {
                                                            ActionCost{1.0, 1.0, 1.0}));
 }
 
+double theory_bubble(const Schedule& schedule) {
+  if (!schedule.timed) return unit_time_bubble(schedule);
+  return unit_time_bubble(generate_schedule(schedule.name, schedule.num_ranks,
+                                            schedule.num_micro_batches));
+}
+
+const std::vector<double> kTimedPlacementSlacks = {0.0, 0.25, 0.5, 1.0};
+
+Schedule generate_at_times(const std::string& name, int num_ranks, int num_micro_batches,
+                           const StageActionTimes& times) {
+  std::vector<ActionCost> costs;
+  for (const auto& t : times) costs.push_back({t[0], t[1], t[2]});
+  Schedule best = generate_schedule(name, num_ranks, num_micro_batches);
+  double best_bubble = bubble_at_costs(best, costs);
+  for (double slack : kTimedPlacementSlacks) {
+    Schedule s = generate_schedule(name, num_ranks, num_micro_batches, 1, times, slack);
+    const double bubble = bubble_at_costs(s, costs);
+    if (bubble < best_bubble - 1e-12) best = std::move(s), best_bubble = bubble;
+  }
+  return best;
+}
+
 double bubble_at_costs(const Schedule& schedule, const std::vector<ActionCost>& costs) {
   PT_CHECK(costs.size() == static_cast<size_t>(schedule.num_stages),
            "bubble_at_costs: " + std::to_string(costs.size()) + " stage costs for " +

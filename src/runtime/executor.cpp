@@ -93,6 +93,7 @@ StepOutcome Executor::run(const Schedule& schedule, const Dataset& data, int64_t
   mb_losses_.assign(static_cast<size_t>(schedule.num_micro_batches), 0.0);
   mbs_.clear();
   compute_us_ = nested_wait_us_ = 0.0;
+  action_times_.clear();
   const double start_us = clock().now_us();
   last_end_us_ = start_us;
   for (const Action& a : schedule.ranks[transport_.rank()]) {
@@ -122,11 +123,12 @@ const Tracer& Executor::clock() const { return tracer_ ? *tracer_ : local_clock_
 
 double Executor::compute_begin() {
   in_compute_ = true;
+  nested_wait_at_begin_us_ = nested_wait_us_;
   return clock().now_us();
 }
 
 void Executor::compute_end(EventKind kind, int mb, double start_us) {
-  if (tracer_ && tracer_->enabled()) be_.synchronize();  // GPU: end = kernels done, not launched
+  if ((tracer_ && tracer_->enabled()) || time_actions_) be_.synchronize();  // GPU: end = kernels done, not launched
   if (slowdown_ > 1.0) {
     be_.synchronize();
     const double spent_us = clock().now_us() - start_us;
@@ -136,6 +138,11 @@ void Executor::compute_end(EventKind kind, int mb, double start_us) {
   in_compute_ = false;
   compute_us_ += end_us - start_us;
   last_end_us_ = end_us;
+  if (time_actions_ && (kind == EventKind::F || kind == EventKind::B || kind == EventKind::W)) {
+    const double waited_us = nested_wait_us_ - nested_wait_at_begin_us_;
+    action_times_.push_back({cur().stage, kind == EventKind::F ? 0 : kind == EventKind::B ? 1 : 2,
+                             std::max(0.0, end_us - start_us - waited_us) * 1e-6});
+  }
   if (tracer_) tracer_->record(kind, step_, cur().stage, mb, start_us, end_us);
 }
 

@@ -9,6 +9,7 @@
 
 #include "pipetrain/base/error.hpp"
 #include "pipetrain/base/timed_wait.hpp"
+#include "pipetrain/plan/simulate.hpp"
 #include "pipetrain/runtime/profiler.hpp"
 
 namespace pt {
@@ -80,6 +81,10 @@ Trainer::Trainer(const Deck& deck, const ProcessGrid& grid, ComputeSetup setup)
   executor_ = std::make_unique<Executor>(mine, *transport_, deck_, be_, resolve_recompute(),
                                          tracer_.get());
   executor_->set_replica(replica_);
+  if (deck_.pipeline.schedule_times == "measured" && schedule_takes_times(schedule_.name)) {
+    placement_ = std::make_unique<MeasuredPlacement>(schedule_.num_stages);
+    executor_->set_time_actions(true);
+  }
   replica_group_ = setup_.make_replica_group ? setup_.make_replica_group(replicas_comm_)
                                              : make_mpi_replica_group(replicas_comm_);
   reducer_ = std::make_unique<GradientReducer>(mine, *replica_group_, deck_, be_, tracer_.get(),
@@ -166,7 +171,27 @@ StepRecord Trainer::train_step(int64_t step) {
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   fault_point("memory", step);
   rec.stage_peak_bytes = gather_memory_peaks();
+  if (placement_ && placement_->observe(executor_->action_times())) place_schedule(step, rec);
   return rec;
+}
+
+void Trainer::place_schedule(int64_t step, StepRecord& rec) {
+  placement_times_ = placement_->agreed_times(comm_, replicas_comm_);
+  placement_.reset();
+  executor_->set_time_actions(false);
+  std::vector<ActionCost> costs;
+  for (const auto& t : placement_times_) costs.push_back({t[0], t[1], t[2]});
+  Schedule placed = generate_at_times(schedule_.name, size_, schedule_.num_micro_batches,
+                                      placement_times_);
+  const CommSemantics semantics = comm_semantics_of(deck_.pipeline.transport, deck_.training.device);
+  report_ = validate_schedule(placed, semantics);
+  rec.schedule_placed = true;
+  rec.placed_bubble_before = bubble_at_costs(schedule_, costs);
+  rec.placed_bubble_after = bubble_at_costs(placed, costs);
+  schedule_ = std::move(placed);
+  eval_schedule_ = forward_only_schedule(schedule_);
+  validate_schedule(eval_schedule_, semantics);
+  schedule_first_step_ = step + 1;
 }
 
 std::vector<std::vector<double>> Trainer::gather_memory_peaks() {

@@ -187,13 +187,17 @@ int stages_per_rank(const std::string& name, int virtual_stages) {
   return name == "zb-v" ? 2 : 1;
 }
 
+bool schedule_takes_times(const std::string& name) { return name == "zb-h1" || name == "zb-v"; }
+
 Schedule generate_schedule(const std::string& name, int num_ranks, int num_micro_batches,
-                           int virtual_stages) {
+                           int virtual_stages, const StageActionTimes& times, double w_slack) {
+  PT_CHECK(times.empty() || schedule_takes_times(name),
+           "schedule '" + name + "' is not generated from action times");
   if (name == "gpipe") return generate_gpipe(num_ranks, num_micro_batches);
   if (name == "1f1b") return generate_1f1b(num_ranks, num_micro_batches);
   if (name == "interleaved") return generate_interleaved(num_ranks, virtual_stages, num_micro_batches);
-  if (name == "zb-h1") return generate_zb_h1(num_ranks, num_micro_batches);
-  if (name == "zb-v") return generate_zb_v(num_ranks, num_micro_batches);
+  if (name == "zb-h1") return generate_zb_h1(num_ranks, num_micro_batches, times, w_slack);
+  if (name == "zb-v") return generate_zb_v(num_ranks, num_micro_batches, times, w_slack);
   throw InputError("unknown schedule '" + name +
                    "'; expected 'gpipe', '1f1b', 'interleaved', 'zb-h1' or 'zb-v'");
 }

@@ -24,6 +24,9 @@
 // micro-batch), moved earlier where needed so that the receives of every
 // rank pair arrive in the order of the peer's sends (NCCL matches by order).
 #include <algorithm>
+#include <array>
+#include <cmath>
+#include <limits>
 #include <map>
 #include <string>
 #include <tuple>
@@ -194,7 +197,18 @@ std::vector<Action> one_f_one_b_order(int stage, int stages, int mbs) {
   return order;
 }
 
-// ---- the unit-time list scheduler (ZB-H1, ZB-V) ----
+// ---- the list scheduler (ZB-H1, ZB-V), in unit time or at given costs ----
+
+std::vector<std::array<double, 3>> checked_times(const std::string& name, const StageActionTimes& times,
+                                                 int stages) {
+  if (times.empty()) return {};
+  PT_CHECK(static_cast<int>(times.size()) == stages,
+           "schedule '" + name + "' at given costs needs one (F, B, W) per stage: " +
+               std::to_string(stages) + " stages, " + std::to_string(times.size()) + " given");
+  for (const auto& t : times)
+    for (double c : t) PT_CHECK(c > 0.0 && std::isfinite(c), "schedule '" + name + "': action times must be positive");
+  return times;
+}
 
 struct ListPolicy {
   // Most micro-batches between F and W: per stage, or per rank when
@@ -204,6 +218,12 @@ struct ListPolicy {
   // Per stage, a fixed order of its F and B actions (W are inserted where
   // the next of them cannot run); empty: any ready F or B.
   std::vector<std::vector<Action>> order;
+  // (stages) seconds of each stage's F, B and W; empty: 1 each (unit time).
+  std::vector<std::array<double, 3>> costs;
+  // A free rank whose only ready action is a W does not start it when one
+  // of its F or B becomes ready within w_slack x that W's time (its input
+  // is being computed now): it waits for that instead.
+  double w_slack = 0.0;
 };
 
 class ListScheduler {
@@ -211,51 +231,57 @@ class ListScheduler {
   ListScheduler(const Schedule& s, const ListPolicy& policy)
       : s_(s), policy_(policy), n_(s.num_micro_batches),
         next_(3, std::vector<int>(s.num_stages, 0)),
-        done_(3, std::vector<std::vector<int>>(s.num_stages, std::vector<int>(n_, -1))),
+        done_(3, std::vector<std::vector<double>>(s.num_stages, std::vector<double>(n_, -1.0))),
         in_flight_(s.num_stages, 0), rank_in_flight_(s.num_ranks, 0), position_(s.num_stages, 0) {}
 
+  // Event by event: at each completion time, finished actions release what
+  // depends on them, then every idle rank picks its next action.
   std::vector<std::vector<Action>> run() {
     std::vector<std::vector<Action>> order(s_.num_ranks);
-    std::vector<int> busy_until(s_.num_ranks, 0);
+    std::vector<double> busy_until(s_.num_ranks, 0.0);
     std::vector<Action> running(s_.num_ranks);
     std::vector<bool> active(s_.num_ranks, false);
     const int total = 3 * s_.num_stages * n_;
     int finished = 0;
-    for (int t = 0; finished < total; ++t) {
+    for (double t = 0.0; finished < total;) {
       for (int r = 0; r < s_.num_ranks; ++r)
-        if (active[r] && busy_until[r] == t) {
-          finish(running[r], t);
+        if (active[r] && busy_until[r] <= t) {
+          finish(running[r]);
           active[r] = false;
           ++finished;
         }
-      bool any_active = false;
+      double next_t = std::numeric_limits<double>::infinity();
       for (int r = 0; r < s_.num_ranks; ++r) {
         if (!active[r]) {
           Action a;
           if (pick(r, t, a)) {
-            start(a);
+            busy_until[r] = t + cost(a);
+            start(a, busy_until[r]);
             order[r].push_back(a);
             running[r] = a;
             active[r] = true;
-            busy_until[r] = t + 1;
           }
         }
-        any_active = any_active || active[r];
+        if (active[r]) next_t = std::min(next_t, busy_until[r]);
       }
-      PT_CHECK(any_active || finished == total,
+      PT_CHECK(next_t < std::numeric_limits<double>::infinity() || finished == total,
                "schedule generator '" + s_.name + "' found no action to run at time " +
                    std::to_string(t));
+      t = next_t;
     }
     return order;
   }
 
  private:
   static int index(ActionKind k) { return k == ActionKind::F ? 0 : k == ActionKind::B ? 1 : 2; }
-  bool done_by(int kind, int stage, int mb, int t) const {
-    const int d = done_[kind][stage][mb];
+  double cost(const Action& a) const {
+    return policy_.costs.empty() ? 1.0 : policy_.costs[a.stage][index(a.kind)];
+  }
+  bool done_by(int kind, int stage, int mb, double t) const {
+    const double d = done_[kind][stage][mb];
     return d >= 0 && d <= t;
   }
-  bool ready(const Action& a, int t) const {
+  bool ready(const Action& a, double t) const {
     const int last = s_.num_stages - 1;
     switch (a.kind) {
       case ActionKind::F: return a.stage == 0 || done_by(0, a.stage - 1, a.mb, t);
@@ -265,13 +291,35 @@ class ListScheduler {
     }
   }
   bool below_limit(int rank, int stage) const {
-    if (policy_.rank_limit > 0) return rank_in_flight_[rank] < policy_.rank_limit;
+    if (policy_.rank_limit > 0) {
+      const int room = policy_.rank_limit - rank_in_flight_[rank];
+      // At real times a rank can fill its limit with its earlier stage's F
+      // while its later stage waits for input, and then no B could ever
+      // start: an earlier stage's F keeps one slot free. (Unit time never
+      // gets there, and its schedules stay those of the paper.)
+      if (!policy_.costs.empty() && stage != rank_stages(s_, rank).back()) return room > 1;
+      return room > 0;
+    }
     return in_flight_[stage] < policy_.stage_limit[stage];
   }
   // The rank's next action: B, else F, else W; among stages, the later
   // stage first for B and F (nearer the loss), the earlier for W.
-  bool pick(int rank, int t, Action& out) const {
+  bool pick(int rank, double t, Action& out) const {
     const std::vector<int> stages = rank_stages(s_, rank);
+    if (pick_f_or_b(stages, rank, t, out)) return true;
+    for (int st : stages) {
+      const int mb = next_[2][st];
+      const Action w = make_action(st, ActionKind::W, mb);
+      if (mb >= n_ || !ready(w, t)) continue;
+      Action soon;
+      if (policy_.w_slack > 0.0 && pick_f_or_b(stages, rank, t + policy_.w_slack * cost(w), soon))
+        return false;  // an F or B is about to be ready: keep the rank free for it
+      return out = w, true;
+    }
+    return false;
+  }
+  // The rank's next F or B that is ready at time t (B first).
+  bool pick_f_or_b(const std::vector<int>& stages, int rank, double t, Action& out) const {
     for (ActionKind kind : {ActionKind::B, ActionKind::F}) {
       for (size_t j = stages.size(); j-- > 0;) {
         const int st = stages[j], mb = next_[index(kind)][st];
@@ -282,13 +330,12 @@ class ListScheduler {
         if (ready(a, t)) return out = a, true;
       }
     }
-    for (int st : stages) {
-      const int mb = next_[2][st];
-      if (mb < n_ && ready(make_action(st, ActionKind::W, mb), t)) return out = make_action(st, ActionKind::W, mb), true;
-    }
     return false;
   }
-  void start(const Action& a) {
+  // done_ holds each started action's end time, so that ready(a, t) also
+  // answers "ready by a later time t" for actions running now.
+  void start(const Action& a, double end) {
+    done_[index(a.kind)][a.stage][a.mb] = end;
     ++next_[index(a.kind)][a.stage];
     if (a.kind == ActionKind::F) {
       ++in_flight_[a.stage];
@@ -296,8 +343,7 @@ class ListScheduler {
     }
     if (a.kind != ActionKind::W) ++position_[a.stage];
   }
-  void finish(const Action& a, int t) {
-    done_[index(a.kind)][a.stage][a.mb] = t;
+  void finish(const Action& a) {
     if (a.kind == ActionKind::W) {
       --in_flight_[a.stage];
       --rank_in_flight_[stage_rank(s_, a.stage)];
@@ -308,7 +354,7 @@ class ListScheduler {
   ListPolicy policy_;
   int n_;
   std::vector<std::vector<int>> next_;                 // (F/B/W, stage) next micro-batch
-  std::vector<std::vector<std::vector<int>>> done_;    // (F/B/W, stage, mb) end time or -1
+  std::vector<std::vector<std::vector<double>>> done_;  // (F/B/W, stage, mb) end time or -1
   std::vector<int> in_flight_, rank_in_flight_;
   std::vector<size_t> position_;  // per stage: next entry of policy_.order
 };
@@ -333,7 +379,8 @@ Schedule generate_interleaved(int num_ranks, int virtual_stages, int num_micro_b
   return s;
 }
 
-Schedule generate_zb_h1(int num_ranks, int num_micro_batches) {
+Schedule generate_zb_h1(int num_ranks, int num_micro_batches, const StageActionTimes& times,
+                        double w_slack) {
   check_sizes("zb-h1", num_ranks, num_micro_batches);
   Schedule s = empty_schedule("zb-h1", num_ranks, num_ranks, num_micro_batches);
   ListPolicy policy;
@@ -342,11 +389,15 @@ Schedule generate_zb_h1(int num_ranks, int num_micro_batches) {
     policy.stage_limit.push_back(std::min(num_ranks, num_micro_batches));
     policy.order.push_back(one_f_one_b_order(st, num_ranks, num_micro_batches));
   }
+  policy.costs = checked_times("zb-h1", times, num_ranks);
+  policy.w_slack = w_slack;
+  s.timed = !times.empty();
   add_placed_communication(s, ListScheduler(s, policy).run());
   return s;
 }
 
-Schedule generate_zb_v(int num_ranks, int num_micro_batches) {
+Schedule generate_zb_v(int num_ranks, int num_micro_batches, const StageActionTimes& times,
+                       double w_slack) {
   check_sizes("zb-v", num_ranks, num_micro_batches);
   Schedule s = empty_schedule("zb-v", num_ranks, 2 * num_ranks, num_micro_batches);
   for (int st = 0; st < 2 * num_ranks; ++st)
@@ -354,6 +405,9 @@ Schedule generate_zb_v(int num_ranks, int num_micro_batches) {
   if (num_ranks == 1) s.placement.clear();  // stages 0 and 1 on rank 0: stage % 1
   ListPolicy policy;
   policy.rank_limit = 2 * num_ranks;
+  policy.costs = checked_times("zb-v", times, 2 * num_ranks);
+  policy.w_slack = w_slack;
+  s.timed = !times.empty();
   add_placed_communication(s, ListScheduler(s, policy).run());
   return s;
 }

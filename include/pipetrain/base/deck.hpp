@@ -77,6 +77,10 @@ struct PipelineConfig {
   // "gpipe" | "1f1b" | "interleaved" | "zb-h1" | "zb-v" | "file"
   std::string schedule = "1f1b";
   std::string schedule_file;       // with schedule = "file"
+  // zb-h1 / zb-v: "unit" (the papers' placement: every action one time
+  // unit) or "measured" (placed again after the first steps at each stage's
+  // measured F, B and W times; runtime/schedule_placement.hpp).
+  std::string schedule_times = "unit";
   int64_t virtual_stages = 1;      // stages per rank: interleaved and file (zb-v: 2)
   // How partition units are split between stages (docs/planner.md):
   // "uniform" (by count), "time" (slowest stage fastest), "memory" (largest

@@ -98,6 +98,10 @@ std::vector<int> schedule_in_flight(const Schedule& schedule);
 // The schedule's theoretical bubble: simulated with every stage's F taking 1,
 // B 2 (B 1 and W 1 when split), free links and no optimizer.
 double unit_time_bubble(const Schedule& schedule);
+// The bubble a schedule's theory promises: unit_time_bubble of the schedule,
+// or, for one generated at measured action times (Schedule::timed), of the
+// unit-time schedule of the same name, which is what the papers state.
+double theory_bubble(const Schedule& schedule);
 
 // What one stage's actions cost, in seconds per micro-batch: B with its
 // recomputation, W (0 without a split backward) apart from it.
@@ -113,5 +117,16 @@ struct ActionCost {
 // measured costs (median_action_costs) it separates what the schedule and
 // the model's uneven actions leave idle from what the runtime adds.
 double bubble_at_costs(const Schedule& schedule, const std::vector<ActionCost>& costs);
+
+// pipeline.schedule_times = "profile": schedule `name` (zb-h1 or zb-v) placed
+// for the given per-stage F, B, W times. The candidates are the unit-time
+// schedule and the list scheduler at those times with each of
+// kTimedPlacementSlacks; the one with the smallest bubble_at_costs at the
+// times wins (the unit-time one on a tie, and then Schedule::timed is false).
+// Every candidate runs F, B and W of a stage in micro-batch order, so the
+// choice never changes a result, only when actions run.
+extern const std::vector<double> kTimedPlacementSlacks;
+Schedule generate_at_times(const std::string& name, int num_ranks, int num_micro_batches,
+                           const StageActionTimes& times);
 
 }  // namespace pt

@@ -27,6 +27,13 @@
 
 namespace pt {
 
+// One F, B or W of a pass and its compute time without the waits inside it.
+struct ActionTime {
+  int stage = 0;
+  int kind = 0;  // 0 F, 1 B, 2 W
+  double seconds = 0.0;
+};
+
 struct StepOutcome {
   double loss_sum = 0.0;  // last stage: summed loss terms of the step; else 0
   std::vector<double> micro_batch_losses;  // last stage: (micro-batches) each one's summed loss terms
@@ -91,6 +98,11 @@ class Executor {
   // Runs this rank's actions of `schedule` for batch `step` of `data`.
   // Evaluate: forward only, nothing stashed; needs a forward-only schedule.
   StepOutcome run(const Schedule& schedule, const Dataset& data, int64_t step, Pass pass);
+  // With set_time_actions(true), every F, B and W of the last run, in the
+  // order they ran, each ended by a backend synchronisation (GPU: kernels
+  // done, not launched); empty otherwise.
+  void set_time_actions(bool on) { time_actions_ = on; }
+  const std::vector<ActionTime>& action_times() const { return action_times_; }
 
  private:
   // A posted transfer and when it was posted; its completion is recorded as
@@ -167,6 +179,9 @@ class Executor {
   double slowdown_ = 1.0;     // compute time factor (fault injection)
   Tracer local_clock_{false}; // times F/B and waits when no tracer is given
   double compute_us_ = 0.0, nested_wait_us_ = 0.0, last_end_us_ = 0.0;
+  double nested_wait_at_begin_us_ = 0.0;  // nested_wait_us_ when the running F/B/W began
+  std::vector<ActionTime> action_times_;  // of the last run
+  bool time_actions_ = false;
   bool in_compute_ = false;
   bool probing_ = false;      // probe_micro_batch: synchronise to time the recompute
   double recompute_us_ = 0.0; // recompute time of the last run_backward

@@ -17,6 +17,7 @@
 
 #include "pipetrain/base/deck.hpp"
 #include "pipetrain/runtime/executor.hpp"
+#include "pipetrain/runtime/schedule_placement.hpp"
 #include "pipetrain/runtime/grad_reducer.hpp"
 #include "pipetrain/runtime/grid.hpp"
 #include "pipetrain/runtime/replica_group.hpp"
@@ -49,6 +50,12 @@ struct StepRecord {
   // of the partition moved to (NaN: no move).
   double rebalance_ratio = std::nan("");
   double rebalance_predicted_ratio = std::nan("");
+  // pipeline.schedule_times = "measured": after this step the schedule was
+  // placed again at the measured action times (Trainer::placement_times);
+  // its bubble simulated at those times before and after (NaN: no placement).
+  bool schedule_placed = false;
+  double placed_bubble_before = std::nan("");
+  double placed_bubble_after = std::nan("");
 };
 
 // What "auto" recomputation measured and chose on one stage.
@@ -101,6 +108,11 @@ class Trainer {
   std::vector<float> gather_parameters();
 
   const Schedule& schedule() const { return schedule_; }
+  // The first step run with schedule() (0 unless pipeline.schedule_times =
+  // "measured" placed it again), and the (stages) F, B, W seconds it was
+  // placed at (empty before).
+  int64_t schedule_first_step() const { return schedule_first_step_; }
+  const StageActionTimes& placement_times() const { return placement_times_; }
   const ScheduleReport& schedule_report() const { return report_; }
   // This rank's first stage, and all of them (ascending).
   const StageModel& stage() const { return stages_.front(); }
@@ -193,6 +205,11 @@ class Trainer {
   std::vector<RecomputeChoice> recompute_;
   std::vector<int64_t> partition_;           // units per stage in use
   std::unique_ptr<Rebalancer> rebalancer_;   // null unless enable_rebalance
+  // pipeline.schedule_times = "measured", until the schedule is placed.
+  std::unique_ptr<MeasuredPlacement> placement_;
+  int64_t schedule_first_step_ = 0;
+  StageActionTimes placement_times_;
+  void place_schedule(int64_t step, StepRecord& rec);  // collective
 };
 
 }  // namespace pt

@@ -31,6 +31,7 @@
 // the two stages live on different ranks.
 #pragma once
 
+#include <array>
 #include <string>
 #include <vector>
 
@@ -64,6 +65,9 @@ struct Schedule {
   bool forward_only = false;
   // (num_stages) rank of each stage; empty: stage % num_ranks.
   std::vector<int> placement;
+  // Generated at measured per-stage action times (StageActionTimes), not in
+  // unit time: its theory is that of the unit-time schedule of its name.
+  bool timed = false;
 };
 
 inline int stage_rank(const Schedule& s, int stage) {
@@ -73,6 +77,10 @@ inline int stage_rank(const Schedule& s, int stage) {
 std::vector<int> rank_stages(const Schedule& s, int rank);
 // True when the schedule has W actions (a split backward).
 bool splits_backward(const Schedule& s);
+
+// (stages) each stage's F, B and W duration, for generators that place
+// actions by time; empty: unit time.
+using StageActionTimes = std::vector<std::array<double, 3>>;
 
 // Fill-drain: all F, then all B (both in ascending micro-batch order).
 Schedule generate_gpipe(int num_stages, int num_micro_batches);
@@ -86,10 +94,22 @@ Schedule generate_interleaved(int num_ranks, int virtual_stages, int num_micro_b
 // ZB-H1: one stage per rank, split backward, 1F1B's order of F and B with W
 // filling the bubbles; at most min(P, N) micro-batches between F and W on
 // each stage (1F1B's peak, that of its stage 0).
-Schedule generate_zb_h1(int num_ranks, int num_micro_batches);
+//
+// Both come from one list scheduler that simulates the ranks: a free rank
+// runs its next ready B, else F (within the in-flight limit), else W. By
+// default every action takes one time unit (the papers' schedules); given
+// `times`, one (F, B, W) duration per stage (seconds of a profile or a
+// trace), it simulates those instead, so W lands where the real gaps are;
+// `w_slack` > 0 keeps a rank free for an F or B whose input arrives within
+// w_slack x the W it would otherwise start. Greedy placement at real times
+// is not always better than unit time: plan/simulate's
+// generate_at_times tries several and keeps the best.
+Schedule generate_zb_h1(int num_ranks, int num_micro_batches, const StageActionTimes& times = {},
+                        double w_slack = 0.0);
 // ZB-V: two stages per rank in a V (rank r owns stages r and 2P-1-r), split
 // backward, at most 2P half-size stage micro-batches between F and W per rank.
-Schedule generate_zb_v(int num_ranks, int num_micro_batches);
+Schedule generate_zb_v(int num_ranks, int num_micro_batches, const StageActionTimes& times = {},
+                       double w_slack = 0.0);
 // The same schedule without backward actions, for evaluation passes.
 Schedule forward_only_schedule(const Schedule& training);
 // Stages per rank of pipeline.schedule `name`: interleaved and "file"
@@ -97,8 +117,12 @@ Schedule forward_only_schedule(const Schedule& training);
 int stages_per_rank(const std::string& name, int virtual_stages);
 // "gpipe" | "1f1b" | "interleaved" | "zb-h1" | "zb-v" on `num_ranks` ranks;
 // throws InputError for other names or micro-batch counts a schedule refuses.
+// `times` and `w_slack` (zb-h1 and zb-v only): see generate_zb_h1.
 Schedule generate_schedule(const std::string& name, int num_ranks, int num_micro_batches,
-                           int virtual_stages = 1);
+                           int virtual_stages = 1, const StageActionTimes& times = {},
+                           double w_slack = 0.0);
+// True for the schedules whose generator takes action times.
+bool schedule_takes_times(const std::string& name);
 
 // One line per rank: actions separated by spaces. parse_schedule(format(s))
 // gives back s. Lines starting with '#' and blank lines are ignored. A
