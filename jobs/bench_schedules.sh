@@ -5,7 +5,9 @@
 # "mlp-even"), the MLP of the other benchmarks (inputs/bench_mlp.toml,
 # "mlp"), the balanced GPT (inputs/gpt_balanced.toml, "gpt-balanced") and
 # the unbalanced GPT (inputs/gpt_markov.toml, "gpt"); MODELS picks (also
-# "mlp-equal": inputs/bench_mlp_equal.toml, equal GEMM work at 2 stages), at
+# "mlp-equal": inputs/bench_mlp_equal.toml, equal GEMM work at 2 stages;
+# SCHEDULES may add zb-h1-measured and zb-v-measured: pipeline.schedule_times
+# = "measured", timed from the step the schedule was placed at), at
 # P = 2 ranks, N = 2, 4, 8, 16, each REPS times (default 3; the schedules of
 # one model and N run one after another within a repetition, so that a slow
 # spell of the host hits them alike; the table gives medians): measured bubble (trace.h5, tools/trace_report.py) against
@@ -70,9 +72,12 @@ for rep in $(seq 1 "$REPS"); do
         dir=runs/bench_schedules_${model}_${s}_p${P}_n${n}_r$rep
         virtual=""
         [ "$s" = interleaved ] && virtual="--set pipeline.virtual_stages=2"
+        # zb-h1-measured, zb-v-measured: placed again at the measured action times
+        sched=$s
+        case $s in *-measured) virtual="--set pipeline.schedule_times=\"measured\""; sched=${s%-measured} ;; esac
         # shellcheck disable=SC2046
         mpirun --oversubscribe --bind-to none -np "$P" build/pipetrain train "$deck" \
-          --set pipeline.micro_batches=$n --set pipeline.schedule=\"$s\" $virtual \
+          --set pipeline.micro_batches=$n --set pipeline.schedule=\"$sched\" $virtual \
           --set output.trace=true --set output.dir=\"$dir\" $(extra_of $model) \
           > "$dir.log" 2>&1 || { cat "$dir.log"; exit 1; }
         dirs+=("$model=$dir")

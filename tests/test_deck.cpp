@@ -254,6 +254,19 @@ TEST(DeckErrors, IntegerBeyond64BitsIsRejected) {
 
 // ---- overrides -------------------------------------------------------------
 
+TEST(DeckErrors, MeasuredScheduleTimesNeedAZeroBubbleScheduleAndNoRebalancing) {
+  EXPECT_EQ(text_error("[pipeline]\nschedule = \"1f1b\"\nschedule_times = \"measured\"\n"),
+            "t.toml:3: pipeline.schedule_times: only applies with pipeline.schedule = \"zb-h1\" or "
+            "\"zb-v\"; remove it or change that key");
+  EXPECT_HAS(text_error("[pipeline]\nschedule = \"zb-v\"\nschedule_times = \"fast\"\n"),
+             "t.toml:3: pipeline.schedule_times = \"fast\": must be one of \"unit\", \"measured\"");
+  EXPECT_EQ(text_error("[pipeline]\nschedule = \"zb-h1\"\nschedule_times = \"measured\"\n"
+                       "rebalance = true\n"),
+            "t.toml:3: pipeline.schedule_times = \"measured\": cannot be combined with "
+            "pipeline.rebalance = true (t.toml:4) (a move changes the stage times the schedule was "
+            "placed at)");
+}
+
 TEST(DeckErrors, KeysOfAnotherModelOrDataTypeAreRejected) {
   EXPECT_EQ(text_error("[model]\ntype = \"gpt\"\nhidden_dim = 64\n[data]\ntype = \"markov\"\n"),
             "t.toml:3: model.hidden_dim: only applies with model.type = \"mlp\"; remove it or change that key");

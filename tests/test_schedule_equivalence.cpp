@@ -20,6 +20,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 
 #include "pipetrain/io/checkpoint.hpp"
 #include "pipetrain/io/deck_io.hpp"
@@ -37,6 +38,7 @@ struct RunResult {
   std::vector<float> params;  // rank 0 of the run only
   std::vector<double> losses;
   std::vector<double> grad_norms;
+  int64_t schedule_first_step = 0;  // Trainer::schedule_first_step at the end
 };
 
 Deck mlp_deck() {
@@ -59,6 +61,7 @@ RunResult run_trainer(const Deck& deck, MPI_Comm comm) {
     result.grad_norms.push_back(rec.grad_norm);
   }
   result.params = trainer.gather_parameters();
+  result.schedule_first_step = trainer.schedule_first_step();
   return result;
 }
 
@@ -228,6 +231,51 @@ TEST(ScheduleEquivalence, ResumesBitwiseUnderAnotherSchedule) {
       deck.output.checkpoint_keep = 10;
       check_cross_resume(deck, from, to);
     }
+}
+
+// Placements at real times: a ZB-V placed at given times (W much shorter
+// than F and B, so that it differs from the paper's), run from a schedule
+// file, and pipeline.schedule_times = "measured" (steps 0-2 in the unit-time
+// placement, then placed again at the measured times): both bitwise the
+// single process, as every placement runs a stage's F, B and W in
+// micro-batch order.
+TEST(ScheduleEquivalence, PlacementsAtGivenAndMeasuredTimes) {
+  const std::string dir = shared_temp_dir();
+  for (const Deck& base : {mlp_deck(), gpt_deck()})
+    for (int n : {4, 8}) {
+      Deck reference = base;
+      reference.pipeline.micro_batches = n;
+      reference.pipeline.schedule = "gpipe";
+      reference.training.steps = 5;
+      RunResult alone;
+      if (is_root()) alone = run_trainer(reference, MPI_COMM_SELF);
+      for (int p : {2, 4}) {  // one rank never waits: every placement is the paper's
+        if (p > world_size() || 2 * p > static_cast<int>(model_units(base.model))) continue;
+        const std::string at = base.model.type + " P=" + std::to_string(p) + " N=" + std::to_string(n);
+        const Schedule timed =
+            generate_zb_v(p, n, StageActionTimes(static_cast<size_t>(2 * p), {1.0, 1.0, 0.3}));
+        ASSERT_NE(format_schedule(timed), format_schedule(generate_zb_v(p, n))) << at;
+        const std::string file = dir + "/zb_v_timed_p" + std::to_string(p) + ".txt";
+        if (is_root()) std::ofstream(file) << format_schedule(timed);
+        MPI_Barrier(MPI_COMM_WORLD);
+        Deck from_file = reference;
+        from_file.pipeline.schedule = "file";
+        from_file.pipeline.schedule_file = file;
+        from_file.pipeline.virtual_stages = 2;
+        const RunResult placed = train_on(from_file, p);
+        Deck measured = reference;
+        measured.pipeline.schedule = "zb-v";
+        measured.pipeline.schedule_times = "measured";
+        const RunResult remeasured = train_on(measured, p);
+        if (!is_root()) continue;
+        expect_bitwise(placed, alone, "zb-v placed at given times, " + at);
+        expect_bitwise(remeasured, alone, "zb-v schedule_times = measured, " + at);
+        EXPECT_EQ(remeasured.schedule_first_step, MeasuredPlacement::kWarmupSteps + MeasuredPlacement::kMeasuredSteps)
+            << at;
+      }
+    }
+  MPI_Barrier(MPI_COMM_WORLD);
+  if (is_root()) std::filesystem::remove_all(dir);
 }
 
 }  // namespace

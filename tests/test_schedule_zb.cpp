@@ -4,6 +4,9 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cstdio>
+#include <map>
+#include <random>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -326,4 +329,117 @@ TEST(BubbleAtCosts, EqualCostsAreTheUnitTimeTheory) {
 TEST(BubbleAtCosts, WrongStageCountIsAnError) {
   const std::vector<pt::ActionCost> one = {{1.0, 2.0, 0.0}};
   EXPECT_THROW(pt::bubble_at_costs(pt::generate_1f1b(2, 2), one), pt::Error);
+}
+
+// ---- placement at measured action times (pipeline.schedule_times) ----
+
+namespace {
+pt::StageActionTimes equal_times(int stages, double f, double b, double w) {
+  return pt::StageActionTimes(static_cast<size_t>(stages), {f, b, w});
+}
+std::vector<pt::ActionCost> as_costs(const pt::StageActionTimes& times) {
+  std::vector<pt::ActionCost> costs;
+  for (const auto& t : times) costs.push_back({t[0], t[1], t[2]});
+  return costs;
+}
+// Per stage, each kind's micro-batches in ascending order: what makes every
+// placement's gradients bitwise those of the unit-time one.
+bool micro_batch_order_kept(const Schedule& s) {
+  std::map<std::pair<int, pt::ActionKind>, int> next;
+  for (const auto& rank : s.ranks)
+    for (const pt::Action& a : rank) {
+      if (a.kind != pt::ActionKind::F && a.kind != pt::ActionKind::B && a.kind != pt::ActionKind::W)
+        continue;
+      int& n = next[{a.stage, a.kind}];
+      if (a.mb != n) return false;
+      ++n;
+    }
+  return true;
+}
+// Most micro-batches between their F and their W on a rank (its actions run in order).
+int rank_peak_in_flight(const Schedule& s, int rank) {
+  int now = 0, peak = 0;
+  for (const pt::Action& a : s.ranks[static_cast<size_t>(rank)]) {
+    if (a.kind == pt::ActionKind::F) peak = std::max(peak, ++now);
+    if (a.kind == pt::ActionKind::W) --now;
+  }
+  return peak;
+}
+}  // namespace
+
+TEST(TimedPlacement, EqualTimesGiveThePapersSchedules) {
+  for (int p : {1, 2, 3, 4})
+    for (int n = 1; n <= 8; ++n) {
+      const std::string at = " P=" + std::to_string(p) + " N=" + std::to_string(n);
+      EXPECT_EQ(pt::format_schedule(pt::generate_zb_v(p, n, equal_times(2 * p, 2.5, 2.5, 2.5))),
+                pt::format_schedule(pt::generate_zb_v(p, n)))
+          << "zb-v" << at;
+      EXPECT_EQ(pt::format_schedule(pt::generate_zb_h1(p, n, equal_times(p, 0.3, 0.3, 0.3))),
+                pt::format_schedule(pt::generate_zb_h1(p, n)))
+          << "zb-h1" << at;
+    }
+}
+
+TEST(TimedPlacement, RandomTimesGiveValidSchedulesInMicroBatchOrder) {
+  std::mt19937 rng(7);
+  std::uniform_real_distribution<double> time(0.1, 3.0);
+  for (int trial = 0; trial < 300; ++trial) {
+    const int p = 1 + trial % 4, n = 1 + (trial / 4) % 12;
+    pt::StageActionTimes v(static_cast<size_t>(2 * p));
+    for (auto& t : v) t = {time(rng), time(rng), time(rng)};
+    const pt::StageActionTimes h(v.begin(), v.begin() + p);
+    for (double slack : pt::kTimedPlacementSlacks) {
+      const std::string at = " P=" + std::to_string(p) + " N=" + std::to_string(n) + " slack " +
+                             std::to_string(slack) + " trial " + std::to_string(trial);
+      const Schedule zv = pt::generate_zb_v(p, n, v, slack);
+      const Schedule zh = pt::generate_zb_h1(p, n, h, slack);
+      EXPECT_TRUE(zv.timed && zh.timed);
+      for (const Schedule* s : {&zv, &zh}) {
+        EXPECT_NO_THROW(pt::validate_schedule(*s, pt::CommSemantics::mpi())) << s->name << at;
+        EXPECT_NO_THROW(pt::validate_schedule(*s, pt::CommSemantics::nccl())) << s->name << at;
+        EXPECT_TRUE(micro_batch_order_kept(*s)) << s->name << at;
+      }
+      for (int rank = 0; rank < p; ++rank)  // ZB-V's memory bound: 2P per rank
+        EXPECT_LE(rank_peak_in_flight(zv, rank), 2 * p) << "zb-v rank " << rank << at;
+    }
+  }
+}
+
+TEST(TimedPlacement, KeepsTheUnitPlacementUnlessAnotherSimulatesBetter) {
+  // W half as long as F and B (attention has no W): the unit-time ZB-V
+  // leaves W-sized holes that a placement at these times fills.
+  const pt::StageActionTimes light_w = equal_times(4, 1.0, 1.0, 0.5);
+  const Schedule unit = pt::generate_zb_v(2, 8);
+  const Schedule placed = pt::generate_at_times("zb-v", 2, 8, light_w);
+  EXPECT_TRUE(placed.timed);
+  const double before = pt::bubble_at_costs(unit, as_costs(light_w));
+  const double after = pt::bubble_at_costs(placed, as_costs(light_w));
+  std::printf("zb-v P=2 N=8 at F=B=1, W=0.5: bubble %.2f%% unit-time, %.2f%% placed\n",
+              100 * before, 100 * after);
+  EXPECT_LT(after, before - 0.05);
+  // The theory stays that of the papers' schedule.
+  EXPECT_DOUBLE_EQ(pt::theory_bubble(placed), pt::unit_time_bubble(unit));
+  // Equal times: nothing simulates better than the papers' schedule, which is kept.
+  const Schedule same = pt::generate_at_times("zb-v", 2, 8, equal_times(4, 1.0, 1.0, 1.0));
+  EXPECT_FALSE(same.timed);
+  EXPECT_EQ(pt::format_schedule(same), pt::format_schedule(unit));
+  // Never worse than unit time at the given times.
+  std::mt19937 rng(3);
+  std::uniform_real_distribution<double> time(0.2, 2.0);
+  for (int trial = 0; trial < 100; ++trial) {
+    const int p = 1 + trial % 3, n = 1 + trial % 16;
+    for (const char* name : {"zb-h1", "zb-v"}) {
+      pt::StageActionTimes t(static_cast<size_t>(pt::stages_per_rank(name, 1) * p));
+      for (auto& x : t) x = {time(rng), time(rng), time(rng)};
+      EXPECT_LE(pt::bubble_at_costs(pt::generate_at_times(name, p, n, t), as_costs(t)),
+                pt::bubble_at_costs(pt::generate_schedule(name, p, n), as_costs(t)) + 1e-12)
+          << name << " P=" << p << " N=" << n;
+    }
+  }
+}
+
+TEST(TimedPlacement, BadTimesAreRefused) {
+  EXPECT_THROW(pt::generate_zb_v(2, 4, equal_times(3, 1, 1, 1)), std::exception);
+  EXPECT_THROW(pt::generate_zb_h1(2, 4, equal_times(2, 1, 0.0, 1)), std::exception);
+  EXPECT_THROW(pt::generate_schedule("1f1b", 2, 4, 1, equal_times(2, 1, 1, 1)), std::exception);
 }

@@ -35,7 +35,8 @@ def run_row(arg, skip):
     r = trace_report.analyse(trace, skip)
     with h5py.File(f"{run_dir}/metrics.h5", "r") as f:
         a = f.attrs
-        step = np.asarray(f["step_time_s"], dtype=np.float64)[skip:]
+        # steps before a measured placement ran another placement of the schedule
+        step = np.asarray(f["step_time_s"], dtype=np.float64)[max(skip, trace.schedule_first_step):]
         peak = np.asarray(f["peak_bytes_total"], dtype=np.float64)
         act = np.asarray(f["peak_bytes_activations"], dtype=np.float64)
         predicted_step = float(a["predicted_step_time_s"]) if "predicted_step_time_s" in a else float("nan")
@@ -43,7 +44,8 @@ def run_row(arg, skip):
     deck = trace.deck_text
     model = label or ("gpt" if 'type = "gpt"' in deck else "mlp")
     return {
-        "dir": run_dir, "model": model, "schedule": trace.schedule_name,
+        "dir": run_dir, "model": model,
+        "schedule": trace.schedule_name + ("-measured" if trace.schedule_first_step > 0 else ""),
         "ranks": trace.num_ranks, "stages": trace.num_stages, "n": trace.num_micro_batches,
         "theory": r["bubble_theory"], "bubble": r["bubble"], "predicted_bubble": predicted_bubble,
         "at_costs": float("nan") if r["bubble_at_costs"] is None else r["bubble_at_costs"],

@@ -224,6 +224,9 @@ struct ListPolicy {
   // of its F or B becomes ready within w_slack x that W's time (its input
   // is being computed now): it waits for that instead.
   double w_slack = 0.0;
+  // An F of a rank's earlier stage keeps one slot of rank_limit free, for
+  // the later stage's F (see below_limit).
+  bool keep_slot_for_later_stage = false;
 };
 
 class ListScheduler {
@@ -236,7 +239,9 @@ class ListScheduler {
 
   // Event by event: at each completion time, finished actions release what
   // depends on them, then every idle rank picks its next action.
-  std::vector<std::vector<Action>> run() {
+  // Returns false when no rank can run anything before all actions ran (a
+  // stall: possible at real times, never in unit time).
+  bool run(std::vector<std::vector<Action>>& out) {
     std::vector<std::vector<Action>> order(s_.num_ranks);
     std::vector<double> busy_until(s_.num_ranks, 0.0);
     std::vector<Action> running(s_.num_ranks);
@@ -264,12 +269,11 @@ class ListScheduler {
         }
         if (active[r]) next_t = std::min(next_t, busy_until[r]);
       }
-      PT_CHECK(next_t < std::numeric_limits<double>::infinity() || finished == total,
-               "schedule generator '" + s_.name + "' found no action to run at time " +
-                   std::to_string(t));
+      if (next_t == std::numeric_limits<double>::infinity() && finished < total) return false;
       t = next_t;
     }
-    return order;
+    out = std::move(order);
+    return true;
   }
 
  private:
@@ -295,9 +299,8 @@ class ListScheduler {
       const int room = policy_.rank_limit - rank_in_flight_[rank];
       // At real times a rank can fill its limit with its earlier stage's F
       // while its later stage waits for input, and then no B could ever
-      // start: an earlier stage's F keeps one slot free. (Unit time never
-      // gets there, and its schedules stay those of the paper.)
-      if (!policy_.costs.empty() && stage != rank_stages(s_, rank).back()) return room > 1;
+      // start (run() stalls): the placement is made again with one slot kept.
+      if (policy_.keep_slot_for_later_stage && stage != rank_stages(s_, rank).back()) return room > 1;
       return room > 0;
     }
     return in_flight_[stage] < policy_.stage_limit[stage];
@@ -359,6 +362,19 @@ class ListScheduler {
   std::vector<size_t> position_;  // per stage: next entry of policy_.order
 };
 
+// The list scheduler's placement; at real times a stalled one is made again
+// keeping a slot for each rank's later stage.
+std::vector<std::vector<Action>> list_schedule(const Schedule& s, ListPolicy policy) {
+  std::vector<std::vector<Action>> order;
+  if (ListScheduler(s, policy).run(order)) return order;
+  PT_CHECK(!policy.costs.empty() && !policy.keep_slot_for_later_stage,
+           "schedule generator '" + s.name + "' found no action to run");
+  policy.keep_slot_for_later_stage = true;
+  PT_CHECK(ListScheduler(s, policy).run(order),
+           "schedule generator '" + s.name + "' found no action to run at the given times");
+  return order;
+}
+
 }  // namespace
 
 Schedule generate_interleaved(int num_ranks, int virtual_stages, int num_micro_batches) {
@@ -392,7 +408,7 @@ Schedule generate_zb_h1(int num_ranks, int num_micro_batches, const StageActionT
   policy.costs = checked_times("zb-h1", times, num_ranks);
   policy.w_slack = w_slack;
   s.timed = !times.empty();
-  add_placed_communication(s, ListScheduler(s, policy).run());
+  add_placed_communication(s, list_schedule(s, policy));
   return s;
 }
 
@@ -408,7 +424,7 @@ Schedule generate_zb_v(int num_ranks, int num_micro_batches, const StageActionTi
   policy.costs = checked_times("zb-v", times, 2 * num_ranks);
   policy.w_slack = w_slack;
   s.timed = !times.empty();
-  add_placed_communication(s, ListScheduler(s, policy).run());
+  add_placed_communication(s, list_schedule(s, policy));
   return s;
 }
 

@@ -2,8 +2,9 @@
 # test_schedules.sh: the interleaved and zero-bubble schedules end to end
 # (docs/schedules.md): validate --print-schedule draws each, a run of each
 # on 2 ranks trains the loss of the 1F1B run bit for bit, its trace draws and
-# counts W, a hand-written schedule file with a placement line and W runs
-# like the generated one, and bad decks get their specific messages.
+# counts W, a placement at measured times (pipeline.schedule_times) trains
+# the same loss, a hand-written schedule file with a placement line and W
+# runs like the generated one, and bad decks get their specific messages.
 #   tests/cli/test_schedules.sh BUILD_DIR
 source "$(dirname "$0")/lib.sh" "$1"
 py=tools/.venv/bin/python
@@ -49,6 +50,24 @@ w = names.index('W')
 n = sum(int((f['events'][r]['kind'] == w).sum()) for r in f['events'])
 sys.exit(0 if n == 2 * 4 * 5 and f.attrs['num_ranks'] == 2 else 1)" > "$tmp/out" 2>&1
 check "zb-h1: the trace holds one W per stage, micro-batch and step" status_is 0
+
+# pipeline.schedule_times = "measured": placed again after step 2, the same
+# loss, and the trace report times only the steps of the stored placement.
+run 2 train $deck --set pipeline.schedule=\"zb-v\" --set pipeline.schedule_times=\"measured\" \
+  --set output.trace=true --set output.dir=\"$tmp/measured\" --set pipeline.predict=false
+check "zb-v measured: run succeeds" status_is 0
+check "zb-v measured: the log says where and when it was placed" output_has "placed again at the measured F/B/W ms per stage [0]"
+check "... from step 3 on" output_has "from step 3 on"
+check "zb-v measured: the final loss is 1F1B's, bit for bit" [ "$(final_loss "$tmp/out")" = "$want" ]
+"$py" tools/trace_report.py "$tmp/measured/trace.h5" --skip 1 > "$tmp/out" 2>&1
+check "zb-v measured: the trace report times steps 3..4 only" output_has "steps 3..4"
+"$py" -c "
+import h5py, sys
+m = h5py.File('$tmp/measured/metrics.h5')
+sys.exit(0 if m.attrs['schedule_first_step'][0] == 3 and m.attrs['schedule_action_times_s'].size == 12 else 1)" > "$tmp/out" 2>&1
+check "zb-v measured: metrics.h5 holds the step and the 4 x 3 times" status_is 0
+run 2 train $deck --set pipeline.schedule=\"1f1b\" --set pipeline.schedule_times=\"measured\"
+check "schedule_times with 1f1b is refused" output_has 'pipeline.schedule_times: only applies with pipeline.schedule = "zb-h1" or "zb-v"'
 
 # A hand-written file: the generated ZB-V schedule, printed and read back.
 run 1 validate $deck --ranks 2 --print-schedule --set pipeline.schedule=\"zb-v\"
