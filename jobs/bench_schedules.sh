@@ -23,7 +23,7 @@ cd "$(dirname "$0")/.."
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 P=${P:-2}
 N_LIST=${N_LIST:-"2 4 8 16"}
-SCHEDULES=${SCHEDULES:-"1f1b interleaved zb-h1 zb-v"}
+SCHEDULES=${SCHEDULES:-"1f1b interleaved zb-h1 zb-v zb-h1-measured zb-v-measured"}
 MODELS=${MODELS:-"mlp-even mlp gpt-balanced gpt"}
 REPS=${REPS:-3}
 PY=tools/.venv/bin/python
