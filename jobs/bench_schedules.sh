@@ -18,6 +18,8 @@
 # results/bench_schedules_timeline_<schedule>.png.
 #   jobs/bench_schedules.sh        (needs build/ and tools/.venv: make build tools)
 #   P=4 jobs/bench_schedules.sh    (4 ranks on this 2-core machine: oversubscribed)
+#   REPORT_ONLY=1 jobs/bench_schedules.sh  (the tables again from runs/ of an earlier run
+#                                           with the same settings; nothing is run)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
@@ -42,8 +44,10 @@ one_rank() {
   mpirun --oversubscribe --bind-to none -np 1 build/pipetrain train inputs/bench_mlp.toml \
     --set pipeline.predict=false --set output.dir=\"$1\" > "$1.log" 2>&1 || { cat "$1.log"; exit 1; }
 }
-one_rank runs/bench_schedules_alone
-one_rank runs/bench_schedules_pair_a & one_rank runs/bench_schedules_pair_b & wait
+if [ "${REPORT_ONLY:-0}" != 1 ]; then
+  one_rank runs/bench_schedules_alone
+  one_rank runs/bench_schedules_pair_a & one_rank runs/bench_schedules_pair_b & wait
+fi
 alone=$(median_step runs/bench_schedules_alone)
 pair=$(median_step runs/bench_schedules_pair_a)
 check_line=$($PY -c "print('one-rank MLP step %.1f ms alone, %.1f ms with a second one-rank run at once: x%.2f' % ($alone * 1e3, $pair * 1e3, $pair / $alone))")
@@ -75,6 +79,11 @@ for rep in $(seq 1 "$REPS"); do
         # zb-h1-measured, zb-v-measured: placed again at the measured action times
         sched=$s
         case $s in *-measured) virtual="--set pipeline.schedule_times=\"measured\""; sched=${s%-measured} ;; esac
+        if [ "${REPORT_ONLY:-0}" = 1 ]; then  # the tables again from the runs already there
+          [ -f "$dir/trace.h5" ] || { echo "bench_schedules: REPORT_ONLY=1 but $dir/trace.h5 is missing" >&2; exit 1; }
+          dirs+=("$model=$dir")
+          continue
+        fi
         # shellcheck disable=SC2046
         mpirun --oversubscribe --bind-to none -np "$P" build/pipetrain train "$deck" \
           --set pipeline.micro_batches=$n --set pipeline.schedule=\"$sched\" $virtual \
@@ -133,6 +142,14 @@ cpu=$(grep -m1 "model name" /proc/cpuinfo | cut -d: -f2- | sed 's/^ *//')
   echo "the runtime adds: messages, progress, the spread of action times. It minus the theory is"
   echo "what the model's uneven actions cost (a GPT's last stage: F carries the loss and the"
   echo "head, B and W are light; attention has no W)."
+  case " $SCHEDULES " in *-measured*)
+    echo
+    echo "zb-h1-measured, zb-v-measured: the same schedules with pipeline.schedule_times ="
+    echo "\"measured\": steps 0-2 run the papers' (unit-time) placement, then W is placed again at"
+    echo "each stage's median F, B and W time measured in steps 1-2 when that simulates a smaller"
+    echo "bubble (docs/schedules.md); their rows count the steps from the placement on (3..),"
+    echo "and their theory is the papers' placement's." ;;
+  esac
   echo
   $PY tools/schedules_report.py --skip 2 "${dirs[@]}"
   echo

@@ -120,6 +120,31 @@ def zb_speedup(rows):
     return "\n".join(out)
 
 
+def placement_gain(rows):
+    """The placement at measured times (pipeline.schedule_times = "measured",
+    rows "<schedule>-measured") against the papers' placement of the same
+    schedule: bubble at the run's costs, measured bubble and step time.
+    Empty when no run placed at measured times."""
+    key = {(r["model"], r["schedule"], r["n"]): r for r in rows}
+    out = []
+    for (model, schedule, n), placed in sorted(key.items()):
+        unit = key.get((model, schedule[:-len("-measured")], n)) if schedule.endswith("-measured") else None
+        if unit is None:
+            continue
+        gain = 1 - placed["step_s"] / unit["step_s"]
+        out.append(f"| {model} | {unit['schedule']} | {n} | {pct(unit['at_costs'])} / {pct(placed['at_costs'])} | "
+                   f"{pct(unit['bubble'])} / {pct(placed['bubble'])} | "
+                   f"{1e3 * unit['step_s']:.1f} / {1e3 * placed['step_s']:.1f} | {100 * gain:+.1f}% |")
+    if not out:
+        return ""
+    head = ["Placement at measured times against the papers' placement of the same schedule "
+            "(medians of the repeats; step gain = 1 - measured / papers'):", "",
+            "| model | schedule | N | bubble at the run's costs: papers' / measured placement | "
+            "measured bubble: papers' / measured | step (ms): papers' / measured | step gain |",
+            "|---|---|---:|---|---|---|---:|"]
+    return "\n".join(head + out)
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("runs", nargs="+", help="run directories, each optionally LABEL=DIR")
@@ -136,6 +161,10 @@ def main():
     print(table(rows))
     print()
     print(zb_speedup(rows))
+    gains = placement_gain(rows)
+    if gains:
+        print()
+        print(gains)
 
 
 if __name__ == "__main__":

@@ -138,6 +138,10 @@ int run_validate(const World& w, const CommandLine& cli, const Deck& deck) {
   std::printf("%s\n", deck_to_toml(deck).c_str());
   if (cli.print_schedule) std::printf("%s\n%s\n", format_schedule(s).c_str(), format_grid(s).c_str());
   std::printf("%s\n", schedule_summary(s, report).c_str());
+  if (deck.pipeline.schedule_times == "measured")
+    std::printf("schedule %s: this is its unit-time placement; with pipeline.schedule_times = "
+                "\"measured\" a run places it again at the F, B and W times it measures in its "
+                "first steps (docs/schedules.md)\n", s.name.c_str());
   if (layout.data_parallel > 1)
     std::printf("deck %s is valid for %d ranks: %d pipeline ranks x %d data-parallel replicas\n",
                 cli.deck_path.c_str(), stages * layout.data_parallel, stages, layout.data_parallel);
