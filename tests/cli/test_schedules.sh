@@ -66,6 +66,17 @@ import h5py, sys
 m = h5py.File('$tmp/measured/metrics.h5')
 sys.exit(0 if m.attrs['schedule_first_step'][0] == 3 and m.attrs['schedule_action_times_s'].size == 12 else 1)" > "$tmp/out" 2>&1
 check "zb-v measured: metrics.h5 holds the step and the 4 x 3 times" status_is 0
+# With 2 data-parallel replicas every replica runs replica 0's placement
+# (their gradient buckets must complete in one order): the same loss as ZB-H1
+# in the papers' placement on the same 2 x 2 grid.
+grid=(--set pipeline.data_parallel=2 --set pipeline.micro_batches=2 --set pipeline.predict=false)
+run 4 train $deck --set pipeline.schedule=\"zb-h1\" "${grid[@]}" --set output.dir=\"$tmp/dp_unit\"
+check "zb-h1 on 2 x 2 ranks: run succeeds" status_is 0
+want_dp=$(final_loss "$tmp/out")
+run 4 train $deck --set pipeline.schedule=\"zb-h1\" --set pipeline.schedule_times=\"measured\" \
+  "${grid[@]}" --set output.dir=\"$tmp/dp_measured\"
+check "zb-h1 measured on 2 x 2 ranks: run succeeds and is placed again" output_has "from step 3 on"
+check "... with the loss of the papers' placement, bit for bit" [ "$(final_loss "$tmp/out")" = "$want_dp" ]
 run 2 train $deck --set pipeline.schedule=\"1f1b\" --set pipeline.schedule_times=\"measured\"
 check "schedule_times with 1f1b is refused" output_has 'pipeline.schedule_times: only applies with pipeline.schedule = "zb-h1" or "zb-v"'
 
