@@ -68,6 +68,11 @@ CommandLine parse_command_line(int argc, char** argv) {
                    "micro-batch counts to weigh (default: every divisor of the batch)")
       ->delimiter(',')
       ->check(CLI::Range(1, 1 << 20));
+  plan->add_option("--schedules", cl.schedules,
+                   "schedules to weigh (default: gpipe, 1f1b and the deck's); interleaved with the "
+                   "deck's pipeline.virtual_stages (2 unless it sets one), at N a multiple of P")
+      ->delimiter(',')
+      ->check(CLI::IsMember({"gpipe", "1f1b", "interleaved", "zb-h1", "zb-v"}));
   plan->add_option("--reps", cl.reps, "timed repetitions of each measurement (default: brief, 3)")
       ->check(CLI::Range(1, 1000));
   plan->add_option("--top", cl.top, "rows of the ranked table to print (default 20)")

@@ -78,6 +78,15 @@ PlanRequest request_for(const Deck& deck, const CommandLine& cli, int stages) {
   r.micro_batch_counts = cli.micro_batch_counts;
   r.memory_budget_bytes = deck.pipeline.memory_budget_mb * 1024.0 * 1024.0;
   r.weight_grad_share = weight_grad_share(deck.model);
+  r.schedules = cli.schedules;
+  if (r.schedules.empty()) {  // the defaults, and the deck's own when it is generated
+    r.schedules = {"gpipe", "1f1b"};
+    const std::string& own = deck.pipeline.schedule;
+    if (own != "file" && std::find(r.schedules.begin(), r.schedules.end(), own) == r.schedules.end())
+      r.schedules.push_back(own);
+  }
+  if (deck.pipeline.schedule == "interleaved")
+    r.virtual_stages = static_cast<int>(deck.pipeline.virtual_stages);
   // Selective recomputation drops attention probabilities; an MLP has none.
   if (deck.model.type != "gpt") r.recompute = {"none", "full"};
   for (int n : r.micro_batch_counts)

@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstdlib>
 #include <cstdio>
 #include <ctime>
 #include <limits>
@@ -79,6 +80,30 @@ std::vector<double> stage_grad_bytes(const ModelProfile& profile,
   return bytes;
 }
 
+// Interleaved needs N to be a multiple of the ranks; the others take any N.
+bool schedule_accepts(const std::string& name, int ranks, int n) {
+  return name != "interleaved" || n % ranks == 0;
+}
+
+// `links` are per neighbouring rank pair (or one for all); the simulator
+// takes one per neighbouring stage pair. With several stages per rank,
+// stages s and s+1 on neighbouring ranks use those ranks' link; on the same
+// rank the link is not used; further apart (interleaved's wrap from the last
+// rank to the first) the slowest link, for a 1 MiB message.
+std::vector<LinkCost> stage_pair_links(const std::vector<LinkCost>& links, const Schedule& s) {
+  if (links.size() <= 1 || static_cast<int>(links.size()) == s.num_stages - 1) return links;
+  const auto slowest = *std::max_element(links.begin(), links.end(), [](const LinkCost& a, const LinkCost& b) {
+    return a.time_s(1048576.0) < b.time_s(1048576.0);
+  });
+  std::vector<LinkCost> out;
+  for (int st = 0; st + 1 < s.num_stages; ++st) {
+    const int a = stage_rank(s, st), b = stage_rank(s, st + 1);
+    const bool neighbours = std::abs(a - b) == 1;
+    out.push_back(a == b ? links.front() : neighbours ? links[static_cast<size_t>(std::min(a, b))] : slowest);
+  }
+  return out;
+}
+
 void check_request(const PlanRequest& request) {
   if (request.num_stages < 1)
     throw InputError("plan request: num_stages must be >= 1 (got " +
@@ -105,7 +130,7 @@ PlanRow plan_point(const ModelProfile& profile, const Schedule& schedule,
   // Only balanced partitions take the budget as a constraint; the others
   // are marked infeasible below when their peak is over it.
   const double budget = objective == PartitionObjective::Balanced ? request.memory_budget_bytes : 0.0;
-  PartitionSetup setup{request.num_stages, in_flight, {PlanRecompute::parse(recompute)}, budget, {}};
+  PartitionSetup setup{schedule.num_stages, in_flight, {PlanRecompute::parse(recompute)}, budget, {}};
   PartitionResult part;
   try {
     part = solve_partition(profile, objective, setup);
@@ -114,7 +139,8 @@ PlanRow plan_point(const ModelProfile& profile, const Schedule& schedule,
     row.note = e.what();
     return row;
   }
-  SimulationInput sim{part.stages, links, profile.step_overhead_s, replica_batch(request), false};
+  SimulationInput sim{part.stages, stage_pair_links(links, schedule), profile.step_overhead_s,
+                      replica_batch(request), false};
   sim.receiver_progress = receiver_driven_links(profile);
   sim.weight_grad_share = request.weight_grad_share;
   SimulationResult result = simulate_schedule(schedule, sim);
@@ -136,9 +162,15 @@ PlanRow plan_point(const ModelProfile& profile, const Schedule& schedule,
   row.step_time_s = result.step_time_s + row.reduction_s;
   row.throughput_samples_per_s = static_cast<double>(request.batch_size) / row.step_time_s;
   row.bubble = result.bubble;
-  const auto largest = std::max_element(result.peak_bytes.begin(), result.peak_bytes.end());
+  // A rank holding several stages (interleaved, ZB-V) holds all their
+  // memory: the sum of their peaks (an upper bound: their transients do not
+  // coincide). The row names the rank's first stage.
+  std::vector<double> rank_peak(static_cast<size_t>(schedule.num_ranks), 0.0);
+  for (size_t st = 0; st < result.peak_bytes.size(); ++st)
+    rank_peak[static_cast<size_t>(stage_rank(schedule, static_cast<int>(st)))] += result.peak_bytes[st];
+  const auto largest = std::max_element(rank_peak.begin(), rank_peak.end());
   row.max_peak_bytes = *largest;
-  row.largest_stage = static_cast<int>(largest - result.peak_bytes.begin());
+  row.largest_stage = rank_stages(schedule, static_cast<int>(largest - rank_peak.begin())).front();
   row.fits = row.max_peak_bytes <= request.memory_budget_bytes;
   if (!row.fits)
     row.note = "stage " + std::to_string(row.largest_stage) + " needs " +
@@ -160,7 +192,7 @@ void rank_rows(PlanTable& table) {
 
 std::string row_text(const PlanRow& r, size_t rank) {
   char buf[320];
-  std::snprintf(buf, sizeof buf, "%4zu %4dx%-4d %9.4g  %-6s %5d %5lld  %-9s %-8s %12.5g %10.5g %6.3f %12s  %-4s %6.3f  ",
+  std::snprintf(buf, sizeof buf, "%4zu %4dx%-4d %9.4g  %-11s %5d %5lld  %-9s %-8s %12.5g %10.5g %6.3f %12s  %-4s %6.3f  ",
                 rank + 1, r.num_stages, r.data_parallel, r.reduction_s * 1e3, r.schedule.c_str(), r.micro_batches,
                 static_cast<long long>(r.micro_batch_size), r.recompute.c_str(),
                 objective_name(r.partition), r.step_time_s * 1e3, r.throughput_samples_per_s,
@@ -184,7 +216,8 @@ PlanTable rank_plans(const ProfileForMicroBatch& profile_for, const std::vector<
     for (const std::string& name : request.schedules) {
       const Clock::time_point generation_start = Clock::now();
       const std::clock_t generation_cpu = std::clock();
-      const Schedule schedule = generate_schedule(name, request.num_stages, n);
+      if (!schedule_accepts(name, request.num_stages, n)) continue;
+      const Schedule schedule = generate_schedule(name, request.num_stages, n, request.virtual_stages);
       const std::vector<int> in_flight = schedule_in_flight(schedule);
       const double generation_s = seconds_since(generation_start);
       const double generation_cpu_s = cpu_seconds_since(generation_cpu);
@@ -282,7 +315,7 @@ std::string format_plan_table(const PlanTable& table, size_t max_rows) {
   std::string out = table.model + " on " + std::to_string(ranks) + " x " + table.device +
                     (table.num_stages == 0 ? " as every P x D grid" : "") + ", memory budget " +
                     budget + " per stage\n";
-  out += "rank  P x D  dp (ms)  sched      N    mb  recompute partition     step (ms)  samples/s bubble         peak  fits plan (s)  units per stage\n";
+  out += "rank  P x D  dp (ms)  sched           N    mb  recompute partition     step (ms)  samples/s bubble         peak  fits plan (s)  units per stage\n";
   for (size_t i = 0; i < table.rows.size() && i < max_rows; ++i) out += row_text(table.rows[i], i) + "\n";
   if (table.rows.size() > max_rows)
     out += "... " + std::to_string(table.rows.size() - max_rows) + " more\n";

@@ -6,7 +6,8 @@
 # profile's micro-batch size, and from a training run's profile.h5 it
 # predicts that run's step again; on the H200 description it plans GPT-3 175B at
 # 8 stages (nothing fits) and 64 (1F1B, selective, balanced, as
-# test_plan_device finds); bad inputs get their message.
+# test_plan_device finds); --schedules weighs interleaved and the zero-bubble
+# schedules; bad inputs get their message.
 #   tests/cli/test_plan.sh BUILD_DIR
 source "$(dirname "$0")/lib.sh" "$1"
 
@@ -59,6 +60,19 @@ check "GPT-3 175B on 64 H200s: 1F1B, selective, balanced" output_has "best: rank
 run 1 plan inputs/gpt3_175b.toml --device h200 --ranks 512 --micro-batches 64,128,256
 check "GPT-3 175B on 512 H200s: grids of at most 96 stages" output_has "on 512 x H200 SXM (bf16) as every P x D grid"
 check "... the table has a P x D column" output_has "P x D  dp (ms)"
+
+# --schedules weighs the interleaved and zero-bubble schedules too: on the
+# 2 x 1 grid ZB-V's predicted bubble is below ZB-H1's, below 1F1B's (same N,
+# recompute, partition); interleaved only at N a multiple of P.
+run 2 plan inputs/gpt_markov.toml --micro-batches 1,4 --schedules 1f1b,interleaved,zb-h1,zb-v --top 1000
+check "plan --schedules succeeds" status_is 0
+bubble_of() { grep -E "^ +[0-9]+ +2x1 +[0-9.e+-]+ +$1 +4 +[0-9]+ +none +uniform " "$tmp/out" | awk '{print $11}'; }
+check "every requested schedule is weighed at N = 4" bash -c "[ -n '$(bubble_of 1f1b)' ] && [ -n '$(bubble_of interleaved)' ] && [ -n '$(bubble_of zb-h1)' ] && [ -n '$(bubble_of zb-v)' ]"
+check "ZB-V < ZB-H1 < 1F1B in predicted bubble" awk -v v="$(bubble_of zb-v)" -v h="$(bubble_of zb-h1)" -v f="$(bubble_of 1f1b)" 'BEGIN { exit !(v < h && h < f) }'
+check "interleaved is not weighed at N = 1 on 2 ranks" bash -c "! grep -qE '^ +[0-9]+ +2x1 +[0-9.e+-]+ +interleaved +1 ' '$tmp/out'"
+run 1 plan inputs/gpt_markov.toml --schedules 1f1b,zb-x
+check "an unknown schedule is refused" status_not
+check "... naming it" output_has "zb-x"
 
 # Bad inputs: one message each, non-zero exit.
 run 1 plan inputs/gpt_markov.toml --device tpu7

@@ -19,6 +19,7 @@ struct CommandLine {
   std::string profile_path;            // plan --profile FILE (profile.h5 or trace.h5; "" = measure)
   std::string device;                  // plan --device NAME ("" = the deck's own backend)
   std::vector<int> micro_batch_counts; // plan --micro-batches N,... (empty: every divisor)
+  std::vector<std::string> schedules;  // plan --schedules a,b,... (empty: gpipe, 1f1b and the deck's)
   int top = 20;                        // plan --top K: rows of the ranked table printed
   std::string help_text;               // filled for "help"
 };

@@ -23,7 +23,12 @@ struct PlanRequest {
   int64_t batch_size = 0;  // samples (sequences) per step
   // Empty: every divisor of batch_size. Each must divide batch_size.
   std::vector<int> micro_batch_counts;
+  // Generated schedules to weigh (schedule.hpp); interleaved with
+  // virtual_stages stages per rank, and only at N that are multiples of P.
+  // With several stages per rank a row's peak is its rank's (the sum of its
+  // stages' peaks).
   std::vector<std::string> schedules{"gpipe", "1f1b"};
+  int virtual_stages = 2;
   std::vector<std::string> recompute{"none", "selective", "full"};
   std::vector<PartitionObjective> partitions{PartitionObjective::Uniform, PartitionObjective::Time,
                                              PartitionObjective::Memory,
