@@ -368,36 +368,6 @@ void log_step(const Deck& deck, const StepRecord& rec, bool last, Progress& p, M
   }
 }
 
-// pipeline.schedule_times = "measured": the log line, the run's new schedule
-// in metrics.h5, and the prediction for it.
-void after_schedule_placement(int rank, const Deck& deck, const Trainer& trainer, const StepRecord& rec,
-                              RunPlan& plan,
-                              Progress& progress, MetricsFile& metrics) {
-  predict_run(plan, deck, trainer);
-  if (plan.measured) progress.predicted_step_s = plan.prediction.step_time_s;
-  if (rank != 0) return;
-  std::string times;
-  char part[96];
-  for (size_t s = 0; s < trainer.placement_times().size(); ++s) {
-    const auto& t = trainer.placement_times()[s];
-    std::snprintf(part, sizeof part, "%s[%zu] %.2f/%.2f/%.2f", s ? " " : "", s, t[0] * 1e3,
-                  t[1] * 1e3, t[2] * 1e3);
-    times += part;
-  }
-  std::printf("schedule %s: placed again at the measured F/B/W ms per stage %s: %s (bubble at "
-              "those times %.1f%% -> %.1f%%), from step %lld on\n",
-              trainer.schedule().name.c_str(), times.c_str(),
-              trainer.schedule().timed ? "a timed placement" : "the unit-time placement is kept",
-              100.0 * rec.placed_bubble_before, 100.0 * rec.placed_bubble_after,
-              static_cast<long long>(trainer.schedule_first_step()));
-  metrics.set_attribute("schedule", format_schedule(trainer.schedule()));
-  metrics.set_attribute("schedule_first_step", std::vector<int64_t>{trainer.schedule_first_step()});
-  std::vector<double> flat;  // (stages, 3): F, B, W seconds
-  for (const auto& t : trainer.placement_times()) flat.insert(flat.end(), t.begin(), t.end());
-  metrics.set_attribute("schedule_action_times_s", flat);
-  if (plan.measured) record_run_plan(plan, deck, trainer.schedule().num_stages, metrics);
-}
-
 int run_train(const World& w, const CommandLine& cli, const Deck& deck_in) {
   Deck deck = deck_in;  // a named partition strategy becomes counts below
   BlasThreadsChoice blas = choose_blas_threads(deck, w.comm);
@@ -463,7 +433,10 @@ int run_train(const World& w, const CommandLine& cli, const Deck& deck_in) {
       rec.eval_loss = trainer.evaluate();
     }
     rebalance_after_step(w.rank, deck, trainer, step, rec);
-    if (rec.schedule_placed) after_schedule_placement(w.rank, deck, trainer, rec, plan, progress, metrics);
+    if (rec.schedule_placed) {
+      report_schedule_placement(w.rank, plan, deck, trainer, rec, metrics);
+      if (plan.measured) progress.predicted_step_s = plan.prediction.step_time_s;
+    }
     if (w.rank == 0) log_step(deck, rec, last, progress, metrics);
     if (checkpoint_due(deck, step)) {
       set_wait_phase("in the checkpoint save after step " + std::to_string(step));

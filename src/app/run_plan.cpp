@@ -119,6 +119,34 @@ void report_speed_probes(const RunPlan& plan, MetricsFile& metrics) {
   metrics.flush();
 }
 
+// pipeline.schedule_times = "measured": the log line, the run's new schedule
+// in metrics.h5, and the prediction for it.
+void report_schedule_placement(int rank, RunPlan& plan, const Deck& deck, const Trainer& trainer,
+                               const StepRecord& rec, MetricsFile& metrics) {
+  predict_run(plan, deck, trainer);
+  if (rank != 0) return;
+  std::string times;
+  char part[96];
+  for (size_t s = 0; s < trainer.placement_times().size(); ++s) {
+    const auto& t = trainer.placement_times()[s];
+    std::snprintf(part, sizeof part, "%s[%zu] %.2f/%.2f/%.2f", s ? " " : "", s, t[0] * 1e3,
+                  t[1] * 1e3, t[2] * 1e3);
+    times += part;
+  }
+  std::printf("schedule %s: placed again at the measured F/B/W ms per stage %s: %s (bubble at "
+              "those times %.1f%% -> %.1f%%), from step %lld on\n",
+              trainer.schedule().name.c_str(), times.c_str(),
+              trainer.schedule().timed ? "a timed placement" : "the unit-time placement is kept",
+              100.0 * rec.placed_bubble_before, 100.0 * rec.placed_bubble_after,
+              static_cast<long long>(trainer.schedule_first_step()));
+  metrics.set_attribute("schedule", format_schedule(trainer.schedule()));
+  metrics.set_attribute("schedule_first_step", std::vector<int64_t>{trainer.schedule_first_step()});
+  std::vector<double> flat;  // (stages, 3): F, B, W seconds
+  for (const auto& t : trainer.placement_times()) flat.insert(flat.end(), t.begin(), t.end());
+  metrics.set_attribute("schedule_action_times_s", flat);
+  if (plan.measured) record_run_plan(plan, deck, trainer.schedule().num_stages, metrics);
+}
+
 void save_run_profile(const RunPlan& plan, const Deck& deck, const std::string& resolved_deck) {
   if (!plan.measured) return;
   char how[96];

@@ -49,6 +49,13 @@ void probe_after_steps(RunPlan& plan, MPI_Comm comm, const ComputeResources& com
 // (speed_probe_s, speed_probe_spread).
 void report_speed_probes(const RunPlan& plan, MetricsFile& metrics);
 
+// pipeline.schedule_times = "measured", after the step the trainer placed
+// its schedule again (rec.schedule_placed): the prediction for the placed
+// schedule; on rank 0 the log line and metrics.h5's schedule,
+// schedule_first_step and schedule_action_times_s (and the new prediction).
+void report_schedule_placement(int rank, RunPlan& plan, const Deck& deck, const Trainer& trainer,
+                               const StepRecord& rec, MetricsFile& metrics);
+
 // Rank 0: the brief profile as <output.dir>/profile.h5 (when one was
 // measured), so that `pipetrain plan DECK --profile` repeats the run's
 // prediction without measuring.
