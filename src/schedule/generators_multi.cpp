@@ -18,6 +18,13 @@
 // is accumulated in the order of a single process and the results are bitwise
 // the same.
 //
+// Given per-stage action times (pipeline.schedule_times = "measured"), the
+// same scheduler runs event by event at those durations instead of unit
+// steps, optionally keeping a rank free for an F or B that is about to be
+// ready (w_slack). At real times ZB-V can stall (a rank's limit filled by
+// its earlier stage); the placement is then made again keeping a slot for
+// the later stage.
+//
 // add_placed_communication() then inserts sends and receives for any
 // placement: a send right after the compute that produced its data; a
 // receive one compute ahead of its consumer (RECV_B not before F of its
