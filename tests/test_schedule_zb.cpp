@@ -337,11 +337,6 @@ namespace {
 pt::StageActionTimes equal_times(int stages, double f, double b, double w) {
   return pt::StageActionTimes(static_cast<size_t>(stages), {f, b, w});
 }
-std::vector<pt::ActionCost> as_costs(const pt::StageActionTimes& times) {
-  std::vector<pt::ActionCost> costs;
-  for (const auto& t : times) costs.push_back({t[0], t[1], t[2]});
-  return costs;
-}
 // Per stage, each kind's micro-batches in ascending order: what makes every
 // placement's gradients bitwise those of the unit-time one.
 bool micro_batch_order_kept(const Schedule& s) {
@@ -410,17 +405,17 @@ TEST(TimedPlacement, KeepsTheUnitPlacementUnlessAnotherSimulatesBetter) {
   // leaves W-sized holes that a placement at these times fills.
   const pt::StageActionTimes light_w = equal_times(4, 1.0, 1.0, 0.5);
   const Schedule unit = pt::generate_zb_v(2, 8);
-  const Schedule placed = pt::generate_at_times("zb-v", 2, 8, light_w);
+  const Schedule placed = pt::generate_at_times("zb-v", 2, 8, light_w).schedule;
   EXPECT_TRUE(placed.timed);
-  const double before = pt::bubble_at_costs(unit, as_costs(light_w));
-  const double after = pt::bubble_at_costs(placed, as_costs(light_w));
+  const double before = pt::bubble_at_costs(unit, pt::action_costs(light_w));
+  const double after = pt::bubble_at_costs(placed, pt::action_costs(light_w));
   std::printf("zb-v P=2 N=8 at F=B=1, W=0.5: bubble %.2f%% unit-time, %.2f%% placed\n",
               100 * before, 100 * after);
   EXPECT_LT(after, before - 0.05);
   // The theory stays that of the papers' schedule.
   EXPECT_DOUBLE_EQ(pt::theory_bubble(placed), pt::unit_time_bubble(unit));
   // Equal times: nothing simulates better than the papers' schedule, which is kept.
-  const Schedule same = pt::generate_at_times("zb-v", 2, 8, equal_times(4, 1.0, 1.0, 1.0));
+  const Schedule same = pt::generate_at_times("zb-v", 2, 8, equal_times(4, 1.0, 1.0, 1.0)).schedule;
   EXPECT_FALSE(same.timed);
   EXPECT_EQ(pt::format_schedule(same), pt::format_schedule(unit));
   // Never worse than unit time at the given times; for both schedules some
@@ -433,9 +428,12 @@ TEST(TimedPlacement, KeepsTheUnitPlacementUnlessAnotherSimulatesBetter) {
     for (const char* name : {"zb-h1", "zb-v"}) {
       pt::StageActionTimes t(static_cast<size_t>(pt::stages_per_rank(name, 1) * p));
       for (auto& x : t) x = {time(rng), time(rng), time(rng)};
-      const Schedule placed = pt::generate_at_times(name, p, n, t);
-      const double at_unit = pt::bubble_at_costs(pt::generate_schedule(name, p, n), as_costs(t));
-      const double at_placed = pt::bubble_at_costs(placed, as_costs(t));
+      const pt::TimedPlacement result = pt::generate_at_times(name, p, n, t);
+      const Schedule& placed = result.schedule;
+      const double at_unit = pt::bubble_at_costs(pt::generate_schedule(name, p, n), pt::action_costs(t));
+      const double at_placed = pt::bubble_at_costs(placed, pt::action_costs(t));
+      EXPECT_EQ(result.unit_bubble, at_unit) << name << " P=" << p << " N=" << n;
+      EXPECT_EQ(result.bubble, at_placed) << name << " P=" << p << " N=" << n;
       EXPECT_LE(at_placed, at_unit + 1e-12) << name << " P=" << p << " N=" << n;
       EXPECT_EQ(placed.timed, at_placed < at_unit) << name << " P=" << p << " N=" << n;
       better[name] += placed.timed;

@@ -443,16 +443,22 @@ double theory_bubble(const Schedule& schedule) {
 
 const std::vector<double> kTimedPlacementSlacks = {0.0, 0.25, 0.5, 1.0};
 
-Schedule generate_at_times(const std::string& name, int num_ranks, int num_micro_batches,
-                           const StageActionTimes& times) {
+std::vector<ActionCost> action_costs(const StageActionTimes& times) {
   std::vector<ActionCost> costs;
   for (const auto& t : times) costs.push_back({t[0], t[1], t[2]});
-  Schedule best = generate_schedule(name, num_ranks, num_micro_batches);
-  double best_bubble = bubble_at_costs(best, costs);
+  return costs;
+}
+
+TimedPlacement generate_at_times(const std::string& name, int num_ranks, int num_micro_batches,
+                                 const StageActionTimes& times) {
+  const std::vector<ActionCost> costs = action_costs(times);
+  TimedPlacement best;
+  best.schedule = generate_schedule(name, num_ranks, num_micro_batches);
+  best.unit_bubble = best.bubble = bubble_at_costs(best.schedule, costs);
   for (double slack : kTimedPlacementSlacks) {
     Schedule s = generate_schedule(name, num_ranks, num_micro_batches, 1, times, slack);
     const double bubble = bubble_at_costs(s, costs);
-    if (bubble < best_bubble - 1e-12) best = std::move(s), best_bubble = bubble;
+    if (bubble < best.bubble - 1e-12) best.schedule = std::move(s), best.bubble = bubble;
   }
   return best;
 }

@@ -179,16 +179,14 @@ void Trainer::place_schedule(int64_t step, StepRecord& rec) {
   placement_times_ = placement_->agreed_times(comm_, replicas_comm_);
   placement_.reset();
   executor_->set_time_actions(false);
-  std::vector<ActionCost> costs;
-  for (const auto& t : placement_times_) costs.push_back({t[0], t[1], t[2]});
-  Schedule placed = generate_at_times(schedule_.name, size_, schedule_.num_micro_batches,
-                                      placement_times_);
+  TimedPlacement placed = generate_at_times(schedule_.name, size_, schedule_.num_micro_batches,
+                                            placement_times_);
   const CommSemantics semantics = comm_semantics_of(deck_.pipeline.transport, deck_.training.device);
-  report_ = validate_schedule(placed, semantics);
+  report_ = validate_schedule(placed.schedule, semantics);
   rec.schedule_placed = true;
-  rec.placed_bubble_before = bubble_at_costs(schedule_, costs);
-  rec.placed_bubble_after = bubble_at_costs(placed, costs);
-  schedule_ = std::move(placed);
+  rec.placed_bubble_before = placed.unit_bubble;  // schedule_ is the unit-time placement
+  rec.placed_bubble_after = placed.bubble;
+  schedule_ = std::move(placed.schedule);
   eval_schedule_ = forward_only_schedule(schedule_);
   validate_schedule(eval_schedule_, semantics);
   schedule_first_step_ = step + 1;

@@ -118,15 +118,23 @@ struct ActionCost {
 // the model's uneven actions leave idle from what the runtime adds.
 double bubble_at_costs(const Schedule& schedule, const std::vector<ActionCost>& costs);
 
-// pipeline.schedule_times = "profile": schedule `name` (zb-h1 or zb-v) placed
-// for the given per-stage F, B, W times. The candidates are the unit-time
-// schedule and the list scheduler at those times with each of
+// Per-stage (F, B, W) times as the simulator's action costs.
+std::vector<ActionCost> action_costs(const StageActionTimes& times);
+
+// pipeline.schedule_times = "measured": schedule `name` (zb-h1 or zb-v)
+// placed for the given per-stage F, B, W times. The candidates are the
+// unit-time schedule and the list scheduler at those times with each of
 // kTimedPlacementSlacks; the one with the smallest bubble_at_costs at the
 // times wins (the unit-time one on a tie, and then Schedule::timed is false).
 // Every candidate runs F, B and W of a stage in micro-batch order, so the
 // choice never changes a result, only when actions run.
 extern const std::vector<double> kTimedPlacementSlacks;
-Schedule generate_at_times(const std::string& name, int num_ranks, int num_micro_batches,
-                           const StageActionTimes& times);
+struct TimedPlacement {
+  Schedule schedule;         // the winner
+  double unit_bubble = 0.0;  // bubble_at_costs of the unit-time schedule at the times
+  double bubble = 0.0;       // bubble_at_costs of the winner at the times
+};
+TimedPlacement generate_at_times(const std::string& name, int num_ranks, int num_micro_batches,
+                                 const StageActionTimes& times);
 
 }  // namespace pt
