@@ -139,9 +139,14 @@ cpu=$(grep -m1 "model name" /proc/cpuinfo | cut -d: -f2- | sed 's/^ *//')
   echo "costs: the same schedule simulated with the run's own median F, B and W time of every"
   echo "stage (trace.h5 attribute cost_bubble; free links): the bubble the schedule leaves for"
   echo "actions that cost what they cost in this run. Measured minus it (runtime added) is what"
-  echo "the runtime adds: messages, progress, the spread of action times. It minus the theory is"
-  echo "what the model's uneven actions cost (a GPT's last stage: F carries the loss and the"
-  echo "head, B and W are light; attention has no W)."
+  echo "running adds to that: the spread of action times and the runtime's messages and progress."
+  echo "It minus the theory is what the model's uneven actions cost (a GPT's last stage: F carries"
+  echo "the loss and the head, B and W are light; attention has no W). Replayed: every timed step"
+  echo "simulated again with each F, B and W taking the time it took in that step (trace.h5 group"
+  echo "replay; free links), the mean over the steps. Replayed minus at the run's costs is what the"
+  echo "spread of action times around their medians costs (a slow action delays the stage that"
+  echo "waits for it); measured minus replayed is all that messages, progress and the executor's"
+  echo "bookkeeping between actions add."
   case " $SCHEDULES " in *-measured*)
     echo
     echo "zb-h1-measured, zb-v-measured: the same schedules with pipeline.schedule_times ="

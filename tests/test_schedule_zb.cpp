@@ -331,6 +331,61 @@ TEST(BubbleAtCosts, WrongStageCountIsAnError) {
   EXPECT_THROW(pt::bubble_at_costs(pt::generate_1f1b(2, 2), one), pt::Error);
 }
 
+// ---- replay at every action's own time (trace.h5's replay) ----
+
+// (stages, micro-batches, 3) seconds with every action of a stage at its
+// stage's cost.
+std::vector<double> per_action(const std::vector<pt::ActionCost>& costs, int n) {
+  std::vector<double> out;
+  for (const pt::ActionCost& c : costs)
+    for (int m = 0; m < n; ++m) out.insert(out.end(), {c.forward_s, c.backward_s, c.weight_s});
+  return out;
+}
+
+// 1F1B, P = 2, N = 2 by hand, with stage 1's F of micro-batch 0 slow (3)
+// and every other F 1, every B 2 on stage 0 and 1 on stage 1. Rank 0: F0
+// [0,1] F1 [1,2] B0 [5,7] B1 [7,9]; rank 1: F0 [1,4] B0 [4,5] F1 [5,6] B1
+// [6,7]. Span 9, busy 6 and 6: bubble 1/3. The same slow F on micro-batch
+// 1 instead: rank 1 F0 [1,2] B0 [2,3] F1 [3,6] B1 [6,7], rank 0 B0 [3,5]
+// B1 [7,9]: the same span and bubble. Stage 0's B1 slow (3) instead: rank 1
+// F0 [1,2] B0 [2,3] F1 [3,4] B1 [4,5], rank 0 B0 [3,5] B1 [5,8]: span 8,
+// busy 7 and 4, bubble (1/8 + 4/8) / 2 = 0.3125.
+TEST(BubbleAtActionTimes, OneSlowActionByHand) {
+  const pt::Schedule s = pt::generate_1f1b(2, 2);
+  const std::vector<double> base = per_action({{1.0, 2.0, 0.0}, {1.0, 1.0, 0.0}}, 2);
+  const auto at = [&](int stage, int mb, int kind, double seconds) {
+    std::vector<double> t = base;
+    t[static_cast<size_t>((stage * 2 + mb) * 3 + kind)] = seconds;
+    return pt::bubble_at_action_times(s, t);
+  };
+  EXPECT_NEAR(at(1, 0, 0, 3.0), 1.0 / 3.0, 1e-12);
+  EXPECT_NEAR(at(1, 1, 0, 3.0), 1.0 / 3.0, 1e-12);
+  EXPECT_NEAR(at(0, 1, 1, 3.0), 0.3125, 1e-12);
+}
+
+// Every action at its stage's cost is bubble_at_costs, for every schedule.
+TEST(BubbleAtActionTimes, StageCostsForEveryActionAreBubbleAtCosts) {
+  std::mt19937 rng(11);
+  std::uniform_real_distribution<double> u(0.2, 2.0);
+  for (const char* name : {"gpipe", "1f1b", "interleaved", "zb-h1", "zb-v"})
+    for (int n : {2, 4, 8}) {
+      const pt::Schedule s = pt::generate_schedule(name, 2, n, 2);
+      const bool split = pt::splits_backward(s);
+      std::vector<pt::ActionCost> costs;
+      for (int st = 0; st < s.num_stages; ++st) costs.push_back({u(rng), u(rng), split ? u(rng) : 0.0});
+      EXPECT_NEAR(pt::bubble_at_action_times(s, per_action(costs, n)), pt::bubble_at_costs(s, costs),
+                  1e-12) << name << " N = " << n;
+    }
+}
+
+TEST(BubbleAtActionTimes, WrongCountOrNegativeTimeIsAnError) {
+  const pt::Schedule s = pt::generate_1f1b(2, 2);
+  EXPECT_THROW(pt::bubble_at_action_times(s, std::vector<double>(11, 1.0)), pt::Error);
+  std::vector<double> t(12, 1.0);
+  t[5] = -1.0;
+  EXPECT_THROW(pt::bubble_at_action_times(s, t), pt::Error);
+}
+
 // ---- placement at measured action times (pipeline.schedule_times) ----
 
 namespace {

@@ -11,6 +11,7 @@
 
 #include <algorithm>
 #include <map>
+#include <random>
 
 #include "pipetrain/runtime/trainer.hpp"
 
@@ -146,6 +147,84 @@ TEST(TraceCosts, TheFirstTracedStepOfAResumedRunIsLeftOut) {
   ASSERT_EQ(costs.size(), 1u);
   EXPECT_NEAR(costs[0].forward_s, 100e-6, 1e-12);
   EXPECT_NEAR(costs[0].backward_s, 200e-6, 1e-12);
+}
+
+// replay_traced_steps on timelines made by the simulator itself: each step's
+// actions, as trace events at the simulated times (plus a wait nested in
+// one F, which the replay takes off), replay to the simulated bubble; a
+// step missing an action and the steps before first_step are left out.
+TEST(TraceReplay, SimulatedTimelinesReplayToTheirOwnBubble) {
+  std::mt19937 rng(5);
+  std::uniform_real_distribution<double> u(0.5, 2.0);
+  for (const char* name : {"1f1b", "zb-v"}) {
+    const Schedule s = generate_schedule(name, 2, 4);
+    std::vector<std::vector<TraceEvent>> ranks(s.num_ranks);
+    std::vector<double> want;
+    for (int64_t step = 0; step < 3; ++step) {
+      std::vector<double> seconds;  // (stages, mbs, 3)
+      for (int i = 0; i < s.num_stages * s.num_micro_batches; ++i)
+        seconds.insert(seconds.end(), {u(rng), u(rng), splits_backward(s) ? u(rng) : 0.0});
+      SimulationInput in;
+      in.stages.assign(static_cast<size_t>(s.num_stages), StageCost{});
+      in.action_seconds = seconds;
+      in.links = {LinkCost{}};
+      const SimulationResult r = simulate_schedule(s, in);
+      want.push_back(r.bubble);
+      const double origin_us = 1e9 * static_cast<double>(step);  // steps apart
+      for (int rank = 0; rank < s.num_ranks; ++rank)
+        for (const SimEvent& e : r.events[rank]) {
+          const ActionKind k = e.action.kind;
+          if (k != ActionKind::F && k != ActionKind::B && k != ActionKind::W) continue;
+          const EventKind kind = k == ActionKind::F ? EventKind::F : k == ActionKind::B ? EventKind::B
+                                                                                         : EventKind::W;
+          const double start_us = origin_us + 1e6 * e.start_s;
+          double end_us = origin_us + 1e6 * e.end_s;
+          if (k == ActionKind::F && e.action.mb == 1) {  // a 250 us wait a quarter into this F
+            const double wait_us = start_us + 0.25 * (end_us - start_us);
+            ranks[rank].push_back({step, e.action.stage, e.action.mb, static_cast<int32_t>(EventKind::Wait),
+                                   wait_us, wait_us + 250.0});
+            end_us += 250.0;
+          }
+          ranks[rank].push_back({step, e.action.stage, e.action.mb, static_cast<int32_t>(kind),
+                                 start_us, end_us});
+        }
+    }
+    std::vector<StepReplay> replay = replay_traced_steps(ranks, s, 0);
+    ASSERT_EQ(replay.size(), 3u) << name;
+    for (size_t i = 0; i < 3; ++i) {
+      EXPECT_EQ(replay[i].step, static_cast<int64_t>(i));
+      EXPECT_NEAR(replay[i].bubble, want[i], 1e-9) << name << " step " << i;
+    }
+    EXPECT_EQ(replay_traced_steps(ranks, s, 1).front().step, 1);
+    ranks[1].erase(std::find_if(ranks[1].begin(), ranks[1].end(), [](const TraceEvent& e) {
+      return e.step == 2 && e.kind == static_cast<int32_t>(EventKind::B);
+    }));
+    EXPECT_EQ(replay_traced_steps(ranks, s, 0).size(), 2u) << name;
+  }
+}
+
+// A real run: every step replays, above zero on 2 ranks and at most what
+// was measured (the replay runs the same actions at the same times with
+// free links and no bookkeeping between them; both spans end on rank 0).
+TEST(TraceReplay, ARealRunReplaysBelowItsMeasuredBubble) {
+  int rank = 0, size = 1;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  MPI_Comm_size(MPI_COMM_WORLD, &size);
+  Deck deck = traced_deck("1f1b");
+  deck.model.hidden_dim = 128;  // actions long enough to time
+  Trainer trainer(deck, MPI_COMM_WORLD);
+  std::vector<double> measured;
+  for (int64_t s = 0; s < deck.training.steps; ++s) measured.push_back(trainer.train_step(s).bubble);
+  const auto events = trainer.gather_trace();
+  if (rank != 0) return;
+  const std::vector<StepReplay> replay = replay_traced_steps(events, trainer.schedule(), 0);
+  ASSERT_EQ(replay.size(), static_cast<size_t>(deck.training.steps));
+  for (const StepReplay& r : replay) {
+    if (size > 1) {
+      EXPECT_GT(r.bubble, 0.0) << "step " << r.step;
+    }
+    EXPECT_LE(r.bubble, measured[static_cast<size_t>(r.step)] + 1e-3) << "step " << r.step;
+  }
 }
 
 }  // namespace

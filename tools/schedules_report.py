@@ -12,7 +12,11 @@ predicted_bubble, predicted_step_time_s), the measured median step time and
 the largest per-rank peak memory (peak_bytes_total). Beside the unit-time
 theory, the schedule simulated at the run's own median F, B and W costs
 (trace attribute cost_bubble): measured - that is what the runtime added,
-that - theory what the model's uneven actions cost under the schedule. Then, per model and N,
+that - theory what the model's uneven actions cost under the schedule. The
+runtime's part is split by the replay of every step at its own action times
+(trace group replay): replayed - at the costs is the spread of action times
+around their medians, measured - replayed the messages, progress and
+bookkeeping between actions. Then, per model and N,
 ZB-H1's speedup over 1F1B against the speedup theory predicts. A LABEL names
 the model in the table (default: gpt or mlp, from the run's deck). Repeated
 runs of one (label, schedule, P, N) are merged into one row: the medians of
@@ -49,6 +53,7 @@ def run_row(arg, skip):
         "ranks": trace.num_ranks, "stages": trace.num_stages, "n": trace.num_micro_batches,
         "theory": r["bubble_theory"], "bubble": r["bubble"], "predicted_bubble": predicted_bubble,
         "at_costs": float("nan") if r["bubble_at_costs"] is None else r["bubble_at_costs"],
+        "replayed": float("nan") if r["bubble_replayed"] is None else r["bubble_replayed"],
         "step_s": float(np.median(step)), "predicted_step_s": predicted_step,
         "peak_mib": float(peak.max()) / 1048576.0, "act_mib": float(act.max()) / 1048576.0,
         "runs": 1, "schedule_texts": [trace.schedule],
@@ -63,7 +68,7 @@ def merge_repeats(rows):
     merged = []
     for group in groups.values():
         row = dict(group[0])
-        for k in ["bubble", "at_costs", "predicted_bubble", "step_s", "predicted_step_s", "peak_mib",
+        for k in ["bubble", "at_costs", "replayed", "predicted_bubble", "step_s", "predicted_step_s", "peak_mib",
                   "act_mib"]:
             values = [g[k] for g in group]
             # a repeat without the figure (older trace) does not void the others
@@ -78,21 +83,45 @@ def pct(x):
     return "n/a" if x is None or np.isnan(x) else f"{100 * x:.1f}%"
 
 
+def points(x):
+    return "n/a" if np.isnan(x) else f"{100 * x:+.1f}"
+
+
 def table(rows):
     out = ["| model | schedule | P | stages | N | runs | theory | measured | diff (points) | within 3 | "
-           "at the run's costs | runtime added (points) | "
+           "at the run's costs | runtime added (points) | replayed | of it: spread of action times | "
+           "of it: messages and progress | "
            "predicted bubble | step (ms) | predicted step (ms) | step error | peak MiB |",
-           "|---|---|---:|---:|---:|---:|---:|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|"]
+           "|---|---|---:|---:|---:|---:|---:|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for r in rows:
         diff = 100 * (r["bubble"] - r["theory"])
-        added = 100 * (r["bubble"] - r["at_costs"])
         err = 100 * (r["predicted_step_s"] - r["step_s"]) / r["step_s"]
         out.append(f"| {r['model']} | {r['schedule']} | {r['ranks']} | {r['stages']} | {r['n']} | "
                    f"{r['runs']} | {pct(r['theory'])} | {pct(r['bubble'])} | {diff:+.1f} | "
                    f"{'yes' if abs(diff) <= 3 else 'no'} | {pct(r['at_costs'])} | "
-                   f"{'n/a' if np.isnan(added) else f'{added:+.1f}'} | {pct(r['predicted_bubble'])} | "
+                   f"{points(r['bubble'] - r['at_costs'])} | {pct(r['replayed'])} | "
+                   f"{points(r['replayed'] - r['at_costs'])} | {points(r['bubble'] - r['replayed'])} | "
+                   f"{pct(r['predicted_bubble'])} | "
                    f"{1e3 * r['step_s']:.1f} | {1e3 * r['predicted_step_s']:.1f} | {err:+.0f}% | "
                    f"{r['peak_mib']:.1f} |")
+    return "\n".join(out)
+
+
+def runtime_summary(rows):
+    """One line per part of what running added over the schedule at the
+    run's median costs: its range and median over the rows that have it."""
+    parts = [("runtime added (measured - at the run's costs)", lambda r: r["bubble"] - r["at_costs"]),
+             ("of it, the spread of action times (replayed - at the run's costs)",
+              lambda r: r["replayed"] - r["at_costs"]),
+             ("of it, messages, progress and bookkeeping (measured - replayed)",
+              lambda r: r["bubble"] - r["replayed"])]
+    out = []
+    for name, part in parts:
+        values = np.array([100 * part(r) for r in rows])
+        values = values[~np.isnan(values)]
+        if len(values):
+            out.append(f"- {name}: {values.min():+.1f} to {values.max():+.1f} points, median "
+                       f"{np.median(values):+.1f}, over {len(values)} rows")
     return "\n".join(out)
 
 
@@ -166,6 +195,10 @@ def main():
         return
     print(table(rows))
     print()
+    summary = runtime_summary(rows)
+    if summary:
+        print(summary)
+        print()
     print(zb_speedup(rows))
     gains = placement_gain(rows)
     if gains:

@@ -45,6 +45,8 @@ class Trace:
     cost_bubble: float = None    # the schedule at this run's median action costs (newer traces)
     action_costs_s: np.ndarray = None  # (stages, 3): median F, B, W seconds behind cost_bubble
     schedule_first_step: int = 0  # the schedule ran from this step on (pipeline.schedule_times = "measured")
+    replay_steps: np.ndarray = None   # (k,) steps replayed at their own action times (newer traces)
+    replay_bubble: np.ndarray = None  # (k,) the schedule's bubble in each of those steps' replay
 
     @property
     def num_ranks(self):
@@ -116,6 +118,20 @@ def _read_events(path, ds):
     return ev[np.argsort(ev["start_us"], kind="stable")]
 
 
+def _read_replay(path, f):
+    """(steps, bubbles) of the 'replay' group, or (None, None) without one."""
+    if "replay" not in f:
+        return None, None
+    g = f["replay"]
+    if not isinstance(g, h5py.Group) or "step" not in g or "bubble" not in g:
+        raise TraceError(f"{path}: group 'replay' needs datasets 'step' and 'bubble'")
+    steps = np.asarray(g["step"][()], dtype=np.int64).reshape(-1)
+    bubbles = np.asarray(g["bubble"][()], dtype=np.float64).reshape(-1)
+    if len(steps) != len(bubbles):
+        raise TraceError(f"{path}: replay/step has {len(steps)} entries, replay/bubble {len(bubbles)}")
+    return steps, bubbles
+
+
 def load_trace(path):
     """Reads a whole trace.h5 into a Trace; raises TraceError naming the file."""
     if not os.path.exists(path):
@@ -133,6 +149,7 @@ def load_trace(path):
         a = f.attrs
         kinds = _text(a["kind_names"]).split(",") if "kind_names" in a else DEFAULT_KIND_NAMES
         max_mb = max((int(ev["mb"].max()) for ev in events if len(ev)), default=-1)
+        replay_steps, replay_bubble = _read_replay(path, f)
         return Trace(
             path=path, events=events, kind_names=[k.strip() for k in kinds],
             num_stages=_scalar_int(a, "num_stages", len(events)),
@@ -146,7 +163,8 @@ def load_trace(path):
             cost_bubble=float(np.ravel(a["cost_bubble"])[0]) if "cost_bubble" in a else None,
             action_costs_s=(np.asarray(a["action_costs_s"], dtype=np.float64).reshape(-1, 3)
                             if "action_costs_s" in a else None),
-            schedule_first_step=_scalar_int(a, "schedule_first_step", 0))
+            schedule_first_step=_scalar_int(a, "schedule_first_step", 0),
+            replay_steps=replay_steps, replay_bubble=replay_bubble)
 
 
 def load_or_exit(path, prog):

@@ -19,6 +19,13 @@ Definitions (per step, per rank; the first --skip steps are warm-up and left out
                  (cost_bubble): measured - that is what the runtime added
                  (links, late progress, jitter); that - theory is what uneven
                  actions cost under this schedule
+  replayed       (traces with a 'replay' group) the mean over the timed steps
+                 of the schedule simulated with every F, B and W taking the
+                 time it took in that step, free links: measured - replayed
+                 is what messages, progress and the executor's bookkeeping
+                 added; replayed - at the median costs is what the spread of
+                 action times around their medians added (a slow action
+                 delays the stage waiting for it)
   imbalance      max / min over stages of the mean busy time per step
 When the imbalance exceeds 1.5 a WARNING proposes a partition
 (pipeline.partition) that balances the cost per unit estimated from this run.
@@ -255,6 +262,7 @@ def analyse(trace, skip):
         "bubble": sum(bubbles) / samples if samples else None,
         "bubble_theory": trace_theory(trace),
         "bubble_at_costs": trace.cost_bubble,
+        "bubble_replayed": replayed_bubble(trace, steps),
         "action_costs_ms": (None if trace.action_costs_s is None
                             else (1e3 * trace.action_costs_s).round(4).tolist()),
         "bubble_per_step": {str(k): v for k, v in per_step.items()},
@@ -264,6 +272,17 @@ def analyse(trace, skip):
     }
     add_imbalance(result, trace, compute)
     return result
+
+
+def replayed_bubble(trace, steps):
+    """Mean replay bubble over the timed steps; None when the trace has no
+    replay of every one of them."""
+    if trace.replay_steps is None:
+        return None
+    by_step = dict(zip(trace.replay_steps.tolist(), trace.replay_bubble.tolist()))
+    if not all(s in by_step for s in steps):
+        return None
+    return float(np.mean([by_step[s] for s in steps]))
 
 
 def add_imbalance(result, trace, compute):
@@ -319,6 +338,13 @@ def print_text(r):
               f"{fmt_pct(r['bubble_at_costs'])}{added}")
         for s, (f, b, w) in enumerate(r["action_costs_ms"]):
             print(f"  stage {s}: F {f:.3f} ms, B {b:.3f} ms, W {w:.3f} ms")
+    if r["bubble_replayed"] is not None and r["bubble"] is not None:
+        runtime = f"messages, progress and bookkeeping {100 * (r['bubble'] - r['bubble_replayed']):+.1f} points"
+        spread = ("" if r["bubble_at_costs"] is None else
+                  f"the spread of action times around their medians "
+                  f"{100 * (r['bubble_replayed'] - r['bubble_at_costs']):+.1f} points, ")
+        print(f"the schedule replayed at each step's own F/B/W times: bubble "
+              f"{fmt_pct(r['bubble_replayed'])}; of what the runtime added: {spread}{runtime}")
     if r["imbalance"] is not None:
         print(f"stage imbalance (max/min compute per step): {r['imbalance']:.2f}")
     if r["warning"]:

@@ -83,6 +83,35 @@ void write_cost_bubble(hid_t file, const Schedule& schedule,
   numeric_attr(file, "action_costs_s", H5T_IEEE_F64LE, H5T_NATIVE_DOUBLE, flat.data(), flat.size());
 }
 
+// A 1-D dataset of `count` values.
+void write_array(hid_t group, const char* name, hid_t file_type, hid_t mem_type, const void* data,
+                 size_t count) {
+  hsize_t dims[1] = {count};
+  hid_t space = H5Screate_simple(1, dims, nullptr);
+  hid_t dset = H5Dcreate2(group, name, file_type, space, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
+  H5_CHECK(dset);
+  H5_CHECK(H5Dwrite(dset, mem_type, H5S_ALL, H5S_ALL, H5P_DEFAULT, data));
+  H5Dclose(dset);
+  H5Sclose(space);
+}
+
+// replay/step and replay/bubble: each traced step of the stored schedule
+// simulated at the times its own actions took (replay_traced_steps); none
+// when no step holds every action.
+void write_replay(hid_t file, const Schedule& schedule,
+                  const std::vector<std::vector<TraceEvent>>& events_per_rank, int64_t first_step) {
+  const std::vector<StepReplay> replay = replay_traced_steps(events_per_rank, schedule, first_step);
+  if (replay.empty()) return;
+  std::vector<int64_t> steps;
+  std::vector<double> bubbles;
+  for (const StepReplay& r : replay) steps.push_back(r.step), bubbles.push_back(r.bubble);
+  hid_t group = H5Gcreate2(file, "replay", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
+  H5_CHECK(group);
+  write_array(group, "step", H5T_STD_I64LE, H5T_NATIVE_INT64, steps.data(), steps.size());
+  write_array(group, "bubble", H5T_IEEE_F64LE, H5T_NATIVE_DOUBLE, bubbles.data(), bubbles.size());
+  H5Gclose(group);
+}
+
 }  // namespace
 
 void write_trace_file(const std::string& path, const std::string& resolved_deck,
@@ -105,6 +134,7 @@ void write_trace_file(const std::string& path, const std::string& resolved_deck,
   numeric_attr(file, "theory_bubble", H5T_IEEE_F64LE, H5T_NATIVE_DOUBLE, &theory, 1);
   numeric_attr(file, "schedule_first_step", H5T_STD_I64LE, H5T_NATIVE_INT64, &schedule_first_step, 1);
   write_cost_bubble(file, schedule, events_per_rank);
+  write_replay(file, schedule, events_per_rank, schedule_first_step);
   numeric_attr(file, "clock_offset_us", H5T_IEEE_F64LE, H5T_NATIVE_DOUBLE, clocks.offset_us.data(),
                clocks.offset_us.size());
   numeric_attr(file, "clock_error_us", H5T_IEEE_F64LE, H5T_NATIVE_DOUBLE, clocks.error_us.data(),

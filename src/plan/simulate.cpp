@@ -43,6 +43,12 @@ void check_input(const Schedule& s, const SimulationInput& in) {
     if (!(c.forward_s >= 0.0 && c.backward_s >= 0.0 && c.optimizer_s >= 0.0))
       reject(s, "stage " + std::to_string(st) + " has a negative (or NaN) time");
   }
+  const size_t per_action = 3 * static_cast<size_t>(s.num_stages) * static_cast<size_t>(s.num_micro_batches);
+  if (!in.action_seconds.empty() && in.action_seconds.size() != per_action)
+    reject(s, std::to_string(in.action_seconds.size()) + " action times given; expected " +
+                  std::to_string(per_action) + " (F, B and W of every stage and micro-batch)");
+  for (double t : in.action_seconds)
+    if (!(t >= 0.0)) reject(s, "an action time is negative (or NaN)");
   for (const LinkCost& link : in.links)
     if (!(link.latency_s >= 0.0 && link.bandwidth_bytes_per_s >= 0.0))
       reject(s, "a link has a negative (or NaN) latency or bandwidth");
@@ -101,6 +107,10 @@ class StepSimulation {
     return in_.weight_grad_share * std::max(0.0, c.backward_s - c.recompute_s);
   }
   double duration(const Action& a) const {
+    if (!in_.action_seconds.empty()) {
+      const size_t k = a.kind == ActionKind::F ? 0 : a.kind == ActionKind::B ? 1 : 2;
+      return in_.action_seconds[pair(a.stage, a.mb) * 3 + k];
+    }
     const StageCost& c = in_.stages[a.stage];
     if (a.kind == ActionKind::F) return c.forward_s;
     return a.kind == ActionKind::W ? w_time(a.stage) : c.backward_s - w_time(a.stage);
@@ -475,6 +485,15 @@ double bubble_at_costs(const Schedule& schedule, const std::vector<ActionCost>& 
     stage.weight_s = c.weight_s;
     input.stages.push_back(stage);
   }
+  input.links = {LinkCost{}};
+  input.record_events = false;
+  return simulate_schedule(schedule, input).bubble;
+}
+
+double bubble_at_action_times(const Schedule& schedule, const std::vector<double>& seconds) {
+  SimulationInput input;
+  input.stages.assign(static_cast<size_t>(std::max(0, schedule.num_stages)), StageCost{});
+  input.action_seconds = seconds;
   input.links = {LinkCost{}};
   input.record_events = false;
   return simulate_schedule(schedule, input).bubble;

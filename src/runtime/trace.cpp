@@ -1,10 +1,12 @@
 // trace.cpp: clock alignment across ranks, gathering of trace events, and
-// the median action costs of a gathered trace (cost_bubble of trace.h5).
+// the median action costs of a gathered trace (cost_bubble of trace.h5) and
+// the replay of each traced step at its own action times (trace.h5's replay).
 #include "pipetrain/runtime/trace.hpp"
 
 #include <algorithm>
 #include <array>
 #include <limits>
+#include <map>
 
 #include "profile_parts.hpp"
 #include "pipetrain/base/error.hpp"
@@ -31,7 +33,65 @@ double nested_wait_us(const std::vector<TraceEvent>& waits, double start, double
   return total;
 }
 
+// F, B, W: 0, 1, 2; -1 for every other kind.
+int compute_slot(const TraceEvent& e) {
+  return is_kind(e, EventKind::F) ? 0 : is_kind(e, EventKind::B) ? 1 : is_kind(e, EventKind::W) ? 2 : -1;
+}
+
+// A rank's waits, sorted by start (for nested_wait_us).
+std::vector<TraceEvent> sorted_waits(const std::vector<TraceEvent>& events) {
+  std::vector<TraceEvent> waits;
+  for (const TraceEvent& e : events)
+    if (is_kind(e, EventKind::Wait)) waits.push_back(e);
+  std::sort(waits.begin(), waits.end(),
+            [](const TraceEvent& a, const TraceEvent& b) { return a.start_us < b.start_us; });
+  return waits;
+}
+
+// Seconds of a compute event less the waits nested in it.
+double compute_seconds(const TraceEvent& e, const std::vector<TraceEvent>& waits) {
+  return std::max(0.0, e.end_us - e.start_us - nested_wait_us(waits, e.start_us, e.end_us)) * 1e-6;
+}
+
 }  // namespace
+
+std::vector<StepReplay> replay_traced_steps(const std::vector<std::vector<TraceEvent>>& events_per_rank,
+                                            const Schedule& schedule, int64_t first_step) {
+  if (schedule.num_stages < 1 || schedule.num_micro_batches < 1) return {};
+  const size_t stages = static_cast<size_t>(schedule.num_stages);
+  const size_t mbs = static_cast<size_t>(schedule.num_micro_batches);
+  const size_t per_step = stages * mbs * 3;
+  // seconds[step]: (stages, mbs, 3) as bubble_at_action_times takes them;
+  // seen[step] counts the distinct actions filled.
+  std::map<int64_t, std::vector<double>> seconds;
+  std::map<int64_t, size_t> seen;
+  for (const auto& events : events_per_rank) {
+    const std::vector<TraceEvent> waits = sorted_waits(events);
+    for (const TraceEvent& e : events) {
+      const int slot = compute_slot(e);
+      if (slot < 0 || e.step < first_step || e.stage < 0 || static_cast<size_t>(e.stage) >= stages ||
+          e.mb < 0 || static_cast<size_t>(e.mb) >= mbs)
+        continue;
+      std::vector<double>& step = seconds[e.step];
+      if (step.empty()) step.assign(per_step, -1.0);
+      double& t = step[(static_cast<size_t>(e.stage) * mbs + static_cast<size_t>(e.mb)) * 3 +
+                       static_cast<size_t>(slot)];
+      if (t < 0.0) ++seen[e.step];
+      t = compute_seconds(e, waits);
+    }
+  }
+  size_t expected = 0;  // the schedule's F, B and W actions
+  for (const auto& actions : schedule.ranks)
+    for (const Action& a : actions)
+      expected += a.kind == ActionKind::F || a.kind == ActionKind::B || a.kind == ActionKind::W;
+  std::vector<StepReplay> out;
+  for (auto& [step, times] : seconds) {
+    if (seen[step] != expected) continue;
+    for (double& t : times) t = std::max(t, 0.0);  // W of a fused backward: 0
+    out.push_back({step, bubble_at_action_times(schedule, times)});
+  }
+  return out;
+}
 
 std::vector<ActionCost> median_action_costs(const std::vector<std::vector<TraceEvent>>& events_per_rank,
                                             int num_stages) {
@@ -47,17 +107,11 @@ std::vector<ActionCost> median_action_costs(const std::vector<std::vector<TraceE
   // samples[stage][0..2]: F, B, W seconds
   std::vector<std::array<std::vector<double>, 3>> samples(static_cast<size_t>(num_stages));
   for (const auto& events : events_per_rank) {
-    std::vector<TraceEvent> waits;
-    for (const TraceEvent& e : events)
-      if (is_kind(e, EventKind::Wait)) waits.push_back(e);
-    std::sort(waits.begin(), waits.end(),
-              [](const TraceEvent& a, const TraceEvent& b) { return a.start_us < b.start_us; });
+    const std::vector<TraceEvent> waits = sorted_waits(events);
     for (const TraceEvent& e : events) {
-      const int slot = is_kind(e, EventKind::F) ? 0 : is_kind(e, EventKind::B) ? 1
-                       : is_kind(e, EventKind::W) ? 2 : -1;
+      const int slot = compute_slot(e);
       if (slot < 0 || e.step < first_step || e.stage < 0 || e.stage >= num_stages) continue;
-      const double us = e.end_us - e.start_us - nested_wait_us(waits, e.start_us, e.end_us);
-      samples[static_cast<size_t>(e.stage)][static_cast<size_t>(slot)].push_back(std::max(0.0, us) * 1e-6);
+      samples[static_cast<size_t>(e.stage)][static_cast<size_t>(slot)].push_back(compute_seconds(e, waits));
     }
   }
   std::vector<ActionCost> costs;

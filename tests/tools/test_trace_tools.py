@@ -244,6 +244,38 @@ def test_report_bubble_at_measured_costs(tmp):
     assert rc == 0 and "median F/B/W" not in out, out
 
 
+def test_report_splits_what_the_runtime_added_by_the_replay(tmp):
+    # A trace with a replay of each step at its own action times: the
+    # report averages it over the timed steps (step 0 is skipped) and splits
+    # measured - cost_bubble into the spread of action times (replay - cost)
+    # and messages, progress and bookkeeping (measured - replay).
+    path = hand_gpipe_trace(f"{tmp}/t.h5")
+    with h5py.File(path, "a") as f:
+        f.attrs["cost_bubble"] = 0.25
+        f.attrs["action_costs_s"] = np.array([1e-3, 2e-3, 0.0, 1.5e-3, 2.5e-3, 0.5e-3])
+        f.create_dataset("replay/step", data=np.array([0, 1], dtype=np.int64))
+        f.create_dataset("replay/bubble", data=np.array([0.9, 0.3]))
+    r = trace_report.analyse(load_trace(path), skip=1)
+    assert r["bubble_replayed"] == 0.3
+    rc, out, err = run_tool("trace_report.py", path)
+    assert rc == 0, err
+    assert ("replayed at each step's own F/B/W times: bubble 30.0 %; of what the runtime added: "
+            "the spread of action times around their medians +5.0 points, messages, progress "
+            "and bookkeeping +3.3 points") in out, out
+    # A replay that lacks a timed step is not averaged.
+    path = hand_gpipe_trace(f"{tmp}/partial.h5")
+    with h5py.File(path, "a") as f:
+        f.create_dataset("replay/step", data=np.array([0], dtype=np.int64))
+        f.create_dataset("replay/bubble", data=np.array([0.9]))
+    assert trace_report.analyse(load_trace(path), skip=1)["bubble_replayed"] is None
+    # A malformed replay group is refused, naming the file.
+    path = hand_gpipe_trace(f"{tmp}/bad.h5")
+    with h5py.File(path, "a") as f:
+        f.create_dataset("replay/step", data=np.array([0, 1], dtype=np.int64))
+    rc, _, err = run_tool("trace_report.py", path)
+    assert rc != 0 and "bad.h5: group 'replay' needs datasets 'step' and 'bubble'" in err, err
+
+
 def test_simulated_schedules_match_theory(tmp):
     # With equal stages and no latency both schedules finish in (N+P-1)(F+B),
     # so the measured bubble is exactly (P-1)/(N+P-1); an evaluation pass

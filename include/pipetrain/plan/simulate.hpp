@@ -57,6 +57,10 @@ struct SimulationInput {
   // receive are both posted while the receiver computes starts when that
   // compute ends. false: links progress on their own (NCCL's kernels).
   bool receiver_progress = false;
+  // Per action, when non-empty: the seconds of F, B and W of every (stage,
+  // micro-batch), (num_stages, num_micro_batches, 3) flattened, replacing
+  // the stages' per-micro-batch times (a replay of a traced step).
+  std::vector<double> action_seconds = {};
 };
 
 // One action on the simulated timeline. F, B, W: compute. SEND_*: posted at
@@ -117,6 +121,15 @@ struct ActionCost {
 // measured costs (median_action_costs) it separates what the schedule and
 // the model's uneven actions leave idle from what the runtime adds.
 double bubble_at_costs(const Schedule& schedule, const std::vector<ActionCost>& costs);
+
+// The schedule's bubble when every action takes its own time: seconds of
+// F, B and W per (stage, micro-batch), (num_stages, num_micro_batches, 3)
+// flattened (W 0 without a split backward), with free links and no
+// optimizer. Replaying a traced step at the times its actions took
+// (replay_traced_steps) separates what the spread of action times leaves
+// idle (replay - bubble_at_costs at the medians) from what the runtime's
+// messages and progress add (measured - replay).
+double bubble_at_action_times(const Schedule& schedule, const std::vector<double>& seconds);
 
 // Per-stage (F, B, W) times as the simulator's action costs.
 std::vector<ActionCost> action_costs(const StageActionTimes& times);

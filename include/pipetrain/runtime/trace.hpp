@@ -59,6 +59,20 @@ struct RunTrace {
 std::vector<ActionCost> median_action_costs(const std::vector<std::vector<TraceEvent>>& events_per_rank,
                                             int num_stages);
 
+// One traced step replayed: the schedule simulated with every F, B and W
+// taking the time it took in that step (less its nested waits), free links
+// and no optimizer (bubble_at_action_times).
+struct StepReplay {
+  int64_t step = 0;
+  double bubble = 0.0;
+};
+
+// Every traced step from first_step on that holds each F, B and W action of
+// `schedule`, replayed; in step order. Steps missing an action (a run cut
+// short) are left out.
+std::vector<StepReplay> replay_traced_steps(const std::vector<std::vector<TraceEvent>>& events_per_rank,
+                                            const Schedule& schedule, int64_t first_step);
+
 class Tracer {
  public:
   explicit Tracer(bool enabled);
