@@ -29,7 +29,7 @@ export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 PS=${PS:-"1 2"}
 NS=${NS:-"1 2 4 8 16"}
 DECKS=${DECKS:-"mlp gpt mlp128"}
-STEPS=${STEPS:-10}
+STEPS=${STEPS:-}  # training steps per run; empty: per deck (deck_settings), so each measures 2 s or more
 TRIES=${TRIES:-3}
 [[ "$TRIES" =~ ^[1-9][0-9]*$ ]] || { echo "bench_planner: TRIES must be a positive integer (tries per configuration), got '$TRIES'" >&2; exit 1; }
 PY=tools/.venv/bin/python
@@ -38,13 +38,16 @@ OUT=${OUT:-results/bench_planner}
 mkdir -p "$WORK" results
 [ -x build/pipetrain ] || { echo "bench_planner: build/pipetrain missing: run make build" >&2; exit 1; }
 
-deck_settings() {  # sets DECK and SETS for deck $1
+# A run's measured step is the median over its steps after the first: a
+# short window (the GPT's 10 steps took 0.5-1 s) is at the mercy of one slow
+# spell of the host, so each deck runs enough steps to measure 2 s or more.
+deck_settings() {  # sets DECK, SETS and DECK_STEPS for deck $1
   case $1 in
-    mlp) DECK=inputs/bench_mlp.toml
+    mlp) DECK=inputs/bench_mlp.toml DECK_STEPS=10
          SETS=(--set pipeline.memory_budget_mb=512) ;;
-    mlp128) DECK=inputs/bench_mlp.toml
+    mlp128) DECK=inputs/bench_mlp.toml DECK_STEPS=20
          SETS=(--set training.batch_size=128 --set pipeline.memory_budget_mb=512) ;;
-    gpt) DECK=inputs/gpt_markov.toml
+    gpt) DECK=inputs/gpt_markov.toml DECK_STEPS=40
          SETS=(--set training.eval_every=0 --set training.warmup_steps=1 --set pipeline.memory_budget_mb=64) ;;
     *) echo "bench_planner: unknown deck '$1' (mlp gpt mlp128)" >&2; exit 1 ;;
   esac
@@ -68,7 +71,7 @@ for d in $DECKS; do
               echo "bench_planner: $d P=$p N=$n $sched recompute=$rc partition=$part (try $try)"
               rm -rf "$dir"
               mpirun --oversubscribe --bind-to none -np "$p" build/pipetrain train "$DECK" "${SETS[@]}" \
-                --set training.steps="$STEPS" --set pipeline.micro_batches="$n" \
+                --set training.steps="${STEPS:-$DECK_STEPS}" --set pipeline.micro_batches="$n" \
                 --set pipeline.schedule=\""$sched"\" --set pipeline.recompute=\""$rc"\" \
                 --set pipeline.partition=\""$part"\" --set output.dir=\""$dir"\" \
                 > "$dir.log" 2>&1 || { tail -20 "$dir.log"; exit 1; }
@@ -88,5 +91,5 @@ for d in $DECKS; do
 done
 $PY tools/planner_report.py --runs "$list" --csv "$OUT.csv" --plot "${OUT}_error.png" --stress mlp128 \
   --unsteady "$unsteady" --tries "$TRIES" \
-  --command "jobs/bench_planner.sh (PS=\"$PS\" NS=\"$NS\" DECKS=\"$DECKS\" STEPS=$STEPS)" > "$OUT.md"
+  --command "jobs/bench_planner.sh (PS=\"$PS\" NS=\"$NS\" DECKS=\"$DECKS\" STEPS=${STEPS:-\"mlp 10, mlp128 20, gpt 40\"})" > "$OUT.md"
 cat "$OUT.md"
