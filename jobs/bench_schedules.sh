@@ -20,6 +20,8 @@
 #   P=4 jobs/bench_schedules.sh    (4 ranks on this 2-core machine: oversubscribed)
 #   REPORT_ONLY=1 jobs/bench_schedules.sh  (the tables again from runs/ of an earlier run
 #                                           with the same settings; nothing is run)
+#   SUFFIX=_zbh1 MODELS=mlp-even SCHEDULES="1f1b zb-h1" N_LIST="4 8 16" REPS=8 jobs/bench_schedules.sh
+#        (a subset with more repetitions: results/bench_schedules_zbh1.md, runs apart)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
@@ -73,7 +75,7 @@ for rep in $(seq 1 "$REPS"); do
       for s in $SCHEDULES; do
         deck=$(deck_of "$model")
         [ "$s" = interleaved ] && [ $((n % P)) -ne 0 ] && continue
-        dir=runs/bench_schedules_${model}_${s}_p${P}_n${n}_r$rep
+        dir=runs/bench_schedules${SUFFIX:-}_${model}_${s}_p${P}_n${n}_r$rep
         virtual=""
         [ "$s" = interleaved ] && virtual="--set pipeline.virtual_stages=2"
         # zb-h1-measured, zb-v-measured: placed again at the measured action times
