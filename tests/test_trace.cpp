@@ -206,12 +206,17 @@ TEST(TraceReplay, SimulatedTimelinesReplayToTheirOwnBubble) {
 // A real run: every step replays, above zero on 2 ranks and at most what
 // was measured (the replay runs the same actions at the same times with
 // free links and no bookkeeping between them; both spans end on rank 0).
+// The replay cannot see where inside an action its nested wait fell: the
+// part before the wait (posting, a rank descheduled on an oversubscribed
+// node) may overlap the producer in the run but not in the replay, so
+// actions of a millisecond or more and a 2-point margin.
 TEST(TraceReplay, ARealRunReplaysBelowItsMeasuredBubble) {
   int rank = 0, size = 1;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   MPI_Comm_size(MPI_COMM_WORLD, &size);
   Deck deck = traced_deck("1f1b");
-  deck.model.hidden_dim = 128;  // actions long enough to time
+  deck.model.hidden_dim = 512;  // 64-row micro-batches: about 1 ms per action
+  deck.training.batch_size = 256;
   Trainer trainer(deck, MPI_COMM_WORLD);
   std::vector<double> measured;
   for (int64_t s = 0; s < deck.training.steps; ++s) measured.push_back(trainer.train_step(s).bubble);
@@ -223,7 +228,7 @@ TEST(TraceReplay, ARealRunReplaysBelowItsMeasuredBubble) {
     if (size > 1) {
       EXPECT_GT(r.bubble, 0.0) << "step " << r.step;
     }
-    EXPECT_LE(r.bubble, measured[static_cast<size_t>(r.step)] + 1e-3) << "step " << r.step;
+    EXPECT_LE(r.bubble, measured[static_cast<size_t>(r.step)] + 0.02) << "step " << r.step;
   }
 }
 
