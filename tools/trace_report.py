@@ -279,10 +279,10 @@ def replayed_bubble(trace, steps):
     replay of every one of them."""
     if trace.replay_steps is None:
         return None
-    by_step = dict(zip(trace.replay_steps.tolist(), trace.replay_bubble.tolist()))
-    if not all(s in by_step for s in steps):
+    replayed = dict(zip(trace.replay_steps.tolist(), trace.replay_bubble.tolist()))
+    if not all(s in replayed for s in steps):
         return None
-    return float(np.mean([by_step[s] for s in steps]))
+    return float(np.mean([replayed[s] for s in steps]))
 
 
 def add_imbalance(result, trace, compute):

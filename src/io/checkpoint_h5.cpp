@@ -255,6 +255,12 @@ void write_list(hid_t group, const std::string& name, const std::vector<int64_t>
     H5_CHECK(H5Dwrite(dset.get(), H5T_NATIVE_INT64, H5S_ALL, H5S_ALL, H5P_DEFAULT, values.data()));
 }
 
+void write_list(hid_t group, const std::string& name, const std::vector<double>& values) {
+  H5Id dset = create_list(group, name, H5T_IEEE_F64LE, values.size());
+  if (!values.empty())
+    H5_CHECK(H5Dwrite(dset.get(), H5T_NATIVE_DOUBLE, H5S_ALL, H5S_ALL, H5P_DEFAULT, values.data()));
+}
+
 bool read_list(hid_t group, const std::string& name, std::vector<std::string>& values) {
   size_t n = 0;
   H5Id dset = open_list(group, name, H5T_STRING, n);

@@ -75,11 +75,12 @@ std::vector<std::string> group_members(hid_t group);
 bool has_link(hid_t loc, const std::string& path);
 
 // One-dimensional lists as datasets (attributes are limited to 64 KiB):
-// text as variable-length UTF-8, integers as int64. The readers accept
+// text as variable-length UTF-8, integers as int64, reals as float64. The readers accept
 // fixed- and variable-length text and any integer type; false: absent or
 // of another kind.
 void write_list(hid_t group, const std::string& name, const std::vector<std::string>& values);
 void write_list(hid_t group, const std::string& name, const std::vector<int64_t>& values);
+void write_list(hid_t group, const std::string& name, const std::vector<double>& values);
 bool read_list(hid_t group, const std::string& name, std::vector<std::string>& values);
 bool read_list(hid_t group, const std::string& name, std::vector<int64_t>& values);
 

@@ -83,18 +83,6 @@ void write_cost_bubble(hid_t file, const Schedule& schedule,
   numeric_attr(file, "action_costs_s", H5T_IEEE_F64LE, H5T_NATIVE_DOUBLE, flat.data(), flat.size());
 }
 
-// A 1-D dataset of `count` values.
-void write_array(hid_t group, const char* name, hid_t file_type, hid_t mem_type, const void* data,
-                 size_t count) {
-  hsize_t dims[1] = {count};
-  hid_t space = H5Screate_simple(1, dims, nullptr);
-  hid_t dset = H5Dcreate2(group, name, file_type, space, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
-  H5_CHECK(dset);
-  H5_CHECK(H5Dwrite(dset, mem_type, H5S_ALL, H5S_ALL, H5P_DEFAULT, data));
-  H5Dclose(dset);
-  H5Sclose(space);
-}
-
 // replay/step and replay/bubble: each traced step of the stored schedule
 // simulated at the times its own actions took (replay_traced_steps); none
 // when no step holds every action.
@@ -105,11 +93,9 @@ void write_replay(hid_t file, const Schedule& schedule,
   std::vector<int64_t> steps;
   std::vector<double> bubbles;
   for (const StepReplay& r : replay) steps.push_back(r.step), bubbles.push_back(r.bubble);
-  hid_t group = H5Gcreate2(file, "replay", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
-  H5_CHECK(group);
-  write_array(group, "step", H5T_STD_I64LE, H5T_NATIVE_INT64, steps.data(), steps.size());
-  write_array(group, "bubble", H5T_IEEE_F64LE, H5T_NATIVE_DOUBLE, bubbles.data(), bubbles.size());
-  H5Gclose(group);
+  const ckpt::H5Id group = ckpt::create_group(file, "replay");
+  ckpt::write_list(group.get(), "step", steps);
+  ckpt::write_list(group.get(), "bubble", bubbles);
 }
 
 }  // namespace

@@ -61,10 +61,9 @@ std::vector<StepReplay> replay_traced_steps(const std::vector<std::vector<TraceE
   const size_t stages = static_cast<size_t>(schedule.num_stages);
   const size_t mbs = static_cast<size_t>(schedule.num_micro_batches);
   const size_t per_step = stages * mbs * 3;
-  // seconds[step]: (stages, mbs, 3) as bubble_at_action_times takes them;
-  // seen[step] counts the distinct actions filled.
+  // seconds[step]: (stages, mbs, 3) as bubble_at_action_times takes them,
+  // -1 where no event was traced.
   std::map<int64_t, std::vector<double>> seconds;
-  std::map<int64_t, size_t> seen;
   for (const auto& events : events_per_rank) {
     const std::vector<TraceEvent> waits = sorted_waits(events);
     for (const TraceEvent& e : events) {
@@ -74,10 +73,8 @@ std::vector<StepReplay> replay_traced_steps(const std::vector<std::vector<TraceE
         continue;
       std::vector<double>& step = seconds[e.step];
       if (step.empty()) step.assign(per_step, -1.0);
-      double& t = step[(static_cast<size_t>(e.stage) * mbs + static_cast<size_t>(e.mb)) * 3 +
-                       static_cast<size_t>(slot)];
-      if (t < 0.0) ++seen[e.step];
-      t = compute_seconds(e, waits);
+      step[(static_cast<size_t>(e.stage) * mbs + static_cast<size_t>(e.mb)) * 3 + static_cast<size_t>(slot)] =
+          compute_seconds(e, waits);
     }
   }
   size_t expected = 0;  // the schedule's F, B and W actions
@@ -86,7 +83,9 @@ std::vector<StepReplay> replay_traced_steps(const std::vector<std::vector<TraceE
       expected += a.kind == ActionKind::F || a.kind == ActionKind::B || a.kind == ActionKind::W;
   std::vector<StepReplay> out;
   for (auto& [step, times] : seconds) {
-    if (seen[step] != expected) continue;
+    const auto traced = static_cast<size_t>(std::count_if(times.begin(), times.end(),
+                                                          [](double t) { return t >= 0.0; }));
+    if (traced != expected) continue;
     for (double& t : times) t = std::max(t, 0.0);  // W of a fused backward: 0
     out.push_back({step, bubble_at_action_times(schedule, times)});
   }
