@@ -191,8 +191,12 @@ TEST(DataParallel, Fp16LossScalingIsConsistentAcrossTheGrid) {
 
 // "replica": bitwise across P at one D; within rounding of "ordered".
 TEST(DataParallel, ReplicaIsBitwiseAcrossPipelinesAtOneReplicaCount) {
-  for (const char* schedule : {"1f1b", "zb-h1"}) {
-    const Deck deck = mlp_deck(schedule, "replica");
+  for (const char* schedule : {"1f1b", "zb-h1", "1f1b+step"}) {
+    // "1f1b+step": pipeline.weight_grad = "step", whose one pass of weight
+    // gradients per stage reports every (micro-batch, layer) to the reducer.
+    const bool step = std::string(schedule) == "1f1b+step";
+    Deck deck = mlp_deck(step ? "1f1b" : schedule, "replica");
+    if (step) deck.pipeline.weight_grad = "step";
     for (int d : {1, 2, 4}) {
       const RunResult ref = train_grid(deck, {1, d}, 4);
       for (int p : {2, 4})
@@ -314,6 +318,10 @@ TEST(DataParallel, DeckChecksNameTheProblem) {
   deck.pipeline.dp_reduction = "ordered";
   EXPECT_NE(layout_error(deck, 4).find("pipeline.dp_reduction = \"ordered\""), std::string::npos);
   deck.pipeline.schedule = "1f1b";
+  deck.pipeline.weight_grad = "step";
+  EXPECT_NE(layout_error(deck, 4).find("with pipeline.weight_grad = \"step\" splits the backward"),
+            std::string::npos) << layout_error(deck, 4);
+  deck.pipeline.weight_grad = "micro_batch";
   deck.pipeline.dp_reduction = "replica";
   deck.pipeline.rebalance = true;
   EXPECT_NE(layout_error(deck, 4).find("not supported with 2 data-parallel replicas"), std::string::npos);

@@ -267,6 +267,14 @@ TEST(DeckErrors, MeasuredScheduleTimesNeedAZeroBubbleScheduleAndNoRebalancing) {
             "placed at)");
 }
 
+TEST(DeckErrors, StepWeightGradsNeedAScheduleWithoutW) {
+  EXPECT_EQ(text_error("[pipeline]\nschedule = \"zb-h1\"\nweight_grad = \"step\"\n"),
+            "t.toml:3: pipeline.weight_grad: only applies with pipeline.schedule = \"gpipe\", "
+            "\"1f1b\" or \"interleaved\"; remove it or change that key");
+  EXPECT_HAS(text_error("[pipeline]\nschedule = \"1f1b\"\nweight_grad = \"batch\"\n"),
+             "t.toml:3: pipeline.weight_grad = \"batch\": must be one of \"micro_batch\", \"step\"");
+}
+
 TEST(DeckErrors, KeysOfAnotherModelOrDataTypeAreRejected) {
   EXPECT_EQ(text_error("[model]\ntype = \"gpt\"\nhidden_dim = 64\n[data]\ntype = \"markov\"\n"),
             "t.toml:3: model.hidden_dim: only applies with model.type = \"mlp\"; remove it or change that key");

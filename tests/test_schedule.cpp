@@ -99,6 +99,34 @@ TEST(ScheduleText, FormatParseRoundTrip) {
   }
 }
 
+// pipeline.weight_grad = "step": B computes input gradients only and each
+// rank ends with W of every micro-batch of each stage it owns, highest stage
+// first; the schedule prints the "weight_grad: step" line and parses back.
+TEST(ScheduleText, StepWeightGradsAppendWAndRoundTrip) {
+  const Schedule s = pt::with_step_weight_grads(pt::generate_1f1b(2, 2));
+  const Lines plain = to_lines(pt::generate_1f1b(2, 2));
+  EXPECT_EQ(to_lines(s), (Lines{"weight_grad: step", plain[0] + " 0W0 0W1", plain[1] + " 1W0 1W1"}));
+  const Schedule back = pt::parse_schedule(pt::format_schedule(s), "src", 2, 2);
+  EXPECT_TRUE(back.step_weight_grads);
+  EXPECT_EQ(back.ranks, s.ranks);
+  const Schedule v = pt::with_step_weight_grads(pt::generate_interleaved(2, 2, 2));
+  EXPECT_EQ(to_lines(v)[1].substr(to_lines(v)[1].size() - 15), "2W0 2W1 0W0 0W1");
+  for (const char* name : {"gpipe", "1f1b", "interleaved"})
+    for (int p : {1, 2, 4})
+      for (int n : {4, 8}) {
+        const Schedule step = pt::with_step_weight_grads(pt::generate_schedule(name, p, n, 2));
+        EXPECT_NO_THROW(pt::validate_schedule(step)) << name << " P=" << p << " N=" << n;
+        EXPECT_FALSE(pt::forward_only_schedule(step).step_weight_grads);
+      }
+  std::string msg = input_error_of([] { pt::with_step_weight_grads(pt::generate_zb_h1(2, 4)); });
+  EXPECT_NE(msg.find("places its own W actions"), std::string::npos) << msg;
+  msg = input_error_of([] { pt::parse_schedule("weight_grad: often\n0F0 0B0\n", "w.sched", 1, 1); });
+  EXPECT_NE(msg.find("w.sched:1: bad weight_grad line"), std::string::npos) << msg;
+  msg = input_error_of([] { pt::parse_schedule("0F0 0B0 0W0\nweight_grad: step\n", "w.sched", 1, 1); });
+  EXPECT_NE(msg.find("w.sched:2: the weight_grad line must come once, before the rank lines"),
+            std::string::npos) << msg;
+}
+
 TEST(ScheduleText, IgnoresCommentsBlankLinesAndCarriageReturns) {
   Schedule s = pt::parse_schedule("# two ranks\r\n\n  0F0 0SEND_F0\r\n \t\n  # x\n1RECV_F0 1F0\n",
                                   "src", 2, 1);
@@ -285,6 +313,11 @@ const std::vector<Broken>& broken_schedules() {
         "1RECV_F0 1F0 1SEND_F0 3RECV_F0 3F0 3B0 3SEND_B0 1RECV_B0 1B0 1SEND_B0"},
        {"schedule deadlocks", "2F0 (rank 0, step 1) waits for 1SEND_F0 on rank 1",
         "1F0 (rank 1, step 1) waits for 0SEND_F0 on rank 0", ">2F0<", ">1F0<"}},
+      {"weight_grad: step with a W apart", 1, 2, {"weight_grad: step", "0F0 0B0 0W0 0F1 0B1 0W1"},
+       {"0W1 (rank 0, step 5) does not follow 0W0 (rank 0, step 2) directly",
+        "run as one pass over the step's micro-batches", ">0W0<", ">0W1<"}},
+      {"weight_grad: step without W", 1, 1, {"weight_grad: step", "0F0 0B0"},
+       {"says 'weight_grad: step' but has no W actions"}},
       {"deadlock: local handoff out of order", 2, 1, {"1F0 0F0 0B0 1B0"},
        {"schedule deadlocks", "1F0 (rank 0, step 0) waits for 0F0 on rank 0", ">1F0<"}},
   };

@@ -12,8 +12,11 @@
 // makes the same calls on the same tensors as the fused one, and the gradient
 // norm adds the per-parameter sums in global order whatever the placement.
 // Interleaved and ZB-V at P = 1 put 2 (or 3) stages on one rank: local
-// handoffs only. Last, a checkpoint written under one schedule resumes
-// bitwise under another (parameters are keyed by name, not by stage).
+// handoffs only. pipeline.weight_grad = "step" (one weight-gradient pass
+// per stage after its last B) is bitwise the single process with the same
+// setting. Last, a checkpoint written under one schedule resumes bitwise
+// under another (parameters are keyed by name, not by stage), weight_grad
+// included.
 #include <gtest/gtest.h>
 #include <mpi.h>
 
@@ -82,10 +85,18 @@ RunResult train_on(const Deck& deck, int ranks) {
 struct Variant {
   std::string schedule;
   int virtual_stages;
+  std::string weight_grad = "micro_batch";
 };
 
 const std::vector<Variant> kVariants = {
     {"interleaved", 2}, {"interleaved", 3}, {"zb-h1", 1}, {"zb-v", 1}};
+
+Deck with_schedule(Deck deck, const Variant& v) {
+  deck.pipeline.schedule = v.schedule;
+  deck.pipeline.virtual_stages = v.virtual_stages;
+  deck.pipeline.weight_grad = v.weight_grad;
+  return deck;
+}
 
 bool accepts(const Variant& v, int ranks, int n, int units) {
   if (v.schedule == "interleaved" && n % ranks != 0) return false;
@@ -142,6 +153,47 @@ TEST(ScheduleEquivalence, GptEverySchedule) {
   check_schedules(gpt_deck(), {"none", "selective", "every:2"});
 }
 
+// pipeline.weight_grad = "step": gpipe, 1f1b and interleaved with every
+// stage's weight gradients in one pass after its last B (each product one
+// GEMM over all the step's rows) give bitwise the single process with the
+// same setting, at every P, N and recompute policy; and the setting does
+// change the bits against per-micro-batch accumulation (N > 1), so the pass
+// really runs.
+void check_step_weight_grads(const Deck& base, const std::vector<std::string>& recomputes) {
+  const int units = static_cast<int>(model_units(base.model));
+  const std::vector<Variant> variants = {
+      {"gpipe", 1, "step"}, {"1f1b", 1, "step"}, {"interleaved", 2, "step"}};
+  for (const std::string& recompute : recomputes)
+    for (int n : {1, 2, 4, 8}) {
+      Deck reference = with_schedule(base, {"1f1b", 1, "step"});
+      reference.pipeline.micro_batches = n;
+      reference.pipeline.recompute = recompute;
+      RunResult alone, per_micro_batch;
+      if (is_root()) {
+        alone = run_trainer(reference, MPI_COMM_SELF);
+        per_micro_batch = run_trainer(with_schedule(reference, {"1f1b", 1}), MPI_COMM_SELF);
+        if (n > 1)
+          EXPECT_GT(bitwise_differences(alone.params, per_micro_batch.params), 0u)
+              << base.model.type << " N=" << n << ": weight_grad = step changed no bit";
+      }
+      for (int p : {1, 2, 4}) {
+        if (p > world_size()) continue;
+        for (const Variant& v : variants) {
+          if (!accepts(v, p, n, units)) continue;
+          const RunResult piped = train_on(with_schedule(reference, v), p);
+          if (!is_root()) continue;
+          expect_bitwise(piped, alone, base.model.type + " " + v.schedule + " weight_grad=step P=" +
+                                           std::to_string(p) + " N=" + std::to_string(n) +
+                                           " recompute " + recompute);
+        }
+      }
+    }
+}
+
+TEST(ScheduleEquivalence, StepWeightGradsMlp) { check_step_weight_grads(mlp_deck(), {"none", "full"}); }
+
+TEST(ScheduleEquivalence, StepWeightGradsGpt) { check_step_weight_grads(gpt_deck(), {"none", "selective"}); }
+
 // The reference itself is not trivially equal: another micro-batch count
 // changes the bits (so a schedule that skipped or reordered micro-batches
 // would be caught).
@@ -193,12 +245,6 @@ std::string shared_temp_dir() {
   return buf;
 }
 
-Deck with_schedule(Deck deck, const Variant& v) {
-  deck.pipeline.schedule = v.schedule;
-  deck.pipeline.virtual_stages = v.virtual_stages;
-  return deck;
-}
-
 // K steps under `from`, save, resume under `to` for K more: bitwise the 2K
 // steps straight under `to`.
 void check_cross_resume(const Deck& base, const Variant& from, const Variant& to) {
@@ -222,7 +268,9 @@ TEST(ScheduleEquivalence, ResumesBitwiseUnderAnotherSchedule) {
       {{"1f1b", 1}, {"zb-v", 1}},
       {{"zb-v", 1}, {"interleaved", 2}},
       {{"interleaved", 2}, {"zb-h1", 1}},
-      {{"zb-h1", 1}, {"gpipe", 1}}};
+      {{"zb-h1", 1}, {"gpipe", 1}},
+      {{"1f1b", 1, "step"}, {"interleaved", 2, "step"}},
+      {{"interleaved", 2, "step"}, {"gpipe", 1, "step"}}};
   for (const Deck& base : {mlp_deck(), gpt_deck()})
     for (const auto& [from, to] : pairs) {
       Deck deck = base;

@@ -195,7 +195,7 @@ int resolve_data_parallel(const Deck& deck, int world_ranks) {
 void check_ordered_reduction(const Deck& deck, int ranks) {
   if (deck.pipeline.dp_reduction != "ordered") return;
   const std::string& s = deck.pipeline.schedule;
-  bool split = s == "zb-h1" || s == "zb-v";
+  bool split = s == "zb-h1" || s == "zb-v" || deck.pipeline.weight_grad == "step";
   if (s == "file")
     split = splits_backward(load_schedule_file(deck.pipeline.schedule_file,
                                                ranks * static_cast<int>(deck.pipeline.virtual_stages),
@@ -204,7 +204,9 @@ void check_ordered_reduction(const Deck& deck, int ranks) {
     throw InputError(deck.where("pipeline.dp_reduction") + " = \"ordered\" keeps each " +
                      "micro-batch's gradient at the end of its backward, but " +
                      other_key(deck, "pipeline.schedule", "\"" + s + "\"") +
-                     " splits the backward (W actions); use \"replica\" or gpipe, 1f1b, interleaved");
+                     (deck.pipeline.weight_grad == "step" ? " with pipeline.weight_grad = \"step\"" : "") +
+                     " splits the backward (W actions); use \"replica\", or gpipe, 1f1b, interleaved "
+                     "with weight_grad = \"micro_batch\"");
 }
 
 }  // namespace

@@ -34,6 +34,10 @@ bool is_fp16(const Deck& d) { return d.training.precision == "fp16"; }
 bool is_rebalancing(const Deck& d) { return d.pipeline.rebalance; }
 bool is_slowed(const Deck& d) { return d.pipeline.slowdown_rank >= 0; }
 bool takes_times(const Deck& d) { return schedule_takes_times(d.pipeline.schedule); }
+bool places_no_w(const Deck& d) {
+  const std::string& s = d.pipeline.schedule;
+  return s == "gpipe" || s == "1f1b" || s == "interleaved";
+}
 bool has_virtual_stages(const Deck& d) {
   return d.pipeline.schedule == "interleaved" || d.pipeline.schedule == "file";
 }
@@ -94,6 +98,7 @@ const std::vector<KeySpec> kDeckKeys = {
     {"pipeline", "schedule", PT_FIELD(pipeline.schedule), any(), "gpipe|1f1b|interleaved|zb-h1|zb-v|file", "pipeline schedule (docs/schedules.md): zb-h1 and zb-v split the backward into B and W", PT_ALWAYS},
     {"pipeline", "virtual_stages", PT_FIELD(pipeline.virtual_stages), between(1, 64), nullptr, "stages per rank: interleaved (rank r owns stages r, r+P, ...) or a schedule file with several stages per rank", has_virtual_stages, "pipeline.schedule = \"interleaved\" or \"file\""},
     {"pipeline", "schedule_times", PT_FIELD(pipeline.schedule_times), any(), "unit|measured", "how zb-h1 and zb-v place F, B and W: unit (every action one time unit, as in the papers) or measured (placed again after the first 3 steps at each stage's measured F, B and W times when that simulates a smaller bubble; results stay bitwise the same; docs/schedules.md)", takes_times, "pipeline.schedule = \"zb-h1\" or \"zb-v\""},
+    {"pipeline", "weight_grad", PT_FIELD(pipeline.weight_grad), any(), "micro_batch|step", "when the weight gradients are computed: micro_batch (in each micro-batch's backward) or step (B computes input gradients only; each stage's weight gradients run once after its last B, one GEMM per weight over all the step's micro-batches: faster at small micro-batches, at the memory of keeping every micro-batch's weight-gradient inputs until then; docs/schedules.md)", places_no_w, "pipeline.schedule = \"gpipe\", \"1f1b\" or \"interleaved\""},
     {"pipeline", "schedule_file", PT_FIELD(pipeline.schedule_file), any(), nullptr, "schedule text file, with schedule = \"file\"", PT_ALWAYS},
     {"pipeline", "partition", [](Deck& d) -> Field { return PartitionRef{&d.pipeline.partition_strategy, &d.pipeline.partition}; }, at_least(1), kPartitionStrategies, "split of the partition units (Linear layers or blocks) between stages: uniform (by count), time (fastest slowest stage), memory (smallest largest peak), balanced (time within memory_budget_mb), or a list of per-stage counts", PT_ALWAYS},
     {"pipeline", "predict", PT_FIELD(pipeline.predict), any(), nullptr, "profile every unit briefly at start and report the planner's predicted step time, bubble and memory beside the measured ones", PT_ALWAYS},

@@ -88,6 +88,7 @@ StepOutcome Executor::run(const Schedule& schedule, const Dataset& data, int64_t
   pass_ = pass;
   step_ = step;
   split_ = pass == Pass::Train && splits_backward(schedule);
+  step_weight_grads_ = split_ && schedule.step_weight_grads;
   if (pass == Pass::Train) fault_point("step", step);
   loss_sum_ = 0.0;
   mb_losses_.assign(static_cast<size_t>(schedule.num_micro_batches), 0.0);
@@ -127,7 +128,7 @@ double Executor::compute_begin() {
   return clock().now_us();
 }
 
-void Executor::compute_end(EventKind kind, int mb, double start_us) {
+void Executor::compute_end(EventKind kind, int mb, double start_us, int count) {
   if ((tracer_ && tracer_->enabled()) || time_actions_) be_.synchronize();  // GPU: end = kernels done, not launched
   if (slowdown_ > 1.0) {
     be_.synchronize();
@@ -138,12 +139,18 @@ void Executor::compute_end(EventKind kind, int mb, double start_us) {
   in_compute_ = false;
   compute_us_ += end_us - start_us;
   last_end_us_ = end_us;
+  const double slice_us = (end_us - start_us) / count;
   if (time_actions_ && (kind == EventKind::F || kind == EventKind::B || kind == EventKind::W)) {
     const double waited_us = nested_wait_us_ - nested_wait_at_begin_us_;
-    action_times_.push_back({cur().stage, kind == EventKind::F ? 0 : kind == EventKind::B ? 1 : 2,
-                             std::max(0.0, end_us - start_us - waited_us) * 1e-6});
+    const double seconds = std::max(0.0, end_us - start_us - waited_us) * 1e-6 / count;
+    for (int i = 0; i < count; ++i)
+      action_times_.push_back({cur().stage, kind == EventKind::F ? 0 : kind == EventKind::B ? 1 : 2,
+                               seconds});
   }
-  if (tracer_) tracer_->record(kind, step_, cur().stage, mb, start_us, end_us);
+  if (!tracer_) return;
+  for (int i = 0; i < count; ++i)
+    tracer_->record(kind, step_, cur().stage, mb + i, start_us + i * slice_us,
+                    i + 1 == count ? end_us : start_us + (i + 1) * slice_us);
 }
 
 void Executor::run_action(const Action& a) {
@@ -334,7 +341,14 @@ void Executor::backward(int mb) {
 
 // W: the weight gradients B deferred, layer by layer as B ran them.
 void Executor::weights(int mb) {
+  if (step_weight_grads_ && mb == 0) return weights_of_step();
   auto it = mbs_.find(key(mb));
+  if (step_weight_grads_) {  // the pass of micro-batch 0 did it
+    PT_CHECK(it != mbs_.end() && it->second.backward_done && it->second.deferred.empty(),
+             "W of micro-batch " + std::to_string(mb) + " of stage " + std::to_string(cur().stage) +
+                 " without the stage's pass of weight gradients");
+    return;
+  }
   PT_CHECK(it != mbs_.end() && it->second.backward_done && !it->second.deferred.empty(),
            "W of micro-batch " + std::to_string(mb) + " before its B");
   MicroBatch& state = it->second;
@@ -346,6 +360,49 @@ void Executor::weights(int mb) {
   }
   state.deferred.clear();
   compute_end(EventKind::W, mb, start);
+}
+
+// Per-step weight gradients: layer by layer in reverse, the deferred tensors
+// of all micro-batches stacked in micro-batch order, one backward_weights.
+void Executor::weights_of_step() {
+  const int n = schedule_->num_micro_batches;
+  std::vector<MicroBatch*> states;
+  for (int mb = 0; mb < n; ++mb) {
+    auto it = mbs_.find(key(mb));
+    PT_CHECK(it != mbs_.end() && it->second.backward_done && !it->second.deferred.empty(),
+             "the weight-gradient pass of stage " + std::to_string(cur().stage) +
+                 " before B of micro-batch " + std::to_string(mb));
+    states.push_back(&it->second);
+  }
+  const double start = compute_begin();
+  for (size_t i = states.front()->deferred.size(); i-- > 0;) {
+    const std::vector<Tensor> stacked = stacked_deferred(states, i);
+    cur().layers[i]->backward_weights(be_, stacked);
+    for (int mb = 0; mb < n; ++mb) weights_done(mb, i);
+  }
+  for (MicroBatch* state : states) state->deferred.clear();
+  compute_end(EventKind::W, 0, start, n);
+}
+
+// Layer `layer`'s deferred tensors of `states`, each stacked along dim 0 in
+// micro-batch order; each piece is freed once copied.
+std::vector<Tensor> Executor::stacked_deferred(const std::vector<MicroBatch*>& states,
+                                               size_t layer) {
+  std::vector<Tensor> stacked(states.front()->deferred[layer].size());
+  for (size_t j = 0; j < stacked.size(); ++j) {
+    const Tensor& first = states.front()->deferred[layer][j];
+    Shape shape = first.shape();
+    shape[0] *= static_cast<int64_t>(states.size());
+    stacked[j] = Tensor::empty(shape, first.dtype(), MemCategory::Workspace, first.device());
+    int64_t row = 0;
+    for (MicroBatch* state : states) {
+      Tensor& piece = state->deferred[layer][j];
+      copy_rows_into(piece, stacked[j], row);
+      row += piece.dim(0);
+      piece = Tensor();
+    }
+  }
+  return stacked;
 }
 
 // One layer's backward: fused, or (split) the input gradient, keeping what

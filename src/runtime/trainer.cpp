@@ -19,7 +19,8 @@ Schedule schedule_for_deck(const Deck& deck, int ranks) {
   const int v = static_cast<int>(deck.pipeline.virtual_stages);
   if (deck.pipeline.schedule == "file")
     return load_schedule_file(deck.pipeline.schedule_file, ranks * v, n);
-  return generate_schedule(deck.pipeline.schedule, ranks, n, v);
+  Schedule schedule = generate_schedule(deck.pipeline.schedule, ranks, n, v);
+  return deck.pipeline.weight_grad == "step" ? with_step_weight_grads(schedule) : schedule;
 }
 
 BlasThreadsChoice choose_blas_threads(const Deck& deck, MPI_Comm comm) {

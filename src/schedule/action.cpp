@@ -114,6 +114,28 @@ std::vector<int> parse_placement(const std::string& line, const std::string& whe
   return placement;
 }
 
+constexpr const char* kWeightGrad = "weight_grad:";
+
+bool is_weight_grad_line(const std::string& line) {
+  size_t first = line.find_first_not_of(" \t");
+  return first != std::string::npos && line.compare(first, 12, kWeightGrad) == 0;
+}
+
+// "weight_grad: step" (the only value a file needs to name: without the line
+// the weight gradients run as the W actions say, one micro-batch each).
+void parse_weight_grad(const std::string& line, const std::string& where, Schedule& s) {
+  std::istringstream tokens(line.substr(line.find(kWeightGrad) + 12));
+  std::string value, extra;
+  tokens >> value >> extra;
+  if (value != "step" || !extra.empty())
+    throw InputError(where + ": bad weight_grad line '" + line +
+                     "'; expected 'weight_grad: step' (each stage's W actions run as one pass "
+                     "over the step's micro-batches)");
+  if (s.step_weight_grads || !s.ranks.empty())
+    throw InputError(where + ": the weight_grad line must come once, before the rank lines");
+  s.step_weight_grads = true;
+}
+
 }  // namespace
 
 std::vector<int> rank_stages(const Schedule& s, int rank) {
@@ -166,6 +188,7 @@ std::string format_schedule(const Schedule& s) {
     for (int r : s.placement) out += " " + std::to_string(r);
     out += '\n';
   }
+  if (s.step_weight_grads) out += std::string(kWeightGrad) + " step\n";
   for (const std::vector<Action>& rank : s.ranks) {
     for (size_t i = 0; i < rank.size(); ++i) {
       if (i > 0) out += ' ';
@@ -195,6 +218,10 @@ Schedule parse_schedule(const std::string& text, const std::string& source_name,
         throw InputError(where + ": the placement names " + std::to_string(s.placement.size()) +
                          " stages; give the rank of each of the " + std::to_string(num_stages) +
                          " stages");
+      continue;
+    }
+    if (is_weight_grad_line(lines[i])) {
+      parse_weight_grad(lines[i], where, s);
       continue;
     }
     s.ranks.push_back(parse_rank_line(lines[i], where));

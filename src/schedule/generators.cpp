@@ -213,7 +213,26 @@ Schedule forward_only_schedule(const Schedule& training) {
         kept.push_back(a);
     rank = kept;
   }
+  eval.step_weight_grads = false;
   return eval;
+}
+
+Schedule with_step_weight_grads(const Schedule& schedule) {
+  if (schedule.forward_only)
+    throw InputError("schedule '" + schedule.name + "' is forward-only; it has no weight gradients");
+  if (splits_backward(schedule))
+    throw InputError("schedule '" + schedule.name + "' places its own W actions (a split backward " +
+                     "that fills the bubble with weight gradients); per-step weight gradients " +
+                     "need a schedule without W, such as gpipe, 1f1b or interleaved");
+  Schedule s = schedule;
+  s.step_weight_grads = true;
+  for (int r = 0; r < s.num_ranks; ++r) {
+    const std::vector<int> owned = rank_stages(s, r);
+    for (auto st = owned.rbegin(); st != owned.rend(); ++st)
+      for (int mb = 0; mb < s.num_micro_batches; ++mb)
+        s.ranks[static_cast<size_t>(r)].push_back(make_action(*st, ActionKind::W, mb));
+  }
+  return s;
 }
 
 }  // namespace pt

@@ -241,6 +241,28 @@ void check_order(const Schedule& s, const ActionIndex& index, int st, int mb) {
   check_before(s, index, make_action(st, ActionKind::RECV_B, mb), b, recv_rule);
 }
 
+// weight_grad: step: on its rank, each stage's W actions stand together in
+// micro-batch order, since the executor runs them as one pass over all the
+// micro-batches. Then every B of the stage precedes the pass: check_order
+// puts B(m) before W(m), and no B can stand inside the run.
+void check_step_weight_grads(const Schedule& s, const ActionIndex& index) {
+  if (!s.step_weight_grads || s.forward_only) return;
+  if (!splits_backward(s))
+    reject(s, "the schedule says 'weight_grad: step' but has no W actions; give W of every "
+              "(stage, micro-batch) after the stage's last B", {});
+  const char* why = "with 'weight_grad: step' a stage's W actions run as one pass over the "
+                    "step's micro-batches";
+  for (int st = 0; st < s.num_stages; ++st) {
+    for (int mb = 1; mb < s.num_micro_batches; ++mb) {
+      const Mark prev = index.only(make_action(st, ActionKind::W, mb - 1));
+      const Mark w = index.only(make_action(st, ActionKind::W, mb));
+      if (w.first != prev.first || w.second != prev.second + 1)
+        reject(s, at(s, w) + " does not follow " + at(s, prev) + " directly; " + why +
+                      ", so they must stand together in micro-batch order", {prev, w});
+    }
+  }
+}
+
 // The rank on the other end of a comm action.
 int peer_rank_of(const Schedule& s, const Action& a) { return stage_rank(s, peer_stage(a)); }
 
@@ -461,6 +483,7 @@ ScheduleReport validate_schedule(const Schedule& s, const CommSemantics& comm) {
   check_counts(s, index);
   for (int st = 0; st < s.num_stages; ++st)
     for (int mb = 0; mb < s.num_micro_batches; ++mb) check_order(s, index, st, mb);
+  check_step_weight_grads(s, index);
   if (comm.match_by_order) check_channel_order(s);
   ScheduleReport report;
   report.simulated_rounds = Simulation(s, index, comm).run();

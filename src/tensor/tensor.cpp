@@ -207,6 +207,21 @@ void copy_tensor(const Tensor& src, Tensor& dst) {
   hooks_of(other).copy(dst.raw(), to, src.raw(), from, src.bytes());
 }
 
+void copy_rows_into(const Tensor& src, Tensor& dst, int64_t first_row) {
+  PT_CHECK(src.ndim() > 0 && dst.ndim() > 0 && src.dtype() == dst.dtype() &&
+               src.device() == dst.device(),
+           "copy_rows_into: " + shape_string(src.shape()) + " into " + shape_string(dst.shape()));
+  const size_t row_bytes = dst.bytes() / static_cast<size_t>(dst.dim(0));
+  PT_CHECK(src.bytes() == row_bytes * static_cast<size_t>(src.dim(0)) && first_row >= 0 &&
+               first_row + src.dim(0) <= dst.dim(0),
+           "copy_rows_into: " + shape_string(src.shape()) + " at row " + std::to_string(first_row) +
+               " of " + shape_string(dst.shape()));
+  if (src.bytes() == 0) return;
+  char* at = static_cast<char*>(dst.raw()) + row_bytes * static_cast<size_t>(first_row);
+  if (src.device() == Device::CPU) std::memcpy(at, src.raw(), src.bytes());
+  else hooks_of(src.device()).copy(at, dst.device(), src.raw(), src.device(), src.bytes());
+}
+
 MemoryStats memory_stats() { return allocator().stats(); }
 void reset_memory_peaks() { allocator().reset_peaks(); }
 void release_cached_memory() { allocator().release_cached(); }

@@ -82,6 +82,12 @@ struct PipelineConfig {
   // measured F, B and W times; runtime/schedule_placement.hpp).
   std::string schedule_times = "unit";
   int64_t virtual_stages = 1;      // stages per rank: interleaved and file (zb-v: 2)
+  // When gpipe, 1f1b and interleaved compute weight gradients:
+  // "micro_batch" (in each micro-batch's backward) or "step" (B computes the
+  // input gradient only; each stage's weight gradients run once at the end
+  // of the step, one GEMM per product over all micro-batches' rows;
+  // schedule.hpp, with_step_weight_grads).
+  std::string weight_grad = "micro_batch";
   // How partition units are split between stages (docs/planner.md):
   // "uniform" (by count), "time" (slowest stage fastest), "memory" (largest
   // stage peak smallest), "balanced" (time, with every stage's peak within

@@ -7,7 +7,13 @@
 // direction, micro-batch). A rank may own several stages (interleaved,
 // ZB-V); the handoff between two stages of one rank is local, no message.
 // With a split backward B keeps, per micro-batch until its W, each deferred
-// weight product's input and output gradient, counted as Activations. A wait longer than the deck's timeout throws a TimeoutError
+// weight product's input and output gradient, counted as Activations. With
+// per-step weight gradients a stage's W of micro-batch 0 runs the weights of
+// every micro-batch: each deferred tensor is stacked over the micro-batches
+// (a Workspace copy; each piece is freed as it is copied) and the layer's
+// backward_weights runs once on the stacks, so each weight-gradient product
+// is one GEMM over all the step's rows; its W of the other micro-batches
+// find their work done. The pass is traced as N equal W events. A wait longer than the deck's timeout throws a TimeoutError
 // naming the rank, the step and the action waited for.
 #pragma once
 
@@ -140,6 +146,8 @@ class Executor {
   void recompute_segment(MicroBatch& state, size_t begin, size_t end);
   void backward(int mb);
   void weights(int mb);
+  void weights_of_step();  // step_weight_grads_: every micro-batch's W at once
+  std::vector<Tensor> stacked_deferred(const std::vector<MicroBatch*>& states, size_t layer);
   Tensor layer_backward(MicroBatch& state, size_t i, Tensor dy, bool need_dx);
   // The stage of this rank that runs `stage` becomes the current one.
   void select(int stage);
@@ -155,7 +163,9 @@ class Executor {
   bool poll(Pending& p);      // true once complete; records the transfer window
   void poll_receives();       // progress on every posted receive
   double compute_begin();     // start of an F/B: its time
-  void compute_end(EventKind kind, int mb, double start_us);
+  // Ends the compute begun at start_us: one event for micro-batch mb, or for
+  // `count` micro-batches from mb on (a W pass), each an equal slice of it.
+  void compute_end(EventKind kind, int mb, double start_us, int count = 1);
   const Tracer& clock() const;
   // Frees the buffers of completed sends (all of them, waiting, when
   // wait_all); also called while a receive is waited for.
@@ -168,6 +178,7 @@ class Executor {
   std::vector<RecomputePolicy> policies_;  // (stages_)
   size_t cur_ = 0;                         // index in stages_ of the running action
   bool split_ = false;                     // the schedule being run has W actions
+  bool step_weight_grads_ = false;         // ... run as one pass per stage (Schedule::step_weight_grads)
   StageModel& stage_;                      // the first of stages_
   Transport& transport_;
   const Deck& deck_;

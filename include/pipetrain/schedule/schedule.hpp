@@ -20,6 +20,11 @@
 //          input gradient only and keeps what the weight gradients need.
 //   W      the weight gradients of one micro-batch that B deferred (needs B
 //          of (stage, mb)); a schedule has W for every (stage, mb) or none.
+//          In a schedule with per-step weight gradients (the header line
+//          "weight_grad: step"), each stage's W actions stand together after
+//          its last B, in micro-batch order, and run as one pass over the
+//          step's micro-batches: each weight-gradient product is one GEMM
+//          over all N micro-batches' rows (docs/schedules.md).
 //   SEND_F post a non-blocking send of F's output to stage+1 (after F).
 //   RECV_F post a non-blocking receive of this stage's input from stage-1.
 //   SEND_B post a non-blocking send of B's input gradient to stage-1 (after B).
@@ -68,6 +73,11 @@ struct Schedule {
   // Generated at measured per-stage action times (StageActionTimes), not in
   // unit time: its theory is that of the unit-time schedule of its name.
   bool timed = false;
+  // Per-step weight gradients: every stage's W actions form one run after
+  // its last B, in ascending micro-batch order, and the executor runs the
+  // run as one pass over the concatenated micro-batches (the validator
+  // checks the layout). Printed as the line "weight_grad: step".
+  bool step_weight_grads = false;
 };
 
 inline int stage_rank(const Schedule& s, int stage) {
@@ -112,6 +122,12 @@ Schedule generate_zb_v(int num_ranks, int num_micro_batches, const StageActionTi
                        double w_slack = 0.0);
 // The same schedule without backward actions, for evaluation passes.
 Schedule forward_only_schedule(const Schedule& training);
+// A schedule without W actions with its weight gradients moved to the end of
+// the step: every B computes the input gradient only, and each rank ends
+// with, per stage it owns (highest stage first), W of micro-batches 0..N-1
+// (step_weight_grads set). Throws InputError for a schedule that already
+// places W actions (zb-h1, zb-v, or a file with W) or is forward-only.
+Schedule with_step_weight_grads(const Schedule& schedule);
 // Stages per rank of pipeline.schedule `name`: interleaved and "file"
 // (a schedule file): virtual_stages, zb-v: 2, others 1.
 int stages_per_rank(const std::string& name, int virtual_stages);
@@ -127,7 +143,9 @@ bool schedule_takes_times(const std::string& name);
 // One line per rank: actions separated by spaces. parse_schedule(format(s))
 // gives back s. Lines starting with '#' and blank lines are ignored. A
 // schedule with a placement starts with the line "placement: 0 1 1 0" (the
-// rank of each stage); without it stage s lives on rank s % ranks.
+// rank of each stage); without it stage s lives on rank s % ranks. A
+// schedule with per-step weight gradients has the line "weight_grad: step"
+// before its rank lines.
 std::string format_schedule(const Schedule& s);
 Schedule parse_schedule(const std::string& text, const std::string& source_name,
                         int num_stages, int num_micro_batches);

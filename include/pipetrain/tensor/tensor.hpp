@@ -117,6 +117,9 @@ class Tensor {
 
 // dst := src, byte for byte, between any two devices (same byte count).
 void copy_tensor(const Tensor& src, Tensor& dst);
+// dst[first_row : first_row + src.dim(0)] := src along dim 0, on one device:
+// src's rows have the byte size of dst's (stacking micro-batches).
+void copy_rows_into(const Tensor& src, Tensor& dst, int64_t first_row);
 
 // Live and peak bytes of CPU tensors per category, for this process.
 struct MemoryStats {
