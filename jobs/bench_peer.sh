@@ -12,6 +12,10 @@
 # Each repetition runs, per workload, pipetrain and the peer alternately on 2
 # and on 1 process (the order flips every repetition); each run does WARMUP +
 # STEPS steps and its steady-state step time is the median of the last STEPS.
+# With STEP_WG=1 (the default) every repetition also runs pipetrain with
+# pipeline.weight_grad = "step" (each stage's weight gradients in one pass
+# after its last B, one GEMM per weight over all 8 micro-batches; program
+# "pipetrain-step" in the tables), in the same alternating order.
 # Both programs are started by the same mpirun line. Writes
 # results/bench_peer.csv (one row per run), results/bench_peer_limits.csv (the
 # GEMM limit of each workload, measured in each repetition; see measure_limit)
@@ -34,6 +38,7 @@ export OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1
 REPEATS=${REPEATS:-5}
 WORKLOADS=${WORKLOADS:-"mlp512 mlp256 gpt"}
 RUN_TIMEOUT=${RUN_TIMEOUT:-300}   # seconds one run may take before it is killed
+STEP_WG=${STEP_WG:-1}             # 1: pipetrain with pipeline.weight_grad = "step" too
 OUT_MD=${OUT_MD:-results/bench_peer.md}
 OUT_CSV=${OUT_CSV:-results/bench_peer.csv}
 MPIRUN=(mpirun --oversubscribe --bind-to none)
@@ -162,6 +167,8 @@ for w in $WORKLOADS; do
     die "could not parse the resolved deck $WORK/$w.resolved.toml"
   {
     echo "$w pipetrain: ${MPIRUN[*]} -np P build/pipetrain train $DECK ${SETS[*]} --set output.dir=\"DIR\""
+    [ "$STEP_WG" = 1 ] &&
+      echo "$w pipetrain-step: the same with --set pipeline.weight_grad=\"step\""
     echo "$w peer:      MASTER_ADDR=127.0.0.1 MASTER_PORT=PORT ${MPIRUN[*]} -np P -x MASTER_ADDR -x MASTER_PORT -x OMP_NUM_THREADS -x MKL_NUM_THREADS $PY tools/peer/torch_pipeline.py --deck $WORK/$w.resolved.toml --warmup $WARMUP --timeout 60 --out FILE.json"
   } >> "$commands"
 done
@@ -179,14 +186,19 @@ else
 fi
 last_rep=$((first_rep + REPEATS - 1))
 
-run_pipetrain() {  # workload np rep
-  local w=$1 np=$2 rep=$3 dir=$WORK/$1/pipetrain_np$2_r$3 load
+run_pipetrain() {  # workload np rep [program: pipetrain | pipetrain-step]
+  local w=$1 np=$2 rep=$3 prog=${4:-pipetrain} dir load extra=()
+  dir=$WORK/$1/${prog}_np$2_r$3
+  [ "$prog" = pipetrain-step ] && extra=(--set pipeline.weight_grad=\"step\")
   load=$(cut -d' ' -f1 /proc/loadavg)
   mkdir -p "$WORK/$w"
   run_twice "$dir.log" "${MPIRUN[@]}" -np "$np" build/pipetrain train "$DECK" "${SETS[@]}" \
-    --set output.dir=\""$dir"\"
-  $PY tools/peer/run_row.py pipetrain "$dir/metrics.h5" --workload "$w" --procs "$np" --rep "$rep" \
+    "${extra[@]}" --set output.dir=\""$dir"\"
+  $PY tools/peer/run_row.py "$prog" "$dir/metrics.h5" --workload "$w" --procs "$np" --rep "$rep" \
     --batch "$(batch_of "$w")" --warmup "$WARMUP" --load "$load" --other "$RUN_OTHER" >> "$csv"
+}
+run_step() {  # workload np rep: pipetrain-step when STEP_WG=1
+  [ "$STEP_WG" = 1 ] && run_pipetrain "$1" "$2" "$3" pipetrain-step || true
 }
 
 run_peer() {  # workload np rep
@@ -232,11 +244,11 @@ for rep in $(seq "$first_rep" "$last_rep"); do
     echo "bench_peer: repetition $rep/$last_rep, $w (load $(cut -d' ' -f1-3 /proc/loadavg))"
     measure_limit "$w" "$rep"
     if [ $((rep % 2)) -eq 1 ]; then
-      run_pipetrain "$w" 2 "$rep"; run_peer "$w" 2 "$rep"
-      run_pipetrain "$w" 1 "$rep"; run_peer "$w" 1 "$rep"
+      run_pipetrain "$w" 2 "$rep"; run_step "$w" 2 "$rep"; run_peer "$w" 2 "$rep"
+      run_pipetrain "$w" 1 "$rep"; run_step "$w" 1 "$rep"; run_peer "$w" 1 "$rep"
     else
-      run_peer "$w" 2 "$rep"; run_pipetrain "$w" 2 "$rep"
-      run_peer "$w" 1 "$rep"; run_pipetrain "$w" 1 "$rep"
+      run_peer "$w" 2 "$rep"; run_step "$w" 2 "$rep"; run_pipetrain "$w" 2 "$rep"
+      run_peer "$w" 1 "$rep"; run_step "$w" 1 "$rep"; run_pipetrain "$w" 1 "$rep"
     fi
   done
 done

@@ -193,6 +193,10 @@ TEST(Theory, BubbleOfEverySchedule) {
       EXPECT_NEAR(pt::unit_time_bubble(pt::generate_1f1b(p, n)), (P - 1) / (N + P - 1), 1e-12) << at;
       EXPECT_NEAR(pt::unit_time_bubble(pt::generate_gpipe(p, n)), (P - 1) / (N + P - 1), 1e-12) << at;
       EXPECT_NEAR(pt::unit_time_bubble(pt::generate_zb_h1(p, n)), (P - 1) / (3 * N + P - 1), 1e-12) << at;
+      // weight_grad = step: the W pass after 1F1B's (and GPipe's) fill and drain.
+      for (const Schedule& step : {pt::with_step_weight_grads(pt::generate_1f1b(p, n)),
+                                   pt::with_step_weight_grads(pt::generate_gpipe(p, n))})
+        EXPECT_NEAR(pt::unit_time_bubble(step), 2 * (P - 1) / (3 * N + 2 * (P - 1)), 1e-12) << at;
       if (n % p == 0) {
         for (int v : {2, 3}) {
           EXPECT_NEAR(pt::unit_time_bubble(pt::generate_interleaved(p, v, n)),

@@ -119,13 +119,16 @@ std::string join(const std::vector<int64_t>& v) {
 
 std::string schedule_summary(const Schedule& s, const ScheduleReport& r) {
   std::vector<int64_t> peaks(r.peak_in_flight.begin(), r.peak_in_flight.end());
-  char buf[384];
+  char buf[512];
   std::snprintf(buf, sizeof buf,
                 "schedule %s: %d stages, %d micro-batches, peak in-flight micro-batches "
                 "per stage %s, theoretical bubble %.1f%% (unit times F = 1, B = 2, or B = W = 1 "
-                "when split: (P-1)/(N+P-1) for gpipe and 1f1b)",
+                "when split: %s)",
                 s.name.c_str(), s.num_stages, s.num_micro_batches, join(peaks).c_str(),
-                100.0 * theory_bubble(s));
+                100.0 * theory_bubble(s),
+                s.step_weight_grads ? "2(P-1)/(3N+2(P-1)) for gpipe and 1f1b with weight_grad: step, "
+                                      "whose W run after the fill and drain"
+                                    : "(P-1)/(N+P-1) for gpipe and 1f1b");
   return buf;
 }
 

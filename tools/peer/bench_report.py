@@ -8,7 +8,8 @@ Reads one CSV row per run (workload, program, procs, rep, batch, ...,
 median_step_s, samples_per_s, ...) and prints Markdown: per workload and
 program the median and min-max of the per-run steady-state throughput on 1
 and 2 processes, each program's 2-vs-1 speedup and the ratio pipetrain/peer,
-with the software and machine it ran on.
+with the software and machine it ran on. Program "pipetrain-step" is
+pipetrain with pipeline.weight_grad = "step" (jobs/bench_peer.sh, STEP_WG).
 """
 import argparse
 import csv
@@ -27,6 +28,9 @@ from run_identity import cpu_model  # noqa: E402  (tools/run_identity.py)
 
 GOALS = {"gpt": 1.5, "mlp": 1.15}  # issue #12: pipetrain / peer at 2 stages
 QUIET = 0.3  # cores used by other processes below which a run counts as quiet
+PIPETRAINS = ("pipetrain", "pipetrain-step")  # pipetrain's variants, each against the peer
+PROGRAM_NAMES = {"pipetrain": "pipetrain", "pipetrain-step": "pipetrain, weight_grad = step",
+                 "peer": "peer"}
 LABELS = {
     "mlp512": "MLP 16 x 1024^2, batch 512",
     "mlp256": "MLP 16 x 1024^2, batch 256",
@@ -79,7 +83,7 @@ def torch_info():
     }
 
 
-def print_limits(p, limit_rows, rate, workloads, gemm_library):
+def print_limits(p, limit_rows, rate, workloads, gemm_library, programs):
     """pipetrain's throughput against the limit its GEMM library sets (#12)."""
     p("\n## pipetrain against its GEMM limit\n")
     p("`build/bench_gemm` times, in every repetition beside the runs, the GEMMs of one "
@@ -94,6 +98,10 @@ def print_limits(p, limit_rows, rate, workloads, gemm_library):
       "caches as training does): what is left between it and 100% is pipetrain's own "
       "overhead, the rest of the gap to the first limit is the memory traffic of a model "
       "larger than the caches.\n")
+    p("With `pipeline.weight_grad = \"step\"` (rows marked so) each weight gradient is one "
+      "GEMM over all the step's rows instead of one per micro-batch, and the weight "
+      "gradients leave the pipeline's fill and drain, so the run can pass a limit set by "
+      "the micro-batch's GEMMs.\n")
     p("| workload | GEMM library | GEMM GFLOP/s | limit, 1 process | pipetrain, 1 process | "
       "% of limit | limit, 2 stages | pipetrain, 2 stages | % of limit | "
       "% of the model-buffer limit, 2 stages |")
@@ -105,18 +113,20 @@ def print_limits(p, limit_rows, rate, workloads, gemm_library):
             l2 = {int(r["rep"]): float(r["limit_2"]) for r in rs}
             gf = [float(r["gemm_gflops"]) for r in rs]
             m2 = {int(r["rep"]): float(r["model_limit_2"]) for r in rs if r.get("model_limit_2")}
-            cells = []
-            for procs, lim in ((1, l1), (2, l2)):
-                got = rate.get((w, "pipetrain", procs), {})
-                share = [100.0 * got[k] / lim[k] for k in sorted(got) if k in lim]
-                ran_on = lib == gemm_library
-                cells += [fmt_range(list(lim.values())),
-                          fmt_range(list(got.values())) if ran_on else "-",
-                          fmt_range(share) if ran_on and share else "-"]
-            got2 = rate.get((w, "pipetrain", 2), {})
-            share2 = [100.0 * got2[k] / m2[k] for k in sorted(got2) if k in m2]
-            cells.append(fmt_range(share2) if lib == gemm_library and share2 else "-")
-            p(f"| {LABELS.get(w, w)} | {lib} | {fmt_range(gf)} | " + " | ".join(cells) + " |")
+            ran_on = lib == gemm_library
+            for prog in [q for q in programs if q in PIPETRAINS] if ran_on else ["pipetrain"]:
+                cells = []
+                for procs, lim in ((1, l1), (2, l2)):
+                    got = rate.get((w, prog, procs), {})
+                    share = [100.0 * got[k] / lim[k] for k in sorted(got) if k in lim]
+                    cells += [fmt_range(list(lim.values())),
+                              fmt_range(list(got.values())) if ran_on and got else "-",
+                              fmt_range(share) if ran_on and share else "-"]
+                got2 = rate.get((w, prog, 2), {})
+                share2 = [100.0 * got2[k] / m2[k] for k in sorted(got2) if k in m2]
+                cells.append(fmt_range(share2) if ran_on and share2 else "-")
+                label = lib + (" -- **weight_grad = step**" if prog == "pipetrain-step" else "")
+                p(f"| {LABELS.get(w, w)} | {label} | {fmt_range(gf)} | " + " | ".join(cells) + " |")
 
 
 def main():
@@ -143,6 +153,8 @@ def main():
         if r.get("other_cores"):
             other[key][int(r["rep"])] = float(r["other_cores"])
     workloads = list(dict.fromkeys(r["workload"] for r in rows))
+    programs = [q for q in ("pipetrain", "pipetrain-step", "peer") if any(r["program"] == q for r in rows)]
+    pipetrains = [q for q in programs if q in PIPETRAINS]
 
     def paired(a, b):  # per-repetition ratios a/b
         return [a[k] / b[k] for k in sorted(a) if k in b]
@@ -181,13 +193,13 @@ def main():
     p("|---|---:|---:|---|---:|---:|---:|---:|---:|")
     for w in workloads:
         batch, warm, steps = meta[w]
-        for prog in ("pipetrain", "peer"):
+        for prog in programs:
             one, two = rate.get((w, prog, 1), {}), rate.get((w, prog, 2), {})
             if not one or not two:
                 continue
             speed = paired(two, one)
             med_speed = statistics.median(two.values()) / statistics.median(one.values())
-            p(f"| {LABELS.get(w, w)} | 8 | {warm} + {steps} | {prog} | "
+            p(f"| {LABELS.get(w, w)} | 8 | {warm} + {steps} | {PROGRAM_NAMES[prog]} | "
               f"{fmt_range(list(one.values()))} | {fmt_range(list(two.values()))} | "
               f"{fmt_range(step[(w, prog, 2)])} | {med_speed:.2f} [{min(speed):.2f}-{max(speed):.2f}] | "
               f"{busy((w, prog, 1))} / {busy((w, prog, 2))} |")
@@ -201,10 +213,10 @@ def main():
     def text(c):
         return f"{c[0]:.2f} [{c[1]:.2f}-{c[2]:.2f}]" if c else "-"
 
-    # The repetitions in which none of a workload's four runs shared the machine.
+    # The repetitions in which none of a workload's runs shared the machine.
     quiet = {}
     for w in workloads:
-        keys = [(w, prog, procs) for prog in ("pipetrain", "peer") for procs in (1, 2)]
+        keys = [(w, prog, procs) for prog in programs for procs in (1, 2)]
         if other and all(rate.get(k) for k in keys):
             reps = [r for r in rate[keys[0]]
                     if all(r in rate[k] and other.get(k, {}).get(r, 99.0) < QUIET for k in keys)]
@@ -215,44 +227,46 @@ def main():
       "Goal met: *yes* when the ratio at 2 stages reaches the goal over all repetitions and "
       "over the quiet ones (next table), *no* when it misses it in both, *unclear* "
       "otherwise.\n")
-    p("| workload | 1 process | 2 stages | 2 stages, quiet repetitions | goal at 2 stages (#12) | met |")
-    p("|---|---:|---:|---:|---:|---|")
+    p("| workload | pipetrain | 1 process | 2 stages | 2 stages, quiet repetitions | goal at 2 stages (#12) | met |")
+    p("|---|---|---:|---:|---:|---:|---|")
     for w in workloads:
-        one = ratio_of(rate.get((w, "pipetrain", 1)), rate.get((w, "peer", 1)))
-        two = ratio_of(rate.get((w, "pipetrain", 2)), rate.get((w, "peer", 2)))
-        q = quiet.get(w) or {}
-        qtwo = ratio_of(q.get((w, "pipetrain", 2)), q.get((w, "peer", 2))) if q else None
-        goal = GOALS["gpt" if w.startswith("gpt") else "mlp"]
-        hits = [c[0] >= goal for c in (two, qtwo) if c]
-        met = "yes" if hits and all(hits) else "no" if hits and not any(hits) else "unclear"
-        nq = len(next(iter(q.values()))) if q else 0
-        p(f"| {LABELS.get(w, w)} | {text(one)} | {text(two)} | "
-          f"{text(qtwo) + f' (n = {nq})' if qtwo else '- (n = 0)'} | >= {goal:.2f} | {met} |")
+        for prog in pipetrains:
+            one = ratio_of(rate.get((w, prog, 1)), rate.get((w, "peer", 1)))
+            two = ratio_of(rate.get((w, prog, 2)), rate.get((w, "peer", 2)))
+            q = quiet.get(w) or {}
+            qtwo = ratio_of(q.get((w, prog, 2)), q.get((w, "peer", 2))) if q else None
+            goal = GOALS["gpt" if w.startswith("gpt") else "mlp"]
+            hits = [c[0] >= goal for c in (two, qtwo) if c]
+            met = "yes" if hits and all(hits) else "no" if hits and not any(hits) else "unclear"
+            nq = len(next(iter(q.values()))) if q else 0
+            p(f"| {LABELS.get(w, w)} | {PROGRAM_NAMES[prog]} | {text(one)} | {text(two)} | "
+              f"{text(qtwo) + f' (n = {nq})' if qtwo else '- (n = 0)'} | >= {goal:.2f} | {met} |")
 
     if other:
-        p(f"\n### Repetitions on a quiet machine (other processes < {QUIET} cores in all four runs)\n")
+        p(f"\n### Repetitions on a quiet machine (other processes < {QUIET} cores in all of a workload's runs)\n")
         p("The same numbers from only the repetitions in which no run of the workload shared "
           "the machine noticeably (other processes are independent of the program, so this "
           "selection favours neither side).\n")
-        p("| workload | repetitions | pipetrain 2 vs 1 | peer 2 vs 1 | pipetrain / peer, 1 process | "
+        p("| workload | pipetrain | repetitions | pipetrain 2 vs 1 | peer 2 vs 1 | pipetrain / peer, 1 process | "
           "pipetrain / peer, 2 stages |")
-        p("|---|---:|---:|---:|---:|---:|")
+        p("|---|---|---:|---:|---:|---:|---:|")
         for w in workloads:
-            q = quiet.get(w)
-            if not q:
-                p(f"| {LABELS.get(w, w)} | 0 | - | - | - | - |")
-                continue
-            p(f"| {LABELS.get(w, w)} | {len(next(iter(q.values())))} | "
-              f"{text(ratio_of(q[(w, 'pipetrain', 2)], q[(w, 'pipetrain', 1)]))} | "
-              f"{text(ratio_of(q[(w, 'peer', 2)], q[(w, 'peer', 1)]))} | "
-              f"{text(ratio_of(q[(w, 'pipetrain', 1)], q[(w, 'peer', 1)]))} | "
-              f"{text(ratio_of(q[(w, 'pipetrain', 2)], q[(w, 'peer', 2)]))} |")
+            for prog in pipetrains:
+                q = quiet.get(w)
+                if not q:
+                    p(f"| {LABELS.get(w, w)} | {PROGRAM_NAMES[prog]} | 0 | - | - | - | - |")
+                    continue
+                p(f"| {LABELS.get(w, w)} | {PROGRAM_NAMES[prog]} | {len(next(iter(q.values())))} | "
+                  f"{text(ratio_of(q[(w, prog, 2)], q[(w, prog, 1)]))} | "
+                  f"{text(ratio_of(q[(w, 'peer', 2)], q[(w, 'peer', 1)]))} | "
+                  f"{text(ratio_of(q[(w, prog, 1)], q[(w, 'peer', 1)]))} | "
+                  f"{text(ratio_of(q[(w, prog, 2)], q[(w, 'peer', 2)]))} |")
 
     limit_rows = list(csv.DictReader(open(args.limits))) if args.limits else []
     # build/bench_gemm prints the default GEMM choice (the one pipetrain ran on) first.
     gemm_library = limit_rows[0]["library"] if limit_rows else None
     if limit_rows:
-        print_limits(p, limit_rows, rate, workloads, gemm_library)
+        print_limits(p, limit_rows, rate, workloads, gemm_library, programs)
 
     p("\n## What runs\n")
     p("- **pipetrain**: `build/pipetrain` on the CPU backend, 1F1B, N = 8, "
@@ -262,7 +276,12 @@ def main():
       f"`{blas_path}`, `openblas_get_corename()` = `{corename}` ({blas_config}). "
       "Step time: `step_time_s` of `metrics.h5` (rank 0, from zeroing the gradients to "
       "the end of the optimizer step; every step holds the loss broadcast and the "
-      "gradient-norm all-gather over the stages, so it spans the whole pipeline's step).")
+      "gradient-norm all-gather over the stages, so it spans the whole pipeline's step). "
+      "**pipetrain, weight_grad = step**: the same with `pipeline.weight_grad = \"step\"`: "
+      "B computes input gradients only, and each stage's weight gradients run in one pass "
+      "after its last B, each a GEMM over all 8 micro-batches' rows (docs/schedules.md); "
+      "F and B keep 1F1B's order, and the gradient is the batch's in another summation "
+      "order (not bitwise the per-micro-batch one).")
     p(f"- **peer**: `tools/peer/torch_pipeline.py`, torch {ti['version']} (the default PyPI "
       f"wheel, run on the CPU) with `torch.distributed.pipelining` (`PipelineStage`, "
       "`Schedule1F1B`, `scale_grads=True`), gloo backend, one process per stage, "

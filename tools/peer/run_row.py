@@ -2,6 +2,7 @@
 """run_row.py: one CSV row of jobs/bench_peer.sh from a finished run.
 
     run_row.py pipetrain RUN_DIR/metrics.h5 --workload W --procs P --rep R --batch B --warmup K --load L --other C
+    run_row.py pipetrain-step ...  (the same, a run with pipeline.weight_grad = "step")
     run_row.py peer      RUN.json           --workload W --procs P --rep R --warmup K --load L --other C
 
 Columns: workload, program, procs, rep, batch, warmup, steps (timed),
@@ -17,14 +18,14 @@ import sys
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("program", choices=("pipetrain", "peer"))
+    ap.add_argument("program", choices=("pipetrain", "pipetrain-step", "peer"))
     ap.add_argument("path", help="pipetrain: metrics.h5; peer: the --out JSON")
     for name in ("--workload", "--procs", "--rep", "--warmup", "--load", "--other"):
         ap.add_argument(name, required=True)
     ap.add_argument("--batch", type=int, help="pipetrain: the batch size")
     args = ap.parse_args()
     warmup = int(args.warmup)
-    if args.program == "pipetrain":
+    if args.program.startswith("pipetrain"):
         import h5py
         with h5py.File(args.path, "r") as f:
             times = [float(t) for t in f["step_time_s"]]
