@@ -27,6 +27,7 @@
 #include "pipetrain/model/model.hpp"
 #include "pipetrain/model/optimizer.hpp"
 #include "pipetrain/plan/stage_cost.hpp"
+#include "pipetrain/runtime/deck_plan.hpp"
 #include "pipetrain/runtime/profiler.hpp"
 #include "pipetrain/runtime/speed_probe.hpp"
 #include "pipetrain/runtime/trainer.hpp"
@@ -486,6 +487,34 @@ TEST(ProfileTimes, PositiveAndARecomputeCostsAboutAForward) {
   EXPECT_EQ(p.micro_batch_rows, 4);
   EXPECT_EQ(p.backend, "cpu");
   EXPECT_NE(p.kernels.find("GEMM operands fp32"), std::string::npos) << p.kernels;
+}
+
+// pipeline.weight_grad = "step": the units' backward again at a whole
+// replica batch's rows (8 here, against micro-batches of 1), recompute
+// times 0, everything else the profile's; the planner's pass per stage is
+// W's share of those backwards summed over the stage's units.
+TEST(ProfileTimes, WeightPassIsTimedAtTheBatchRows) {
+  Deck d = timing_gpt();
+  d.pipeline.micro_batches = 8;
+  const ModelProfile p = profile_model(d, cpu_backend(), MPI_COMM_WORLD, ProfileOptions::brief());
+  const ModelProfile pass = profile_weight_pass(d, cpu_backend(), MPI_COMM_WORLD, p, ProfileOptions::brief());
+  expect_same_on_every_rank(pass);
+  ASSERT_EQ(pass.units.size(), p.units.size());
+  double per_micro_batch = 0.0, whole = 0.0;
+  for (size_t u = 0; u < p.units.size(); ++u) {
+    EXPECT_GT(pass.units[u].backward_s, 0.0) << p.units[u].name;
+    EXPECT_EQ(pass.units[u].recompute_s + pass.units[u].recompute_end_s +
+                  pass.units[u].recompute_selective_s, 0.0) << p.units[u].name;
+    EXPECT_EQ(pass.units[u].forward_s, p.units[u].forward_s) << p.units[u].name;
+    per_micro_batch += p.units[u].backward_s;
+    whole += pass.units[u].backward_s;
+  }
+  EXPECT_GT(whole, per_micro_batch) << "8 rows against 1";
+  const std::vector<PlanRecompute> none(2, PlanRecompute::parse("none"));
+  const std::vector<double> seconds = step_weight_seconds(pass, 0.4, {1, 1}, none);
+  const std::vector<StageCost> stages = stage_costs(pass, {1, 1}, none);
+  ASSERT_EQ(seconds.size(), 2u);
+  for (size_t s = 0; s < 2; ++s) EXPECT_DOUBLE_EQ(seconds[s], 0.4 * stages[s].backward_s);
 }
 
 TEST(ProfileLink, MeasuredBetweenRanksZeroAndOne) {

@@ -239,6 +239,34 @@ TEST(SimulatorW, TimesAndInFlightByHand) {
             std::string::npos);
 }
 
+// weight_grad = step, by hand: one stage, F = 1, B = 3 of which recompute
+// 1, W share 1/2 -> B = 2; the pass of weight gradients given as 1.2 s
+// (SimulationInput::step_weight_s) makes each of the two W 0.6 s; without
+// it each W takes its per-micro-batch 1 s. A wrong count is refused.
+TEST(SimulatorW, StepWeightPassByHand) {
+  const Schedule s = from_lines({"weight_grad: step", "0F0 0B0 0F1 0B1 0W0 0W1"}, 1, 2);
+  ASSERT_TRUE(s.step_weight_grads);
+  pt::SimulationInput in;
+  pt::StageCost c;
+  c.forward_s = 1.0;
+  c.backward_s = 3.0;
+  c.recompute_s = 1.0;
+  in.stages = {c};
+  in.weight_grad_share = 0.5;
+  EXPECT_DOUBLE_EQ(pt::simulate_schedule(s, in).span_s_max, 8.0);
+  in.step_weight_s = {1.2};
+  const pt::SimulationResult r = pt::simulate_schedule(s, in);
+  const std::vector<std::pair<double, double>> want = {{0, 1}, {1, 3}, {3, 4}, {4, 6}, {6, 6.6}, {6.6, 7.2}};
+  ASSERT_EQ(r.events[0].size(), want.size());
+  for (size_t i = 0; i < want.size(); ++i) {
+    EXPECT_DOUBLE_EQ(r.events[0][i].start_s, want[i].first) << pt::to_string(r.events[0][i].action);
+    EXPECT_DOUBLE_EQ(r.events[0][i].end_s, want[i].second) << pt::to_string(r.events[0][i].action);
+  }
+  in.step_weight_s = {1.2, 1.0};
+  EXPECT_NE(input_error_of([&] { pt::simulate_schedule(s, in); }).find("2 weight-gradient pass times given"),
+            std::string::npos);
+}
+
 struct Broken {
   std::string what;
   int p, n;

@@ -49,6 +49,11 @@ void check_input(const Schedule& s, const SimulationInput& in) {
                   std::to_string(per_action) + " (F, B and W of every stage and micro-batch)");
   for (double t : in.action_seconds)
     if (!(t >= 0.0)) reject(s, "an action time is negative (or NaN)");
+  if (!in.step_weight_s.empty() && in.step_weight_s.size() != in.stages.size())
+    reject(s, std::to_string(in.step_weight_s.size()) + " weight-gradient pass times given; expected " +
+                  std::to_string(in.stages.size()) + " (one per stage)");
+  for (double t : in.step_weight_s)
+    if (!(t >= 0.0)) reject(s, "a weight-gradient pass time is negative (or NaN)");
   for (const LinkCost& link : in.links)
     if (!(link.latency_s >= 0.0 && link.bandwidth_bytes_per_s >= 0.0))
       reject(s, "a link has a negative (or NaN) latency or bandwidth");
@@ -112,6 +117,8 @@ class StepSimulation {
       return in_.action_seconds[pair(a.stage, a.mb) * 3 + k];
     }
     const StageCost& c = in_.stages[a.stage];
+    if (a.kind == ActionKind::W && s_.step_weight_grads && !in_.step_weight_s.empty())
+      return in_.step_weight_s[static_cast<size_t>(a.stage)] / n_;
     if (a.kind == ActionKind::F) return c.forward_s;
     return a.kind == ActionKind::W ? w_time(a.stage) : c.backward_s - w_time(a.stage);
   }

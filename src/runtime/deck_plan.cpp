@@ -2,6 +2,7 @@
 // (runtime/deck_plan.hpp).
 #include "pipetrain/runtime/deck_plan.hpp"
 
+#include <algorithm>
 #include <cstdio>
 
 #include "pipetrain/runtime/trainer.hpp"
@@ -67,9 +68,19 @@ double weight_grad_share(const ModelConfig& m) {
   return weights / (2.0 * weights + 2.0 * attention);
 }
 
+std::vector<double> step_weight_seconds(const ModelProfile& pass_profile, double weight_grad_share,
+                                        const std::vector<int64_t>& units_per_stage,
+                                        const std::vector<PlanRecompute>& policies) {
+  std::vector<double> seconds;
+  for (const StageCost& c : stage_costs(pass_profile, units_per_stage, policies))
+    seconds.push_back(weight_grad_share * std::max(0.0, c.backward_s - c.recompute_s));
+  return seconds;
+}
+
 SimulationResult predict_step(const Deck& deck, const ModelProfile& profile,
                               const Schedule& schedule, const std::vector<int64_t>& units_per_stage,
-                              const std::vector<PlanRecompute>& policies) {
+                              const std::vector<PlanRecompute>& policies,
+                              const ModelProfile* pass_profile) {
   SimulationInput input;
   input.stages = stage_costs(profile, units_per_stage, policies);
   input.links = {profile.link};
@@ -78,6 +89,9 @@ SimulationResult predict_step(const Deck& deck, const ModelProfile& profile,
   input.record_events = false;
   input.weight_grad_share = weight_grad_share(deck.model);
   input.receiver_progress = receiver_driven_links(profile);
+  if (schedule.step_weight_grads && pass_profile)
+    input.step_weight_s =
+        step_weight_seconds(*pass_profile, input.weight_grad_share, units_per_stage, policies);
   return simulate_schedule(schedule, input);
 }
 

@@ -453,4 +453,33 @@ ModelProfile profile_model(const Deck& deck, Backend& be, MPI_Comm comm,
   return p;
 }
 
+ModelProfile profile_weight_pass(const Deck& deck, Backend& be, MPI_Comm comm,
+                                 const ModelProfile& profile, const ProfileOptions& options) {
+  PT_CHECK(options.reps >= 1 && options.warmup >= 0, "profile repetitions");
+  Deck whole = deck;
+  whole.pipeline.micro_batches = 1;  // a replica's whole batch: the pass's rows
+  Context c(whole, be, options);
+  choose_cache_state(c, profile, comm);
+  std::vector<double> mine;
+  for (size_t u = 0; u < profile.units.size(); ++u) {
+    timed_barrier(comm, "the profiler's barrier before a unit (weight-gradient pass)");
+    UnitStage unit = build_unit(c, static_cast<int64_t>(u));
+    Executor none = unit_executor(c, unit, "none");
+    std::vector<double> times;
+    for (int r = 0; r < options.warmup + options.reps; ++r) {
+      const double backward_s = probe(c, none).backward_s;
+      if (r >= options.warmup) times.push_back(backward_s);
+    }
+    mine.push_back(median(times));
+  }
+  const std::vector<double> times = median_over_ranks(mine, comm);
+  ModelProfile pass = profile;
+  for (size_t u = 0; u < pass.units.size(); ++u) {
+    UnitCost& unit = pass.units[u];
+    unit.backward_s = times[u];
+    unit.recompute_s = unit.recompute_end_s = unit.recompute_selective_s = 0.0;
+  }
+  return pass;
+}
+
 }  // namespace pt

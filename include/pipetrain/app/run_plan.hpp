@@ -23,6 +23,10 @@ class MetricsFile;
 struct RunPlan {
   bool measured = false;         // a profile was measured (else nothing below is set)
   ModelProfile profile;
+  // pipeline.weight_grad = "step": the units at a whole replica batch's rows
+  // (the rows of the pass of weight gradients), for its time.
+  ModelProfile pass_profile;
+  bool has_pass_profile = false;
   PartitionResult partition;     // the run's partition and its per-stage costs
   SimulationResult prediction;   // one simulated step of the run
   double profile_seconds = 0.0;  // wall time of the brief profile

@@ -61,6 +61,11 @@ struct SimulationInput {
   // micro-batch), (num_stages, num_micro_batches, 3) flattened, replacing
   // the stages' per-micro-batch times (a replay of a traced step).
   std::vector<double> action_seconds = {};
+  // (stages) seconds of each stage's whole pass of weight gradients in a
+  // schedule with per-step weight gradients (Schedule::step_weight_grads),
+  // each of its N W actions taking 1/N of it; empty: every W its
+  // per-micro-batch time (an upper bound: the pass's GEMMs span all rows).
+  std::vector<double> step_weight_s = {};
 };
 
 // One action on the simulated timeline. F, B, W: compute. SEND_*: posted at

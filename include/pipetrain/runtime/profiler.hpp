@@ -61,6 +61,14 @@ std::string profile_model_description(const Deck& deck);
 ModelProfile profile_model(const Deck& deck, Backend& be, MPI_Comm comm,
                            const ProfileOptions& options = {});
 
+// pipeline.weight_grad = "step": `profile` with every unit's backward_s
+// measured again at a whole replica batch's rows (the rows of the pass of
+// weight gradients), the units alone under policy none in `profile`'s cache
+// state, and its recompute times 0. Collective over comm. The planner takes
+// W's share of it as the pass's time (deck_plan.hpp, step_weight_seconds).
+ModelProfile profile_weight_pass(const Deck& deck, Backend& be, MPI_Comm comm,
+                                 const ModelProfile& profile, const ProfileOptions& options);
+
 // The stage-chain calibration (runtime/profile_chain.cpp, docs/profile.md
 // "Stage chains"): units measured alone miss what the units of one stage do
 // to each other (caches, buffers, prefetch). Every stage of the uniform
