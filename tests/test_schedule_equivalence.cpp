@@ -172,9 +172,10 @@ void check_step_weight_grads(const Deck& base, const std::vector<std::string>& r
       if (is_root()) {
         alone = run_trainer(reference, MPI_COMM_SELF);
         per_micro_batch = run_trainer(with_schedule(reference, {"1f1b", 1}), MPI_COMM_SELF);
-        if (n > 1)
+        if (n > 1) {
           EXPECT_GT(bitwise_differences(alone.params, per_micro_batch.params), 0u)
               << base.model.type << " N=" << n << ": weight_grad = step changed no bit";
+        }
       }
       for (int p : {1, 2, 4}) {
         if (p > world_size()) continue;

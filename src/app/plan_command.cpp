@@ -78,6 +78,7 @@ PlanRequest request_for(const Deck& deck, const CommandLine& cli, int stages) {
   r.micro_batch_counts = cli.micro_batch_counts;
   r.memory_budget_bytes = deck.pipeline.memory_budget_mb * 1024.0 * 1024.0;
   r.weight_grad_share = weight_grad_share(deck.model);
+  r.weight_grad = deck.pipeline.weight_grad;
   r.schedules = cli.schedules;
   if (r.schedules.empty()) {  // the defaults, and the deck's own when it is generated
     r.schedules = {"gpipe", "1f1b"};
@@ -209,6 +210,10 @@ int run_plan(MPI_Comm comm, const CommandLine& cli, const Deck& deck, const std:
               deck.pipeline.memory_budget_mb > 0.0
                   ? "pipeline.memory_budget_mb"
                   : (cli.device.empty() ? "this node's memory / stages" : "the device's memory"));
+  if (request.weight_grad == "step")
+    std::printf("plan: weight gradients once per step (pipeline.weight_grad = \"step\") under "
+                "gpipe, 1f1b and interleaved; each stage's pass timed at a whole replica batch's "
+                "rows\n");
   std::printf("%s", format_plan_table(table, static_cast<size_t>(cli.top)).c_str());
   std::printf("%s\n", deck_rank(deck, table).c_str());
   std::fflush(stdout);

@@ -14,6 +14,7 @@
 #include <cstdio>
 #include <ctime>
 #include <limits>
+#include <memory>
 
 #include "pipetrain/base/error.hpp"
 #include "pipetrain/plan/simulate.hpp"
@@ -118,7 +119,7 @@ void check_request(const PlanRequest& request) {
 PlanRow plan_point(const ModelProfile& profile, const Schedule& schedule,
                    const std::vector<int>& in_flight, const std::vector<LinkCost>& links,
                    const std::string& recompute, PartitionObjective objective,
-                   const PlanRequest& request) {
+                   const PlanRequest& request, const ModelProfile& pass_profile) {
   PlanRow row;
   row.data_parallel = request.data_parallel;
   row.num_stages = request.num_stages;
@@ -143,6 +144,9 @@ PlanRow plan_point(const ModelProfile& profile, const Schedule& schedule,
                       replica_batch(request), false};
   sim.receiver_progress = receiver_driven_links(profile);
   sim.weight_grad_share = request.weight_grad_share;
+  if (schedule.step_weight_grads)
+    sim.step_weight_s = step_weight_seconds(pass_profile, sim.weight_grad_share, part.units_per_stage,
+                                            {PlanRecompute::parse(recompute)});
   SimulationResult result = simulate_schedule(schedule, sim);
   row.units_per_stage = part.units_per_stage;
   // Data parallelism: stage s's reduction starts at the end of its last
@@ -209,7 +213,13 @@ PlanTable rank_plans(const ProfileForMicroBatch& profile_for, const std::vector<
   table.num_stages = request.num_stages;
   table.total_ranks = request.num_stages * request.data_parallel;
   table.memory_budget_bytes = request.memory_budget_bytes;
+  // weight_grad = "step": the profile at a whole replica batch's rows times
+  // the pass of weight gradients; asked for first, so that a measuring
+  // profile_for leaves the links of each N's own profile for its plans.
+  std::unique_ptr<ModelProfile> pass_profile;
   for (int n : micro_batch_counts(request)) {
+    if (request.weight_grad == "step" && !pass_profile)
+      pass_profile = std::make_unique<ModelProfile>(profile_for(replica_batch(request)));
     const ModelProfile profile = profile_for(replica_batch(request) / n);
     table.model = profile.model;
     table.device = profile.backend;
@@ -217,7 +227,10 @@ PlanTable rank_plans(const ProfileForMicroBatch& profile_for, const std::vector<
       const Clock::time_point generation_start = Clock::now();
       const std::clock_t generation_cpu = std::clock();
       if (!schedule_accepts(name, request.num_stages, n)) continue;
-      const Schedule schedule = generate_schedule(name, request.num_stages, n, request.virtual_stages);
+      Schedule schedule = generate_schedule(name, request.num_stages, n, request.virtual_stages);
+      const bool step = request.weight_grad == "step" && !splits_backward(schedule);
+      if (step) schedule = with_step_weight_grads(schedule);
+
       const std::vector<int> in_flight = schedule_in_flight(schedule);
       const double generation_s = seconds_since(generation_start);
       const double generation_cpu_s = cpu_seconds_since(generation_cpu);
@@ -225,7 +238,8 @@ PlanTable rank_plans(const ProfileForMicroBatch& profile_for, const std::vector<
         for (PartitionObjective objective : request.partitions) {
           const Clock::time_point start = Clock::now();
           const std::clock_t cpu_start = std::clock();
-          PlanRow row = plan_point(profile, schedule, in_flight, links, recompute, objective, request);
+          PlanRow row = plan_point(profile, schedule, in_flight, links, recompute, objective, request,
+                                   step ? *pass_profile : profile);
           row.plan_s = generation_s + seconds_since(start);
           row.plan_cpu_s = generation_cpu_s + cpu_seconds_since(cpu_start);
           table.rows.push_back(std::move(row));

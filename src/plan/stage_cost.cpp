@@ -338,6 +338,15 @@ void check_counts(const std::vector<int64_t>& counts, size_t partitionable) {
 
 }  // namespace
 
+std::vector<double> step_weight_seconds(const ModelProfile& pass_profile, double weight_grad_share,
+                                        const std::vector<int64_t>& units_per_stage,
+                                        const std::vector<PlanRecompute>& policies) {
+  std::vector<double> seconds;
+  for (const StageCost& c : stage_costs(pass_profile, units_per_stage, policies))
+    seconds.push_back(weight_grad_share * std::max(0.0, c.backward_s - c.recompute_s));
+  return seconds;
+}
+
 std::vector<StageCost> stage_costs(const ModelProfile& profile,
                                    const std::vector<int64_t>& units_per_stage,
                                    const std::vector<PlanRecompute>& policies) {

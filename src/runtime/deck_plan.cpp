@@ -68,15 +68,6 @@ double weight_grad_share(const ModelConfig& m) {
   return weights / (2.0 * weights + 2.0 * attention);
 }
 
-std::vector<double> step_weight_seconds(const ModelProfile& pass_profile, double weight_grad_share,
-                                        const std::vector<int64_t>& units_per_stage,
-                                        const std::vector<PlanRecompute>& policies) {
-  std::vector<double> seconds;
-  for (const StageCost& c : stage_costs(pass_profile, units_per_stage, policies))
-    seconds.push_back(weight_grad_share * std::max(0.0, c.backward_s - c.recompute_s));
-  return seconds;
-}
-
 SimulationResult predict_step(const Deck& deck, const ModelProfile& profile,
                               const Schedule& schedule, const std::vector<int64_t>& units_per_stage,
                               const std::vector<PlanRecompute>& policies,

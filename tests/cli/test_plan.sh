@@ -7,7 +7,8 @@
 # predicts that run's step again; on the H200 description it plans GPT-3 175B at
 # 8 stages (nothing fits) and 64 (1F1B, selective, balanced, as
 # test_plan_device finds); --schedules weighs interleaved and the zero-bubble
-# schedules; bad inputs get their message.
+# schedules, and pipeline.weight_grad = "step" its pass of weight
+# gradients; bad inputs get their message.
 #   tests/cli/test_plan.sh BUILD_DIR
 source "$(dirname "$0")/lib.sh" "$1"
 
@@ -23,6 +24,19 @@ check "rows are ranked by predicted step time" sorted_by_step
 check "it names the best plan" output_has "best: rank 1, "
 check "it names the deck's own rank" output_has "the deck as written (1f1b, N=8, recompute none, partition uniform) ranks "
 check "it says where the costs come from" output_has "plan: costs from brief profiles measured now on 2 ranks"
+
+# pipeline.weight_grad = "step": the same 1F1B point with its weight
+# gradients in one pass per stage after its last B predicts a larger peak
+# (every micro-batch's weight-gradient inputs kept until the pass) than per
+# micro-batch. (Its bubble is smaller too, but on this GPT only by about
+# half a point, within two brief profiles' noise.)
+point_of() { grep -E "^ +[0-9]+ +2x1 +[0-9.e+-]+ +1f1b +8 +[0-9]+ +none +uniform " "$tmp/out" | awk "{print \$$1}"; }
+per_mb_bubble=$(point_of 11); per_mb_peak=$(point_of 12)  # from the first plan above
+run 2 plan inputs/gpt_markov.toml --micro-batches 8 --schedules 1f1b --set pipeline.weight_grad=\"step\" --top 1000
+check "plan with weight_grad = step succeeds" status_is 0
+check "... and says so" output_has 'plan: weight gradients once per step (pipeline.weight_grad = "step")'
+check "... a larger peak ($(point_of 12) against $per_mb_peak MiB; bubble $(point_of 11) against $per_mb_bubble)" \
+  awk -v m="$(point_of 12)" -v m0="$per_mb_peak" 'BEGIN { exit !(m0 > 0 && m > m0) }'
 
 # A budget that only recomputation meets: the best plan is the fastest that fits.
 run 2 plan inputs/gpt_markov.toml --micro-batches 8 --set pipeline.memory_budget_mb=9.4 --top 1000

@@ -42,6 +42,10 @@ struct PlanRequest {
   LinkCost replica_link;
   std::string dp_reduction = "replica";  // "replica" | "ordered" (N slots per replica)
   double weight_grad_share = 0.5;  // SimulationInput::weight_grad_share (zero-bubble schedules)
+  // pipeline.weight_grad: "step" runs the weight gradients of the schedules
+  // without W (gpipe, 1f1b, interleaved) once per step (with_step_weight_grads),
+  // each stage's pass timed from the profile at a whole replica batch's rows.
+  std::string weight_grad = "micro_batch";
 };
 
 struct PlanRow {

@@ -155,4 +155,13 @@ std::vector<StageCost> stage_costs(const ModelProfile& profile,
                                    const std::vector<int64_t>& units_per_stage,
                                    const std::vector<PlanRecompute>& policies);
 
+// pipeline.weight_grad = "step": each stage's pass of weight gradients over
+// a whole replica batch (SimulationInput::step_weight_s): W's share of the
+// stage's backward without recompute, from `pass_profile`, a profile at
+// those rows (runtime/profiler.hpp profile_weight_pass, or any profile of
+// that micro-batch size).
+std::vector<double> step_weight_seconds(const ModelProfile& pass_profile, double weight_grad_share,
+                                        const std::vector<int64_t>& units_per_stage,
+                                        const std::vector<PlanRecompute>& policies);
+
 }  // namespace pt

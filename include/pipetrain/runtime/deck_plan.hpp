@@ -44,11 +44,7 @@ SimulationResult predict_step(const Deck& deck, const ModelProfile& profile,
                               const Schedule& schedule, const std::vector<int64_t>& units_per_stage,
                               const std::vector<PlanRecompute>& policies,
                               const ModelProfile* pass_profile = nullptr);
-// Each stage's pass of weight gradients over a whole replica batch: W's
-// share of its backward without recompute, from units profiled at those rows.
-std::vector<double> step_weight_seconds(const ModelProfile& pass_profile, double weight_grad_share,
-                                        const std::vector<int64_t>& units_per_stage,
-                                        const std::vector<PlanRecompute>& policies);
+
 
 // "plan: partition time: ..." and the predicted step and per-stage figures, for the log.
 std::string describe_plan(const std::string& strategy, const PartitionResult& partition,
