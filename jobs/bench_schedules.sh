@@ -7,7 +7,8 @@
 # the unbalanced GPT (inputs/gpt_markov.toml, "gpt"); MODELS picks (also
 # "mlp-equal": inputs/bench_mlp_equal.toml, equal GEMM work at 2 stages;
 # SCHEDULES may add zb-h1-measured and zb-v-measured: pipeline.schedule_times
-# = "measured", timed from the step the schedule was placed at), at
+# = "measured", timed from the step the schedule was placed at; and
+# 1f1b-wstep, gpipe-wstep, interleaved-wstep: pipeline.weight_grad = "step"), at
 # P = 2 ranks, N = 2, 4, 8, 16, each REPS times (default 3; the schedules of
 # one model and N run one after another within a repetition, so that a slow
 # spell of the host hits them alike; the table gives medians): measured bubble (trace.h5, tools/trace_report.py) against
@@ -74,13 +75,16 @@ for rep in $(seq 1 "$REPS"); do
     for n in $N_LIST; do
       for s in $SCHEDULES; do
         deck=$(deck_of "$model")
-        [ "$s" = interleaved ] && [ $((n % P)) -ne 0 ] && continue
+        case $s in interleaved*) [ $((n % P)) -ne 0 ] && continue ;; esac
         dir=runs/bench_schedules${SUFFIX:-}_${model}_${s}_p${P}_n${n}_r$rep
         virtual=""
         [ "$s" = interleaved ] && virtual="--set pipeline.virtual_stages=2"
         # zb-h1-measured, zb-v-measured: placed again at the measured action times
         sched=$s
         case $s in *-measured) virtual="--set pipeline.schedule_times=\"measured\""; sched=${s%-measured} ;; esac
+        # 1f1b-wstep, ...: every stage's weight gradients in one pass after its last B
+        case $s in *-wstep) virtual="--set pipeline.weight_grad=\"step\""; sched=${s%-wstep}
+                            if [ "$sched" = interleaved ]; then virtual+=" --set pipeline.virtual_stages=2"; fi ;; esac
         if [ "${REPORT_ONLY:-0}" = 1 ]; then  # the tables again from the runs already there
           [ -f "$dir/trace.h5" ] || { echo "bench_schedules: REPORT_ONLY=1 but $dir/trace.h5 is missing" >&2; exit 1; }
           dirs+=("$model=$dir")
@@ -156,6 +160,12 @@ cpu=$(grep -m1 "model name" /proc/cpuinfo | cut -d: -f2- | sed 's/^ *//')
     echo "each stage's median F, B and W time measured in steps 1-2 when that simulates a smaller"
     echo "bubble (docs/schedules.md); their rows count the steps from the placement on (3..),"
     echo "and their theory is the papers' placement's." ;;
+  esac
+  case " $SCHEDULES " in *-wstep*)
+    echo
+    echo "1f1b-wstep (and gpipe-, interleaved-): the schedule with pipeline.weight_grad = \"step\":"
+    echo "B computes input gradients only, each stage's weight gradients run in one pass after"
+    echo "its last B (docs/schedules.md); theory 2(P-1)/(3N+2(P-1)) for 1f1b and gpipe." ;;
   esac
   echo
   $PY tools/schedules_report.py --skip 2 "${dirs[@]}"

@@ -49,7 +49,8 @@ def run_row(arg, skip):
     model = label or ("gpt" if 'type = "gpt"' in deck else "mlp")
     return {
         "dir": run_dir, "model": model,
-        "schedule": trace.schedule_name + ("-measured" if trace.schedule_first_step > 0 else ""),
+        "schedule": trace.schedule_name + ("-measured" if trace.schedule_first_step > 0 else "")
+                    + ("-wstep" if "weight_grad: step" in trace.schedule else ""),
         "ranks": trace.num_ranks, "stages": trace.num_stages, "n": trace.num_micro_batches,
         "theory": r["bubble_theory"], "bubble": r["bubble"], "predicted_bubble": predicted_bubble,
         "at_costs": float("nan") if r["bubble_at_costs"] is None else r["bubble_at_costs"],
