@@ -109,7 +109,9 @@ cpu=$(grep -m1 "model name" /proc/cpuinfo | cut -d: -f2- | sed 's/^ *//')
 {
   echo "# Schedules: measured bubble and step time, P = $P (CPU backend)"
   echo
-  echo "Command: \`P=$P REPS=$REPS jobs/bench_schedules.sh\`; decks \`inputs/bench_mlp.toml\` (mlp: 16"
+  subset=""
+  [ -n "${SUFFIX:-}" ] && subset="SUFFIX=$SUFFIX MODELS=\"$MODELS\" SCHEDULES=\"$SCHEDULES\" N_LIST=\"$N_LIST\" "
+  echo "Command: \`${subset}P=$P REPS=$REPS jobs/bench_schedules.sh\`; decks \`inputs/bench_mlp.toml\` (mlp: 16"
   echo "Linear layers of 1024 x 1024, batch 512, 12 steps), \`inputs/gpt_balanced.toml\`"
   echo "(gpt-balanced: 7 blocks and a head that costs about one, C = 96, T = 64, V = 384, batch 32,"
   echo "20 steps, partition \"time\": equal stages) and \`inputs/gpt_markov.toml\` (gpt: 4 blocks,"

@@ -111,7 +111,9 @@ def title(trace, steps):
     which = f"step {steps[0]}" if len(steps) == 1 else f"steps {steps[0]}..{steps[-1]}"
     shape = (f"P = {trace.num_stages}" if trace.num_ranks == trace.num_stages
              else f"{trace.num_ranks} ranks, {trace.num_stages} stages")
-    text = f"{trace.schedule_name or 'schedule ?'}: {shape}, N = {trace.num_micro_batches}, {which}"
+    name = (trace.schedule_name or "schedule ?") + (
+        " with weight gradients once per step" if "weight_grad: step" in (trace.schedule or "") else "")
+    text = f"{name}: {shape}, N = {trace.num_micro_batches}, {which}"
     if per_step:
         theory = trace_report.trace_theory(trace)
         text += (f" — measured bubble {100 * np.mean(list(per_step.values())):.1f} %"

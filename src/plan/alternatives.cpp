@@ -230,7 +230,6 @@ PlanTable rank_plans(const ProfileForMicroBatch& profile_for, const std::vector<
       Schedule schedule = generate_schedule(name, request.num_stages, n, request.virtual_stages);
       const bool step = request.weight_grad == "step" && !splits_backward(schedule);
       if (step) schedule = with_step_weight_grads(schedule);
-
       const std::vector<int> in_flight = schedule_in_flight(schedule);
       const double generation_s = seconds_since(generation_start);
       const double generation_cpu_s = cpu_seconds_since(generation_cpu);
