@@ -198,7 +198,7 @@ run_pipetrain() {  # workload np rep [program: pipetrain | pipetrain-step]
     --batch "$(batch_of "$w")" --warmup "$WARMUP" --load "$load" --other "$RUN_OTHER" >> "$csv"
 }
 run_step() {  # workload np rep: pipetrain-step when STEP_WG=1
-  [ "$STEP_WG" = 1 ] && run_pipetrain "$1" "$2" "$3" pipetrain-step || true
+  if [ "$STEP_WG" = 1 ]; then run_pipetrain "$1" "$2" "$3" pipetrain-step; fi
 }
 
 run_peer() {  # workload np rep

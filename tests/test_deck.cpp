@@ -273,6 +273,10 @@ TEST(DeckErrors, StepWeightGradsNeedAScheduleWithoutW) {
             "\"1f1b\" or \"interleaved\"; remove it or change that key");
   EXPECT_HAS(text_error("[pipeline]\nschedule = \"1f1b\"\nweight_grad = \"batch\"\n"),
              "t.toml:3: pipeline.weight_grad = \"batch\": must be one of \"micro_batch\", \"step\"");
+  EXPECT_EQ(text_error("[pipeline]\nweight_grad = \"step\"\nrecompute = \"auto\"\nmemory_budget_mb = 64.0\n"),
+            "t.toml:3: pipeline.recompute: \"auto\" cannot be combined with pipeline.weight_grad = "
+            "\"step\" (t.toml:2) (every micro-batch keeps its weight-gradient inputs until the step's "
+            "pass, which recomputation does not drop); give a fixed policy");
 }
 
 TEST(DeckErrors, KeysOfAnotherModelOrDataTypeAreRejected) {

@@ -409,6 +409,15 @@ void check_recompute(const Deck& deck) {
   if (uses_auto && p.memory_budget_mb <= 0.0)
     throw InputError(deck.where("pipeline.recompute") +
                      " = \"auto\": needs pipeline.memory_budget_mb, the memory each stage may use");
+  // "auto" sizes a policy's stash per micro-batch in flight; with
+  // weight_grad = "step" every micro-batch also keeps its weight-gradient
+  // inputs until the pass, which no policy drops and the estimate omits.
+  if (uses_auto && p.weight_grad == "step")
+    throw InputError(deck.where(p.recompute == "auto" ? "pipeline.recompute" : "pipeline.recompute_stages") +
+                     ": \"auto\" cannot be combined with " +
+                     other_key(deck, "pipeline.weight_grad", "\"step\"") +
+                     " (every micro-batch keeps its weight-gradient inputs until the step's pass, "
+                     "which recomputation does not drop); give a fixed policy");
 }
 
 void check_partition_strategy(const Deck& deck) {

@@ -213,14 +213,16 @@ def main():
     def text(c):
         return f"{c[0]:.2f} [{c[1]:.2f}-{c[2]:.2f}]" if c else "-"
 
-    # The repetitions in which none of a workload's runs shared the machine.
+    # Per workload and pipetrain variant, the repetitions in which none of its
+    # runs and the peer's shared the machine.
     quiet = {}
     for w in workloads:
-        keys = [(w, prog, procs) for prog in programs for procs in (1, 2)]
-        if other and all(rate.get(k) for k in keys):
-            reps = [r for r in rate[keys[0]]
-                    if all(r in rate[k] and other.get(k, {}).get(r, 99.0) < QUIET for k in keys)]
-            quiet[w] = {k: {r: rate[k][r] for r in reps} for k in keys} if reps else {}
+        for prog in pipetrains:
+            keys = [(w, q, procs) for q in (prog, "peer") for procs in (1, 2)]
+            if other and all(rate.get(k) for k in keys):
+                reps = [r for r in rate[keys[0]]
+                        if all(r in rate[k] and other.get(k, {}).get(r, 99.0) < QUIET for k in keys)]
+                quiet[(w, prog)] = {k: {r: rate[k][r] for r in reps} for k in keys} if reps else {}
 
     p("\n## pipetrain / peer (throughput ratio)\n")
     p("Ratio of the medians; [min-max] of the ratios of the runs of the same repetition. "
@@ -233,7 +235,7 @@ def main():
         for prog in pipetrains:
             one = ratio_of(rate.get((w, prog, 1)), rate.get((w, "peer", 1)))
             two = ratio_of(rate.get((w, prog, 2)), rate.get((w, "peer", 2)))
-            q = quiet.get(w) or {}
+            q = quiet.get((w, prog)) or {}
             qtwo = ratio_of(q.get((w, prog, 2)), q.get((w, "peer", 2))) if q else None
             goal = GOALS["gpt" if w.startswith("gpt") else "mlp"]
             hits = [c[0] >= goal for c in (two, qtwo) if c]
@@ -243,7 +245,7 @@ def main():
               f"{text(qtwo) + f' (n = {nq})' if qtwo else '- (n = 0)'} | >= {goal:.2f} | {met} |")
 
     if other:
-        p(f"\n### Repetitions on a quiet machine (other processes < {QUIET} cores in all of a workload's runs)\n")
+        p(f"\n### Repetitions on a quiet machine (other processes < {QUIET} cores in all four runs of the variant and the peer)\n")
         p("The same numbers from only the repetitions in which no run of the workload shared "
           "the machine noticeably (other processes are independent of the program, so this "
           "selection favours neither side).\n")
@@ -252,7 +254,7 @@ def main():
         p("|---|---|---:|---:|---:|---:|---:|")
         for w in workloads:
             for prog in pipetrains:
-                q = quiet.get(w)
+                q = quiet.get((w, prog))
                 if not q:
                     p(f"| {LABELS.get(w, w)} | {PROGRAM_NAMES[prog]} | 0 | - | - | - | - |")
                     continue
