@@ -209,11 +209,8 @@ TEST(Theory, BubbleOfEverySchedule) {
     }
 }
 
-// The planner's simulator with W, by hand: one stage, F = 1, B = 3 of which
-// recompute 1, W share 1/2 -> W = (3 - 1) / 2 = 1 and B = 2; micro-batch 0
-// stays in flight until its W, so F1 finds two in flight.
-TEST(SimulatorW, TimesAndInFlightByHand) {
-  const Schedule s = from_lines({"0F0 0B0 0F1 0W0 0B1 0W1"}, 1, 2);
+// One stage with F = 1 and B = 3 of which recompute 1, W's share 1/2 (so W = 1, B = 2).
+pt::SimulationInput one_stage_with_w() {
   pt::SimulationInput in;
   pt::StageCost c;
   c.forward_s = 1.0;
@@ -222,13 +219,26 @@ TEST(SimulatorW, TimesAndInFlightByHand) {
   c.stash_bytes = 100.0;
   in.stages = {c};
   in.weight_grad_share = 0.5;
-  const pt::SimulationResult r = pt::simulate_schedule(s, in);
-  const std::vector<std::pair<double, double>> want = {{0, 1}, {1, 3}, {3, 4}, {4, 5}, {5, 7}, {7, 8}};
+  return in;
+}
+
+// Rank 0's events start and end as `want` says, in order.
+void expect_timeline(const pt::SimulationResult& r, const std::vector<std::pair<double, double>>& want) {
   ASSERT_EQ(r.events[0].size(), want.size());
   for (size_t i = 0; i < want.size(); ++i) {
     EXPECT_DOUBLE_EQ(r.events[0][i].start_s, want[i].first) << pt::to_string(r.events[0][i].action);
     EXPECT_DOUBLE_EQ(r.events[0][i].end_s, want[i].second) << pt::to_string(r.events[0][i].action);
   }
+}
+
+// The planner's simulator with W, by hand: one stage, F = 1, B = 3 of which
+// recompute 1, W share 1/2 -> W = (3 - 1) / 2 = 1 and B = 2; micro-batch 0
+// stays in flight until its W, so F1 finds two in flight.
+TEST(SimulatorW, TimesAndInFlightByHand) {
+  const Schedule s = from_lines({"0F0 0B0 0F1 0W0 0B1 0W1"}, 1, 2);
+  const pt::SimulationInput in = one_stage_with_w();
+  const pt::SimulationResult r = pt::simulate_schedule(s, in);
+  expect_timeline(r, {{0, 1}, {1, 3}, {3, 4}, {4, 5}, {5, 7}, {7, 8}});
   EXPECT_DOUBLE_EQ(r.busy_s[0], 8.0);
   EXPECT_EQ(r.peak_in_flight, (std::vector<int>{2}));
   EXPECT_DOUBLE_EQ(r.peak_bytes[0], 200.0);
@@ -246,22 +256,10 @@ TEST(SimulatorW, TimesAndInFlightByHand) {
 TEST(SimulatorW, StepWeightPassByHand) {
   const Schedule s = from_lines({"weight_grad: step", "0F0 0B0 0F1 0B1 0W0 0W1"}, 1, 2);
   ASSERT_TRUE(s.step_weight_grads);
-  pt::SimulationInput in;
-  pt::StageCost c;
-  c.forward_s = 1.0;
-  c.backward_s = 3.0;
-  c.recompute_s = 1.0;
-  in.stages = {c};
-  in.weight_grad_share = 0.5;
+  pt::SimulationInput in = one_stage_with_w();
   EXPECT_DOUBLE_EQ(pt::simulate_schedule(s, in).span_s_max, 8.0);
   in.step_weight_s = {1.2};
-  const pt::SimulationResult r = pt::simulate_schedule(s, in);
-  const std::vector<std::pair<double, double>> want = {{0, 1}, {1, 3}, {3, 4}, {4, 6}, {6, 6.6}, {6.6, 7.2}};
-  ASSERT_EQ(r.events[0].size(), want.size());
-  for (size_t i = 0; i < want.size(); ++i) {
-    EXPECT_DOUBLE_EQ(r.events[0][i].start_s, want[i].first) << pt::to_string(r.events[0][i].action);
-    EXPECT_DOUBLE_EQ(r.events[0][i].end_s, want[i].second) << pt::to_string(r.events[0][i].action);
-  }
+  expect_timeline(pt::simulate_schedule(s, in), {{0, 1}, {1, 3}, {3, 4}, {4, 6}, {6, 6.6}, {6.6, 7.2}});
   in.step_weight_s = {1.2, 1.0};
   EXPECT_NE(input_error_of([&] { pt::simulate_schedule(s, in); }).find("2 weight-gradient pass times given"),
             std::string::npos);

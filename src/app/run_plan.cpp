@@ -50,10 +50,8 @@ RunPlan prepare_run_plan(Deck& deck, MPI_Comm comm, const ComputeResources& comp
   plan.speed_probe_s.push_back(time_speed_probe(be, comm));
   const auto start = std::chrono::steady_clock::now();
   plan.profile = profile_model(deck, be, comm, brief_options(compute));
-  if (deck.pipeline.weight_grad == "step") {
+  if (deck.pipeline.weight_grad == "step")
     plan.pass_profile = profile_weight_pass(deck, be, comm, plan.profile, brief_options(compute));
-    plan.has_pass_profile = true;
-  }
   plan.profile_seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   plan.speed_probe_s.push_back(time_speed_probe(be, comm));
@@ -72,7 +70,7 @@ void predict_run(RunPlan& plan, const Deck& deck, const Trainer& trainer) {
     policies.push_back(PlanRecompute::parse(c.policy));
   plan.prediction = predict_step(deck, plan.profile, trainer.schedule(),
                                  plan.partition.units_per_stage, policies,
-                                 plan.has_pass_profile ? &plan.pass_profile : nullptr);
+                                 plan.pass_profile ? &*plan.pass_profile : nullptr);
 }
 
 void print_run_plan(const RunPlan& plan, const Deck& deck) {

@@ -14,7 +14,7 @@
 #include <cstdio>
 #include <ctime>
 #include <limits>
-#include <memory>
+#include <optional>
 
 #include "pipetrain/base/error.hpp"
 #include "pipetrain/plan/simulate.hpp"
@@ -216,10 +216,10 @@ PlanTable rank_plans(const ProfileForMicroBatch& profile_for, const std::vector<
   // weight_grad = "step": the profile at a whole replica batch's rows times
   // the pass of weight gradients; asked for first, so that a measuring
   // profile_for leaves the links of each N's own profile for its plans.
-  std::unique_ptr<ModelProfile> pass_profile;
+  std::optional<ModelProfile> pass_profile;
   for (int n : micro_batch_counts(request)) {
     if (request.weight_grad == "step" && !pass_profile)
-      pass_profile = std::make_unique<ModelProfile>(profile_for(replica_batch(request)));
+      pass_profile = profile_for(replica_batch(request));
     const ModelProfile profile = profile_for(replica_batch(request) / n);
     table.model = profile.model;
     table.device = profile.backend;

@@ -2,7 +2,6 @@
 // (runtime/deck_plan.hpp).
 #include "pipetrain/runtime/deck_plan.hpp"
 
-#include <algorithm>
 #include <cstdio>
 
 #include "pipetrain/runtime/trainer.hpp"

@@ -192,19 +192,27 @@ Tensor Tensor::to(Device dev, MemCategory cat) const {
   return t;
 }
 
+namespace {
+
+// `bytes` from src (on `from`) to dst (on `to`): memcpy between host
+// buffers, else the accelerator's copy hook.
+void copy_bytes(void* dst, Device to, const void* src, Device from, size_t bytes) {
+  if (bytes == 0) return;
+  if (from == Device::CPU && to == Device::CPU) {
+    std::memcpy(dst, src, bytes);
+    return;
+  }
+  PT_CHECK(from == Device::CPU || to == Device::CPU || from == to,
+           "a copy between two different accelerators");
+  hooks_of(from == Device::CPU ? to : from).copy(dst, to, src, from, bytes);
+}
+
+}  // namespace
+
 void copy_tensor(const Tensor& src, Tensor& dst) {
   PT_CHECK(src.bytes() == dst.bytes(), "copy_tensor: " + shape_string(src.shape()) + " to " +
                                            shape_string(dst.shape()));
-  if (src.bytes() == 0) return;
-  const Device from = src.device(), to = dst.device();
-  if (from == Device::CPU && to == Device::CPU) {
-    std::memcpy(dst.raw(), src.raw(), src.bytes());
-    return;
-  }
-  const Device other = from == Device::CPU ? to : from;
-  PT_CHECK(from == Device::CPU || to == Device::CPU || from == to,
-           "copy_tensor between two different accelerators");
-  hooks_of(other).copy(dst.raw(), to, src.raw(), from, src.bytes());
+  copy_bytes(dst.raw(), dst.device(), src.raw(), src.device(), src.bytes());
 }
 
 void copy_rows_into(const Tensor& src, Tensor& dst, int64_t first_row) {
@@ -218,8 +226,7 @@ void copy_rows_into(const Tensor& src, Tensor& dst, int64_t first_row) {
                " of " + shape_string(dst.shape()));
   if (src.bytes() == 0) return;
   char* at = static_cast<char*>(dst.raw()) + row_bytes * static_cast<size_t>(first_row);
-  if (src.device() == Device::CPU) std::memcpy(at, src.raw(), src.bytes());
-  else hooks_of(src.device()).copy(at, dst.device(), src.raw(), src.device(), src.bytes());
+  copy_bytes(at, dst.device(), src.raw(), src.device(), src.bytes());
 }
 
 MemoryStats memory_stats() { return allocator().stats(); }

@@ -9,6 +9,7 @@
 
 #include <mpi.h>
 
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -25,8 +26,7 @@ struct RunPlan {
   ModelProfile profile;
   // pipeline.weight_grad = "step": the units at a whole replica batch's rows
   // (the rows of the pass of weight gradients), for its time.
-  ModelProfile pass_profile;
-  bool has_pass_profile = false;
+  std::optional<ModelProfile> pass_profile;
   PartitionResult partition;     // the run's partition and its per-stage costs
   SimulationResult prediction;   // one simulated step of the run
   double profile_seconds = 0.0;  // wall time of the brief profile

@@ -45,7 +45,6 @@ SimulationResult predict_step(const Deck& deck, const ModelProfile& profile,
                               const std::vector<PlanRecompute>& policies,
                               const ModelProfile* pass_profile = nullptr);
 
-
 // "plan: partition time: ..." and the predicted step and per-stage figures, for the log.
 std::string describe_plan(const std::string& strategy, const PartitionResult& partition,
                           const SimulationResult& step);
