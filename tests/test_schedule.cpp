@@ -258,6 +258,59 @@ TEST(Generators, AllValidateWithExpectedPeakInFlight) {
   }
 }
 
+// --------------------------------------------------- sends finished first
+
+// 1F1B at P = 3: a middle stage's B finishes the activation it sent before
+// it (the next stage takes it right after sending B's gradient), and the
+// next stage's F finishes that gradient; GPipe has none (each stage's next
+// compute after a send consumes nothing from the peer).
+TEST(SendsFinishedFirst, OneFOneBPairsEachBWithTheActivationSentBeforeIt) {
+  const Schedule s = pt::generate_1f1b(3, 4);
+  const std::vector<std::vector<int>> finish = pt::sends_finished_before(s);
+  std::vector<std::string> pairs;
+  for (int r = 0; r < s.num_ranks; ++r)
+    for (size_t i = 0; i < finish[r].size(); ++i)
+      if (finish[r][i] >= 0)
+        pairs.push_back(pt::to_string(s.ranks[r][i]) + "<" + pt::to_string(s.ranks[r][finish[r][i]]));
+  const std::vector<std::string> expected{
+      "0B0<0SEND_F2", "0B1<0SEND_F3",  // stage 1 takes 0F2 (0F3) right after 1SEND_B0 (1SEND_B1)
+      "1B0<1SEND_F1", "1F2<1SEND_B0", "1B1<1SEND_F2", "1F3<1SEND_B1", "1B2<1SEND_F3",
+      "2F1<2SEND_B0", "2F2<2SEND_B1", "2F3<2SEND_B2"};  // 2F0, 1F1, 0B2, 0B3: none
+  EXPECT_EQ(pairs, expected) << pt::format_schedule(s);
+  for (const std::vector<int>& rank : pt::sends_finished_before(pt::generate_gpipe(3, 4)))
+    for (int index : rank) EXPECT_EQ(index, -1);
+}
+
+// Every generated schedule: each entry is an earlier send of the same rank,
+// to the stage whose input the compute waits for.
+TEST(SendsFinishedFirst, AreEarlierSendsToTheInputsRank) {
+  for (const char* name : {"gpipe", "1f1b", "interleaved", "zb-h1", "zb-v"})
+    for (int p : {2, 3, 4})
+      for (int n : {1, 2, 4, 8}) {
+        Schedule s;
+        try {
+          s = pt::generate_schedule(name, p, n, std::string(name) == "interleaved" ? 2 : 1);
+        } catch (const InputError&) {
+          continue;  // a count the schedule does not take
+        }
+        const std::vector<std::vector<int>> finish = pt::sends_finished_before(s);
+        for (int r = 0; r < s.num_ranks; ++r)
+          for (size_t i = 0; i < finish[r].size(); ++i) {
+            if (finish[r][i] < 0) continue;
+            const Action& c = s.ranks[r][i];
+            const Action& send = s.ranks[r][finish[r][i]];
+            const std::string where = std::string(name) + " P=" + std::to_string(p) + " N=" +
+                                      std::to_string(n) + " " + pt::to_string(c);
+            EXPECT_LT(finish[r][i], static_cast<int>(i)) << where;
+            EXPECT_TRUE(c.kind == ActionKind::F || c.kind == ActionKind::B) << where;
+            const int input_stage = c.kind == ActionKind::F ? c.stage - 1 : c.stage + 1;
+            const int send_to = send.kind == ActionKind::SEND_F ? send.stage + 1 : send.stage - 1;
+            EXPECT_TRUE(send.kind == ActionKind::SEND_F || send.kind == ActionKind::SEND_B) << where;
+            EXPECT_EQ(pt::stage_rank(s, send_to), pt::stage_rank(s, input_stage)) << where;
+          }
+      }
+}
+
 // --------------------------------------------------------------- validator
 
 TEST(Validator, AcceptsLocalHandoffOnOneRank) {

@@ -96,24 +96,28 @@ TEST(Simulator, GpipeTwoStagesByHand) {
 // P = 2, N = 3, 1F1B; the same costs.
 // Rank 0: 0F0 0SEND_F0 0RECV_B0 0F1 0SEND_F1 0B0 0RECV_B1 0F2 0SEND_F2 0RECV_B2 0B1 0B2
 // Rank 1: 1RECV_F0 1F0 1RECV_F1 1B0 1SEND_B0 1F1 1RECV_F2 1B1 1SEND_B1 1F2 1B2 1SEND_B2
+// Besides its input, a compute waits for the send sends_finished_before
+// names: 1F1 for 1SEND_B0 (rank 0's next compute after 0SEND_F1 is 0B0,
+// which takes it), 0B0 for 0SEND_F1, 1F2 for 1SEND_B1, 0B1 for 0SEND_F2.
 //   0F0 [0, 1] (arrives 1.5), 0F1 [1, 2]
 //   1F0 [1.5, 2.5]; 1RECV_F1 posted at 2.5, so 0SEND_F1's transfer starts
 //   then (rendezvous) and its data arrive at 3; 1B0 [2.5, 4.5]
-//   (arrives 5); 1F1 [4.5, 5.5]; 1B1 [5.5, 7.5] (arrives 8); 1F2 waits
-//   0B0 waits for 5: [5, 7]; 0F2 [7, 8] (arrives 8.5); 0B1 [8, 10]
+//   (arrives 5); 1F1 waits for 1SEND_B0 to arrive: [5, 6]; 1B1 [6, 8]
+//   (arrives 8.5)
+//   0B0 waits for 5: [5, 7]; 0F2 [7, 8] (arrives 8.5); 0B1 [8.5, 10.5]
 //   1F2 [8.5, 9.5]; 1B2 [9.5, 11.5] (arrives 12); 0B2 [12, 14]
 // Spans 14 and 12, busy 9 each: bubble 1 - 9/14 = 5/14.
 TEST(Simulator, OneFOneBTwoStagesByHand) {
   const Schedule s = pt::generate_1f1b(2, 3);
   SimulationInput in{{stage(1, 2), stage(1, 2)}, {latency(0.5)}, 0.0, 0, true};
   const SimulationResult r = pt::simulate_schedule(s, in);
-  expect_timeline(r, 0, {{"0F0", {0, 1}},      {"0SEND_F0", {1, 1.5}}, {"0RECV_B0", {1, 5}},
-                         {"0F1", {1, 2}},      {"0SEND_F1", {2, 3}},   {"0B0", {5, 7}},
-                         {"0RECV_B1", {7, 8}}, {"0F2", {7, 8}},        {"0SEND_F2", {8, 8.5}},
-                         {"0RECV_B2", {8, 12}}, {"0B1", {8, 10}},      {"0B2", {12, 14}}});
+  expect_timeline(r, 0, {{"0F0", {0, 1}},        {"0SEND_F0", {1, 1.5}}, {"0RECV_B0", {1, 5}},
+                         {"0F1", {1, 2}},        {"0SEND_F1", {2, 3}},   {"0B0", {5, 7}},
+                         {"0RECV_B1", {7, 8.5}}, {"0F2", {7, 8}},        {"0SEND_F2", {8, 8.5}},
+                         {"0RECV_B2", {8, 12}},  {"0B1", {8.5, 10.5}},   {"0B2", {12, 14}}});
   expect_timeline(r, 1, {{"1RECV_F0", {0, 1.5}},   {"1F0", {1.5, 2.5}},  {"1RECV_F1", {2.5, 3}},
-                         {"1B0", {2.5, 4.5}},      {"1SEND_B0", {4.5, 5}}, {"1F1", {4.5, 5.5}},
-                         {"1RECV_F2", {5.5, 8.5}}, {"1B1", {5.5, 7.5}},  {"1SEND_B1", {7.5, 8}},
+                         {"1B0", {2.5, 4.5}},      {"1SEND_B0", {4.5, 5}}, {"1F1", {5, 6}},
+                         {"1RECV_F2", {6, 8.5}},   {"1B1", {6, 8}},      {"1SEND_B1", {8, 8.5}},
                          {"1F2", {8.5, 9.5}},      {"1B2", {9.5, 11.5}}, {"1SEND_B2", {11.5, 12}}});
   EXPECT_EQ(r.span_s, (std::vector<double>{14, 12}));
   EXPECT_DOUBLE_EQ(r.bubble, 5.0 / 14.0);
@@ -122,29 +126,32 @@ TEST(Simulator, OneFOneBTwoStagesByHand) {
   EXPECT_EQ(r.peak_in_flight, (std::vector<int>{2, 1}));
 }
 
-// The same 1F1B with receiver_progress (MPI on the CPU: the receiver copies
-// between its computes). 1SEND_B1 is posted at 7.5 while rank 0 runs 0F2
-// [7, 8], so its transfer starts at 8 and arrives at 8.5 (not 8): 0B1
-// [8.5, 10.5]. Every other transfer finds its receiver idle or between
-// computes (0SEND_F1 at 2.5, when 1F0 ends), and the span stays 14.
+// 1F1B with receiver_progress (MPI on the CPU: the receiver copies between
+// its computes), stage 0 at F = B = 2. 0SEND_F1 is posted at 4 while rank 1
+// runs 1B0 [3.5, 5.5], so its transfer starts at 5.5 and arrives at 6 (at
+// 4.5 without receiver_progress); 1SEND_B1, posted at 9 during 0F2 [8, 10],
+// arrives at 10.5 (9.5). 0B0 and 1F1 start at 6 either way: each also waits
+// for the other's send (sends_finished_before), which arrives at 6.
 TEST(Simulator, ReceiverProgressStartsTransfersBetweenItsComputes) {
   const Schedule s = pt::generate_1f1b(2, 3);
-  SimulationInput in{{stage(1, 2), stage(1, 2)}, {latency(0.5)}, 0.0, 0, true};
+  SimulationInput in{{stage(2, 2), stage(1, 2)}, {latency(0.5)}, 0.0, 0, true};
   in.receiver_progress = true;
   const SimulationResult r = pt::simulate_schedule(s, in);
-  expect_timeline(r, 0, {{"0F0", {0, 1}},        {"0SEND_F0", {1, 1.5}}, {"0RECV_B0", {1, 5}},
-                         {"0F1", {1, 2}},        {"0SEND_F1", {2, 3}},   {"0B0", {5, 7}},
-                         {"0RECV_B1", {7, 8.5}}, {"0F2", {7, 8}},        {"0SEND_F2", {8, 8.5}},
-                         {"0RECV_B2", {8, 12}},  {"0B1", {8.5, 10.5}},   {"0B2", {12, 14}}});
-  expect_timeline(r, 1, {{"1RECV_F0", {0, 1.5}},   {"1F0", {1.5, 2.5}},    {"1RECV_F1", {2.5, 3}},
-                         {"1B0", {2.5, 4.5}},      {"1SEND_B0", {4.5, 5}},   {"1F1", {4.5, 5.5}},
-                         {"1RECV_F2", {5.5, 8.5}}, {"1B1", {5.5, 7.5}},    {"1SEND_B1", {7.5, 8.5}},
-                         {"1F2", {8.5, 9.5}},      {"1B2", {9.5, 11.5}},   {"1SEND_B2", {11.5, 12}}});
-  EXPECT_EQ(r.span_s, (std::vector<double>{14, 12}));
-  // Without it the same input gives 0B1 [8, 10] (OneFOneBTwoStagesByHand).
+  expect_timeline(r, 0, {{"0F0", {0, 2}},         {"0SEND_F0", {2, 2.5}}, {"0RECV_B0", {2, 6}},
+                         {"0F1", {2, 4}},         {"0SEND_F1", {4, 6}},   {"0B0", {6, 8}},
+                         {"0RECV_B1", {8, 10.5}}, {"0F2", {8, 10}},       {"0SEND_F2", {10, 10.5}},
+                         {"0RECV_B2", {10, 14}},  {"0B1", {10.5, 12.5}},  {"0B2", {14, 16}}});
+  expect_timeline(r, 1, {{"1RECV_F0", {0, 2.5}},    {"1F0", {2.5, 3.5}},   {"1RECV_F1", {3.5, 6}},
+                         {"1B0", {3.5, 5.5}},       {"1SEND_B0", {5.5, 6}}, {"1F1", {6, 7}},
+                         {"1RECV_F2", {7, 10.5}},   {"1B1", {7, 9}},       {"1SEND_B1", {9, 10.5}},
+                         {"1F2", {10.5, 11.5}},     {"1B2", {11.5, 13.5}}, {"1SEND_B2", {13.5, 14}}});
+  EXPECT_EQ(r.span_s, (std::vector<double>{16, 14}));
   in.receiver_progress = false;
   const SimulationResult free_links = pt::simulate_schedule(s, in);
-  EXPECT_DOUBLE_EQ(free_links.events[0][10].start_s, 8.0);
+  EXPECT_DOUBLE_EQ(free_links.events[1][2].end_s, 4.5);  // 1RECV_F1
+  EXPECT_DOUBLE_EQ(free_links.events[0][4].end_s, 4.5);  // 0SEND_F1
+  EXPECT_DOUBLE_EQ(free_links.events[1][8].end_s, 9.5);  // 1SEND_B1
+  EXPECT_DOUBLE_EQ(free_links.events[0][10].start_s, 10.5);  // 0B1
 }
 
 // Equal stages and free links: span (N + P - 1)(F + B) and bubble
@@ -230,6 +237,46 @@ TEST(Simulator, MessageBuffersLiveFromPostToUse) {
   const SimulationResult r = pt::simulate_schedule(s, {stages, {latency(0.1)}, 0.0, 0, false});
   EXPECT_DOUBLE_EQ(r.peak_bytes[0], 5000.0 + 200.0 + 10.0 + 70.0);
   EXPECT_DOUBLE_EQ(r.peak_bytes[1], 5000.0 + 200.0 + 70.0);
+}
+
+// A late stage finishes its send before its B (sends_finished_before), as
+// the executor does: 1F1B P = 2, N = 3, stage 0 at F = 3 s, B = 1 s, stage 1
+// at 1 s each, 0.1 s links, 10-byte messages, stash 100, persistent 5000,
+// transients F 40 / B 70.
+//   0F0 [0, 3], 0F1 [3, 6] (0SEND_F1 posted at 6, arrives 6.1)
+//   1F0 [3.1, 4.1], 1B0 [4.1, 5.1] (0's gradient arrives 5.2)
+//   0B0 has its input at 5.2 but waits for 0SEND_F1: [6.1, 7.1], so it
+//   holds no send buffer (at 6 it would hold 10 bytes)
+//   0B1 likewise waits for 0SEND_F2 (10.2), not only for its input (8.2)
+// (with receiver_progress the gradients arrive only when 0F1 and 0F2 end,
+// at 6.1 and 10.2, and the B's start at the same moments)
+// Stage 0 peaks at 0B1: 5000 + 2 x 100 + 70 + the posted 0RECV_B2's 10.
+TEST(Simulator, LateStageFinishesItsSendBeforeItsBackward) {
+  const Schedule s = pt::generate_1f1b(2, 3);
+  std::vector<StageCost> stages{stage(3.0, 1.0), stage(1.0, 1.0)};
+  for (StageCost& c : stages) {
+    c.stash_bytes = 100.0;
+    c.persistent_bytes = 5000.0;
+    c.forward_transient_bytes = 40.0;
+    c.backward_transient_bytes = 70.0;
+  }
+  stages[0].output_message_bytes = 10.0;
+  stages[1].input_message_bytes = 10.0;
+  for (bool progress : {false, true}) {
+    SimulationInput in{stages, {latency(0.1)}, 0.0, 0, true};
+    in.receiver_progress = progress;
+    const SimulationResult r = pt::simulate_schedule(s, in);
+    // With receiver_progress the gradients wait for 0F1 and 0F2 to end.
+    const double grad0 = progress ? 6.1 : 5.2, grad1 = progress ? 10.2 : 8.2;
+    expect_timeline(r, 0, {{"0F0", {0, 3}},          {"0SEND_F0", {3, 3.1}},    {"0RECV_B0", {3, grad0}},
+                           {"0F1", {3, 6}},          {"0SEND_F1", {6, 6.1}},    {"0B0", {6.1, 7.1}},
+                           {"0RECV_B1", {7.1, grad1}}, {"0F2", {7.1, 10.1}},    {"0SEND_F2", {10.1, 10.2}},
+                           {"0RECV_B2", {10.1, 12.3}}, {"0B1", {10.2, 11.2}},   {"0B2", {12.3, 13.3}}});
+    EXPECT_DOUBLE_EQ(r.peak_bytes[0], 5000.0 + 200.0 + 70.0 + 10.0) << "receiver_progress " << progress;
+  }
+  const std::vector<std::vector<int>> finish = pt::sends_finished_before(s);
+  EXPECT_EQ(finish[0][5], 4);  // 0B0 finishes 0SEND_F1 first
+  EXPECT_EQ(finish[1][5], 4);  // 1F1 finishes 1SEND_B0 first
 }
 
 // Rendezvous by hand: a slow stage 1 (F = 3 s) posts each RECV_F just before

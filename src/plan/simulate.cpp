@@ -71,7 +71,7 @@ class StepSimulation {
         waiting_for_(s.num_ranks, kNothing),
         pc_(s.num_ranks, 0), clock_(s.num_ranks, 0.0), busy_(s.num_ranks, 0.0),
         span_(s.num_ranks, 0.0), computes_(s.num_ranks), in_flight_(p_, 0),
-        result_() {
+        finish_first_(sends_finished_before(s)), result_() {
     result_.peak_in_flight.assign(p_, 0);
     result_.peak_bytes.assign(p_, 0.0);
     if (in.record_events) result_.events.resize(s.num_ranks);
@@ -220,6 +220,20 @@ class StepSimulation {
     return remote ? arrival(producer) : times_[k];
   }
 
+  // When the send the compute at pc_[rank] finishes first has arrived
+  // (sends_finished_before); 0 when it finishes none. Its receiver posted the
+  // receive before the compute that consumes it, and got to that compute
+  // when it sent this compute's input, so the post time is known here.
+  double own_send_finished(int rank) {
+    const int index = finish_first_[rank][static_cast<size_t>(pc_[rank])];
+    if (index < 0) return 0.0;
+    const Action& send = s_.ranks[rank][static_cast<size_t>(index)];
+    if (recv_post(matching_recv(send)) == kNotYet)
+      reject(s_, to_string(s_.ranks[rank][static_cast<size_t>(pc_[rank])]) + " on rank " + std::to_string(rank) +
+                     " finishes " + to_string(send) + " first, whose receive is not posted");
+    return arrival(send);
+  }
+
   void set_done(const Action& a, double time) {
     const size_t k = key(a.kind, a.stage, a.mb);
     if (times_[k] != kNotYet) reject(s_, to_string(a) + " appears more than once");
@@ -248,8 +262,9 @@ class StepSimulation {
       reject(s_, to_string(a) + " on rank " + std::to_string(rank) + " runs before its F");
     if (a.kind == ActionKind::W && done(ActionKind::B, a.stage, a.mb) == kNotYet)
       reject(s_, to_string(a) + " on rank " + std::to_string(rank) + " runs before its B");
-    const double ready = input_ready(rank, a);
+    double ready = input_ready(rank, a);
     if (ready == kNotYet) return false;
+    ready = std::max(ready, own_send_finished(rank));
     const double start = std::max(clock_[rank], ready);
     const double end = start + duration(a);
     if (a.kind == ActionKind::F) {
@@ -423,6 +438,7 @@ class StepSimulation {
   std::vector<double> clock_, busy_, span_;
   std::vector<std::vector<std::pair<double, double>>> computes_;  // per rank: (start, end) in order (receiver_progress)
   std::vector<int> in_flight_;  // per stage, while simulating: for peak_in_flight
+  std::vector<std::vector<int>> finish_first_;  // sends_finished_before(s_): per rank and action
   std::vector<int> runnable_;
   SimulationResult result_;
 };

@@ -97,7 +97,13 @@ StepOutcome Executor::run(const Schedule& schedule, const Dataset& data, int64_t
   action_times_.clear();
   const double start_us = clock().now_us();
   last_end_us_ = start_us;
-  for (const Action& a : schedule.ranks[transport_.rank()]) {
+  const std::vector<Action>& list = schedule.ranks[transport_.rank()];
+  if (finish_rule_for_ != list) {
+    finish_first_ = std::move(sends_finished_before(schedule)[transport_.rank()]);
+    finish_rule_for_ = list;
+  }
+  for (action_index_ = 0; action_index_ < list.size(); ++action_index_) {
+    const Action& a = list[action_index_];
     select(a.stage);
     run_action(a);
     reap_sends(false);
@@ -188,6 +194,7 @@ Tensor Executor::forward_input(int mb) {
     wait_for(state.recv_f);
     state.recv_f = Pending();
     x = std::move(state.recv_input);
+    finish_sends_first();
   }
   return x;
 }
@@ -333,6 +340,7 @@ void Executor::backward(int mb) {
     PT_CHECK(state.recv_b, "B of micro-batch " + std::to_string(mb) + " without RECV_B");
     wait_for(state.recv_b);
     state.recv_b = Pending();
+    finish_sends_first();
   }
   run_backward(mb, std::move(state.grad_output));
   state.backward_done = true;
@@ -511,6 +519,17 @@ void Executor::poll_receives() {
   }
 }
 
+// The sends the running compute finishes before it starts
+// (sends_finished_before): their receiver is taking them now, so the wait is
+// one message's copy, and the compute's memory never holds their buffers.
+void Executor::finish_sends_first() {
+  if (action_index_ >= finish_first_.size() || finish_first_[action_index_] < 0) return;
+  const Action& first = schedule_->ranks[transport_.rank()][finish_first_[action_index_]];
+  for (Send& send : sends_)
+    if (send.pending.action == first) wait_for(send.pending);
+  reap_sends(false);
+}
+
 void Executor::reap_sends(bool wait_all) {
   reaping_ = true;
   size_t kept = 0;
@@ -538,6 +557,7 @@ void Executor::wait_for(Pending& p) {
   };
   if (!poll_until(progress, deck_.pipeline.timeout_s))
     throw TimeoutError(describe(p.action));
+  if (!reaping_) reap_sends(false);
   const double end_us = clock().now_us();
   if (in_compute_) nested_wait_us_ += end_us - start_us;
   last_end_us_ = std::max(last_end_us_, end_us);

@@ -14,6 +14,8 @@
 //   - B(s, m) likewise waits for SEND_B(s+1, m) (B(s+1, m) on the same rank;
 //     nothing on the last stage, which starts from the loss) and lasts
 //     stages[s].backward_s (recompute included);
+//   - an F or B also waits for the arrival of the rank's own earlier send
+//     that sends_finished_before (schedule.hpp) names, as the executor does;
 //   - with a split backward (W actions) W(s, m) follows B(s, m) on its rank
 //     and lasts w = weight_grad_share x (backward_s - recompute_s), B the
 //     rest (backward_s - w): the weight-gradient products are half the

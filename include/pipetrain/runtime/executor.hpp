@@ -170,6 +170,7 @@ class Executor {
   // Frees the buffers of completed sends (all of them, waiting, when
   // wait_all); also called while a receive is waited for.
   void reap_sends(bool wait_all);
+  void finish_sends_first();  // the running compute's sends_finished_before
   int tag(int dst_stage, int direction, int mb) const;
   int peer_rank(int stage) const { return stage_rank(*schedule_, stage); }
   std::string describe(const Action& a) const;
@@ -212,6 +213,9 @@ class Executor {
   std::map<int, MicroBatch> mbs_;  // by key(mb): micro-batch and local stage
   std::vector<Send> sends_;
   bool reaping_ = false;  // inside reap_sends: its waits do not reap again
+  size_t action_index_ = 0;  // in this rank's list, of the running action
+  std::vector<int> finish_first_;       // (actions) sends_finished_before of this rank
+  std::vector<Action> finish_rule_for_;            // the list finish_first_ was made for
 };
 
 }  // namespace pt

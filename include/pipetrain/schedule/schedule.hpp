@@ -30,7 +30,9 @@
 //   SEND_B post a non-blocking send of B's input gradient to stage-1 (after B).
 //   RECV_B post a non-blocking receive of this stage's output gradient from stage+1.
 // Sends and receives never block when posted. F/B block until their input has
-// arrived; all sends are completed at the end of the step. Stage s lives on
+// arrived, and for the one earlier send of their rank that
+// sends_finished_before names, if any; all sends are completed at the end of
+// the step. Stage s lives on
 // rank s % num_ranks unless the schedule gives a placement (ZB-V's V shape:
 // rank r owns stages r and 2P-1-r). Comm actions are required exactly when
 // the two stages live on different ranks.
@@ -160,6 +162,15 @@ struct ScheduleReport {
   std::vector<int> peak_pending_w;
   int simulated_rounds = 0;         // rounds of the deadlock simulation
 };
+
+// (ranks, actions of that rank) for each action, the index in the same list
+// of the rank's own earlier send it finishes before it starts, or -1: for a
+// compute whose input comes from rank X, the send to X that X's next compute
+// after sending that input consumes (docs/schedules.md, "Sends finished
+// before a compute"). The executor waits for it and the planner's simulator
+// models the same wait, so no race of a few microseconds decides whether the
+// send's buffer is still held when the compute allocates.
+std::vector<std::vector<int>> sends_finished_before(const Schedule& s);
 
 // How the transport delivers, for the validator's deadlock simulation.
 //   MPI (the default): tagged messages; posting a send or receive never blocks.
