@@ -17,8 +17,10 @@
 # shared machine) makes the run's error partly the host's: every run times a
 # fixed matmul before and after its profile and after its steps (the speed
 # probe, docs/planner.md "A noisy host"), and a run whose probes spread more
-# than 10% is set aside (kept as DIR_unsteady<k>, listed in the report with
-# its error) and run again, at most TRIES times in all; the last try stays.
+# than 10%, or whose steps' second half ran more than 10% apart from the
+# first (a slow spell between the probes), is set aside (kept as
+# DIR_unsteady<k>, listed in the report with its error) and run again, at
+# most TRIES times in all; the last try stays.
 # Writes results/bench_planner.csv, results/bench_planner.md and the error
 # distribution results/bench_planner_error.png.
 #   jobs/bench_planner.sh                 (needs build/ and tools/.venv: make build tools)
@@ -75,8 +77,8 @@ for d in $DECKS; do
                 --set pipeline.schedule=\""$sched"\" --set pipeline.recompute=\""$rc"\" \
                 --set pipeline.partition=\""$part"\" --set output.dir=\""$dir"\" \
                 > "$dir.log" 2>&1 || { tail -20 "$dir.log"; exit 1; }
-              grep -q '^plan: speed probe.*over 10%' "$dir.log" && [ "$try" -lt "$TRIES" ] || break
-              grep '^plan: speed probe' "$dir.log"
+              grep -Eq '^plan: (speed probe|predicted step).*over 10%' "$dir.log" && [ "$try" -lt "$TRIES" ] || break
+              grep -E '^plan: (speed probe|predicted step)' "$dir.log"
               rm -rf "${dir}_unsteady$try"
               mv "$dir" "${dir}_unsteady$try"
               mv "$dir.log" "${dir}_unsteady$try.log"

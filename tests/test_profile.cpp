@@ -554,6 +554,11 @@ TEST(SpeedProbe, SlowestRanksTimeAndSpread) {
   EXPECT_DOUBLE_EQ(speed_probe_spread({2.0e-3, 2.5e-3, 2.2e-3}), 0.25);
   EXPECT_EQ(speed_probe_spread({2.0e-3}), 0.0);
   EXPECT_EQ(speed_probe_spread({0.0, 1.0}), 0.0);
+  // The steps' halves: medians 0.10 and 0.06 (a slow spell that ended).
+  EXPECT_NEAR(pt::step_time_shift({0.10, 0.11, 0.09, 0.06, 0.06, 0.07}), 0.10 / 0.06 - 1.0, 1e-12);
+  EXPECT_NEAR(pt::step_time_shift({0.06, 0.06, 0.10, 0.10}), 0.10 / 0.06 - 1.0, 1e-12);
+  EXPECT_EQ(pt::step_time_shift({0.05, 0.05, 0.05, 0.05, 0.05}), 0.0);
+  EXPECT_EQ(pt::step_time_shift({0.05, 0.5, 0.05}), 0.0);  // fewer than 4 steps
 }
 
 // The stage chains: after calibration the planner's sums over each stage of

@@ -14,6 +14,7 @@
 #include "pipetrain/app/blas_report.hpp"
 #include "pipetrain/app/run_plan.hpp"
 #include "pipetrain/app/rebalance_log.hpp"
+#include "pipetrain/runtime/speed_probe.hpp"
 
 #include <algorithm>
 #include <cmath>
@@ -352,9 +353,15 @@ void print_plan_error(const Progress& p) {
   std::vector<double> t(p.step_times.begin() + 1, p.step_times.end());
   std::sort(t.begin(), t.end());
   const double median = t[t.size() / 2];
-  std::printf("plan: predicted step %.2f ms, measured median %.2f ms over %zu steps: error %+.1f%%\n",
+  std::printf("plan: predicted step %.2f ms, measured median %.2f ms over %zu steps: error %+.1f%%",
               p.predicted_step_s * 1e3, median * 1e3, t.size(),
               100.0 * (p.predicted_step_s - median) / median);
+  const double shift = step_time_shift(std::vector<double>(p.step_times.begin() + 1, p.step_times.end()));
+  std::printf("; the steps' second half ran %.1f%% apart from the first", 100.0 * shift);
+  if (shift > kSteadyHostSpread)
+    std::printf(" (over %.0f%%: the host's speed changed during the steps, so part of the "
+                "error is the host's)", 100.0 * kSteadyHostSpread);
+  std::printf("\n");
 }
 
 void log_step(const Deck& deck, const StepRecord& rec, bool last, Progress& p, MetricsFile& metrics) {

@@ -47,4 +47,13 @@ double speed_probe_spread(const std::vector<double>& probe_seconds) {
   return *low > 0.0 ? *high / *low - 1.0 : 0.0;
 }
 
+double step_time_shift(const std::vector<double>& step_seconds) {
+  if (step_seconds.size() < 4) return 0.0;
+  const auto half = step_seconds.begin() + static_cast<std::ptrdiff_t>(step_seconds.size() / 2);
+  const double first = median(std::vector<double>(step_seconds.begin(), half));
+  const double second = median(std::vector<double>(half, step_seconds.end()));
+  if (!(first > 0.0 && second > 0.0)) return 0.0;
+  return std::max(first, second) / std::min(first, second) - 1.0;
+}
+
 }  // namespace pt

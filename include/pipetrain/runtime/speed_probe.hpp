@@ -27,4 +27,11 @@ constexpr double kSteadyHostSpread = 0.10;
 // non-positive time).
 double speed_probe_spread(const std::vector<double>& probe_seconds);
 
+// The probes see the host only before the profile, after it and after the
+// steps; a slow spell in between shows in the steps themselves. The median
+// step time of the second half of `step_seconds` over that of the first
+// half, less 1, as a magnitude (0 with fewer than 4 steps, or a non-positive
+// median). Over kSteadyHostSpread the host's speed changed during the steps.
+double step_time_shift(const std::vector<double>& step_seconds);
+
 }  // namespace pt
