@@ -98,9 +98,10 @@ StepOutcome Executor::run(const Schedule& schedule, const Dataset& data, int64_t
   const double start_us = clock().now_us();
   last_end_us_ = start_us;
   const std::vector<Action>& list = schedule.ranks[transport_.rank()];
-  if (finish_rule_for_ != list) {
+  if (finish_rule_for_ != schedule.ranks || finish_placement_for_ != schedule.placement) {  // peers' lists too
     finish_first_ = std::move(sends_finished_before(schedule)[transport_.rank()]);
-    finish_rule_for_ = list;
+    finish_rule_for_ = schedule.ranks;
+    finish_placement_for_ = schedule.placement;
   }
   for (action_index_ = 0; action_index_ < list.size(); ++action_index_) {
     const Action& a = list[action_index_];
@@ -525,8 +526,14 @@ void Executor::poll_receives() {
 void Executor::finish_sends_first() {
   if (action_index_ >= finish_first_.size() || finish_first_[action_index_] < 0) return;
   const Action& first = schedule_->ranks[transport_.rank()][finish_first_[action_index_]];
-  for (Send& send : sends_)
-    if (send.pending.action == first) wait_for(send.pending);
+  // Taken out of sends_ first: the wait reaps sends_, which moves its entries.
+  auto it = std::find_if(sends_.begin(), sends_.end(),
+                         [&](const Send& send) { return send.pending.action == first; });
+  if (it != sends_.end()) {
+    Send send = std::move(*it);
+    sends_.erase(it);
+    wait_for(send.pending);
+  }
   reap_sends(false);
 }
 

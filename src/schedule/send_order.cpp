@@ -46,7 +46,12 @@ class Positions {
       : s_(s), index_(static_cast<size_t>(s.num_stages) * static_cast<size_t>(s.num_micro_batches) * kKinds, -1) {
     for (const std::vector<Action>& list : s.ranks)
       for (size_t i = 0; i < list.size(); ++i)
-        if (const size_t k = slot(list[i]); k < index_.size()) index_[k] = static_cast<int>(i);
+        if (const size_t k = slot(list[i]); k < index_.size() && &list == &s.ranks[rank_of(list[i])])
+          index_[k] = static_cast<int>(i);  // an action on another rank's list: the validator reports it
+  }
+  size_t rank_of(const Action& a) const {
+    const int r = a.stage >= 0 && a.stage < s_.num_stages ? stage_rank(s_, a.stage) : -1;
+    return r >= 0 && static_cast<size_t>(r) < s_.ranks.size() ? static_cast<size_t>(r) : s_.ranks.size() - 1;
   }
   int of(const Action& a) const {
     const size_t k = slot(a);
@@ -75,7 +80,7 @@ int send_finished_before(const Schedule& s, const Positions& at, int rank, int i
   size_t next = static_cast<size_t>(sent_at) + 1;
   while (next < peer.size() && !is_compute(peer[next].kind)) ++next;
   Action ours;
-  if (next == peer.size() || !remote_input(s, peer[next], ours) || stage_rank(s, ours.stage) != rank)
+  if (next >= peer.size() || !remote_input(s, peer[next], ours) || stage_rank(s, ours.stage) != rank)
     return -1;
   const int mine = at.of(ours);
   return mine < index ? mine : -1;

@@ -215,7 +215,8 @@ class Executor {
   bool reaping_ = false;  // inside reap_sends: its waits do not reap again
   size_t action_index_ = 0;  // in this rank's list, of the running action
   std::vector<int> finish_first_;       // (actions) sends_finished_before of this rank
-  std::vector<Action> finish_rule_for_;            // the list finish_first_ was made for
+  std::vector<std::vector<Action>> finish_rule_for_;  // the schedule finish_first_ was made for
+  std::vector<int> finish_placement_for_;             // ... and its placement
 };
 
 }  // namespace pt
