@@ -33,6 +33,16 @@ StageCost stage(double forward_s, double backward_s, double optimizer_s = 0.0) {
   return c;
 }
 
+// The memory tests' stage: stash 100, persistent 5000, transients F 40 / B 70.
+StageCost memory_stage(double forward_s, double backward_s) {
+  StageCost c = stage(forward_s, backward_s);
+  c.stash_bytes = 100.0;
+  c.persistent_bytes = 5000.0;
+  c.forward_transient_bytes = 40.0;
+  c.backward_transient_bytes = 70.0;
+  return c;
+}
+
 // Link time independent of bytes: latency only.
 LinkCost latency(double seconds) { return LinkCost{seconds, 0.0}; }
 
@@ -225,13 +235,7 @@ TEST(Simulator, MessageBuffersLiveFromPostToUse) {
   ASSERT_EQ(pt::format_schedule(s),
             "0F0 0SEND_F0 0RECV_B0 0F1 0SEND_F1 0RECV_B1 0B0 0B1\n"
             "1RECV_F0 1RECV_F1 1F0 1F1 1B0 1SEND_B0 1B1 1SEND_B1\n");
-  std::vector<StageCost> stages(2, stage(1.0, 2.0));
-  for (StageCost& c : stages) {
-    c.stash_bytes = 100.0;
-    c.persistent_bytes = 5000.0;
-    c.forward_transient_bytes = 40.0;
-    c.backward_transient_bytes = 70.0;
-  }
+  std::vector<StageCost> stages(2, memory_stage(1.0, 2.0));
   stages[0].output_message_bytes = 10.0;
   stages[1].input_message_bytes = 10.0;
   const SimulationResult r = pt::simulate_schedule(s, {stages, {latency(0.1)}, 0.0, 0, false});
@@ -253,13 +257,7 @@ TEST(Simulator, MessageBuffersLiveFromPostToUse) {
 // Stage 0 peaks at 0B1: 5000 + 2 x 100 + 70 + the posted 0RECV_B2's 10.
 TEST(Simulator, LateStageFinishesItsSendBeforeItsBackward) {
   const Schedule s = pt::generate_1f1b(2, 3);
-  std::vector<StageCost> stages{stage(3.0, 1.0), stage(1.0, 1.0)};
-  for (StageCost& c : stages) {
-    c.stash_bytes = 100.0;
-    c.persistent_bytes = 5000.0;
-    c.forward_transient_bytes = 40.0;
-    c.backward_transient_bytes = 70.0;
-  }
+  std::vector<StageCost> stages{memory_stage(3.0, 1.0), memory_stage(1.0, 1.0)};
   stages[0].output_message_bytes = 10.0;
   stages[1].input_message_bytes = 10.0;
   for (bool progress : {false, true}) {
@@ -298,13 +296,7 @@ TEST(Simulator, SendsWaitForTheirReceivePost) {
       "1RECV_F0 1F0 1RECV_F1 1F1 1RECV_F2 1F2 1RECV_F3 1F3 "
       "1B0 1SEND_B0 1B1 1SEND_B1 1B2 1SEND_B2 1B3 1SEND_B3\n",
       "late-posts", 2, 4);
-  std::vector<StageCost> stages{stage(1.0, 2.0), stage(3.0, 2.0)};
-  for (StageCost& c : stages) {
-    c.stash_bytes = 100.0;
-    c.persistent_bytes = 5000.0;
-    c.forward_transient_bytes = 40.0;
-    c.backward_transient_bytes = 70.0;
-  }
+  std::vector<StageCost> stages{memory_stage(1.0, 2.0), memory_stage(3.0, 2.0)};
   stages[0].output_message_bytes = 1000.0;
   stages[1].input_message_bytes = 1000.0;
   const SimulationResult r = pt::simulate_schedule(s, {stages, {latency(0.1)}, 0.0, 0, true});

@@ -351,12 +351,12 @@ struct Progress {
 void print_plan_error(const Progress& p) {
   if (p.predicted_step_s <= 0.0 || p.step_times.size() < 2) return;
   std::vector<double> t(p.step_times.begin() + 1, p.step_times.end());
+  const double shift = step_time_shift(t);  // in step order, before the sort
   std::sort(t.begin(), t.end());
   const double median = t[t.size() / 2];
   std::printf("plan: predicted step %.2f ms, measured median %.2f ms over %zu steps: error %+.1f%%",
               p.predicted_step_s * 1e3, median * 1e3, t.size(),
               100.0 * (p.predicted_step_s - median) / median);
-  const double shift = step_time_shift(std::vector<double>(p.step_times.begin() + 1, p.step_times.end()));
   std::printf("; the steps' second half ran %.1f%% apart from the first", 100.0 * shift);
   if (shift > kSteadyHostSpread)
     std::printf(" (over %.0f%%: the host's speed changed during the steps, so part of the "
