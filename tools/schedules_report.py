@@ -24,6 +24,7 @@ their measured and predicted figures, with the count in the "runs" column.
 """
 import argparse
 import json
+import re
 import sys
 
 import h5py
@@ -58,7 +59,17 @@ def run_row(arg, skip):
         "step_s": float(np.median(step)), "predicted_step_s": predicted_step,
         "peak_mib": float(peak.max()) / 1048576.0, "act_mib": float(act.max()) / 1048576.0,
         "runs": 1, "schedule_texts": [trace.schedule],
+        # the repetition (jobs/bench_schedules.sh names runs ..._r<rep>): runs of one
+        # repetition ran one after another, so they pair up against the host's drift
+        "steps_by_rep": {repetition_of(run_dir): float(np.median(step))},
     }
+
+
+def repetition_of(run_dir):
+    """The repetition number at the end of a run directory's name (_r<rep>), or
+    the directory itself when it has none (then nothing pairs with it)."""
+    match = re.search(r"_r(\d+)/?$", run_dir)
+    return int(match.group(1)) if match else run_dir
 
 
 def merge_repeats(rows):
@@ -76,6 +87,7 @@ def merge_repeats(rows):
             row[k] = float(np.nanmedian(values)) if not np.all(np.isnan(values)) else float("nan")
         row["runs"] = len(group)
         row["schedule_texts"] = [t for g in group for t in g["schedule_texts"]]
+        row["steps_by_rep"] = {rep: t for g in group for rep, t in g["steps_by_rep"].items()}
         merged.append(row)
     return merged
 
@@ -126,26 +138,42 @@ def runtime_summary(rows):
     return "\n".join(out)
 
 
+def paired_gains(base, other):
+    """1 - other / base step time, per repetition both ran in (sorted by
+    repetition): the two ran back to back, so a slow spell of the host that
+    lasts a repetition slows both and cancels in the ratio."""
+    reps = sorted(set(base["steps_by_rep"]) & set(other["steps_by_rep"]), key=str)
+    return [1 - other["steps_by_rep"][r] / base["steps_by_rep"][r] for r in reps]
+
+
 def zb_speedup(rows):
     """ZB-H1 against 1F1B: measured step-time gain vs the theory's (unit-time
-    spans 3N / (1 - bubble)), and the share of it achieved (goal >= 2/3);
-    beside it the largest rank's peak of all memory and of activations (the
-    stash ZB-H1 bounds like 1F1B: P micro-batches on the first stage; its
-    later stages hold up to P too, which shows in their total)."""
-    out = ["| model | N | 1F1B step (ms) | ZB-H1 step (ms) | measured gain | theory gain | "
-           "achieved | goal 2/3 | peak MiB 1F1B / ZB-H1 | activations MiB 1F1B / ZB-H1 |",
-           "|---|---:|---:|---:|---:|---:|---:|---|---|---|"]
+    spans 3N / (1 - bubble)), and the share of it achieved (goal >= 2/3).
+    The measured gain is the median over repetitions of each repetition's
+    paired gain (its ZB-H1 run against its 1F1B run, run one after the other),
+    with their range; beside it the gain between the medians of the two
+    schedules' runs, which a drift of the host between repetitions moves.
+    Then the largest rank's peak of all memory and of activations (the stash
+    ZB-H1 bounds like 1F1B: P micro-batches on the first stage; its later
+    stages hold up to P too, which shows in their total)."""
+    out = ["| model | N | 1F1B step (ms) | ZB-H1 step (ms) | measured gain: paired median [range] | "
+           "gain of the medians | theory gain | achieved (paired) | goal 2/3 | "
+           "peak MiB 1F1B / ZB-H1 | activations MiB 1F1B / ZB-H1 |",
+           "|---|---:|---:|---:|---|---:|---:|---:|---|---|---|"]
     key = {(r["model"], r["schedule"], r["n"]): r for r in rows}
     for (model, schedule, n), base in sorted(key.items()):
         zb = key.get((model, "zb-h1", n))
         if schedule != "1f1b" or zb is None:
             continue
-        measured = 1 - zb["step_s"] / base["step_s"]
+        pairs = paired_gains(base, zb)
+        paired = float(np.median(pairs)) if pairs else float("nan")
+        spread = f" [{100 * min(pairs):+.1f}, {100 * max(pairs):+.1f}] of {len(pairs)}" if pairs else ""
+        of_medians = 1 - zb["step_s"] / base["step_s"]
         theory = 1 - (1 - base["theory"]) / (1 - zb["theory"])
-        achieved = measured / theory if theory > 0 else float("nan")
+        achieved = paired / theory if theory > 0 else float("nan")
         out.append(f"| {model} | {n} | {1e3 * base['step_s']:.1f} | {1e3 * zb['step_s']:.1f} | "
-                   f"{100 * measured:.1f}% | {100 * theory:.1f}% | {achieved:.2f} | "
-                   f"{'yes' if achieved >= 2 / 3 else 'no'} | "
+                   f"{100 * paired:.1f}%{spread} | {100 * of_medians:.1f}% | {100 * theory:.1f}% | "
+                   f"{achieved:.2f} | {'yes' if achieved >= 2 / 3 else 'no'} | "
                    f"{base['peak_mib']:.1f} / {zb['peak_mib']:.1f} | "
                    f"{base['act_mib']:.1f} / {zb['act_mib']:.1f} |")
     return "\n".join(out)
@@ -162,7 +190,8 @@ def placement_gain(rows):
         unit = key.get((model, schedule[:-len("-measured")], n)) if schedule.endswith("-measured") else None
         if unit is None:
             continue
-        gain = 1 - placed["step_s"] / unit["step_s"]
+        pairs = paired_gains(unit, placed)
+        gain = float(np.median(pairs)) if pairs else 1 - placed["step_s"] / unit["step_s"]
         papers = set(unit["schedule_texts"])
         timed = sum(t not in papers for t in placed["schedule_texts"])
         out.append(f"| {model} | {unit['schedule']} | {n} | {timed} of {len(placed['schedule_texts'])} | "
@@ -172,7 +201,8 @@ def placement_gain(rows):
     if not out:
         return ""
     head = ["Placement at measured times against the papers' placement of the same schedule "
-            "(medians of the repeats; step gain = 1 - measured / papers'). Runs placed: in how many "
+            "(medians of the repeats; step gain: the median over repetitions of 1 - measured / papers' "
+            "step time of the repetition's two runs). Runs placed: in how many "
             "runs the placement at measured times differs from the papers' (in the others it was "
             "kept, and the two rows differ only by the host's run-to-run noise):", "",
             "| model | schedule | N | runs placed | bubble at the run's costs: papers' / measured placement | "

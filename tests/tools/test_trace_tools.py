@@ -20,6 +20,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 TOOLS = os.path.join(ROOT, "tools")
 sys.path.insert(0, TOOLS)
 
+import schedules_report  # noqa: E402
 import trace_report  # noqa: E402
 import trace_to_chrome  # noqa: E402
 from trace_lib import EVENT_DTYPE, DEFAULT_KIND_NAMES, load_trace  # noqa: E402
@@ -321,6 +322,33 @@ def test_balanced_partition_unit():
     assert trace_report.balanced_partition([1, 1, 1, 1], 2) == [2, 2]
     assert trace_report.balanced_partition([5, 1, 1, 1, 1, 1], 2) == [1, 5]
     assert trace_report.balanced_partition([1, 2, 3], 3) == [1, 1, 1]
+
+
+def test_schedules_report_pairs_repetitions():
+    assert schedules_report.repetition_of("runs/bench_schedules_zb_mlp-even_1f1b_p2_n16_r12") == 12
+    assert schedules_report.repetition_of("runs/other") == "runs/other"
+
+    def rows(schedule, steps):
+        return [{"model": "m", "schedule": schedule, "ranks": 2, "stages": 2, "n": 16, "theory": 0.0,
+                 "bubble": 0.0, "at_costs": 0.0, "replayed": 0.0, "predicted_bubble": 0.0,
+                 "step_s": t, "predicted_step_s": t, "peak_mib": 1.0, "act_mib": 1.0,
+                 "runs": 1, "schedule_texts": [schedule], "steps_by_rep": {rep: t}}
+                for rep, t in steps.items()]
+    # the host slows down from repetition to repetition; ZB-H1 is 4% faster in each
+    base = {1: 1.00, 2: 1.30, 3: 1.10, 4: 1.40}
+    merged = schedules_report.merge_repeats(rows("1f1b", base) +
+                                            rows("zb-h1", {r: 0.96 * t for r, t in base.items()}))
+    by_schedule = {r["schedule"]: r for r in merged}
+    gains = schedules_report.paired_gains(by_schedule["1f1b"], by_schedule["zb-h1"])
+    assert np.allclose(gains, [0.04] * 4), gains
+    # a repetition only one schedule ran in does not pair
+    del by_schedule["zb-h1"]["steps_by_rep"][3]
+    assert len(schedules_report.paired_gains(by_schedule["1f1b"], by_schedule["zb-h1"])) == 3
+    # the table's achieved share is the paired median over the theory's gain
+    by_schedule["1f1b"]["theory"], by_schedule["zb-h1"]["theory"] = 0.1, 0.0625
+    line = schedules_report.zb_speedup(list(by_schedule.values())).splitlines()[2]
+    theory = 1 - 0.9 / 0.9375
+    assert f"| {0.04 / theory:.2f} | yes |" in line and "4.0% [+4.0, +4.0] of 3" in line, line
 
 
 def check_nesting(events):
