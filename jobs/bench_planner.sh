@@ -21,6 +21,9 @@
 # first (a slow spell between the probes), is set aside (kept as
 # DIR_unsteady<k>, listed in the report with its error) and run again, at
 # most TRIES times in all; the last try stays.
+# Then every configuration whose kept run is still over 10% runs RECHECKS
+# (default 3; 0 = none) more times (jobs/bench_planner_recheck.sh), and the
+# report shows whether its miss reproduces.
 # Writes results/bench_planner.csv, results/bench_planner.md and the error
 # distribution results/bench_planner_error.png.
 #   jobs/bench_planner.sh                 (needs build/ and tools/.venv: make build tools)
@@ -94,4 +97,10 @@ done
 $PY tools/planner_report.py --runs "$list" --csv "$OUT.csv" --plot "${OUT}_error.png" --stress mlp128 \
   --unsteady "$unsteady" --tries "$TRIES" \
   --command "jobs/bench_planner.sh (PS=\"$PS\" NS=\"$NS\" DECKS=\"$DECKS\" STEPS=${STEPS:-\"mlp 10, mlp128 20, gpt 40\"})" > "$OUT.md"
+# The kept runs over 10% run again (RECHECKS times each; 0: not), and the
+# report written again with them.
+if [ "${RECHECKS:-3}" != 0 ]; then
+  WORK=$WORK OUT=$OUT PS=$PS NS=$NS DECKS=$DECKS STEPS=$STEPS TRIES=$TRIES RECHECKS=${RECHECKS:-3} \
+    jobs/bench_planner_recheck.sh > /dev/null
+fi
 cat "$OUT.md"

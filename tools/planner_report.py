@@ -11,6 +11,10 @@ distribution. Each run's speed-probe spread (attribute speed_probe_spread:
 how much the host's speed changed between its profile and its steps) is
 shown beside its error; --unsteady lists runs the benchmark set aside for a
 spread over 10% and ran again, reported apart with their errors.
+--misses LIMIT prints the kept runs whose step error is over LIMIT percent
+(in the --runs format) and nothing else; --rechecks lists those runs run
+again (jobs/bench_planner_recheck.sh), reported with whether the error
+reproduces.
 
   tools/planner_report.py --runs runs/bench_planner/runs.txt --csv out.csv --plot out.png
 """
@@ -132,10 +136,23 @@ def main():
                     "benchmark allowed (jobs/bench_planner.sh TRIES)")
     ap.add_argument("--unsteady", default="", help="runs set aside for an unsteady host "
                     "(same format as --runs), reported apart")
+    ap.add_argument("--misses", type=float, default=None, help="print only the kept runs whose "
+                    "|step error| is over this many percent, in the --runs format")
+    ap.add_argument("--rechecks", default="", help="runs of the configurations over 10%% run "
+                    "again (same format as --runs), reported with the kept runs' errors")
     ap.add_argument("--stress", default="", help="comma-separated decks reported apart, "
                     "outside the 'all' line (configurations run to probe a known limit)")
     args = ap.parse_args()
-    rows = [read_run(line.split(), args.skip) for line in open(args.runs) if line.strip()]
+    lines = [line.split() for line in open(args.runs) if line.strip()]
+    rows = [read_run(fields, args.skip) for fields in lines]
+    if args.misses is not None:
+        for fields, r in zip(lines, rows):
+            if abs(r["step_error_pct"]) > args.misses:
+                print(" ".join(fields))
+        return
+    rechecks = []
+    if args.rechecks and os.path.exists(args.rechecks):
+        rechecks = [read_run(line.split(), args.skip) for line in open(args.rechecks) if line.strip()]
     set_aside = []
     if args.unsteady and os.path.exists(args.unsteady):
         set_aside = [read_run(line.split(), args.skip) for line in open(args.unsteady) if line.strip()]
@@ -165,7 +182,8 @@ def main():
       "smaller, less 1): a slow spell between the probes shows here; of the kept runs whose "
       f"step error is over 10%, {sum(abs(r['step_error_pct']) > 10.0 and r['step_shift_pct'] > 10.0 for r in main_rows)} "
       f"of {sum(abs(r['step_error_pct']) > 10.0 for r in main_rows)} in 'all' have a step shift over 10% "
-      "(this benchmark set them aside only from when runs printed it on).\n")
+      "(a run over 10% is set aside like one whose probes spread; the last try is kept as it is)."
+      f"{rechecks_sentence(rows, rechecks)}\n")
     p("| runs | count | step time: median abs error (%) | worst (%) | within 10% (% of runs) | "
       "bubble: median abs error (points) | worst (points) | memory: worst stage error (%) | "
       "within 1% (% of runs) |")
@@ -180,12 +198,70 @@ def main():
     p(RUN_TABLE_HEADER)
     for r in rows:
         p(run_line(r))
+    if rechecks:
+        p(rechecks_section(rows, rechecks))
     if set_aside:
         p("\n## Runs set aside: the host's speed changed by more than 10% during them\n")
         p("Each was run again; the table above has the try that was kept.\n")
         p(RUN_TABLE_HEADER)
         for r in set_aside:
             p(run_line(r))
+
+
+CONFIG_KEYS = ("deck", "P", "N", "schedule", "recompute", "partition")
+
+
+def rechecks_by_config(rechecks):
+    groups = {}
+    for r in rechecks:
+        groups.setdefault(tuple(r[k] for k in CONFIG_KEYS), []).append(r)
+    return groups
+
+
+def reproduces(kept, reruns, limit=10.0):
+    """A kept run's miss reproduces when most of its reruns miss by more
+    than `limit` percent in the same direction (a rerun that misses the other
+    way shows the host's variation, not the kept run's error again)."""
+    same = [r for r in reruns if abs(r["step_error_pct"]) > limit
+            and (r["step_error_pct"] > 0) == (kept["step_error_pct"] > 0)]
+    return 2 * len(same) > len(reruns)
+
+
+def rechecks_sentence(rows, rechecks):
+    """One sentence on the reruns of the kept runs over 10%, or ""."""
+    if not rechecks:
+        return ""
+    groups = rechecks_by_config(rechecks)
+    checked = [(r, groups[tuple(r[k] for k in CONFIG_KEYS)]) for r in rows
+               if abs(r["step_error_pct"]) > 10.0 and tuple(r[k] for k in CONFIG_KEYS) in groups]
+    return (f" Each kept run over 10% was run again (section \"Runs over 10% run again\"): "
+            f"the miss reproduced, over 10% the same way in most reruns, in "
+            f"{sum(reproduces(r, g) for r, g in checked)} of the {len(checked)} configurations.")
+
+
+def rechecks_section(rows, rechecks):
+    """The kept runs over 10% beside their reruns' errors."""
+    groups = rechecks_by_config(rechecks)
+    out = ["\n## Runs over 10% run again\n",
+           "jobs/bench_planner_recheck.sh ran each configuration whose kept run's step error is over "
+           "10% again from that run's resolved deck (its own brief profile, partition and prediction "
+           "each time). A miss that the reruns do not repeat was the host's, not the planner's; "
+           "the tables above keep the first kept run all the same. It reproduces when most reruns "
+           "miss by over 10% the same way.\n",
+           "| deck | P | N | schedule | recompute | partition | kept run's error (%) | reruns' errors (%) | "
+           "reruns' probe spread (%) | reruns' step shift (%) | reproduces |",
+           "|---|---:|---:|---|---|---|---:|---|---|---|---|"]
+    for r in rows:
+        reruns = groups.get(tuple(r[k] for k in CONFIG_KEYS))
+        if not reruns:
+            continue
+        errors = " ".join(f"{x['step_error_pct']:+.1f}" for x in reruns)
+        spreads = " ".join(f"{x['probe_spread_pct']:.1f}" for x in reruns)
+        shifts = " ".join(f"{x['step_shift_pct']:.1f}" for x in reruns)
+        out.append(f"| {r['deck']} | {r['P']} | {r['N']} | {r['schedule']} | {r['recompute']} | "
+                   f"{r['partition']} | {r['step_error_pct']:+.1f} | {errors} | {spreads} | {shifts} | "
+                   f"{'yes' if reproduces(r, reruns) else 'no'} |")
+    return "\n".join(out)
 
 
 def run_line(r):

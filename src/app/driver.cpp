@@ -19,6 +19,7 @@
 #include <algorithm>
 #include <cmath>
 #include <csignal>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <iostream>
@@ -142,10 +143,11 @@ int run_validate(const World& w, const CommandLine& cli, const Deck& deck) {
   std::printf("%s\n", deck_to_toml(deck).c_str());
   if (cli.print_schedule) std::printf("%s\n%s\n", format_schedule(s).c_str(), format_grid(s).c_str());
   std::printf("%s\n", schedule_summary(s, report).c_str());
-  if (deck.pipeline.schedule_times == "measured")
+  if (deck.pipeline.places_at_measured_times())
     std::printf("schedule %s: this is its unit-time placement; with pipeline.schedule_times = "
-                "\"measured\" a run places it again at the F, B and W times it measures in its "
-                "first steps (docs/schedules.md)\n", s.name.c_str());
+                "\"%s\" a run places it again at the F, B and W times it measures in its "
+                "first steps (docs/schedules.md)\n", s.name.c_str(),
+                deck.pipeline.schedule_times.c_str());
   if (layout.data_parallel > 1)
     std::printf("deck %s is valid for %d ranks: %d pipeline ranks x %d data-parallel replicas\n",
                 cli.deck_path.c_str(), stages * layout.data_parallel, stages, layout.data_parallel);
@@ -344,18 +346,44 @@ struct Progress {
   double elapsed = 0.0, last_write = 0.0;
   double predicted_step_s = 0.0;   // the planner's, 0 = none
   std::vector<double> step_times;  // measured, for the plan's error at the end
+  // The steps the prediction is for: step_times[counted_from, counted_end).
+  // From the second step (the first warms caches and allocators), or from
+  // the first step after a placement at measured times (predicted again);
+  // up to a rebalancing move (the prediction is for the partition before it).
+  size_t counted_from = 1;
+  size_t counted_end = SIZE_MAX;
+  std::string window;  // why the window is not all the steps after the first, or ""
 };
 
-// The planner's predicted step against the median measured one (after the
-// first step, which warms caches and allocators).
+// The schedule was placed again after the step not yet in step_times, and
+// predicted again: the error counts the steps from the next one on.
+void count_from_placement(Progress& p) {
+  p.counted_from = p.step_times.size() + 1;
+  p.counted_end = SIZE_MAX;
+  p.window = " (from the placement at measured times on)";
+}
+
+// Units moved after step `step` (already in step_times): the prediction is
+// for the partition before the move, so the error counts the steps up to it.
+void count_until_move(Progress& p, int64_t step) {
+  if (p.counted_end != SIZE_MAX) return;  // an earlier move ended the window
+  p.counted_end = p.step_times.size();
+  p.window = " (up to the rebalancing move after step " + std::to_string(step + 1) +
+             ": the prediction is for the partition before it)";
+}
+
+// The planner's predicted step against the median measured one over the
+// steps it is for (Progress::counted_from, counted_end).
 void print_plan_error(const Progress& p) {
-  if (p.predicted_step_s <= 0.0 || p.step_times.size() < 2) return;
-  std::vector<double> t(p.step_times.begin() + 1, p.step_times.end());
+  const size_t end = std::min(p.counted_end, p.step_times.size());
+  if (p.predicted_step_s <= 0.0 || end <= p.counted_from) return;
+  std::vector<double> t(p.step_times.begin() + static_cast<std::ptrdiff_t>(p.counted_from),
+                        p.step_times.begin() + static_cast<std::ptrdiff_t>(end));
   const double shift = step_time_shift(t);  // in step order, before the sort
   std::sort(t.begin(), t.end());
   const double median = t[t.size() / 2];
-  std::printf("plan: predicted step %.2f ms, measured median %.2f ms over %zu steps: error %+.1f%%",
-              p.predicted_step_s * 1e3, median * 1e3, t.size(),
+  std::printf("plan: predicted step %.2f ms, measured median %.2f ms over %zu steps%s: error %+.1f%%",
+              p.predicted_step_s * 1e3, median * 1e3, t.size(), p.window.c_str(),
               100.0 * (p.predicted_step_s - median) / median);
   std::printf("; the steps' second half ran %.1f%% apart from the first", 100.0 * shift);
   if (shift > kSteadyHostSpread)
@@ -442,12 +470,16 @@ int run_train(const World& w, const CommandLine& cli, const Deck& deck_in) {
       set_wait_phase("in the evaluation after step " + std::to_string(step));
       rec.eval_loss = trainer.evaluate();
     }
-    rebalance_after_step(w.rank, deck, trainer, step, rec);
+    const bool moved = rebalance_after_step(w.rank, deck, trainer, step, rec);
     if (rec.schedule_placed) {
       report_schedule_placement(w.rank, plan, deck, trainer, rec, metrics);
-      if (plan.measured) progress.predicted_step_s = plan.prediction.step_time_s;
+      if (plan.measured) {
+        progress.predicted_step_s = plan.prediction.step_time_s;
+        count_from_placement(progress);
+      }
     }
     if (w.rank == 0) log_step(deck, rec, last, progress, metrics);
+    if (moved) count_until_move(progress, step);
     if (checkpoint_due(deck, step)) {
       set_wait_phase("in the checkpoint save after step " + std::to_string(step));
       checkpoint(w, grid, deck, resolved, trainer, step + 1, metrics);

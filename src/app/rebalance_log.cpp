@@ -34,15 +34,16 @@ std::string sent_text(const MoveReport& m) {
 
 }  // namespace
 
-void rebalance_after_step(int rank, const Deck& deck, Trainer& trainer, int64_t step,
+bool rebalance_after_step(int rank, const Deck& deck, Trainer& trainer, int64_t step,
                           StepRecord& rec) {
   set_wait_phase("in the rebalancing check after step " + std::to_string(step));
   const RebalanceCheck c = trainer.rebalance_after(step);
-  if (!c.checked) return;
+  if (!c.checked) return false;
   const RebalanceDecision& d = c.decision;
+  const bool moved = c.forced || d.move;
   if (!c.forced) rec.rebalance_ratio = d.measured_ratio;
   if (d.move && !c.forced) rec.rebalance_predicted_ratio = d.predicted_ratio;
-  if (rank != 0) return;
+  if (rank != 0) return moved;
   const std::string at = "rebalance after step " + std::to_string(step + 1) + ": ";
   const std::string partitions = counts_text(c.move.from) + " -> " + counts_text(c.move.to);
   const std::string sent = sent_text(c.move);
@@ -58,6 +59,7 @@ void rebalance_after_step(int rank, const Deck& deck, Trainer& trainer, int64_t 
   else if (d.measured_ratio >= deck.pipeline.rebalance_threshold)
     std::printf("%sno move: %s\n", at.c_str(), d.reason.c_str());
   std::fflush(stdout);
+  return moved;
 }
 
 }  // namespace pt

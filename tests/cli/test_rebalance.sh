@@ -91,6 +91,8 @@ run 2 train $deck "${forced[@]}" --set output.dir=\"$tmp/plain\"
 want8=$(digest 8 "$tmp/out")
 PIPETRAIN_TEST_REBALANCE=2:7,1 run 2 train $deck "${forced[@]}" --set output.dir=\"$tmp/forced\"
 check "the forced move is made and printed" output_has "rebalance after step 3: partition [4, 4] -> [7, 1] (test hook PIPETRAIN_TEST_REBALANCE)"
+check "the plan's error counts the steps before the move only (steps 2-3)" output_has \
+  "over 2 steps (up to the rebalancing move after step 3: the prediction is for the partition before it): error"
 check "forced move: bitwise the same final state" [ "$(digest 8 "$tmp/out")" = "$want8" ]
 check "the checkpoint after the move records the new partition" "$py" -c "
 import h5py, sys

@@ -20,6 +20,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 TOOLS = os.path.join(ROOT, "tools")
 sys.path.insert(0, TOOLS)
 
+import planner_report  # noqa: E402
 import schedules_report  # noqa: E402
 import trace_report  # noqa: E402
 import trace_to_chrome  # noqa: E402
@@ -349,6 +350,28 @@ def test_schedules_report_pairs_repetitions():
     line = schedules_report.zb_speedup(list(by_schedule.values())).splitlines()[2]
     theory = 1 - 0.9 / 0.9375
     assert f"| {0.04 / theory:.2f} | yes |" in line and "4.0% [+4.0, +4.0] of 3" in line, line
+
+
+def test_planner_report_rechecks():
+    def run(error, n=8, spread=1.0, shift=0.5):
+        return {"deck": "gpt", "P": 2, "N": n, "schedule": "gpipe", "recompute": "none",
+                "partition": "uniform", "step_error_pct": error, "probe_spread_pct": spread,
+                "step_shift_pct": shift}
+    # a miss reproduces when most of its reruns miss too, the same way
+    assert planner_report.reproduces(run(-15.0), [run(-12.0), run(-11.0), run(-3.0)])
+    assert not planner_report.reproduces(run(-15.0), [run(-12.0), run(-3.0), run(2.0)])
+    assert not planner_report.reproduces(run(-15.0), [run(-12.0), run(3.0)])
+    assert not planner_report.reproduces(run(+13.0), [run(-0.4), run(-10.7), run(-11.0)])
+    kept = [run(-11.2), run(-3.0, n=4), run(+14.0, n=16)]
+    reruns = [run(-2.0), run(-4.5), run(-12.5), run(+13.0, n=16), run(+12.0, n=16), run(1.0, n=16)]
+    section = planner_report.rechecks_section(kept, reruns)
+    lines = [line for line in section.splitlines() if line.startswith("| gpt")]
+    assert len(lines) == 2, section  # the run within 10% has no reruns
+    assert "| -11.2 | -2.0 -4.5 -12.5 |" in lines[0] and lines[0].endswith("| no |"), lines[0]
+    assert "| +14.0 | +13.0 +12.0 +1.0 |" in lines[1] and lines[1].endswith("| yes |"), lines[1]
+    sentence = planner_report.rechecks_sentence(kept, reruns)
+    assert "in 1 of the 2 configurations" in sentence, sentence
+    assert planner_report.rechecks_sentence(kept, []) == ""
 
 
 def check_nesting(events):
