@@ -6,8 +6,12 @@
 # "mlp"), the balanced GPT (inputs/gpt_balanced.toml, "gpt-balanced") and
 # the unbalanced GPT (inputs/gpt_markov.toml, "gpt"); MODELS picks (also
 # "mlp-equal": inputs/bench_mlp_equal.toml, equal GEMM work at 2 stages;
-# SCHEDULES may add zb-h1-measured and zb-v-measured: pipeline.schedule_times
-# = "measured", timed from the step the schedule was placed at; and
+# zb-h1 and zb-v run as a deck leaves them, pipeline.schedule_times = "auto":
+# placed again at the measured times after step 2, reported as zb-h1-measured
+# and zb-v-measured, timed from the step the schedule was placed at;
+# zb-h1-unit and zb-v-unit keep the papers' placement, reported as zb-h1 and
+# zb-v; zb-h1-measured and zb-v-measured set "measured" explicitly; SCHEDULES
+# may add
 # 1f1b-wstep, gpipe-wstep, interleaved-wstep: pipeline.weight_grad = "step"), at
 # P = 2 ranks, N = 2, 4, 8, 16, each REPS times (default 3; the schedules of
 # one model and N run one after another within a repetition, so that a slow
@@ -21,14 +25,14 @@
 #   P=4 jobs/bench_schedules.sh    (4 ranks on this 2-core machine: oversubscribed)
 #   REPORT_ONLY=1 jobs/bench_schedules.sh  (the tables again from runs/ of an earlier run
 #                                           with the same settings; nothing is run)
-#   SUFFIX=_zbh1 MODELS=mlp-even SCHEDULES="1f1b zb-h1" N_LIST="4 8 16" REPS=8 jobs/bench_schedules.sh
+#   SUFFIX=_zbh1 MODELS=mlp-even SCHEDULES="1f1b zb-h1-unit" N_LIST="4 8 16" REPS=8 jobs/bench_schedules.sh
 #        (a subset with more repetitions: results/bench_schedules_zbh1.md, runs apart)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 P=${P:-2}
 N_LIST=${N_LIST:-"2 4 8 16"}
-SCHEDULES=${SCHEDULES:-"1f1b interleaved zb-h1 zb-v zb-h1-measured zb-v-measured"}
+SCHEDULES=${SCHEDULES:-"1f1b interleaved zb-h1-unit zb-v-unit zb-h1 zb-v"}
 MODELS=${MODELS:-"mlp-even mlp gpt-balanced gpt"}
 REPS=${REPS:-3}
 PY=tools/.venv/bin/python
@@ -82,6 +86,9 @@ for rep in $(seq 1 "$REPS"); do
         # zb-h1-measured, zb-v-measured: placed again at the measured action times
         sched=$s
         case $s in *-measured) virtual="--set pipeline.schedule_times=\"measured\""; sched=${s%-measured} ;; esac
+        # zb-h1-unit, zb-v-unit: the papers' placement all run long (zb-h1 and zb-v
+        # as decks leave them, pipeline.schedule_times = "auto", are placed again)
+        case $s in *-unit) virtual="--set pipeline.schedule_times=\"unit\""; sched=${s%-unit} ;; esac
         # 1f1b-wstep, ...: every stage's weight gradients in one pass after its last B
         case $s in *-wstep) virtual="--set pipeline.weight_grad=\"step\""; sched=${s%-wstep}
                             if [ "$sched" = interleaved ]; then virtual+=" --set pipeline.virtual_stages=2"; fi ;; esac
@@ -155,10 +162,11 @@ cpu=$(grep -m1 "model name" /proc/cpuinfo | cut -d: -f2- | sed 's/^ *//')
   echo "spread of action times around their medians costs (a slow action delays the stage that"
   echo "waits for it); measured minus replayed is all that messages, progress and the executor's"
   echo "bookkeeping between actions add."
-  case " $SCHEDULES " in *-measured*)
+  case " $SCHEDULES " in *-measured*|*" zb-h1 "*|*" zb-v "*)
     echo
     echo "zb-h1-measured, zb-v-measured: the same schedules with pipeline.schedule_times ="
-    echo "\"measured\": steps 0-2 run the papers' (unit-time) placement, then W is placed again at"
+    echo "\"measured\" (or \"auto\", the default since 2026-12-04, which means the same without"
+    echo "rebalancing): steps 0-2 run the papers' (unit-time) placement, then W is placed again at"
     echo "each stage's median F, B and W time measured in steps 1-2 when that simulates a smaller"
     echo "bubble (docs/schedules.md); their rows count the steps from the placement on (3..),"
     echo "and their theory is the papers' placement's." ;;

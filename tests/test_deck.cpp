@@ -259,12 +259,34 @@ TEST(DeckErrors, MeasuredScheduleTimesNeedAZeroBubbleScheduleAndNoRebalancing) {
             "t.toml:3: pipeline.schedule_times: only applies with pipeline.schedule = \"zb-h1\" or "
             "\"zb-v\"; remove it or change that key");
   EXPECT_HAS(text_error("[pipeline]\nschedule = \"zb-v\"\nschedule_times = \"fast\"\n"),
-             "t.toml:3: pipeline.schedule_times = \"fast\": must be one of \"unit\", \"measured\"");
+             "t.toml:3: pipeline.schedule_times = \"fast\": must be one of \"auto\", \"unit\", \"measured\"");
   EXPECT_EQ(text_error("[pipeline]\nschedule = \"zb-h1\"\nschedule_times = \"measured\"\n"
                        "rebalance = true\n"),
             "t.toml:3: pipeline.schedule_times = \"measured\": cannot be combined with "
             "pipeline.rebalance = true (t.toml:4) (a move changes the stage times the schedule was "
             "placed at)");
+}
+
+// "auto" (the default) places a zero-bubble schedule at measured times
+// unless units may move under it; "unit" and "measured" say which.
+TEST(Deck, ScheduleTimesAutoMeansMeasuredForZeroBubbleWithoutRebalancing) {
+  pt::PipelineConfig p;
+  EXPECT_EQ(p.schedule_times, "auto");
+  p.schedule = "1f1b";
+  EXPECT_FALSE(p.places_at_measured_times());
+  for (const char* zb : {"zb-h1", "zb-v"}) {
+    p.schedule = zb;
+    p.rebalance = false;
+    p.schedule_times = "auto";
+    EXPECT_TRUE(p.places_at_measured_times()) << zb;
+    p.schedule_times = "unit";
+    EXPECT_FALSE(p.places_at_measured_times()) << zb;
+    p.schedule_times = "measured";
+    EXPECT_TRUE(p.places_at_measured_times()) << zb;
+    p.schedule_times = "auto";
+    p.rebalance = true;
+    EXPECT_FALSE(p.places_at_measured_times()) << zb;
+  }
 }
 
 TEST(DeckErrors, StepWeightGradsNeedAScheduleWithoutW) {

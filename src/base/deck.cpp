@@ -1,5 +1,6 @@
 // deck.cpp: Deck::where, the "file:line: key" prefix of every message
-// about a deck value. In the base layer, since every layer may report one.
+// about a deck value, and what pipeline.schedule_times = "auto" means. In
+// the base layer, since every layer may report one.
 #include "pipetrain/base/deck.hpp"
 
 namespace pt {
@@ -8,6 +9,11 @@ std::string Deck::where(const std::string& dotted_key) const {
   auto it = key_origin.find(dotted_key);
   if (it != key_origin.end()) return it->second + ": " + dotted_key;
   return (source_file.empty() ? std::string("deck") : source_file) + ": " + dotted_key;
+}
+
+bool PipelineConfig::places_at_measured_times() const {
+  const bool zero_bubble = schedule == "zb-h1" || schedule == "zb-v";  // schedule_takes_times
+  return zero_bubble && (schedule_times == "measured" || (schedule_times == "auto" && !rebalance));
 }
 
 }  // namespace pt

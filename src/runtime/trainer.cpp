@@ -82,7 +82,7 @@ Trainer::Trainer(const Deck& deck, const ProcessGrid& grid, ComputeSetup setup)
   executor_ = std::make_unique<Executor>(mine, *transport_, deck_, be_, resolve_recompute(),
                                          tracer_.get());
   executor_->set_replica(replica_);
-  if (deck_.pipeline.schedule_times == "measured" && schedule_takes_times(schedule_.name)) {
+  if (deck_.pipeline.places_at_measured_times() && schedule_takes_times(schedule_.name)) {
     placement_ = std::make_unique<MeasuredPlacement>(schedule_.num_stages);
     executor_->set_time_actions(true);
   }

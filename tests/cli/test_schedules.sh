@@ -70,13 +70,25 @@ check "zb-v measured: metrics.h5 holds the step and the 4 x 3 times" status_is 0
 # (their gradient buckets must complete in one order): the same loss as ZB-H1
 # in the papers' placement on the same 2 x 2 grid.
 grid=(--set pipeline.data_parallel=2 --set pipeline.micro_batches=2 --set pipeline.predict=false)
-run 4 train $deck --set pipeline.schedule=\"zb-h1\" "${grid[@]}" --set output.dir=\"$tmp/dp_unit\"
+run 4 train $deck --set pipeline.schedule=\"zb-h1\" --set pipeline.schedule_times=\"unit\" "${grid[@]}" \
+  --set output.dir=\"$tmp/dp_unit\"
 check "zb-h1 on 2 x 2 ranks: run succeeds" status_is 0
 want_dp=$(final_loss "$tmp/out")
 run 4 train $deck --set pipeline.schedule=\"zb-h1\" --set pipeline.schedule_times=\"measured\" \
   "${grid[@]}" --set output.dir=\"$tmp/dp_measured\"
 check "zb-h1 measured on 2 x 2 ranks: run succeeds and is placed again" output_has "from step 3 on"
 check "... with the loss of the papers' placement, bit for bit" [ "$(final_loss "$tmp/out")" = "$want_dp" ]
+# The default, schedule_times = "auto": placed at measured times like
+# "measured"; the run's plan error counts the steps of the placement only.
+run 2 train $deck --set pipeline.schedule=\"zb-v\" --set output.dir=\"$tmp/auto\"
+check "zb-v, schedule_times auto: placed again" output_has "from step 3 on"
+check "... its plan error counts the steps of the placement (steps 4-5)" output_has \
+  "over 2 steps (from the placement at measured times on): error"
+check "... and it trains 1F1B's loss bit for bit" [ "$(final_loss "$tmp/out")" = "$want" ]
+run 2 train $deck --set pipeline.schedule=\"zb-h1\" --set pipeline.rebalance=true --set output.dir=\"$tmp/auto_rb\"
+check "zb-h1, schedule_times auto with rebalancing: run succeeds" status_is 0
+check "... and keeps the papers' placement" \
+  bash -c "! grep -q 'placed again at the measured' '$tmp/out'"
 run 2 train $deck --set pipeline.schedule=\"1f1b\" --set pipeline.schedule_times=\"measured\"
 check "schedule_times with 1f1b is refused" output_has 'pipeline.schedule_times: only applies with pipeline.schedule = "zb-h1" or "zb-v"'
 

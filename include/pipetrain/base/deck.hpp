@@ -78,9 +78,10 @@ struct PipelineConfig {
   std::string schedule = "1f1b";
   std::string schedule_file;       // with schedule = "file"
   // zb-h1 / zb-v: "unit" (the papers' placement: every action one time
-  // unit) or "measured" (placed again after the first steps at each stage's
-  // measured F, B and W times; runtime/schedule_placement.hpp).
-  std::string schedule_times = "unit";
+  // unit), "measured" (placed again after the first steps at each stage's
+  // measured F, B and W times; runtime/schedule_placement.hpp) or "auto"
+  // (measured, unless pipeline.rebalance moves units under the schedule).
+  std::string schedule_times = "auto";
   int64_t virtual_stages = 1;      // stages per rank: interleaved and file (zb-v: 2)
   // When gpipe, 1f1b and interleaved compute weight gradients:
   // "micro_batch" (in each micro-batch's backward) or "step" (B computes the
@@ -130,6 +131,10 @@ struct PipelineConfig {
   // memory and D x micro_batches x the traffic).
   std::string dp_reduction = "replica";
   double dp_bucket_mb = 4.0;       // gradient bytes per reduction bucket (MiB)
+
+  // Whether a zb-h1 or zb-v run places its schedule again at the F, B and W
+  // times it measures: schedule_times "measured", or "auto" without rebalancing.
+  bool places_at_measured_times() const;
 };
 
 struct OutputConfig {
