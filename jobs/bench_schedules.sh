@@ -19,7 +19,7 @@
 # the schedule's theory (unit-time simulation of its schedule data) and the
 # planner's prediction, measured step time against the prediction, peak
 # memory, and ZB-H1's gain over 1F1B against what theory predicts. Writes
-# results/bench_schedules.md and one timeline per schedule (MLP, N = 8):
+# results/bench_schedules.md and one timeline per schedule (the first of MODELS, N = 8):
 # results/bench_schedules_timeline_<schedule>.png.
 #   jobs/bench_schedules.sh        (needs build/ and tools/.venv: make build tools)
 #   P=4 jobs/bench_schedules.sh    (4 ranks on this 2-core machine: oversubscribed)
@@ -103,7 +103,7 @@ for rep in $(seq 1 "$REPS"); do
           --set output.trace=true --set output.dir=\"$dir\" $(extra_of $model) \
           > "$dir.log" 2>&1 || { cat "$dir.log"; exit 1; }
         dirs+=("$model=$dir")
-        if [ "$model" = mlp ] && [ "$n" = 8 ] && [ "$rep" = 1 ]; then
+        if [ "$model" = "${MODELS%% *}" ] && [ "$n" = 8 ] && [ "$rep" = 1 ]; then  # the first model's
           $PY tools/trace_timeline.py "$dir/trace.h5" "results/bench_schedules_timeline_${s}${SUFFIX:-}.png" > /dev/null
         fi
       done
@@ -186,7 +186,7 @@ cpu=$(grep -m1 "model name" /proc/cpuinfo | cut -d: -f2- | sed 's/^ *//')
   echo "activations MiB: the largest rank's peak of activations (the stash)."
   echo
   for s in $SCHEDULES; do
-    echo "![$s, MLP, N = 8](bench_schedules_timeline_${s}${SUFFIX:-}.png)"
+    echo "![$s, ${MODELS%% *}, N = 8](bench_schedules_timeline_${s}${SUFFIX:-}.png)"
   done
 } > "$out"
 cat "$out"
