@@ -40,7 +40,7 @@ while read -r d p n sched rc part dir; do
     again=${dir}_recheck$k
     rm -rf "$again"
     mpirun --oversubscribe --bind-to none -np "$p" build/pipetrain train "$dir/deck.resolved.toml" \
-      --set output.dir=\""$again"\" < /dev/null > "$again.log" 2>&1 || { tail -20 "$again.log"; exit 1; }
+      --set output.dir=\""$again"\" < /dev/null > "$again.log" 2>&1 || { tail -20 "$again.log" >&2; exit 1; }
     echo "$d $p $n $sched $rc $part $again" >> "$rechecks"
   done
 done <<< "$misses"

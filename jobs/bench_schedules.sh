@@ -36,6 +36,14 @@ SCHEDULES=${SCHEDULES:-"1f1b interleaved zb-h1-unit zb-v-unit zb-h1 zb-v"}
 MODELS=${MODELS:-"mlp-even mlp gpt-balanced gpt"}
 REPS=${REPS:-3}
 PY=tools/.venv/bin/python
+# zb-h1 (auto) and zb-h1-measured run the same setting and would share the label
+has_schedule() { case " $SCHEDULES " in *" $1 "*) return 0 ;; esac; return 1; }
+for zb in zb-h1 zb-v; do
+  if has_schedule "$zb" && has_schedule "$zb-measured"; then
+    echo "bench_schedules: SCHEDULES has both $zb and $zb-measured: $zb is placed at measured times already (pipeline.schedule_times = \"auto\"); keep one, or use $zb-unit for the papers' placement" >&2
+    exit 1
+  fi
+done
 out=results/bench_schedules${SUFFIX:-}.md
 mkdir -p runs results
 dirs=()

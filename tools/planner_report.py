@@ -183,7 +183,7 @@ def main():
       f"step error is over 10%, {sum(abs(r['step_error_pct']) > 10.0 and r['step_shift_pct'] > 10.0 for r in main_rows)} "
       f"of {sum(abs(r['step_error_pct']) > 10.0 for r in main_rows)} in 'all' have a step shift over 10% "
       "(a run over 10% is set aside like one whose probes spread; the last try is kept as it is)."
-      f"{rechecks_sentence(rows, rechecks)}\n")
+      f"{rechecks_sentence(main_rows, rechecks)}\n")
     p("| runs | count | step time: median abs error (%) | worst (%) | within 10% (% of runs) | "
       "bubble: median abs error (points) | worst (points) | memory: worst stage error (%) | "
       "within 1% (% of runs) |")
@@ -235,7 +235,7 @@ def rechecks_sentence(rows, rechecks):
     checked = [(r, groups[tuple(r[k] for k in CONFIG_KEYS)]) for r in rows
                if abs(r["step_error_pct"]) > 10.0 and tuple(r[k] for k in CONFIG_KEYS) in groups]
     return (f" Each kept run over 10% was run again (section \"Runs over 10% run again\"): "
-            f"the miss reproduced, over 10% the same way in most reruns, in "
+            f"in 'all', the miss reproduced, over 10% the same way in most reruns, in "
             f"{sum(reproduces(r, g) for r, g in checked)} of the {len(checked)} configurations.")
 
 

@@ -355,11 +355,13 @@ struct Progress {
   std::string window;  // why the window is not all the steps after the first, or ""
 };
 
-// The schedule was placed again after the step not yet in step_times, and
-// predicted again: the error counts the steps from the next one on.
+// The schedule was placed again after the last step in step_times, and
+// predicted again: the error counts the steps from the next one on (unless
+// units moved before: the prediction is then for a partition no longer run,
+// and the window stays the one before the move).
 void count_from_placement(Progress& p) {
-  p.counted_from = p.step_times.size() + 1;
-  p.counted_end = SIZE_MAX;
+  if (p.counted_end != SIZE_MAX) return;
+  p.counted_from = p.step_times.size();
   p.window = " (from the placement at measured times on)";
 }
 
@@ -471,14 +473,12 @@ int run_train(const World& w, const CommandLine& cli, const Deck& deck_in) {
       rec.eval_loss = trainer.evaluate();
     }
     const bool moved = rebalance_after_step(w.rank, deck, trainer, step, rec);
-    if (rec.schedule_placed) {
-      report_schedule_placement(w.rank, plan, deck, trainer, rec, metrics);
-      if (plan.measured) {
-        progress.predicted_step_s = plan.prediction.step_time_s;
-        count_from_placement(progress);
-      }
+    if (rec.schedule_placed) report_schedule_placement(w.rank, plan, deck, trainer, rec, metrics);
+    if (w.rank == 0) log_step(deck, rec, last, progress, metrics);  // beside the prediction it ran under
+    if (rec.schedule_placed && plan.measured) {
+      progress.predicted_step_s = plan.prediction.step_time_s;
+      count_from_placement(progress);
     }
-    if (w.rank == 0) log_step(deck, rec, last, progress, metrics);
     if (moved) count_until_move(progress, step);
     if (checkpoint_due(deck, step)) {
       set_wait_phase("in the checkpoint save after step " + std::to_string(step));

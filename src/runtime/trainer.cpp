@@ -172,7 +172,9 @@ StepRecord Trainer::train_step(int64_t step) {
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   fault_point("memory", step);
   rec.stage_peak_bytes = gather_memory_peaks();
-  if (placement_ && placement_->observe(executor_->action_times())) place_schedule(step, rec);
+  // Placed only with a step left to run it (the same decision on every rank).
+  if (placement_ && placement_->observe(executor_->action_times()) && step + 1 < deck_.training.steps)
+    place_schedule(step, rec);
   return rec;
 }
 

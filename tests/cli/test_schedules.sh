@@ -31,6 +31,8 @@ want=$(final_loss "$tmp/1f1b.out")
 for s in interleaved zb-h1 zb-v; do
   extra=()
   [ "$s" = interleaved ] && extra=(--set pipeline.virtual_stages=2)
+  # zb-h1 in the papers' placement all run long; zb-v as decks leave it (auto)
+  [ "$s" = zb-h1 ] && extra=(--set pipeline.schedule_times=\"unit\")
   run 2 train $deck --set pipeline.schedule=\"$s\" "${extra[@]}" --set output.trace=true \
     --set output.dir=\"$tmp/$s\" --set pipeline.predict=false
   check "$s: run succeeds" status_is 0
@@ -85,6 +87,15 @@ check "zb-v, schedule_times auto: placed again" output_has "from step 3 on"
 check "... its plan error counts the steps of the placement (steps 4-5)" output_has \
   "over 2 steps (from the placement at measured times on): error"
 check "... and it trains 1F1B's loss bit for bit" [ "$(final_loss "$tmp/out")" = "$want" ]
+# Three steps: the placement would come after the last, so there is none,
+# and the trace report times every step.
+run 2 train $deck --set pipeline.schedule=\"zb-v\" --set training.steps=3 --set output.trace=true \
+  --set output.dir=\"$tmp/auto3\"
+check "zb-v auto, 3 steps: run succeeds" status_is 0
+check "... not placed after its last step" bash -c "! grep -q 'placed again at the measured' '$tmp/out'"
+check "... its plan error counts steps 2-3" output_has "over 2 steps: error"
+"$py" tools/trace_report.py "$tmp/auto3/trace.h5" --skip 1 > "$tmp/out" 2>&1
+check "... and the trace report times steps 1..2" output_has "steps 1..2"
 run 2 train $deck --set pipeline.schedule=\"zb-h1\" --set pipeline.rebalance=true --set output.dir=\"$tmp/auto_rb\"
 check "zb-h1, schedule_times auto with rebalancing: run succeeds" status_is 0
 check "... and keeps the papers' placement" \
