@@ -29,19 +29,8 @@
 #   jobs/bench_planner.sh                 (needs build/ and tools/.venv: make build tools)
 #   PS="1 2" NS="4 8" DECKS=gpt WORK=/tmp/bp OUT=/tmp/bp jobs/bench_planner.sh  (a subset, kept apart)
 set -euo pipefail
-cd "$(dirname "$0")/.."
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
-PS=${PS:-"1 2"}
-NS=${NS:-"1 2 4 8 16"}
-DECKS=${DECKS:-"mlp gpt mlp128"}
-STEPS=${STEPS:-}  # training steps per run; empty: per deck (deck_settings), so each measures 2 s or more
-TRIES=${TRIES:-3}
-[[ "$TRIES" =~ ^[1-9][0-9]*$ ]] || { echo "bench_planner: TRIES must be a positive integer (tries per configuration), got '$TRIES'" >&2; exit 1; }
-PY=tools/.venv/bin/python
-WORK=${WORK:-runs/bench_planner}
-OUT=${OUT:-results/bench_planner}
+source "$(dirname "$0")/bench_planner_common.sh"  # PS NS DECKS STEPS TRIES RECHECKS WORK OUT, write_report
 mkdir -p "$WORK" results
-[ -x build/pipetrain ] || { echo "bench_planner: build/pipetrain missing: run make build" >&2; exit 1; }
 
 # A run's measured step is the median over its steps after the first: a
 # short window (the GPT's 10 steps took 0.5-1 s) is at the mercy of one slow
@@ -94,13 +83,12 @@ for d in $DECKS; do
     done
   done
 done
-$PY tools/planner_report.py --runs "$list" --csv "$OUT.csv" --plot "${OUT}_error.png" --stress mlp128 \
-  --unsteady "$unsteady" --tries "$TRIES" \
-  --command "jobs/bench_planner.sh (PS=\"$PS\" NS=\"$NS\" DECKS=\"$DECKS\" STEPS=${STEPS:-\"mlp 10, mlp128 20, gpt 40\"})" > "$OUT.md"
-# The kept runs over 10% run again (RECHECKS times each; 0: not), and the
-# report written again with them.
-if [ "${RECHECKS:-3}" != 0 ]; then
-  WORK=$WORK OUT=$OUT PS=$PS NS=$NS DECKS=$DECKS STEPS=$STEPS TRIES=$TRIES RECHECKS=${RECHECKS:-3} \
+# The kept runs over 10% run again (RECHECKS times each), and the report
+# is written with them; RECHECKS=0: the report of the sweep alone.
+if [ "$RECHECKS" != 0 ]; then
+  WORK=$WORK OUT=$OUT PS=$PS NS=$NS DECKS=$DECKS STEPS=$STEPS TRIES=$TRIES RECHECKS=$RECHECKS \
     jobs/bench_planner_recheck.sh > /dev/null
+else
+  write_report
 fi
 cat "$OUT.md"

@@ -14,20 +14,10 @@
 #   WORK=runs/bench_planner_gpt OUT=results/bench_planner_gpt DECKS=gpt jobs/bench_planner_recheck.sh
 #        (after a subset: the same WORK, OUT and DECKS as that run)
 set -euo pipefail
-cd "$(dirname "$0")/.."
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
-PS=${PS:-"1 2"}
-NS=${NS:-"1 2 4 8 16"}
-DECKS=${DECKS:-"mlp gpt mlp128"}
-TRIES=${TRIES:-3}
-RECHECKS=${RECHECKS:-3}
-[[ "$RECHECKS" =~ ^[1-9][0-9]*$ ]] || { echo "bench_planner_recheck: RECHECKS must be a positive integer (reruns per miss), got '$RECHECKS'" >&2; exit 1; }
-PY=tools/.venv/bin/python
-WORK=${WORK:-runs/bench_planner}
-OUT=${OUT:-results/bench_planner}
+source "$(dirname "$0")/bench_planner_common.sh"  # PS NS DECKS STEPS TRIES RECHECKS WORK OUT, write_report
+[ "$RECHECKS" -ge 1 ] || { echo "$me: RECHECKS must be at least 1 here (reruns per miss), got '$RECHECKS'" >&2; exit 1; }
 list=$WORK/runs.txt
-[ -s "$list" ] || { echo "bench_planner_recheck: $list is missing or empty: run jobs/bench_planner.sh first (same WORK)" >&2; exit 1; }
-[ -x build/pipetrain ] || { echo "bench_planner_recheck: build/pipetrain missing: run make build" >&2; exit 1; }
+[ -s "$list" ] || { echo "$me: $list is missing or empty: run jobs/bench_planner.sh first (same WORK)" >&2; exit 1; }
 
 rechecks=$WORK/rechecks.txt
 : > "$rechecks"
@@ -36,7 +26,7 @@ misses=$($PY tools/planner_report.py --runs "$list" --csv /dev/null --plot /dev/
 while read -r d p n sched rc part dir; do
   [ -n "$d" ] || continue
   for k in $(seq 1 "$RECHECKS"); do
-    echo "bench_planner_recheck: $d P=$p N=$n $sched recompute=$rc partition=$part (rerun $k)"
+    echo "$me: $d P=$p N=$n $sched recompute=$rc partition=$part (rerun $k)"
     again=${dir}_recheck$k
     rm -rf "$again"
     mpirun --oversubscribe --bind-to none -np "$p" build/pipetrain train "$dir/deck.resolved.toml" \
@@ -45,7 +35,5 @@ while read -r d p n sched rc part dir; do
   done
 done <<< "$misses"
 
-$PY tools/planner_report.py --runs "$list" --csv "$OUT.csv" --plot "${OUT}_error.png" --stress mlp128 \
-  --unsteady "$WORK/unsteady.txt" --tries "$TRIES" --rechecks "$rechecks" \
-  --command "jobs/bench_planner.sh (PS=\"$PS\" NS=\"$NS\" DECKS=\"$DECKS\" STEPS=${STEPS:-\"mlp 10, mlp128 20, gpt 40\"}), then jobs/bench_planner_recheck.sh (RECHECKS=$RECHECKS)" > "$OUT.md"
+write_report "$rechecks"
 cat "$OUT.md"

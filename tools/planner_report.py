@@ -211,10 +211,16 @@ def main():
 CONFIG_KEYS = ("deck", "P", "N", "schedule", "recompute", "partition")
 
 
+def config_of(r):
+    """The configuration a run (or a rerun of it) ran: deck, P, N, schedule,
+    recompute, partition."""
+    return tuple(r[k] for k in CONFIG_KEYS)
+
+
 def rechecks_by_config(rechecks):
     groups = {}
     for r in rechecks:
-        groups.setdefault(tuple(r[k] for k in CONFIG_KEYS), []).append(r)
+        groups.setdefault(config_of(r), []).append(r)
     return groups
 
 
@@ -232,8 +238,8 @@ def rechecks_sentence(rows, rechecks):
     if not rechecks:
         return ""
     groups = rechecks_by_config(rechecks)
-    checked = [(r, groups[tuple(r[k] for k in CONFIG_KEYS)]) for r in rows
-               if abs(r["step_error_pct"]) > 10.0 and tuple(r[k] for k in CONFIG_KEYS) in groups]
+    checked = [(r, groups[config_of(r)]) for r in rows
+               if abs(r["step_error_pct"]) > 10.0 and config_of(r) in groups]
     return (f" Each kept run over 10% was run again (section \"Runs over 10% run again\"): "
             f"in 'all', the miss reproduced, over 10% the same way in most reruns, in "
             f"{sum(reproduces(r, g) for r, g in checked)} of the {len(checked)} configurations.")
@@ -252,7 +258,7 @@ def rechecks_section(rows, rechecks):
            "reruns' probe spread (%) | reruns' step shift (%) | reproduces |",
            "|---|---:|---:|---|---|---|---:|---|---|---|---|"]
     for r in rows:
-        reruns = groups.get(tuple(r[k] for k in CONFIG_KEYS))
+        reruns = groups.get(config_of(r))
         if not reruns:
             continue
         errors = " ".join(f"{x['step_error_pct']:+.1f}" for x in reruns)
