@@ -46,6 +46,7 @@ def run_row(arg, skip):
         act = np.asarray(f["peak_bytes_activations"], dtype=np.float64)
         predicted_step = float(a["predicted_step_time_s"]) if "predicted_step_time_s" in a else float("nan")
         predicted_bubble = float(a["predicted_bubble"]) if "predicted_bubble" in a else float("nan")
+    step_s = float(np.median(step))
     deck = trace.deck_text
     model = label or ("gpt" if 'type = "gpt"' in deck else "mlp")
     return {
@@ -56,12 +57,12 @@ def run_row(arg, skip):
         "theory": r["bubble_theory"], "bubble": r["bubble"], "predicted_bubble": predicted_bubble,
         "at_costs": float("nan") if r["bubble_at_costs"] is None else r["bubble_at_costs"],
         "replayed": float("nan") if r["bubble_replayed"] is None else r["bubble_replayed"],
-        "step_s": float(np.median(step)), "predicted_step_s": predicted_step,
+        "step_s": step_s, "predicted_step_s": predicted_step,
         "peak_mib": float(peak.max()) / 1048576.0, "act_mib": float(act.max()) / 1048576.0,
         "runs": 1, "schedule_texts": [trace.schedule],
         # the repetition (jobs/bench_schedules.sh names runs ..._r<rep>): runs of one
         # repetition ran one after another, so they pair up against the host's drift
-        "steps_by_rep": {repetition_of(run_dir): float(np.median(step))},
+        "steps_by_rep": {repetition_of(run_dir): step_s},
     }
 
 
