@@ -15,6 +15,7 @@
 #include <utility>
 
 #include "pipetrain/base/error.hpp"
+#include "pipetrain/plan/placement_search.hpp"
 
 namespace pt {
 
@@ -488,11 +489,14 @@ TimedPlacement generate_at_times(const std::string& name, int num_ranks, int num
   TimedPlacement best;
   best.schedule = generate_schedule(name, num_ranks, num_micro_batches);
   best.unit_bubble = best.bubble = bubble_at_costs(best.schedule, costs);
-  for (double slack : kTimedPlacementSlacks) {
-    Schedule s = generate_schedule(name, num_ranks, num_micro_batches, 1, times, slack);
-    const double bubble = bubble_at_costs(s, costs);
-    if (bubble < best.bubble - 1e-12) best.schedule = std::move(s), best.bubble = bubble;
-  }
+  std::vector<Schedule> starts = {best.schedule};
+  for (double slack : kTimedPlacementSlacks)
+    starts.push_back(generate_schedule(name, num_ranks, num_micro_batches, 1, times, slack));
+  for (const Schedule& start : starts)
+    for (Schedule candidate : {start, improve_placement(start, costs).schedule}) {
+      const double bubble = bubble_at_costs(candidate, costs);
+      if (bubble < best.bubble - 1e-12) best.schedule = std::move(candidate), best.bubble = bubble;
+    }
   return best;
 }
 

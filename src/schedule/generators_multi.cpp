@@ -25,7 +25,7 @@
 // its earlier stage); the placement is then made again keeping a slot for
 // the later stage.
 //
-// add_placed_communication() then inserts sends and receives for any
+// with_communication() then inserts sends and receives for any
 // placement: a send right after the compute that produced its data; a
 // receive one compute ahead of its consumer (RECV_B not before F of its
 // micro-batch), moved earlier where needed so that the receives of every
@@ -143,24 +143,6 @@ std::vector<PlacedReceive> place_rank_receives(const Schedule& s,
            std::tie(y.slot, y.consumer, y.channel, y.k);
   });
   return all;
-}
-
-void add_placed_communication(Schedule& s, const std::vector<std::vector<Action>>& compute) {
-  const auto at = compute_positions(compute);
-  for (int r = 0; r < s.num_ranks; ++r) {
-    const std::vector<PlacedReceive> receives = place_rank_receives(s, compute, at, r);
-    std::vector<Action>& out = s.ranks[r];
-    size_t next = 0;
-    for (int i = 0; i < static_cast<int>(compute[r].size()); ++i) {
-      while (next < receives.size() && receives[next].slot == i) out.push_back(receives[next++].action);
-      const Action& a = compute[r][i];
-      out.push_back(a);
-      if (needs_send(s, a))
-        out.push_back(make_action(a.stage, a.kind == ActionKind::F ? ActionKind::SEND_F : ActionKind::SEND_B,
-                           a.mb));
-    }
-    PT_CHECK(next == receives.size(), "every receive placed");
-  }
 }
 
 // ---- interleaved 1F1B ----
@@ -384,6 +366,27 @@ std::vector<std::vector<Action>> list_schedule(const Schedule& s, ListPolicy pol
 
 }  // namespace
 
+Schedule with_communication(const Schedule& skeleton, const std::vector<std::vector<Action>>& compute) {
+  Schedule s = skeleton;
+  s.ranks.assign(static_cast<size_t>(s.num_ranks), {});
+  const auto at = compute_positions(compute);
+  for (int r = 0; r < s.num_ranks; ++r) {
+    const std::vector<PlacedReceive> receives = place_rank_receives(s, compute, at, r);
+    std::vector<Action>& out = s.ranks[r];
+    size_t next = 0;
+    for (int i = 0; i < static_cast<int>(compute[r].size()); ++i) {
+      while (next < receives.size() && receives[next].slot == i) out.push_back(receives[next++].action);
+      const Action& a = compute[r][i];
+      out.push_back(a);
+      if (needs_send(s, a))
+        out.push_back(make_action(a.stage, a.kind == ActionKind::F ? ActionKind::SEND_F : ActionKind::SEND_B,
+                           a.mb));
+    }
+    PT_CHECK(next == receives.size(), "every receive placed");
+  }
+  return s;
+}
+
 Schedule generate_interleaved(int num_ranks, int virtual_stages, int num_micro_batches) {
   check_sizes("interleaved", num_ranks, num_micro_batches);
   if (virtual_stages < 1)
@@ -398,7 +401,7 @@ Schedule generate_interleaved(int num_ranks, int virtual_stages, int num_micro_b
   std::vector<std::vector<Action>> compute;
   for (int r = 0; r < num_ranks; ++r)
     compute.push_back(interleaved_compute(r, num_ranks, virtual_stages, num_micro_batches));
-  add_placed_communication(s, compute);
+  s = with_communication(s, compute);
   return s;
 }
 
@@ -415,7 +418,7 @@ Schedule generate_zb_h1(int num_ranks, int num_micro_batches, const StageActionT
   policy.costs = checked_times("zb-h1", times, num_ranks);
   policy.w_slack = w_slack;
   s.timed = !times.empty();
-  add_placed_communication(s, list_schedule(s, policy));
+  s = with_communication(s, list_schedule(s, policy));
   return s;
 }
 
@@ -431,7 +434,7 @@ Schedule generate_zb_v(int num_ranks, int num_micro_batches, const StageActionTi
   policy.costs = checked_times("zb-v", times, 2 * num_ranks);
   policy.w_slack = w_slack;
   s.timed = !times.empty();
-  add_placed_communication(s, list_schedule(s, policy));
+  s = with_communication(s, list_schedule(s, policy));
   return s;
 }
 

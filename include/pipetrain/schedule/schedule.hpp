@@ -122,6 +122,14 @@ Schedule generate_zb_h1(int num_ranks, int num_micro_batches, const StageActionT
 // backward, at most 2P half-size stage micro-batches between F and W per rank.
 Schedule generate_zb_v(int num_ranks, int num_micro_batches, const StageActionTimes& times = {},
                        double w_slack = 0.0);
+// `skeleton` (its sizes, placement and flags) with rank lists made of the
+// given compute actions (ranks, F/B/W in run order) and the sends and
+// receives they need: a send right after the compute that produced its data,
+// a receive one compute ahead of its consumer (a RECV_B not before F of its
+// micro-batch), moved earlier where needed so that every rank pair's
+// receives come in the order of the peer's sends (NCCL matches by order).
+Schedule with_communication(const Schedule& skeleton,
+                            const std::vector<std::vector<Action>>& compute);
 // The same schedule without backward actions, for evaluation passes.
 Schedule forward_only_schedule(const Schedule& training);
 // A schedule without W actions with its weight gradients moved to the end of
