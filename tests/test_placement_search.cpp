@@ -1,9 +1,9 @@
 // test_placement_search.cpp: the local search that shortens a zero-bubble
 // placement at measured action times (plan/placement_search). It keeps every
-// stage's micro-batch order and in-flight peak, never lengthens the step,
-// gives valid schedules under MPI and NCCL semantics, its span model is the
-// planner's simulator with free links, and on a GPT's measured costs it
-// reaches a lower bound where the list scheduler alone stays points above.
+// stage's micro-batch order and in-flight peak (and each rank's), never
+// lengthens the step, gives valid schedules under MPI and NCCL semantics, its
+// span model is the planner's simulator with free links, and on a GPT's
+// measured costs it comes near a lower bound, under the list scheduler.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -12,6 +12,7 @@
 #include <map>
 #include <random>
 #include <string>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -58,6 +59,16 @@ bool micro_batch_order_kept(const Schedule& s) {
     for (const Action& a : rank)
       if (is_compute(a.kind) && a.mb != next[{a.stage, a.kind}]++) return false;
   return true;
+}
+
+// Most micro-batches between F and W on a rank, its stages summed.
+int rank_peak(const Schedule& s, int rank) {
+  int now = 0, peak = 0;
+  for (const Action& a : s.ranks[static_cast<size_t>(rank)]) {
+    if (a.kind == ActionKind::F) peak = std::max(peak, ++now);
+    if (a.kind == ActionKind::W) --now;
+  }
+  return peak;
 }
 
 std::vector<ActionCost> random_costs(std::mt19937& rng, int stages) {
@@ -110,7 +121,7 @@ TEST(PlacementSearch, KeepsOrderAndPeaksValidAndNeverLonger) {
   for (const Case& c : random_cases()) {
     const pt::PlacementSearchResult r = pt::improve_placement(c.start, c.costs);
     const Schedule& s = r.schedule;
-    EXPECT_TRUE(s.timed) << c.label;
+    EXPECT_EQ(s.timed, c.start.timed || r.moves > 0) << c.label;
     EXPECT_EQ(s.placement, c.start.placement) << c.label;
     EXPECT_NO_THROW(pt::validate_schedule(s, pt::CommSemantics::mpi())) << c.label;
     EXPECT_NO_THROW(pt::validate_schedule(s, pt::CommSemantics::nccl())) << c.label;
@@ -118,6 +129,8 @@ TEST(PlacementSearch, KeepsOrderAndPeaksValidAndNeverLonger) {
     const std::vector<int> peak = pt::schedule_in_flight(s), start_peak = pt::schedule_in_flight(c.start);
     for (size_t st = 0; st < peak.size(); ++st)
       EXPECT_LE(peak[st], start_peak[st]) << c.label << " stage " << st;
+    for (int rank = 0; rank < s.num_ranks; ++rank)  // stages summed: ZB-V's 2P bound
+      EXPECT_LE(rank_peak(s, rank), rank_peak(c.start, rank)) << c.label << " rank " << rank;
     // The same actions on the same ranks, only reordered.
     std::vector<std::vector<Action>> before = compute_of(c.start), after = compute_of(s);
     for (size_t rank = 0; rank < before.size(); ++rank) {
@@ -147,7 +160,14 @@ TEST(PlacementSearch, SameInputsSameScheduleAndWorkLimitHolds) {
   // No work allowed: the start is evaluated once and kept.
   const pt::PlacementSearchResult none = pt::improve_placement(start, costs, 0);
   EXPECT_EQ(none.moves, 0);
+  EXPECT_EQ(none.evaluations, 0);
   EXPECT_EQ(none.schedule.ranks, start.ranks);
+  EXPECT_FALSE(none.schedule.timed);
+  // A small budget: the search stops within one candidate of it (each costs
+  // the start's 96 actions simulated plus one rank's 48 scanned).
+  const pt::PlacementSearchResult some = pt::improve_placement(start, costs, 2000);
+  EXPECT_LE(some.evaluations, 2000 / 96 + 1);
+  EXPECT_LT(some.evaluations, a.evaluations);
   // A schedule without W has nothing to place.
   EXPECT_THROW(pt::improve_placement(pt::generate_1f1b(2, 4), {{1, 1, 0}, {1, 1, 0}}), std::exception);
 }
@@ -167,7 +187,7 @@ double zb_v_p2_bound(const std::vector<ActionCost>& c, int mbs) {
   return 1.0 - (rank0 + rank1) / (2.0 * span);
 }
 
-TEST(PlacementSearch, GptCostsReachTheBoundWhereTheListSchedulerDoesNot) {
+TEST(PlacementSearch, GptCostsNearTheBoundAndUnderTheListScheduler) {
   for (int n : {2, 4, 8, 16}) {
     double list_only = pt::bubble_at_costs(pt::generate_zb_v(2, n), kGptCosts);
     for (double slack : pt::kTimedPlacementSlacks)
@@ -179,11 +199,16 @@ TEST(PlacementSearch, GptCostsReachTheBoundWhereTheListSchedulerDoesNot) {
                 "%.2f%% searched, bound %.2f%%\n",
                 n, 100 * placed.unit_bubble, 100 * list_only, 100 * placed.bubble, 100 * bound);
     EXPECT_GE(placed.bubble, bound - 1e-12);
-    EXPECT_LE(placed.bubble, list_only + 1e-12);
-    // Within 0.05 points of the bound at N = 2 and 4; 1.7 at 8 (there the
-    // in-flight peaks bind: without them the search reaches 4.1%), 0.2 at 16.
-    const double slack_points = n <= 4 ? 0.05 : n == 8 ? 1.7 : 0.2;
-    EXPECT_LE(100 * placed.bubble, 100 * bound + slack_points) << "N=" << n;
+    // docs/schedules.md: 10.52 / 6.17 / 6.69 / 2.74% against the bound's
+    // 10.52 / 6.17 / 3.83 / 2.62%. At N = 8 the in-flight caps bind (the
+    // search without them reaches 4.07%, at up to 2P + 1 micro-batches on a
+    // rank): there it only has to beat the list scheduler's 7.55%.
+    if (n != 8) {
+      EXPECT_LE(100 * placed.bubble, 100 * bound + (n <= 4 ? 0.05 : 0.3)) << "N=" << n;
+    }
+    if (n >= 4) {
+      EXPECT_LT(100 * placed.bubble, 100 * list_only - 0.5) << "N=" << n;
+    }
   }
 }
 

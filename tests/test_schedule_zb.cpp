@@ -504,7 +504,7 @@ TEST(TimedPlacement, KeepsTheUnitPlacementUnlessAnotherSimulatesBetter) {
   EXPECT_FALSE(same.timed);
   EXPECT_EQ(pt::format_schedule(same), pt::format_schedule(unit));
   // Never worse than unit time at the given times; for both schedules some
-  // uneven times are placed strictly better (ZB-H1 only moves its W).
+  // uneven times are placed strictly better.
   std::mt19937 rng(3);
   std::uniform_real_distribution<double> time(0.2, 2.0);
   std::map<std::string, int> better;

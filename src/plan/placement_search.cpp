@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <limits>
+#include <string>
 #include <utility>
 
 #include "pipetrain/base/error.hpp"
@@ -51,7 +52,7 @@ class SpanModel {
   int stage(int id) const { return (id / mbs_) % stages_; }
   Action action(int id) const { return make_action(stage(id), kind_of(kind(id)), id % mbs_); }
   int num_stages() const { return stages_; }
-  double secondary() const { return secondary_; }
+  double b_end_sum() const { return b_end_sum_; }
 
   // The longest rank span, or infinity on a stall; `work` += actions run.
   double span(const std::vector<std::vector<int>>& orders, int64_t& work) {
@@ -72,10 +73,10 @@ class SpanModel {
         }
       }
     }
+    b_end_sum_ = 0.0;
     if (left > 0) return std::numeric_limits<double>::infinity();
-    secondary_ = 0.0;
     for (int st = 0; st < stages_; ++st)
-      for (int m = 0; m < mbs_; ++m) secondary_ += end_[id(1, st, m)];
+      for (int m = 0; m < mbs_; ++m) b_end_sum_ += end_[id(1, st, m)];
     return *std::max_element(free_.begin(), free_.end());
   }
 
@@ -99,7 +100,7 @@ class SpanModel {
   std::vector<double> end_;   // (3 stages mbs) end time, kNotDone before
   std::vector<size_t> pos_;   // (ranks) next entry of each order
   std::vector<double> free_;  // (ranks) when each rank is free
-  double secondary_ = 0.0;
+  double b_end_sum_ = 0.0;  // sum of every B's end time (the tie-break)
 };
 
 std::vector<std::vector<int>> compute_ids(const SpanModel& model,
@@ -122,25 +123,27 @@ std::vector<std::vector<Action>> compute_lists(const Schedule& s) {
 class PlacementSearch {
  public:
   PlacementSearch(const Schedule& start, const std::vector<ActionCost>& costs, int64_t work_limit)
-      : model_(start, costs), orders_(compute_ids(model_, compute_lists(start))),
-        caps_(static_cast<size_t>(model_.num_stages()), 0), work_limit_(work_limit) {
-    for (const std::vector<int>& order : orders_) {
-      const std::vector<int> peaks = stage_peaks(order);
-      for (size_t st = 0; st < caps_.size(); ++st) caps_[st] = std::max(caps_[st], peaks[st]);
+      : start_(start), model_(start, costs), orders_(compute_ids(model_, compute_lists(start))),
+        caps_(static_cast<size_t>(model_.num_stages()), 0), rank_caps_(orders_.size(), 0),
+        now_(caps_.size(), 0), peak_(caps_.size(), 0), work_limit_(work_limit) {
+    for (size_t r = 0; r < orders_.size(); ++r) {
+      rank_caps_[r] = count_peaks(orders_[r]);
+      for (size_t st = 0; st < caps_.size(); ++st) caps_[st] = std::max(caps_[st], peak_[st]);
     }
   }
 
   // First-improvement passes until a pass keeps no move or the work is spent.
-  PlacementSearchResult run(const Schedule& start) {
+  PlacementSearchResult run() {
+    const Schedule& start = start_;
     PlacementSearchResult result;
     span_ = result.start_span_s = model_.span(orders_, work_);
-    sec_ = model_.secondary();
+    b_end_sum_ = model_.b_end_sum();
     PT_CHECK(span_ < std::numeric_limits<double>::infinity(),
              "placement search: schedule '" + start.name + "' stalls at the given times");
     for (bool improved = true; improved && work_ < work_limit_;) {
       improved = false;
       for (size_t r = 0; r < orders_.size() && work_ < work_limit_; ++r)
-        improved |= improve_rank(orders_[r]);
+        improved |= improve_rank(r);
     }
     result.span_s = span_;
     result.moves = moves_;
@@ -149,13 +152,14 @@ class PlacementSearch {
     for (size_t r = 0; r < orders_.size(); ++r)
       for (int a : orders_[r]) compute[r].push_back(model_.action(a));
     result.schedule = with_communication(start, compute);
-    result.schedule.timed = true;
+    result.schedule.timed = start.timed || moves_ > 0;
     return result;
   }
 
  private:
   // Tries every move of every action of `order`; true when one was kept.
-  bool improve_rank(std::vector<int>& order) {
+  bool improve_rank(size_t rank) {
+    std::vector<int>& order = orders_[rank];
     bool improved = false;
     const int n = static_cast<int>(order.size());
     for (int i = 0; i < n && work_ < work_limit_; ++i)
@@ -163,7 +167,7 @@ class PlacementSearch {
         const int j = i + d;
         if (d == 0 || j < 0 || j >= n || passes_same_kind(order, i, j)) continue;
         move(order, i, j);
-        if (within_caps(order) && try_keep()) {
+        if (within_caps(rank) && try_keep()) {
           improved = true;
           continue;
         }
@@ -173,7 +177,7 @@ class PlacementSearch {
       for (int j = i + 1; j < std::min(n, i + kPlacementMoveReach + 1) && work_ < work_limit_; ++j) {
         if (passes_same_kind(order, i, j) || passes_same_kind(order, j, i)) continue;
         std::swap(order[i], order[j]);
-        if (within_caps(order) && try_keep()) {
+        if (within_caps(rank) && try_keep()) {
           improved = true;
           continue;
         }
@@ -182,15 +186,19 @@ class PlacementSearch {
     return improved;
   }
 
-  // True when the step at the current orders is shorter (then it is kept).
+  // True when the step at the current orders is shorter, or as long with
+  // the B actions ending earlier in sum (then the orders are kept). A gain
+  // counts when over kRelativeGain, so rounding never decides.
   bool try_keep() {
+    static constexpr double kRelativeGain = 1e-9;
     ++evaluations_;
     const double span = model_.span(orders_, work_);
-    const double sec = model_.secondary();
-    const bool better = span < span_ * (1.0 - 1e-9) || (span <= span_ * (1.0 + 1e-12) && sec < sec_ * (1.0 - 1e-9));
-    if (!better) return false;
+    const double b_end_sum = model_.b_end_sum();
+    const bool shorter = span < span_ * (1.0 - kRelativeGain);
+    const bool tie_earlier_b = span <= span_ && b_end_sum < b_end_sum_ * (1.0 - kRelativeGain);
+    if (!shorter && !tie_earlier_b) return false;
     span_ = span;
-    sec_ = sec;
+    b_end_sum_ = b_end_sum;
     ++moves_;
     return true;
   }
@@ -212,30 +220,41 @@ class PlacementSearch {
       std::rotate(order.begin() + to, order.begin() + from, order.begin() + from + 1);
   }
 
-  // (stages) peak micro-batches between F and W of each stage in `order`.
-  std::vector<int> stage_peaks(const std::vector<int>& order) const {
-    std::vector<int> now(caps_.size(), 0), peak(caps_.size(), 0);
+  // Fills peak_ with each stage's peak micro-batches between F and W in
+  // `order` and returns the peak of their sum (the rank's).
+  int count_peaks(const std::vector<int>& order) {
+    std::fill(now_.begin(), now_.end(), 0);
+    std::fill(peak_.begin(), peak_.end(), 0);
+    int rank_now = 0, rank_peak = 0;
     for (int a : order) {
       const int st = model_.stage(a), k = model_.kind(a);
-      if (k == 0) peak[st] = std::max(peak[st], ++now[st]);
-      if (k == 2) --now[st];
+      if (k == 0) {
+        peak_[st] = std::max(peak_[st], ++now_[st]);
+        rank_peak = std::max(rank_peak, ++rank_now);
+      }
+      if (k == 2) --now_[st], --rank_now;
     }
-    return peak;
+    return rank_peak;
   }
 
-  bool within_caps(const std::vector<int>& order) const {
-    const std::vector<int> peaks = stage_peaks(order);
+  // No stage and no rank over the start's in-flight peak (counted as work).
+  bool within_caps(size_t rank) {
+    work_ += static_cast<int64_t>(orders_[rank].size());
+    if (count_peaks(orders_[rank]) > rank_caps_[rank]) return false;
     for (size_t st = 0; st < caps_.size(); ++st)
-      if (peaks[st] > caps_[st]) return false;
+      if (peak_[st] > caps_[st]) return false;
     return true;
   }
 
+  const Schedule& start_;
   SpanModel model_;
   std::vector<std::vector<int>> orders_;  // (ranks, compute ids in run order)
   std::vector<int> caps_;                 // (stages) the start's peak in-flight
+  std::vector<int> rank_caps_;            // (ranks) the start's peak, stages summed
+  std::vector<int> now_, peak_;           // (stages) count_peaks' counts
   int64_t work_limit_;
   int64_t work_ = 0, moves_ = 0, evaluations_ = 0;
-  double span_ = 0.0, sec_ = 0.0;
+  double span_ = 0.0, b_end_sum_ = 0.0;
 };
 
 }  // namespace
@@ -244,7 +263,7 @@ PlacementSearchResult improve_placement(const Schedule& start, const std::vector
                                         int64_t work_limit) {
   PT_CHECK(splits_backward(start), "placement search: schedule '" + start.name +
                                        "' has no W actions (a split backward) to place");
-  return PlacementSearch(start, costs, work_limit).run(start);
+  return PlacementSearch(start, costs, work_limit).run();
 }
 
 double compute_span(const Schedule& skeleton, const std::vector<std::vector<Action>>& compute,

@@ -483,6 +483,18 @@ std::vector<ActionCost> action_costs(const StageActionTimes& times) {
   return costs;
 }
 
+namespace {
+bool passes_validation(const Schedule& s) {
+  try {
+    validate_schedule(s, CommSemantics::mpi());
+    validate_schedule(s, CommSemantics::nccl());
+    return true;
+  } catch (const InputError&) {
+    return false;
+  }
+}
+}  // namespace
+
 TimedPlacement generate_at_times(const std::string& name, int num_ranks, int num_micro_batches,
                                  const StageActionTimes& times) {
   const std::vector<ActionCost> costs = action_costs(times);
@@ -490,13 +502,23 @@ TimedPlacement generate_at_times(const std::string& name, int num_ranks, int num
   best.schedule = generate_schedule(name, num_ranks, num_micro_batches);
   best.unit_bubble = best.bubble = bubble_at_costs(best.schedule, costs);
   std::vector<Schedule> starts = {best.schedule};
-  for (double slack : kTimedPlacementSlacks)
-    starts.push_back(generate_schedule(name, num_ranks, num_micro_batches, 1, times, slack));
-  for (const Schedule& start : starts)
-    for (Schedule candidate : {start, improve_placement(start, costs).schedule}) {
-      const double bubble = bubble_at_costs(candidate, costs);
-      if (bubble < best.bubble - 1e-12) best.schedule = std::move(candidate), best.bubble = bubble;
-    }
+  for (double slack : kTimedPlacementSlacks) {
+    Schedule s = generate_schedule(name, num_ranks, num_micro_batches, 1, times, slack);
+    const bool seen = std::any_of(starts.begin(), starts.end(),
+                                  [&](const Schedule& x) { return x.ranks == s.ranks; });
+    if (!seen) starts.push_back(std::move(s));
+  }
+  auto consider = [&](const Schedule& candidate) {
+    const double bubble = bubble_at_costs(candidate, costs);
+    if (bubble < best.bubble - 1e-12) best.schedule = candidate, best.bubble = bubble;
+  };
+  for (const Schedule& start : starts) {
+    consider(start);
+    // Searched orders get their communication placed anew: checked as the
+    // trainer will check them before one may win (never expected to fail).
+    Schedule searched = improve_placement(start, costs).schedule;
+    if (passes_validation(searched)) consider(searched);
+  }
   return best;
 }
 

@@ -144,8 +144,10 @@ std::vector<ActionCost> action_costs(const StageActionTimes& times);
 // pipeline.schedule_times = "measured": schedule `name` (zb-h1 or zb-v)
 // placed for the given per-stage F, B, W times. The candidates are the
 // unit-time schedule and the list scheduler at those times with each of
-// kTimedPlacementSlacks; the one with the smallest bubble_at_costs at the
-// times wins (the unit-time one on a tie, and then Schedule::timed is false).
+// kTimedPlacementSlacks (the distinct ones), each also improved by the local
+// search of plan/placement_search.hpp (and validated under MPI and NCCL
+// semantics); the one with the smallest bubble_at_costs at the times wins
+// (the unit-time one on a tie, and then Schedule::timed is false).
 // Every candidate runs F, B and W of a stage in micro-batch order, so the
 // choice never changes a result, only when actions run.
 extern const std::vector<double> kTimedPlacementSlacks;
