@@ -27,16 +27,6 @@ using pt::ActionCost;
 using pt::ActionKind;
 using pt::Schedule;
 
-bool is_compute(ActionKind k) { return k == ActionKind::F || k == ActionKind::B || k == ActionKind::W; }
-
-std::vector<std::vector<Action>> compute_of(const Schedule& s) {
-  std::vector<std::vector<Action>> out(s.ranks.size());
-  for (size_t r = 0; r < s.ranks.size(); ++r)
-    for (const Action& a : s.ranks[r])
-      if (is_compute(a.kind)) out[r].push_back(a);
-  return out;
-}
-
 // The planner's simulator: the longest rank span at the costs, free links.
 double simulated_span(const Schedule& s, const std::vector<ActionCost>& costs) {
   pt::SimulationInput input;
@@ -57,7 +47,7 @@ bool micro_batch_order_kept(const Schedule& s) {
   std::map<std::pair<int, ActionKind>, int> next;
   for (const auto& rank : s.ranks)
     for (const Action& a : rank)
-      if (is_compute(a.kind) && a.mb != next[{a.stage, a.kind}]++) return false;
+      if (pt::is_compute(a.kind) && a.mb != next[{a.stage, a.kind}]++) return false;
   return true;
 }
 
@@ -111,7 +101,7 @@ std::vector<Case> random_cases() {
 
 TEST(PlacementSearch, SpanModelIsThePlannersSimulatorWithFreeLinks) {
   for (const Case& c : random_cases()) {
-    const double model = pt::compute_span(c.start, compute_of(c.start), c.costs);
+    const double model = pt::compute_span(c.start, pt::compute_actions(c.start), c.costs);
     EXPECT_NEAR(model, simulated_span(c.start, c.costs), 1e-9 * model) << c.label;
   }
 }
@@ -132,7 +122,7 @@ TEST(PlacementSearch, KeepsOrderAndPeaksValidAndNeverLonger) {
     for (int rank = 0; rank < s.num_ranks; ++rank)  // stages summed: ZB-V's 2P bound
       EXPECT_LE(rank_peak(s, rank), rank_peak(c.start, rank)) << c.label << " rank " << rank;
     // The same actions on the same ranks, only reordered.
-    std::vector<std::vector<Action>> before = compute_of(c.start), after = compute_of(s);
+    std::vector<std::vector<Action>> before = pt::compute_actions(c.start), after = pt::compute_actions(s);
     for (size_t rank = 0; rank < before.size(); ++rank) {
       auto key = [](const Action& a) { return std::make_tuple(a.stage, static_cast<int>(a.kind), a.mb); };
       auto less = [&](const Action& a, const Action& b) { return key(a) < key(b); };

@@ -25,10 +25,6 @@ ActionKind kind_of(int index) {
   return index == 0 ? ActionKind::F : index == 1 ? ActionKind::B : ActionKind::W;
 }
 
-bool is_compute(ActionKind k) {
-  return k == ActionKind::F || k == ActionKind::B || k == ActionKind::W;
-}
-
 // The step of compute orders at per-stage costs, free links.
 class SpanModel {
  public:
@@ -111,19 +107,11 @@ std::vector<std::vector<int>> compute_ids(const SpanModel& model,
   return ids;
 }
 
-std::vector<std::vector<Action>> compute_lists(const Schedule& s) {
-  std::vector<std::vector<Action>> compute(s.ranks.size());
-  for (size_t r = 0; r < s.ranks.size(); ++r)
-    for (const Action& a : s.ranks[r])
-      if (is_compute(a.kind)) compute[r].push_back(a);
-  return compute;
-}
-
 // The local search over one schedule's compute orders.
 class PlacementSearch {
  public:
   PlacementSearch(const Schedule& start, const std::vector<ActionCost>& costs, int64_t work_limit)
-      : start_(start), model_(start, costs), orders_(compute_ids(model_, compute_lists(start))),
+      : start_(start), model_(start, costs), orders_(compute_ids(model_, compute_actions(start))),
         caps_(static_cast<size_t>(model_.num_stages()), 0), rank_caps_(orders_.size(), 0),
         now_(caps_.size(), 0), peak_(caps_.size(), 0), work_limit_(work_limit) {
     for (size_t r = 0; r < orders_.size(); ++r) {

@@ -145,6 +145,18 @@ std::vector<int> rank_stages(const Schedule& s, int rank) {
   return stages;
 }
 
+bool is_compute(ActionKind kind) {
+  return kind == ActionKind::F || kind == ActionKind::B || kind == ActionKind::W;
+}
+
+std::vector<std::vector<Action>> compute_actions(const Schedule& s) {
+  std::vector<std::vector<Action>> compute(s.ranks.size());
+  for (size_t r = 0; r < s.ranks.size(); ++r)
+    for (const Action& a : s.ranks[r])
+      if (is_compute(a.kind)) compute[r].push_back(a);
+  return compute;
+}
+
 bool splits_backward(const Schedule& s) {
   for (const std::vector<Action>& rank : s.ranks)
     for (const Action& a : rank)

@@ -23,8 +23,6 @@ namespace {
 
 constexpr int kKinds = 7;
 
-bool is_compute(ActionKind k) { return k == ActionKind::F || k == ActionKind::B || k == ActionKind::W; }
-
 // The remote message compute `c` consumes, as its send action; false when
 // its input is local or it has none (W, the first stage's F, the last
 // stage's B).

@@ -28,10 +28,6 @@ constexpr ActionKind kCommKinds[] = {ActionKind::SEND_F, ActionKind::RECV_F,
 constexpr int kNumKinds = 7;
 constexpr int kNever = std::numeric_limits<int>::max();  // a round after all rounds
 
-bool is_compute(ActionKind kind) {
-  return kind == ActionKind::F || kind == ActionKind::B || kind == ActionKind::W;
-}
-
 // "1 stage", "4 stages", "2 micro-batches".
 std::string count(int n, const std::string& noun) {
   std::string plural = noun.back() == 'h' ? noun + "es" : noun + "s";

@@ -89,6 +89,11 @@ inline int stage_rank(const Schedule& s, int stage) {
 std::vector<int> rank_stages(const Schedule& s, int rank);
 // True when the schedule has W actions (a split backward).
 bool splits_backward(const Schedule& s);
+// True for F, B and W (not for sends and receives).
+bool is_compute(ActionKind kind);
+// (ranks, actions) each rank's F, B and W in run order, its sends and
+// receives left out: the inverse of with_communication.
+std::vector<std::vector<Action>> compute_actions(const Schedule& s);
 
 // (stages) each stage's F, B and W duration, for generators that place
 // actions by time; empty: unit time.
