@@ -187,17 +187,20 @@ TEST(PlacementSearch, GptCostsNearTheBoundAndUnderTheListScheduler) {
     const double bound = zb_v_p2_bound(kGptCosts, n);
     std::printf("zb-v P=2 N=%2d at the GPT's costs: bubble %.2f%% papers', %.2f%% list scheduler, "
                 "%.2f%% searched, bound %.2f%%\n",
-                n, 100 * placed.unit_bubble, 100 * list_only, 100 * placed.bubble, 100 * bound);
-    EXPECT_GE(placed.bubble, bound - 1e-12);
+                n, 100 * placed.unit_bubble, 100 * list_only, 100 * placed.timed_bubble, 100 * bound);
+    EXPECT_GE(placed.timed_bubble, bound - 1e-12);
+    // At N = 2 the best timed placement gains 0.16 points, under
+    // kMinPlacementGain, so the run keeps the papers'; elsewhere it switches.
+    EXPECT_EQ(placed.schedule.timed, n != 2) << "N=" << n;
     // docs/schedules.md: 10.52 / 6.17 / 6.69 / 2.74% against the bound's
     // 10.52 / 6.17 / 3.83 / 2.62%. At N = 8 the in-flight caps bind (the
     // search without them reaches 4.07%, at up to 2P + 1 micro-batches on a
     // rank): there it only has to beat the list scheduler's 7.55%.
     if (n != 8) {
-      EXPECT_LE(100 * placed.bubble, 100 * bound + (n <= 4 ? 0.05 : 0.3)) << "N=" << n;
+      EXPECT_LE(100 * placed.timed_bubble, 100 * bound + (n <= 4 ? 0.05 : 0.3)) << "N=" << n;
     }
     if (n >= 4) {
-      EXPECT_LT(100 * placed.bubble, 100 * list_only - 0.5) << "N=" << n;
+      EXPECT_LT(100 * placed.timed_bubble, 100 * list_only - 0.5) << "N=" << n;
     }
   }
 }

@@ -517,10 +517,14 @@ TEST(TimedPlacement, KeepsTheUnitPlacementUnlessAnotherSimulatesBetter) {
       const Schedule& placed = result.schedule;
       const double at_unit = pt::bubble_at_costs(pt::generate_schedule(name, p, n), pt::action_costs(t));
       const double at_placed = pt::bubble_at_costs(placed, pt::action_costs(t));
-      EXPECT_EQ(result.unit_bubble, at_unit) << name << " P=" << p << " N=" << n;
-      EXPECT_EQ(result.bubble, at_placed) << name << " P=" << p << " N=" << n;
-      EXPECT_LE(at_placed, at_unit + 1e-12) << name << " P=" << p << " N=" << n;
-      EXPECT_EQ(placed.timed, at_placed < at_unit) << name << " P=" << p << " N=" << n;
+      const std::string at = std::string(name) + " P=" + std::to_string(p) + " N=" + std::to_string(n);
+      EXPECT_EQ(result.unit_bubble, at_unit) << at;
+      EXPECT_EQ(result.bubble, at_placed) << at;
+      EXPECT_LE(result.timed_bubble, at_unit) << at;
+      // Switched exactly when the best timed candidate gains the minimum.
+      const bool gains_enough = result.timed_bubble <= at_unit - pt::kMinPlacementGain;
+      EXPECT_EQ(placed.timed, gains_enough) << at;
+      EXPECT_EQ(at_placed, gains_enough ? result.timed_bubble : at_unit) << at;
       better[name] += placed.timed;
     }
   }
@@ -528,6 +532,20 @@ TEST(TimedPlacement, KeepsTheUnitPlacementUnlessAnotherSimulatesBetter) {
               better["zb-h1"], better["zb-v"]);
   EXPECT_GT(better["zb-h1"], 0);
   EXPECT_GT(better["zb-v"], 0);
+}
+
+TEST(TimedPlacement, AGainUnderTheMinimumKeepsThePapersPlacement) {
+  // W a little shorter than F and B: a timed placement simulates a smaller
+  // bubble, but by less than kMinPlacementGain, so the papers' is kept.
+  const pt::StageActionTimes near_equal = equal_times(4, 1.0, 1.0, 0.97);
+  const pt::TimedPlacement kept = pt::generate_at_times("zb-v", 2, 16, near_equal);
+  std::printf("zb-v P=2 N=16 at F=B=1, W=0.97: bubble %.3f%% unit-time, %.3f%% best timed\n",
+              100 * kept.unit_bubble, 100 * kept.timed_bubble);
+  EXPECT_LT(kept.timed_bubble, kept.unit_bubble);
+  EXPECT_GT(kept.timed_bubble, kept.unit_bubble - pt::kMinPlacementGain);
+  EXPECT_FALSE(kept.schedule.timed);
+  EXPECT_EQ(pt::format_schedule(kept.schedule), pt::format_schedule(pt::generate_zb_v(2, 16)));
+  EXPECT_EQ(kept.bubble, kept.unit_bubble);
 }
 
 TEST(TimedPlacement, BadTimesAreRefused) {

@@ -8,6 +8,7 @@
 #include "pipetrain/io/metrics.hpp"
 #include "pipetrain/io/profile_io.hpp"
 #include "pipetrain/model/model.hpp"
+#include "pipetrain/plan/simulate.hpp"
 #include "pipetrain/runtime/profiler.hpp"
 #include "pipetrain/runtime/speed_probe.hpp"
 
@@ -136,11 +137,15 @@ void report_schedule_placement(int rank, RunPlan& plan, const Deck& deck, const 
                   t[1] * 1e3, t[2] * 1e3);
     times += part;
   }
+  char why[160] = "";
+  if (!trainer.schedule().timed && rec.placed_bubble_timed < rec.placed_bubble_before)
+    std::snprintf(why, sizeof why, "; the best timed one, %.2f%%, gains under the %.1f points asked",
+                  100.0 * rec.placed_bubble_timed, 100.0 * kMinPlacementGain);
   std::printf("schedule %s: placed again at the measured F/B/W ms per stage %s: %s (bubble at "
-              "those times %.1f%% -> %.1f%%), from step %lld on\n",
+              "those times %.1f%% -> %.1f%%%s), from step %lld on\n",
               trainer.schedule().name.c_str(), times.c_str(),
               trainer.schedule().timed ? "a timed placement" : "the unit-time placement is kept",
-              100.0 * rec.placed_bubble_before, 100.0 * rec.placed_bubble_after,
+              100.0 * rec.placed_bubble_before, 100.0 * rec.placed_bubble_after, why,
               static_cast<long long>(trainer.schedule_first_step()));
   metrics.set_attribute("schedule", format_schedule(trainer.schedule()));
   metrics.set_attribute("schedule_first_step", std::vector<int64_t>{trainer.schedule_first_step()});

@@ -476,6 +476,7 @@ double theory_bubble(const Schedule& schedule) {
 }
 
 const std::vector<double> kTimedPlacementSlacks = {0.0, 0.25, 0.5, 1.0};
+const double kMinPlacementGain = 0.005;
 
 std::vector<ActionCost> action_costs(const StageActionTimes& times) {
   std::vector<ActionCost> costs;
@@ -498,28 +499,34 @@ bool passes_validation(const Schedule& s) {
 TimedPlacement generate_at_times(const std::string& name, int num_ranks, int num_micro_batches,
                                  const StageActionTimes& times) {
   const std::vector<ActionCost> costs = action_costs(times);
-  TimedPlacement best;
-  best.schedule = generate_schedule(name, num_ranks, num_micro_batches);
-  best.unit_bubble = best.bubble = bubble_at_costs(best.schedule, costs);
-  std::vector<Schedule> starts = {best.schedule};
+  TimedPlacement placement;
+  placement.schedule = generate_schedule(name, num_ranks, num_micro_batches);
+  placement.unit_bubble = bubble_at_costs(placement.schedule, costs);
+  placement.timed_bubble = placement.unit_bubble;
+  std::vector<Schedule> starts = {placement.schedule};
   for (double slack : kTimedPlacementSlacks) {
     Schedule s = generate_schedule(name, num_ranks, num_micro_batches, 1, times, slack);
     const bool seen = std::any_of(starts.begin(), starts.end(),
                                   [&](const Schedule& x) { return x.ranks == s.ranks; });
     if (!seen) starts.push_back(std::move(s));
   }
+  Schedule best_timed;
   auto consider = [&](const Schedule& candidate) {
     const double bubble = bubble_at_costs(candidate, costs);
-    if (bubble < best.bubble - 1e-12) best.schedule = candidate, best.bubble = bubble;
+    if (bubble < placement.timed_bubble - 1e-12) best_timed = candidate, placement.timed_bubble = bubble;
   };
   for (const Schedule& start : starts) {
-    if (&start != &starts.front()) consider(start);  // the papers' is `best` already
+    if (&start != &starts.front()) consider(start);  // the papers' is unit_bubble already
     // Searched orders get their communication placed anew: checked as the
     // trainer will check them before one may win (never expected to fail).
     Schedule searched = improve_placement(start, costs).schedule;
     if (passes_validation(searched)) consider(searched);
   }
-  return best;
+  // A gain smaller than the times' own noise is not worth the switch.
+  const bool switch_to_timed = placement.timed_bubble <= placement.unit_bubble - kMinPlacementGain;
+  if (switch_to_timed) placement.schedule = std::move(best_timed);
+  placement.bubble = switch_to_timed ? placement.timed_bubble : placement.unit_bubble;
+  return placement;
 }
 
 double bubble_at_costs(const Schedule& schedule, const std::vector<ActionCost>& costs) {

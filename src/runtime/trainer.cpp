@@ -189,6 +189,7 @@ void Trainer::place_schedule(int64_t step, StepRecord& rec) {
   rec.schedule_placed = true;
   rec.placed_bubble_before = placed.unit_bubble;  // schedule_ is the unit-time placement
   rec.placed_bubble_after = placed.bubble;
+  rec.placed_bubble_timed = placed.timed_bubble;
   schedule_ = std::move(placed.schedule);
   eval_schedule_ = forward_only_schedule(schedule_);
   validate_schedule(eval_schedule_, semantics);

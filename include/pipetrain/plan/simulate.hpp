@@ -146,15 +146,21 @@ std::vector<ActionCost> action_costs(const StageActionTimes& times);
 // unit-time schedule and the list scheduler at those times with each of
 // kTimedPlacementSlacks (the distinct ones), each also improved by the local
 // search of plan/placement_search.hpp (and validated under MPI and NCCL
-// semantics); the one with the smallest bubble_at_costs at the times wins
-// (the unit-time one on a tie, and then Schedule::timed is false).
+// semantics). The one with the smallest bubble_at_costs at the times
+// replaces the unit-time schedule only when it simulates at least
+// kMinPlacementGain (a fraction of the step: 0.005, half a point of bubble)
+// less; otherwise the unit-time one is kept and Schedule::timed is false.
+// The times are medians of two steps, and a gain below that is within what
+// they move later in a run (docs/schedules.md).
 // Every candidate runs F, B and W of a stage in micro-batch order, so the
 // choice never changes a result, only when actions run.
 extern const std::vector<double> kTimedPlacementSlacks;
+extern const double kMinPlacementGain;
 struct TimedPlacement {
-  Schedule schedule;         // the winner
-  double unit_bubble = 0.0;  // bubble_at_costs of the unit-time schedule at the times
-  double bubble = 0.0;       // bubble_at_costs of the winner at the times
+  Schedule schedule;          // the winner
+  double unit_bubble = 0.0;   // bubble_at_costs of the unit-time schedule at the times
+  double timed_bubble = 0.0;  // the best other candidate's (unit_bubble when none is better)
+  double bubble = 0.0;        // bubble_at_costs of the winner at the times
 };
 TimedPlacement generate_at_times(const std::string& name, int num_ranks, int num_micro_batches,
                                  const StageActionTimes& times);

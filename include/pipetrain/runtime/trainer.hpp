@@ -52,10 +52,12 @@ struct StepRecord {
   double rebalance_predicted_ratio = std::nan("");
   // pipeline.schedule_times = "measured": after this step the schedule was
   // placed again at the measured action times (Trainer::placement_times);
-  // its bubble simulated at those times before and after (NaN: no placement).
+  // its bubble simulated at those times before and after, and the best
+  // timed candidate's, kept or not (NaN: no placement).
   bool schedule_placed = false;
   double placed_bubble_before = std::nan("");
   double placed_bubble_after = std::nan("");
+  double placed_bubble_timed = std::nan("");
 };
 
 // What "auto" recomputation measured and chose on one stage.
