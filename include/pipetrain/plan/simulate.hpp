@@ -148,7 +148,7 @@ std::vector<ActionCost> action_costs(const StageActionTimes& times);
 // search of plan/placement_search.hpp (and validated under MPI and NCCL
 // semantics). The one with the smallest bubble_at_costs at the times
 // replaces the unit-time schedule only when it simulates at least
-// kMinPlacementGain (a fraction of the step: 0.005, half a point of bubble)
+// kMinPlacementGain (0.005 as a bubble fraction: half a point of bubble)
 // less; otherwise the unit-time one is kept and Schedule::timed is false.
 // The times are medians of two steps, and a gain below that is within what
 // they move later in a run (docs/schedules.md).
