@@ -175,8 +175,9 @@ cpu=$(grep -m1 "model name" /proc/cpuinfo | cut -d: -f2- | sed 's/^ *//')
     echo "zb-h1-measured, zb-v-measured: the same schedules with pipeline.schedule_times ="
     echo "\"measured\" (or \"auto\", the default since 2026-12-04, which means the same without"
     echo "rebalancing): steps 0-2 run the papers' (unit-time) placement, then W is placed again at"
-    echo "each stage's median F, B and W time measured in steps 1-2 when that simulates a smaller"
-    echo "bubble (docs/schedules.md); their rows count the steps from the placement on (3..),"
+    echo "each stage's median F, B and W time measured in steps 1-2 when that simulates a bubble"
+    echo "at least half a point smaller (docs/schedules.md); their rows count the steps from the"
+    echo "placement on (3..),"
     echo "and their theory is the papers' placement's." ;;
   esac
   case " $SCHEDULES " in *-wstep*)

@@ -485,7 +485,7 @@ TEST(TimedPlacement, RandomTimesGiveValidSchedulesInMicroBatchOrder) {
   }
 }
 
-TEST(TimedPlacement, KeepsTheUnitPlacementUnlessAnotherSimulatesBetter) {
+TEST(TimedPlacement, KeepsTheUnitPlacementUnlessAnotherGainsEnough) {
   // W half as long as F and B (attention has no W): the unit-time ZB-V
   // leaves W-sized holes that a placement at these times fills.
   const pt::StageActionTimes light_w = equal_times(4, 1.0, 1.0, 0.5);

@@ -1,11 +1,14 @@
 #!/usr/bin/env python3
-"""test_trace_tools.py: tests of tools/trace_report.py, trace_to_chrome.py and
-trace_timeline.py on synthetic trace.h5 files written here with h5py (no C++).
+"""test_trace_tools.py: tests of tools/trace_report.py, trace_to_chrome.py,
+trace_timeline.py, schedules_report.py, planner_report.py and
+scaling_report.py on synthetic trace.h5 and metrics.h5 files written here
+with h5py (no C++).
 
     tools/.venv/bin/python tests/tools/test_trace_tools.py
 
 Prints one line per test and a final "N passed, M failed"; exits 1 on failure.
 """
+import csv
 import json
 import os
 import subprocess
@@ -490,6 +493,50 @@ def test_loader_fixed_length_attributes(tmp):
 def test_report_skip_too_large(tmp):
     rc, _, err = run_tool("trace_report.py", hand_gpipe_trace(f"{tmp}/t.h5"), "--skip", "5")
     assert rc != 0 and "cannot skip 5" in err and "Traceback" not in err, err
+
+
+def write_scaling_run(run_dir, step_bubbles, first_step=None, theory=None):
+    """A run directory as jobs/scaling_study.sh leaves it: metrics.h5 with
+    per-step figures (samples/s = 10 x the step index, so the median names
+    the steps counted) and, when theory is given, a trace.h5 carrying it."""
+    os.makedirs(run_dir)
+    steps = len(step_bubbles)
+    with h5py.File(f"{run_dir}/metrics.h5", "w") as f:
+        f["samples_per_s"] = 10.0 * np.arange(steps)
+        f["bubble"] = np.asarray(step_bubbles, dtype=np.float64)
+        f["peak_bytes_activations"] = np.full((steps, 2), 2.0 * 1024 * 1024)
+        f["peak_bytes_total"] = np.full((steps, 2), 3.0 * 1024 * 1024)
+        if first_step is not None:
+            f.attrs["schedule_first_step"] = np.int64(first_step)
+    if theory is not None:
+        with h5py.File(f"{run_dir}/trace.h5", "w") as f:
+            f.attrs["theory_bubble"] = np.float64(theory)
+
+
+def test_scaling_report_theory_and_placed_steps(tmp):
+    # zb-v placed again from step 3: steps 0-2 are left out even with --skip 2;
+    # its theory comes from the trace, 1f1b's (untraced) from (P-1)/(N+P-1)
+    write_scaling_run(f"{tmp}/zbv", [0.9, 0.9, 0.9, 0.1, 0.2, 0.3], first_step=3, theory=0.04)
+    write_scaling_run(f"{tmp}/f1b", [0.9, 0.9, 0.3, 0.3, 0.3, 0.3])
+    rc, _, err = run_tool("scaling_report.py", f"{tmp}/out", f"2,4,zb-v,none,{tmp}/zbv",
+                          f"2,4,1f1b,none,{tmp}/f1b")
+    assert rc == 0, err
+    with open(f"{tmp}/out.csv") as fh:
+        rows = {r["schedule"]: r for r in csv.DictReader(fh)}
+    zbv, f1b = rows["zb-v"], rows["1f1b"]
+    assert abs(float(zbv["bubble_measured"]) - 0.2) < 1e-12, zbv
+    assert float(zbv["samples_per_s"]) == 40.0 and float(zbv["bubble_theory"]) == 0.04, zbv
+    assert float(f1b["samples_per_s"]) == 35.0 and abs(float(f1b["bubble_theory"]) - 0.2) < 1e-12, f1b
+    assert float(f1b["peak_total_mib"]) == 3.0
+    for plot in ("throughput", "bubble", "memory"):
+        assert os.path.getsize(f"{tmp}/out_{plot}.png") > 0
+
+
+def test_scaling_report_needs_a_trace_for_new_schedules(tmp):
+    write_scaling_run(f"{tmp}/zbh1", [0.1] * 4)
+    rc, _, err = run_tool("scaling_report.py", f"{tmp}/out", f"2,4,zb-h1,none,{tmp}/zbh1")
+    assert rc != 0 and f"{tmp}/zbh1/trace.h5" in err and "theory_bubble" in err, err
+    assert "Traceback" not in err, err
 
 
 def main():

@@ -3,7 +3,8 @@
 // times every F, B and W of the first steps, and after them every rank
 // agrees on each stage's median F, B and W time and the schedule is placed
 // again at those times (plan/simulate: generate_at_times keeps the unit-time
-// placement unless another simulates a smaller bubble at them). Every
+// placement unless another simulates a bubble at least kMinPlacementGain
+// smaller at them). Every
 // placement runs each stage's F, B and W in micro-batch order, so the
 // switch changes when actions run, never a number (docs/schedules.md).
 #pragma once
