@@ -26,20 +26,23 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
+from trace_report import theory_bubble as one_f_one_b_bubble  # noqa: E402
+
 MIB = 1024.0 * 1024.0
 FIELDS = ["P", "N", "schedule", "recompute", "samples_per_s", "bubble_measured",
           "bubble_theory", "peak_activation_mib", "peak_total_mib", "run_dir"]
 
 
 def theory_bubble(run_dir, p, n, schedule):
-    """The schedule's unit-time bubble, from the run's trace.h5."""
+    """The schedule's unit-time bubble, from the run's trace.h5 (untraced
+    gpipe and 1f1b: trace_report's (P-1)/(N+P-1))."""
     path = f"{run_dir}/trace.h5"
     if os.path.exists(path):
         with h5py.File(path, "r") as f:
             if "theory_bubble" in f.attrs:
                 return float(np.ravel(f.attrs["theory_bubble"])[0])
     if schedule in ("gpipe", "1f1b"):
-        return (p - 1) / (n + p - 1)
+        return one_f_one_b_bubble(p, n)
     sys.exit(f"scaling_report.py: {path}: no theory_bubble attribute; schedule '{schedule}' "
              "needs a traced run (output.trace = true) for its theoretical bubble")
 
