@@ -177,8 +177,7 @@ cpu=$(grep -m1 "model name" /proc/cpuinfo | cut -d: -f2- | sed 's/^ *//')
     echo "rebalancing): steps 0-2 run the papers' (unit-time) placement, then W is placed again at"
     echo "each stage's median F, B and W time measured in steps 1-2 when that simulates a bubble"
     echo "at least half a point smaller (docs/schedules.md); their rows count the steps from the"
-    echo "placement on (3..),"
-    echo "and their theory is the papers' placement's." ;;
+    echo "placement on (3..), and their theory is the papers' placement's." ;;
   esac
   case " $SCHEDULES " in *-wstep*)
     echo
