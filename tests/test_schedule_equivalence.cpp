@@ -24,10 +24,12 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <map>
 
 #include "pipetrain/io/checkpoint.hpp"
 #include "pipetrain/io/deck_io.hpp"
 #include "pipetrain/runtime/trainer.hpp"
+#include "pipetrain/tensor/backend.hpp"
 #include "mpi_test_util.hpp"
 #include "test_decks.hpp"
 
@@ -153,12 +155,55 @@ TEST(ScheduleEquivalence, GptEverySchedule) {
   check_schedules(gpt_deck(), {"none", "selective", "every:2"});
 }
 
+// Weight-gradient GEMMs (dW (+)= dY^T X: A transposed, B not) of a run,
+// counted by their inner dimension, the rows they sum over.
+struct WeightGemms {
+  RunResult run;
+  std::map<int64_t, int64_t> count_by_rows;
+};
+
+WeightGemms run_counting_weight_gemms(const Deck& deck) {
+  WeightGemms out;
+  start_gemm_recording();
+  out.run = run_trainer(deck, MPI_COMM_SELF);
+  for (const GemmShape& g : stop_gemm_recording())
+    if (g.trans_a && !g.trans_b) ++out.count_by_rows[g.k];
+  return out;
+}
+
+int64_t rows_per_step(const Deck& deck) {
+  const int64_t per_sample = deck.model.type == "gpt" ? deck.model.seq_len : 1;
+  return deck.training.batch_size * per_sample;
+}
+
 // pipeline.weight_grad = "step": gpipe, 1f1b and interleaved with every
 // stage's weight gradients in one pass after its last B (each product one
 // GEMM over all the step's rows) give bitwise the single process with the
-// same setting, at every P, N and recompute policy; and the setting does
-// change the bits against per-micro-batch accumulation (N > 1), so the pass
-// really runs.
+// same setting, at every P, N and recompute policy. That the pass really ran
+// is proven by the GEMMs themselves (recorded by the CPU backend), not by
+// rounding: per step, the single process makes W weight-gradient GEMMs over
+// all the step's rows with the setting, and N x W over one micro-batch's rows
+// without it, where W > 0 is the number of weights.
+void expect_one_weight_gemm_per_step(const Deck& reference, const WeightGemms& step_wise,
+                                     const WeightGemms& per_micro_batch) {
+  const int64_t n = reference.pipeline.micro_batches;
+  const int64_t rows = rows_per_step(reference);
+  const auto count = [](const WeightGemms& w, int64_t k) {
+    const auto it = w.count_by_rows.find(k);
+    return it == w.count_by_rows.end() ? int64_t{0} : it->second;
+  };
+  const std::string label = reference.model.type + " N=" + std::to_string(n) + " recompute " +
+                            reference.pipeline.recompute;
+  EXPECT_GT(count(step_wise, rows), 0) << label << ": no weight-gradient GEMM over the step's "
+                                       << rows << " rows with weight_grad = step";
+  EXPECT_EQ(count(per_micro_batch, rows / n), n * count(step_wise, rows))
+      << label << ": per-micro-batch weight-gradient GEMMs over " << rows / n << " rows";
+  if (n > 1) {
+    EXPECT_EQ(count(step_wise, rows / n), 0)
+        << label << ": weight_grad = step still made GEMMs over one micro-batch's rows";
+  }
+}
+
 void check_step_weight_grads(const Deck& base, const std::vector<std::string>& recomputes) {
   const int units = static_cast<int>(model_units(base.model));
   const std::vector<Variant> variants = {
@@ -168,14 +213,13 @@ void check_step_weight_grads(const Deck& base, const std::vector<std::string>& r
       Deck reference = with_schedule(base, {"1f1b", 1, "step"});
       reference.pipeline.micro_batches = n;
       reference.pipeline.recompute = recompute;
-      RunResult alone, per_micro_batch;
+      RunResult alone;
       if (is_root()) {
-        alone = run_trainer(reference, MPI_COMM_SELF);
-        per_micro_batch = run_trainer(with_schedule(reference, {"1f1b", 1}), MPI_COMM_SELF);
-        if (n > 1) {
-          EXPECT_GT(bitwise_differences(alone.params, per_micro_batch.params), 0u)
-              << base.model.type << " N=" << n << ": weight_grad = step changed no bit";
-        }
+        const WeightGemms step_wise = run_counting_weight_gemms(reference);
+        const WeightGemms per_micro_batch =
+            run_counting_weight_gemms(with_schedule(reference, {"1f1b", 1}));
+        expect_one_weight_gemm_per_step(reference, step_wise, per_micro_batch);
+        alone = step_wise.run;
       }
       for (int p : {1, 2, 4}) {
         if (p > world_size()) continue;

@@ -193,12 +193,20 @@ void print_floor(const std::optional<LossFloor>& floor) {
               floor->entropy_rate, floor->window);
 }
 
-void print_summary(const Deck& deck, const StepRecord& last, double elapsed,
+// The last line. After a resume the time covers only the steps this process
+// ran, and the line says how many those were.
+void print_summary(const Deck& deck, const StepRecord& last, double elapsed, int64_t first_step,
                    const std::optional<LossFloor>& floor) {
   const double final_loss = std::isnan(last.eval_loss) ? last.loss : last.eval_loss;
   const char* which = std::isnan(last.eval_loss) ? "training" : "held-out";
-  std::printf("done: %lld steps in %.2f s; final %s loss %.6f", static_cast<long long>(deck.training.steps),
-              elapsed, which, final_loss);
+  const long long steps = static_cast<long long>(deck.training.steps);
+  if (first_step > 0)
+    std::printf("done: %lld steps, the last %lld of them run by this process (resumed at step "
+                "%lld) in %.2f s; final %s loss %.6f",
+                steps, steps - static_cast<long long>(first_step),
+                static_cast<long long>(first_step), elapsed, which, final_loss);
+  else
+    std::printf("done: %lld steps in %.2f s; final %s loss %.6f", steps, elapsed, which, final_loss);
   if (floor)
     std::printf("; loss floor %.6f; gap %.6f (%.1f%% above the floor)", floor->window,
                 final_loss - floor->window, 100.0 * (final_loss - floor->window) / floor->window);
@@ -345,6 +353,9 @@ struct Progress {
   int64_t first_step = 0;
   double elapsed = 0.0, last_write = 0.0;
   double predicted_step_s = 0.0;   // the planner's, 0 = none
+  // More ranks than cores on a node: the prediction assumes a core per rank,
+  // so the step lines leave it out and the end-of-run line says why.
+  bool oversubscribed = false;
   std::vector<double> step_times;  // measured, for the plan's error at the end
   // The steps the prediction is for: step_times[counted_from, counted_end).
   // From the second step (the first warms caches and allocators), or from
@@ -391,6 +402,8 @@ void print_plan_error(const Progress& p) {
   if (shift > kSteadyHostSpread)
     std::printf(" (over %.0f%%: the host's speed changed during the steps, so part of the "
                 "error is the host's)", 100.0 * kSteadyHostSpread);
+  if (p.oversubscribed)
+    std::printf("; ranks shared cores, which the prediction does not model");
   std::printf("\n");
 }
 
@@ -401,7 +414,7 @@ void log_step(const Deck& deck, const StepRecord& rec, bool last, Progress& p, M
   metrics.add_step(rec, rate);
   const bool evaluated = !std::isnan(rec.eval_loss);
   if ((rec.step + 1) % deck.output.log_every == 0 || last || evaluated)
-    print_step(deck, rec, rate, p.elapsed, p.first_step, p.predicted_step_s);
+    print_step(deck, rec, rate, p.elapsed, p.first_step, p.oversubscribed ? 0.0 : p.predicted_step_s);
   if (last || p.elapsed - p.last_write > 5.0) {
     metrics.flush();
     p.last_write = p.elapsed;
@@ -453,6 +466,12 @@ int run_train(const World& w, const CommandLine& cli, const Deck& deck_in) {
   }
   Progress progress;
   if (plan.measured) progress.predicted_step_s = plan.prediction.step_time_s;
+  progress.oversubscribed = deck.training.device == "cpu" && blas.ranks_on_node > blas.node_cores;
+  if (w.rank == 0 && plan.measured && progress.oversubscribed)
+    std::printf("plan: %d ranks share %d core%s on this node; the planner's step prediction "
+                "(%.1f ms) assumes a core per rank, so the step lines do not compare with it\n",
+                blas.ranks_on_node, blas.node_cores, blas.node_cores == 1 ? "" : "s",
+                plan.prediction.step_time_s * 1e3);
   progress.first_step = restore(w, grid, cli, deck, resolved, trainer);
   if (progress.first_step < 0) return 2;
   if (progress.first_step >= deck.training.steps) {
@@ -490,7 +509,7 @@ int run_train(const World& w, const CommandLine& cli, const Deck& deck_in) {
   if (w.rank == 0) {
     print_plan_error(progress);
     report_speed_probes(plan, metrics);
-    print_summary(deck, rec, progress.elapsed, trainer.loss_floor());
+    print_summary(deck, rec, progress.elapsed, progress.first_step, trainer.loss_floor());
   }
   return 0;
 }

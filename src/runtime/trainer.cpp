@@ -5,6 +5,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cmath>
+#include <cstdlib>
 #include <thread>
 
 #include "pipetrain/base/error.hpp"
@@ -23,6 +24,21 @@ Schedule schedule_for_deck(const Deck& deck, int ranks) {
   return deck.pipeline.weight_grad == "step" ? with_step_weight_grads(schedule) : schedule;
 }
 
+// The cores of this node that its ranks share: PIPETRAIN_NODE_CORES when set
+// (a positive integer; e.g. a node share smaller than the CPUs online), else
+// the CPUs online.
+int node_cores() {
+  if (const char* env = std::getenv("PIPETRAIN_NODE_CORES")) {
+    char* end = nullptr;
+    const long v = std::strtol(env, &end, 10);
+    if (end == env || *end != '\0' || v < 1 || v > 1 << 20)
+      throw InputError(std::string("PIPETRAIN_NODE_CORES = \"") + env +
+                       "\": expected a positive integer (the cores this node's ranks share)");
+    return static_cast<int>(v);
+  }
+  return static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+}
+
 BlasThreadsChoice choose_blas_threads(const Deck& deck, MPI_Comm comm) {
   BlasThreadsChoice c;
   MPI_Comm node = MPI_COMM_NULL;
@@ -32,7 +48,7 @@ BlasThreadsChoice choose_blas_threads(const Deck& deck, MPI_Comm comm) {
   }
   MPI_CHECK(MPI_Comm_size(node, &c.ranks_on_node));
   MPI_CHECK(MPI_Comm_free(&node));
-  c.node_cores = std::max(1u, std::thread::hardware_concurrency());
+  c.node_cores = node_cores();
   c.automatic = deck.training.blas_threads == 0;
   c.threads = c.automatic ? std::max(1, c.node_cores / c.ranks_on_node)
                           : static_cast<int>(deck.training.blas_threads);

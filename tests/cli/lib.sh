@@ -1,12 +1,17 @@
 # lib.sh: shared by the end-to-end shell tests (sourced, not run).
 #   source tests/cli/lib.sh BUILD_DIR
 # Sets build, tmp (removed on exit), passed/failed counters and the helpers
-# run, check, output_has, status_is, status_not; works from the repo root.
+# run, check, output_has, status_is, status_not, job_pids, no_leftovers;
+# works from the repo root. Every process this test starts carries the
+# marker PIPETRAIN_TEST_JOB in its environment, so that process checks see
+# this test's own job only, never another user's run or another checkout's
+# test on the same machine.
 set -uo pipefail
 build=$(cd "$1" && pwd)
 cd "$(dirname "${BASH_SOURCE[0]}")/../.."
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 tmp=$(mktemp -d)
+export PIPETRAIN_TEST_JOB="$(basename "$0").$$.$tmp"
 trap 'rm -rf "$tmp"' EXIT
 passed=0; failed=0
 
@@ -25,3 +30,50 @@ check() {  # check NAME CONDITION-COMMAND...
 output_has() { grep -qF -- "$1" "$tmp/out"; }
 status_is() { [ "$status" -eq "$1" ]; }
 status_not() { [ "$status" -ne 0 ] && [ "$status" -ne 124 ]; }  # 124 = timeout: a hang
+
+# job_pids: the pipetrain ranks and MPI launchers (mpirun, prterun, prted,
+# orted) that this test started, found by the marker in their environment.
+job_pids() {
+  local dir pid exe
+  for dir in /proc/[0-9]*; do
+    pid=${dir#/proc/}
+    exe=$(readlink "$dir/exe" 2> /dev/null) || continue
+    case "${exe##*/}" in pipetrain | mpirun | orterun | prterun | prted | orted) ;; *) continue ;; esac
+    tr '\0' '\n' < "$dir/environ" 2> /dev/null | grep -qxF "PIPETRAIN_TEST_JOB=$PIPETRAIN_TEST_JOB" &&
+      echo "$pid"
+  done
+}
+# True when none of this test's pipetrain ranks or launchers is left; waits
+# up to 5 s for ranks that are still exiting.
+no_leftovers() {
+  local i
+  for i in 1 2 3 4 5 6 7 8 9 10; do
+    [ -z "$(job_pids)" ] && return 0
+    sleep 0.5
+  done
+  echo "     | left: $(job_pids | tr '\n' ' ')"
+  return 1
+}
+# start_decoy: a real pipetrain rank of another job (its own marker), stopped
+# by SIGSTOP at start-up, that this test must neither count nor kill; sets
+# decoy_pid (the launcher). stop_decoy kills it.
+start_decoy() {
+  PIPETRAIN_TEST_JOB=decoy.$$ PIPETRAIN_TEST_STALL=0:startup \
+    mpirun --oversubscribe --bind-to none -np 1 "$build/pipetrain" train inputs/mlp_small.toml \
+    --set output.dir=\"$tmp/decoy\" > "$tmp/decoy.out" 2>&1 &
+  decoy_pid=$!
+  local i
+  for i in $(seq 1 100); do
+    grep -q "test fault: stopping" "$tmp/decoy.out" 2> /dev/null && return 0
+    sleep 0.1
+  done
+  return 1
+}
+decoy_alive() { kill -0 "$decoy_pid" 2> /dev/null && [ -n "$(PIPETRAIN_TEST_JOB=decoy.$$ job_pids)" ]; }
+stop_decoy() {
+  local p
+  for p in $(PIPETRAIN_TEST_JOB=decoy.$$ job_pids); do kill -KILL "$p" 2> /dev/null; done
+  kill -KILL "$decoy_pid" 2> /dev/null
+  wait "$decoy_pid" 2> /dev/null
+  return 0
+}

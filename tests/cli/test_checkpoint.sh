@@ -46,6 +46,8 @@ check "resume succeeds" status_is 0
 check "resumes from the previous good checkpoint" output_has "resuming from $tmp/crash/checkpoints/step_00000004 (step 4)"
 check "resumed losses equal the uninterrupted run's" same_losses_from 5 "$tmp/straight.log" "$tmp/out"
 check "resumed final state is bitwise the uninterrupted one" [ "$(digest 8 "$tmp/out")" = "$want" ]
+check "the last line counts only the steps this process ran" \
+  output_has "done: 8 steps, the last 4 of them run by this process (resumed at step 4) in "
 check "stale .tmp removed by the next save" test ! -e "$tmp/crash/checkpoints/step_00000006.tmp"
 check "metrics.h5 of the resumed run written" test -s "$tmp/crash/metrics.h5"
 check "metrics.h5 continues the earlier run's" output_has "$tmp/crash/metrics.h5: resuming at step 4; the rows of steps 0..3 are kept"

@@ -19,7 +19,6 @@ digest() { grep -o "checkpoint step $1: .*digest [0-9a-f]*" "$2" | awk '{print $
 layout() {  # layout P D: the --set arguments of a P x D grid, 4 global micro-batches
   echo "--set pipeline.data_parallel=$2 --set pipeline.micro_batches=$((4 / $2))"
 }
-no_leftovers() { ! pgrep -f "$build/pipetrain train" > /dev/null; }
 
 run 4 train $deck "${common[@]}" $(layout 4 1) --set output.dir=\"$tmp/straight\"
 check "4x1: 6 steps" status_is 0

@@ -33,6 +33,22 @@ check "metrics.h5 stores the three probes and their spread" \
 check "metrics.h5 stores the predicted step, bubble, stage times and peaks" \
   attrs "$tmp/balanced" "a['predicted_step_time_s'] > 0 and 0 <= a['predicted_bubble'] < 1 and len(a['predicted_stage_peak_bytes']) == 2 and len(a['predicted_stage_time_s']) == 2"
 
+# Ranks that share cores (PIPETRAIN_NODE_CORES=1: 2 ranks on 1 core, on any
+# machine): the prediction assumes a core per rank, so the run says so once
+# and the step lines leave it out.
+PIPETRAIN_NODE_CORES=1 run 2 train $deck "${short[@]}" --set pipeline.partition=\"time\" \
+  --set output.dir=\"$tmp/shared_cores\"
+check "shared cores: run succeeds" status_is 0
+check "shared cores: one line says the prediction assumes a core per rank" \
+  bash -c "[ \$(grep -c 'plan: 2 ranks share 1 core on this node; the planner.s step prediction ([0-9.]* ms) assumes a core per rank' '$tmp/out') = 1 ]"
+check "shared cores: no step line compares with the prediction" bash -c "! grep -q '(plan ' '$tmp/out'"
+check "shared cores: the end-of-run line says the ranks shared cores" \
+  output_has "; ranks shared cores, which the prediction does not model"
+PIPETRAIN_NODE_CORES=two run 2 train $deck "${short[@]}" --set output.dir=\"$tmp/bad_cores\"
+check "PIPETRAIN_NODE_CORES not a number: non-zero exit" status_not
+check "PIPETRAIN_NODE_CORES not a number: its message" \
+  output_has 'PIPETRAIN_NODE_CORES = "two": expected a positive integer'
+
 # A stage that runs late (pipeline.slowdown_*: rank 0's F and B take twice
 # as long) still finishes its activation send before its B
 # (sends_finished_before, docs/schedules.md), so its peak is the predicted one;

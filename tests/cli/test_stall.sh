@@ -6,7 +6,9 @@
 # with a non-zero status within the timeout, and a rank that waited prints
 # one line naming the phase of the run and what it waited for; rank 0 names
 # the ranks that did not arrive. Every case runs under `timeout` (a hang is
-# exit 124, a failure) and leaves no pipetrain process behind. The stall
+# exit 124, a failure) and leaves no pipetrain process of its own behind
+# (found by the job marker of lib.sh; another job's rank, stopped at
+# start-up, runs beside the test and must be left alone). The stall
 # points cover every kind of wait: start-up, the executor's exchanges, the
 # loss broadcast, the gradient-norm, bubble and memory collectives,
 # evaluation, the checkpoint write and load agreements, the trace gather,
@@ -18,7 +20,6 @@ echo "seed $seed (rerun: $0 $1 $seed)"
 
 deck=inputs/mlp_small.toml
 limit=(--set pipeline.timeout_s=2)
-no_leftovers() { ! pgrep -f "$build/pipetrain train" > /dev/null; }
 timed_out_line() { grep -Eq "pipetrain: rank [0-9]+: error: .*timed out after [0-9.]+ s" "$tmp/out"; }
 
 stall_case() {  # stall_case NAME NP SPEC EXPECTED-TEXT ARGS...
@@ -31,6 +32,11 @@ stall_case() {  # stall_case NAME NP SPEC EXPECTED-TEXT ARGS...
   check "$name: the message names the wait" output_has "$expected"
   check "$name: no process left" no_leftovers
 }
+
+# Another job's pipetrain rank runs beside this test the whole time: every
+# "no process left" check must ignore it, and nothing here may kill it.
+check "decoy: another job's pipetrain rank is running beside the test" start_decoy
+trap 'stop_decoy; rm -rf "$tmp"' EXIT
 
 # A checkpoint to resume from (for the load-agreement case).
 run 2 train $deck --set training.steps=4 --set output.checkpoint_every=2 \
@@ -71,7 +77,7 @@ timeout 60 mpirun --oversubscribe --bind-to none -np $np "$build/pipetrain" trai
 job=$!
 sleep "$delay"
 pid=""
-for p in $(pgrep -f "$build/pipetrain train"); do
+for p in $(job_pids); do
   if tr '\0' '\n' < "/proc/$p/environ" 2>/dev/null | grep -qx "OMPI_COMM_WORLD_RANK=$victim"; then pid=$p; fi
 done
 check "kill -STOP: found rank $victim" test -n "$pid"
@@ -82,6 +88,9 @@ echo "kill -STOP rank $victim after ${delay}s: exit $status"
 check "kill -STOP: the job ends non-zero (no hang)" status_not
 check "kill -STOP: a waiting rank says it timed out" timed_out_line
 check "kill -STOP: no process left" no_leftovers
+
+check "decoy: the other job's rank is untouched" decoy_alive
+stop_decoy
 
 echo "$passed passed, $failed failed"
 [ "$failed" -eq 0 ]

@@ -80,6 +80,9 @@ struct BlasThreadsChoice {
   bool automatic = true;
 };
 BlasThreadsChoice choose_blas_threads(const Deck& deck, MPI_Comm comm);
+// The cores this node's ranks share: PIPETRAIN_NODE_CORES when set, else the
+// CPUs online. InputError for a value that is not a positive integer.
+int node_cores();
 
 // Where a rank computes. The defaults are the CPU backend and MPI; the driver
 // fills in the CUDA backend, a GPU transport and device memory statistics
