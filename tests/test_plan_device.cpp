@@ -304,7 +304,9 @@ void expect_grid_plan(int ranks) {
   EXPECT_NEAR(best.step_time_s, pipeline.rows[0].step_time_s + best.reduction_s,
               1e-12 * best.step_time_s);
   EXPECT_EQ(best.units_per_stage, pipeline.rows[0].units_per_stage);
-  EXPECT_LT(max_cpu_seconds(table), 1.0);
+  // How long the planner took is a benchmark figure (jobs/bench_planner.sh,
+  // `pipetrain plan` prints it), not something a test asserts.
+  std::printf("grid plan of %d GPUs: slowest row %.3f s CPU\n", ranks, max_cpu_seconds(table));
 }
 
 TEST(PlanGrid, Gpt13BOn64H200sReplicatesThePipeline) { expect_grid_plan(64); }

@@ -239,19 +239,22 @@ TEST(ScheduleEquivalence, StepWeightGradsMlp) { check_step_weight_grads(mlp_deck
 
 TEST(ScheduleEquivalence, StepWeightGradsGpt) { check_step_weight_grads(gpt_deck(), {"none", "selective"}); }
 
-// The reference itself is not trivially equal: another micro-batch count
-// changes the bits (so a schedule that skipped or reordered micro-batches
-// would be caught).
-TEST(ScheduleEquivalence, MicroBatchCountChangesTheBits) {
+// The comparison itself is not trivially equal: a run that trains on other
+// samples (another data seed, as a schedule that skipped or repeated a
+// micro-batch would) differs in its parameters and losses. Micro-batch
+// counts are not compared here: whether N = 2 and N = 4 round differently
+// is the GEMM kernel's business; that every micro-batch's weight gradient
+// is accumulated is proven by the recorded GEMMs (StepWeightGrads*).
+TEST(ScheduleEquivalence, OtherSamplesChangeTheBits) {
   if (!is_root()) return;
   Deck a = mlp_deck();
-  a.pipeline.micro_batches = 2;
+  a.pipeline.micro_batches = 4;
   a.pipeline.schedule = "gpipe";
   Deck b = a;
-  b.pipeline.micro_batches = 4;
-  EXPECT_GT(bitwise_differences(run_trainer(a, MPI_COMM_SELF).params,
-                                run_trainer(b, MPI_COMM_SELF).params),
-            0u);
+  b.data.seed = a.data.seed + 1;
+  const RunResult ra = run_trainer(a, MPI_COMM_SELF), rb = run_trainer(b, MPI_COMM_SELF);
+  EXPECT_GT(bitwise_differences(ra.params, rb.params), ra.params.size() / 2);
+  EXPECT_NE(ra.losses.front(), rb.losses.front());
 }
 
 // Steps [from, to) on the first `ranks` ranks, loading `load` first when
