@@ -7,12 +7,21 @@
 # the model's own buffers. Runs build/bench_gemm per workload and writes
 # results/bench_gemm.md with the machine, BLAS and GEMM library named.
 #   jobs/bench_gemm.sh                  REPS=21 OUT=results/bench_gemm.md
+#   PERSONALITY=avx2 jobs/bench_gemm.sh  oneDNN at most AVX2, OpenBLAS Haswell
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
-unset OPENBLAS_CORETYPE  # pipetrain picks the best kernels itself
+# PERSONALITY=avx2 measures an AVX2-only CPU on any x86 machine: oneDNN's
+# kernels capped at AVX2 (ONEDNN_MAX_CPU_ISA) and OpenBLAS's Haswell kernels;
+# the report goes to results/bench_gemm_avx2.md. Default: the CPU's own.
+PERSONALITY=${PERSONALITY:-native}
+case $PERSONALITY in
+  native) unset OPENBLAS_CORETYPE ONEDNN_MAX_CPU_ISA; suffix="" ;;  # pipetrain picks the best kernels itself
+  avx2) export ONEDNN_MAX_CPU_ISA=AVX2 OPENBLAS_CORETYPE=Haswell; suffix=_avx2 ;;
+  *) echo "bench_gemm: PERSONALITY must be native or avx2, not '$PERSONALITY'" >&2; exit 1 ;;
+esac
 REPS=${REPS:-21}
-OUT=${OUT:-results/bench_gemm.md}
+OUT=${OUT:-results/bench_gemm$suffix.md}
 PY=tools/.venv/bin/python
 die() { echo "bench_gemm: $*" >&2; exit 1; }
 [ -x build/pipetrain ] && [ -x build/bench_gemm ] || die "run 'make build' first"
@@ -31,7 +40,7 @@ identity=$($PY tools/run_identity.py "$work/id/metrics.h5")
 {
   echo "# CPU GEMM choices on the benchmark decks' GEMMs (#12)"
   echo
-  echo "Command: \`jobs/bench_gemm.sh\` (\`build/bench_gemm\`, median of $REPS repetitions, one thread). $identity $(date +%F)."
+  echo "Command: \`PERSONALITY=$PERSONALITY jobs/bench_gemm.sh\` (\`build/bench_gemm\`, median of $REPS repetitions, one thread). $identity $(date +%F)."
   echo
   echo "Each table: the GEMMs one micro-batch's forward + backward issues, replayed warm (one set of"
   echo "buffers) and on the model's own buffers, then the model's forward + backward itself; the"

@@ -30,6 +30,7 @@
 #   jobs/bench_peer.sh                       # REPEATS=5 WORKLOADS="mlp512 mlp256 gpt"
 #   REPEATS=3 WORKLOADS=gpt jobs/bench_peer.sh
 #   APPEND=1 REPEATS=4 jobs/bench_peer.sh    # 4 more repetitions added to results/bench_peer.csv
+#   PERSONALITY=avx2 REPEATS=3 jobs/bench_peer.sh   # as on an AVX2-only CPU (results/bench_peer_avx2.md)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
@@ -39,8 +40,20 @@ REPEATS=${REPEATS:-5}
 WORKLOADS=${WORKLOADS:-"mlp512 mlp256 gpt"}
 RUN_TIMEOUT=${RUN_TIMEOUT:-300}   # seconds one run may take before it is killed
 STEP_WG=${STEP_WG:-1}             # 1: pipetrain with pipeline.weight_grad = "step" too
-OUT_MD=${OUT_MD:-results/bench_peer.md}
-OUT_CSV=${OUT_CSV:-results/bench_peer.csv}
+# PERSONALITY=avx2: both programs as on an AVX2-only CPU, on any x86 machine:
+# oneDNN capped at AVX2 (pipetrain's and torch's), OpenBLAS's Haswell
+# kernels, MKL capped at AVX2 and ATen's CPU kernels at avx2 (torch);
+# reports go to results/bench_peer_avx2.{md,csv}. Default: the CPU's own.
+PERSONALITY=${PERSONALITY:-native}
+case $PERSONALITY in
+  native) suffix="" ;;
+  avx2)
+    export ONEDNN_MAX_CPU_ISA=AVX2 OPENBLAS_CORETYPE=Haswell MKL_ENABLE_INSTRUCTIONS=AVX2 ATEN_CPU_CAPABILITY=avx2
+    suffix=_avx2 ;;
+  *) echo "bench_peer: error: PERSONALITY must be native or avx2, not '$PERSONALITY'" >&2; exit 1 ;;
+esac
+OUT_MD=${OUT_MD:-results/bench_peer$suffix.md}
+OUT_CSV=${OUT_CSV:-results/bench_peer$suffix.csv}
 MPIRUN=(mpirun --oversubscribe --bind-to none)
 PY=tools/.venv/bin/python
 WORK=runs/bench_peer
@@ -256,5 +269,12 @@ done
 cp "$csv" "$OUT_CSV"
 cp "$limits" "${OUT_CSV%.csv}_limits.csv"
 $PY tools/peer/bench_report.py --csv "$OUT_CSV" --limits "${OUT_CSV%.csv}_limits.csv" \
-  --commands "$commands" --repeats "$last_rep" --pipetrain build/pipetrain > "$OUT_MD"
+  --commands "$commands" --repeats "$last_rep" --pipetrain build/pipetrain > "$WORK/report.md"
+if [ "$PERSONALITY" = avx2 ]; then
+  # The personality under the title, so no figure is read as the CPU's own.
+  awk 'NR == 2 { print; print "**CPU personality: AVX2** (`PERSONALITY=avx2`): ONEDNN_MAX_CPU_ISA=AVX2, OPENBLAS_CORETYPE=Haswell, MKL_ENABLE_INSTRUCTIONS=AVX2 and ATEN_CPU_CAPABILITY=avx2 for both programs, as on an AVX2-only CPU; the machine line names the kernels that ran."; print ""; next } { print }' \
+    "$WORK/report.md" > "$OUT_MD"
+else
+  cp "$WORK/report.md" "$OUT_MD"
+fi
 cat "$OUT_MD"

@@ -4,6 +4,7 @@
 // reference: every transpose pair, strided operands, alpha and beta, inner
 // dimensions below and above the primitive's threshold. Prints the max
 // relative difference; a repeated call must be bitwise equal.
+#include <dnnl.h>
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -74,6 +75,7 @@ TEST(CpuGemm, EveryChoiceMatchesADoubleReference) {
       {false, true, 9, 33, 520, 1.f, 0.25f},
       {false, true, 64, 64, 24, 1.f, 0.f},    // Q K^T at a small head size: dnnl_sgemm
       {false, false, 31, 70, 300, 1.f, 1.f},
+      {false, false, 64, 520, 512, 1.f, 0.f},  // a wide dY W: OpenBLAS under auto without AVX-512
       {true, false, 70, 50, 64, 1.f, 1.f},    // a weight gradient, accumulated
       {true, false, 512, 520, 64, 1.f, 1.f},  // a wide one: OpenBLAS under auto
       {true, false, 512, 512, 40, 1.f, 0.f},  // its first accumulation (beta = 0)
@@ -94,6 +96,29 @@ TEST(CpuGemm, EveryChoiceMatchesADoubleReference) {
     }
   }
   set_cpu_gemm(CpuGemm::Auto);
+}
+
+// Under auto the library is chosen per call by a rule of the code's own
+// (auto_gemm_uses_openblas), per ISA where the measurements differ: this
+// test runs under both CPU personalities of CI (make test and make
+// test-avx2), so each branch is checked against the ISA oneDNN reports.
+TEST(CpuGemm, AutoRoutesByShapeAndByOneDnnIsa) {
+  const bool avx512 = (dnnl_get_effective_cpu_isa() & dnnl_cpu_isa_avx512_core) == dnnl_cpu_isa_avx512_core;
+  std::printf("  oneDNN ISA %s AVX-512: %s\n", avx512 ? "with" : "without", cpu_gemm_description().c_str());
+  // Wide weight gradients over few rows: OpenBLAS on every CPU.
+  EXPECT_TRUE(auto_gemm_uses_openblas(true, false, 1024, 1024, 64));
+  EXPECT_FALSE(auto_gemm_uses_openblas(true, false, 1024, 1024, 65));   // more rows
+  EXPECT_FALSE(auto_gemm_uses_openblas(true, false, 256, 512, 64));     // narrower
+  // Wide input gradients dY W: OpenBLAS exactly where oneDNN lacks AVX-512.
+  EXPECT_EQ(auto_gemm_uses_openblas(false, false, 64, 1024, 1024), !avx512);
+  EXPECT_EQ(auto_gemm_uses_openblas(false, false, 32, 512, 512), !avx512);
+  EXPECT_FALSE(auto_gemm_uses_openblas(false, false, 64, 256, 512));    // narrower
+  // x W^T stays on oneDNN (its matmul primitive) everywhere.
+  EXPECT_FALSE(auto_gemm_uses_openblas(false, true, 64, 1024, 1024));
+  set_cpu_gemm(CpuGemm::Auto);
+  const std::string described = cpu_gemm_description();
+  EXPECT_EQ(described.find("wide A B, as oneDNN runs without AVX-512") != std::string::npos, !avx512)
+      << described;
 }
 
 TEST(CpuGemm, ChoicesParseAndUnknownOnesAreNamed) {

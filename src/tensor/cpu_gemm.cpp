@@ -4,8 +4,9 @@
 // Four choices (training.cpu_gemm) compute the CPU's GEMMs:
 //   auto      (the default) onednn's calls, except the weight gradients of
 //             wide layers over few rows, which run on OpenBLAS (measured
-//             faster when the gradient streams from memory; see
-//             openblas_serves below).
+//             faster when the gradient streams from memory), and, where
+//             oneDNN has no AVX-512, the input gradients of wide layers
+//             (see auto_gemm_uses_openblas below).
 //   onednn    oneDNN. It picks its kernels from the CPU's
 //             features at run time (AVX-512, AMX, ...), so it never falls
 //             back silently, and on the micro-batch shapes of pipeline
@@ -75,9 +76,28 @@ constexpr int64_t kMatmulMinK = 256;
 // or over more rows, dnnl_sgemm was as fast or faster (docs/performance.md).
 constexpr int64_t kOpenBlasMaxRows = 64;
 constexpr int64_t kOpenBlasMinArea = 512 * 512;
-bool openblas_serves(bool ta, bool tb, int64_t m, int64_t n, int64_t k) {
-  return ta && !tb && k <= kOpenBlasMaxRows && m * n >= kOpenBlasMinArea;
+
+// Where oneDNN runs without AVX-512 (an AVX2-only CPU, or
+// ONEDNN_MAX_CPU_ISA=AVX2), A x B of a wide layer (the input gradient dY W,
+// B at least 512 x 512) runs on OpenBLAS too: dnnl_sgemm's AVX2 kernels took
+// 48 ms for the MLP's 15 input gradients at 64 rows on the model's buffers,
+// OpenBLAS's Haswell kernels 21 ms (13 against 27 ms at 32 rows), while with
+// AVX-512 dnnl_sgemm was the faster (21 against 28 ms): results/bench_gemm_avx2.md
+// and results/bench_gemm.md. Decided once, from the ISA oneDNN runs.
+bool onednn_has_avx512() {
+  static const bool has = (dnnl_get_effective_cpu_isa() & dnnl_cpu_isa_avx512_core) ==
+                          dnnl_cpu_isa_avx512_core;
+  return has;
 }
+}  // namespace
+
+bool auto_gemm_uses_openblas(bool ta, bool tb, int64_t m, int64_t n, int64_t k) {
+  if (ta && !tb) return k <= kOpenBlasMaxRows && m * n >= kOpenBlasMinArea;
+  if (!ta && !tb) return !onednn_has_avx512() && n * k >= kOpenBlasMinArea;
+  return false;
+}
+
+namespace {
 
 // C = alpha * A B^T + beta * C on oneDNN's matmul primitive. B^T is described
 // by strides (a (k, n) view of the row-major (n, k) B), so nothing is copied.
@@ -169,7 +189,8 @@ std::string cpu_gemm_description() {
   if (g_cpu_gemm == CpuGemm::OneDNNSgemm) return onednn + " dnnl_sgemm" + isa;
   const std::string with_matmul = onednn + " dnnl_sgemm + matmul (A B^T)" + isa;
   if (g_cpu_gemm == CpuGemm::OneDNN) return with_matmul;
-  return "auto: " + with_matmul + ", OpenBLAS cblas_sgemm (wide A^T B of <= 64 rows)";
+  return "auto: " + with_matmul + ", OpenBLAS cblas_sgemm (wide A^T B of <= 64 rows" +
+         (onednn_has_avx512() ? ")" : "; wide A B, as oneDNN runs without AVX-512)");
 }
 
 namespace cpu {
@@ -178,7 +199,7 @@ void sgemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, const
   if (g_gemm_recording) g_gemm_recording->push_back({ta, tb, m, n, k, lda, ldb, ldc, beta, a, b, c});
   if (!g_threads_applied) apply_threads();
   const bool openblas =
-      g_cpu_gemm == CpuGemm::OpenBLAS || (g_cpu_gemm == CpuGemm::Auto && openblas_serves(ta, tb, m, n, k));
+      g_cpu_gemm == CpuGemm::OpenBLAS || (g_cpu_gemm == CpuGemm::Auto && auto_gemm_uses_openblas(ta, tb, m, n, k));
   if (!openblas) {
     const bool matmul = g_cpu_gemm != CpuGemm::OneDNNSgemm && !ta && tb && m > 0 && n > 0 && k >= kMatmulMinK;
     if (matmul) onednn_matmul_nt(m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);

@@ -144,10 +144,16 @@ void gemm(GemmPrecision p, bool ta, bool tb, int64_t m, int64_t n, int64_t k, fl
 }  // namespace cpu
 
 // The library behind cpu::sgemm (src/tensor/cpu_gemm.cpp): auto (default:
-// oneDNN, with OpenBLAS for wide weight gradients over <= 64 rows), oneDNN
+// oneDNN, with OpenBLAS for wide weight gradients over <= 64 rows and, without
+// AVX-512, wide input gradients), oneDNN
 // (its matmul primitive for A B^T with k >= 256, dnnl_sgemm otherwise),
 // oneDNN's dnnl_sgemm alone, or OpenBLAS's cblas_sgemm; process-wide.
 enum class CpuGemm { Auto, OneDNN, OneDNNSgemm, OpenBLAS };
+// Under auto, whether OpenBLAS computes this call (arguments as cpu::sgemm):
+// a wide weight gradient A^T B over <= 64 rows (A^T B with m x n >= 512^2,
+// k <= 64) on every CPU, and a wide A B (n x k >= 512^2) where oneDNN runs
+// without AVX-512 (results/bench_gemm.md, results/bench_gemm_avx2.md).
+bool auto_gemm_uses_openblas(bool ta, bool tb, int64_t m, int64_t n, int64_t k);
 // "auto" | "onednn" | "onednn-sgemm" | "openblas"; else InputError
 CpuGemm parse_cpu_gemm(const std::string& name);
 void set_cpu_gemm(CpuGemm gemm);
