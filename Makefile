@@ -10,6 +10,8 @@
 #                   short training run and its resume; fails on any report
 #   make test-avx2  the GoogleTests again under a second CPU personality:
 #                   oneDNN at most AVX2, OpenBLAS's Haswell kernels (CI runs it)
+#   make test-slurm the batch scripts under a real single-node Slurm started
+#                   for the test (installs slurm-wlm and munge; root; CI runs it)
 BUILD    ?= build
 NP       ?= 4
 DECK     ?= inputs/gpt_markov.toml
@@ -21,7 +23,7 @@ export OMPI_ALLOW_RUN_AS_ROOT := 1
 export OMPI_ALLOW_RUN_AS_ROOT_CONFIRM := 1
 MPIRUN := mpirun --oversubscribe --bind-to none
 
-.PHONY: all deps configure build test test-avx2 run bench cuda tools test-sanitize clean
+.PHONY: all deps configure build test test-avx2 test-slurm run bench cuda tools test-sanitize clean
 
 all: build
 
@@ -45,6 +47,11 @@ test: build tools
 CPU_PERSONALITY_AVX2 := ONEDNN_MAX_CPU_ISA=AVX2 OPENBLAS_CORETYPE=Haswell
 test-avx2: build
 	cd $(BUILD) && $(CPU_PERSONALITY_AVX2) ctest -L gtest --output-on-failure -j 1
+
+# Starts its own munged, slurmctld and slurmd (docs/cluster.md), stops them by PID.
+test-slurm: build tools
+	@scripts/install-deps.sh slurm-wlm slurm-client munge
+	tests/slurm/test_slurm.sh $(BUILD)
 
 run: build
 	$(MPIRUN) -np $(NP) $(BUILD)/pipetrain train $(DECK)

@@ -3,6 +3,8 @@
 # missing (so `make` stays fast once set up). Needs root or sudo.
 set -euo pipefail
 
+# With arguments, installs those packages instead (the same way): make
+# test-slurm installs Slurm and munge with `install-deps.sh slurm-wlm slurm-client munge`.
 packages=(
   build-essential cmake pkg-config
   openmpi-bin libopenmpi-dev          # MPI (ranks, transport)
@@ -15,6 +17,7 @@ packages=(
   libtoml11-dev libcli11-dev          # input decks, command line
 )
 
+[ $# -gt 0 ] && packages=("$@")
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

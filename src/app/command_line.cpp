@@ -15,7 +15,7 @@ namespace pt {
 namespace {
 
 const char* const kUsage =
-    "usage: pipetrain train DECK [--set section.key=value]... [--resume [PATH|latest]]\n"
+    "usage: pipetrain train DECK [--set section.key=value]... [--resume [PATH|latest|auto]]\n"
     "       pipetrain validate DECK [--set section.key=value]... [--ranks N] [--print-schedule]\n"
     "       pipetrain profile DECK [--set section.key=value]... [--ranks P] [--out FILE] [--reps K]\n"
     "       pipetrain plan DECK [--set section.key=value]... [--ranks P] [--profile FILE | --device h200]\n"
@@ -80,8 +80,10 @@ CommandLine parse_command_line(int argc, char** argv) {
   CLI::Option* resume =
       train->add_option("--resume", cl.resume,
                         "continue from a checkpoint: latest (the default: the newest good one "
-                        "in the checkpoint directory), a checkpoint directory or a checkpoint root")
-          ->type_name("[PATH|latest]")
+                        "in the checkpoint directory), auto (latest when the checkpoint directory "
+                        "holds any checkpoint, else start at step 0: a requeued batch job), a "
+                        "checkpoint directory or a checkpoint root")
+          ->type_name("[PATH|latest|auto]")
           ->expected(0, 1);
   std::string first = argc > 1 ? argv[1] : "help";
   if (first != "train" && first != "validate" && first != "profile" && first != "plan" &&

@@ -6,13 +6,15 @@
 // on the outcome before any training starts; a bad checkpoint (--resume,
 // training.init_from) is likewise agreed on before the first step. Failures
 // after that point end the job through MPI_Abort, so no rank is ever left
-// waiting. Checkpoints are written every output.checkpoint_every steps.
+// waiting. Checkpoints are written every output.checkpoint_every steps, and
+// once more when a signal (SIGUSR1, SIGTERM) asks the run to stop early.
 // With pipeline.data_parallel = D the ranks form a P x D grid (runtime/grid.hpp):
 // each replica's pipeline trains its share of the batch, replica 0 writes the
 // checkpoints, every replica loads them (docs/data-parallel.md).
 #include "pipetrain/app/driver.hpp"
 #include "pipetrain/app/blas_report.hpp"
 #include "pipetrain/app/run_plan.hpp"
+#include "pipetrain/app/run_state.hpp"
 #include "pipetrain/app/rebalance_log.hpp"
 #include "pipetrain/runtime/speed_probe.hpp"
 
@@ -33,6 +35,7 @@
 #include "pipetrain/app/profile_command.hpp"
 #include "pipetrain/model/data.hpp"
 #include "pipetrain/base/error.hpp"
+#include "pipetrain/base/stop_signal.hpp"
 #include "pipetrain/base/timed_wait.hpp"
 #include "pipetrain/io/metrics.hpp"
 #include "pipetrain/io/trace_io.hpp"
@@ -43,11 +46,6 @@ namespace pt {
 
 namespace {
 
-struct World {
-  MPI_Comm comm = MPI_COMM_NULL;
-  int rank = 0, size = 1;
-  std::string blas_note;  // what select_blas_kernel did before MPI_Init
-};
 
 // Rank 0's text reaches every rank; `ok` says whether it is a deck or an error.
 std::string broadcast_text(const World& w, std::string text, bool& ok) {
@@ -231,7 +229,8 @@ void print_start(const World& w, const Deck& deck, const Trainer& trainer,
   std::printf("waits: %s (%d ranks on %d cores on this node%s)\n", wait_mode_name(wait_mode()),
               blas.ranks_on_node, blas.node_cores,
               std::getenv("PIPETRAIN_WAIT") ? "; PIPETRAIN_WAIT" : "");
-  std::printf("BLAS threads per rank: %d (%s)\n", blas.threads,
+  std::printf("BLAS threads per rank: %d (%s; runs are bitwise comparable at equal BLAS threads)\n",
+              blas.threads,
               blas.automatic ? ("auto: " + std::to_string(blas.node_cores) + " cores / " +
                                 std::to_string(blas.ranks_on_node) + " ranks on this node")
                                    .c_str()
@@ -249,102 +248,6 @@ void print_start(const World& w, const Deck& deck, const Trainer& trainer,
                   choices[s].needed_bytes / 1048576.0, choices[s].budget_bytes / 1048576.0);
     std::printf("\n");
   }
-  std::fflush(stdout);
-}
-
-// Collective when output.trace is on: rank 0 writes every rank's events.
-void write_trace(const World& w, const Deck& deck, Trainer& trainer) {
-  if (!deck.output.trace) return;
-  set_wait_phase("in the trace gather at the end of the run");
-  fault_point("trace");
-  const auto events = trainer.gather_trace();
-  if (w.rank != 0) return;
-  const std::string path = deck.output.dir + "/trace.h5";
-  write_trace_file(path, deck_to_toml(deck), trainer.schedule(), events, trainer.clock_alignment(),
-                   trainer.schedule_first_step());
-  double worst = 0.0;
-  for (double e : trainer.clock_alignment().error_us) worst = std::max(worst, e);
-  std::printf("trace: %s (clock offsets estimated to within %.1f us)\n", path.c_str(), worst);
-}
-
-// The state training starts from: --resume (weights, optimizer state, step)
-// or training.init_from (weights only). Returns the first step, or -1 after a
-// bad checkpoint (every rank has the same error; rank 0 printed it).
-int64_t restore(const World& w, const ProcessGrid& grid, const CommandLine& cli, const Deck& deck,
-                const std::string& resolved, Trainer& trainer) {
-  const bool resume = !cli.resume.empty();
-  const std::string& spec = resume ? cli.resume : deck.training.init_from;
-  if (spec.empty()) return 0;
-  set_wait_phase(std::string("while loading the checkpoint ") + spec);
-  fault_point("resume");
-  if (resume && !deck.training.init_from.empty() && w.rank == 0)
-    std::printf("--resume: training.init_from = \"%s\" is not used\n", deck.training.init_from.c_str());
-  try {
-    // Every pipeline of the grid loads the same (layout-free) checkpoint;
-    // the replicas then agree that all of them did.
-    const CheckpointRead r = load_checkpoint(spec, resume ? LoadMode::Resume : LoadMode::WeightsOnly,
-                                             deck, resolved, trainer, grid.pipeline());
-    agree_across_replicas(grid, true);
-    if (w.rank == 0)
-      std::printf("%s %s (step %lld): %.1f MB read in %.2f s (%.0f MB/s)\n",
-                  resume ? "resuming from" : "weights initialised from", r.path.c_str(),
-                  static_cast<long long>(r.step), r.bytes / 1e6, r.seconds,
-                  r.bytes / 1e6 / std::max(r.seconds, 1e-9));
-    return resume ? r.step : 0;
-  } catch (const InputError& e) {
-    if (w.rank == 0) std::fprintf(stderr, "pipetrain: error: %s\n", e.what());
-    agree_across_replicas(grid, false);
-    return -1;
-  }
-}
-
-// A resumed run continues metrics.h5: rows of the steps before the resume
-// step stay, later ones (redone now) go; a gap in the history is a warning.
-void continue_metrics(int64_t first_step, MetricsFile& metrics) {
-  const MetricsResume r = metrics.continue_at(first_step);
-  if (r.complete()) std::printf("%s\n", r.message().c_str());
-  else std::fprintf(stderr, "pipetrain: warning: %s\n", r.message().c_str());
-  std::fflush(stdout);
-}
-
-// Test hooks PIPETRAIN_TEST_KILL_BEFORE_PUBLISH and ..._AFTER_PUBLISH =
-// <rank>:<step>: that rank kills itself (SIGKILL) just before the checkpoint
-// of <step> is written (metrics.h5 already flushed) or just after `latest`
-// names it.
-void test_kill_point(const char* hook, int rank, int64_t step) {
-  const char* env = std::getenv(hook);
-  long long r = -1, s = -1;
-  if (env == nullptr || std::sscanf(env, "%lld:%lld", &r, &s) != 2 || r != rank || s != step) return;
-  std::fprintf(stderr, "pipetrain: rank %d: %s: killed at the checkpoint of step %lld\n", rank, hook, s);
-  std::fflush(stderr);
-  raise(SIGKILL);
-}
-
-bool checkpoint_due(const Deck& deck, int64_t step) {
-  const int64_t every = deck.output.checkpoint_every;
-  return every > 0 && ((step + 1) % every == 0 || step + 1 == deck.training.steps);
-}
-
-// Collective: training waits for the whole write (see docs/checkpoint-format.md).
-// metrics.h5 is flushed first, so it holds every step of each published
-// checkpoint and a resume from it finds the whole history.
-// Data parallelism: the replicas hold the same state, so replica 0's
-// pipeline alone writes (one file per rank of it, layout-free); the others
-// wait for it.
-void checkpoint(const World& w, const ProcessGrid& grid, const Deck& deck,
-                const std::string& resolved, Trainer& trainer, int64_t steps_done,
-                MetricsFile& metrics) {
-  if (w.rank == 0) metrics.flush();
-  test_kill_point("PIPETRAIN_TEST_KILL_BEFORE_PUBLISH", w.rank, steps_done);
-  CheckpointWrite c;
-  if (grid.replica() == 0) c = save_checkpoint(deck, resolved, trainer, steps_done, grid.pipeline());
-  if (grid.data_parallel() > 1)
-    timed_barrier(grid.world(), "the end of replica 0's checkpoint write");
-  test_kill_point("PIPETRAIN_TEST_KILL_AFTER_PUBLISH", w.rank, steps_done);
-  if (w.rank != 0) return;
-  std::printf("checkpoint step %lld: %s, %.1f MB in %.2f s (%.0f MB/s), digest %08x\n",
-              static_cast<long long>(steps_done), c.path.c_str(), c.bytes / 1e6, c.seconds,
-              c.bytes / 1e6 / std::max(c.seconds, 1e-9), c.digest);
   std::fflush(stdout);
 }
 
@@ -483,7 +386,9 @@ int run_train(const World& w, const CommandLine& cli, const Deck& deck_in) {
   if (progress.first_step > 0 && w.rank == 0) continue_metrics(progress.first_step, metrics);
   StepRecord rec;
   const int64_t eval_every = deck.training.eval_every;
+  install_stop_signal_handlers();
   for (int64_t step = progress.first_step; step < deck.training.steps; ++step) {
+    test_signal_point(w.rank, step);
     set_wait_phase("in step " + std::to_string(step));
     rec = trainer.train_step(step);
     const bool last = step + 1 == deck.training.steps;
@@ -503,10 +408,20 @@ int run_train(const World& w, const CommandLine& cli, const Deck& deck_in) {
       set_wait_phase("in the checkpoint save after step " + std::to_string(step));
       checkpoint(w, grid, deck, resolved, trainer, step + 1, metrics);
     }
+    if (last) break;
+    set_wait_phase("after step " + std::to_string(step));
+    const int signo = agree_on_stop(w.comm, "the stop-signal agreement");
+    if (signo != 0) {
+      stop_after_step(w, grid, deck, resolved, trainer, step, signo, metrics);
+      return kStopExitStatus;
+    }
   }
   write_trace(w, deck, trainer);
   probe_after_steps(plan, grid.pipeline(), compute);
   if (w.rank == 0) {
+    metrics.set_attribute("stop_reason", "trained to the end: step " + std::to_string(deck.training.steps) +
+                                             " of " + std::to_string(deck.training.steps));
+    metrics.flush();
     print_plan_error(progress);
     report_speed_probes(plan, metrics);
     print_summary(deck, rec, progress.elapsed, progress.first_step, trainer.loss_floor());

@@ -508,4 +508,9 @@ CheckpointRead load_checkpoint(const std::string& spec, LoadMode mode, const Dec
   PT_FAIL("unreachable: no checkpoint candidate");
 }
 
+bool any_checkpoint_in(const std::string& root) {
+  return is_directory(root) &&
+         (is_regular_file(join_path(root, kLatest)) || !step_directories(root).empty());
+}
+
 }  // namespace pt

@@ -36,6 +36,10 @@ constexpr int64_t kCheckpointFormatVersion = 2;
 
 // output.checkpoint_dir, or <output.dir>/checkpoints when that is "".
 std::string checkpoint_root(const Deck& deck);
+// True when `root` holds anything a resume from "latest" would try: a
+// `latest` pointer or a step_* directory (good or not: a broken one is still
+// refused by load_checkpoint, never silently skipped to step 0).
+bool any_checkpoint_in(const std::string& root);
 
 // Training counters beyond the step, the same on every rank: AdamW's update
 // count (it differs from the step once fp16 steps were skipped) and the fp16

@@ -1,0 +1,50 @@
+// run_state.hpp: what a training run keeps beyond its steps, for the driver
+// (src/app/driver.cpp): the state it starts from (--resume, init_from), its
+// checkpoints, its trace, and its early stop on a signal. Collective calls
+// say so.
+#pragma once
+
+#include <mpi.h>
+
+#include <cstdint>
+#include <string>
+
+#include "pipetrain/base/deck.hpp"
+#include "pipetrain/io/metrics.hpp"
+#include "pipetrain/runtime/grid.hpp"
+#include "pipetrain/runtime/trainer.hpp"
+
+namespace pt {
+
+struct CommandLine;
+
+struct World {
+  MPI_Comm comm = MPI_COMM_NULL;
+  int rank = 0, size = 1;
+  std::string blas_note;  // what select_blas_kernel did before MPI_Init
+};
+
+// Collective when output.trace is on: rank 0 writes every rank's events.
+void write_trace(const World& w, const Deck& deck, Trainer& trainer);
+// Collective: the state training starts from, --resume (weights, optimizer
+// state, step; "auto": latest when there is a checkpoint, else step 0) or
+// training.init_from (weights only). Returns the first step, or -1 after a
+// bad checkpoint (every rank has the same error; rank 0 printed it).
+int64_t restore(const World& w, const ProcessGrid& grid, const CommandLine& cli, const Deck& deck,
+                const std::string& resolved, Trainer& trainer);
+// A resumed run continues metrics.h5 (rank 0).
+void continue_metrics(int64_t first_step, MetricsFile& metrics);
+// Whether the deck's checkpoint is due after `step` (0-based).
+bool checkpoint_due(const Deck& deck, int64_t step);
+// Collective: writes the checkpoint of `steps_done` steps.
+void checkpoint(const World& w, const ProcessGrid& grid, const Deck& deck,
+                const std::string& resolved, Trainer& trainer, int64_t steps_done,
+                MetricsFile& metrics);
+// Test hook PIPETRAIN_TEST_SIGNAL (see run_state.cpp).
+void test_signal_point(int rank, int64_t step);
+// Collective: every rank agreed to stop after `step` on signal `signo`.
+void stop_after_step(const World& w, const ProcessGrid& grid, const Deck& deck,
+                     const std::string& resolved, Trainer& trainer, int64_t step, int signo,
+                     MetricsFile& metrics);
+
+}  // namespace pt

@@ -1,0 +1,168 @@
+// run_state.cpp: a training run's state beyond its steps (run_state.hpp):
+// where it starts from, its checkpoints, its trace and its early stop on a
+// signal. Failures after the start end the job through MPI_Abort (driver.cpp).
+#include "pipetrain/app/run_state.hpp"
+
+#include <algorithm>
+#include <csignal>
+#include <cstdio>
+#include <cstdlib>
+
+#include "pipetrain/app/command_line.hpp"
+#include "pipetrain/app/grid_setup.hpp"
+#include "pipetrain/base/error.hpp"
+#include "pipetrain/base/stop_signal.hpp"
+#include "pipetrain/base/timed_wait.hpp"
+#include "pipetrain/io/checkpoint.hpp"
+#include "pipetrain/io/deck_io.hpp"
+#include "pipetrain/io/trace_io.hpp"
+
+namespace pt {
+
+namespace {
+
+// Test hooks PIPETRAIN_TEST_KILL_BEFORE_PUBLISH and ..._AFTER_PUBLISH =
+// <rank>:<step>: that rank kills itself (SIGKILL) just before the checkpoint
+// of <step> is written (metrics.h5 already flushed) or just after `latest`
+// names it.
+void test_kill_point(const char* hook, int rank, int64_t step) {
+  const char* env = std::getenv(hook);
+  long long r = -1, s = -1;
+  if (env == nullptr || std::sscanf(env, "%lld:%lld", &r, &s) != 2 || r != rank || s != step) return;
+  std::fprintf(stderr, "pipetrain: rank %d: %s: killed at the checkpoint of step %lld\n", rank, hook, s);
+  std::fflush(stderr);
+  raise(SIGKILL);
+}
+
+}  // namespace
+
+// Collective when output.trace is on: rank 0 writes every rank's events.
+void write_trace(const World& w, const Deck& deck, Trainer& trainer) {
+  if (!deck.output.trace) return;
+  set_wait_phase("in the trace gather at the end of the run");
+  fault_point("trace");
+  const auto events = trainer.gather_trace();
+  if (w.rank != 0) return;
+  const std::string path = deck.output.dir + "/trace.h5";
+  write_trace_file(path, deck_to_toml(deck), trainer.schedule(), events, trainer.clock_alignment(),
+                   trainer.schedule_first_step());
+  double worst = 0.0;
+  for (double e : trainer.clock_alignment().error_us) worst = std::max(worst, e);
+  std::printf("trace: %s (clock offsets estimated to within %.1f us)\n", path.c_str(), worst);
+}
+
+// The state training starts from: --resume (weights, optimizer state, step)
+// or training.init_from (weights only). Returns the first step, or -1 after a
+// bad checkpoint (every rank has the same error; rank 0 printed it).
+int64_t restore(const World& w, const ProcessGrid& grid, const CommandLine& cli, const Deck& deck,
+                const std::string& resolved, Trainer& trainer) {
+  const bool resume = !cli.resume.empty();
+  std::string spec = resume ? cli.resume : deck.training.init_from;
+  if (spec.empty()) return 0;
+  if (resume && spec == "auto") {  // latest if there is any checkpoint, else step 0
+    const std::string root = checkpoint_root(deck);
+    int any = w.rank == 0 && any_checkpoint_in(root) ? 1 : 0;
+    timed_bcast(&any, 1, MPI_INT, 0, w.comm, "the --resume auto decision from rank 0");
+    if (!any) {
+      if (w.rank == 0)
+        std::printf("--resume auto: no checkpoint in %s yet; starting at step 0\n", root.c_str());
+      return 0;
+    }
+    spec = "latest";
+  }
+  set_wait_phase(std::string("while loading the checkpoint ") + spec);
+  fault_point("resume");
+  if (resume && !deck.training.init_from.empty() && w.rank == 0)
+    std::printf("--resume: training.init_from = \"%s\" is not used\n", deck.training.init_from.c_str());
+  try {
+    // Every pipeline of the grid loads the same (layout-free) checkpoint;
+    // the replicas then agree that all of them did.
+    const CheckpointRead r = load_checkpoint(spec, resume ? LoadMode::Resume : LoadMode::WeightsOnly,
+                                             deck, resolved, trainer, grid.pipeline());
+    agree_across_replicas(grid, true);
+    if (w.rank == 0)
+      std::printf("%s %s (step %lld): %.1f MB read in %.2f s (%.0f MB/s)\n",
+                  resume ? "resuming from" : "weights initialised from", r.path.c_str(),
+                  static_cast<long long>(r.step), r.bytes / 1e6, r.seconds,
+                  r.bytes / 1e6 / std::max(r.seconds, 1e-9));
+    return resume ? r.step : 0;
+  } catch (const InputError& e) {
+    if (w.rank == 0) std::fprintf(stderr, "pipetrain: error: %s\n", e.what());
+    agree_across_replicas(grid, false);
+    return -1;
+  }
+}
+
+// A resumed run continues metrics.h5: rows of the steps before the resume
+// step stay, later ones (redone now) go; a gap in the history is a warning.
+void continue_metrics(int64_t first_step, MetricsFile& metrics) {
+  const MetricsResume r = metrics.continue_at(first_step);
+  if (r.complete()) std::printf("%s\n", r.message().c_str());
+  else std::fprintf(stderr, "pipetrain: warning: %s\n", r.message().c_str());
+  std::fflush(stdout);
+}
+
+bool checkpoint_due(const Deck& deck, int64_t step) {
+  const int64_t every = deck.output.checkpoint_every;
+  return every > 0 && ((step + 1) % every == 0 || step + 1 == deck.training.steps);
+}
+
+// Collective: training waits for the whole write (see docs/checkpoint-format.md).
+// metrics.h5 is flushed first, so it holds every step of each published
+// checkpoint and a resume from it finds the whole history.
+// Data parallelism: the replicas hold the same state, so replica 0's
+// pipeline alone writes (one file per rank of it, layout-free); the others
+// wait for it.
+void checkpoint(const World& w, const ProcessGrid& grid, const Deck& deck,
+                const std::string& resolved, Trainer& trainer, int64_t steps_done,
+                MetricsFile& metrics) {
+  if (w.rank == 0) metrics.flush();
+  test_kill_point("PIPETRAIN_TEST_KILL_BEFORE_PUBLISH", w.rank, steps_done);
+  CheckpointWrite c;
+  if (grid.replica() == 0) c = save_checkpoint(deck, resolved, trainer, steps_done, grid.pipeline());
+  if (grid.data_parallel() > 1)
+    timed_barrier(grid.world(), "the end of replica 0's checkpoint write");
+  test_kill_point("PIPETRAIN_TEST_KILL_AFTER_PUBLISH", w.rank, steps_done);
+  if (w.rank != 0) return;
+  std::printf("checkpoint step %lld: %s, %.1f MB in %.2f s (%.0f MB/s), digest %08x\n",
+              static_cast<long long>(steps_done), c.path.c_str(), c.bytes / 1e6, c.seconds,
+              c.bytes / 1e6 / std::max(c.seconds, 1e-9), c.digest);
+  std::fflush(stdout);
+}
+
+// Test hook PIPETRAIN_TEST_SIGNAL=<rank>:<step>[:<signal number>]: that rank
+// raises the signal (default SIGUSR1) just before the step, as a batch
+// system's warning would arrive mid-run, and takes the real handler's path.
+void test_signal_point(int rank, int64_t step) {
+  const char* env = std::getenv("PIPETRAIN_TEST_SIGNAL");
+  long long r = -1, s = -1;
+  int signo = SIGUSR1;
+  if (env == nullptr || std::sscanf(env, "%lld:%lld:%d", &r, &s, &signo) < 2 || r != rank || s != step) return;
+  std::raise(signo);
+}
+
+// Every rank agreed to stop after `step` (a signal, stop_signal.hpp): the
+// step's checkpoint is written unless it just was, metrics.h5 records why
+// the run stopped, the trace is written, and the caller exits with
+// kStopExitStatus so that a job script can requeue the job.
+void stop_after_step(const World& w, const ProcessGrid& grid, const Deck& deck,
+                     const std::string& resolved, Trainer& trainer, int64_t step, int signo,
+                     MetricsFile& metrics) {
+  const std::string why = signal_name(signo) + " received; every rank stopped after step " +
+                          std::to_string(step + 1) + " of " + std::to_string(deck.training.steps);
+  if (w.rank == 0) metrics.set_attribute("stop_reason", why);
+  if (!checkpoint_due(deck, step)) {
+    set_wait_phase("in the checkpoint save on " + signal_name(signo) + " after step " + std::to_string(step));
+    checkpoint(w, grid, deck, resolved, trainer, step + 1, metrics);
+  }
+  write_trace(w, deck, trainer);
+  if (w.rank != 0) return;
+  metrics.flush();
+  std::printf("stopped: %s; checkpoint of step %lld in %s; exit status %d: resume with --resume "
+              "(a Slurm job script requeues itself)\n",
+              why.c_str(), static_cast<long long>(step + 1), checkpoint_root(deck).c_str(),
+              kStopExitStatus);
+  std::fflush(stdout);
+}
+
+}  // namespace pt

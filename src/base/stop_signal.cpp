@@ -1,0 +1,62 @@
+// stop_signal.cpp: the stop-request handlers and the ranks' agreement (see
+// stop_signal.hpp).
+#include "pipetrain/base/stop_signal.hpp"
+
+#include <csignal>
+#include <cstring>
+
+#include "pipetrain/base/timed_wait.hpp"
+
+namespace pt {
+
+namespace {
+
+volatile std::sig_atomic_t g_stop_signal = 0;
+
+void on_stop_signal(int signo) {
+  if (g_stop_signal == 0) {
+    g_stop_signal = signo;
+    return;
+  }
+  if (signo == SIGTERM) {  // asked twice: stop now
+    std::signal(SIGTERM, SIG_DFL);
+    std::raise(SIGTERM);
+  }
+}
+
+void install(int signo) {
+  struct sigaction action;
+  std::memset(&action, 0, sizeof action);
+  action.sa_handler = on_stop_signal;
+  sigemptyset(&action.sa_mask);
+  action.sa_flags = SA_RESTART;  // blocking calls go on; the flag is read after the step
+  sigaction(signo, &action, nullptr);
+}
+
+}  // namespace
+
+void install_stop_signal_handlers() {
+  install(SIGUSR1);
+  install(SIGTERM);
+}
+
+int stop_signal_received() { return g_stop_signal; }
+
+void request_stop(int signo) {
+  if (g_stop_signal == 0) g_stop_signal = signo;
+}
+
+int agree_on_stop(MPI_Comm comm, const std::string& what) {
+  const int mine = g_stop_signal;
+  int agreed = 0;
+  timed_allreduce(&mine, &agreed, 1, MPI_INT, MPI_MAX, comm, what);
+  return agreed;
+}
+
+std::string signal_name(int signo) {
+  if (signo == SIGUSR1) return "SIGUSR1";
+  if (signo == SIGTERM) return "SIGTERM";
+  return "signal " + std::to_string(signo);
+}
+
+}  // namespace pt

@@ -1,0 +1,165 @@
+#!/usr/bin/env bash
+# test_slurm.sh: the batch scripts under a real single-node Slurm
+# (docs/cluster.md). Needs root and Debian's slurm-wlm and munge
+# (make test-slurm installs them: scripts/install-deps.sh slurm-wlm slurm-client munge).
+#   tests/slurm/test_slurm.sh BUILD_DIR
+# Starts munged, slurmctld and slurmd in the background (slurm_cluster.sh;
+# stopped by their PIDs on exit, also when a check fails) and submits
+# jobs/slurm_pipetrain.sbatch as the README writes it:
+#   1. a CPU job runs to the end; its losses and final state are bitwise those
+#      of the same deck under mpirun; submitted from another directory too;
+#   2. a job requeued mid-run (scontrol requeue) resumes and ends bitwise
+#      equal, and the log keeps both attempts;
+#   3. a job requeued before its first checkpoint starts again at step 0 and
+#      ends bitwise equal;
+#   4. a job given its warning signal (as Slurm sends it before the time
+#      limit: USR1 to the batch shell) checkpoints, requeues itself and ends
+#      bitwise equal with every step once in metrics.h5; and one whose
+#      --time limit comes with --signal=B:USR1 does the same on its own;
+#   5. a stage that stops responding ends the job with the watchdog's message
+#      (no hung allocation);
+#   6. a missing deck or binary fails at once with a message naming it.
+source "$(dirname "$0")/../cli/lib.sh" "$1"
+source "$(dirname "$0")/slurm_cluster.sh"
+py=tools/.venv/bin/python
+repo=$PWD
+[ "$(id -u)" -eq 0 ] || { echo "FAIL test_slurm needs root (it starts slurmd)"; exit 1; }
+for c in munged slurmctld slurmd sbatch scontrol; do
+  command -v $c > /dev/null || { echo "FAIL $c not found: run scripts/install-deps.sh slurm-wlm slurm-client munge"; exit 1; }
+done
+[ -x "$py" ] || { echo "FAIL $py missing: run make tools"; exit 1; }
+trap 'stop_slurm; rm -rf "$tmp"' EXIT
+check "a single-node Slurm starts" start_slurm "$tmp/slurm"
+[ "$failed" -eq 0 ] || exit 1
+
+# The log of job $1 (its --output), and the values the checks compare.
+log_of() { echo "$tmp/job-$1.out"; }
+digest() { grep -o "checkpoint step $1: .*digest [0-9a-f]*" "$2" | awk '{print $NF}'; }
+losses() { grep -o '^step *[0-9]*/[0-9]* | loss [0-9.]*' "$1" | sed 's/  */ /g' | sort -u; }
+# complete DIR REF: DIR/metrics.h5 holds every step of REF/metrics.h5 once, same bits.
+complete() {
+  "$py" - "$2/metrics.h5" "$1/metrics.h5" > "$tmp/py.out" 2>&1 <<'PY'
+import h5py, sys
+with h5py.File(sys.argv[1]) as a, h5py.File(sys.argv[2]) as b:
+    assert list(b["step"][:]) == list(a["step"][:]), f"steps {list(b['step'][:])}"
+    for name in ("loss", "grad_norm", "lr"):
+        assert a[name][:].tobytes() == b[name][:].tobytes(), f"{name} differs"
+PY
+}
+submit() {  # submit [sbatch options] SCRIPT DECK [--set ...]: sets job; log in log_of
+  job=$(sbatch --parsable --output="$tmp/job-%j.out" "$@") || { job=""; return 1; }
+  job=${job%%;*}
+}
+wait_for_line() {  # wait_for_line FILE PATTERN LIMIT
+  local t0=$SECONDS
+  until grep -q -- "$2" "$1" 2> /dev/null; do
+    [ $((SECONDS - t0)) -lt "$3" ] || return 1
+    sleep 0.2
+  done
+}
+show_log() { echo "     | job $job: state $job_state, restarts $job_restarts, exit $job_exit"; sed 's/^/     | /' "$(log_of "$job")" 2> /dev/null | tail -n 25; }
+state_is() { [ "$job_state" = "$1" ] || { show_log; return 1; }; }
+
+# The reference runs under mpirun: 2 ranks of 1 BLAS thread, as the CPU
+# script runs them (--ntasks-per-node=2, --cpus-per-task=1).
+mlp=(--set training.steps=20)
+gpt=(--set training.steps=60 --set training.eval_every=0 --set output.log_every=1 --set output.checkpoint_every=15)
+run 2 train inputs/mlp.toml "${mlp[@]}" --set training.blas_threads=1 --set output.dir=\"$tmp/ref_mlp\"
+check "reference: mlp under mpirun" status_is 0
+cp "$tmp/out" "$tmp/ref_mlp.log"
+run 2 train inputs/gpt_markov.toml "${gpt[@]}" --set training.blas_threads=1 --set output.dir=\"$tmp/ref_gpt\"
+check "reference: gpt under mpirun" status_is 0
+cp "$tmp/out" "$tmp/ref_gpt.log"
+
+# 1. The README's command, from the repository root.
+submit jobs/slurm_pipetrain.sbatch inputs/mlp.toml "${mlp[@]}" --set output.dir=\"$tmp/readme\"
+wait_job "$job" 120
+check "1. the README's CPU job completes" state_is COMPLETED
+check "1. its losses are those under mpirun, bitwise" \
+  diff <(losses "$(log_of "$job")") <(losses "$tmp/ref_mlp.log")
+check "1. its log marks the attempt" grep -q "=== pipetrain job $job attempt 1:" "$(log_of "$job")"
+# ... and submitted from another directory, by the script's full path.
+mkdir -p "$tmp/elsewhere"
+(cd "$tmp/elsewhere" && submit "$repo/jobs/slurm_pipetrain.sbatch" "$repo/inputs/mlp.toml" "${mlp[@]}" \
+  --set output.dir=\"$tmp/elsewhere/run\" && echo "$job" > "$tmp/elsewhere/job")
+job=$(cat "$tmp/elsewhere/job")
+wait_job "$job" 120
+check "1. submitted from elsewhere: completes" state_is COMPLETED
+check "1. submitted from elsewhere: same losses" diff <(losses "$(log_of "$job")") <(losses "$tmp/ref_mlp.log")
+
+# 2. Requeued from outside after its first checkpoint.
+submit jobs/slurm_pipetrain.sbatch inputs/gpt_markov.toml "${gpt[@]}" --set output.dir=\"$tmp/requeued\"
+wait_for_line "$(log_of "$job")" "^checkpoint step 15:" 120
+scontrol requeue "$job"
+wait_job "$job" 180
+check "2. requeued mid-run: completes" state_is COMPLETED
+check "2. requeued mid-run: ran twice" [ "${job_restarts:-0}" -ge 1 ]
+check "2. requeued mid-run: the second attempt resumed" grep -q "^resuming from $tmp/requeued/checkpoints/step_" "$(log_of "$job")"
+check "2. requeued mid-run: the log keeps both attempts" \
+  bash -c "grep -q 'attempt 1:' '$(log_of "$job")' && grep -q 'attempt 2:' '$(log_of "$job")'"
+check "2. requeued mid-run: final state bitwise the uninterrupted one" \
+  [ "$(digest 60 "$(log_of "$job")")" = "$(digest 60 "$tmp/ref_gpt.log")" ]
+check "2. requeued mid-run: every step once in metrics.h5" complete "$tmp/requeued" "$tmp/ref_gpt"
+
+# 3. Requeued before its first checkpoint (the deck writes none): step 0 again.
+submit jobs/slurm_pipetrain.sbatch inputs/gpt_markov.toml "${gpt[@]}" --set output.checkpoint_every=0 \
+  --set output.dir=\"$tmp/early\"
+wait_for_line "$(log_of "$job")" "^step      2/60" 120
+scontrol requeue "$job"
+wait_job "$job" 180
+check "3. requeued before a checkpoint: completes" state_is COMPLETED
+check "3. requeued before a checkpoint: the second attempt starts at step 0" \
+  grep -q "^--resume auto: no checkpoint in $tmp/early/checkpoints yet; starting at step 0" "$(log_of "$job")"
+check "3. requeued before a checkpoint: losses bitwise the uninterrupted run's" \
+  diff <(losses "$(log_of "$job")") <(losses "$tmp/ref_gpt.log")
+check "3. requeued before a checkpoint: every step once in metrics.h5" complete "$tmp/early" "$tmp/ref_gpt"
+
+# 4a. The warning signal, sent as Slurm sends it (USR1 to the batch shell).
+submit jobs/slurm_pipetrain.sbatch inputs/gpt_markov.toml "${gpt[@]}" --set output.dir=\"$tmp/warned\"
+wait_for_line "$(log_of "$job")" "^step     20/60" 120
+scancel --batch --signal=USR1 "$job"
+wait_job "$job" 180
+check "4. warned: completes" state_is COMPLETED
+check "4. warned: the ranks stopped with a checkpoint" grep -q "^stopped: SIGUSR1 received; every rank stopped after step" "$(log_of "$job")"
+check "4. warned: the script requeued the job" grep -q "requeueing job $job" "$(log_of "$job")"
+check "4. warned: the second attempt resumed" grep -q "^resuming from $tmp/warned/checkpoints/step_" "$(log_of "$job")"
+check "4. warned: final state bitwise the uninterrupted one" \
+  [ "$(digest 60 "$(log_of "$job")")" = "$(digest 60 "$tmp/ref_gpt.log")" ]
+check "4. warned: no step lost or run twice in metrics.h5" complete "$tmp/warned" "$tmp/ref_gpt"
+
+# 4b. At a real --time limit, warned by --signal=B:USR1 (Slurm's own timing).
+slow=(--set training.steps=400 --set training.eval_every=0 --set output.checkpoint_every=0
+      --set output.log_every=10 --set pipeline.slowdown_rank=0 --set pipeline.slowdown_factor=4)
+run 2 train inputs/gpt_markov.toml "${slow[@]}" --set output.checkpoint_every=400 \
+  --set training.blas_threads=1 --set output.dir=\"$tmp/ref_slow\"
+cp "$tmp/out" "$tmp/ref_slow.log"
+submit --time=1 --signal=B:USR1@30 jobs/slurm_pipetrain.sbatch inputs/gpt_markov.toml "${slow[@]}" \
+  --set output.checkpoint_every=400 --set output.dir=\"$tmp/limit\"
+wait_job "$job" 300
+check "4. time limit: completes" state_is COMPLETED
+check "4. time limit: warned by Slurm, stopped with a checkpoint" \
+  grep -q "^stopped: SIGUSR1 received; every rank stopped after step" "$(log_of "$job")"
+check "4. time limit: final state bitwise the uninterrupted one" \
+  [ "$(digest 400 "$(log_of "$job")")" = "$(digest 400 "$tmp/ref_slow.log")" ]
+check "4. time limit: no step lost or run twice in metrics.h5" complete "$tmp/limit" "$tmp/ref_slow"
+
+# 5. A stage that stops responding: the watchdog ends the job.
+submit --export=ALL,PIPETRAIN_TEST_STALL=1:step:3 jobs/slurm_pipetrain.sbatch inputs/mlp.toml \
+  "${mlp[@]}" --set pipeline.timeout_s=2 --set output.dir=\"$tmp/stall\"
+wait_job "$job" 90
+check "5. stalled stage: the job fails (no hung allocation)" state_is FAILED
+check "5. stalled stage: the watchdog's message" grep -Eq "pipetrain: rank [0-9]+: error: .*timed out after 2 s" "$(log_of "$job")"
+check "5. stalled stage: not requeued" [ "${job_restarts:-0}" -eq 0 ]
+
+# 6. Bad input fails at once, naming it.
+submit jobs/slurm_pipetrain.sbatch inputs/no_such_deck.toml
+wait_job "$job" 60
+check "6. missing deck: the job fails" state_is FAILED
+check "6. missing deck: named" grep -q "deck 'inputs/no_such_deck.toml' not found" "$(log_of "$job")"
+submit --export=ALL,PIPETRAIN_BIN=/nonexistent/pipetrain jobs/slurm_pipetrain.sbatch inputs/mlp.toml
+wait_job "$job" 60
+check "6. missing binary: the job fails" state_is FAILED
+check "6. missing binary: named" grep -q "pipetrain binary '/nonexistent/pipetrain' not found" "$(log_of "$job")"
+
+echo "$passed passed, $failed failed"
+[ "$failed" -eq 0 ]
