@@ -14,8 +14,9 @@
 #     shell) to the ranks, which finish their step, write a checkpoint and
 #     exit with status 75; SIGTERM (preemption, a limit without warning)
 #     reaches the ranks directly and ends the same way;
-#   - after status 75 requeues the job (scontrol requeue), so the next
-#     attempt resumes; any other status is the job's.
+#   - after status 75 on the warning, requeues the job (scontrol requeue),
+#     so the next attempt resumes; after SIGTERM, Slurm itself is requeueing,
+#     preempting or ending the job and decides; any other status is the job's.
 # Exit statuses: 0 trained to the end, or stopped and requeued; 2 bad input
 # (deck, command line, checkpoint, binary); anything else the run's failure.
 
@@ -43,7 +44,8 @@ pt_forward() {  # the warning reached this shell: pass it on to the ranks
   scancel --signal="$1" "$SLURM_JOB_ID" 2> /dev/null || kill -s "$1" "$pt_step_pid" 2> /dev/null || true
 }
 trap 'pt_forward USR1' USR1
-trap 'echo "pipetrain job: SIGTERM received at $(date +%T); the ranks stop after their step"' TERM
+pt_terminated=""
+trap 'pt_terminated=1; echo "pipetrain job: SIGTERM received at $(date +%T); the ranks stop after their step"' TERM
 
 # srun starts one task per rank through PMIx (no mpirun inside Slurm). It
 # runs in the background so that the traps above run while it trains.
@@ -62,6 +64,12 @@ while :; do
   break
 done
 
+if [ "$pt_status" -eq 75 ] && [ -n "$pt_terminated" ]; then
+  # Slurm sent SIGTERM: it is requeueing, preempting, cancelling or timing
+  # out the job, and decides whether it runs again; the checkpoint is written.
+  echo "pipetrain job: the run stopped on SIGTERM with a checkpoint (status 75); Slurm decides what follows"
+  exit 75
+fi
 if [ "$pt_status" -eq 75 ]; then
   echo "pipetrain job: the run stopped early with a checkpoint (status 75); requeueing job $SLURM_JOB_ID"
   scontrol requeue "$SLURM_JOB_ID" || { echo "pipetrain job: scontrol requeue failed: submit again with RESUME=1" >&2; exit 75; }

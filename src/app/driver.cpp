@@ -325,6 +325,9 @@ void log_step(const Deck& deck, const StepRecord& rec, bool last, Progress& p, M
 }
 
 int run_train(const World& w, const CommandLine& cli, const Deck& deck_in) {
+  // From here a stop signal is recorded, not fatal: one that arrives during
+  // the start-up (profile, restore) stops the run after its first step.
+  install_stop_signal_handlers();
   Deck deck = deck_in;  // a named partition strategy becomes counts below
   BlasThreadsChoice blas = choose_blas_threads(deck, w.comm);
   set_cpu_gemm(parse_cpu_gemm(deck.training.cpu_gemm));
@@ -386,7 +389,6 @@ int run_train(const World& w, const CommandLine& cli, const Deck& deck_in) {
   if (progress.first_step > 0 && w.rank == 0) continue_metrics(progress.first_step, metrics);
   StepRecord rec;
   const int64_t eval_every = deck.training.eval_every;
-  install_stop_signal_handlers();
   for (int64_t step = progress.first_step; step < deck.training.steps; ++step) {
     test_signal_point(w.rank, step);
     set_wait_phase("in step " + std::to_string(step));
@@ -442,6 +444,7 @@ int run_command(const World& w, const CommandLine& cli) {
     fault_point("startup");
     if (!load_deck(w, cli, deck)) return 2;
     set_wait_limit(deck.pipeline.timeout_s);
+    if (cli.command != "train") unblock_stop_signals();  // only training stops cleanly
     if (cli.command == "validate") return run_validate(w, cli, deck);
     if (cli.command == "profile") return run_profile(w.comm, cli, deck, w.blas_note);
     if (cli.command == "plan") return run_plan(w.comm, cli, deck, w.blas_note);

@@ -2,8 +2,11 @@
 // stop_signal.hpp).
 #include "pipetrain/base/stop_signal.hpp"
 
+#include <pthread.h>
+
 #include <csignal>
 #include <cstring>
+#include <ctime>
 
 #include "pipetrain/base/timed_wait.hpp"
 
@@ -14,14 +17,23 @@ namespace {
 volatile std::sig_atomic_t g_stop_signal = 0;
 
 void on_stop_signal(int signo) {
-  if (g_stop_signal == 0) {
-    g_stop_signal = signo;
-    return;
-  }
-  if (signo == SIGTERM) {  // asked twice: stop now
-    std::signal(SIGTERM, SIG_DFL);
-    std::raise(SIGTERM);
-  }
+  if (g_stop_signal == 0) g_stop_signal = signo;
+}
+
+sigset_t stop_signals() {
+  sigset_t set;
+  sigemptyset(&set);
+  sigaddset(&set, SIGUSR1);
+  sigaddset(&set, SIGTERM);
+  return set;
+}
+
+// The stop signals pending for this thread or the process, taken (the
+// main thread blocks them, so they wait here until asked for).
+void take_pending_signals() {
+  const sigset_t set = stop_signals();
+  const timespec now = {0, 0};
+  for (int signo; (signo = sigtimedwait(&set, nullptr, &now)) > 0;) request_stop(signo);
 }
 
 void install(int signo) {
@@ -29,11 +41,21 @@ void install(int signo) {
   std::memset(&action, 0, sizeof action);
   action.sa_handler = on_stop_signal;
   sigemptyset(&action.sa_mask);
-  action.sa_flags = SA_RESTART;  // blocking calls go on; the flag is read after the step
+  action.sa_flags = SA_RESTART;  // blocking calls go on; the flag is read between steps
   sigaction(signo, &action, nullptr);
 }
 
 }  // namespace
+
+void block_stop_signals() {
+  const sigset_t set = stop_signals();
+  pthread_sigmask(SIG_BLOCK, &set, nullptr);
+}
+
+void unblock_stop_signals() {
+  const sigset_t set = stop_signals();
+  pthread_sigmask(SIG_UNBLOCK, &set, nullptr);
+}
 
 void install_stop_signal_handlers() {
   install(SIGUSR1);
@@ -47,6 +69,7 @@ void request_stop(int signo) {
 }
 
 int agree_on_stop(MPI_Comm comm, const std::string& what) {
+  take_pending_signals();
   const int mine = g_stop_signal;
   int agreed = 0;
   timed_allreduce(&mine, &agreed, 1, MPI_INT, MPI_MAX, comm, what);

@@ -8,7 +8,8 @@
 #                     sets job_state, job_restarts, job_exit; 1 on time-out
 # The node has the CPUs online (getconf _NPROCESSORS_ONLN; nproc honours
 # OMP_NUM_THREADS), proctrack/linuxproc and task/none (no cgroups), and
-# AuthInfo cred_expire=20, so a requeued job starts again about 21 s later.
+# AuthInfo cred_expire=5 and a scheduling pass every 2 s, so a requeued job
+# starts again about 21 s later.
 slurm_pids=()
 
 free_port() { python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
@@ -32,7 +33,7 @@ SlurmUser=root
 SlurmdUser=root
 AuthType=auth/munge
 CredType=cred/munge
-AuthInfo=socket=$dir/munge/munge.socket,cred_expire=20
+AuthInfo=socket=$dir/munge/munge.socket,cred_expire=5
 StateSaveLocation=$dir/state
 SlurmdSpoolDir=$dir/spool
 SlurmctldPidFile=$dir/slurmctld.pid
@@ -44,6 +45,7 @@ TaskPlugin=task/none
 SelectType=select/cons_tres
 SelectTypeParameters=CR_CPU
 SchedulerType=sched/builtin
+SchedulerParameters=sched_interval=2
 MpiDefault=none
 SwitchType=switch/none
 AccountingStorageType=accounting_storage/none

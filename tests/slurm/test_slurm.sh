@@ -57,109 +57,149 @@ wait_for_line() {  # wait_for_line FILE PATTERN LIMIT
     sleep 0.2
   done
 }
-show_log() { echo "     | job $job: state $job_state, restarts $job_restarts, exit $job_exit"; sed 's/^/     | /' "$(log_of "$job")" 2> /dev/null | tail -n 25; }
+show_log() { echo "     | job $job: state $job_state, restarts $job_restarts, exit $job_exit"; sed 's/^/     | /' "$(log_of "$job")" 2> /dev/null | tail -n 60; }
 state_is() { [ "$job_state" = "$1" ] || { show_log; return 1; }; }
 
 # The reference runs under mpirun: 2 ranks of 1 BLAS thread, as the CPU
-# script runs them (--ntasks-per-node=2, --cpus-per-task=1).
+# script runs them (--ntasks-per-node=2, --cpus-per-task=1); each made once,
+# when a case first needs it.
 mlp=(--set training.steps=20)
 gpt=(--set training.steps=60 --set training.eval_every=0 --set output.log_every=1 --set output.checkpoint_every=15)
-run 2 train inputs/mlp.toml "${mlp[@]}" --set training.blas_threads=1 --set output.dir=\"$tmp/ref_mlp\"
-check "reference: mlp under mpirun" status_is 0
-cp "$tmp/out" "$tmp/ref_mlp.log"
-run 2 train inputs/gpt_markov.toml "${gpt[@]}" --set training.blas_threads=1 --set output.dir=\"$tmp/ref_gpt\"
-check "reference: gpt under mpirun" status_is 0
-cp "$tmp/out" "$tmp/ref_gpt.log"
+reference() {  # reference NAME DECK [--set ...]: $tmp/ref_NAME{,.log}
+  local name=$1 deck=$2
+  shift 2
+  [ -f "$tmp/ref_$name.log" ] && return 0
+  run 2 train "$deck" "$@" --set training.blas_threads=1 --set output.dir=\"$tmp/ref_$name\"
+  check "reference $name under mpirun" status_is 0
+  cp "$tmp/out" "$tmp/ref_$name.log"
+}
 
 # 1. The README's command, from the repository root.
-submit jobs/slurm_pipetrain.sbatch inputs/mlp.toml "${mlp[@]}" --set output.dir=\"$tmp/readme\"
-wait_job "$job" 120
-check "1. the README's CPU job completes" state_is COMPLETED
-check "1. its losses are those under mpirun, bitwise" \
-  diff <(losses "$(log_of "$job")") <(losses "$tmp/ref_mlp.log")
-check "1. its log marks the attempt" grep -q "=== pipetrain job $job attempt 1:" "$(log_of "$job")"
-# ... and submitted from another directory, by the script's full path.
-mkdir -p "$tmp/elsewhere"
-(cd "$tmp/elsewhere" && submit "$repo/jobs/slurm_pipetrain.sbatch" "$repo/inputs/mlp.toml" "${mlp[@]}" \
-  --set output.dir=\"$tmp/elsewhere/run\" && echo "$job" > "$tmp/elsewhere/job")
-job=$(cat "$tmp/elsewhere/job")
-wait_job "$job" 120
-check "1. submitted from elsewhere: completes" state_is COMPLETED
-check "1. submitted from elsewhere: same losses" diff <(losses "$(log_of "$job")") <(losses "$tmp/ref_mlp.log")
+case_1() {
+  reference mlp inputs/mlp.toml "${mlp[@]}"
+  submit jobs/slurm_pipetrain.sbatch inputs/mlp.toml "${mlp[@]}" --set output.dir=\"$tmp/readme\"
+  wait_job "$job" 120
+  check "1. the README's CPU job completes" state_is COMPLETED
+  check "1. its losses are those under mpirun, bitwise" \
+    diff <(losses "$(log_of "$job")") <(losses "$tmp/ref_mlp.log")
+  check "1. its log marks the attempt" grep -q "=== pipetrain job $job attempt 1:" "$(log_of "$job")"
+  # ... and submitted from another directory, by the script's full path.
+  mkdir -p "$tmp/elsewhere"
+  (cd "$tmp/elsewhere" && submit "$repo/jobs/slurm_pipetrain.sbatch" "$repo/inputs/mlp.toml" "${mlp[@]}" \
+    --set output.dir=\"$tmp/elsewhere/run\" && echo "$job" > "$tmp/elsewhere/job")
+  job=$(cat "$tmp/elsewhere/job")
+  wait_job "$job" 120
+  check "1. submitted from elsewhere: completes" state_is COMPLETED
+  check "1. submitted from elsewhere: same losses" diff <(losses "$(log_of "$job")") <(losses "$tmp/ref_mlp.log")
+}
 
 # 2. Requeued from outside after its first checkpoint.
-submit jobs/slurm_pipetrain.sbatch inputs/gpt_markov.toml "${gpt[@]}" --set output.dir=\"$tmp/requeued\"
-wait_for_line "$(log_of "$job")" "^checkpoint step 15:" 120
-scontrol requeue "$job"
-wait_job "$job" 180
-check "2. requeued mid-run: completes" state_is COMPLETED
-check "2. requeued mid-run: ran twice" [ "${job_restarts:-0}" -ge 1 ]
-check "2. requeued mid-run: the second attempt resumed" grep -q "^resuming from $tmp/requeued/checkpoints/step_" "$(log_of "$job")"
-check "2. requeued mid-run: the log keeps both attempts" \
-  bash -c "grep -q 'attempt 1:' '$(log_of "$job")' && grep -q 'attempt 2:' '$(log_of "$job")'"
-check "2. requeued mid-run: final state bitwise the uninterrupted one" \
-  [ "$(digest 60 "$(log_of "$job")")" = "$(digest 60 "$tmp/ref_gpt.log")" ]
-check "2. requeued mid-run: every step once in metrics.h5" complete "$tmp/requeued" "$tmp/ref_gpt"
+case_2() {
+  reference gpt inputs/gpt_markov.toml "${gpt[@]}"
+  submit jobs/slurm_pipetrain.sbatch inputs/gpt_markov.toml "${gpt[@]}" --set output.dir=\"$tmp/requeued\"
+  wait_for_line "$(log_of "$job")" "^checkpoint step 15:" 120
+  scontrol requeue "$job"
+  wait_job "$job" 180
+  check "2. requeued mid-run: completes" state_is COMPLETED
+  check "2. requeued mid-run: ran twice" [ "${job_restarts:-0}" -ge 1 ]
+  check "2. requeued mid-run: the second attempt resumed" grep -q "^resuming from $tmp/requeued/checkpoints/step_" "$(log_of "$job")"
+  check "2. requeued mid-run: the log keeps both attempts" \
+    bash -c "grep -q 'attempt 1:' '$(log_of "$job")' && grep -q 'attempt 2:' '$(log_of "$job")'"
+  check "2. requeued mid-run: final state bitwise the uninterrupted one" \
+    [ "$(digest 60 "$(log_of "$job")")" = "$(digest 60 "$tmp/ref_gpt.log")" ]
+  check "2. requeued mid-run: every step once in metrics.h5" complete "$tmp/requeued" "$tmp/ref_gpt"
+}
 
-# 3. Requeued before its first checkpoint (the deck writes none): step 0 again.
-submit jobs/slurm_pipetrain.sbatch inputs/gpt_markov.toml "${gpt[@]}" --set output.checkpoint_every=0 \
-  --set output.dir=\"$tmp/early\"
-wait_for_line "$(log_of "$job")" "^step      2/60" 120
-scontrol requeue "$job"
-wait_job "$job" 180
-check "3. requeued before a checkpoint: completes" state_is COMPLETED
-check "3. requeued before a checkpoint: the second attempt starts at step 0" \
-  grep -q "^--resume auto: no checkpoint in $tmp/early/checkpoints yet; starting at step 0" "$(log_of "$job")"
-check "3. requeued before a checkpoint: losses bitwise the uninterrupted run's" \
-  diff <(losses "$(log_of "$job")") <(losses "$tmp/ref_gpt.log")
-check "3. requeued before a checkpoint: every step once in metrics.h5" complete "$tmp/early" "$tmp/ref_gpt"
+# 3. Requeued before its first checkpoint (the deck writes none): the job is
+# killed outright (SIGKILL to every process, as a node failure would), so
+# nothing is saved, then requeued; the next attempt starts at step 0.
+case_3() {
+  reference gpt inputs/gpt_markov.toml "${gpt[@]}"
+  submit jobs/slurm_pipetrain.sbatch inputs/gpt_markov.toml "${gpt[@]}" --set output.checkpoint_every=0 \
+    --set output.dir=\"$tmp/early\"
+  wait_for_line "$(log_of "$job")" "^step      2/60" 120
+  scancel --full --signal=KILL "$job"
+  wait_job "$job" 60
+  scontrol requeue "$job"
+  wait_job "$job" 180
+  check "3. requeued before a checkpoint: completes" state_is COMPLETED
+  check "3. requeued before a checkpoint: the second attempt starts at step 0" \
+    grep -q "^--resume auto: no checkpoint in $tmp/early/checkpoints yet; starting at step 0" "$(log_of "$job")"
+  check "3. requeued before a checkpoint: losses bitwise the uninterrupted run's" \
+    diff <(losses "$(log_of "$job")") <(losses "$tmp/ref_gpt.log")
+  check "3. requeued before a checkpoint: every step once in metrics.h5" complete "$tmp/early" "$tmp/ref_gpt"
+}
 
 # 4a. The warning signal, sent as Slurm sends it (USR1 to the batch shell).
-submit jobs/slurm_pipetrain.sbatch inputs/gpt_markov.toml "${gpt[@]}" --set output.dir=\"$tmp/warned\"
-wait_for_line "$(log_of "$job")" "^step     20/60" 120
-scancel --batch --signal=USR1 "$job"
-wait_job "$job" 180
-check "4. warned: completes" state_is COMPLETED
-check "4. warned: the ranks stopped with a checkpoint" grep -q "^stopped: SIGUSR1 received; every rank stopped after step" "$(log_of "$job")"
-check "4. warned: the script requeued the job" grep -q "requeueing job $job" "$(log_of "$job")"
-check "4. warned: the second attempt resumed" grep -q "^resuming from $tmp/warned/checkpoints/step_" "$(log_of "$job")"
-check "4. warned: final state bitwise the uninterrupted one" \
-  [ "$(digest 60 "$(log_of "$job")")" = "$(digest 60 "$tmp/ref_gpt.log")" ]
-check "4. warned: no step lost or run twice in metrics.h5" complete "$tmp/warned" "$tmp/ref_gpt"
+case_4a() {
+  reference gpt inputs/gpt_markov.toml "${gpt[@]}"
+  submit jobs/slurm_pipetrain.sbatch inputs/gpt_markov.toml "${gpt[@]}" --set output.dir=\"$tmp/warned\"
+  wait_for_line "$(log_of "$job")" "^step     20/60" 120
+  scancel --batch --signal=USR1 "$job"
+  wait_job "$job" 180
+  check "4. warned: completes" state_is COMPLETED
+  check "4. warned: the ranks stopped with a checkpoint" grep -q "^stopped: SIGUSR1 received; every rank stopped after step" "$(log_of "$job")"
+  check "4. warned: the script requeued the job" grep -q "requeueing job $job" "$(log_of "$job")"
+  check "4. warned: the second attempt resumed" grep -q "^resuming from $tmp/warned/checkpoints/step_" "$(log_of "$job")"
+  check "4. warned: final state bitwise the uninterrupted one" \
+    [ "$(digest 60 "$(log_of "$job")")" = "$(digest 60 "$tmp/ref_gpt.log")" ]
+  check "4. warned: no step lost or run twice in metrics.h5" complete "$tmp/warned" "$tmp/ref_gpt"
+}
 
-# 4b. At a real --time limit, warned by --signal=B:USR1 (Slurm's own timing).
-slow=(--set training.steps=400 --set training.eval_every=0 --set output.checkpoint_every=0
-      --set output.log_every=10 --set pipeline.slowdown_rank=0 --set pipeline.slowdown_factor=4)
-run 2 train inputs/gpt_markov.toml "${slow[@]}" --set output.checkpoint_every=400 \
-  --set training.blas_threads=1 --set output.dir=\"$tmp/ref_slow\"
-cp "$tmp/out" "$tmp/ref_slow.log"
-submit --time=1 --signal=B:USR1@30 jobs/slurm_pipetrain.sbatch inputs/gpt_markov.toml "${slow[@]}" \
-  --set output.checkpoint_every=400 --set output.dir=\"$tmp/limit\"
-wait_job "$job" 300
-check "4. time limit: completes" state_is COMPLETED
-check "4. time limit: warned by Slurm, stopped with a checkpoint" \
-  grep -q "^stopped: SIGUSR1 received; every rank stopped after step" "$(log_of "$job")"
-check "4. time limit: final state bitwise the uninterrupted one" \
-  [ "$(digest 400 "$(log_of "$job")")" = "$(digest 400 "$tmp/ref_slow.log")" ]
-check "4. time limit: no step lost or run twice in metrics.h5" complete "$tmp/limit" "$tmp/ref_slow"
+# 4b. At a real --time limit, warned by --signal=B:USR1 (Slurm's own timing):
+# a 1-minute limit and the warning 40 s before it, so about 20 s into each
+# attempt; the run is sized from this machine's measured step time to take
+# about 30 s, so the first attempt stops at the warning and the second
+# finishes before its own.
+case_4b() {
+  reference gpt inputs/gpt_markov.toml "${gpt[@]}"
+  local step_s steps
+  step_s=$("$py" -c "import h5py, numpy; print(float(numpy.median(h5py.File('$tmp/ref_gpt/metrics.h5')['step_time_s'][1:])))")
+  steps=$("$py" -c "print(max(200, min(5000, int(27 / $step_s))))")
+  echo "     | 4b: $steps steps at ${step_s} s per step"
+  local limit_run=(--set training.steps=$steps --set training.eval_every=0 --set output.log_every=50
+                   --set output.checkpoint_every=$steps)
+  reference limit inputs/gpt_markov.toml "${limit_run[@]}"
+  submit --time=1 --signal=B:USR1@40 jobs/slurm_pipetrain.sbatch inputs/gpt_markov.toml \
+    "${limit_run[@]}" --set output.dir=\"$tmp/limit\"
+  wait_job "$job" 240
+  check "4. time limit: completes" state_is COMPLETED
+  check "4. time limit: warned by Slurm, stopped with a checkpoint" \
+    grep -q "^stopped: SIGUSR1 received; every rank stopped after step" "$(log_of "$job")"
+  check "4. time limit: final state bitwise the uninterrupted one" \
+    [ "$(digest "$steps" "$(log_of "$job")")" = "$(digest "$steps" "$tmp/ref_limit.log")" ]
+  check "4. time limit: no step lost or run twice in metrics.h5" complete "$tmp/limit" "$tmp/ref_limit"
+  grep -E "^=== |^pipetrain job: |^stopped: " "$(log_of "$job")" | sed 's/^/     | /'
+}
 
 # 5. A stage that stops responding: the watchdog ends the job.
-submit --export=ALL,PIPETRAIN_TEST_STALL=1:step:3 jobs/slurm_pipetrain.sbatch inputs/mlp.toml \
-  "${mlp[@]}" --set pipeline.timeout_s=2 --set output.dir=\"$tmp/stall\"
-wait_job "$job" 90
-check "5. stalled stage: the job fails (no hung allocation)" state_is FAILED
-check "5. stalled stage: the watchdog's message" grep -Eq "pipetrain: rank [0-9]+: error: .*timed out after 2 s" "$(log_of "$job")"
-check "5. stalled stage: not requeued" [ "${job_restarts:-0}" -eq 0 ]
+case_5() {
+  submit --export=ALL,PIPETRAIN_TEST_STALL=1:step:3 jobs/slurm_pipetrain.sbatch inputs/mlp.toml \
+    "${mlp[@]}" --set pipeline.timeout_s=2 --set output.dir=\"$tmp/stall\"
+  wait_job "$job" 90
+  check "5. stalled stage: the job fails (no hung allocation)" state_is FAILED
+  check "5. stalled stage: the watchdog's message" grep -Eq "pipetrain: rank [0-9]+: error: .*timed out after 2 s" "$(log_of "$job")"
+  check "5. stalled stage: not requeued" [ "${job_restarts:-0}" -eq 0 ]
+}
 
 # 6. Bad input fails at once, naming it.
-submit jobs/slurm_pipetrain.sbatch inputs/no_such_deck.toml
-wait_job "$job" 60
-check "6. missing deck: the job fails" state_is FAILED
-check "6. missing deck: named" grep -q "deck 'inputs/no_such_deck.toml' not found" "$(log_of "$job")"
-submit --export=ALL,PIPETRAIN_BIN=/nonexistent/pipetrain jobs/slurm_pipetrain.sbatch inputs/mlp.toml
-wait_job "$job" 60
-check "6. missing binary: the job fails" state_is FAILED
-check "6. missing binary: named" grep -q "pipetrain binary '/nonexistent/pipetrain' not found" "$(log_of "$job")"
+case_6() {
+  submit jobs/slurm_pipetrain.sbatch inputs/no_such_deck.toml
+  wait_job "$job" 60
+  check "6. missing deck: the job fails" state_is FAILED
+  check "6. missing deck: named" grep -q "deck 'inputs/no_such_deck.toml' not found" "$(log_of "$job")"
+  submit --export=ALL,PIPETRAIN_BIN=/nonexistent/pipetrain jobs/slurm_pipetrain.sbatch inputs/mlp.toml
+  wait_job "$job" 60
+  check "6. missing binary: the job fails" state_is FAILED
+  check "6. missing binary: named" grep -q "pipetrain binary '/nonexistent/pipetrain' not found" "$(log_of "$job")"
+}
+
+# CASES="2 4a" runs a subset; each case prints its wall time.
+for c in ${CASES:-1 2 3 4a 4b 5 6}; do
+  t0=$SECONDS
+  "case_$c"
+  echo "case $c took $((SECONDS - t0)) s"
+done
 
 echo "$passed passed, $failed failed"
 [ "$failed" -eq 0 ]

@@ -5,10 +5,16 @@
 // it preempts or cancels it. pipetrain then finishes the step in flight on
 // every rank, writes a checkpoint and exits with kStopExitStatus, so that the
 // job script can requeue itself and the next attempt resumes (docs/cluster.md).
-// The handler only records the signal; the ranks agree after every step
-// (agree_on_stop, a bounded all-reduce), so all of them stop after the same
-// step whichever of them the signal reached, and when. A second SIGTERM
-// ends the process at once (the default action).
+// The signals are blocked in the main thread from the start of main (and so
+// in every thread created after it: MPI's, OpenMP's, the watchdog): with a
+// handler run on the main thread in the middle of a step, 4 of 14 GPT runs
+// signalled at random moments aborted with a corrupted heap (glibc's check
+// in free() under dnnl_sgemm), and 0 of 20 with the signals blocked there.
+// The main thread takes the pending signals itself, between
+// steps (agree_on_stop); a thread that existed before main (a BLAS library's
+// pool) runs the handler, which only records the signal. The ranks then agree
+// in a bounded all-reduce, so all of them stop after the same step whichever
+// of them the signal reached, and when.
 #pragma once
 
 #include <mpi.h>
@@ -21,14 +27,20 @@ namespace pt {
 // checkpoint: EX_TEMPFAIL of sysexits.h, "try again" (requeue, then resume).
 constexpr int kStopExitStatus = 75;
 
-// Installs the handlers for SIGUSR1 and SIGTERM (idempotent).
+// First thing in main: blocks SIGUSR1 and SIGTERM in this (the main) thread,
+// so that every thread created later has them blocked too.
+void block_stop_signals();
+// Commands that do not train: SIGUSR1 and SIGTERM end the process again.
+void unblock_stop_signals();
+// Installs the recording handler for SIGUSR1 and SIGTERM (idempotent).
 void install_stop_signal_handlers();
 // The first stop signal this process received, 0 when none.
 int stop_signal_received();
 // Test hook and tools: records `signo` as if it had arrived.
 void request_stop(int signo);
-// Collective over `comm`: the largest signal number any rank received
-// (0: nobody did, keep training). `what` names the wait if it times out.
+// Collective over `comm`: takes this thread's pending stop signals, then the
+// largest signal number any rank received (0: nobody did, keep training).
+// `what` names the wait if it times out.
 int agree_on_stop(MPI_Comm comm, const std::string& what);
 // "SIGUSR1", "SIGTERM" or "signal N".
 std::string signal_name(int signo);
