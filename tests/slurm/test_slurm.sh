@@ -18,7 +18,8 @@
 #      --time limit comes with --signal=B:USR1 does the same on its own;
 #   5. a stage that stops responding ends the job with the watchdog's message
 #      (no hung allocation);
-#   6. a missing deck or binary fails at once with a message naming it.
+#   6. a missing deck or binary fails at once with a message naming it;
+#   7. the srun line of docs/cluster.md runs as written.
 source "$(dirname "$0")/../cli/lib.sh" "$1"
 source "$(dirname "$0")/slurm_cluster.sh"
 py=tools/.venv/bin/python
@@ -59,6 +60,7 @@ wait_for_line() {  # wait_for_line FILE PATTERN LIMIT
 }
 show_log() { echo "     | job $job: state $job_state, restarts $job_restarts, exit $job_exit"; sed 's/^/     | /' "$(log_of "$job")" 2> /dev/null | tail -n 60; }
 state_is() { [ "$job_state" = "$1" ] || { show_log; return 1; }; }
+log_has() { grep -q -- "$1" "$(log_of "$job")" || { show_log; return 1; }; }  # log_has PATTERN
 
 # The reference runs under mpirun: 2 ranks of 1 BLAS thread, as the CPU
 # script runs them (--ntasks-per-node=2, --cpus-per-task=1); each made once,
@@ -110,21 +112,23 @@ case_2() {
   check "2. requeued mid-run: every step once in metrics.h5" complete "$tmp/requeued" "$tmp/ref_gpt"
 }
 
-# 3. Requeued before its first checkpoint (the deck writes none): the job is
-# killed outright (SIGKILL to every process, as a node failure would), so
-# nothing is saved, then requeued; the next attempt starts at step 0.
+# 3. Requeued before its first checkpoint (the deck writes none): the ranks
+# are killed outright (SIGKILL to the job step, as a crash would; killing the
+# batch shell would not do: Slurm then ends the step with SIGTERM first, and
+# the ranks save), so nothing is saved; the job fails and is requeued; the
+# next attempt starts at step 0.
 case_3() {
   reference gpt inputs/gpt_markov.toml "${gpt[@]}"
   submit jobs/slurm_pipetrain.sbatch inputs/gpt_markov.toml "${gpt[@]}" --set output.checkpoint_every=0 \
     --set output.dir=\"$tmp/early\"
   wait_for_line "$(log_of "$job")" "^step      2/60" 120
-  scancel --full --signal=KILL "$job"
+  scancel --signal=KILL "$job.0"  # the ranks (step 0), with no chance to save
   wait_job "$job" 60
   scontrol requeue "$job"
   wait_job "$job" 180
   check "3. requeued before a checkpoint: completes" state_is COMPLETED
   check "3. requeued before a checkpoint: the second attempt starts at step 0" \
-    grep -q "^--resume auto: no checkpoint in $tmp/early/checkpoints yet; starting at step 0" "$(log_of "$job")"
+    log_has "^--resume auto: no checkpoint in $tmp/early/checkpoints yet; starting at step 0"
   check "3. requeued before a checkpoint: losses bitwise the uninterrupted run's" \
     diff <(losses "$(log_of "$job")") <(losses "$tmp/ref_gpt.log")
   check "3. requeued before a checkpoint: every step once in metrics.h5" complete "$tmp/early" "$tmp/ref_gpt"
@@ -194,8 +198,18 @@ case_6() {
   check "6. missing binary: named" grep -q "pipetrain binary '/nonexistent/pipetrain' not found" "$(log_of "$job")"
 }
 
+# 7. The srun line of docs/cluster.md, outside a batch job (srun allocates).
+case_7() {
+  reference mlp inputs/mlp.toml "${mlp[@]}"
+  timeout 120 srun --mpi=pmix --ntasks=2 build/pipetrain train inputs/mlp.toml --set training.steps=20 \
+    --set training.blas_threads=1 --set output.dir=\"$tmp/srun\" > "$tmp/out" 2>&1
+  status=$?
+  check "7. the documented srun line runs" status_is 0
+  check "7. ... with the losses under mpirun" diff <(losses "$tmp/out") <(losses "$tmp/ref_mlp.log")
+}
+
 # CASES="2 4a" runs a subset; each case prints its wall time.
-for c in ${CASES:-1 2 3 4a 4b 5 6}; do
+for c in ${CASES:-1 2 3 4a 4b 5 6 7}; do
   t0=$SECONDS
   "case_$c"
   echo "case $c took $((SECONDS - t0)) s"
