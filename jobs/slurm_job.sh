@@ -14,11 +14,14 @@
 #     shell) to the ranks, which finish their step, write a checkpoint and
 #     exit with status 75; SIGTERM (preemption, a limit without warning)
 #     reaches the ranks directly and ends the same way;
-#   - after status 75 on the warning, requeues the job (scontrol requeue),
-#     so the next attempt resumes; after SIGTERM, Slurm itself is requeueing,
-#     preempting or ending the job and decides; any other status is the job's.
+#   - after status 75 following the warning, requeues the job (scontrol
+#     requeue), so the next attempt resumes (also if the limit's SIGTERM came
+#     too); after a SIGTERM alone, Slurm itself is requeueing, preempting or
+#     cancelling the job and decides; any other status is the job's.
 # Exit statuses: 0 trained to the end, or stopped and requeued; 2 bad input
-# (deck, command line, checkpoint, binary); anything else the run's failure.
+# (a missing deck or binary here; the deck, command line or checkpoint in
+# pipetrain); 75 stopped with a checkpoint, not requeued here; anything else
+# the run's failure.
 
 pt_die() { echo "pipetrain job: error: $*" >&2; exit 2; }
 
@@ -39,18 +42,31 @@ export OMP_NUM_THREADS=${SLURM_CPUS_PER_TASK:-1}
 pt_args+=(--set "training.blas_threads=${SLURM_CPUS_PER_TASK:-1}")
 
 pt_step_pid=""
-pt_forward() {  # the warning reached this shell: pass it on to the ranks
-  echo "pipetrain job: $1 received at $(date '+%T'); asking the ranks to checkpoint and stop"
-  scancel --signal="$1" "$SLURM_JOB_ID" 2> /dev/null || kill -s "$1" "$pt_step_pid" 2> /dev/null || true
+pt_warned=""
+pt_forwarder=""
+# The warning reached this shell: pass it on to the ranks, again every 5 s
+# until the job step ends (a warning that comes before the step's tasks
+# exist, or while they start, would otherwise be lost; a rank records the
+# first and ignores the rest).
+pt_forward() {
+  [ -n "$pt_step_pid" ] && [ -z "$pt_forwarder" ] || return 0
+  (while kill -0 "$pt_step_pid" 2> /dev/null; do
+     scancel --signal=USR1 "$SLURM_JOB_ID" 2> /dev/null
+     sleep 5
+   done) &
+  pt_forwarder=$!
 }
-trap 'pt_forward USR1' USR1
+trap 'pt_warned=1; echo "pipetrain job: USR1 received at $(date +%T); asking the ranks to checkpoint and stop"; pt_forward' USR1
 pt_terminated=""
 trap 'pt_terminated=1; echo "pipetrain job: SIGTERM received at $(date +%T); the ranks stop after their step"' TERM
 
-# srun starts one task per rank through PMIx (no mpirun inside Slurm). It
-# runs in the background so that the traps above run while it trains.
-srun --mpi=pmix --cpu-bind=cores "$pt_bin" "${pt_args[@]}" "$@" &
+# srun starts one task per rank through PMIx (no mpirun inside Slurm), each
+# with the cores of --cpus-per-task (srun of Slurm 22.05 does not inherit
+# them). It runs in the background so that the traps above run while it trains.
+srun --mpi=pmix --cpu-bind=cores --cpus-per-task="${SLURM_CPUS_PER_TASK:-1}" \
+  "$pt_bin" "${pt_args[@]}" "$@" &
 pt_step_pid=$!
+[ -n "$pt_warned" ] && pt_forward  # warned before srun started
 pt_status=0
 while :; do
   wait "$pt_step_pid"
@@ -64,7 +80,8 @@ while :; do
   break
 done
 
-if [ "$pt_status" -eq 75 ] && [ -n "$pt_terminated" ]; then
+[ -n "$pt_forwarder" ] && kill "$pt_forwarder" 2> /dev/null
+if [ "$pt_status" -eq 75 ] && [ -n "$pt_terminated" ] && [ -z "$pt_warned" ]; then
   # Slurm sent SIGTERM: it is requeueing, preempting, cancelling or timing
   # out the job, and decides whether it runs again; the checkpoint is written.
   echo "pipetrain job: the run stopped on SIGTERM with a checkpoint (status 75); Slurm decides what follows"

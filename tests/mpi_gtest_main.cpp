@@ -3,7 +3,10 @@
 #include <gtest/gtest.h>
 #include <mpi.h>
 
+#include "pipetrain/base/gpu_environment.hpp"
+
 int main(int argc, char** argv) {
+  pt::prepare_gpu_process_environment();  // before a CUDA-aware MPI_Init starts CUDA
   MPI_Init(&argc, &argv);
   ::testing::InitGoogleTest(&argc, argv);
   int rank = 0;

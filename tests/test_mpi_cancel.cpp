@@ -7,6 +7,8 @@
 #include <gtest/gtest.h>
 #include <mpi.h>
 
+#include <cstdio>
+#include <cstdlib>
 #include <vector>
 
 #include "mpi_test_util.hpp"
@@ -59,6 +61,23 @@ TEST(MpiCancel, UndeliveredSendIsNeverReportedFreeByMistake) {
                                                                        : "cancelled");
   }
   MPI_Barrier(MPI_COMM_WORLD);  // the sender's buffer lives until the receive is done
+}
+
+}  // namespace
+}  // namespace pt
+
+namespace pt {
+namespace {
+
+// The MPI test main, like pipetrain's main, sets the CUDA driver's
+// environment before MPI_Init (a CUDA-aware MPI starts CUDA there), keeping
+// what the user set.
+TEST(GpuEnvironment, SetBeforeMpiInitByTheMain) {
+  const char* loading = std::getenv("CUDA_MODULE_LOADING");
+  const char* connections = std::getenv("CUDA_DEVICE_MAX_CONNECTIONS");
+  ASSERT_NE(loading, nullptr) << "CUDA_MODULE_LOADING not set before MPI_Init";
+  ASSERT_NE(connections, nullptr) << "CUDA_DEVICE_MAX_CONNECTIONS not set before MPI_Init";
+  std::printf("  CUDA_MODULE_LOADING=%s CUDA_DEVICE_MAX_CONNECTIONS=%s\n", loading, connections);
 }
 
 }  // namespace

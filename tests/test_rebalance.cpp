@@ -139,6 +139,20 @@ TEST(Rebalance, GptMovesWithSelectiveRecompute) {
 }
 TEST(Rebalance, GptMovesWithEvery2Recompute) { check_moves_change_nothing(gpt_deck, "gpt", "every:2"); }
 
+// pipeline.dp_reduction = "ordered" keeps the gradient reducer active at
+// D = 1 (it adds the micro-batches' gradients in order itself): a move must
+// give it the new stage's layers (it kept pointers into the destroyed ones:
+// "bucket 0 of stage 0 was never started", or a use-after-free).
+Deck ordered_mlp_deck(const std::string& schedule, const std::string& optimizer,
+                      const std::string& recompute) {
+  Deck d = mlp_deck(schedule, optimizer, recompute);
+  d.pipeline.dp_reduction = "ordered";
+  return d;
+}
+TEST(Rebalance, MovesWithTheOrderedReductionAreBitwiseInvisible) {
+  check_moves_change_nothing(ordered_mlp_deck, "mlp ordered", "none");
+}
+
 // A slowed rank (fault injection) and its moves change no number either.
 TEST(Rebalance, SlowdownChangesNothing) {
   if (world_size() < 2) GTEST_SKIP() << "needs 2 ranks";

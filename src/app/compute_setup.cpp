@@ -92,14 +92,19 @@ ComputeResources make_compute_resources(const Deck& deck, MPI_Comm comm) {
     log_links(stage_comm, plan);
     return made;
   };
-  // Data parallelism: NCCL for the replica groups, unless the deck asks for
-  // MPI or this host has more ranks than GPUs (NCCL needs one GPU per rank);
-  // otherwise the MPI group (host buffers, device copies).
-  const bool gpu_per_rank = info->local_size <= info->device_count;
-  if (transport == "nccl" || (transport == "auto" && gpu_per_rank))
-    c.setup.make_replica_group = [timeout_s](MPI_Comm replicas) {
+  // Data parallelism: the replica group is decided like a pipeline link, by
+  // GPU UUID over the group's own ranks (cuda::plan_transport, collective):
+  // NCCL when every rank of the group has a GPU of its own, else the MPI
+  // group (host buffers, device copies); "nccl" with ranks sharing a GPU is
+  // refused with the ranks named. (Counting ranks against visible devices
+  // took MPI with --gpus-per-task=1, and NCCL over one GPU with
+  // PIPETRAIN_DEVICE=0 on a multi-GPU node.)
+  c.setup.make_replica_group = [info, transport, timeout_s](MPI_Comm replicas)
+      -> std::unique_ptr<ReplicaGroup> {
+    if (cuda::resolve_transport(transport, *info, replicas) == "nccl")
       return cuda::make_nccl_replica_group(replicas, timeout_s);
-    };
+    return make_mpi_replica_group(replicas);
+  };
   c.kernels = cuda::versions().describe() + "; GEMM operands " + deck.training.precision;
   c.setup.device_memory_stats = [] { return cuda::device_memory_stats(); };
   c.setup.reset_device_memory_peaks = [] { cuda::reset_device_memory_peaks(); };

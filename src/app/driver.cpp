@@ -325,9 +325,9 @@ void log_step(const Deck& deck, const StepRecord& rec, bool last, Progress& p, M
 }
 
 int run_train(const World& w, const CommandLine& cli, const Deck& deck_in) {
-  // From here a stop signal is recorded, not fatal: one that arrives during
-  // the start-up (profile, restore) stops the run after its first step.
-  install_stop_signal_handlers();
+  // A stop signal is recorded from the start of main (block_stop_signals):
+  // one that arrives during the start-up (profile, restore) stops the run
+  // after its first step.
   Deck deck = deck_in;  // a named partition strategy becomes counts below
   BlasThreadsChoice blas = choose_blas_threads(deck, w.comm);
   set_cpu_gemm(parse_cpu_gemm(deck.training.cpu_gemm));

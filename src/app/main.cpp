@@ -7,11 +7,13 @@
 #include <mpi.h>
 
 #include "pipetrain/app/driver.hpp"
+#include "pipetrain/base/gpu_environment.hpp"
 #include "pipetrain/base/stop_signal.hpp"
 #include "pipetrain/tensor/blas_info.hpp"
 
 int main(int argc, char** argv) {
   pt::block_stop_signals();  // before any thread starts (stop_signal.hpp)
+  pt::prepare_gpu_process_environment();  // before a CUDA-aware MPI_Init starts CUDA
   const std::string blas_note = pt::select_blas_kernel(argc, argv);
   MPI_Init(&argc, &argv);
   const int status = pt::run_main(argc, argv, MPI_COMM_WORLD, blas_note);

@@ -56,20 +56,23 @@ void write_trace(const World& w, const Deck& deck, Trainer& trainer) {
 // bad checkpoint (every rank has the same error; rank 0 printed it).
 int64_t restore(const World& w, const ProcessGrid& grid, const CommandLine& cli, const Deck& deck,
                 const std::string& resolved, Trainer& trainer) {
-  const bool resume = !cli.resume.empty();
+  bool resume = !cli.resume.empty();
   std::string spec = resume ? cli.resume : deck.training.init_from;
-  if (spec.empty()) return 0;
-  if (resume && spec == "auto") {  // latest if there is any checkpoint, else step 0
+  if (resume && spec == "auto") {  // latest if there is any checkpoint, else a fresh start
     const std::string root = checkpoint_root(deck);
     int any = w.rank == 0 && any_checkpoint_in(root) ? 1 : 0;
     timed_bcast(&any, 1, MPI_INT, 0, w.comm, "the --resume auto decision from rank 0");
-    if (!any) {
+    if (any) {
+      spec = "latest";
+    } else {  // as if --resume were not given: step 0, from training.init_from when set
       if (w.rank == 0)
-        std::printf("--resume auto: no checkpoint in %s yet; starting at step 0\n", root.c_str());
-      return 0;
+        std::printf("--resume auto: no checkpoint in %s yet; starting at step 0%s\n", root.c_str(),
+                    deck.training.init_from.empty() ? "" : " from training.init_from");
+      resume = false;
+      spec = deck.training.init_from;
     }
-    spec = "latest";
   }
+  if (spec.empty()) return 0;
   set_wait_phase(std::string("while loading the checkpoint ") + spec);
   fault_point("resume");
   if (resume && !deck.training.init_from.empty() && w.rank == 0)

@@ -4,6 +4,7 @@
 
 #include <pthread.h>
 
+#include <atomic>
 #include <csignal>
 #include <cstring>
 #include <ctime>
@@ -14,11 +15,17 @@ namespace pt {
 
 namespace {
 
-volatile std::sig_atomic_t g_stop_signal = 0;
+// Written by the handler (on a thread that existed before main) and by the
+// main thread: a lock-free atomic, which a handler may use.
+std::atomic<int> g_stop_signal{0};
+static_assert(std::atomic<int>::is_always_lock_free, "the stop flag must be lock-free");
 
-void on_stop_signal(int signo) {
-  if (g_stop_signal == 0) g_stop_signal = signo;
+void record(int signo) {
+  int none = 0;
+  g_stop_signal.compare_exchange_strong(none, signo);
 }
+
+void on_stop_signal(int signo) { record(signo); }
 
 sigset_t stop_signals() {
   sigset_t set;
@@ -50,9 +57,12 @@ void install(int signo) {
 void block_stop_signals() {
   const sigset_t set = stop_signals();
   pthread_sigmask(SIG_BLOCK, &set, nullptr);
+  install_stop_signal_handlers();
 }
 
 void unblock_stop_signals() {
+  std::signal(SIGUSR1, SIG_DFL);
+  std::signal(SIGTERM, SIG_DFL);
   const sigset_t set = stop_signals();
   pthread_sigmask(SIG_UNBLOCK, &set, nullptr);
 }
@@ -62,15 +72,13 @@ void install_stop_signal_handlers() {
   install(SIGTERM);
 }
 
-int stop_signal_received() { return g_stop_signal; }
+int stop_signal_received() { return g_stop_signal.load(); }
 
-void request_stop(int signo) {
-  if (g_stop_signal == 0) g_stop_signal = signo;
-}
+void request_stop(int signo) { record(signo); }
 
 int agree_on_stop(MPI_Comm comm, const std::string& what) {
   take_pending_signals();
-  const int mine = g_stop_signal;
+  const int mine = g_stop_signal.load();
   int agreed = 0;
   timed_allreduce(&mine, &agreed, 1, MPI_INT, MPI_MAX, comm, what);
   return agreed;

@@ -9,21 +9,12 @@
 #include <cstdlib>
 #include <string>
 
+#include "pipetrain/base/gpu_environment.hpp"
 #include "pipetrain/cuda/cuda.hpp"
 
 namespace pt::cuda {
 
 namespace {
-
-// Streams this process may drive at once: the compute stream, the staged
-// transport's stream, four NCCL channel streams (to and from each
-// neighbour), plus NCCL's own internal streams (a few per communicator, five
-// communicators). The driver maps streams onto CUDA_DEVICE_MAX_CONNECTIONS
-// hardware queues (8 by default); two streams on one queue serialise, so a
-// NCCL receive kernel spinning for its peer could hold back the compute
-// kernel that produces what the peer waits for. 32 is the driver's maximum
-// and covers all of them.
-constexpr const char* kMaxConnections = "32";
 
 // CUDA's encoding: 12040 = 12.4.
 std::string cuda_dotted(int v) {
@@ -32,11 +23,7 @@ std::string cuda_dotted(int v) {
 
 }  // namespace
 
-void prepare_cuda_environment() {
-  // setenv(..., 0) keeps a value the user set.
-  setenv("CUDA_MODULE_LOADING", "EAGER", 0);
-  setenv("CUDA_DEVICE_MAX_CONNECTIONS", kMaxConnections, 0);
-}
+void prepare_cuda_environment() { prepare_gpu_process_environment(); }
 
 Versions versions() {
   prepare_cuda_environment();

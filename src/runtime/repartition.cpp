@@ -103,6 +103,7 @@ MoveReport Trainer::repartition(const std::vector<int64_t>& counts, int64_t step
   const auto [tensors, bytes] = exchange_units(current, next, partition_, to);
   const RecomputePolicy policy = executor_->policy();
   executor_.reset();
+  reducer_.reset();
   optimizer_ = std::move(optimizer);
   current = std::move(next);
   partition_ = to;
@@ -110,6 +111,7 @@ MoveReport Trainer::repartition(const std::vector<int64_t>& counts, int64_t step
   const bool automatic = uses_auto_recompute(deck_);
   executor_ = std::make_unique<Executor>(current, *transport_, deck_, be_,
                                          automatic ? resolve_recompute_one() : policy, tracer_.get());
+  connect_reducer();  // the old one points into the layers just replaced
   double totals[2] = {static_cast<double>(tensors), bytes};
   timed_allreduce(MPI_IN_PLACE, totals, 2, MPI_DOUBLE, MPI_SUM, comm_,
                   "the rebalancing move's totals all-reduce");

@@ -104,6 +104,14 @@ Trainer::Trainer(const Deck& deck, const ProcessGrid& grid, ComputeSetup setup)
   }
   replica_group_ = setup_.make_replica_group ? setup_.make_replica_group(replicas_comm_)
                                              : make_mpi_replica_group(replicas_comm_);
+  connect_reducer();
+}
+
+// The gradient reducer over this rank's stages, hooked into the executor;
+// made again after a rebalancing move (the reducer holds the layers).
+void Trainer::connect_reducer() {
+  std::vector<StageModel*> mine;
+  for (StageModel& st : stages_) mine.push_back(&st);
   reducer_ = std::make_unique<GradientReducer>(mine, *replica_group_, deck_, be_, tracer_.get(),
                                                replica_group_text_);
   if (reducer_->active()) {

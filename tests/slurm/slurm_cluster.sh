@@ -86,6 +86,11 @@ stop_slurm() {
   sleep 1
   for pid in "${slurm_pids[@]}"; do kill -KILL "$pid" 2> /dev/null; wait "$pid" 2> /dev/null; done
   slurm_pids=()
+  # What the jobs started carries the test's marker (lib.sh): no rank or
+  # launcher outlives the test, whatever became of slurmstepd.
+  if declare -F job_pids > /dev/null; then
+    for pid in $(job_pids); do kill -KILL "$pid" 2> /dev/null; done
+  fi
   return 0
 }
 

@@ -28,9 +28,11 @@ namespace pt {
 constexpr int kStopExitStatus = 75;
 
 // First thing in main: blocks SIGUSR1 and SIGTERM in this (the main) thread,
-// so that every thread created later has them blocked too.
+// so that every thread created later has them blocked too, and installs the
+// recording handler for the threads that existed before main.
 void block_stop_signals();
-// Commands that do not train: SIGUSR1 and SIGTERM end the process again.
+// Commands that do not train: SIGUSR1 and SIGTERM end the process again
+// (default action, unblocked).
 void unblock_stop_signals();
 // Installs the recording handler for SIGUSR1 and SIGTERM (idempotent).
 void install_stop_signal_handlers();

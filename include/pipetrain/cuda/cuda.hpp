@@ -68,14 +68,10 @@ DeviceInfo select_device(MPI_Comm comm);
 // Single process (tests, benchmarks): the same on a given device index.
 DeviceInfo init_device(int device);
 
-// Sets, before the first CUDA call of the process and only where the user has
-// not set them: CUDA_MODULE_LOADING=EAGER (every kernel is loaded when the
-// context is created, so no lazy load, which synchronises the context, can
-// happen while NCCL kernels wait for a peer) and CUDA_DEVICE_MAX_CONNECTIONS
-// (enough hardware queues that the process's streams never share one; see
-// docs/cuda.md). device_count, select_device and init_device call it first.
-// Too late if something else in the process (a CUDA-aware MPI_Init) started
-// CUDA earlier: then the job script must export them.
+// prepare_gpu_process_environment (base/gpu_environment.hpp): main and the
+// MPI test main call it before MPI_Init, since a CUDA-aware MPI starts CUDA
+// there; device_count, select_device and init_device call it again for
+// programs without that main (tests, benchmarks).
 void prepare_cuda_environment();
 
 // True when two ranks of comm drive the same physical GPU (same UUID).

@@ -176,6 +176,7 @@ class Trainer {
   std::vector<std::vector<double>> gather_memory_peaks();
 
   void move_state_to_device();
+  void connect_reducer();  // reducer_ over stages_, hooked into executor_
   void fill_data_caches();
   double slowdown_at(int64_t step) const;  // pipeline.slowdown_* for this rank
   // repartition's transfers: units leaving `from` are sent, units joining
