@@ -101,6 +101,12 @@ ComputeResources make_compute_resources(const Deck& deck, MPI_Comm comm) {
   // PIPETRAIN_DEVICE=0 on a multi-GPU node.)
   c.setup.make_replica_group = [info, transport, timeout_s](MPI_Comm replicas)
       -> std::unique_ptr<ReplicaGroup> {
+    int replicas_size = 1;
+    MPI_CHECK(MPI_Comm_size(replicas, &replicas_size));
+    // D = 1 (a group active only for dp_reduction = "ordered"): one rank, one
+    // GPU, no sharing possible; NCCL keeps the sums on the device.
+    if (replicas_size == 1 && transport != "mpi_staged")
+      return cuda::make_nccl_replica_group(replicas, timeout_s);
     if (cuda::resolve_transport(transport, *info, replicas) == "nccl")
       return cuda::make_nccl_replica_group(replicas, timeout_s);
     return make_mpi_replica_group(replicas);
