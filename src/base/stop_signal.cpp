@@ -40,9 +40,10 @@ sigset_t stop_signals() {
 void take_pending_signals() {
   const sigset_t set = stop_signals();
   const timespec now = {0, 0};
-  for (int signo; (signo = sigtimedwait(&set, nullptr, &now)) > 0;) request_stop(signo);
+  for (int signo; (signo = sigtimedwait(&set, nullptr, &now)) > 0;) record(signo);
 }
 
+// The recording handler, for the threads that existed before main.
 void install(int signo) {
   struct sigaction action;
   std::memset(&action, 0, sizeof action);
@@ -57,7 +58,8 @@ void install(int signo) {
 void block_stop_signals() {
   const sigset_t set = stop_signals();
   pthread_sigmask(SIG_BLOCK, &set, nullptr);
-  install_stop_signal_handlers();
+  install(SIGUSR1);
+  install(SIGTERM);
 }
 
 void unblock_stop_signals() {
@@ -66,15 +68,6 @@ void unblock_stop_signals() {
   const sigset_t set = stop_signals();
   pthread_sigmask(SIG_UNBLOCK, &set, nullptr);
 }
-
-void install_stop_signal_handlers() {
-  install(SIGUSR1);
-  install(SIGTERM);
-}
-
-int stop_signal_received() { return g_stop_signal.load(); }
-
-void request_stop(int signo) { record(signo); }
 
 int agree_on_stop(MPI_Comm comm, const std::string& what) {
   take_pending_signals();

@@ -79,11 +79,12 @@ constexpr int64_t kOpenBlasMinArea = 512 * 512;
 
 // Where oneDNN runs without AVX-512 (an AVX2-only CPU, or
 // ONEDNN_MAX_CPU_ISA=AVX2), A x B of a wide layer (the input gradient dY W,
-// B at least 512 x 512) runs on OpenBLAS too: dnnl_sgemm's AVX2 kernels took
-// 48 ms for the MLP's 15 input gradients at 64 rows on the model's buffers,
-// OpenBLAS's Haswell kernels 21 ms (13 against 27 ms at 32 rows), while with
-// AVX-512 dnnl_sgemm was the faster (21 against 28 ms): results/bench_gemm_avx2.md
-// and results/bench_gemm.md. Decided once, from the ISA oneDNN runs.
+// B at least 512 x 512) runs on OpenBLAS too: with oneDNN's AVX2 kernels the
+// MLP's forward + backward of a 64-row micro-batch took 88.5 ms, on OpenBLAS's
+// Haswell kernels 68.6 ms (results/bench_gemm_avx2.md), the gap being the
+// input gradients (48 against 21 ms in the first AVX2 run, docs/performance.md),
+// while with AVX-512 dnnl_sgemm was the faster (21 against 28 ms,
+// results/bench_gemm.md). Decided once, from the ISA oneDNN runs.
 bool onednn_has_avx512() {
   static const bool has = (dnnl_get_effective_cpu_isa() & dnnl_cpu_isa_avx512_core) ==
                           dnnl_cpu_isa_avx512_core;

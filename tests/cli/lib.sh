@@ -1,7 +1,8 @@
 # lib.sh: shared by the end-to-end shell tests (sourced, not run).
 #   source tests/cli/lib.sh BUILD_DIR
 # Sets build, tmp (removed on exit), passed/failed counters and the helpers
-# run, check, output_has, status_is, status_not, job_pids, no_leftovers;
+# run, check, output_has, status_is, status_not, digest, need_tools_python,
+# same_history, job_pids, no_leftovers;
 # works from the repo root. Every process this test starts carries the
 # marker PIPETRAIN_TEST_JOB in its environment, so that process checks see
 # this test's own job only, never another user's run or another checkout's
@@ -76,4 +77,26 @@ stop_decoy() {
   kill -KILL "$decoy_pid" 2> /dev/null
   wait "$decoy_pid" 2> /dev/null
   return 0
+}
+
+# digest STEP LOG: the digest of the checkpoint of step STEP that LOG printed
+# (the final state when STEP is the last step), "" when it printed none.
+digest() { grep -o "checkpoint step $1: .*digest [0-9a-f]*" "$2" | awk '{print $NF}'; }
+
+# need_tools_python: sets py to tools/.venv's Python (h5py), or fails the test.
+need_tools_python() {
+  py=tools/.venv/bin/python
+  if [ ! -x "$py" ]; then echo "FAIL $py missing: run make tools"; exit 1; fi
+}
+
+# same_history DIR REF: DIR/metrics.h5 holds exactly REF/metrics.h5's steps,
+# each once, with its losses, gradient norms and learning rates bit for bit.
+same_history() {
+  "$py" - "$2/metrics.h5" "$1/metrics.h5" > "$tmp/py.out" 2>&1 <<'PY'
+import h5py, sys
+with h5py.File(sys.argv[1]) as a, h5py.File(sys.argv[2]) as b:
+    assert list(b["step"][:]) == list(a["step"][:]), f"steps {list(b['step'][:])}"
+    for name in ("loss", "grad_norm", "lr"):
+        assert a[name][:].tobytes() == b[name][:].tobytes(), f"{name} differs"
+PY
 }

@@ -12,7 +12,6 @@
 source "$(dirname "$0")/lib.sh" "$1"
 py=tools/.venv/bin/python
 one_error() { [ "$(grep -c 'pipetrain: error:' "$tmp/out")" -eq 1 ]; }
-digest() { grep -o "checkpoint step $1: .*digest [0-9a-f]*" "$2" | awk '{print $NF}'; }
 losses() { grep -o '^step *[0-9]*/[0-9]* | loss [0-9.]*' "$1" | sed 's/  */ /g'; }
 same_losses_from() {  # same_losses_from STEP FILE_A FILE_B: step lines >= STEP agree
   diff <(losses "$2" | awk -v s="$1" '{split($2, a, "/"); if (a[1] >= s) print}') \

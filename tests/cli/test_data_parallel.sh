@@ -15,7 +15,6 @@ source "$(dirname "$0")/lib.sh" "$1"
 deck=inputs/mlp_small.toml
 common=(--set pipeline.dp_reduction=\"ordered\" --set output.checkpoint_every=2
         --set output.log_every=1 --set training.steps=6)
-digest() { grep -o "checkpoint step $1: .*digest [0-9a-f]*" "$2" | awk '{print $NF}'; }
 layout() {  # layout P D: the --set arguments of a P x D grid, 4 global micro-batches
   echo "--set pipeline.data_parallel=$2 --set pipeline.micro_batches=$((4 / $2))"
 }

@@ -11,8 +11,7 @@
 # uninterrupted run bit for bit, and the resume steps in resumed_at_steps.
 # Every run is under `timeout`, so a hang fails the test.
 source "$(dirname "$0")/lib.sh" "$1"
-py=tools/.venv/bin/python
-if [ ! -x "$py" ]; then echo "FAIL $py missing: run make tools"; exit 1; fi
+need_tools_python
 
 deck=inputs/mlp_small.toml
 common=(--set training.steps=8 --set training.lr_schedule=\"cosine\" --set training.eval_every=3

@@ -7,7 +7,6 @@
 # precision keys get their message.
 #   tests/cli/test_precision.sh BUILD_DIR
 source "$(dirname "$0")/lib.sh" "$1"
-digest() { grep -o "checkpoint step $1: .*digest [0-9a-f]*" "$2" | awk '{print $NF}'; }
 losses_from() { grep -o '^step *[0-9]*/[0-9]* | loss [0-9.]* | scale [0-9.e+]*' "$2" | \
   sed 's/  */ /g' | awk -v s="$1" '{split($2, a, "/"); if (a[1] > s) print}'; }
 

@@ -11,7 +11,6 @@
 # leave a slowed middle rank. Bad rebalancing and slowdown keys are input errors.
 source "$(dirname "$0")/lib.sh" "$1"
 py=tools/.venv/bin/python
-digest() { grep -o "checkpoint step $1: .*digest [0-9a-f]*" "$2" | awk '{print $NF}'; }
 deck=inputs/mlp_small.toml
 common=(--set training.steps=12 --set output.checkpoint_every=12 --set pipeline.slowdown_rank=1
         --set pipeline.slowdown_factor=4.0 --set pipeline.slowdown_from_step=2)

@@ -10,25 +10,11 @@
 # raises it there before that step, or kill from outside at a random moment):
 # the others must stop after the same step. Every run is under `timeout`.
 source "$(dirname "$0")/lib.sh" "$1"
-py=tools/.venv/bin/python
-if [ ! -x "$py" ]; then echo "FAIL $py missing: run make tools"; exit 1; fi
+need_tools_python
 
 deck=inputs/mlp_small.toml
 common=(--set training.steps=8 --set training.lr_schedule=\"cosine\" --set training.blas_threads=1
         --set output.checkpoint_every=5)
-# The digest of the checkpoint of step $1 (the final state when it is the last step).
-digest() { grep -o "checkpoint step $1: .*digest [0-9a-f]*" "$2" | awk '{print $NF}'; }
-# complete DIR STRAIGHT_DIR: DIR/metrics.h5 holds steps 0..7 once each with the
-# straight run's losses and gradient norms, bit for bit.
-complete() {
-  "$py" - "$2/metrics.h5" "$1/metrics.h5" > "$tmp/py.out" 2>&1 <<'PY'
-import h5py, sys
-with h5py.File(sys.argv[1]) as a, h5py.File(sys.argv[2]) as b:
-    assert list(b["step"][:]) == list(range(len(a["step"]))), f"steps {list(b['step'][:])}"
-    for name in ("loss", "grad_norm", "lr"):
-        assert a[name][:].tobytes() == b[name][:].tobytes(), f"{name} differs"
-PY
-}
 attr_is() {  # attr_is DIR NAME TEXT: metrics.h5 attribute NAME contains TEXT
   "$py" -c "import h5py, sys; v = h5py.File('$1/metrics.h5').attrs['$2']; v = v.decode() if isinstance(v, bytes) else str(v); sys.exit(0 if '$3' in v else 1)"
 }
@@ -51,7 +37,7 @@ check "SIGUSR1: --resume auto resumes" output_has "resuming from $tmp/usr1/check
 check "SIGUSR1: the uninterrupted run has a final digest" test -n "$(digest 8 "$tmp/straight.log")"
 check "SIGUSR1: resumed run ends like the uninterrupted one" \
   [ "$(digest 8 "$tmp/out")" = "$(digest 8 "$tmp/straight.log")" ]
-check "SIGUSR1: every step once in metrics.h5, bitwise" complete "$tmp/usr1" "$tmp/straight"
+check "SIGUSR1: every step once in metrics.h5, bitwise" same_history "$tmp/usr1" "$tmp/straight"
 check "SIGUSR1: the resumed run records that it trained to the end" \
   attr_is "$tmp/usr1" stop_reason "trained to the end: step 8 of 8"
 

@@ -22,13 +22,12 @@
 #   7. the srun line of docs/cluster.md runs as written.
 source "$(dirname "$0")/../cli/lib.sh" "$1"
 source "$(dirname "$0")/slurm_cluster.sh"
-py=tools/.venv/bin/python
 repo=$PWD
 [ "$(id -u)" -eq 0 ] || { echo "FAIL test_slurm needs root (it starts slurmd)"; exit 1; }
 for c in munged slurmctld slurmd sbatch scontrol; do
   command -v $c > /dev/null || { echo "FAIL $c not found: run scripts/install-deps.sh slurm-wlm slurm-client munge"; exit 1; }
 done
-[ -x "$py" ] || { echo "FAIL $py missing: run make tools"; exit 1; }
+need_tools_python
 trap 'stop_slurm; rm -rf "$tmp"' EXIT
 trap 'exit 130' INT TERM
 # The jobs run this build's binary, as the mpirun references do.
@@ -38,7 +37,6 @@ check "a single-node Slurm starts" start_slurm "$tmp/slurm"
 
 # The log of job $1 (its --output), and the values the checks compare.
 log_of() { echo "$tmp/job-$1.out"; }
-digest() { grep -o "checkpoint step $1: .*digest [0-9a-f]*" "$2" | awk '{print $NF}'; }
 same_digest() {  # same_digest STEP LOG_A LOG_B: both logs have step STEP's digest, the same
   local a b
   a=$(digest "$1" "$2"); b=$(digest "$1" "$3")
@@ -48,16 +46,6 @@ same_losses() {  # same_losses LOG_A LOG_B: the same step lines' losses, and som
   [ -n "$(losses "$1")" ] && diff <(losses "$1") <(losses "$2")
 }
 losses() { grep -o '^step *[0-9]*/[0-9]* | loss [0-9.]*' "$1" | sed 's/  */ /g' | sort -u; }
-# complete DIR REF: DIR/metrics.h5 holds every step of REF/metrics.h5 once, same bits.
-complete() {
-  "$py" - "$2/metrics.h5" "$1/metrics.h5" > "$tmp/py.out" 2>&1 <<'PY'
-import h5py, sys
-with h5py.File(sys.argv[1]) as a, h5py.File(sys.argv[2]) as b:
-    assert list(b["step"][:]) == list(a["step"][:]), f"steps {list(b['step'][:])}"
-    for name in ("loss", "grad_norm", "lr"):
-        assert a[name][:].tobytes() == b[name][:].tobytes(), f"{name} differs"
-PY
-}
 submit() {  # submit [sbatch options] SCRIPT DECK [--set ...]: sets job; log in log_of
   job=$(sbatch --parsable --output="$tmp/job-%j.out" "$@") || { job=""; return 1; }
   job=${job%%;*}
@@ -94,7 +82,7 @@ case_1() {
   wait_job "$job" 120
   check "1. the README's CPU job completes" state_is COMPLETED
   check "1. its losses are those under mpirun" same_losses "$(log_of "$job")" "$tmp/ref_mlp.log"
-  check "1. ... bitwise, every step in metrics.h5" complete "$tmp/readme" "$tmp/ref_mlp"
+  check "1. ... bitwise, every step in metrics.h5" same_history "$tmp/readme" "$tmp/ref_mlp"
   check "1. its log marks the attempt" grep -q "=== pipetrain job $job attempt 1:" "$(log_of "$job")"
   # ... and submitted from another directory, by the script's full path.
   mkdir -p "$tmp/elsewhere"
@@ -103,7 +91,7 @@ case_1() {
   job=$(cat "$tmp/elsewhere/job")
   wait_job "$job" 120
   check "1. submitted from elsewhere: completes" state_is COMPLETED
-  check "1. submitted from elsewhere: same losses, bitwise" complete "$tmp/elsewhere/run" "$tmp/ref_mlp"
+  check "1. submitted from elsewhere: same losses, bitwise" same_history "$tmp/elsewhere/run" "$tmp/ref_mlp"
 }
 
 # 2. Requeued from outside after its first checkpoint.
@@ -121,7 +109,7 @@ case_2() {
     bash -c "grep -q 'attempt 1:' '$(log_of "$job")' && grep -q 'attempt 2:' '$(log_of "$job")'"
   check "2. requeued mid-run: final state bitwise the uninterrupted one" \
     same_digest 60 "$(log_of "$job")" "$tmp/ref_gpt.log"
-  check "2. requeued mid-run: every step once in metrics.h5" complete "$tmp/requeued" "$tmp/ref_gpt"
+  check "2. requeued mid-run: every step once in metrics.h5" same_history "$tmp/requeued" "$tmp/ref_gpt"
 }
 
 # 3. Requeued before its first checkpoint (the deck writes none): the ranks
@@ -145,7 +133,7 @@ case_3() {
     log_has "^--resume auto: no checkpoint in $tmp/early/checkpoints yet; starting at step 0"
   check "3. requeued before a checkpoint: losses bitwise the uninterrupted run's" \
     same_losses "$(log_of "$job")" "$tmp/ref_gpt.log"
-  check "3. requeued before a checkpoint: every step once in metrics.h5" complete "$tmp/early" "$tmp/ref_gpt"
+  check "3. requeued before a checkpoint: every step once in metrics.h5" same_history "$tmp/early" "$tmp/ref_gpt"
 }
 
 # 4a. The warning signal, sent as Slurm sends it (USR1 to the batch shell).
@@ -161,7 +149,7 @@ case_4a() {
   check "4. warned: the second attempt resumed" grep -q "^resuming from $tmp/warned/checkpoints/step_" "$(log_of "$job")"
   check "4. warned: final state bitwise the uninterrupted one" \
     same_digest 60 "$(log_of "$job")" "$tmp/ref_gpt.log"
-  check "4. warned: no step lost or run twice in metrics.h5" complete "$tmp/warned" "$tmp/ref_gpt"
+  check "4. warned: no step lost or run twice in metrics.h5" same_history "$tmp/warned" "$tmp/ref_gpt"
 }
 
 # 4b. At a real --time limit, warned by --signal=B:USR1 (Slurm's own timing):
@@ -186,7 +174,7 @@ case_4b() {
     grep -q "^stopped: SIGUSR1 received; every rank stopped after step" "$(log_of "$job")"
   check "4. time limit: final state bitwise the uninterrupted one" \
     same_digest "$steps" "$(log_of "$job")" "$tmp/ref_limit.log"
-  check "4. time limit: no step lost or run twice in metrics.h5" complete "$tmp/limit" "$tmp/ref_limit"
+  check "4. time limit: no step lost or run twice in metrics.h5" same_history "$tmp/limit" "$tmp/ref_limit"
   grep -E "^=== |^pipetrain job: |^stopped: " "$(log_of "$job")" | sed 's/^/     | /'
 }
 
@@ -219,7 +207,7 @@ case_7() {
     --set training.blas_threads=1 --set output.dir=\"$tmp/srun\" > "$tmp/out" 2>&1
   status=$?
   check "7. the documented srun line runs" status_is 0
-  check "7. ... with the losses under mpirun, bitwise" complete "$tmp/srun" "$tmp/ref_mlp"
+  check "7. ... with the losses under mpirun, bitwise" same_history "$tmp/srun" "$tmp/ref_mlp"
 }
 
 # CASES="2 4a" runs a subset; each case prints its wall time.

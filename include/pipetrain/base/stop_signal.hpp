@@ -34,12 +34,6 @@ void block_stop_signals();
 // Commands that do not train: SIGUSR1 and SIGTERM end the process again
 // (default action, unblocked).
 void unblock_stop_signals();
-// Installs the recording handler for SIGUSR1 and SIGTERM (idempotent).
-void install_stop_signal_handlers();
-// The first stop signal this process received, 0 when none.
-int stop_signal_received();
-// Test hook and tools: records `signo` as if it had arrived.
-void request_stop(int signo);
 // Collective over `comm`: takes this thread's pending stop signals, then the
 // largest signal number any rank received (0: nobody did, keep training).
 // `what` names the wait if it times out.
