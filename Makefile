@@ -6,6 +6,9 @@
 #   make bench      the CPU benchmarks (tables in results/)
 #   make cuda       build the CUDA backend, the application and the GPU tests in
 #                   build-cuda (CMAKE_CUDA_ARCHITECTURES=90)
+#   make gpu-bundle everything the GPU check runs, with the libraries a bare GPU
+#                   machine lacks, in gpu-bundle/pipetrain-gpu.tar.xz (docs/gpu-check.md)
+#   make test-gpu-bundle  rehearses that bundle here as the GPU machine sees it (CI)
 #   make test-sanitize  ASan + UBSan build in build-asan: every test, then a
 #                   short training run and its resume; fails on any report
 #   make test-avx2  the GoogleTests again under a second CPU personality:
@@ -23,7 +26,8 @@ export OMPI_ALLOW_RUN_AS_ROOT := 1
 export OMPI_ALLOW_RUN_AS_ROOT_CONFIRM := 1
 MPIRUN := mpirun --oversubscribe --bind-to none
 
-.PHONY: all deps configure build test test-avx2 test-slurm run bench cuda tools test-sanitize clean
+.PHONY: all deps configure build test test-avx2 test-slurm run bench cuda gpu-bundle test-gpu-bundle \
+        tools test-sanitize clean
 
 all: build
 
@@ -82,6 +86,15 @@ cuda:
 	$(MAKE) BUILD=build-cuda CMAKE_ARGS="-DPIPETRAIN_CUDA=ON $(CMAKE_ARGS)" configure
 	cmake --build build-cuda -j $(JOBS) --target $(CUDA_TARGETS)
 
+# Builds (make cuda) and packs the GPU check; tests/gpu/test_gpu_bundle.sh
+# hides the system's copies of every bundled library and runs it up to the GPU.
+gpu-bundle:
+	@scripts/install-deps.sh xz-utils
+	scripts/gpu-bundle.sh
+
+test-gpu-bundle: gpu-bundle
+	tests/gpu/test_gpu_bundle.sh gpu-bundle/pipetrain-gpu.tar.xz
+
 # AddressSanitizer + UndefinedBehaviorSanitizer (gcc), -O1 -g1 (CMakeLists.txt).
 # Runtime options, suppressions and the run: tests/sanitizers/.
 test-sanitize: tools
@@ -90,4 +103,4 @@ test-sanitize: tools
 	tests/sanitizers/run.sh build-asan
 
 clean:
-	rm -rf $(BUILD) build-cuda build-asan
+	rm -rf $(BUILD) build-cuda build-asan gpu-bundle

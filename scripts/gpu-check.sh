@@ -1,37 +1,34 @@
 #!/usr/bin/env bash
-# gpu-check.sh: the one GPU check of pipetrain, for a machine with at least one
-# NVIDIA GPU (sized for one H200; safe there: it changes no device setting).
-#   0. prints what the machine has: nvidia-smi, nvcc --version, and a tiny
-#      query of the CUDA runtime and driver versions (scripts/cuda_versions.cpp);
-#      a driver too old for the runtime fails here, at the top,
-#   1. configures and builds the CUDA targets (-DPIPETRAIN_CUDA=ON,
-#      CMAKE_CUDA_ARCHITECTURES=90 unless CUDA_ARCH says otherwise),
-#   2. runs each GPU test (CTest label "gpu") and the loss-scaler test, with
-#      PIPETRAIN_REQUIRE_GPU=1 when nvidia-smi lists a GPU, so that a test that
+# gpu-check.sh: the one GPU check of pipetrain. It runs from the bundle that
+# scripts/gpu-bundle.sh builds on a CPU machine (make gpu-bundle), on a GPU
+# machine that has no MPI, HDF5, BLAS or test framework and no network:
+#   tar -xJf pipetrain-gpu.tar.xz && pipetrain-gpu/gpu-check.sh
+#   BUDGET_S=420 LOGS=$OUT/gpu-check pipetrain-gpu/gpu-check.sh
+#   0. what the machine has: GPU, driver, glibc, and where the CUDA runtime,
+#      cuBLAS, NCCL and cuDNN are (toolkit or Python wheels); every bundled
+#      program must load (ldd) with the bundle's libraries and those,
+#   1. the tiny CUDA version query (a driver too old fails here, at the top),
+#   2. every GPU test (tests.tsv: CTest's "gpu" label and the loss scaler),
+#      with PIPETRAIN_REQUIRE_GPU=1 when a GPU is seen, so that a test that
 #      finds no device fails instead of skipping,
-#   3. runs the GPU benchmarks: MFU of one GPT stage's training step in bf16 at
-#      d_model 2048 with GEMM efficiency against plain cuBLAS, and the
-#      bandwidth of the staged-MPI and NCCL transports between 2 ranks (NCCL
-#      only when the ranks have different GPUs; on one GPU mpi_staged is the
-#      fallback and NCCL is reported n/a),
-# all within BUDGET_S seconds (default 480), and prints one summary table LAST:
-# one row per test, "ok" only when every case ran and passed; skipped cases
-# make a row SKIPPED with the reason, never "ok".
-#   scripts/gpu-check.sh            (from anywhere; build dir: build-gpu)
-#   BUILD=/tmp/b CUDA_ARCH=90 BUDGET_S=480 scripts/gpu-check.sh
-# Without a GPU (no nvidia-smi, or it lists none) it says so and fails at
-# once; PIPETRAIN_GPU_CHECK_WITHOUT_GPU=1 runs the rest anyway (to check the
-# script itself: every GPU row then reads SKIPPED or FAILED).
+#   3. a 2-rank training run of the application on the GPU (CLI, deck, HDF5),
+#   4. the benchmarks: one GPT stage's bf16 step (MFU, cuBLAS share) and the
+#      2-rank transport in both directions at once,
+# within BUDGET_S seconds (default 420), and prints one summary table LAST:
+# a row per step and test, "ok" only when everything in it ran and passed.
+# Without a GPU it says so and fails at once; PIPETRAIN_GPU_CHECK_WITHOUT_GPU=1
+# runs the rest anyway (tests/gpu/test_gpu_bundle.sh rehearses it so in CI).
 # Exit status: 0 when every step ran and no test failed, 1 otherwise.
 set -uo pipefail
 
-ROOT="$(cd "$(dirname "$0")/.." && pwd)"
-BUILD="${BUILD:-$ROOT/build-gpu}"
-CUDA_ARCH="${CUDA_ARCH:-90}"
-BUDGET_S="${BUDGET_S:-480}"
-JOBS="${JOBS:-$(nproc)}"
-LOGS="$BUILD/gpu-check-logs"
-NVCC="${NVCC:-$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)}"
+HERE="$(cd "$(dirname "$0")" && pwd)"
+if [ ! -f "$HERE/tests.tsv" ]; then
+  echo "gpu-check: $HERE is not a GPU bundle (no tests.tsv). Build one with 'make gpu-bundle'" \
+    "and run pipetrain-gpu/gpu-check.sh from it (docs/gpu-check.md)." >&2
+  exit 2
+fi
+BUDGET_S="${BUDGET_S:-420}"
+LOGS="${LOGS:-$HERE/logs}"
 START=$(date +%s)
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 GTEST_COLOR=no
 MPIRUN=(mpirun --oversubscribe --bind-to none)
@@ -39,6 +36,7 @@ MPIRUN=(mpirun --oversubscribe --bind-to none)
 declare -A RESULT  # summary cells of the steps
 TEST_ROWS=()       # "| test | result |" rows, in run order
 STATUS=0
+SKIPPED_CASES=0
 
 # left CAP: seconds a step may take: min(CAP, time left minus 15 s for the summary).
 left() {
@@ -58,7 +56,7 @@ run_step() {
     return 1
   fi
   echo "== $name (limit ${limit}s): $*"
-  timeout --kill-after=10 "$limit" "$@" >"$LOGS/$name.log" 2>&1
+  timeout --kill-after=10 "$limit" "$@" </dev/null >"$LOGS/$name.log" 2>&1
   local rc=$?
   tail -n 25 "$LOGS/$name.log"
   if [ $rc -eq 124 ] || [ $rc -eq 137 ]; then
@@ -79,27 +77,110 @@ value() {
   echo "${v:--}"
 }
 
-# ---- 0. what the machine has ----
-versions() {
-  GPU_SEEN=0
-  if command -v nvidia-smi >/dev/null; then
-    nvidia-smi || true
-    nvidia-smi --query-gpu=index,name,uuid,pci.bus_id,memory.total,driver_version \
-      --format=csv,noheader || true
-    [ "$(nvidia-smi -L 2>/dev/null | grep -c '^GPU ')" -gt 0 ] && GPU_SEEN=1
-    [ "$GPU_SEEN" = 1 ] || RESULT[gpu]="FAILED: nvidia-smi lists no GPU"
-  else
-    echo "gpu-check: nvidia-smi not found: no NVIDIA driver here, so this is not a GPU check"
-    RESULT[gpu]="FAILED: nvidia-smi not found (no NVIDIA driver)"
+# ---- 0. the machine, the libraries, the loader ----
+# Python's package directories (site-packages and PYTHONPATH), where the
+# nvidia-* wheels put CUDA's libraries.
+site_dirs() {
+  local py
+  for py in python3 /opt/torch/.venv/bin/python3 /usr/bin/python3; do
+    command -v "$py" >/dev/null 2>&1 &&
+      "$py" -c 'import site, sys; print("\n".join(site.getsitepackages() + sys.path))' 2>/dev/null
+  done | sort -u
+}
+
+# find_lib SONAME: the first directory holding it: $CUDA_HOME, the toolkit,
+# then the wheels (site-packages/nvidia/*/lib).
+find_lib() {
+  local d
+  for d in ${CUDA_HOME:+$CUDA_HOME/lib64} /usr/local/cuda/lib64 /usr/local/cuda/lib \
+           /usr/local/cuda/targets/x86_64-linux/lib; do
+    [ -e "$d/$1" ] && { echo "$d"; return 0; }
+  done
+  for d in $(site_dirs); do
+    [ -d "$d/nvidia" ] || continue
+    find "$d/nvidia" -maxdepth 4 -name "$1" -printf '%h\n' 2>/dev/null | head -n 1 | grep . && return 0
+  done
+  return 1
+}
+
+# The bundle's environment: its libraries first, then CUDA's, then the
+# relocated Open MPI. LIB_ROWS describes where each CUDA library came from.
+setup_environment() {
+  local lib dir dirs=() missing=()
+  LIB_ROWS=()
+  for lib in $(grep -E '^lib(cudart|cublas|cublasLt|nccl)\.so' "$HERE/needs.txt") libcudnn.so.9; do
+    if dir=$(find_lib "$lib"); then
+      LIB_ROWS+=("$lib: $dir")
+      dirs+=("$dir")
+    elif [ "$lib" = libcudnn.so.9 ]; then
+      LIB_ROWS+=("$lib: not found (not linked yet; reported only)")
+    else
+      LIB_ROWS+=("$lib: MISSING")
+      missing+=("$lib")
+    fi
+  done
+  local path
+  path="$HERE/lib$(printf ':%s' $(printf '%s\n' "${dirs[@]}" | awk '!seen[$0]++'))"
+  export LD_LIBRARY_PATH="$path${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+  # Debian's Open MPI and PMIx, moved: OPAL_PREFIX moves Open MPI's paths;
+  # PMIx needs its data (help files) and library (components) paths named.
+  export OPAL_PREFIX="$HERE/ompi" PATH="$HERE/ompi/bin:$PATH" PMIX_PREFIX="$HERE/pmix" \
+    PMIX_DATADIR="$HERE/pmix/share" PMIX_LIBDIR="$HERE/pmix/lib"
+  RESULT[libs]=$([ ${#missing[@]} -eq 0 ] && echo ok || echo "FAILED: ${missing[*]} not in the toolkit or the wheels (set CUDA_HOME)")
+  [ ${#missing[@]} -eq 0 ] || STATUS=1
+}
+
+# loader_check: every bundled program loads; the bundle's libstdc++ only if
+# the machine's is too old; glibc must be at least what BUILD-INFO says.
+loader_check() {
+  local bad
+  bad=$(cd "$HERE" && for f in bin/* tests/* ompi/bin/*; do ldd "$f" 2>&1 | sed "s|^|$f: |"; done |
+        grep -E "not found|GLIBCXX|GCC_|error while loading")
+  if echo "$bad" | grep -qE "GLIBCXX|GCC_"; then
+    export LD_LIBRARY_PATH="$LD_LIBRARY_PATH:$HERE/lib-fallback"
+    FALLBACK=" (libstdc++ from the bundle: the machine's is older)"
+    bad=$(cd "$HERE" && for f in bin/* tests/* ompi/bin/*; do ldd "$f" 2>&1 | sed "s|^|$f: |"; done |
+          grep -E "not found|error while loading")
   fi
-  "$NVCC" --version || echo "gpu-check: nvcc not found at $NVCC"
+  local need have
+  need=$(sed -n 's/^glibc_needed: //p' "$HERE/BUILD-INFO.txt")
+  have=$(ldd --version 2>/dev/null | head -n 1 | grep -oE '[0-9]+\.[0-9]+$')
+  if [ -n "$need" ] && [ "$(printf '%s\n%s\n' "$need" "$have" | sort -V | head -n 1)" != "$need" ]; then
+    bad="$bad glibc $have here, the bundle needs $need"
+  fi
+  if [ -n "$bad" ]; then
+    echo "$bad" | head -n 20
+    local missing
+    missing=$(echo "$bad" | sed -nE 's/.*[[:space:]]([^[:space:]]+) => not found.*/\1/p
+      s/.*error while loading shared libraries: ([^:]+):.*/\1/p' | xargs -r -n1 basename | sort -u | tr '\n' ' ')
+    RESULT[loader]="FAILED: ${missing:+not found: $missing}$(echo "$bad" |
+      grep -vE 'not found|error while loading' | head -n 2 | tr '\n' ';')"
+    STATUS=1
+  else
+    RESULT[loader]="ok: every program loads, glibc $have${FALLBACK:-}"
+  fi
+}
+
+machine() {
+  GPU_SEEN=0
+  echo "== machine: $(uname -srm); glibc $(ldd --version 2>/dev/null | head -n 1 | grep -oE '[0-9.]+$')"
+  cat "$HERE/BUILD-INFO.txt"
+  if command -v nvidia-smi >/dev/null; then
+    nvidia-smi --query-gpu=index,name,uuid,memory.total,driver_version --format=csv,noheader || true
+    [ "$(nvidia-smi -L 2>/dev/null | grep -c '^GPU ')" -gt 0 ] && GPU_SEEN=1
+  fi
   if [ "$GPU_SEEN" = 1 ]; then
-    RESULT[gpu]="ok: $(nvidia-smi -L | grep -c '^GPU ') GPU(s), driver $(nvidia-smi \
+    RESULT[gpu]="ok: $(nvidia-smi --query-gpu=name --format=csv,noheader | head -n 1), driver $(nvidia-smi \
       --query-gpu=driver_version --format=csv,noheader | head -n 1)"
     export PIPETRAIN_REQUIRE_GPU=1  # from here on, a test without a device fails
+  else
+    RESULT[gpu]="FAILED: no GPU (nvidia-smi $(command -v nvidia-smi >/dev/null && echo lists none || echo not found))"
+    STATUS=1
   fi
-  run_step query_build 60 "$NVCC" -o "$LOGS/cuda_versions" "$ROOT/scripts/cuda_versions.cpp" &&
-    run_step versions 20 "$LOGS/cuda_versions"
+  setup_environment
+  loader_check
+  printf '%s\n' "${LIB_ROWS[@]}"
+  run_step versions 20 "$HERE/bin/cuda_versions"
 }
 
 # ---- 2. tests: one row each ----
@@ -110,12 +191,12 @@ classify() {
   passed=$(grep -Ec '\[       OK \] .*\([0-9]+ ms\)' "$log")
   skipped=$(grep -Ec '\[  SKIPPED \] .*\([0-9]+ ms\)' "$log")
   failed=$(grep -Ec '\[  FAILED  \] .*\([0-9]+ ms\)' "$log")
-  why=$(grep -A1 -m1 ': Skipped$' "$log" | tail -n 1 | sed -E 's/^[0-9]+: //' | cut -c1-90)
+  why=$(grep -A1 -m1 ': Skipped$' "$log" | tail -n 1 | cut -c1-90)
   local total=$((passed + skipped + failed)) row
-  if [ "$rc" -eq 124 ] || [ "$rc" -eq 137 ] || grep -q '\*\*\*Timeout' "$log"; then
+  if [ "$rc" -eq 124 ] || [ "$rc" -eq 137 ]; then
     row="TIMEOUT ($passed of $total passed before it)"
   elif [ "$rc" -ne 0 ] || [ "$failed" -gt 0 ]; then
-    row="FAILED: $failed of $total failed ($log)"
+    row="FAILED: $failed of $total failed, rc $rc ($log)"
   elif [ "$total" -eq 0 ]; then
     row="FAILED: no test case ran ($log)"
   elif [ "$skipped" -gt 0 ]; then
@@ -124,18 +205,16 @@ classify() {
     row="ok ($passed passed)"
   fi
   case $row in ok*|SKIPPED*) ;; *) STATUS=1 ;; esac
-  [ "$skipped" -gt 0 ] && SKIPPED_CASES=$((SKIPPED_CASES + skipped))
+  SKIPPED_CASES=$((SKIPPED_CASES + skipped))
   TEST_ROWS+=("| $name | $row |")
 }
 
-# Every test gets up to 120 s, all of them together TESTS_S (default 210 s),
-# so that the benchmarks keep their share of the budget.
+# Every test gets up to 120 s, all of them together TESTS_S (default 240 s),
+# so that the training run and the benchmarks keep their share.
 run_tests() {
-  local names name limit rc phase_end
-  phase_end=$(($(date +%s) + ${TESTS_S:-210}))
-  names=$(cd "$BUILD" && ctest -N -L gpu | sed -nE 's/^ *Test +#[0-9]+: +([^ ]+).*/\1/p')
-  names="$names test_loss_scaler_np1 test_loss_scaler_np2"
-  for name in $names; do
+  local name np exe args limit rc phase_end cmd
+  phase_end=$(($(date +%s) + ${TESTS_S:-240}))
+  while IFS=$'\t' read -r name np exe args; do
     limit=$(left 120)
     limit=$((limit < phase_end - $(date +%s) ? limit : phase_end - $(date +%s)))
     if [ "$limit" -le 5 ]; then
@@ -143,42 +222,39 @@ run_tests() {
       STATUS=1
       continue
     fi
+    cmd=("$HERE/$exe")
+    [ "$np" -gt 0 ] && cmd=("${MPIRUN[@]}" -np "$np" "$HERE/$exe")
     echo "== $name (limit ${limit}s)"
-    (cd "$BUILD" && timeout --kill-after=10 "$limit" ctest -V -R "^${name}\$" \
-      --timeout "$limit") >"$LOGS/$name.log" 2>&1
+    # shellcheck disable=SC2086  # args is a list of words from tests.tsv
+    (cd "$LOGS" && timeout --kill-after=10 "$limit" "${cmd[@]}" $args) </dev/null >"$LOGS/$name.log" 2>&1
     rc=$?
-    grep -E '\[ +(OK|SKIPPED|FAILED) +\]|Failure|rel error' "$LOGS/$name.log" | tail -n 15
+    grep -E '\[ +(OK|SKIPPED|FAILED) +\]|Failure|max diff|rel error' "$LOGS/$name.log" | tail -n 15
     classify "$name" "$rc" "$LOGS/$name.log"
-  done
+  done <"$HERE/tests.tsv"
+}
+
+# ---- 3. the application on the GPU: 2 ranks, a few steps, HDF5 outputs ----
+train_run() {
+  rm -rf "$LOGS/train"
+  run_step train 90 "${MPIRUN[@]}" -np 2 "$HERE/bin/pipetrain" train "$HERE/inputs/gpt_markov.toml" \
+    --set training.device='"cuda"' --set training.precision='"bf16"' --set training.steps=20 \
+    --set training.eval_every=10 --set output.dir="\"$LOGS/train\"" || return 0
+  [ -s "$LOGS/train/metrics.h5" ] && return 0
+  RESULT[train]="FAILED: exit 0 but no $LOGS/train/metrics.h5"
+  STATUS=1
 }
 
 mkdir -p "$LOGS"
-rm -f "$LOGS"/*.log
-SKIPPED_CASES=0
-versions
-if [ "${GPU_SEEN:-0}" = 0 ] && [ "${PIPETRAIN_GPU_CHECK_WITHOUT_GPU:-0}" != 1 ]; then
-  STATUS=1
-  GO=0
-else
-  GO=1
-fi
-
-# ---- 1. configure and build the CUDA targets only (the CLI is not needed) ----
-TARGETS=(test_cuda_select test_cuda_kernels test_cuda_limits test_cuda_gpt test_cuda_transport
-         test_cuda_pipeline test_loss_scaler bench_cuda)
+rm -rf "${LOGS:?}"/*.log
+machine
+GO=$([ "$GPU_SEEN" = 1 ] || [ "${PIPETRAIN_GPU_CHECK_WITHOUT_GPU:-0}" = 1 ] && echo 1 || echo 0)
+case ${RESULT[loader]} in ok*) ;; *) GO=0 ;; esac
 if [ "$GO" = 1 ]; then
-  run_step configure 120 cmake -S "$ROOT" -B "$BUILD" -DCMAKE_BUILD_TYPE=Release \
-    -DPIPETRAIN_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES="$CUDA_ARCH" &&
-    run_step build 300 cmake --build "$BUILD" -j "$JOBS" --target "${TARGETS[@]}"
-fi
-BUILT=$([ "${RESULT[build]:-}" = ok ] && echo 1 || echo 0)
-
-# ---- 2. tests, 3. benchmarks ----
-if [ "$BUILT" = 1 ]; then
   run_tests
-  run_step bench_stage 110 "$BUILD/bench_cuda" stage --dims 2048 --seq 1024 --mb 8 \
+  train_run
+  run_step bench_stage 100 "$HERE/bin/bench_cuda" stage --dims 2048 --seq 1024 --mb 8 \
     --blocks 2 --reps 5 --precision bf16
-  run_step bench_transport 80 "${MPIRUN[@]}" -np 2 "$BUILD/bench_cuda" transport \
+  run_step bench_transport 70 "${MPIRUN[@]}" -np 2 "$HERE/bin/bench_cuda" transport \
     --mbytes 64 --reps 10
 fi
 
@@ -192,22 +268,24 @@ elif [ "$SKIPPED_CASES" -gt 0 ]; then
 else
   VERDICT="passed: every step ran, every test case passed"
 fi
-ELAPSED=$(($(date +%s) - START))
 cat <<EOF
 
-================ pipetrain GPU check summary (${ELAPSED}s of ${BUDGET_S}s) ================
+================ pipetrain GPU check summary ($(($(date +%s) - START))s of ${BUDGET_S}s) ================
 | check | result |
 |---|---|
-| GPU seen by nvidia-smi | ${RESULT[gpu]:-not run} |
-| CUDA runtime / driver supports / devices (tiny query) | $(value cuda_runtime) / $(value cuda_driver) / $(value cuda_devices): ${RESULT[versions]:-${RESULT[query_build]:-not run}} |
-| configure + build (sm_${CUDA_ARCH}) | ${RESULT[configure]:-NOT RUN} / ${RESULT[build]:-NOT RUN} |
+| bundle | $(sed -n 's/^commit: //p' "$HERE/BUILD-INFO.txt"), $(sed -n 's/^cuda_arch: //p' "$HERE/BUILD-INFO.txt") |
+| GPU seen by nvidia-smi | ${RESULT[gpu]} |
+| CUDA libraries | ${RESULT[libs]}: $(printf '%s; ' "${LIB_ROWS[@]}") |
+| every bundled program loads | ${RESULT[loader]} |
+| CUDA runtime / driver supports / devices (tiny query) | $(value cuda_runtime) / $(value cuda_driver) / $(value cuda_devices): ${RESULT[versions]:-NOT RUN} |
 $(if [ ${#TEST_ROWS[@]} -gt 0 ]; then printf '%s\n' "${TEST_ROWS[@]}"; else echo "| GPU tests | NOT RUN |"; fi)
+| pipetrain train, 2 ranks, bf16, 20 steps | ${RESULT[train]:-NOT RUN} |
 | GPT stage step, bf16, d_model 2048, T 1024, mb 8 (ms) | $(value stage_step_ms_d2048) |
 | stage MFU (%, of 989.4 TFLOP/s dense bf16) | $(value stage_mfu_pct_d2048) |
 | same GEMMs on plain cuBLAS: MFU (%) / share of step (%) | $(value gemm_alone_mfu_pct_d2048) / $(value gemm_share_pct_d2048) |
 | backend matmul() incl. casts vs plain cuBLAS (%) | $(value matmul_vs_cublas_pct_d2048) |
-| mpi_staged 2 ranks, 64 MiB (GB/s) | $(value mpi_staged_gbps_64MiB) |
-| nccl 2 ranks, 64 MiB (GB/s) | ${NCCL_CELL} |
+| mpi_staged 2 ranks, 64 MiB, each direction (GB/s) | $(value mpi_staged_gbps_64MiB) |
+| nccl 2 ranks, 64 MiB, each direction (GB/s) | ${NCCL_CELL} |
 | benchmarks | stage: ${RESULT[bench_stage]:-NOT RUN}; transport: ${RESULT[bench_transport]:-NOT RUN} |
 | verdict | ${VERDICT} |
 EOF
