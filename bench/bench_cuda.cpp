@@ -10,7 +10,8 @@
 //     Peak: H100/H200 SXM dense bf16 (and fp16) tensor-core peak, 989.4 TFLOP/s;
 //     tf32 494.7, fp32 (no tensor cores) 66.9.
 //   mpirun -np 2 bench_cuda transport [--mbytes 64] [--reps 10]
-//     (bench_cuda_transport.cpp) staged-MPI and NCCL bandwidth between 2 ranks.
+//     (bench_cuda_transport.cpp) staged-MPI and NCCL bandwidth between 2 ranks,
+//     both directions at once (GB/s per direction).
 // Prints Markdown rows, and "RESULT key value" lines for the script's summary.
 #include <cublas_v2.h>
 #include <cuda_runtime.h>

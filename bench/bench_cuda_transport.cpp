@@ -1,9 +1,10 @@
 // bench_cuda_transport.cpp: bandwidth of the GPU transports between two ranks
-// (bench_cuda transport, under mpirun -np 2). Rank 0 sends device tensors to
-// rank 1, one message at a time (post, wait, repeat); GB/s = bytes / time per
-// message, median of reps. mpi_staged always runs; nccl only when the two
-// ranks drive different GPUs (on one GPU NCCL refuses, and mpi_staged is the
-// fallback the transport choice "auto" makes).
+// (bench_cuda transport, under mpirun -np 2). Each rank sends a device
+// tensor to the other and receives one from it at the same time, as the
+// pipeline's crossing SEND_F / RECV_B do; GB/s per direction = bytes / time
+// of the exchange (the slower rank's), median of reps. mpi_staged always
+// runs; nccl only when the two ranks drive different GPUs (on one GPU NCCL
+// refuses, and mpi_staged is the fallback the transport choice "auto" makes).
 #include <mpi.h>
 
 #include <algorithm>
@@ -22,21 +23,28 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-void wait(PendingTransfer& t) {
-  while (!t.test()) {
+// Tests both until both completed (each test() also advances the transport).
+void wait_both(PendingTransfer& a, PendingTransfer& b) {
+  bool a_done = false, b_done = false;
+  while (!a_done || !b_done) {
+    if (!a_done) a_done = a.test();
+    if (!b_done) b_done = b.test();
   }
 }
 
-// Median seconds per message of `bytes` from rank 0 to rank 1.
-double one_way_seconds(Transport& tr, int64_t bytes, int reps) {
-  Tensor buf = Tensor::zeros({bytes / 4}, DType::F32, MemCategory::Workspace, Device::CUDA);
+// Median seconds of one exchange of `bytes` each way between ranks 0 and 1:
+// each posts its send before its receive, then waits for both.
+double exchange_seconds(Transport& tr, int64_t bytes, int reps) {
+  Tensor out = Tensor::zeros({bytes / 4}, DType::F32, MemCategory::Workspace, Device::CUDA);
+  Tensor in = Tensor::zeros({bytes / 4}, DType::F32, MemCategory::Workspace, Device::CUDA);
+  const int peer = 1 - tr.rank();
   std::vector<double> times;
   for (int r = 0; r <= reps; ++r) {  // r == 0: warm-up (pinned buffers, NCCL connections)
     MPI_Barrier(MPI_COMM_WORLD);
     const auto start = Clock::now();
-    std::unique_ptr<PendingTransfer> t =
-        tr.rank() == 0 ? tr.isend(buf, 1, 7) : tr.irecv(buf, 0, 7);
-    wait(*t);
+    std::unique_ptr<PendingTransfer> send = tr.isend(out, peer, 7);
+    std::unique_ptr<PendingTransfer> recv = tr.irecv(in, peer, 7);
+    wait_both(*send, *recv);
     const double s = std::chrono::duration<double>(Clock::now() - start).count();
     double slowest = 0;
     MPI_Allreduce(&s, &slowest, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
@@ -77,11 +85,12 @@ int run_transport_bench(int argc, char** argv) {
     std::fflush(stdout);
     MPI_Barrier(MPI_COMM_WORLD);
     if (rank == 0)
-      std::printf("\n| transport | message (MiB) | time (ms) | GB/s |\n|---|---:|---:|---:|\n");
+      std::printf("\n| transport (both directions at once) | message (MiB) | time (ms) | GB/s per "
+                  "direction |\n|---|---:|---:|---:|\n");
     const std::vector<int64_t> sizes = {std::max<int64_t>(1, mbytes / 8) << 20, mbytes << 20};
     {
       auto staged = cuda::make_staged_transport(MPI_COMM_WORLD);
-      for (int64_t b : sizes) report("mpi_staged", b, one_way_seconds(*staged, b, reps), rank);
+      for (int64_t b : sizes) report("mpi_staged", b, exchange_seconds(*staged, b, reps), rank);
     }
     if (shared) {
       if (rank == 0) {
@@ -91,7 +100,7 @@ int run_transport_bench(int argc, char** argv) {
       }
     } else {
       auto nccl = cuda::make_nccl_transport(MPI_COMM_WORLD, 60.0);
-      for (int64_t b : sizes) report("nccl", b, one_way_seconds(*nccl, b, reps), rank);
+      for (int64_t b : sizes) report("nccl", b, exchange_seconds(*nccl, b, reps), rank);
     }
   } catch (const std::exception& e) {
     std::fprintf(stderr, "rank %d: %s\n", rank, e.what());

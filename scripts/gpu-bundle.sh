@@ -11,7 +11,7 @@
 #   inputs/       the deck of the check's training run
 #   bin/          pipetrain, bench_cuda, cuda_versions (stripped)
 #   tests/        every CTest test labelled "gpu" and the loss-scaler test;
-#                 tests.tsv lists how each runs (name, ranks, binary, args)
+#                 tests.tsv lists how each runs (name, ranks, env, binary, args)
 #   lib/          every shared library those need that is not in needs.txt
 #                 (Open MPI, HDF5, OpenBLAS, oneDNN, ... as Debian built them)
 #   lib-fallback/ libstdc++ and libgcc_s, used only where the machine's own
@@ -61,22 +61,27 @@ build_targets() {
 }
 
 # The gpu tests as CTest runs them, rewritten for the bundle: tests.tsv holds
-# "name<TAB>ranks<TAB>binary<TAB>args" (ranks 0 = run directly).
+# "name<TAB>ranks<TAB>env<TAB>binary<TAB>args" (ranks 0 = run directly; env:
+# the K=V that mpirun's -x sets, comma-separated, or -).
 list_tests() {
   (cd "$BUILD" && ctest --show-only=json-v1) | python3 -c '
 import json, os, sys
-tests = json.load(sys.stdin)["tests"]
-for t in tests:
+for t in json.load(sys.stdin)["tests"]:
     labels = [v for p in t.get("properties", []) if p["name"] == "LABELS" for v in p["value"]]
     if "gpu" not in labels and not t["name"].startswith("test_loss_scaler_"):
         continue
-    cmd = t["command"]
+    cmd, np, env = t["command"], "0", []
     if os.path.basename(cmd[0]) in ("mpirun", "mpiexec", "orterun"):
-        np = cmd[cmd.index("-np") + 1]
-        exe, args = cmd[cmd.index("-np") + 2], cmd[cmd.index("-np") + 3:]
-    else:
-        np, exe, args = "0", cmd[0], cmd[1:]
-    print("\t".join([t["name"], np, exe] + args))
+        i = cmd.index("-np")
+        np, rest = cmd[i + 1], cmd[i + 2:]
+        while rest[0].startswith("-"):  # mpirun options after -np: -x K=V is kept
+            if rest[0] == "-x":
+                env.append(rest[1])
+                rest = rest[2:]
+            else:
+                sys.exit("gpu-bundle: test %s: mpirun option %s after -np is not understood" % (t["name"], rest[0]))
+        cmd = rest
+    print("\t".join([t["name"], np, ",".join(env) or "-", cmd[0]] + cmd[1:]))
 '
 }
 
@@ -90,10 +95,10 @@ copy_binaries() {
   list_tests >"$STAGE/tests.full.tsv"
   [ -s "$STAGE/tests.full.tsv" ] || die "no CTest test labelled gpu in $BUILD"
   : >"$B/tests.tsv"
-  while IFS=$'\t' read -r name np exe args; do
+  while IFS=$'\t' read -r name np env exe args; do
     [ -x "$exe" ] || die "$exe (test $name) was not built"
     cp -n "$exe" "$B/tests/"
-    printf '%s\t%s\t%s\t%s\n' "$name" "$np" "tests/$(basename "$exe")" "$args" >>"$B/tests.tsv"
+    printf '%s\t%s\t%s\t%s\t%s\n' "$name" "$np" "$env" "tests/$(basename "$exe")" "$args" >>"$B/tests.tsv"
   done <"$STAGE/tests.full.tsv"
   strip --strip-unneeded "$B"/bin/* "$B"/tests/*
 }

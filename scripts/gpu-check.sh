@@ -212,9 +212,9 @@ classify() {
 # Every test gets up to 120 s, all of them together TESTS_S (default 240 s),
 # so that the training run and the benchmarks keep their share.
 run_tests() {
-  local name np exe args limit rc phase_end cmd
+  local name np env exe args limit rc phase_end cmd kv
   phase_end=$(($(date +%s) + ${TESTS_S:-240}))
-  while IFS=$'\t' read -r name np exe args; do
+  while IFS=$'\t' read -r name np env exe args; do
     limit=$(left 120)
     limit=$((limit < phase_end - $(date +%s) ? limit : phase_end - $(date +%s)))
     if [ "$limit" -le 5 ]; then
@@ -222,8 +222,13 @@ run_tests() {
       STATUS=1
       continue
     fi
-    cmd=("$HERE/$exe")
-    [ "$np" -gt 0 ] && cmd=("${MPIRUN[@]}" -np "$np" "$HERE/$exe")
+    cmd=(env)
+    [ "$np" -gt 0 ] && cmd=("${MPIRUN[@]}" -np "$np")
+    for kv in ${env//,/ }; do
+      [ "$kv" = - ] && continue
+      if [ "$np" -gt 0 ]; then cmd+=(-x "$kv"); else cmd+=("$kv"); fi
+    done
+    cmd+=("$HERE/$exe")
     echo "== $name (limit ${limit}s)"
     # shellcheck disable=SC2086  # args is a list of words from tests.tsv
     (cd "$LOGS" && timeout --kill-after=10 "$limit" "${cmd[@]}" $args) </dev/null >"$LOGS/$name.log" 2>&1

@@ -1,11 +1,12 @@
 // test_caching_allocator.cpp: the policy of the CachingAllocator template
-// (include/pipetrain/tensor/caching_allocator.hpp) with fake memory sources,
-// no GPU: blocks are reused by exact rounded size and counted per category;
-// when the source is out of memory, a source that allows it has its cache
-// dropped and the request retried once, while a source that forbids it (the
-// device: dropping would synchronise the device, which can wait forever on a
-// NCCL receive) fails at once, with its cache untouched and the numbers its
-// message needs.
+// (include/pipetrain/tensor/caching_allocator.hpp) with a fake memory source
+// of limited capacity, no GPU (the device's cudaMalloc source uses the same
+// template): blocks are reused by exact rounded size and counted per
+// category; when the source refuses a request the whole cache is given back
+// and the request retried once (#40 2.4: the device used to fail at once
+// with gigabytes cached), and a second refusal reports the bytes requested,
+// in use, cached and released; trim() gives back only the blocks no
+// allocation reused since the previous trim (a step boundary).
 #include <gtest/gtest.h>
 
 #include <cstdlib>
@@ -25,15 +26,16 @@ struct Ledger {
   int refused = 0;        // failed obtain calls
   int given_back = 0;
   int drops = 0;          // before_dropping_cache calls (a device synchronisation)
-  size_t oom_size = 0, oom_reserved = 0, oom_cached = 0, oom_live = 0;
+  int ooms = 0;           // out_of_memory calls
+  OutOfMemoryReport oom;  // the last one's report
 };
 
 struct OutOfMemory : std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
-// The common part: 64-byte granules carved from a budget.
-struct FakeSourceBase {
+// 64-byte granules carved from a budget: a device of limited capacity.
+struct FakeSource {
   Ledger* ledger;
   size_t round(size_t bytes) const { return bytes == 0 ? 0 : (bytes + 63) / 64 * 64; }
   void* obtain(size_t size) {
@@ -51,33 +53,21 @@ struct FakeSourceBase {
     std::free(ptr);
   }
   void before_dropping_cache() { ++ledger->drops; }
-  [[noreturn]] void out_of_memory(size_t size, const MemoryStats& live, size_t reserved,
-                                  size_t cached) {
-    ledger->oom_size = size;
-    ledger->oom_live = live.live_total;
-    ledger->oom_reserved = reserved;
-    ledger->oom_cached = cached;
-    throw OutOfMemory("out of memory");
+  [[noreturn]] void out_of_memory(const OutOfMemoryReport& report) {
+    ++ledger->ooms;
+    ledger->oom = report;
+    throw OutOfMemory("out of memory " + describe(report));
   }
 };
 
-// Says nothing about retrying: the default (host memory) policy applies.
-struct RetryingSource : FakeSourceBase {};
-
-// The device's policy: never drop the cache to retry.
-struct FailFastSource : FakeSourceBase {
-  static constexpr bool kRetryAfterDroppingCache = false;
-};
-
-template <class Source>
 struct Fixture {
   Ledger ledger;
-  CachingAllocator<Source> alloc{Source{{&ledger}}};
+  CachingAllocator<FakeSource> alloc{FakeSource{&ledger}};
   explicit Fixture(size_t budget) { ledger.budget = budget; }
 };
 
 TEST(CachingAllocator, ReusesBlocksByExactRoundedSize) {
-  Fixture<RetryingSource> f(1 << 20);
+  Fixture f(1 << 20);
   void* a = f.alloc.allocate(100, MemCategory::Activations);  // 128-byte block
   f.alloc.release(a, 100, MemCategory::Activations);
   EXPECT_EQ(f.alloc.cached(), 128u);
@@ -92,46 +82,94 @@ TEST(CachingAllocator, ReusesBlocksByExactRoundedSize) {
   f.alloc.release(b, 120, MemCategory::Gradients);
   f.alloc.release(c, 200, MemCategory::Gradients);
   EXPECT_EQ(f.alloc.stats().live_total, 0u);
-  f.alloc.release_cached();
+  EXPECT_EQ(f.alloc.release_cached(), 128u + 256u);
   EXPECT_EQ(f.alloc.reserved(), 0u);
   EXPECT_EQ(f.ledger.given_back, 2);
+  EXPECT_EQ(f.ledger.drops, 1) << "one synchronisation for the whole release";
 }
 
-TEST(CachingAllocator, DefaultPolicyDropsTheCacheAndRetriesOnce) {
-  Fixture<RetryingSource> f(256);
-  void* a = f.alloc.allocate(128, MemCategory::Workspace);
-  f.alloc.release(a, 128, MemCategory::Workspace);  // 128 cached, 128 left in the budget
-  void* b = f.alloc.allocate(256, MemCategory::Workspace);  // fits only once the cache is gone
-  EXPECT_NE(b, nullptr);
-  EXPECT_EQ(f.ledger.drops, 1);
-  EXPECT_EQ(f.ledger.refused, 1);
-  EXPECT_EQ(f.ledger.given_back, 1);
-  EXPECT_EQ(f.alloc.reserved(), 256u);
-  f.alloc.release(b, 256, MemCategory::Workspace);
-  f.alloc.release_cached();  // the block goes back to the source (no leak)
+// The case of #40 2.4: the cache holds blocks of other sizes, the source
+// has too little left for a new size; giving the cache back makes it fit.
+TEST(CachingAllocator, RefusedRequestReleasesTheCacheAndRetriesOnce) {
+  Fixture f(1024);
+  void* live = f.alloc.allocate(64, MemCategory::Parameters);
+  void* a = f.alloc.allocate(256, MemCategory::Workspace);
+  void* b = f.alloc.allocate(320, MemCategory::Workspace);
+  f.alloc.release(a, 256, MemCategory::Workspace);
+  f.alloc.release(b, 320, MemCategory::Workspace);  // 576 cached, 384 left in the budget
+  void* c = f.alloc.allocate(900, MemCategory::Workspace);  // 960: fits once the cache is back
+  EXPECT_NE(c, nullptr);
+  EXPECT_EQ(f.ledger.refused, 1) << "the first attempt, before the release";
+  EXPECT_EQ(f.ledger.drops, 1) << "one synchronisation before the blocks were freed";
+  EXPECT_EQ(f.ledger.given_back, 2);
+  EXPECT_EQ(f.ledger.ooms, 0);
+  EXPECT_EQ(f.alloc.cached(), 0u);
+  EXPECT_EQ(f.alloc.reserved(), 64u + 960u);
+  EXPECT_EQ(f.alloc.stats().live_total, 64u + 900u);
+  f.alloc.release(c, 900, MemCategory::Workspace);
+  f.alloc.release(live, 64, MemCategory::Parameters);
+  f.alloc.release_cached();  // everything back to the source (no leak)
+  EXPECT_EQ(f.ledger.budget, 1024u);
 }
 
-TEST(CachingAllocator, FailFastPolicyNeverDropsTheCache) {
-  Fixture<FailFastSource> f(256);
+TEST(CachingAllocator, SecondRefusalReportsRequestedInUseCachedAndReleased) {
+  Fixture f(256);
   void* live = f.alloc.allocate(64, MemCategory::Parameters);
   void* a = f.alloc.allocate(128, MemCategory::Workspace);
   f.alloc.release(a, 128, MemCategory::Workspace);  // 128 cached, 64 left in the budget
-  EXPECT_THROW(f.alloc.allocate(200, MemCategory::Workspace), OutOfMemory);
-  EXPECT_EQ(f.ledger.drops, 0) << "the device was synchronised to drop the cache";
-  EXPECT_EQ(f.ledger.given_back, 0);
-  EXPECT_EQ(f.ledger.refused, 1) << "exactly one attempt, no retry";
-  EXPECT_EQ(f.ledger.oom_size, 256u);
-  EXPECT_EQ(f.ledger.oom_live, 64u);
-  EXPECT_EQ(f.ledger.oom_reserved, 192u);
-  EXPECT_EQ(f.ledger.oom_cached, 128u);
-  // The failed request changed nothing: the cached block is still reused.
-  EXPECT_EQ(f.alloc.stats().live_total, 64u);
-  void* again = f.alloc.allocate(128, MemCategory::Workspace);
-  EXPECT_EQ(again, a);
-  f.alloc.release(again, 128, MemCategory::Workspace);
-  f.alloc.release(live, 64, MemCategory::Parameters);
-  f.alloc.release_cached();  // an explicit release still drops (and "synchronises")
+  try {
+    f.alloc.allocate(200, MemCategory::Workspace);  // 256 > 192 even without the cache
+    FAIL() << "an allocation larger than the source succeeded";
+  } catch (const OutOfMemory& e) {
+    const std::string text = e.what();
+    EXPECT_NE(text.find("allocating 256 bytes"), std::string::npos) << text;
+    EXPECT_NE(text.find("released and retried once"), std::string::npos) << text;
+  }
+  EXPECT_EQ(f.ledger.refused, 2) << "exactly one retry";
   EXPECT_EQ(f.ledger.drops, 1);
+  EXPECT_EQ(f.ledger.ooms, 1);
+  EXPECT_EQ(f.ledger.oom.requested, 256u);
+  EXPECT_EQ(f.ledger.oom.in_use, 64u);
+  EXPECT_EQ(f.ledger.oom.cached, 128u);
+  EXPECT_EQ(f.ledger.oom.released, 128u);
+  EXPECT_EQ(f.ledger.oom.reserved, 64u);
+  EXPECT_TRUE(f.ledger.oom.retried);
+  // The failed request left the allocator consistent.
+  EXPECT_EQ(f.alloc.stats().live_total, 64u);
+  EXPECT_EQ(f.alloc.reserved(), 64u);
+  f.alloc.release(live, 64, MemCategory::Parameters);
+  f.alloc.release_cached();
+  EXPECT_EQ(f.ledger.budget, 256u);
+}
+
+TEST(CachingAllocator, NothingCachedMeansNoRetry) {
+  Fixture f(128);
+  EXPECT_THROW(f.alloc.allocate(200, MemCategory::Workspace), OutOfMemory);
+  EXPECT_EQ(f.ledger.refused, 1);
+  EXPECT_EQ(f.ledger.drops, 0) << "a synchronisation with nothing to free";
+  EXPECT_FALSE(f.ledger.oom.retried);
+  EXPECT_EQ(f.ledger.oom.cached, 0u);
+}
+
+// trim() at each step boundary: a block reused during the step stays; one
+// that sat in the cache from one trim to the next goes back.
+TEST(CachingAllocator, TrimGivesBackOnlyBlocksIdleSinceThePreviousTrim) {
+  Fixture f(1 << 20);
+  void* a = f.alloc.allocate(128, MemCategory::Activations);
+  void* b = f.alloc.allocate(640, MemCategory::Workspace);  // a size of this step only
+  f.alloc.release(a, 128, MemCategory::Activations);
+  f.alloc.release(b, 640, MemCategory::Workspace);
+  EXPECT_EQ(f.alloc.trim(), 0u) << "both were used in the step that just ended";
+  EXPECT_EQ(f.ledger.drops, 0);
+  void* a2 = f.alloc.allocate(128, MemCategory::Activations);  // the next step reuses a only
+  EXPECT_EQ(a2, a);
+  f.alloc.release(a2, 128, MemCategory::Activations);
+  EXPECT_EQ(f.alloc.trim(), 640u);
+  EXPECT_EQ(f.ledger.drops, 1);
+  EXPECT_EQ(f.ledger.given_back, 1);
+  EXPECT_EQ(f.alloc.cached(), 128u);
+  EXPECT_EQ(f.alloc.reserved(), 128u);
+  EXPECT_EQ(f.alloc.trim(), 128u) << "a was not reused in the step after";
   EXPECT_EQ(f.alloc.reserved(), 0u);
 }
 

@@ -1,6 +1,7 @@
 // test_cuda_util.hpp: helpers of the CUDA tests: skip cleanly without a GPU
-// (or fail, when PIPETRAIN_REQUIRE_GPU=1 says a GPU must be there), move
-// tensors between devices, compare against the CPU backend.
+// (or fail, when PIPETRAIN_REQUIRE_GPU=1 says a GPU must be there;
+// test_gpu_skip.hpp), move tensors between devices, compare against the CPU
+// backend.
 #pragma once
 
 #include <gtest/gtest.h>
@@ -14,24 +15,9 @@
 
 #include "pipetrain/cuda/cuda.hpp"
 #include "pipetrain/base/rng.hpp"
+#include "test_gpu_skip.hpp"
 
 namespace pt::test {
-
-// PIPETRAIN_REQUIRE_GPU set and not "0": a GPU test that finds no device
-// fails instead of skipping (scripts/gpu-check.sh sets it when nvidia-smi
-// lists a GPU, so a driver too old for the runtime cannot pass as skips).
-inline bool gpu_required() {
-  const char* v = std::getenv("PIPETRAIN_REQUIRE_GPU");
-  return v != nullptr && *v != '\0' && std::string(v) != "0";
-}
-
-// Skips the current test, or fails it under PIPETRAIN_REQUIRE_GPU; returns.
-#define PT_NO_GPU(reason)                                                               \
-  do {                                                                                  \
-    if (::pt::test::gpu_required())                                                     \
-      GTEST_FAIL() << "PIPETRAIN_REQUIRE_GPU is set but " << (reason);                  \
-    GTEST_SKIP() << (reason) << "; GPU test skipped";                                   \
-  } while (0)
 
 // Initialises device 0 once; false (with the reason) when no GPU is visible.
 inline bool gpu_available(std::string* why) {

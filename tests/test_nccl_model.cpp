@@ -11,6 +11,11 @@
 //     timeout and named as a first-use block -- exactly when the validator's
 //     lazy-connection simulation refuses the schedule: GPipe with N >= 2,
 //     1F1B with 2 <= N < P.
+// (c) The bookkeeping of the real NCCL transport and replica group
+//     (runtime/comm_ledger.hpp, #40 2.6): communicators with an operation in
+//     flight, or one dropped unfinished, are aborted, never destroyed (which
+//     would hang); a poll past the timeout or with an asynchronous error ends
+//     the wait.
 #include <gtest/gtest.h>
 #include <mpi.h>
 #include <unistd.h>
@@ -24,6 +29,7 @@
 #include "mpi_test_util.hpp"
 #include "pipetrain/base/error.hpp"
 #include "pipetrain/base/timed_wait.hpp"
+#include "pipetrain/runtime/comm_ledger.hpp"
 #include "pipetrain/runtime/trainer.hpp"
 
 namespace pt {
@@ -168,6 +174,43 @@ TEST(NcclModel, LazyConnectionDeadlocksExactlyWhereTheValidatorSays) {
     }
   set_wait_limit(saved);
   EXPECT_GT(deadlocks, 0) << "the lazy model reproduced no deadlock";
+}
+
+TEST(CommLedger, DestroysOnlyWhenEveryPostedOperationWasSeenComplete) {
+  CommLedger ledger;
+  EXPECT_EQ(ledger.teardown(), CommLedger::Teardown::Destroy) << "nothing ever posted";
+  ledger.posted();  // e.g. the warm-up all-to-all
+  ledger.posted();  // and all-gather
+  EXPECT_EQ(ledger.outstanding(), 2);
+  EXPECT_EQ(ledger.teardown(), CommLedger::Teardown::Abort) << "destroy would wait for them";
+  ledger.completed();
+  EXPECT_EQ(ledger.teardown(), CommLedger::Teardown::Abort);
+  ledger.completed();
+  EXPECT_EQ(ledger.outstanding(), 0);
+  EXPECT_EQ(ledger.teardown(), CommLedger::Teardown::Destroy);
+  EXPECT_THROW(ledger.completed(), Error) << "a completion nobody posted";
+}
+
+// A data-parallel timeout: the reducer throws with a bucket in flight and
+// its operations are dropped unfinished, then the group is destroyed.
+TEST(CommLedger, AnOperationDroppedUnfinishedMeansAbort) {
+  CommLedger ledger;
+  ledger.posted();
+  ledger.dropped();
+  EXPECT_EQ(ledger.teardown(), CommLedger::Teardown::Abort);
+  CommLedger after_error;
+  after_error.posted();
+  after_error.aborted();  // a poll already aborted the communicators
+  EXPECT_TRUE(after_error.is_aborted());
+  EXPECT_EQ(after_error.teardown(), CommLedger::Teardown::Nothing) << "the handles are gone";
+}
+
+TEST(CommLedger, AWaitEndsOnAnAsynchronousErrorOrPastTheTimeout) {
+  EXPECT_EQ(judge_wait(false, 0.5, 2.0), WaitVerdict::Pending);
+  EXPECT_EQ(judge_wait(false, 2.0, 2.0), WaitVerdict::Pending);
+  EXPECT_EQ(judge_wait(false, 2.01, 2.0), WaitVerdict::TimedOut);
+  EXPECT_EQ(judge_wait(true, 0.0, 2.0), WaitVerdict::Failed) << "an error ends the wait at once";
+  EXPECT_EQ(judge_wait(true, 5.0, 2.0), WaitVerdict::Failed);
 }
 
 }  // namespace

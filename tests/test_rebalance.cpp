@@ -7,11 +7,14 @@
 // and every final parameter BITWISE equal to the same run without moves, and
 // so does a run with one rank slowed down (fault injection only sleeps).
 // Also: the partition in use and the optimizer's update count after a move,
-// a move to the partition in use sends nothing, and a bad partition is refused.
+// a move to the partition in use sends nothing, a bad partition is refused,
+// and a move constructs only the arriving units' layers, draws and sets no
+// initial values, and keeps the staying layers (same objects, same storage).
 #include <gtest/gtest.h>
 #include <mpi.h>
 
 #include <cstring>
+#include <set>
 
 #include "pipetrain/runtime/trainer.hpp"
 #include "mpi_test_util.hpp"
@@ -151,6 +154,92 @@ Deck ordered_mlp_deck(const std::string& schedule, const std::string& optimizer,
 }
 TEST(Rebalance, MovesWithTheOrderedReductionAreBitwiseInvisible) {
   check_moves_change_nothing(ordered_mlp_deck, "mlp ordered", "none");
+}
+
+// This rank's stage as objects: each layer, its unit (-1 pinned) and where
+// its parameters' values and optimizer state live.
+struct StageObjects {
+  std::vector<const Layer*> layers;
+  std::vector<int64_t> units;
+  std::vector<std::vector<const void*>> storage;  // (layers) value, state1, state2 of each param
+};
+
+StageObjects objects_of(const StageModel& stage) {
+  StageObjects o;
+  for (size_t i = 0; i < stage.layers.size(); ++i) {
+    o.layers.push_back(stage.layers[i].get());
+    o.units.push_back(stage.layer_unit[i]);
+    o.storage.emplace_back();
+    for (Param* p : stage.layers[i]->params())
+      for (const ParamState& s : param_state(*p)) o.storage.back().push_back(s.tensor->raw());
+  }
+  return o;
+}
+
+// The layers of `o` whose unit is in `units`, in order, and their storage.
+StageObjects restricted(const StageObjects& o, const std::set<int64_t>& units) {
+  StageObjects r;
+  for (size_t i = 0; i < o.layers.size(); ++i) {
+    if (units.count(o.units[i]) == 0) continue;
+    r.layers.push_back(o.layers[i]);
+    r.units.push_back(o.units[i]);
+    r.storage.push_back(o.storage[i]);
+  }
+  return r;
+}
+
+// Two moves (moves_for), a step before each and after: on every rank, each
+// move constructs exactly the layers of the units that arrive, draws no
+// random value and sets no constant (they are received), and the layers
+// that stay are the same objects over the same parameter and optimizer
+// storage. The run's bits are the other tests' business.
+void check_moves_build_only_arrivals(const Deck& deck, int stages, const std::string& label) {
+  MPI_Comm comm = MPI_COMM_NULL;
+  MPI_Comm_split(MPI_COMM_WORLD, test::world_rank() < stages ? 0 : MPI_UNDEFINED,
+                 test::world_rank(), &comm);
+  if (comm == MPI_COMM_NULL) return;
+  {
+    Trainer trainer(deck, comm);
+    const auto targets = moves_for(model_units(deck.model), stages);
+    int64_t arrived_in_all = 0;
+    for (int64_t m = 0; m < 2; ++m) {
+      trainer.train_step(m);
+      const StageObjects before = objects_of(trainer.stage());
+      const LayerBuildCounts built_before = layer_build_counts();
+      trainer.repartition(targets[static_cast<size_t>(m)], m);
+      const LayerBuildCounts built = layer_build_counts();
+      const StageObjects after = objects_of(trainer.stage());
+      const std::set<int64_t> held(before.units.begin(), before.units.end());
+      std::set<int64_t> kept;
+      int64_t arrived = 0;
+      for (int64_t u : after.units) {
+        if (held.count(u)) kept.insert(u);
+        else ++arrived;  // a layer of an arriving unit
+      }
+      arrived_in_all += arrived;
+      const std::string what = label + ", move " + std::to_string(m);
+      EXPECT_EQ(built.layers - built_before.layers, arrived) << what << ": layers constructed";
+      EXPECT_EQ(built.random_elements - built_before.random_elements, 0) << what;
+      EXPECT_EQ(built.constant_elements - built_before.constant_elements, 0) << what;
+      const StageObjects stayed_before = restricted(before, kept), stayed = restricted(after, kept);
+      EXPECT_EQ(stayed.layers, stayed_before.layers) << what << ": staying layers rebuilt";
+      EXPECT_EQ(stayed.storage, stayed_before.storage) << what << ": staying tensors copied";
+    }
+    trainer.train_step(2);
+    EXPECT_GT(arrived_in_all, 0) << label << ": every rank receives units in one of the moves";
+  }
+  MPI_Comm_free(&comm);
+}
+
+TEST(Rebalance, MovesBuildOnlyTheArrivingLayersAndDrawNothing) {
+  for (int p : {2, 4}) {
+    if (p > world_size()) continue;
+    const std::string ranks = " P=" + std::to_string(p);
+    check_moves_build_only_arrivals(mlp_deck("1f1b", "adamw", "none"), p, "mlp adamw" + ranks);
+    check_moves_build_only_arrivals(gpt_deck("1f1b", "adamw", "selective"), p, "gpt adamw" + ranks);
+    check_moves_build_only_arrivals(ordered_mlp_deck("gpipe", "sgd", "none"), p,
+                                    "mlp ordered sgd" + ranks);
+  }
 }
 
 // A slowed rank (fault injection) and its moves change no number either.

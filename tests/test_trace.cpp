@@ -5,7 +5,10 @@
 // one B per micro-batch and one SEND/RECV window per comm action; the compute
 // events, in time order, are exactly the schedule's F/B actions of that rank;
 // nested events (WAIT, RECOMPUTE) lie inside their F/B; times are ordered and
-// the clock offsets' estimated errors are small.
+// the clock offsets' estimated errors are small. And the compute times the
+// executor reports (the measured bubble, live rebalancing, zero-bubble
+// placement) come from the backend's ComputeTimer, one region per F, B and W
+// read once per step, never from the host clock around launches (#40 2.2).
 #include <gtest/gtest.h>
 #include <mpi.h>
 
@@ -13,11 +16,123 @@
 #include <cmath>
 #include <map>
 #include <random>
+#include <utility>
 
 #include "pipetrain/runtime/trainer.hpp"
 
 namespace pt {
 namespace {
+
+// What a FakeClockBackend was asked to do.
+struct TimingLedger {
+  int begins = 0, ends = 0, reads = 0, syncs = 0;
+  size_t regions_read = 0;  // regions returned by the reads
+  bool read_while_open = false;
+};
+
+// A ComputeTimer on a fake clock: region k since the last read lasts
+// (k + 1) ms, whatever the host clock says.
+class FakeTimer final : public ComputeTimer {
+ public:
+  explicit FakeTimer(TimingLedger& ledger) : ledger_(ledger) {}
+  void begin() override {
+    ++ledger_.begins;
+    open_ = true;
+  }
+  void end() override {
+    ++ledger_.ends;
+    open_ = false;
+    seconds_.push_back(1e-3 * static_cast<double>(seconds_.size() + 1));
+  }
+  std::vector<double> read() override {
+    ++ledger_.reads;
+    ledger_.read_while_open = ledger_.read_while_open || open_;
+    ledger_.regions_read += seconds_.size();
+    return std::exchange(seconds_, {});
+  }
+
+ private:
+  TimingLedger& ledger_;
+  bool open_ = false;
+  std::vector<double> seconds_;
+};
+
+// Computes on the CPU backend; its clock is a FakeTimer and it counts
+// synchronisations, as a GPU backend's would cost.
+class FakeClockBackend final : public Backend {
+ public:
+  TimingLedger ledger;
+  const char* name() const override { return "fake-clock"; }
+  Device device() const override { return Device::CPU; }
+  void synchronize() override { ++ledger.syncs; }
+  std::unique_ptr<ComputeTimer> make_timer() override { return std::make_unique<FakeTimer>(ledger); }
+  void matmul(const Tensor& a, bool ta, const Tensor& b, bool tb, Tensor& c, float alpha,
+              float beta) override {
+    cpu_.matmul(a, ta, b, tb, c, alpha, beta);
+  }
+  void add_bias(Tensor& y, const Tensor& bias) override { cpu_.add_bias(y, bias); }
+  void accumulate_bias_grad(const Tensor& dy, Tensor& db) override { cpu_.accumulate_bias_grad(dy, db); }
+  void relu_forward(const Tensor& x, Tensor& y) override { cpu_.relu_forward(x, y); }
+  void relu_backward(const Tensor& x, const Tensor& dy, Tensor& dx) override { cpu_.relu_backward(x, dy, dx); }
+  void gelu_forward(const Tensor& x, Tensor& y) override { cpu_.gelu_forward(x, y); }
+  void gelu_backward(const Tensor& x, const Tensor& dy, Tensor& dx) override { cpu_.gelu_backward(x, dy, dx); }
+  double mse_loss(const Tensor& p, const Tensor& t, float s, Tensor& dp) override { return cpu_.mse_loss(p, t, s, dp); }
+  double softmax_cross_entropy(const Tensor& l, const Tensor& y, float s, Tensor& dl) override {
+    return cpu_.softmax_cross_entropy(l, y, s, dl);
+  }
+  void fill(Tensor& x, float v) override { cpu_.fill(x, v); }
+  void copy(const Tensor& src, Tensor& dst) override { cpu_.copy(src, dst); }
+  double sum_squares(const Tensor& x) override { return cpu_.sum_squares(x); }
+  bool all_finite(const Tensor& x) override { return cpu_.all_finite(x); }
+  void scale(Tensor& x, float s) override { cpu_.scale(x, s); }
+  void add(const Tensor& a, const Tensor& b, Tensor& out) override { cpu_.add(a, b, out); }
+  void layernorm_forward(const Tensor& x, const Tensor& g, const Tensor& b, float eps, Tensor& y,
+                         Tensor& mean, Tensor& rstd) override {
+    cpu_.layernorm_forward(x, g, b, eps, y, mean, rstd);
+  }
+  void layernorm_backward(const Tensor& x, const Tensor& g, const Tensor& mean, const Tensor& rstd,
+                          const Tensor& dy, Tensor& dx, Tensor& dg, Tensor& db) override {
+    cpu_.layernorm_backward(x, g, mean, rstd, dy, dx, dg, db);
+  }
+  void embedding_forward(const Tensor& t, const Tensor& wte, const Tensor& wpe, Tensor& y) override {
+    cpu_.embedding_forward(t, wte, wpe, y);
+  }
+  void embedding_backward(const Tensor& t, const Tensor& dy, Tensor& dwte, Tensor& dwpe) override {
+    cpu_.embedding_backward(t, dy, dwte, dwpe);
+  }
+  void attention_probs(const Tensor& qkv, int64_t h, Tensor& probs) override { cpu_.attention_probs(qkv, h, probs); }
+  void attention_values(const Tensor& qkv, const Tensor& probs, int64_t h, Tensor& y) override {
+    cpu_.attention_values(qkv, probs, h, y);
+  }
+  void attention_backward(const Tensor& qkv, const Tensor& probs, const Tensor& dy, int64_t h,
+                          Tensor& dqkv) override {
+    cpu_.attention_backward(qkv, probs, dy, h, dqkv);
+  }
+  void sgd_step(Tensor& p, const Tensor& g, Tensor& v, float lr, float m, float wd) override {
+    cpu_.sgd_step(p, g, v, lr, m, wd);
+  }
+  void adamw_step(Tensor& p, const Tensor& g, Tensor& m, Tensor& v, float lr, float b1, float b2,
+                  float eps, float wd, long step) override {
+    cpu_.adamw_step(p, g, m, v, lr, b1, b2, eps, wd, step);
+  }
+
+ private:
+  Backend& cpu_ = cpu_backend();
+};
+
+// The F, B and W actions of `rank` in `schedule`, in order ('F', 'B', 'W').
+std::vector<char> compute_kinds(const Schedule& schedule, int rank) {
+  std::vector<char> kinds;
+  for (const Action& a : schedule.ranks[rank]) {
+    if (a.kind == ActionKind::F) kinds.push_back('F');
+    if (a.kind == ActionKind::B) kinds.push_back('B');
+    if (a.kind == ActionKind::W) kinds.push_back('W');
+  }
+  return kinds;
+}
+
+// The fake clock's total over n regions: (1 + 2 + ... + n) ms.
+double fake_total_s(size_t n) { return 1e-3 * static_cast<double>(n * (n + 1) / 2); }
 
 Deck traced_deck(const std::string& schedule) {
   Deck d;
@@ -235,6 +350,71 @@ TEST(TraceReplay, ARealRunReplaysBelowItsMeasuredBubble) {
       EXPECT_GT(r.bubble, 0.0) << "step " << r.step;
     }
     EXPECT_LE(r.bubble, measured[static_cast<size_t>(r.step)] + 0.02) << "step " << r.step;
+  }
+}
+
+// The executor alone, on zb-h1 (F, B and W): every compute action is one
+// region of the backend's timer, the timer is read once per run, and the
+// run never synchronises the backend (a GPU would then report launch
+// times on the middle stages before the fix, or wait after every action).
+TEST(ComputeTiming, EachFBAndWIsOneTimerRegionReadOncePerStep) {
+  int rank = 0, size = 1;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  MPI_Comm_size(MPI_COMM_WORLD, &size);
+  Deck d = traced_deck("zb-h1");
+  d.output.trace = false;
+  d.pipeline.recompute = "none";
+  const Schedule schedule = schedule_for_deck(d, size);
+  ASSERT_EQ(schedule.num_stages, size);
+  const std::vector<int64_t> parts = partition_units(model_units(d.model), size, {});
+  StageModel stage = build_stage(d.model, parts, rank);
+  auto transport = make_mpi_transport(MPI_COMM_WORLD);
+  auto data = make_dataset(d, Split::Train);
+  FakeClockBackend be;
+  Executor ex(stage, *transport, d, be, parse_recompute_policy("none", "test"));
+  ex.set_time_actions(true);
+  const std::vector<char> kinds = compute_kinds(schedule, rank);
+  const size_t n = kinds.size();
+  for (int64_t step = 0; step < 2; ++step) {
+    be.ledger = TimingLedger();
+    const StepOutcome out = ex.run(schedule, *data, step, Pass::Train);
+    EXPECT_EQ(be.ledger.begins, static_cast<int>(n)) << "rank " << rank << " step " << step;
+    EXPECT_EQ(be.ledger.ends, static_cast<int>(n));
+    EXPECT_EQ(be.ledger.reads, 1) << "the timer is read once per step";
+    EXPECT_EQ(be.ledger.regions_read, n);
+    EXPECT_FALSE(be.ledger.read_while_open);
+    EXPECT_EQ(be.ledger.syncs, 0) << "a synchronisation per action";
+    EXPECT_NEAR(out.compute_us, 1e6 * fake_total_s(n), 1e-6) << "not the timer's clock";
+    const std::vector<ActionTime>& times = ex.action_times();
+    ASSERT_EQ(times.size(), n);
+    for (size_t k = 0; k < n; ++k) {
+      EXPECT_EQ(times[k].stage, rank);
+      EXPECT_EQ("FBW"[times[k].kind], kinds[k]) << "action " << k;
+      EXPECT_NEAR(times[k].seconds, 1e-3 * static_cast<double>(k + 1), 1e-12) << "action " << k;
+    }
+  }
+}
+
+// Through the trainer: each stage's compute seconds of a step, which the
+// rebalancer observes, are its timer's regions (every rank's, all-gathered).
+TEST(ComputeTiming, TheTrainersStageComputeTimesAreTheBackendTimers) {
+  int size = 1;
+  MPI_Comm_size(MPI_COMM_WORLD, &size);
+  Deck d = traced_deck("1f1b");
+  d.output.trace = false;
+  FakeClockBackend be;
+  ComputeSetup setup;
+  setup.backend = &be;
+  Trainer trainer(d, MPI_COMM_WORLD, setup);
+  for (int64_t step = 0; step < 2; ++step) {
+    be.ledger = TimingLedger();
+    const StepRecord rec = trainer.train_step(step);
+    EXPECT_EQ(be.ledger.reads, 1) << "step " << step;
+    ASSERT_EQ(rec.stage_compute_s.size(), static_cast<size_t>(size));
+    for (int r = 0; r < size; ++r)
+      EXPECT_NEAR(rec.stage_compute_s[r], fake_total_s(compute_kinds(trainer.schedule(), r).size()),
+                  1e-9)
+          << "stage " << r << " step " << step;
   }
 }
 

@@ -1,10 +1,13 @@
 // cuda_backend.cpp: the CUDA backend: pt::Backend on one GPU. GEMMs through
 // cuBLAS (gemm.cpp) in the chosen precision, everything else in own kernels
 // (kernels_*.cu), all on the compute stream of the context. Tensors must be
-// Device::CUDA; shape checks are those of the CPU backend.
+// Device::CUDA; shape checks are those of the CPU backend. Compute is timed
+// with events on that stream (EventTimer).
 #include <cublas_v2.h>
 
 #include <cmath>
+#include <memory>
+#include <vector>
 
 #include "attention.hpp"
 #include "check.hpp"
@@ -34,12 +37,72 @@ void check_numel(const Tensor& t, int64_t n, const char* what) {
                                std::to_string(n));
 }
 
+// The ComputeTimer of the GPU: a pair of events on the compute stream per
+// region (made once and reused every step), so a region's time is that of
+// its kernels, not of their launches. read() waits for the last region's end
+// event, the step's one synchronisation, then reads each pair's elapsed time.
+// The compute stream never waits for a communication stream, so that wait
+// needs no peer.
+class EventTimer final : public ComputeTimer {
+ public:
+  ~EventTimer() override {
+    for (const Pair& p : pairs_) {
+      cudaEventDestroy(p.start);
+      cudaEventDestroy(p.stop);
+    }
+  }
+  void begin() override {
+    PT_CHECK(!open_, "ComputeTimer: begin() with a region open");
+    if (used_ == pairs_.size()) pairs_.push_back(new_pair());
+    CUDA_CHECK(cudaEventRecord(pairs_[used_].start, context().compute));
+    open_ = true;
+  }
+  void end() override {
+    PT_CHECK(open_, "ComputeTimer: end() without begin()");
+    CUDA_CHECK(cudaEventRecord(pairs_[used_].stop, context().compute));
+    ++used_;
+    open_ = false;
+  }
+  std::vector<double> read() override {
+    PT_CHECK(!open_, "ComputeTimer: read() with a region open");
+    std::vector<double> seconds;
+    if (used_ == 0) return seconds;
+    CUDA_CHECK(cudaEventSynchronize(pairs_[used_ - 1].stop));
+    for (size_t i = 0; i < used_; ++i) {
+      float ms = 0.f;
+      CUDA_CHECK(cudaEventElapsedTime(&ms, pairs_[i].start, pairs_[i].stop));
+      seconds.push_back(static_cast<double>(ms) * 1e-3);
+    }
+    used_ = 0;
+    return seconds;
+  }
+
+ private:
+  struct Pair {
+    cudaEvent_t start = nullptr, stop = nullptr;
+  };
+  static Pair new_pair() {
+    context();
+    Pair p;
+    CUDA_CHECK(cudaEventCreate(&p.start));  // default flags: timing enabled
+    CUDA_CHECK(cudaEventCreate(&p.stop));
+    return p;
+  }
+
+  std::vector<Pair> pairs_;  // (regions of the busiest step so far)
+  size_t used_ = 0;          // regions recorded since the last read
+  bool open_ = false;
+};
+
 class CudaBackend final : public Backend {
  public:
   explicit CudaBackend(const BackendOptions& o) : precision_(o.precision), ctx_(context()) {}
   const char* name() const override { return "cuda"; }
   Device device() const override { return Device::CUDA; }
   void synchronize() override { cuda::synchronize(); }
+  std::unique_ptr<ComputeTimer> make_timer() override { return std::make_unique<EventTimer>(); }
+  void release_cached_memory() override { release_cached_device_memory(); }
+  void trim_cached_memory() override { trim_cached_device_memory(); }
 
   void matmul(const Tensor& a, bool trans_a, const Tensor& b, bool trans_b, Tensor& c,
               float alpha, float beta) override {

@@ -9,6 +9,7 @@
 
 #include "check.hpp"
 #include "context.hpp"
+#include "pipetrain/base/timed_wait.hpp"
 #include "pipetrain/cuda/cuda.hpp"
 #include "pipetrain/tensor/caching_allocator.hpp"
 
@@ -40,14 +41,14 @@ std::string device_free() {
   return ", GPU " + mib(free_bytes) + " free of " + mib(total);
 }
 
-// cudaMalloc blocks. When cudaMalloc fails the allocator does NOT drop its
-// cache to retry: freeing cached blocks needs a device synchronisation
-// (cudaFree synchronises too), and the device may be running a NCCL receive
-// whose matching send this rank's host has not posted yet, which would hang
-// with no timeout. The request fails at once with what to change instead.
+// cudaMalloc blocks. When cudaMalloc refuses a request, the allocator gives
+// its cache back and retries once (caching_allocator.hpp). cudaFree
+// synchronises the device, and the device may be running a NCCL receive whose
+// sender waits for this rank; so the device is synchronised first, under a
+// DeadlineScope: past the wait limit the watchdog names this wait and ends the
+// job instead of letting it hang. At a step boundary (trim) and before a
+// rebalancing move (release) no transfer is pending and the wait is short.
 struct CudaSource {
-  static constexpr bool kRetryAfterDroppingCache = false;
-
   size_t round(size_t bytes) const { return (bytes + kGranule - 1) / kGranule * kGranule; }
   void* obtain(size_t size) {
     context();
@@ -57,20 +58,17 @@ struct CudaSource {
     return nullptr;
   }
   void give_back(void* ptr, size_t) { CUDA_CHECK(cudaFree(ptr)); }
-  // Only for release_cached_device_memory(), an explicit call.
   void before_dropping_cache() {
     context();
+    DeadlineScope deadline("the device synchronisation before pipetrain frees its cached GPU "
+                           "memory (a NCCL transfer that cannot complete would block it)");
     CUDA_CHECK(cudaDeviceSynchronize());
   }
-  [[noreturn]] void out_of_memory(size_t size, const MemoryStats& live, size_t reserved,
-                                  size_t cached) {
-    PT_FAIL(who() + ": out of GPU memory allocating " + std::to_string(size) + " bytes (" +
-            mib(live.live_total) + " live in tensors, " + mib(cached) + " cached, " +
-            mib(reserved) + " reserved by pipetrain" + device_free() +
-            "). The cache is not dropped to retry: that would synchronise the device, which can "
-            "hang on a NCCL receive. Use smaller micro-batches (a larger pipeline.micro_batches for "
-            "the same training.batch_size), pipeline.recompute = \"selective\", \"full\" or "
-            "\"auto\", or more stages");
+  [[noreturn]] void out_of_memory(const OutOfMemoryReport& report) {
+    PT_FAIL(who() + ": out of GPU memory " + describe(report) + device_free() +
+            ". Use smaller micro-batches (a larger pipeline.micro_batches for the same "
+            "training.batch_size), pipeline.recompute = \"selective\", \"full\" or \"auto\", "
+            "or more stages");
   }
 };
 
@@ -135,5 +133,6 @@ MemoryStats device_memory_stats() { return cache().stats(); }
 size_t device_bytes_reserved() { return cache().reserved(); }
 void reset_device_memory_peaks() { cache().reset_peaks(); }
 void release_cached_device_memory() { cache().release_cached(); }
+void trim_cached_device_memory() { cache().trim(); }
 
 }  // namespace pt::cuda

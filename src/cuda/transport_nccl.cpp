@@ -14,7 +14,9 @@
 // nccl_model reproduces that deadlock and this fix in CI.
 // Each transfer: the channel stream waits for the compute stream, then
 // ncclSend/ncclRecv inside ncclGroupStart/End, then an event; test() polls
-// the event, ncclCommGetAsyncError and the deadline.
+// the event, ncclCommGetAsyncError and the deadline (nccl_wait.hpp). The
+// engine's CommLedger counts the transfers in flight: the destructor destroys
+// the communicators only when none is, and aborts them otherwise.
 #include <cuda_runtime.h>
 #include <mpi.h>
 #include <nccl.h>
@@ -27,6 +29,7 @@
 #include "check.hpp"
 #include "context.hpp"
 #include "device_memory.hpp"
+#include "nccl_wait.hpp"
 #include "pipetrain/base/timed_wait.hpp"
 #include "pipetrain/cuda/cuda.hpp"
 
@@ -43,8 +46,6 @@ struct Channel {
   int world_peer = -1;    // the same rank in the transport's communicator
   cudaStream_t stream = nullptr;
   cudaEvent_t ready = nullptr;
-  long outstanding = 0;   // posted, not yet seen complete
-  bool poisoned = false;  // a transfer was dropped before completion
 };
 
 enum ChannelId { kToNext = 0, kFromNext, kToPrev, kFromPrev, kChannels };
@@ -62,8 +63,7 @@ class NcclEngine {
   }
 
   ~NcclEngine() {
-    bool clean = true;
-    for (Channel& ch : channels_) clean = clean && ch.outstanding == 0 && !ch.poisoned;
+    const bool clean = ledger_.teardown() == CommLedger::Teardown::Destroy;
     for (Channel& ch : channels_) {
       if (ch.comm) clean ? ncclCommDestroy(ch.comm) : ncclCommAbort(ch.comm);
       if (ch.ready) cudaEventDestroy(ch.ready);
@@ -71,6 +71,8 @@ class NcclEngine {
     }
     if (world_) clean ? ncclCommDestroy(world_) : ncclCommAbort(world_);
   }
+
+  CommLedger& ledger() { return ledger_; }
 
   int rank() const { return rank_; }
   int size() const { return size_; }
@@ -101,30 +103,17 @@ class NcclEngine {
     cudaEvent_t done;
     CUDA_CHECK(cudaEventCreateWithFlags(&done, cudaEventDisableTiming));
     CUDA_CHECK(cudaEventRecord(done, ch.stream));
-    ++ch.outstanding;
+    ledger_.posted();
     return done;
   }
 
   // Throws (after aborting every communicator) on an asynchronous NCCL error
   // or when the transfer has been pending longer than the timeout.
   void check_health(Channel& ch, Clock::time_point posted, const std::string& what) {
-    ncclResult_t async = ncclSuccess;
-    NCCL_CHECK(ncclCommGetAsyncError(ch.comm, &async));
-    if (async != ncclSuccess && async != ncclInProgress) {
-      const std::string text = std::string(ncclGetErrorString(async)) + " " +
-                               ncclGetLastError(ch.comm);
-      abort_all();
-      throw Error("NCCL asynchronous error during " + what + ": " + text +
-                  "; communicators aborted");
-    }
-    const double waited = std::chrono::duration<double>(Clock::now() - posted).count();
-    if (waited > timeout_s_) {
-      abort_all();
-      throw TimeoutError("rank " + std::to_string(rank_) + ": NCCL " + what + " not complete " +
-                         std::to_string(static_cast<int>(waited)) + " s after it was posted; " +
-                         "communicators aborted (peer dead or stuck, or the two ranks posted "
-                         "this link's messages in different orders)");
-    }
+    check_nccl_wait(ch.comm, posted, timeout_s_, "rank " + std::to_string(rank_) + ": NCCL " + what,
+                    ": peer dead or stuck, or the two ranks posted this link's messages in "
+                    "different orders",
+                    [this] { abort_all(); });
   }
 
  private:
@@ -208,12 +197,14 @@ class NcclEngine {
     }
     if (world_) ncclCommAbort(world_);
     world_ = nullptr;
+    ledger_.aborted();
   }
 
   double timeout_s_;
   int rank_ = 0, size_ = 1;
   ncclComm_t world_ = nullptr;
   Channel channels_[kChannels];
+  CommLedger ledger_;  // transfers in flight on every channel
 };
 
 class NcclTransfer final : public PendingTransfer {
@@ -223,7 +214,7 @@ class NcclTransfer final : public PendingTransfer {
       : engine_(std::move(engine)), ch_(ch), done_(done), what_(std::move(what)),
         posted_(Clock::now()) {}
   ~NcclTransfer() override {
-    if (!finished_) ch_.poisoned = true;
+    if (!finished_) engine_->ledger().dropped();
     cudaEventDestroy(done_);
   }
   bool test() override {
@@ -231,7 +222,7 @@ class NcclTransfer final : public PendingTransfer {
     const cudaError_t q = cudaEventQuery(done_);
     if (q == cudaSuccess) {
       finished_ = true;
-      --ch_.outstanding;
+      engine_->ledger().completed();
       return true;
     }
     if (q != cudaErrorNotReady) CUDA_CHECK(q);

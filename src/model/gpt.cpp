@@ -6,7 +6,6 @@
 #include <cmath>
 
 #include "pipetrain/base/error.hpp"
-#include "pipetrain/base/rng.hpp"
 
 namespace pt {
 
@@ -28,27 +27,19 @@ uint64_t name_stream(const std::string& name) {
   return h;
 }
 
-Param make_param(const std::string& name, Tensor value) {
-  Param p;
-  p.name = name;
-  p.grad = Tensor::zeros(value.shape(), DType::F32, MemCategory::Gradients);
-  p.value = std::move(value);
+// N(0, std^2) drawn from (seed, name_stream(name), element index); left
+// unfilled with ParamInit::Uninitialised.
+Param normal_param(const std::string& name, const Shape& shape, float std, uint64_t seed,
+                   ParamInit init) {
+  Param p = new_param(name, shape);
+  if (init == ParamInit::FromSeed) fill_normal(p.value, std, seed, name_stream(name));
   return p;
 }
 
-// N(0, std^2) drawn from (seed, name_stream(name), element index).
-Param normal_param(const std::string& name, const Shape& shape, float std, uint64_t seed) {
-  Tensor t = Tensor::empty(shape, DType::F32, MemCategory::Parameters);
-  const uint64_t stream = name_stream(name);
-  for (int64_t i = 0, n = t.numel(); i < n; ++i)
-    t.f32()[i] = std * normal01(seed, stream, static_cast<uint64_t>(i));
-  return make_param(name, std::move(t));
-}
-
-Param constant_param(const std::string& name, const Shape& shape, float value) {
-  Tensor t = Tensor::empty(shape, DType::F32, MemCategory::Parameters);
-  for (int64_t i = 0, n = t.numel(); i < n; ++i) t.f32()[i] = value;
-  return make_param(name, std::move(t));
+Param constant_param(const std::string& name, const Shape& shape, float value, ParamInit init) {
+  Param p = new_param(name, shape);
+  if (init == ParamInit::FromSeed) fill_constant(p.value, value);
+  return p;
 }
 
 Shape with_last(const Shape& shape, int64_t last) {
@@ -68,9 +59,10 @@ struct Dense {
   Param weight;
   Param bias;  // value undefined when the layer has no bias
 
-  Dense(const std::string& name, int64_t in, int64_t out, float std, uint64_t seed, bool has_bias)
-      : weight(normal_param(name + ".weight", {out, in}, std, seed)) {
-    if (has_bias) bias = constant_param(name + ".bias", {out}, 0.f);
+  Dense(const std::string& name, int64_t in, int64_t out, float std, uint64_t seed, bool has_bias,
+        ParamInit init)
+      : weight(normal_param(name + ".weight", {out, in}, std, seed, init)) {
+    if (has_bias) bias = constant_param(name + ".bias", {out}, 0.f, init);
   }
   bool has_bias() const { return bias.value.defined(); }
   int64_t out() const { return weight.value.dim(0); }
@@ -121,9 +113,9 @@ class DeferredPairs {
 struct LayerNorm {
   Param weight, bias;  // gamma, beta: (C)
 
-  LayerNorm(const std::string& name, int64_t C)
-      : weight(constant_param(name + ".weight", {C}, 1.f)),
-        bias(constant_param(name + ".bias", {C}, 0.f)) {}
+  LayerNorm(const std::string& name, int64_t C, ParamInit init)
+      : weight(constant_param(name + ".weight", {C}, 1.f, init)),
+        bias(constant_param(name + ".bias", {C}, 0.f, init)) {}
 
   // Appends y, mean, rstd to `saved` and returns y.
   Tensor forward(Backend& be, const Tensor& x, std::vector<Tensor>& saved) {
@@ -163,8 +155,10 @@ class GptEmbedding final : public Layer {
  public:
   GptEmbedding(const GptDims& dims, uint64_t seed)
       : dims_(dims),
-        wte_(normal_param("embed.wte", {dims.vocab_size, dims.d_model}, kInitStd, seed)),
-        wpe_(normal_param("embed.wpe", {dims.seq_len, dims.d_model}, kInitStd, seed)) {}
+        wte_(normal_param("embed.wte", {dims.vocab_size, dims.d_model}, kInitStd, seed,
+                          ParamInit::FromSeed)),
+        wpe_(normal_param("embed.wpe", {dims.seq_len, dims.d_model}, kInitStd, seed,
+                          ParamInit::FromSeed)) {}
   std::string kind() const override { return "gpt_embedding"; }
   Shape output_shape(const Shape& input) const override {
     check_tokens_shape(input, dims_);
@@ -228,17 +222,18 @@ enum BlockSaved : size_t {
 
 class GptBlock final : public Layer {
  public:
-  GptBlock(const GptDims& dims, int64_t index, uint64_t seed)
+  GptBlock(const GptDims& dims, int64_t index, uint64_t seed, ParamInit init)
       : dims_(dims),
-        ln1_(prefix(index) + "ln1", dims.d_model),
-        qkv_(prefix(index) + "attn.qkv", dims.d_model, 3 * dims.d_model, kInitStd, seed, true),
+        ln1_(prefix(index) + "ln1", dims.d_model, init),
+        qkv_(prefix(index) + "attn.qkv", dims.d_model, 3 * dims.d_model, kInitStd, seed, true,
+             init),
         attn_proj_(prefix(index) + "attn.proj", dims.d_model, dims.d_model, residual_std(dims),
-                   seed, true),
-        ln2_(prefix(index) + "ln2", dims.d_model),
+                   seed, true, init),
+        ln2_(prefix(index) + "ln2", dims.d_model, init),
         fc_(prefix(index) + "mlp.fc", dims.d_model, dims.mlp_ratio * dims.d_model, kInitStd,
-            seed, true),
+            seed, true, init),
         mlp_proj_(prefix(index) + "mlp.proj", dims.mlp_ratio * dims.d_model, dims.d_model,
-                  residual_std(dims), seed, true) {
+                  residual_std(dims), seed, true, init) {
     PT_CHECK(dims.heads >= 1 && dims.d_model % dims.heads == 0, "heads must divide d_model");
   }
   std::string kind() const override { return "gpt_block"; }
@@ -357,8 +352,9 @@ class GptHead final : public Layer {
  public:
   GptHead(const GptDims& dims, uint64_t seed)
       : dims_(dims),
-        ln_f_("head.ln_f", dims.d_model),
-        lm_head_("head.lm_head", dims.d_model, dims.vocab_size, kInitStd, seed, false) {}
+        ln_f_("head.ln_f", dims.d_model, ParamInit::FromSeed),
+        lm_head_("head.lm_head", dims.d_model, dims.vocab_size, kInitStd, seed, false,
+                 ParamInit::FromSeed) {}
   std::string kind() const override { return "gpt_head"; }
   Shape output_shape(const Shape& input) const override {
     check_hidden_shape(input, dims_);
@@ -415,8 +411,9 @@ std::unique_ptr<Layer> make_gpt_embedding(const GptDims& dims, uint64_t seed) {
   return std::make_unique<GptEmbedding>(dims, seed);
 }
 
-std::unique_ptr<Layer> make_gpt_block(const GptDims& dims, int64_t index, uint64_t seed) {
-  return std::make_unique<GptBlock>(dims, index, seed);
+std::unique_ptr<Layer> make_gpt_block(const GptDims& dims, int64_t index, uint64_t seed,
+                                      ParamInit init) {
+  return std::make_unique<GptBlock>(dims, index, seed, init);
 }
 
 std::unique_ptr<Layer> make_gpt_head(const GptDims& dims, uint64_t seed) {

@@ -1,6 +1,8 @@
-// layers.cpp: Linear, ReLU, GELU and the losses (MSE, softmax cross-entropy).
+// layers.cpp: parameter construction (counted), Linear, ReLU, GELU and the
+// losses (MSE, softmax cross-entropy).
 #include "pipetrain/model/layers.hpp"
 
+#include <atomic>
 #include <cmath>
 
 #include "pipetrain/base/error.hpp"
@@ -23,21 +25,56 @@ std::vector<ParamState> param_state(Param& p) {
 
 namespace {
 
-Tensor uniform_init(const Shape& shape, float bound, uint64_t seed, uint64_t stream) {
-  Tensor t = Tensor::empty(shape, DType::F32, MemCategory::Parameters);
-  float* p = t.f32();
-  for (int64_t i = 0, n = t.numel(); i < n; ++i)
-    p[i] = (2.f * uniform01(seed, stream, static_cast<uint64_t>(i)) - 1.f) * bound;
-  return t;
+// layer_build_counts(), counted by the Layer constructor and the fills.
+std::atomic<int64_t> layers_built{0}, random_filled{0}, constant_filled{0};
+
+// The values of a parameter being initialised, which happens on the host.
+float* host_values(Tensor& t) {
+  PT_CHECK(t.device() == Device::CPU, "initial parameter values are written on the host");
+  return t.f32();
 }
 
-Param make_param(const std::string& name, Tensor value) {
+}  // namespace
+
+Layer::Layer() { layers_built.fetch_add(1, std::memory_order_relaxed); }
+
+LayerBuildCounts layer_build_counts() {
+  LayerBuildCounts c;
+  c.layers = layers_built.load();
+  c.random_elements = random_filled.load();
+  c.constant_elements = constant_filled.load();
+  return c;
+}
+
+Param new_param(const std::string& name, const Shape& shape) {
   Param p;
   p.name = name;
-  p.grad = Tensor::zeros(value.shape(), DType::F32, MemCategory::Gradients);
-  p.value = std::move(value);
+  p.value = Tensor::empty(shape, DType::F32, MemCategory::Parameters);
+  p.grad = Tensor::zeros(shape, DType::F32, MemCategory::Gradients);
   return p;
 }
+
+void fill_uniform(Tensor& t, float bound, uint64_t seed, uint64_t stream) {
+  float* p = host_values(t);
+  for (int64_t i = 0, n = t.numel(); i < n; ++i)
+    p[i] = (2.f * uniform01(seed, stream, static_cast<uint64_t>(i)) - 1.f) * bound;
+  random_filled.fetch_add(t.numel(), std::memory_order_relaxed);
+}
+
+void fill_normal(Tensor& t, float std, uint64_t seed, uint64_t stream) {
+  float* p = host_values(t);
+  for (int64_t i = 0, n = t.numel(); i < n; ++i)
+    p[i] = std * normal01(seed, stream, static_cast<uint64_t>(i));
+  random_filled.fetch_add(t.numel(), std::memory_order_relaxed);
+}
+
+void fill_constant(Tensor& t, float value) {
+  float* p = host_values(t);
+  for (int64_t i = 0, n = t.numel(); i < n; ++i) p[i] = value;
+  constant_filled.fetch_add(t.numel(), std::memory_order_relaxed);
+}
+
+namespace {
 
 Shape with_last(const Shape& shape, int64_t last) {
   Shape out = shape;
@@ -48,12 +85,13 @@ Shape with_last(const Shape& shape, int64_t last) {
 class Linear final : public Layer {
  public:
   Linear(const std::string& name, int64_t in, int64_t out, uint64_t seed, uint64_t stream,
-         float gain)
-      : in_(in), out_(out) {
-    float bound = gain * std::sqrt(3.f / static_cast<float>(in));
-    weight_ = make_param(name + ".weight", uniform_init({out, in}, bound, seed, stream));
+         float gain, ParamInit init)
+      : in_(in), out_(out), weight_(new_param(name + ".weight", {out, in})),
+        bias_(new_param(name + ".bias", {out})) {
     weight_.zero_by_overwrite = true;
-    bias_ = make_param(name + ".bias", Tensor::zeros({out}, DType::F32, MemCategory::Parameters));
+    if (init == ParamInit::Uninitialised) return;
+    fill_uniform(weight_.value, gain * std::sqrt(3.f / static_cast<float>(in)), seed, stream);
+    fill_constant(bias_.value, 0.f);
   }
   std::string kind() const override { return "linear"; }
   Shape output_shape(const Shape& input) const override {
@@ -156,8 +194,8 @@ class CrossEntropyLoss final : public Loss {
 }  // namespace
 
 std::unique_ptr<Layer> make_linear(const std::string& name, int64_t in, int64_t out,
-                                   uint64_t seed, uint64_t stream, float gain) {
-  return std::make_unique<Linear>(name, in, out, seed, stream, gain);
+                                   uint64_t seed, uint64_t stream, float gain, ParamInit init) {
+  return std::make_unique<Linear>(name, in, out, seed, stream, gain, init);
 }
 std::unique_ptr<Layer> make_relu() { return std::make_unique<Activation>(false); }
 std::unique_ptr<Layer> make_gelu() { return std::make_unique<Activation>(true); }

@@ -120,22 +120,29 @@ std::vector<Param*> StageModel::params() {
 
 namespace {
 
-void add_mlp_layers(const ModelConfig& model, StageModel& sm) {
-  const int64_t total = model.depth;
-  sm.sample_input_shape = {mlp_width_before(model, sm.first_unit)};
-  for (int64_t u = sm.first_unit; u < sm.first_unit + sm.num_units; ++u) {
-    const bool last_unit = (u == total - 1);
-    const int64_t in = mlp_width_before(model, u);
-    const int64_t out = mlp_width_after(model, u);
-    sm.layers.push_back(make_linear("unit" + std::to_string(u) + ".linear", in, out,
-                                    model.init_seed, static_cast<uint64_t>(u),
-                                    last_unit ? 1.f : std::sqrt(2.f)));
+// The layers of partition unit `u`, appended to the stage: MLP, its Linear
+// and (but for the last unit) the activation; GPT, its block.
+void add_unit_layers(const ModelConfig& model, StageModel& sm, int64_t u, ParamInit init) {
+  if (model.type == "gpt") {
+    sm.layers.push_back(make_gpt_block(gpt_dims(model), u, model.init_seed, init));
     sm.layer_unit.push_back(u);
-    if (!last_unit) {
-      sm.layers.push_back(make_activation(model.activation));
-      sm.layer_unit.push_back(u);
-    }
+    return;
   }
+  const bool last_unit = (u == model.depth - 1);
+  sm.layers.push_back(make_linear("unit" + std::to_string(u) + ".linear", mlp_width_before(model, u),
+                                  mlp_width_after(model, u), model.init_seed,
+                                  static_cast<uint64_t>(u), last_unit ? 1.f : std::sqrt(2.f), init));
+  sm.layer_unit.push_back(u);
+  if (!last_unit) {
+    sm.layers.push_back(make_activation(model.activation));
+    sm.layer_unit.push_back(u);
+  }
+}
+
+void add_mlp_layers(const ModelConfig& model, StageModel& sm) {
+  sm.sample_input_shape = {mlp_width_before(model, sm.first_unit)};
+  for (int64_t u = sm.first_unit; u < sm.first_unit + sm.num_units; ++u)
+    add_unit_layers(model, sm, u, ParamInit::FromSeed);
   if (sm.is_last()) {
     sm.loss = make_loss(model.loss);
     sm.loss_terms_per_sample = model.loss == "mse" ? model.output_dim : 1;
@@ -154,10 +161,8 @@ void add_gpt_layers(const ModelConfig& model, StageModel& sm, bool embedding, bo
   } else {
     sm.sample_input_shape = {model.seq_len, model.d_model};
   }
-  for (int64_t u = sm.first_unit; u < sm.first_unit + sm.num_units; ++u) {
-    sm.layers.push_back(make_gpt_block(dims, u, model.init_seed));
-    sm.layer_unit.push_back(u);
-  }
+  for (int64_t u = sm.first_unit; u < sm.first_unit + sm.num_units; ++u)
+    add_unit_layers(model, sm, u, ParamInit::FromSeed);
   if (head) {
     sm.layers.push_back(make_gpt_head(dims, model.init_seed));
     sm.layer_unit.push_back(-1);
@@ -168,22 +173,69 @@ void add_gpt_layers(const ModelConfig& model, StageModel& sm, bool embedding, bo
 
 }  // namespace
 
-StageModel build_stage(const ModelConfig& model, const std::vector<int64_t>& units_per_stage,
-                       int stage) {
-  const int64_t total = model_units(model);
+namespace {
+
+// The stage's index, the stage count and the stage's units under the
+// partition, checked against the model.
+void place_units(const ModelConfig& model, const std::vector<int64_t>& units_per_stage, int stage,
+                 StageModel& sm) {
   PT_CHECK(stage >= 0 && stage < static_cast<int>(units_per_stage.size()), "stage index");
-  StageModel sm;
   sm.stage = stage;
   sm.num_stages = static_cast<int>(units_per_stage.size());
   sm.first_unit = std::accumulate(units_per_stage.begin(), units_per_stage.begin() + stage,
                                   int64_t{0});
   sm.num_units = units_per_stage[stage];
-  PT_CHECK(sm.first_unit + sm.num_units <= total, "stage units beyond the model");
-  PT_CHECK(!sm.is_last() || sm.first_unit + sm.num_units == total,
+  PT_CHECK(sm.first_unit + sm.num_units <= model_units(model), "stage units beyond the model");
+  PT_CHECK(!sm.is_last() || sm.first_unit + sm.num_units == model_units(model),
            "the last stage must end at the last unit");
+}
+
+// Moves layer `i` of (layers, units) to the end of `to`.
+void take_layer(std::vector<std::unique_ptr<Layer>>& layers, const std::vector<int64_t>& units,
+                size_t i, StageModel& to) {
+  to.layers.push_back(std::move(layers[i]));
+  to.layer_unit.push_back(units[i]);
+}
+
+}  // namespace
+
+StageModel build_stage(const ModelConfig& model, const std::vector<int64_t>& units_per_stage,
+                       int stage) {
+  StageModel sm;
+  place_units(model, units_per_stage, stage, sm);
   if (model.type == "mlp") add_mlp_layers(model, sm);
   else add_gpt_layers(model, sm, sm.is_first(), sm.is_last());
   return sm;
+}
+
+StageModel rebuild_stage(const ModelConfig& model, const std::vector<int64_t>& units_per_stage,
+                         StageModel& old) {
+  PT_CHECK(static_cast<int>(units_per_stage.size()) == old.num_stages,
+           "a rebalancing move keeps the stage count");
+  StageModel next;
+  place_units(model, units_per_stage, old.stage, next);
+  next.sample_input_shape = model.type == "mlp" ? Shape{mlp_width_before(model, next.first_unit)}
+                                                : old.sample_input_shape;
+  next.input_dtype = old.input_dtype;
+  next.loss = std::move(old.loss);
+  next.loss_terms_per_sample = old.loss_terms_per_sample;
+  std::vector<std::unique_ptr<Layer>> layers = std::move(old.layers);
+  const std::vector<int64_t> units = std::move(old.layer_unit);
+  old.layers.clear();
+  old.layer_unit.clear();
+  size_t front = 0;  // pinned layers before the units (the GPT embedding)
+  while (front < units.size() && units[front] < 0) take_layer(layers, units, front++, next);
+  for (int64_t u = next.first_unit; u < next.first_unit + next.num_units; ++u) {
+    const bool held = u >= old.first_unit && u < old.first_unit + old.num_units;
+    if (!held) add_unit_layers(model, next, u, ParamInit::Uninitialised);
+    for (size_t i = front; held && i < units.size(); ++i)
+      if (units[i] == u) take_layer(layers, units, i, next);
+  }
+  // What is left: pinned layers after the units (the GPT head) stay, in
+  // order; the layers of units that leave go back to `old`.
+  for (size_t i = front; i < units.size(); ++i)
+    if (layers[i]) take_layer(layers, units, i, units[i] < 0 ? next : old);
+  return next;
 }
 
 namespace {

@@ -22,11 +22,21 @@ Optimizer::Optimizer(const TrainingConfig& cfg, std::vector<Param*> params)
     : cfg_(cfg), params_(std::move(params)) {
   PT_CHECK(cfg.optimizer == "sgd" || cfg.optimizer == "adamw",
            "unknown optimizer '" + cfg.optimizer + "'");
-  for (Param* p : params_) {
-    p->state1 = Tensor::zeros(p->value.shape(), DType::F32, MemCategory::OptimizerState);
-    if (cfg.optimizer == "adamw")
-      p->state2 = Tensor::zeros(p->value.shape(), DType::F32, MemCategory::OptimizerState);
-  }
+  for (Param* p : params_) allocate_state(*p, true);
+}
+
+void Optimizer::replace_params(std::vector<Param*> params) {
+  params_ = std::move(params);
+  for (Param* p : params_)
+    if (!p->state1.defined()) allocate_state(*p, false);
+}
+
+void Optimizer::allocate_state(Param& p, bool zeroed) const {
+  const auto make = zeroed ? Tensor::zeros : Tensor::empty;
+  const Device dev = default_device();
+  p.state1 = make(p.value.shape(), DType::F32, MemCategory::OptimizerState, dev);
+  if (cfg_.optimizer == "adamw")
+    p.state2 = make(p.value.shape(), DType::F32, MemCategory::OptimizerState, dev);
 }
 
 // A gradient its layer zeroes by overwriting is only marked; the others are

@@ -42,6 +42,7 @@ Executor::Executor(std::vector<StageModel*> stages, Transport& transport, const 
     : stages_(checked_stages(std::move(stages), policies.size())),
       policies_(std::move(policies)), stage_(*stages_.front()), transport_(transport),
       deck_(deck), be_(backend), policy_(policies_.front()), tracer_(tracer),
+      timer_(backend.make_timer()),
       rows_(deck.training.batch_size / (deck.pipeline.micro_batches * data_parallel_size(deck))) {}
 
 void Executor::weights_done(int mb, size_t layer) {
@@ -93,8 +94,7 @@ StepOutcome Executor::run(const Schedule& schedule, const Dataset& data, int64_t
   loss_sum_ = 0.0;
   mb_losses_.assign(static_cast<size_t>(schedule.num_micro_batches), 0.0);
   mbs_.clear();
-  compute_us_ = nested_wait_us_ = 0.0;
-  action_times_.clear();
+  restart_timer();
   const double start_us = clock().now_us();
   last_end_us_ = start_us;
   const std::vector<Action>& list = schedule.ranks[transport_.rank()];
@@ -122,38 +122,66 @@ StepOutcome Executor::run(const Schedule& schedule, const Dataset& data, int64_t
   outcome.loss_sum = loss_sum_;
   for (const StageModel* st : stages_)
     if (st->is_last()) outcome.micro_batch_losses = mb_losses_;
-  outcome.compute_us = compute_us_ - nested_wait_us_;
+  outcome.compute_us = read_compute_times() * 1e6;
   outcome.span_us = last_end_us_ - start_us;
   return outcome;
 }
 
 const Tracer& Executor::clock() const { return tracer_ ? *tracer_ : local_clock_; }
 
-double Executor::compute_begin() {
-  in_compute_ = true;
-  nested_wait_at_begin_us_ = nested_wait_us_;
-  return clock().now_us();
+double Executor::compute_begin() { return clock().now_us(); }
+
+// The timed region of an F, B or W: its kernels, after its waits for peers.
+void Executor::start_timing() {
+  timer_->begin();
+  timing_open_ = true;
+}
+
+void Executor::stop_timing() {
+  timer_->end();
+  timing_open_ = false;
+}
+
+// A run that threw left its timer mid-step: start over with a new one.
+void Executor::restart_timer() {
+  if (timing_open_ || !timed_.empty()) timer_ = be_.make_timer();
+  timing_open_ = false;
+  timed_.clear();
+  action_times_.clear();
+}
+
+// The step's one read of the timer: every F, B and W's seconds on the
+// backend's clock (GPU: kernel time, not launch time). Returns their sum and
+// fills action_times_ when asked to.
+double Executor::read_compute_times() {
+  const std::vector<double> seconds = timer_->read();
+  PT_CHECK(seconds.size() == timed_.size(), "the compute timer returned " +
+                                                std::to_string(seconds.size()) + " times for " +
+                                                std::to_string(timed_.size()) + " regions");
+  double total = 0.0;
+  for (size_t i = 0; i < seconds.size(); ++i) {
+    const TimedRegion& r = timed_[i];
+    total += seconds[i];
+    if (!time_actions_ || r.kind < 0) continue;
+    for (int k = 0; k < r.count; ++k) action_times_.push_back({r.stage, r.kind, seconds[i] / r.count});
+  }
+  timed_.clear();
+  return total;
 }
 
 void Executor::compute_end(EventKind kind, int mb, double start_us, int count) {
-  if ((tracer_ && tracer_->enabled()) || time_actions_) be_.synchronize();  // GPU: end = kernels done, not launched
+  if (tracer_ && tracer_->enabled()) be_.synchronize();  // GPU: a trace event ends with its kernels
   if (slowdown_ > 1.0) {
     be_.synchronize();
     const double spent_us = clock().now_us() - start_us;
     std::this_thread::sleep_for(std::chrono::duration<double, std::micro>((slowdown_ - 1.0) * spent_us));
   }
+  stop_timing();
+  const int code = kind == EventKind::F ? 0 : kind == EventKind::B ? 1 : kind == EventKind::W ? 2 : -1;
+  timed_.push_back({cur().stage, code, count});
   const double end_us = clock().now_us();
-  in_compute_ = false;
-  compute_us_ += end_us - start_us;
   last_end_us_ = end_us;
   const double slice_us = (end_us - start_us) / count;
-  if (time_actions_ && (kind == EventKind::F || kind == EventKind::B || kind == EventKind::W)) {
-    const double waited_us = nested_wait_us_ - nested_wait_at_begin_us_;
-    const double seconds = std::max(0.0, end_us - start_us - waited_us) * 1e-6 / count;
-    for (int i = 0; i < count; ++i)
-      action_times_.push_back({cur().stage, kind == EventKind::F ? 0 : kind == EventKind::B ? 1 : 2,
-                               seconds});
-  }
   if (!tracer_) return;
   for (int i = 0; i < count; ++i)
     tracer_->record(kind, step_, cur().stage, mb + i, start_us + i * slice_us,
@@ -176,28 +204,32 @@ void Executor::run_action(const Action& a) {
 
 void Executor::forward(int mb) {
   const double start = compute_begin();
+  receive_forward_input(mb);
+  start_timing();
   run_forward(mb, forward_input(mb));
   compute_end(pass_ == Pass::Train ? EventKind::F : EventKind::EvalF, mb, start);
 }
 
-Tensor Executor::forward_input(int mb) {
+// F's input from a peer: waits for its RECV_F (outside F's timed region).
+void Executor::receive_forward_input(int mb) {
+  if (cur().is_first() || owns(cur().stage - 1)) return;
   MicroBatch& state = mbs_[key(mb)];
-  Tensor x;
-  if (cur().is_first()) {
-    x = data_->inputs(micro_batch_first_sample(deck_, step_, global_mb(mb)), rows_).to(be_.device());
-  } else if (owns(cur().stage - 1)) {  // the previous stage ran here: a local handoff
+  PT_CHECK(state.recv_f, "F of micro-batch " + std::to_string(mb) + " without RECV_F");
+  wait_for(state.recv_f);
+  state.recv_f = Pending();
+  finish_sends_first();
+}
+
+Tensor Executor::forward_input(int mb) {
+  if (cur().is_first())
+    return data_->inputs(micro_batch_first_sample(deck_, step_, global_mb(mb)), rows_).to(be_.device());
+  if (owns(cur().stage - 1)) {  // the previous stage ran here: a local handoff
     MicroBatch& prev = local_state(cur().stage - 1, mb);
     PT_CHECK(prev.output.defined(), "F of micro-batch " + std::to_string(mb) + " on stage " +
                                         std::to_string(cur().stage) + " before the previous stage's F");
-    x = std::move(prev.output);
-  } else {
-    PT_CHECK(state.recv_f, "F of micro-batch " + std::to_string(mb) + " without RECV_F");
-    wait_for(state.recv_f);
-    state.recv_f = Pending();
-    x = std::move(state.recv_input);
-    finish_sends_first();
+    return std::move(prev.output);
   }
-  return x;
+  return std::move(mbs_[key(mb)].recv_input);  // received by receive_forward_input
 }
 
 void Executor::run_forward(int mb, Tensor x) {
@@ -260,12 +292,14 @@ MicroBatchProbe Executor::probe_micro_batch(const Dataset& data,
   // Data that caches itself on first use (synthetic) does so before measuring.
   fill_data_cache(data, rows_, stage_.is_first(), stage_.is_last());
   const MemoryStats empty = stats();  // before the input and output-gradient buffers
-  const double fetch_start = clock().now_us();
+  restart_timer();
+  // Timed regions, read at the end: the input fetch (first stage), F, B.
+  const size_t fetched = stage_.is_first() ? 1 : 0;
+  if (fetched) start_timing();
   Tensor x = stage_.is_first()
                  ? data.inputs(0, rows_).to(be_.device())
                  : Tensor::zeros(stage_.input_shape(rows_), stage_.input_dtype, MemCategory::Workspace);
-  be_.synchronize();
-  const double fetch_us = stage_.is_first() ? clock().now_us() - fetch_start : 0.0;
+  if (fetched) stop_timing();
   Tensor dy;
   if (!stage_.is_last()) dy = Tensor::zeros(stage_.output_shape(rows_), DType::F32, MemCategory::Workspace);
   const MemoryStats before = stats();
@@ -273,10 +307,9 @@ MicroBatchProbe Executor::probe_micro_batch(const Dataset& data,
   if (reset_peaks) reset_peaks();
   probing_ = true;
   if (before_each_pass) before_each_pass();
-  const double forward_start = clock().now_us();
+  start_timing();
   run_forward(0, std::move(x));
-  be_.synchronize();
-  probe.forward_s = (clock().now_us() - forward_start + fetch_us) * 1e-6;
+  stop_timing();
   const int act = static_cast<int>(MemCategory::Activations);
   probe.stash_bytes = stats().live[act] - before.live[act];
   if (stage_.is_last()) dy = std::move(mbs_[0].grad_output);
@@ -284,10 +317,13 @@ MicroBatchProbe Executor::probe_micro_batch(const Dataset& data,
   reset_memory_peaks();
   if (reset_peaks) reset_peaks();
   if (before_each_pass) before_each_pass();
-  const double backward_start = clock().now_us();
+  start_timing();
   run_backward(0, std::move(dy));
-  be_.synchronize();
-  probe.backward_s = (clock().now_us() - backward_start) * 1e-6;
+  stop_timing();
+  const std::vector<double> seconds = timer_->read();
+  PT_CHECK(seconds.size() == fetched + 2, "the probe's compute timer lost a region");
+  probe.forward_s = seconds[fetched] + (fetched ? seconds[0] : 0.0);
+  probe.backward_s = seconds[fetched + 1];
   probe.recompute_s = recompute_us_ * 1e-6;
   probing_ = false;
   const MemoryStats after = stats();
@@ -343,6 +379,7 @@ void Executor::backward(int mb) {
     state.recv_b = Pending();
     finish_sends_first();
   }
+  start_timing();
   run_backward(mb, std::move(state.grad_output));
   state.backward_done = true;
   compute_end(EventKind::B, mb, start);
@@ -362,6 +399,7 @@ void Executor::weights(int mb) {
            "W of micro-batch " + std::to_string(mb) + " before its B");
   MicroBatch& state = it->second;
   const double start = compute_begin();
+  start_timing();
   for (size_t i = state.deferred.size(); i-- > 0;) {
     cur().layers[i]->backward_weights(be_, state.deferred[i]);
     state.deferred[i].clear();
@@ -384,6 +422,7 @@ void Executor::weights_of_step() {
     states.push_back(&it->second);
   }
   const double start = compute_begin();
+  start_timing();
   for (size_t i = states.front()->deferred.size(); i-- > 0;) {
     const std::vector<Tensor> stacked = stacked_deferred(states, i);
     cur().layers[i]->backward_weights(be_, stacked);
@@ -566,7 +605,6 @@ void Executor::wait_for(Pending& p) {
     throw TimeoutError(describe(p.action));
   if (!reaping_) reap_sends(false);
   const double end_us = clock().now_us();
-  if (in_compute_) nested_wait_us_ += end_us - start_us;
   last_end_us_ = std::max(last_end_us_, end_us);
   if (tracer_) tracer_->record(EventKind::Wait, step_, p.action.stage, p.action.mb, start_us, end_us);
 }

@@ -1,14 +1,17 @@
 // repartition.cpp: the Trainer's side of dynamic rebalancing -- the checks
 // after a step, and moving units between running stages (docs/rebalance.md).
 //
-// A move builds this rank's stage for the new partition (model construction,
-// as at start-up), a fresh optimizer over it, and fills both from the old
-// stage: a unit that stays on this rank hands its tensors over locally; one
-// that changes stage is sent by its old rank and received by its new one,
-// tensor by tensor (param_state: value, then the optimizer state), all
-// posted at once and each waited for with a timed wait naming the move.
-// The executor is then rebuilt over the new stage; the transport, data and
-// schedule do not depend on the partition and stay.
+// A move rebuilds this rank's stage for the new partition (rebuild_stage):
+// the layers of units that stay are kept as they are (values and optimizer
+// state untouched, no copy), only the layers of arriving units are
+// constructed, on the stage's device and without initial values, and the
+// optimizer takes the new parameter list (state for the arriving ones,
+// unfilled). A unit that changes stage is then sent by its old rank and
+// received by its new one, tensor by tensor (param_state: value, then the
+// optimizer state), all posted at once and each waited for with a timed
+// wait naming the move. The executor and the gradient reducer are then
+// rebuilt over the new stage; the transport, data and schedule do not
+// depend on the partition and stay.
 #include <chrono>
 #include <cstdio>
 
@@ -95,17 +98,15 @@ MoveReport Trainer::repartition(const std::vector<int64_t>& counts, int64_t step
   fault_point("rebalance", step);
   PT_CHECK(stages_.size() == 1, "rebalancing needs one stage per rank (checked with the deck)");
   StageModel& current = stages_.front();
-  StageModel next = build_stage(deck_.model, to, rank_);
-  move_parameters(next, be_.device());
-  DefaultDeviceGuard on_device(be_.device());
-  auto optimizer = std::make_unique<Optimizer>(deck_.training, next.params());
-  optimizer->set_updates(optimizer_->updates());
-  const auto [tensors, bytes] = exchange_units(current, next, partition_, to);
   const RecomputePolicy policy = executor_->policy();
-  executor_.reset();
+  executor_.reset();  // both hold the stage's layers
   reducer_.reset();
-  optimizer_ = std::move(optimizer);
-  current = std::move(next);
+  be_.release_cached_memory();  // the move's tensors have new sizes; nothing is in flight
+  DefaultDeviceGuard on_device(be_.device());  // arriving layers are made there
+  StageModel next = rebuild_stage(deck_.model, to, current);  // `current` keeps the leaving layers
+  optimizer_->replace_params(next.params());
+  const auto [tensors, bytes] = exchange_units(current, next, partition_, to);
+  current = std::move(next);  // frees the layers that left
   partition_ = to;
   deck_.pipeline.partition = to;
   const bool automatic = uses_auto_recompute(deck_);
@@ -122,38 +123,29 @@ MoveReport Trainer::repartition(const std::vector<int64_t>& counts, int64_t step
   return report;
 }
 
-std::pair<int64_t, double> Trainer::exchange_units(StageModel& from, StageModel& to,
+std::pair<int64_t, double> Trainer::exchange_units(StageModel& leaving, StageModel& next,
                                                    const std::vector<int64_t>& old_counts,
                                                    const std::vector<int64_t>& new_counts) {
   struct Transfer {
     MPI_Request request = MPI_REQUEST_NULL;
-    Tensor host;              // what is sent, or where a receive lands
-    Tensor* target = nullptr; // receives: the new stage's tensor
+    Tensor host;              // what is sent, or where a receive for a device tensor lands
+    Tensor* target = nullptr; // receives into a device tensor: the new stage's tensor
     std::string what;
   };
   std::vector<Transfer> transfers;
   int64_t sent = 0;
   double bytes = 0.0;
   const std::string move = counts_text(old_counts) + " -> " + counts_text(new_counts);
-  // Unit -1: the pinned layers (GPT embedding, head), which never change rank.
-  for (int64_t u = -1; u < model_units(deck_.model); ++u) {
-    const int a = u < 0 ? rank_ : owner_of(old_counts, u), b = u < 0 ? rank_ : owner_of(new_counts, u);
-    if (a != rank_ && b != rank_) continue;
-    const std::vector<Param*> mine = (a == rank_ ? from : to).unit_params(u);
-    const std::vector<Param*> kept = a == b ? to.unit_params(u) : std::vector<Param*>{};
-    PT_CHECK(a != b || kept.size() == mine.size(), "rebalance: unit " + std::to_string(u) +
-                                                       " has other parameters after the move");
-    for (size_t i = 0; i < mine.size(); ++i) {
-      std::vector<ParamState> states = param_state(*mine[i]);
-      for (size_t k = 0; k < states.size(); ++k) {
-        Tensor& t = *states[k].tensor;
-        if (a == b) {  // stays on this rank: hand the tensor over
-          *param_state(*kept[i])[k].tensor = std::move(t);
-          continue;
-        }
+  // Units that stay (and the pinned layers) are already in `next`.
+  for (int64_t u = 0; u < model_units(deck_.model); ++u) {
+    const int a = owner_of(old_counts, u), b = owner_of(new_counts, u);
+    if (a == b || (a != rank_ && b != rank_)) continue;
+    for (Param* p : (a == rank_ ? leaving : next).unit_params(u)) {
+      for (const ParamState& state : param_state(*p)) {
+        Tensor& t = *state.tensor;
         Transfer x;
         x.what = "the rebalancing " + std::string(a == rank_ ? "send" : "receive") + " of " +
-                 mine[i]->name + "/" + states[k].name + (a == rank_ ? " to rank " : " from rank ") +
+                 p->name + "/" + state.name + (a == rank_ ? " to rank " : " from rank ") +
                  std::to_string(a == rank_ ? b : a) + " (move " + move + ")";
         PT_CHECK(t.numel() <= (int64_t{1} << 31) - 1, x.what + ": tensor too large for one message");
         const int count = static_cast<int>(t.numel());
@@ -162,6 +154,8 @@ std::pair<int64_t, double> Trainer::exchange_units(StageModel& from, StageModel&
           MPI_CHECK(MPI_Isend(x.host.raw(), count, MPI_FLOAT, b, kMoveTag, comm_, &x.request));
           ++sent;
           bytes += static_cast<double>(x.host.bytes());
+        } else if (t.device() == Device::CPU) {  // lands in place
+          MPI_CHECK(MPI_Irecv(t.raw(), count, MPI_FLOAT, a, kMoveTag, comm_, &x.request));
         } else {
           x.host = Tensor::empty(t.shape(), DType::F32, t.category(), Device::CPU);
           x.target = &t;
@@ -173,9 +167,7 @@ std::pair<int64_t, double> Trainer::exchange_units(StageModel& from, StageModel&
   }
   for (Transfer& x : transfers) {
     timed_wait(x.request, comm_, x.what);
-    if (x.target == nullptr) continue;
-    if (x.target->device() == Device::CPU) *x.target = x.host;
-    else copy_tensor(x.host, *x.target);
+    if (x.target != nullptr) copy_tensor(x.host, *x.target);
   }
   return {sent, bytes};
 }

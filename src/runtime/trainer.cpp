@@ -192,6 +192,7 @@ StepRecord Trainer::train_step(int64_t step) {
   if (!rec.skipped) optimizer_->step(be, static_cast<float>(rec.lr), clip_scale);
   be.synchronize();
   tracer_->record(EventKind::Optimizer, step, stage().stage, -1, optimizer_start, tracer_->now_us());
+  be.trim_cached_memory();  // a step boundary: cached blocks this step did not reuse go back
   rec.step_time_s =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   fault_point("memory", step);

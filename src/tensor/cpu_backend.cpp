@@ -1,9 +1,12 @@
 // cpu_backend.cpp: the CPU backend: GEMMs through cpu::sgemm (cpu_gemm.cpp), everything else
-// as plain loops in a fixed order (bitwise deterministic).
+// as plain loops in a fixed order (bitwise deterministic); and the default
+// ComputeTimer of every backend, the host clock.
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstring>
 #include <memory>
+#include <utility>
 #include <vector>
 
 #include "cpu_kernels_gpt.hpp"
@@ -262,7 +265,35 @@ class CpuBackend final : public Backend {
   GemmPrecision precision_;  // of the GEMM operands; accumulation is fp32
 };
 
+// The default ComputeTimer: the host's steady clock around work that is done
+// when the call that issued it returns.
+class HostTimer final : public ComputeTimer {
+ public:
+  void begin() override {
+    PT_CHECK(!open_, "ComputeTimer: begin() with a region open");
+    open_ = true;
+    start_ = Clock::now();
+  }
+  void end() override {
+    PT_CHECK(open_, "ComputeTimer: end() without begin()");
+    open_ = false;
+    seconds_.push_back(std::chrono::duration<double>(Clock::now() - start_).count());
+  }
+  std::vector<double> read() override {
+    PT_CHECK(!open_, "ComputeTimer: read() with a region open");
+    return std::exchange(seconds_, {});
+  }
+
+ private:
+  using Clock = std::chrono::steady_clock;
+  Clock::time_point start_;
+  bool open_ = false;
+  std::vector<double> seconds_;  // (closed regions) since the last read
+};
+
 }  // namespace
+
+std::unique_ptr<ComputeTimer> Backend::make_timer() { return std::make_unique<HostTimer>(); }
 
 namespace cpu {
 // Rounded copies of op(A) and op(B)'s stored blocks, in per-thread scratch.

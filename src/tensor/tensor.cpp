@@ -23,11 +23,8 @@ struct HostSource {
   void* obtain(size_t size) { return std::aligned_alloc(kAlignment, size); }
   void give_back(void* ptr, size_t) { std::free(ptr); }
   void before_dropping_cache() {}
-  [[noreturn]] void out_of_memory(size_t size, const MemoryStats& live, size_t reserved,
-                                  size_t /*cached: 0, the cache was just dropped*/) {
-    PT_FAIL("out of host memory allocating " + std::to_string(size) + " bytes (" +
-            std::to_string(live.live_total >> 20) + " MiB live in tensors, " +
-            std::to_string(reserved >> 20) + " MiB reserved)");
+  [[noreturn]] void out_of_memory(const OutOfMemoryReport& report) {
+    PT_FAIL("out of host memory " + describe(report));
   }
 };
 

@@ -83,7 +83,7 @@ check_closure() {
 row() { grep -F "| $2 |" "$1" | tail -n 1 | cut -d'|' -f3- | sed 's/ |$//; s/^ //'; }
 
 check_run() {
-  local b=$1 wheel=$2 out=$3 name np rest cell n=0
+  local b=$1 wheel=$2 out=$3 name cell n=0
   PYTHONPATH="$wheel" PIPETRAIN_GPU_CHECK_WITHOUT_GPU=1 LOGS="$out/logs" "$b/gpu-check.sh" \
     >"$out/check.log" 2>&1 && fail "gpu-check.sh passed without a GPU"
   tail -n 40 "$out/check.log"
@@ -92,7 +92,7 @@ check_run() {
   cell=$(row "$out/check.log" "CUDA libraries")
   echo "$cell" | grep -q "^ok" || fail "CUDA libraries row: $cell"
   echo "$cell" | grep -q "libnccl.so.2: $wheel/nvidia/nccl/lib" || fail "NCCL not found in the wheel: $cell"
-  while IFS=$'\t' read -r name np rest; do
+  while IFS=$'\t' read -r name _; do
     n=$((n + 1))
     cell=$(row "$out/check.log" "$name")
     case $cell in

@@ -153,8 +153,12 @@ std::unique_ptr<Transport> make_transport(const std::string& requested, MPI_Comm
                                           TransportPlan* plan = nullptr);
 
 // The data-parallel replica group of this rank's stages (grad_reducer.hpp):
-// one NCCL communicator over `replicas`, bootstrapped by MPI; buckets on the
-// GPU. Collective over `replicas`.
+// one NCCL communicator over `replicas` (and one split from it for the
+// all-gathers), bootstrapped by MPI and connected before it returns; buckets
+// on the GPU. An operation pending after timeout_s, or an asynchronous NCCL
+// error, aborts the communicators and throws (TimeoutError / Error) naming
+// it; the group is destroyed with ncclCommAbort while anything is in flight.
+// Collective over `replicas`.
 std::unique_ptr<ReplicaGroup> make_nccl_replica_group(MPI_Comm replicas, double timeout_s);
 
 // ---- memory ----
@@ -164,11 +168,15 @@ std::unique_ptr<ReplicaGroup> make_nccl_replica_group(MPI_Comm replicas, double 
 MemoryStats device_memory_stats();
 size_t device_bytes_reserved();
 void reset_device_memory_peaks();
-// Returns cached, unused device blocks to the driver (synchronises the device:
-// never call it while NCCL transfers may be pending). An allocation that does
-// not fit fails at once (Error naming the rank and the sizes); it never drops
-// the cache by itself, for the same reason.
+// Returns cached, unused device blocks to the driver: all of them (before a
+// rebalancing move), or those no allocation reused since the previous trim
+// (at step boundaries). Both synchronise the device, under a DeadlineScope,
+// when there is anything to free: call them where no NCCL transfer is
+// pending. An allocation cudaMalloc refuses does the same (release, then
+// one retry) before it fails with an Error naming the rank and the bytes
+// requested, in use, cached and released.
 void release_cached_device_memory();
+void trim_cached_device_memory();
 
 // ---- versions ----
 

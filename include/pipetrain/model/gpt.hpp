@@ -40,7 +40,9 @@ struct GptDims {
 // tokens (mb, T) i32 -> (mb, T, C): wte[token] + wpe[position].
 std::unique_ptr<Layer> make_gpt_embedding(const GptDims& dims, uint64_t seed);
 // Pre-LayerNorm block: x + attn(ln1(x)), then + mlp(ln2(x)); causal attention.
-std::unique_ptr<Layer> make_gpt_block(const GptDims& dims, int64_t index, uint64_t seed);
+// `init`: see ParamInit (layers.hpp).
+std::unique_ptr<Layer> make_gpt_block(const GptDims& dims, int64_t index, uint64_t seed,
+                                      ParamInit init = ParamInit::FromSeed);
 // (mb, T, C) -> logits (mb, T, V): ln_f then lm_head (no bias).
 std::unique_ptr<Layer> make_gpt_head(const GptDims& dims, uint64_t seed);
 

@@ -44,6 +44,7 @@ std::vector<ParamState> param_state(Param& p);
 
 class Layer {
  public:
+  Layer();  // counted in layer_build_counts()
   virtual ~Layer() = default;
   virtual std::string kind() const = 0;
   virtual Shape output_shape(const Shape& input) const = 0;
@@ -77,12 +78,41 @@ class Layer {
   }
 };
 
+// How a new layer's parameters start: with their initial values (drawn from
+// the seed, or constants, as each layer documents), or allocated on the
+// default device and left unfilled, for the caller to fill (a rebalancing
+// move receives an arriving unit's values and optimizer state from the stage
+// that held it). Gradients start at zero either way.
+enum class ParamInit { FromSeed, Uninitialised };
+
+// What layer construction did in this process since it started: layers
+// constructed, and parameter elements given initial values drawn from the
+// RNG or set to a constant. Tests read them around a rebalancing move.
+struct LayerBuildCounts {
+  int64_t layers = 0;
+  int64_t random_elements = 0;
+  int64_t constant_elements = 0;
+};
+LayerBuildCounts layer_build_counts();
+
+// Parameter construction shared by the layers (layers.cpp, gpt.cpp). A new
+// parameter: value allocated on the default device and not filled, gradient
+// zeros of the same shape.
+Param new_param(const std::string& name, const Shape& shape);
+// Initial values, written on the host element by element (each a function of
+// (seed, stream, element), so independent of the partition) and counted:
+// uniform in [-bound, bound), N(0, std^2), or a constant.
+void fill_uniform(Tensor& t, float bound, uint64_t seed, uint64_t stream);
+void fill_normal(Tensor& t, float std, uint64_t seed, uint64_t stream);
+void fill_constant(Tensor& t, float value);
+
 // y = x W^T + b. W: (out, in) uniform with standard deviation gain/sqrt(in)
 // (gain sqrt(2) before a ReLU/GELU keeps the activation scale through deep
 // stacks, gain 1 for the output layer), drawn from (seed, stream) so the values
 // do not depend on the partition; b: (out) zeros.
 std::unique_ptr<Layer> make_linear(const std::string& name, int64_t in, int64_t out,
-                                   uint64_t seed, uint64_t stream, float gain);
+                                   uint64_t seed, uint64_t stream, float gain,
+                                   ParamInit init = ParamInit::FromSeed);
 std::unique_ptr<Layer> make_relu();
 std::unique_ptr<Layer> make_gelu();
 // "relu" | "gelu"

@@ -18,7 +18,14 @@ double learning_rate(const TrainingConfig& cfg, int64_t step);
 
 class Optimizer {
  public:
+  // Gives every parameter zeroed state (momentum; AdamW's two moments) on
+  // the default device.
   Optimizer(const TrainingConfig& cfg, std::vector<Param*> params);
+  // A rebalancing move changed the stage's parameters to `params`: those
+  // that stayed keep their state; those without state (the arriving layers')
+  // get state of their shape on the default device, left unfilled for the
+  // move to receive from the stage that held them.
+  void replace_params(std::vector<Param*> params);
   // One update of every parameter with gradients already scaled by `grad_scale`
   // (the clip factor, 1 when not clipping). AdamW's bias correction counts
   // the updates applied so far, not the training steps: an fp16 step skipped
@@ -31,6 +38,8 @@ class Optimizer {
   void set_updates(int64_t updates) { updates_ = updates; }
 
  private:
+  void allocate_state(Param& p, bool zeroed) const;
+
   TrainingConfig cfg_;
   std::vector<Param*> params_;
   int64_t updates_ = 0;

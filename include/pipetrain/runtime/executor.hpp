@@ -43,7 +43,8 @@ struct ActionTime {
 struct StepOutcome {
   double loss_sum = 0.0;  // last stage: summed loss terms of the step; else 0
   std::vector<double> micro_batch_losses;  // last stage: (micro-batches) each one's summed loss terms
-  double compute_us = 0.0;  // time in F, B and W, not counting waits for peers
+  double compute_us = 0.0;  // time in F, B and W on the backend's clock (ComputeTimer), not
+                            // counting waits for peers
   double span_us = 0.0;     // first action's start to the end of the last wait or compute
 };
 
@@ -51,7 +52,7 @@ enum class Pass { Train, Evaluate };
 
 // One micro-batch on this stage alone under the executor's policy: its
 // memory, counted by the same allocator statistics as a run's peaks, and its
-// times, the backend synchronised at the end of each.
+// times on the backend's clock (ComputeTimer).
 struct MicroBatchProbe {
   size_t stash_bytes = 0;      // kept from F until B (activations)
   size_t transient_bytes = 0;  // peak of everything else during F + B, beyond
@@ -105,8 +106,8 @@ class Executor {
   // Evaluate: forward only, nothing stashed; needs a forward-only schedule.
   StepOutcome run(const Schedule& schedule, const Dataset& data, int64_t step, Pass pass);
   // With set_time_actions(true), every F, B and W of the last run, in the
-  // order they ran, each ended by a backend synchronisation (GPU: kernels
-  // done, not launched); empty otherwise.
+  // order they ran, on the backend's clock (GPU: kernel time, not launch
+  // time; the timer is read once, at the end of the run); empty otherwise.
   void set_time_actions(bool on) { time_actions_ = on; }
   const std::vector<ActionTime>& action_times() const { return action_times_; }
 
@@ -139,6 +140,7 @@ class Executor {
 
   void run_action(const Action& a);
   void forward(int mb);
+  void receive_forward_input(int mb);  // waits for a peer's input, if F has one
   Tensor forward_input(int mb);
   void run_forward(int mb, Tensor x);
   void run_backward(int mb, Tensor dy);
@@ -162,7 +164,13 @@ class Executor {
   void wait_for(Pending& p);
   bool poll(Pending& p);      // true once complete; records the transfer window
   void poll_receives();       // progress on every posted receive
-  double compute_begin();     // start of an F/B: its time
+  double compute_begin();     // start of an F/B/W, its waits included: its host time
+  // F, B and W are each one region of timer_ (without their waits), read
+  // once per run by read_compute_times.
+  void start_timing();
+  void stop_timing();
+  void restart_timer();
+  double read_compute_times();  // seconds of every region of the run
   // Ends the compute begun at start_us: one event for micro-batch mb, or for
   // `count` micro-batches from mb on (a W pass), each an equal slice of it.
   void compute_end(EventKind kind, int mb, double start_us, int count = 1);
@@ -190,11 +198,17 @@ class Executor {
   bool loss_scaling_ = false;
   double slowdown_ = 1.0;     // compute time factor (fault injection)
   Tracer local_clock_{false}; // times F/B and waits when no tracer is given
-  double compute_us_ = 0.0, nested_wait_us_ = 0.0, last_end_us_ = 0.0;
-  double nested_wait_at_begin_us_ = 0.0;  // nested_wait_us_ when the running F/B/W began
+  double last_end_us_ = 0.0;
+  struct TimedRegion {
+    int stage = 0;
+    int kind = -1;  // 0 F, 1 B, 2 W, -1 another compute (an evaluation's F)
+    int count = 1;  // micro-batches it covers (a W pass of per-step weight gradients: all)
+  };
+  std::unique_ptr<ComputeTimer> timer_;   // the backend's clock of F, B and W
+  std::vector<TimedRegion> timed_;        // (regions of the run so far) what each timed
+  bool timing_open_ = false;              // a region of timer_ is open
   std::vector<ActionTime> action_times_;  // of the last run
   bool time_actions_ = false;
-  bool in_compute_ = false;
   bool probing_ = false;      // probe_micro_batch: synchronise to time the recompute
   double recompute_us_ = 0.0; // recompute time of the last run_backward
   int64_t rows_;  // samples per micro-batch: batch / (micro-batches x replicas)

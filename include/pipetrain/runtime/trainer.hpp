@@ -179,9 +179,10 @@ class Trainer {
   void connect_reducer();  // reducer_ over stages_, hooked into executor_
   void fill_data_caches();
   double slowdown_at(int64_t step) const;  // pipeline.slowdown_* for this rank
-  // repartition's transfers: units leaving `from` are sent, units joining
-  // `to` received, units staying moved locally; returns tensors and bytes sent.
-  std::pair<int64_t, double> exchange_units(StageModel& from, StageModel& to,
+  // repartition's transfers: the units in `leaving` (what rebuild_stage left
+  // of the old stage) are sent, those arriving in `next` received (units that
+  // stay are in `next` already); returns tensors and bytes sent.
+  std::pair<int64_t, double> exchange_units(StageModel& leaving, StageModel& next,
                                             const std::vector<int64_t>& old_counts,
                                             const std::vector<int64_t>& new_counts);
   MemoryStats stage_memory_stats() const;

@@ -16,6 +16,26 @@
 
 namespace pt {
 
+// Times regions of the work issued to a backend, on the backend's own clock:
+// the executor's F, B and W, which feed the measured bubble, live
+// rebalancing and the placement of zero-bubble schedules at measured times.
+// begin() and end() never wait for the work; read(), called once per step
+// after the last region closed, does. The CPU backend computes synchronously
+// and reads the host's steady clock; the CUDA backend records a pair of
+// events on its compute stream per region, so a time is the kernels' time on
+// the GPU, not the time the host took to launch them.
+class ComputeTimer {
+ public:
+  virtual ~ComputeTimer() = default;
+  // Opens a region: the work issued from now on is timed. Regions do not nest.
+  virtual void begin() = 0;
+  // Closes the open region.
+  virtual void end() = 0;
+  // Waits for the work of every closed region and returns their seconds, in
+  // the order they were opened; the next region starts a new list.
+  virtual std::vector<double> read() = 0;
+};
+
 class Backend {
  public:
   virtual ~Backend() = default;
@@ -58,6 +78,18 @@ class Backend {
   // Waits until every kernel issued so far has finished (timings, traces).
   // The CPU backend computes synchronously: nothing to wait for.
   virtual void synchronize() {}
+  // A new timer of this backend's work (ComputeTimer above); by default, for
+  // a backend that computes synchronously, the host's steady clock.
+  virtual std::unique_ptr<ComputeTimer> make_timer();
+  // Memory the backend's allocator caches for reuse (blocks no tensor
+  // holds). release_cached_memory() gives all of it back (before a
+  // rebalancing move, which allocates tensors of new sizes);
+  // trim_cached_memory() gives back the blocks that no allocation reused
+  // since the previous trim (at the end of each step, where no transfer is
+  // pending). Both may wait for the device. No-ops by default (the CPU
+  // backend's host allocator drops its cache itself when malloc fails).
+  virtual void release_cached_memory() {}
+  virtual void trim_cached_memory() {}
 
   // ---- Transformer (GPT) kernels. Shapes: mb micro-batch, T sequence, C model
   // width, H heads, D = C / H head width, V vocabulary.

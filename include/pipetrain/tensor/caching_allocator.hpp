@@ -8,37 +8,49 @@
 //   size_t round(size_t bytes)            // block size for a request; 0 = no block
 //   void* obtain(size_t size)             // fresh block, or nullptr when out of memory
 //   void give_back(void* ptr, size_t size)
-//   void before_dropping_cache()          // e.g. wait for the device to stop using blocks
-//   [[noreturn]] void out_of_memory(size_t size, const MemoryStats& live,
-//                                   size_t reserved, size_t cached)
-// and optionally
-//   static constexpr bool kRetryAfterDroppingCache = false;
-// When obtain fails, by default (host memory) the cache is dropped once and the
-// request retried; a Source that sets kRetryAfterDroppingCache = false gets
-// out_of_memory at once instead, its cache untouched. The device does: dropping
-// the cache means a device synchronisation first, which can wait forever on a
-// NCCL receive whose sender is itself blocked. release_cached() always drops.
-// tests/test_caching_allocator.cpp checks both policies with fake sources.
+//   void before_dropping_cache()          // e.g. wait (bounded) for the device to stop using blocks
+//   [[noreturn]] void out_of_memory(const OutOfMemoryReport& report)
+// Cached blocks of other sizes are memory too. So when the source refuses a
+// request and the cache holds anything, every cached block is given back
+// and the request retried once; only a second refusal reaches out_of_memory,
+// whose report names the bytes requested, in use, cached and released.
+// Besides: release_cached() gives the whole cache back (before a rebalancing
+// move, whose tensors have new sizes), and trim() the blocks no allocation
+// reused since the previous trim (at step boundaries: a size the last step
+// did not use, from a move or a probe, is not coming back).
+// tests/test_caching_allocator.cpp checks the policy with fake sources.
 #pragma once
 
 #include <cstddef>
 #include <map>
 #include <mutex>
-#include <type_traits>
+#include <string>
 #include <utility>
 
 #include "pipetrain/tensor/tensor.hpp"
 
 namespace pt {
 
-namespace detail {
-// Source::kRetryAfterDroppingCache when the Source declares it, else true.
-template <class Source, class = void>
-struct RetryAfterDroppingCache : std::true_type {};
-template <class Source>
-struct RetryAfterDroppingCache<Source, std::void_t<decltype(Source::kRetryAfterDroppingCache)>>
-    : std::bool_constant<Source::kRetryAfterDroppingCache> {};
-}  // namespace detail
+// What a request the source refused twice was up against.
+struct OutOfMemoryReport {
+  size_t requested = 0;  // bytes asked for, rounded to the source's block size
+  size_t in_use = 0;     // bytes live in tensors
+  size_t cached = 0;     // bytes in cached blocks when the source first refused
+  size_t released = 0;   // cached bytes given back before the retry (all of them)
+  size_t reserved = 0;   // bytes still obtained from the source (in use, rounded)
+  bool retried = false;  // false: nothing was cached, so no retry
+};
+
+// "allocating 4096 bytes (0 MiB in use in tensors, 3 MiB cached: released
+// and retried once, 0 MiB still reserved)": the allocator's part of an
+// out-of-memory message; the Source adds who and what to change.
+inline std::string describe(const OutOfMemoryReport& r) {
+  const auto mib = [](size_t bytes) { return std::to_string(bytes >> 20) + " MiB"; };
+  return "allocating " + std::to_string(r.requested) + " bytes (" + mib(r.in_use) +
+         " in use in tensors, " + mib(r.cached) + " cached: " +
+         (r.retried ? "released and retried once" : "nothing to release") + ", " +
+         mib(r.reserved) + " still reserved)";
+}
 
 template <class Source>
 class CachingAllocator {
@@ -59,15 +71,24 @@ class CachingAllocator {
     if (ptr == nullptr) return;
     std::lock_guard<std::mutex> lock(mutex_);
     const size_t size = source_.round(bytes);
-    free_.emplace(size, ptr);
+    free_.emplace(size, Cached{ptr, epoch_});
     cached_ += size;
     count(cat, -static_cast<long long>(bytes));
   }
 
-  // Returns every cached (unused) block to the source.
-  void release_cached() {
+  // Returns every cached (unused) block to the source; the bytes given back.
+  size_t release_cached() {
     std::lock_guard<std::mutex> lock(mutex_);
-    drop_cache();
+    return drop_cached_before(kEveryEpoch);
+  }
+
+  // Returns the cached blocks that no allocation took since the previous
+  // trim (they sat in the cache through a whole step); the bytes given back.
+  size_t trim() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    const size_t dropped = drop_cached_before(epoch_);
+    ++epoch_;
+    return dropped;
   }
 
   MemoryStats stats() {
@@ -100,35 +121,61 @@ class CachingAllocator {
   }
 
  private:
+  struct Cached {
+    void* ptr;
+    unsigned long long epoch;  // trims before it was released
+  };
+  static constexpr unsigned long long kEveryEpoch = ~0ull;
+
   void* take_cached(size_t size) {
     auto it = free_.find(size);
     if (it == free_.end()) return nullptr;
-    void* ptr = it->second;
+    void* ptr = it->second.ptr;
     free_.erase(it);
     cached_ -= size;
     return ptr;
   }
 
+  // A block from the source; when it refuses, the cache is given back and
+  // the request retried once before out_of_memory.
   void* fresh(size_t size) {
     void* ptr = source_.obtain(size);
-    if (ptr == nullptr && detail::RetryAfterDroppingCache<Source>::value) {
-      drop_cache();
-      ptr = source_.obtain(size);
+    if (ptr == nullptr) {
+      OutOfMemoryReport report;
+      report.requested = size;
+      report.in_use = stats_.live_total;
+      report.cached = cached_;
+      report.retried = cached_ > 0;
+      if (report.retried) {
+        report.released = drop_cached_before(kEveryEpoch);
+        ptr = source_.obtain(size);
+      }
+      report.reserved = reserved_;
+      if (ptr == nullptr) source_.out_of_memory(report);
     }
-    if (ptr == nullptr) source_.out_of_memory(size, stats_, reserved_, cached_);
     reserved_ += size;
     return ptr;
   }
 
-  void drop_cache() {
-    if (free_.empty()) return;
+  // Gives back the cached blocks released before trim number `epoch`.
+  size_t drop_cached_before(unsigned long long epoch) {
+    bool any = false;
+    for (const auto& block : free_) any = any || block.second.epoch < epoch;
+    if (!any) return 0;
     source_.before_dropping_cache();
-    for (auto& block : free_) {
-      source_.give_back(block.second, block.first);
-      reserved_ -= block.first;
+    size_t dropped = 0;
+    for (auto it = free_.begin(); it != free_.end();) {
+      if (it->second.epoch >= epoch) {
+        ++it;
+        continue;
+      }
+      source_.give_back(it->second.ptr, it->first);
+      dropped += it->first;
+      it = free_.erase(it);
     }
-    free_.clear();
-    cached_ = 0;
+    reserved_ -= dropped;
+    cached_ -= dropped;
+    return dropped;
   }
 
   void count(MemCategory cat, long long delta) {
@@ -141,10 +188,11 @@ class CachingAllocator {
 
   Source source_;
   std::mutex mutex_;
-  std::multimap<size_t, void*> free_;  // cached blocks by size
+  std::multimap<size_t, Cached> free_;  // cached blocks by size
   MemoryStats stats_;
   size_t reserved_ = 0;  // obtained and not given back
   size_t cached_ = 0;    // the part of reserved_ held in free_
+  unsigned long long epoch_ = 0;  // trims so far
 };
 
 }  // namespace pt
