@@ -8,12 +8,14 @@
 // in use, cached and released; trim() gives back only the blocks no
 // allocation reused since the previous trim (a step boundary).
 #include <gtest/gtest.h>
+#include <mpi.h>
 
 #include <cstdlib>
 #include <stdexcept>
 #include <string>
 #include <vector>
 
+#include "pipetrain/base/timed_wait.hpp"
 #include "pipetrain/tensor/caching_allocator.hpp"
 
 namespace pt {
@@ -28,6 +30,7 @@ struct Ledger {
   int drops = 0;          // before_dropping_cache calls (a device synchronisation)
   int ooms = 0;           // out_of_memory calls
   OutOfMemoryReport oom;  // the last one's report
+  bool may_drop = true;   // false: a transfer in flight (the source refuses to drop)
 };
 
 struct OutOfMemory : std::runtime_error {
@@ -52,6 +55,7 @@ struct FakeSource {
     ++ledger->given_back;
     std::free(ptr);
   }
+  bool may_drop_cache() const { return ledger->may_drop; }
   void before_dropping_cache() { ++ledger->drops; }
   [[noreturn]] void out_of_memory(const OutOfMemoryReport& report) {
     ++ledger->ooms;
@@ -109,6 +113,42 @@ TEST(CachingAllocator, RefusedRequestReleasesTheCacheAndRetriesOnce) {
   f.alloc.release(c, 900, MemCategory::Workspace);
   f.alloc.release(live, 64, MemCategory::Parameters);
   f.alloc.release_cached();  // everything back to the source (no leak)
+  EXPECT_EQ(f.ledger.budget, 1024u);
+}
+
+// The device cache synchronises under a DeadlineScope; single-process
+// programs (GoogleTests, bench_cuda stage) never start MPI, and the scope
+// must not call MPI then (Open MPI aborts a call before MPI_Init).
+TEST(CachingAllocator, ADeadlineScopeNeedsNoMpi) {
+  int initialized = 1;
+  MPI_Initialized(&initialized);
+  ASSERT_EQ(initialized, 0) << "this test program must not start MPI";
+  { DeadlineScope deadline("a test wait"); }
+  SUCCEED();
+}
+
+// With a NCCL transfer in flight a device synchronisation could wait on a
+// peer that waits on this rank: the refusal is reported at once, cache kept.
+TEST(CachingAllocator, NoReleaseWhileTheSourceSaysDroppingCouldBlock) {
+  Fixture f(1024);
+  void* a = f.alloc.allocate(256, MemCategory::Workspace);
+  f.alloc.release(a, 256, MemCategory::Workspace);  // 256 cached, 768 left
+  f.ledger.may_drop = false;
+  EXPECT_THROW(f.alloc.allocate(900, MemCategory::Workspace), OutOfMemory);
+  EXPECT_EQ(f.ledger.drops, 0) << "no synchronisation while a transfer is in flight";
+  EXPECT_EQ(f.ledger.given_back, 0);
+  EXPECT_EQ(f.ledger.refused, 1);
+  EXPECT_FALSE(f.ledger.oom.retried);
+  EXPECT_TRUE(f.ledger.oom.drop_refused);
+  EXPECT_EQ(f.ledger.oom.cached, 256u);
+  EXPECT_NE(describe(f.ledger.oom).find("NCCL transfer was in flight"), std::string::npos)
+      << describe(f.ledger.oom);
+  EXPECT_EQ(f.alloc.cached(), 256u);
+  f.ledger.may_drop = true;  // the step ended: the retry works again
+  void* c = f.alloc.allocate(900, MemCategory::Workspace);
+  EXPECT_EQ(f.ledger.drops, 1);
+  f.alloc.release(c, 900, MemCategory::Workspace);
+  f.alloc.release_cached();
   EXPECT_EQ(f.ledger.budget, 1024u);
 }
 

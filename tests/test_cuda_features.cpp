@@ -341,7 +341,9 @@ TEST_F(CudaFeatures, TheComparisonSeesOtherSamples) {
 // The ordering tolerances hold a real change of summation order: the
 // one-rank run with every GEMM on OpenBLAS against the same with oneDNN
 // (another blocking, so other fp32 sums) on the CPU, in every precision.
-// The orders must differ (some bits change), and stay within the tolerance.
+// They stay within the tolerance. Whether the two libraries' sums differ at
+// all depends on the CPU and the library builds, so that is printed, not
+// asserted (no test may depend on two orders rounding differently).
 TEST(CudaFeaturesTolerances, TolerancesCoverAnotherSummationOrder) {
   if (!test::is_root()) return;
   set_blas_threads(1);
@@ -357,8 +359,9 @@ TEST(CudaFeaturesTolerances, TolerancesCoverAnotherSummationOrder) {
     const double tol = ordering_tolerance(precision);
     const test::NamedComparison c = test::expect_named_close(
         openblas.grads, onednn.grads, tol, std::string(precision) + ": OpenBLAS vs oneDNN");
-    std::printf("    measured / tolerance = %.3f\n", c.worst / tol);
-    EXPECT_GT(c.differing_bits, 0u) << precision << ": the two libraries summed alike";
+    std::printf("    measured / tolerance = %.3f, %zu differing values%s\n", c.worst / tol,
+                static_cast<size_t>(c.differing_bits),
+                c.differing_bits == 0 ? " (the two libraries summed alike here)" : "");
     expect_losses_close(openblas, onednn, tol, precision);
   }
   set_cpu_gemm(before);

@@ -193,6 +193,23 @@ TEST(CommLedger, DestroysOnlyWhenEveryPostedOperationWasSeenComplete) {
 
 // A data-parallel timeout: the reducer throws with a bucket in flight and
 // its operations are dropped unfinished, then the group is destroyed.
+// The device cache may free memory (a device synchronisation) only when no
+// ledger of the process has an operation in flight.
+TEST(CommLedger, CountsWhatIsInFlightOverEveryLedgerOfTheProcess) {
+  const long before = CommLedger::in_flight_anywhere();
+  {
+    CommLedger transport, replicas;
+    transport.posted();
+    replicas.posted();
+    replicas.posted();
+    EXPECT_EQ(CommLedger::in_flight_anywhere(), before + 3);
+    replicas.completed();
+    EXPECT_EQ(CommLedger::in_flight_anywhere(), before + 2);
+    transport.completed();
+  }  // replicas goes with one still in flight (aborted): it no longer counts
+  EXPECT_EQ(CommLedger::in_flight_anywhere(), before);
+}
+
 TEST(CommLedger, AnOperationDroppedUnfinishedMeansAbort) {
   CommLedger ledger;
   ledger.posted();

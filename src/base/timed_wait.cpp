@@ -44,9 +44,18 @@ std::string phase_text() {
   return g_phase.empty() ? "" : g_phase + " ";
 }
 
+// MPI is running: a single-process program (a GoogleTest, bench_cuda stage)
+// uses deadlines too, without MPI_Init.
+bool mpi_running() {
+  int initialized = 0, finalized = 0;
+  MPI_Initialized(&initialized);
+  MPI_Finalized(&finalized);
+  return initialized && !finalized;
+}
+
 int world_rank() {
   int rank = 0;
-  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  if (mpi_running()) MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   return rank;
 }
 
@@ -252,7 +261,7 @@ class Watchdog {
                    "see pipeline.timeout_s\n", s.rank, seconds_text(s.limit_s).c_str(),
                    s.phase.c_str(), s.what.c_str());
       std::fflush(stderr);
-      MPI_Abort(MPI_COMM_WORLD, 3);
+      if (mpi_running()) MPI_Abort(MPI_COMM_WORLD, 3);
       std::_Exit(3);
     }
   }

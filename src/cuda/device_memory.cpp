@@ -10,6 +10,7 @@
 #include "check.hpp"
 #include "context.hpp"
 #include "pipetrain/base/timed_wait.hpp"
+#include "pipetrain/runtime/comm_ledger.hpp"
 #include "pipetrain/cuda/cuda.hpp"
 #include "pipetrain/tensor/caching_allocator.hpp"
 
@@ -58,6 +59,9 @@ struct CudaSource {
     return nullptr;
   }
   void give_back(void* ptr, size_t) { CUDA_CHECK(cudaFree(ptr)); }
+  // A NCCL receive posted ahead of its send keeps the device busy until the
+  // peer sends, which may wait for this rank: never synchronise then.
+  bool may_drop_cache() const { return CommLedger::in_flight_anywhere() == 0; }
   void before_dropping_cache() {
     context();
     DeadlineScope deadline("the device synchronisation before pipetrain frees its cached GPU "

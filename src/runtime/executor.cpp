@@ -123,6 +123,9 @@ StepOutcome Executor::run(const Schedule& schedule, const Dataset& data, int64_t
   for (const StageModel* st : stages_)
     if (st->is_last()) outcome.micro_batch_losses = mb_losses_;
   outcome.compute_us = read_compute_times() * 1e6;
+  // The read waited for the last kernels: on a GPU the span ends there, not
+  // at the last launch, so compute never exceeds span.
+  last_end_us_ = std::max(last_end_us_, clock().now_us());
   outcome.span_us = last_end_us_ - start_us;
   return outcome;
 }
@@ -134,6 +137,7 @@ double Executor::compute_begin() { return clock().now_us(); }
 // The timed region of an F, B or W: its kernels, after its waits for peers.
 void Executor::start_timing() {
   timer_->begin();
+  ++unread_regions_;
   timing_open_ = true;
 }
 
@@ -142,9 +146,10 @@ void Executor::stop_timing() {
   timing_open_ = false;
 }
 
-// A run that threw left its timer mid-step: start over with a new one.
+// A run or probe that threw left regions unread: start over with a new timer.
 void Executor::restart_timer() {
-  if (timing_open_ || !timed_.empty()) timer_ = be_.make_timer();
+  if (timing_open_ || unread_regions_ > 0) timer_ = be_.make_timer();
+  unread_regions_ = 0;
   timing_open_ = false;
   timed_.clear();
   action_times_.clear();
@@ -155,6 +160,7 @@ void Executor::restart_timer() {
 // fills action_times_ when asked to.
 double Executor::read_compute_times() {
   const std::vector<double> seconds = timer_->read();
+  unread_regions_ = 0;
   PT_CHECK(seconds.size() == timed_.size(), "the compute timer returned " +
                                                 std::to_string(seconds.size()) + " times for " +
                                                 std::to_string(timed_.size()) + " regions");
@@ -321,6 +327,7 @@ MicroBatchProbe Executor::probe_micro_batch(const Dataset& data,
   run_backward(0, std::move(dy));
   stop_timing();
   const std::vector<double> seconds = timer_->read();
+  unread_regions_ = 0;
   PT_CHECK(seconds.size() == fetched + 2, "the probe's compute timer lost a region");
   probe.forward_s = seconds[fetched] + (fetched ? seconds[0] : 0.0);
   probe.backward_s = seconds[fetched + 1];
@@ -475,6 +482,7 @@ void Executor::run_backward(int mb, Tensor dy) {
   for (size_t end = stage.layers.size(); end > 0;) {
     const size_t begin = policy.segment_start(end - 1);
     if (!policy.keeps_saved()) {
+      if (probing_) be_.synchronize();  // GPU: the forward's kernels are not the recompute's
       const double start = clock().now_us();
       recompute_segment(state, begin, end);
       if (probing_) be_.synchronize();

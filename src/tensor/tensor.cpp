@@ -22,6 +22,7 @@ struct HostSource {
   }
   void* obtain(size_t size) { return std::aligned_alloc(kAlignment, size); }
   void give_back(void* ptr, size_t) { std::free(ptr); }
+  bool may_drop_cache() const { return true; }
   void before_dropping_cache() {}
   [[noreturn]] void out_of_memory(const OutOfMemoryReport& report) {
     PT_FAIL("out of host memory " + describe(report));

@@ -10,7 +10,11 @@
 // verdict of one poll of a pending operation: an asynchronous error or the
 // timeout ends the wait (the caller aborts the communicators and throws,
 // naming what it waited for).
+// in_flight_anywhere() adds up every ledger of the process: the device cache
+// frees memory (which synchronises the device) only when it is 0.
 #pragma once
+
+#include <atomic>
 
 #include "pipetrain/base/error.hpp"
 
@@ -20,12 +24,23 @@ class CommLedger {
  public:
   enum class Teardown { Destroy, Abort, Nothing };
 
-  void posted() { ++outstanding_; }
+  CommLedger() = default;
+  CommLedger(const CommLedger&) = delete;
+  CommLedger& operator=(const CommLedger&) = delete;
+  ~CommLedger() { in_flight_total() -= outstanding_; }
+
+  void posted() {
+    ++outstanding_;
+    ++in_flight_total();
+  }
   // A posted operation was seen complete.
   void completed() {
     PT_CHECK(outstanding_ > 0, "a communicator operation completed twice");
     --outstanding_;
+    --in_flight_total();
   }
+  // Operations posted and not seen complete, over every ledger of the process.
+  static long in_flight_anywhere() { return in_flight_total().load(); }
   // A posted operation's handle was destroyed before it was seen complete:
   // NCCL may still be running it.
   void dropped() { dropped_ = true; }
@@ -42,6 +57,10 @@ class CommLedger {
   }
 
  private:
+  static std::atomic<long>& in_flight_total() {
+    static std::atomic<long> total{0};
+    return total;
+  }
   long outstanding_ = 0;  // posted, not yet seen complete
   bool dropped_ = false;
   bool aborted_ = false;

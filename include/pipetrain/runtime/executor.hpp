@@ -207,6 +207,7 @@ class Executor {
   std::unique_ptr<ComputeTimer> timer_;   // the backend's clock of F, B and W
   std::vector<TimedRegion> timed_;        // (regions of the run so far) what each timed
   bool timing_open_ = false;              // a region of timer_ is open
+  size_t unread_regions_ = 0;             // regions begun since the last read of timer_
   std::vector<ActionTime> action_times_;  // of the last run
   bool time_actions_ = false;
   bool probing_ = false;      // probe_micro_batch: synchronise to time the recompute

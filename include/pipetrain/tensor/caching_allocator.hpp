@@ -8,12 +8,16 @@
 //   size_t round(size_t bytes)            // block size for a request; 0 = no block
 //   void* obtain(size_t size)             // fresh block, or nullptr when out of memory
 //   void give_back(void* ptr, size_t size)
+//   bool may_drop_cache()                 // false while dropping could block (a NCCL
+//                                         // transfer in flight that the device waits on)
 //   void before_dropping_cache()          // e.g. wait (bounded) for the device to stop using blocks
 //   [[noreturn]] void out_of_memory(const OutOfMemoryReport& report)
 // Cached blocks of other sizes are memory too. So when the source refuses a
 // request and the cache holds anything, every cached block is given back
-// and the request retried once; only a second refusal reaches out_of_memory,
-// whose report names the bytes requested, in use, cached and released.
+// and the request retried once (unless the source says dropping may block:
+// then the refusal is reported at once, and the step's trim frees the cache);
+// only a second refusal reaches out_of_memory, whose report names the bytes
+// requested, in use, cached and released.
 // Besides: release_cached() gives the whole cache back (before a rebalancing
 // move, whose tensors have new sizes), and trim() the blocks no allocation
 // reused since the previous trim (at step boundaries: a size the last step
@@ -38,7 +42,8 @@ struct OutOfMemoryReport {
   size_t cached = 0;     // bytes in cached blocks when the source first refused
   size_t released = 0;   // cached bytes given back before the retry (all of them)
   size_t reserved = 0;   // bytes still obtained from the source (in use, rounded)
-  bool retried = false;  // false: nothing was cached, so no retry
+  bool retried = false;  // false: nothing was cached, or dropping could block
+  bool drop_refused = false;  // the source refused to drop (a transfer in flight)
 };
 
 // "allocating 4096 bytes (0 MiB in use in tensors, 3 MiB cached: released
@@ -48,7 +53,11 @@ inline std::string describe(const OutOfMemoryReport& r) {
   const auto mib = [](size_t bytes) { return std::to_string(bytes >> 20) + " MiB"; };
   return "allocating " + std::to_string(r.requested) + " bytes (" + mib(r.in_use) +
          " in use in tensors, " + mib(r.cached) + " cached: " +
-         (r.retried ? "released and retried once" : "nothing to release") + ", " +
+         (r.retried        ? "released and retried once"
+          : r.drop_refused ? "kept, since a NCCL transfer was in flight and freeing would wait "
+                             "on it; the end of the step frees it"
+                           : "nothing to release") +
+         ", " +
          mib(r.reserved) + " still reserved)";
 }
 
@@ -145,7 +154,8 @@ class CachingAllocator {
       report.requested = size;
       report.in_use = stats_.live_total;
       report.cached = cached_;
-      report.retried = cached_ > 0;
+      report.drop_refused = cached_ > 0 && !source_.may_drop_cache();
+      report.retried = cached_ > 0 && !report.drop_refused;
       if (report.retried) {
         report.released = drop_cached_before(kEveryEpoch);
         ptr = source_.obtain(size);
