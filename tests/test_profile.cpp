@@ -31,6 +31,7 @@
 #include "pipetrain/runtime/deck_plan.hpp"
 #include "pipetrain/runtime/profiler.hpp"
 #include "pipetrain/runtime/speed_probe.hpp"
+#include "pipetrain/runtime/stage_probe.hpp"
 #include "pipetrain/runtime/trainer.hpp"
 #include "mpi_test_util.hpp"
 
@@ -364,10 +365,9 @@ void check_stage(const Deck& d, const ModelProfile& p, const std::vector<int64_t
   EXPECT_EQ(grew(MemCategory::Parameters), sum_of(p.units, b, e, &UnitCost::param_bytes)) << label;
   EXPECT_EQ(grew(MemCategory::Gradients), sum_of(p.units, b, e, &UnitCost::grad_bytes)) << label;
   EXPECT_EQ(grew(MemCategory::OptimizerState), sum_of(p.units, b, e, &UnitCost::optimizer_bytes)) << label;
-  auto transport = make_mpi_transport(MPI_COMM_SELF);
   auto data = make_dataset(d, Split::Train);
   const auto probe = [&](const char* policy) {
-    Executor ex(stage, *transport, d, cpu_backend(), parse_recompute_policy(policy, "test"));
+    StageProbe ex(stage, cpu_backend(), parse_recompute_policy(policy, "test"), executor_config_for(d));
     return ex.probe_micro_batch(*data, [] { return memory_stats(); }, {});
   };
   const MicroBatchProbe none = probe("none"), selective = probe("selective"), full = probe("full");

@@ -371,8 +371,8 @@ TEST(ComputeTiming, EachFBAndWIsOneTimerRegionReadOncePerStep) {
   auto transport = make_mpi_transport(MPI_COMM_WORLD);
   auto data = make_dataset(d, Split::Train);
   FakeClockBackend be;
-  Executor ex(stage, *transport, d, be, parse_recompute_policy("none", "test"));
-  ex.set_time_actions(true);
+  Executor ex(executor_config_for(d), {&stage}, {parse_recompute_policy("none", "test")}, *transport,
+              be);
   const std::vector<char> kinds = compute_kinds(schedule, rank);
   const size_t n = kinds.size();
   for (int64_t step = 0; step < 2; ++step) {

@@ -18,7 +18,7 @@
 #include "pipetrain/model/data.hpp"
 #include "pipetrain/model/model.hpp"
 #include "pipetrain/plan/stage_cost.hpp"
-#include "pipetrain/runtime/executor.hpp"
+#include "pipetrain/runtime/stage_probe.hpp"
 
 namespace pt {
 
@@ -64,11 +64,11 @@ void time_chain_pass(const Deck& deck, Backend& be, const ProfileOptions& option
   }
   move_parameters(model, be.device());
   DefaultDeviceGuard on_device(be.device());
-  std::unique_ptr<Transport> local = make_mpi_transport(MPI_COMM_SELF);  // probes never communicate
   std::unique_ptr<Dataset> data = make_dataset(deck, Split::Train);
   const auto stats = options.memory_stats ? options.memory_stats : [] { return memory_stats(); };
-  Executor none(model, *local, deck, be, parse_recompute_policy("none", "the profiler"));
-  Executor full(model, *local, deck, be, parse_recompute_policy("full", "the profiler"));
+  const ExecutorConfig config = executor_config_for(deck);
+  StageProbe none(model, be, parse_recompute_policy("none", "the profiler"), config);
+  StageProbe full(model, be, parse_recompute_policy("full", "the profiler"), config);
   const auto pair = [&] {  // F + B under none, then under full
     return std::make_pair(none.probe_micro_batch(*data, stats, options.reset_memory_peaks),
                           full.probe_micro_batch(*data, stats, options.reset_memory_peaks));

@@ -15,7 +15,7 @@
 #include "pipetrain/model/data.hpp"
 #include "pipetrain/model/model.hpp"
 #include "pipetrain/model/optimizer.hpp"
-#include "pipetrain/runtime/executor.hpp"
+#include "pipetrain/runtime/stage_probe.hpp"
 #include "pipetrain/tensor/blas_info.hpp"
 
 namespace pt {
@@ -118,7 +118,6 @@ struct Context {
   std::function<MemoryStats()> stats;
   std::function<void()> reset_peaks;
   std::unique_ptr<Dataset> data;
-  std::unique_ptr<Transport> local;  // the executors' (probes never communicate)
   int64_t rows;
   std::vector<char> evictor;  // non-empty: written before every timed pass (cold caches)
 
@@ -140,7 +139,6 @@ struct Context {
         stats(o.memory_stats ? o.memory_stats : [] { return memory_stats(); }),
         reset_peaks(o.reset_memory_peaks),
         data(make_dataset(d, Split::Train)),
-        local(make_mpi_transport(MPI_COMM_SELF)),
         rows(micro_batch_rows(d)) {}
 };
 
@@ -169,13 +167,14 @@ UnitStage build_unit(Context& c, int64_t index) {
   return u;
 }
 
-Executor unit_executor(Context& c, UnitStage& u, const char* policy) {
-  return Executor(u.stage, *c.local, c.deck, c.be, parse_recompute_policy(policy, "the profiler"));
+StageProbe unit_probe(Context& c, UnitStage& u, const char* policy) {
+  return StageProbe(u.stage, c.be, parse_recompute_policy(policy, "the profiler"),
+                    executor_config_for(c.deck));
 }
 
-MicroBatchProbe probe(Context& c, Executor& executor) {
+MicroBatchProbe probe(Context& c, StageProbe& stage_probe) {
   DefaultDeviceGuard on_device(c.be.device());
-  return executor.probe_micro_batch(*c.data, c.stats, c.reset_peaks, c.pass_hook());
+  return stage_probe.probe_micro_batch(*c.data, c.stats, c.reset_peaks, c.pass_hook());
 }
 
 double tensor_bytes(const Shape& shape, DType dtype) {
@@ -193,10 +192,10 @@ UnitCost unit_memory(Context& c, int64_t index, const CostUnitInfo& info) {
   cost.optimizer_bytes = u.optimizer_bytes;
   cost.input_bytes = tensor_bytes(u.stage.input_shape(c.rows), u.stage.input_dtype);
   cost.output_bytes = tensor_bytes(u.stage.output_shape(c.rows), DType::F32);
-  Executor none = unit_executor(c, u, "none");
+  StageProbe none = unit_probe(c, u, "none");
   probe(c, none);  // warm-up: first-call allocations of the backend
   const MicroBatchProbe kept = probe(c, none);
-  Executor selective = unit_executor(c, u, "selective");
+  StageProbe selective = unit_probe(c, u, "selective");
   cost.stash_none_bytes = static_cast<double>(kept.stash_bytes);
   cost.stash_selective_bytes = static_cast<double>(probe(c, selective).stash_bytes);
   cost.workspace_bytes = static_cast<double>(kept.workspace_bytes);
@@ -254,13 +253,13 @@ void time_unit(Context& c, int64_t index, int warmup, int reps,
                std::vector<std::vector<double>>& samples, int64_t* param_tensors) {
   UnitStage u = build_unit(c, index);
   *param_tensors += static_cast<int64_t>(u.stage.params().size());
-  Executor none = unit_executor(c, u, "none");
-  Executor full = unit_executor(c, u, "full");
+  StageProbe none = unit_probe(c, u, "none");
+  StageProbe full = unit_probe(c, u, "full");
   // Selective recomputation re-creates attention probabilities inside a
   // block's backward: its cost is that backward's excess over none's. An
   // MLP drops nothing under selective.
   const bool drops = c.deck.model.type == "gpt";
-  Executor selective = unit_executor(c, u, drops ? "selective" : "none");
+  StageProbe selective = unit_probe(c, u, drops ? "selective" : "none");
   samples.resize(kTimes);
   for (int r = 0; r < warmup + reps; ++r) {
     const MicroBatchProbe kept = probe(c, none);
@@ -464,7 +463,7 @@ ModelProfile profile_weight_pass(const Deck& deck, Backend& be, MPI_Comm comm,
   for (size_t u = 0; u < profile.units.size(); ++u) {
     timed_barrier(comm, "the profiler's barrier before a unit (weight-gradient pass)");
     UnitStage unit = build_unit(c, static_cast<int64_t>(u));
-    Executor none = unit_executor(c, unit, "none");
+    StageProbe none = unit_probe(c, unit, "none");
     std::vector<double> times;
     for (int r = 0; r < options.warmup + options.reps; ++r) {
       const double backward_s = probe(c, none).backward_s;

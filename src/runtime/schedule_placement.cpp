@@ -4,6 +4,7 @@
 
 #include "pipetrain/base/error.hpp"
 #include "pipetrain/base/timed_wait.hpp"
+#include "pipetrain/plan/simulate.hpp"
 #include "profile_parts.hpp"
 
 namespace pt {
@@ -40,6 +41,21 @@ StageActionTimes MeasuredPlacement::agreed_times(MPI_Comm pipeline, MPI_Comm rep
       times[s][k] = std::max(all[3 * s + k], kShortest);
     }
   return times;
+}
+
+PlacedSchedules place_at_times(const Schedule& current, const StageActionTimes& times,
+                               const CommSemantics& semantics) {
+  TimedPlacement placed =
+      generate_at_times(current.name, current.num_ranks, current.num_micro_batches, times);
+  PlacedSchedules out;
+  out.report = validate_schedule(placed.schedule, semantics);
+  out.unit_bubble = placed.unit_bubble;
+  out.bubble = placed.bubble;
+  out.timed_bubble = placed.timed_bubble;
+  out.train = std::move(placed.schedule);
+  out.eval = forward_only_schedule(out.train);
+  validate_schedule(out.eval, semantics);
+  return out;
 }
 
 }  // namespace pt

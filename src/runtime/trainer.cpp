@@ -10,8 +10,8 @@
 
 #include "pipetrain/base/error.hpp"
 #include "pipetrain/base/timed_wait.hpp"
-#include "pipetrain/plan/simulate.hpp"
 #include "pipetrain/runtime/profiler.hpp"
+#include "pipetrain/runtime/stage_probe.hpp"
 
 namespace pt {
 
@@ -76,6 +76,7 @@ Trainer::Trainer(const Deck& deck, const ProcessGrid& grid, ComputeSetup setup)
   report_ = validate_schedule(schedule_, semantics);
   eval_schedule_ = forward_only_schedule(schedule_);
   validate_schedule(eval_schedule_, semantics);
+  collectives_ = std::make_unique<StepCollectives>(comm_, replicas_comm_, replicas_, schedule_);
   partition_ = partition_units(model_units(deck_.model), schedule_.num_stages,
                                deck_.pipeline.partition);
   for (int st : rank_stages(schedule_, rank_)) stages_.push_back(build_stage(deck_.model, partition_, st));
@@ -93,33 +94,36 @@ Trainer::Trainer(const Deck& deck, const ProcessGrid& grid, ComputeSetup setup)
   }
   tracer_ = std::make_unique<Tracer>(deck_.output.trace);
   if (tracer_->enabled()) clocks_ = tracer_->align_clocks(comm_);
-  std::vector<StageModel*> mine;
-  for (StageModel& st : stages_) mine.push_back(&st);
-  executor_ = std::make_unique<Executor>(mine, *transport_, deck_, be_, resolve_recompute(),
-                                         tracer_.get());
-  executor_->set_replica(replica_);
-  if (deck_.pipeline.places_at_measured_times() && schedule_takes_times(schedule_.name)) {
+  policies_ = resolve_recompute();
+  if (deck_.pipeline.places_at_measured_times() && schedule_takes_times(schedule_.name))
     placement_ = std::make_unique<MeasuredPlacement>(schedule_.num_stages);
-    executor_->set_time_actions(true);
-  }
   replica_group_ = setup_.make_replica_group ? setup_.make_replica_group(replicas_comm_)
                                              : make_mpi_replica_group(replicas_comm_);
-  connect_reducer();
+  build_engine();
 }
 
-// The gradient reducer over this rank's stages, hooked into the executor;
-// made again after a rebalancing move (the reducer holds the layers).
-void Trainer::connect_reducer() {
+// The one factory of what runs the schedule: the gradient reducer over this
+// rank's stages and the executor hooked into it, configured for this rank
+// and replica. The constructor and every rebalancing move build them here
+// (both hold the stages' layers), so a rebuild forgets nothing.
+void Trainer::build_engine() {
+  executor_.reset();
+  reducer_.reset();
   std::vector<StageModel*> mine;
   for (StageModel& st : stages_) mine.push_back(&st);
   reducer_ = std::make_unique<GradientReducer>(mine, *replica_group_, deck_, be_, tracer_.get(),
                                                replica_group_text_);
+  ExecutorConfig config = executor_config_for(deck_);
+  config.replica = replica_;
+  config.loss_scaling = scaler_ != nullptr;
+  if (deck_.pipeline.slowdown_rank == rank_)
+    config.slowdown = {deck_.pipeline.slowdown_from_step, deck_.pipeline.slowdown_factor};
   if (reducer_->active()) {
     GradientReducer* r = reducer_.get();
-    executor_->set_reduction_hooks(
-        {[r](int stage, int mb, size_t layer) { r->layer_done(stage, mb, layer); },
-         [r] { r->poll(); }});
+    config.reduction = {[r](int stage, int mb, size_t layer) { r->layer_done(stage, mb, layer); },
+                        [r] { r->poll(); }};
   }
+  executor_ = std::make_unique<Executor>(config, mine, policies_, *transport_, be_, tracer_.get());
 }
 
 std::vector<Param*> Trainer::params() {
@@ -162,32 +166,28 @@ StepRecord Trainer::train_step(int64_t step) {
   optimizer_->zero_grad(be);
   StepRecord rec;
   rec.step = step;
-  if (scaler_) executor_->set_loss_scale(scaler_->scale());
-  executor_->set_compute_slowdown(slowdown_at(step));
   rec.loss_scale = scaler_ ? scaler_->scale() : 1.0;
   reducer_->begin_step(step);
-  StepOutcome outcome = executor_->run(schedule_, *data_, step, Pass::Train);
+  StepOutcome outcome =
+      executor_->run(schedule_, *data_, step, Pass::Train, scaler_ ? scaler_->scale() : 1.f);
   // Data parallelism: the buckets still running complete; every replica
   // then holds the same gradients (the global batch's).
   reducer_->finish();
 
   const double reduce_start = tracer_->now_us();
   fault_point("loss", step);
-  rec.loss = mean_loss(outcome);
+  rec.loss = collectives_->mean_loss(outcome, stages_, deck_.training.batch_size);
   // fp16: unscale, or skip the whole step on every stage after an overflow.
   rec.skipped = scaler_ && !scaler_->finish_backward(be, params(), comm_);
   fault_point("grad_norm", step);
-  rec.grad_norm = rec.skipped ? std::nan("") : global_grad_norm(step);
+  rec.grad_norm = rec.skipped ? std::nan("") : collectives_->global_grad_norm(stages_, be, step);
   fault_point("bubble", step);
-  rec.bubble = measured_bubble(outcome, rec.stage_compute_s);
+  rec.bubble = collectives_->measured_bubble(outcome, rec.stage_compute_s);
   rec.partition = partition_;
   if (rebalancer_) rebalancer_->observe(rec.stage_compute_s);
   tracer_->record(EventKind::Reduction, step, stage().stage, -1, reduce_start, tracer_->now_us());
   rec.lr = learning_rate(deck_.training, step);
-  float clip_scale = 1.f;
-  const double clip = deck_.training.grad_clip;
-  if (clip > 0.0 && rec.grad_norm > clip)
-    clip_scale = static_cast<float>(clip / (rec.grad_norm + 1e-6));
+  const float clip_scale = StepCollectives::clip_scale(rec.grad_norm, deck_.training.grad_clip);
   const double optimizer_start = tracer_->now_us();
   if (!rec.skipped) optimizer_->step(be, static_cast<float>(rec.lr), clip_scale);
   be.synchronize();
@@ -196,7 +196,7 @@ StepRecord Trainer::train_step(int64_t step) {
   rec.step_time_s =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   fault_point("memory", step);
-  rec.stage_peak_bytes = gather_memory_peaks();
+  rec.stage_peak_bytes = collectives_->gather_memory_peaks(stage_memory_stats());
   // Placed only with a step left to run it (the same decision on every rank).
   if (placement_ && placement_->observe(executor_->action_times()) && step + 1 < deck_.training.steps)
     place_schedule(step, rec);
@@ -206,33 +206,16 @@ StepRecord Trainer::train_step(int64_t step) {
 void Trainer::place_schedule(int64_t step, StepRecord& rec) {
   placement_times_ = placement_->agreed_times(comm_, replicas_comm_);
   placement_.reset();
-  executor_->set_time_actions(false);
-  TimedPlacement placed = generate_at_times(schedule_.name, size_, schedule_.num_micro_batches,
-                                            placement_times_);
-  const CommSemantics semantics = comm_semantics_of(deck_.pipeline.transport, deck_.training.device);
-  report_ = validate_schedule(placed.schedule, semantics);
+  PlacedSchedules placed = place_at_times(
+      schedule_, placement_times_, comm_semantics_of(deck_.pipeline.transport, deck_.training.device));
   rec.schedule_placed = true;
   rec.placed_bubble_before = placed.unit_bubble;  // schedule_ is the unit-time placement
   rec.placed_bubble_after = placed.bubble;
   rec.placed_bubble_timed = placed.timed_bubble;
-  schedule_ = std::move(placed.schedule);
-  eval_schedule_ = forward_only_schedule(schedule_);
-  validate_schedule(eval_schedule_, semantics);
+  schedule_ = std::move(placed.train);
+  eval_schedule_ = std::move(placed.eval);
+  report_ = std::move(placed.report);
   schedule_first_step_ = step + 1;
-}
-
-std::vector<std::vector<double>> Trainer::gather_memory_peaks() {
-  const MemoryStats stats = stage_memory_stats();
-  const int cats = static_cast<int>(MemCategory::Count);
-  std::vector<double> mine(stats.peak, stats.peak + cats);
-  mine.push_back(static_cast<double>(stats.peak_total));
-  std::vector<double> all(rank_ == 0 ? mine.size() * size_ : 0);
-  timed_gather(mine.data(), static_cast<int>(mine.size()), MPI_DOUBLE, all.data(), 0, comm_,
-               "the per-stage memory peaks gather");
-  std::vector<std::vector<double>> per_stage;
-  for (int r = 0; rank_ == 0 && r < size_; ++r)
-    per_stage.emplace_back(all.begin() + r * mine.size(), all.begin() + (r + 1) * mine.size());
-  return per_stage;
 }
 
 namespace {
@@ -298,7 +281,7 @@ RecomputePolicy Trainer::resolve_recompute_one() {
     fits = false;
     for (const char* candidate : {"none", "selective", "every:2", "full"}) {
       chosen = parse_recompute_policy(candidate, key);
-      Executor probe(stages_.front(), *transport_, deck_, be_, chosen);
+      StageProbe probe(stages_.front(), be_, chosen, executor_config_for(deck_));
       const MicroBatchProbe m = probe.probe_micro_batch(
           *data_, [this] { return stage_memory_stats(); }, setup_.reset_device_memory_peaks);
       mine.needed_bytes = persistent + in_flight * static_cast<double>(m.stash_bytes) +
@@ -340,77 +323,7 @@ RecomputePolicy Trainer::resolve_recompute_one() {
   return chosen;
 }
 
-// 1 - (this rank's F + B time without waits) / (the longest rank's span of
-// the schedule), averaged over ranks: the share of the step a stage idles.
-double Trainer::measured_bubble(const StepOutcome& outcome, std::vector<double>& compute_s) {
-  double mine[2] = {outcome.compute_us, outcome.span_us};
-  std::vector<double> all(2 * size_);
-  timed_allgather(mine, 2, MPI_DOUBLE, all.data(), comm_, "the measured-bubble all-gather");
-  compute_s.clear();
-  for (int r = 0; r < size_; ++r) compute_s.push_back(all[2 * r] * 1e-6);
-  double span = 0.0, idle = 0.0;
-  for (int r = 0; r < size_; ++r) span = std::max(span, all[2 * r + 1]);
-  for (int r = 0; r < size_; ++r) idle += span > 0.0 ? 1.0 - all[2 * r] / span : 0.0;
-  return idle / size_;
-}
-
 std::vector<std::vector<TraceEvent>> Trainer::gather_trace() { return tracer_->gather(comm_, clocks_); }
-
-double Trainer::mean_loss(const StepOutcome& outcome) {
-  double mean = 0.0;
-  for (const StageModel& st : stages_) {
-    if (!st.is_last()) continue;
-    double sum = outcome.loss_sum;
-    if (replicas_ > 1) {
-      const std::vector<double>& mine = outcome.micro_batch_losses;
-      std::vector<double> all(mine.size() * static_cast<size_t>(replicas_));
-      timed_allgather(mine.data(), static_cast<int>(mine.size()), MPI_DOUBLE, all.data(),
-                      replicas_comm_, "the loss all-gather across the last stage's replicas");
-      sum = 0.0;  // global micro-batch order: as one pipeline would add them
-      for (double l : all) sum += l;
-    }
-    mean = sum / static_cast<double>(deck_.training.batch_size * st.loss_terms_per_sample);
-  }
-  timed_bcast(&mean, 1, MPI_DOUBLE, stage_rank(schedule_, schedule_.num_stages - 1), comm_,
-              "the loss broadcast from the last stage");
-  return mean;
-}
-
-std::vector<int> Trainer::per_stage_counts(const std::vector<int>& mine, const char* what) {
-  const int stages = schedule_.num_stages;
-  std::vector<int> padded(stages, 0), all(static_cast<size_t>(stages) * size_);
-  for (size_t i = 0; i < stages_.size(); ++i) padded[stages_[i].stage] = mine[i];
-  timed_allgather(padded.data(), stages, MPI_INT, all.data(), comm_, what);
-  std::vector<int> counts(stages);
-  for (int st = 0; st < stages; ++st) counts[st] = all[stage_rank(schedule_, st) * stages + st];
-  return counts;
-}
-
-std::vector<int> Trainer::rank_counts(const std::vector<int>& stage_counts) const {
-  std::vector<int> counts(size_, 0);
-  for (int st = 0; st < schedule_.num_stages; ++st) counts[stage_rank(schedule_, st)] += stage_counts[st];
-  return counts;
-}
-
-// by_rank holds rank 0's stages' blocks (ascending), then rank 1's, ...;
-// the result holds stage 0's block, then stage 1's, ...
-template <typename T>
-std::vector<T> Trainer::in_stage_order(const std::vector<T>& by_rank,
-                                       const std::vector<int>& counts) const {
-  std::vector<size_t> offset(counts.size());
-  size_t at = 0;
-  for (int r = 0; r < size_; ++r)
-    for (int st : rank_stages(schedule_, r)) {
-      offset[st] = at;
-      at += static_cast<size_t>(counts[st]);
-    }
-  PT_CHECK(at == by_rank.size(), "per-stage blocks cover the gathered values");
-  std::vector<T> ordered;
-  ordered.reserve(by_rank.size());
-  for (size_t st = 0; st < counts.size(); ++st)
-    ordered.insert(ordered.end(), by_rank.begin() + offset[st], by_rank.begin() + offset[st] + counts[st]);
-  return ordered;
-}
 
 double Trainer::evaluate() {
   DefaultDeviceGuard on_device(be_.device());
@@ -418,67 +331,11 @@ double Trainer::evaluate() {
   double sum = 0.0;
   fault_point("eval");
   for (int64_t b = 0; b < deck_.training.eval_batches; ++b)
-    sum += mean_loss(executor_->run(eval_schedule_, *eval_data_, b, Pass::Evaluate));
+    sum += collectives_->mean_loss(executor_->run(eval_schedule_, *eval_data_, b, Pass::Evaluate),
+                                   stages_, deck_.training.batch_size);
   return sum / static_cast<double>(deck_.training.eval_batches);
 }
 
-// Per-parameter sums of squares are gathered in global parameter order and
-// added in that order, so the norm is bitwise the same at any stage count.
-double Trainer::global_grad_norm(int64_t step) {
-  Backend& be = be_;
-  std::vector<double> local;
-  std::vector<int> per_stage;
-  if (nonfinite_gradient_requested(step)) be.fill(params().back()->grad, INFINITY);
-  for (StageModel& st : stages_) {
-    per_stage.push_back(0);
-    for (Param* p : st.params()) {
-      settle_grad(be, *p);
-      local.push_back(be.sum_squares(p->grad));
-      ++per_stage.back();
-      // A double sum of squared floats cannot overflow, so it is finite exactly
-      // when every element is: this is the step's non-finite gradient check.
-      if (!std::isfinite(local.back()))
-        throw Error("non-finite gradient of " + p->name + " at step " + std::to_string(step) +
-                    ", stage " + std::to_string(st.stage) + " (accumulated over micro-batches 0-" +
-                    std::to_string(schedule_.num_micro_batches - 1) + ")");
-    }
-  }
-  const std::vector<int> stage_counts =
-      per_stage_counts(per_stage, "the gradient-norm counts all-gather");
-  const int count = static_cast<int>(local.size());
-  std::vector<int> counts = rank_counts(stage_counts), offsets(size_, 0);
-  for (int r = 1; r < size_; ++r) offsets[r] = offsets[r - 1] + counts[r - 1];
-  std::vector<double> all(static_cast<size_t>(offsets.back() + counts.back()));
-  timed_allgatherv(local.data(), count, MPI_DOUBLE, all.data(), counts.data(), offsets.data(),
-                   comm_, "the gradient-norm all-gather");
-  // Added in global parameter order, whatever the placement of the stages.
-  double sum = 0.0;
-  for (double v : in_stage_order(all, stage_counts)) sum += v;
-  return std::sqrt(sum);
-}
-
-std::vector<float> Trainer::gather_parameters() {
-  std::vector<float> local;
-  std::vector<int> per_stage;
-  for (StageModel& st : stages_) {
-    per_stage.push_back(0);
-    for (Param* p : st.params()) {
-      const Tensor host = p->value.to(Device::CPU);
-      local.insert(local.end(), host.f32(), host.f32() + host.numel());
-      per_stage.back() += static_cast<int>(host.numel());
-    }
-  }
-  const std::vector<int> stage_counts = per_stage_counts(per_stage, "the parameter counts gather");
-  const int count = static_cast<int>(local.size());
-  std::vector<int> counts = rank_counts(stage_counts), offsets(size_, 0);
-  std::vector<float> all;
-  if (rank_ == 0) {
-    for (int r = 1; r < size_; ++r) offsets[r] = offsets[r - 1] + counts[r - 1];
-    all.resize(static_cast<size_t>(offsets.back() + counts.back()));
-  }
-  timed_gatherv(local.data(), count, MPI_FLOAT, all.data(), counts.data(), offsets.data(), 0,
-                comm_, "the parameter gather");
-  return rank_ == 0 ? in_stage_order(all, stage_counts) : all;
-}
+std::vector<float> Trainer::gather_parameters() { return collectives_->gather_parameters(stages_); }
 
 }  // namespace pt

@@ -38,4 +38,16 @@ class MeasuredPlacement {
   std::vector<std::array<std::vector<double>, 3>> samples_;  // (stages, F/B/W) seconds
 };
 
+// `current` placed again at `times` (generate_at_times), validated under
+// `semantics`, with its forward-only twin for evaluation, and the bubbles
+// simulated at those times: of `current`, of the new placement, and of the
+// best timed candidate, kept or not.
+struct PlacedSchedules {
+  Schedule train, eval;
+  ScheduleReport report;
+  double unit_bubble = 0.0, bubble = 0.0, timed_bubble = 0.0;
+};
+PlacedSchedules place_at_times(const Schedule& current, const StageActionTimes& times,
+                               const CommSemantics& semantics);
+
 }  // namespace pt

@@ -4,7 +4,12 @@
 // schedules), the optimizer, the data set and the schedule
 // (generated or loaded, then validated), and runs training steps:
 // zero gradients, run the schedule through the Executor, combine the loss and
-// the global gradient norm, take one optimizer step per batch.
+// the global gradient norm, take one optimizer step per batch. The parts are
+// its own: the executor and gradient reducer come from one factory
+// (build_engine, also after a rebalancing move), the step's cross-rank
+// arithmetic from StepCollectives (step_collectives.hpp), the rebalancing
+// transfers from unit_mover.hpp, a re-placed schedule from
+// schedule_placement.hpp.
 #pragma once
 
 #include <mpi.h>
@@ -24,6 +29,7 @@
 #include "pipetrain/model/loss_scaler.hpp"
 #include "pipetrain/model/optimizer.hpp"
 #include "pipetrain/runtime/rebalance.hpp"
+#include "pipetrain/runtime/step_collectives.hpp"
 
 namespace pt {
 
@@ -157,34 +163,13 @@ class Trainer {
   const std::vector<int64_t>& partition() const { return partition_; }
 
  private:
-  double global_grad_norm(int64_t step);  // also the non-finite gradient check
-  // The global batch's mean loss (every replica's micro-batch losses added in
-  // global micro-batch order), broadcast from the last stage.
-  double mean_loss(const StepOutcome& outcome);
-  // Collective; also every rank's compute seconds of the step.
-  double measured_bubble(const StepOutcome& outcome, std::vector<double>& compute_s);
   // This rank's stages' policies; "auto" (one stage per rank) decided collectively.
   std::vector<RecomputePolicy> resolve_recompute();
   RecomputePolicy resolve_recompute_one();
-  // Per-stage blocks of values gathered rank by rank, put in stage order.
-  template <typename T>
-  std::vector<T> in_stage_order(const std::vector<T>& by_rank, const std::vector<int>& counts) const;
-  // Every stage's count from each rank's counts of its stages (collective;
-  // `what` names the wait), and the sums per rank.
-  std::vector<int> per_stage_counts(const std::vector<int>& mine, const char* what);
-  std::vector<int> rank_counts(const std::vector<int>& stage_counts) const;
-  std::vector<std::vector<double>> gather_memory_peaks();
 
   void move_state_to_device();
-  void connect_reducer();  // reducer_ over stages_, hooked into executor_
+  void build_engine();  // reducer_ and executor_ over stages_, for this rank
   void fill_data_caches();
-  double slowdown_at(int64_t step) const;  // pipeline.slowdown_* for this rank
-  // repartition's transfers: the units in `leaving` (what rebuild_stage left
-  // of the old stage) are sent, those arriving in `next` received (units that
-  // stay are in `next` already); returns tensors and bytes sent.
-  std::pair<int64_t, double> exchange_units(StageModel& leaving, StageModel& next,
-                                            const std::vector<int64_t>& old_counts,
-                                            const std::vector<int64_t>& new_counts);
   MemoryStats stage_memory_stats() const;
 
   Deck deck_;
@@ -208,8 +193,10 @@ class Trainer {
   ClockAlignment clocks_;
   std::unique_ptr<Executor> executor_;
   std::unique_ptr<ReplicaGroup> replica_group_;
+  std::unique_ptr<StepCollectives> collectives_;  // loss, norm, bubble, gathers
   std::unique_ptr<GradientReducer> reducer_;
   std::vector<RecomputeChoice> recompute_;
+  std::vector<RecomputePolicy> policies_;    // of stages_
   std::vector<int64_t> partition_;           // units per stage in use
   std::unique_ptr<Rebalancer> rebalancer_;   // null unless enable_rebalance
   // pipeline.schedule_times = "measured", until the schedule is placed.

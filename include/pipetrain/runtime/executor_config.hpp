@@ -1,0 +1,56 @@
+// executor_config.hpp: what an executor and its stage runners are built
+// with, fixed for their lifetime (no setter changes it afterwards; a
+// rebalancing move builds a new executor through the same factory).
+#pragma once
+
+#include <cstdint>
+#include <functional>
+
+#include "pipetrain/base/deck.hpp"
+
+namespace pt {
+
+// Data-parallel gradient reduction (grad_reducer.hpp): `layer_done` runs when
+// a layer's weight gradients of a micro-batch are complete (end of its B, or
+// of its W with a split backward), `progress` after every action. Empty
+// functions: no reduction.
+struct ReductionHooks {
+  std::function<void(int stage, int mb, size_t layer)> layer_done;
+  std::function<void()> progress;
+};
+
+// Fault injection (pipeline.slowdown_*), resolved for one rank: from training
+// step `from_step` on, after each F, B and W the rank sleeps (factor - 1) x
+// its compute time, so they take factor x as long and nothing computed
+// changes. factor 1 = off.
+struct ComputeSlowdown {
+  int64_t from_step = 0;
+  double factor = 1.0;
+  double factor_at(int64_t step) const { return step >= from_step ? factor : 1.0; }
+};
+
+struct ExecutorConfig {
+  int64_t batch_size = 1;     // samples of a global batch (the loss divides by them)
+  int64_t micro_batches = 1;  // micro-batches per pipeline and batch
+  int64_t rows = 1;           // samples per micro-batch: batch / (micro-batches x replicas)
+  int replica = 0;            // data-parallel replica of this pipeline (docs/data-parallel.md)
+  double timeout_s = 0.0;     // the longest wait for a peer (pipeline.timeout_s)
+  bool loss_scaling = false;  // fp16: an overflowing loss is the loss scaler's, not an error
+  ComputeSlowdown slowdown;
+  ReductionHooks reduction;
+
+  // Global index of this pipeline's micro-batch `mb`: replica r reads the
+  // r-th contiguous slice of each batch.
+  int64_t global_micro_batch(int mb) const { return replica * micro_batches + mb; }
+  // First sample of micro-batch `mb` of batch `step` (micro_batch_first_sample).
+  int64_t first_sample(int64_t step, int mb) const {
+    return step * batch_size + global_micro_batch(mb) * rows;
+  }
+};
+
+// The deck's part of the configuration: batch, micro-batches, rows and the
+// timeout; replica 0, no loss scaling, no slowdown, no reduction. The
+// trainer's factory (run_builder.hpp) fills in the rest for its rank.
+ExecutorConfig executor_config_for(const Deck& deck);
+
+}  // namespace pt
