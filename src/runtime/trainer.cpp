@@ -12,6 +12,7 @@
 #include "pipetrain/base/timed_wait.hpp"
 #include "pipetrain/plan/simulate.hpp"
 #include "pipetrain/runtime/profiler.hpp"
+#include "pipetrain/schedule/semantics.hpp"
 
 namespace pt {
 
@@ -301,8 +302,9 @@ RecomputePolicy Trainer::resolve_recompute_one() {
       Executor probe(stages_.front(), *transport_, deck_, be_, chosen);
       const MicroBatchProbe m = probe.probe_micro_batch(
           *data_, [this] { return stage_memory_stats(); }, setup_.reset_device_memory_peaks);
-      mine.needed_bytes = persistent + in_flight * static_cast<double>(m.stash_bytes) +
-                          static_cast<double>(m.transient_bytes) + comm;
+      mine.needed_bytes = stage_peak_bytes(persistent + comm, in_flight,
+                                           static_cast<double>(m.stash_bytes),
+                                           static_cast<double>(m.transient_bytes));
       if (mine.needed_bytes <= mine.budget_bytes) {
         fits = true;
         break;
@@ -347,11 +349,13 @@ double Trainer::measured_bubble(const StepOutcome& outcome, std::vector<double>&
   std::vector<double> all(2 * size_);
   timed_allgather(mine, 2, MPI_DOUBLE, all.data(), comm_, "the measured-bubble all-gather");
   compute_s.clear();
-  for (int r = 0; r < size_; ++r) compute_s.push_back(all[2 * r] * 1e-6);
-  double span = 0.0, idle = 0.0;
-  for (int r = 0; r < size_; ++r) span = std::max(span, all[2 * r + 1]);
-  for (int r = 0; r < size_; ++r) idle += span > 0.0 ? 1.0 - all[2 * r] / span : 0.0;
-  return idle / size_;
+  std::vector<double> busy_us, span_us;
+  for (int r = 0; r < size_; ++r) {
+    compute_s.push_back(all[2 * r] * 1e-6);
+    busy_us.push_back(all[2 * r]);
+    span_us.push_back(all[2 * r + 1]);
+  }
+  return bubble_of(busy_us, span_us);
 }
 
 std::vector<std::vector<TraceEvent>> Trainer::gather_trace() { return tracer_->gather(comm_, clocks_); }
