@@ -166,13 +166,24 @@ def stage_totals(trace, rows):
     return stats
 
 
+def bubble_of(busy, span):
+    """The bubble of one step, as the C++ defines it (schedule/semantics.hpp
+    bubble_of, used by the trainer and the simulator): the mean over ranks of
+    1 - busy / the longest span, a rank counting 0 when that span is 0."""
+    longest = max(span)
+    idle = 0.0
+    for b in busy:
+        idle += 1.0 - b / longest if longest > 0.0 else 0.0
+    return idle / len(busy)
+
+
 def bubble_per_step(rows):
+    """{step: bubble_of the ranks with F/B/W in that step}."""
     out = {}
     for k, per_rank in rows.items():
-        window = max((x["span"] for x in per_rank if x), default=0.0)
-        vals = [1.0 - x["busy"] / window for x in per_rank if x and window > 0]
-        if vals:
-            out[k] = float(np.mean(vals))
+        present = [x for x in per_rank if x]
+        if present:
+            out[k] = bubble_of([x["busy"] for x in present], [x["span"] for x in present])
     return out
 
 
@@ -250,8 +261,6 @@ def analyse(trace, skip):
     stats = stage_totals(trace, rows)
     per_step = bubble_per_step(rows)
     compute = [st["busy_us"] / st["steps"] if st["steps"] else 0.0 for st in stats]
-    bubbles = [st["bubble_sum"] for st in stats]
-    samples = sum(st["steps"] for st in stats)
     result = {
         "trace": trace.path, "schedule_name": trace.schedule_name,
         "num_stages": trace.num_stages, "num_micro_batches": trace.num_micro_batches,
@@ -259,7 +268,7 @@ def analyse(trace, skip):
         "stages": [{k: v for k, v in st.items() if k != "bubble_sum"} | {
             "compute_us_per_step": c, "bubble": st["bubble_sum"] / st["steps"] if st["steps"] else None}
             for st, c in zip(stats, compute)],
-        "bubble": sum(bubbles) / samples if samples else None,
+        "bubble": float(np.mean(list(per_step.values()))) if per_step else None,
         "bubble_theory": trace_theory(trace),
         "bubble_at_costs": trace.cost_bubble,
         "bubble_replayed": replayed_bubble(trace, steps),

@@ -67,13 +67,15 @@ void write_column(hid_t group, const char* name, const std::vector<double>& valu
 void write_units(hid_t file, const std::vector<UnitCost>& units) {
   H5Id group = ckpt::create_group(file, "units");
   std::vector<std::string> names;
-  std::vector<int64_t> partitionable;
+  std::vector<int64_t> partitionable, layers;
   for (const UnitCost& u : units) {
     names.push_back(u.name);
     partitionable.push_back(u.partitionable ? 1 : 0);
+    layers.push_back(u.layers);
   }
   ckpt::write_list(group.get(), "name", names);
   ckpt::write_list(group.get(), "partitionable", partitionable);
+  ckpt::write_list(group.get(), "layers", layers);
   for (const Column& c : kColumns) {
     std::vector<double> values;
     for (const UnitCost& u : units) values.push_back(u.*c.field);
@@ -105,6 +107,23 @@ std::vector<double> read_column(hid_t group, const std::string& name, size_t n, 
   return values;
 }
 
+// units/layers: the executor layers of each unit (recompute every:K counts
+// layers). A profile written before it was recorded is refused: read as one
+// layer per unit, an MLP's every:K would count units.
+void read_layers(hid_t group, std::vector<UnitCost>& units, const std::string& path) {
+  std::vector<int64_t> layers;
+  if (!ckpt::has_link(group, "layers") || !ckpt::read_list(group, "layers", layers) ||
+      layers.size() != units.size())
+    throw InputError(path + ": dataset units/layers (1-D integer, one per unit: the executor layers "
+                     "recompute every:K counts) is missing or of another length; profile the deck "
+                     "again with `pipetrain profile`");
+  for (size_t i = 0; i < units.size(); ++i) {
+    if (layers[i] < 1)
+      refuse(path, "units/layers[" + std::to_string(i) + "] = " + std::to_string(layers[i]) + " is not >= 1");
+    units[i].layers = layers[i];
+  }
+}
+
 std::vector<UnitCost> read_units(hid_t file, const std::string& path) {
   if (!ckpt::has_link(file, "units")) refuse(path, "group units is missing");
   H5Id group(H5Gopen2(file, "units", H5P_DEFAULT), H5Gclose);
@@ -120,6 +139,7 @@ std::vector<UnitCost> read_units(hid_t file, const std::string& path) {
     units[i].name = names[i];
     units[i].partitionable = partitionable[i] != 0;
   }
+  read_layers(group.get(), units, path);
   for (const Column& c : kColumns) {
     const std::vector<double> values = read_column(group.get(), c.name, units.size(), path);
     for (size_t i = 0; i < units.size(); ++i) units[i].*c.field = values[i];

@@ -16,6 +16,7 @@
 
 #include "pipetrain/base/error.hpp"
 #include "pipetrain/plan/placement_search.hpp"
+#include "pipetrain/schedule/semantics.hpp"
 
 namespace pt {
 
@@ -71,9 +72,8 @@ class StepSimulation {
         times_(5 * slots(), kNotYet), starts_(3 * slots(), kNotYet), recv_post_s_(2 * slots(), kNotYet),
         waiting_for_(s.num_ranks, kNothing),
         pc_(s.num_ranks, 0), clock_(s.num_ranks, 0.0), busy_(s.num_ranks, 0.0),
-        span_(s.num_ranks, 0.0), computes_(s.num_ranks), in_flight_(p_, 0),
+        span_(s.num_ranks, 0.0), computes_(s.num_ranks), in_flight_(s),
         finish_first_(sends_finished_before(s)), result_() {
-    result_.peak_in_flight.assign(p_, 0);
     result_.peak_bytes.assign(p_, 0.0);
     if (in.record_events) result_.events.resize(s.num_ranks);
   }
@@ -268,11 +268,7 @@ class StepSimulation {
     ready = std::max(ready, own_send_finished(rank));
     const double start = std::max(clock_[rank], ready);
     const double end = start + duration(a);
-    if (a.kind == ActionKind::F) {
-      int& now = in_flight_[a.stage];
-      result_.peak_in_flight[a.stage] = std::max(result_.peak_in_flight[a.stage], ++now);
-    }
-    if (a.kind == (split_ ? ActionKind::W : ActionKind::B)) --in_flight_[a.stage];
+    in_flight_.run(a);
     clock_[rank] = end;
     if (in_.receiver_progress && end > start) computes_[rank].push_back({start, end});
     busy_[rank] += end - start;
@@ -349,11 +345,11 @@ class StepSimulation {
   // when they complete after its last compute.
   void replay_memory_and_sends(int rank) {
     struct StageState {
-      int in_flight = 0;
       double receiving = 0.0, sending = 0.0;  // bytes of posted receives, incomplete sends
       std::vector<std::pair<double, double>> sends;  // min-heap of (completion, bytes)
     };
     std::vector<StageState> state(static_cast<size_t>(p_));
+    InFlightCounter in_flight(s_);
     const auto later_first = [](const std::pair<double, double>& x, const std::pair<double, double>& y) {
       return x.first > y.first;
     };
@@ -385,13 +381,13 @@ class StepSimulation {
       if (needs_input(a, producer, remote) && remote)
         st.receiving -= message_bytes(make_action(a.stage, a.kind == ActionKind::F ? ActionKind::RECV_F
                                                                                 : ActionKind::RECV_B, a.mb));
-      if (a.kind == ActionKind::F) ++st.in_flight;
+      const int now = in_flight.enter(a);
       const StageCost& c = in_.stages[a.stage];
       const double transient = a.kind == ActionKind::F ? c.forward_transient_bytes : c.backward_transient_bytes;
-      const double bytes = c.persistent_bytes + c.data_bytes + st.receiving + std::max(0.0, st.sending) +
-                           st.in_flight * c.stash_bytes + transient;
+      const double fixed = c.persistent_bytes + c.data_bytes + st.receiving + std::max(0.0, st.sending);
+      const double bytes = stage_peak_bytes(fixed, now, c.stash_bytes, transient);
       result_.peak_bytes[a.stage] = std::max(result_.peak_bytes[a.stage], bytes);
-      if (a.kind == (split_ ? ActionKind::W : ActionKind::B)) --st.in_flight;
+      in_flight.leave(a);
     }
   }
 
@@ -413,15 +409,12 @@ class StepSimulation {
     r.busy_s = busy_;
     r.span_s = span_;
     r.span_s_max = *std::max_element(span_.begin(), span_.end());
+    r.peak_in_flight = in_flight_.peak_in_flight();
     std::vector<double> optimizer(s_.num_ranks, 0.0);
     for (int st = 0; st < p_; ++st) optimizer[stage_rank(s_, st)] += in_.stages[st].optimizer_s;
     r.optimizer_s = *std::max_element(optimizer.begin(), optimizer.end());
-    double idle_share = 0.0;
-    for (int rank = 0; rank < s_.num_ranks; ++rank) {
-      r.idle_s.push_back(r.span_s_max - busy_[rank]);
-      idle_share += r.span_s_max > 0.0 ? 1.0 - busy_[rank] / r.span_s_max : 0.0;
-    }
-    r.bubble = idle_share / s_.num_ranks;
+    for (int rank = 0; rank < s_.num_ranks; ++rank) r.idle_s.push_back(r.span_s_max - busy_[rank]);
+    r.bubble = bubble_of(busy_, span_);
     r.step_time_s = r.span_s_max + in_.step_overhead_s + r.optimizer_s;
     if (in_.batch_size > 0 && r.step_time_s > 0.0)
       r.throughput_samples_per_s = static_cast<double>(in_.batch_size) / r.step_time_s;
@@ -438,7 +431,7 @@ class StepSimulation {
   std::vector<int> pc_;
   std::vector<double> clock_, busy_, span_;
   std::vector<std::vector<std::pair<double, double>>> computes_;  // per rank: (start, end) in order (receiver_progress)
-  std::vector<int> in_flight_;  // per stage, while simulating: for peak_in_flight
+  InFlightCounter in_flight_;  // per stage, while simulating: for peak_in_flight
   std::vector<std::vector<int>> finish_first_;  // sends_finished_before(s_): per rank and action
   std::vector<int> runnable_;
   SimulationResult result_;
@@ -451,17 +444,7 @@ SimulationResult simulate_schedule(const Schedule& schedule, const SimulationInp
   return StepSimulation(schedule, input).run();
 }
 
-std::vector<int> schedule_in_flight(const Schedule& s) {
-  const ActionKind ends = splits_backward(s) ? ActionKind::W : ActionKind::B;
-  std::vector<int> now(static_cast<size_t>(std::max(s.num_stages, 0)), 0), peak(now);
-  for (const std::vector<Action>& rank : s.ranks)
-    for (const Action& a : rank) {
-      if (a.stage < 0 || a.stage >= s.num_stages) continue;
-      if (a.kind == ActionKind::F) peak[a.stage] = std::max(peak[a.stage], ++now[a.stage]);
-      if (a.kind == ends) --now[a.stage];
-    }
-  return peak;
-}
+std::vector<int> schedule_in_flight(const Schedule& s) { return count_in_flight(s).peak_in_flight(); }
 
 // F = B = W = 1: a fused backward (B + W) takes 2.
 double unit_time_bubble(const Schedule& schedule) {

@@ -8,6 +8,7 @@
 #include <utility>
 
 #include "pipetrain/base/error.hpp"
+#include "pipetrain/schedule/semantics.hpp"
 
 namespace pt {
 
@@ -47,44 +48,21 @@ int floor_log2(size_t n) {
   return log;
 }
 
-bool parse_every(const std::string& text, int& k) {
-  if (text.rfind("every:", 0) != 0 || text.size() == 6 || text.size() > 12) return false;
-  const std::string digits = text.substr(6);
-  if (digits.find_first_not_of("0123456789") != std::string::npos) return false;
-  k = std::atoi(digits.c_str());
-  return k >= 1;
+std::vector<int64_t> layers_of(const std::vector<UnitCost>& units) {
+  std::vector<int64_t> layers;
+  for (const UnitCost& u : units) layers.push_back(u.layers);
+  return layers;
 }
 
 }  // namespace
 
-std::string PlanRecompute::name() const {
-  switch (kind) {
-    case Kind::None: return "none";
-    case Kind::Selective: return "selective";
-    case Kind::Every: return "every:" + std::to_string(every);
-    case Kind::Full: return "full";
-  }
-  PT_FAIL("unknown PlanRecompute kind");
-}
-
-PlanRecompute PlanRecompute::parse(const std::string& text) {
-  PlanRecompute p;
-  if (text == "none") p.kind = Kind::None;
-  else if (text == "selective") p.kind = Kind::Selective;
-  else if (text == "full") p.kind = Kind::Full;
-  else if (parse_every(text, p.every)) p.kind = Kind::Every;
-  else
-    throw InputError("recompute policy '" + text +
-                     "': expected \"none\", \"selective\", \"every:K\" (K >= 1) or \"full\"");
-  return p;
-}
-
 double StageCost::peak_bytes(double in_flight) const {
-  return base_bytes() + in_flight * stash_bytes +
-         std::max(forward_transient_bytes, backward_transient_bytes);
+  return stage_peak_bytes(base_bytes(), in_flight, stash_bytes,
+                          std::max(forward_transient_bytes, backward_transient_bytes));
 }
 
-UnitRanges::UnitRanges(const ModelProfile& profile) : count_(profile.units.size()) {
+UnitRanges::UnitRanges(const ModelProfile& profile)
+    : count_(profile.units.size()), layers_(layers_of(profile.units)) {
   const std::vector<UnitCost>& u = profile.units;
   if (u.empty()) throw InputError("the model profile '" + profile.model + "' has no units");
   forward_ = prefix_of(u, [](const UnitCost& c) { return c.forward_s; });
@@ -159,19 +137,28 @@ double UnitRanges::range_max(const std::vector<std::vector<double>>& table, size
   return std::max(row[first], row[end - (size_t{1} << level)]);
 }
 
-// Inputs of units first, first + K, first + 2K, ... below end.
-double UnitRanges::kept_inputs(size_t first, size_t end, int every) const {
+// Inputs of the stage's layers 0, K, 2K, ...: a unit's first layer takes
+// its input, a later one (an MLP's activation) a tensor of its output's size.
+double UnitRanges::kept_inputs(size_t first, size_t end, size_t every) const {
   double kept = 0.0;
-  for (size_t i = first; i < end; i += static_cast<size_t>(every)) kept += input_bytes_[i];
+  bool first_layer = true;
+  for (size_t layer = 0; layer < layers_.layers(first, end); layer += every) {
+    const size_t u = layers_.unit_of(first, layer, first_layer);
+    kept += first_layer ? input_bytes_[u] : output_bytes_[u];
+  }
   return kept;
 }
 
-// The largest sum of stash_none over the K-unit segments starting at first.
-double UnitRanges::segment_peak(size_t first, size_t end, int every) const {
+// The largest sum of stash_none over the units each K-layer segment of the
+// stage touches.
+double UnitRanges::segment_peak(size_t first, size_t end, size_t every) const {
   double peak = 0.0;
-  for (size_t begin = first; begin < end; begin += static_cast<size_t>(every)) {
-    const size_t stop = std::min(end, begin + static_cast<size_t>(every));
-    peak = std::max(peak, sum(stash_none_, begin, stop));
+  bool first_layer = true;
+  const size_t layers = layers_.layers(first, end);
+  for (size_t begin = 0; begin < layers; begin += every) {
+    const size_t from = layers_.unit_of(first, begin, first_layer);
+    const size_t to = layers_.unit_of(first, std::min(layers, begin + every) - 1, first_layer) + 1;
+    peak = std::max(peak, sum(stash_none_, from, to));
   }
   return peak;
 }

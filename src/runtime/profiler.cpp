@@ -186,6 +186,7 @@ UnitCost unit_memory(Context& c, int64_t index, const CostUnitInfo& info) {
   UnitCost cost;
   cost.name = info.name;
   cost.partitionable = info.partitionable;
+  cost.layers = static_cast<int64_t>(u.stage.layers.size());  // every:K counts these
   cost.forward_flops = info.forward_flops * static_cast<double>(c.rows);
   cost.param_bytes = u.param_bytes;
   cost.grad_bytes = u.grad_bytes;

@@ -7,6 +7,7 @@
 
 #include "pipetrain/base/error.hpp"
 #include "pipetrain/base/timed_wait.hpp"
+#include "pipetrain/schedule/semantics.hpp"
 
 namespace pt {
 
@@ -91,11 +92,13 @@ double StepCollectives::measured_bubble(const StepOutcome& outcome,
   std::vector<double> all(2 * size_);
   timed_allgather(mine, 2, MPI_DOUBLE, all.data(), comm_, "the measured-bubble all-gather");
   compute_s.clear();
-  for (int r = 0; r < size_; ++r) compute_s.push_back(all[2 * r] * 1e-6);
-  double span = 0.0, idle = 0.0;
-  for (int r = 0; r < size_; ++r) span = std::max(span, all[2 * r + 1]);
-  for (int r = 0; r < size_; ++r) idle += span > 0.0 ? 1.0 - all[2 * r] / span : 0.0;
-  return idle / size_;
+  std::vector<double> busy_us, span_us;
+  for (int r = 0; r < size_; ++r) {
+    compute_s.push_back(all[2 * r] * 1e-6);
+    busy_us.push_back(all[2 * r]);
+    span_us.push_back(all[2 * r + 1]);
+  }
+  return bubble_of(busy_us, span_us);  // the schedule layer's one definition
 }
 
 std::vector<std::vector<double>> StepCollectives::gather_memory_peaks(const MemoryStats& stats) const {

@@ -12,6 +12,7 @@
 #include "pipetrain/base/timed_wait.hpp"
 #include "pipetrain/runtime/profiler.hpp"
 #include "pipetrain/runtime/stage_probe.hpp"
+#include "pipetrain/schedule/semantics.hpp"
 
 namespace pt {
 
@@ -284,8 +285,9 @@ RecomputePolicy Trainer::resolve_recompute_one() {
       StageProbe probe(stages_.front(), be_, chosen, executor_config_for(deck_));
       const MicroBatchProbe m = probe.probe_micro_batch(
           *data_, [this] { return stage_memory_stats(); }, setup_.reset_device_memory_peaks);
-      mine.needed_bytes = persistent + in_flight * static_cast<double>(m.stash_bytes) +
-                          static_cast<double>(m.transient_bytes) + comm;
+      mine.needed_bytes = stage_peak_bytes(persistent + comm, in_flight,
+                                           static_cast<double>(m.stash_bytes),
+                                           static_cast<double>(m.transient_bytes));
       if (mine.needed_bytes <= mine.budget_bytes) {
         fits = true;
         break;

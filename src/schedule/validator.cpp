@@ -15,6 +15,7 @@
 
 #include "pipetrain/base/error.hpp"
 #include "pipetrain/schedule/schedule.hpp"
+#include "pipetrain/schedule/semantics.hpp"
 
 namespace pt {
 
@@ -444,26 +445,6 @@ class Simulation {
   bool reached_something_ = false;
 };
 
-// Per stage, the most micro-batches with F done and B (W when the backward
-// is split) not yet done, and the most with B done and W not yet.
-void peak_in_flight(const Schedule& s, ScheduleReport& report) {
-  const bool split = splits_backward(s);
-  std::vector<int> now(s.num_stages, 0), pending(s.num_stages, 0);
-  report.peak_in_flight.assign(s.num_stages, 0);
-  report.peak_pending_w.assign(s.num_stages, 0);
-  for (const std::vector<Action>& rank : s.ranks) {
-    for (const Action& a : rank) {
-      int& peak = report.peak_in_flight[a.stage];
-      if (a.kind == ActionKind::F) peak = std::max(peak, ++now[a.stage]);
-      if (a.kind == (split ? ActionKind::W : ActionKind::B)) --now[a.stage];
-      if (!split) continue;
-      int& peak_w = report.peak_pending_w[a.stage];
-      if (a.kind == ActionKind::B) peak_w = std::max(peak_w, ++pending[a.stage]);
-      if (a.kind == ActionKind::W) --pending[a.stage];
-    }
-  }
-}
-
 }  // namespace
 
 CommSemantics comm_semantics_of(const std::string& transport, const std::string& device) {
@@ -483,7 +464,9 @@ ScheduleReport validate_schedule(const Schedule& s, const CommSemantics& comm) {
   if (comm.match_by_order) check_channel_order(s);
   ScheduleReport report;
   report.simulated_rounds = Simulation(s, index, comm).run();
-  peak_in_flight(s, report);
+  const InFlightCounter counted = count_in_flight(s);
+  report.peak_in_flight = counted.peak_in_flight();
+  report.peak_pending_w = counted.peak_pending_w();
   return report;
 }
 

@@ -221,6 +221,22 @@ def test_hand_bubble_with_warmup(tmp):
     assert abs(r["bubble_per_step"]["0"] - 3 / 8) < 1e-12
 
 
+# The cases of tests/test_semantics.cpp (BubbleOf.*), the C++ definition:
+# the same numbers, so the two definitions cannot drift apart.
+BUBBLE_CASES = [
+    ([6.0, 6.0], [9.0, 7.2], 1 / 3),
+    ([9.0, 6.0], [12.0, 10.0], 3 / 8),
+    ([2.0, 1.0, 0.0], [4.0, 2.0, 0.0], (0.5 + 0.75 + 1.0) / 3),
+    ([0.0, 0.0], [0.0, 0.0], 0.0),
+]
+
+
+def test_bubble_of_is_the_cpp_definition():
+    for busy, span, want in BUBBLE_CASES:
+        got = trace_report.bubble_of(busy, span)
+        assert abs(got - want) < 1e-15, (busy, span, got, want)
+
+
 def test_report_cli_json(tmp):
     rc, out, err = run_tool("trace_report.py", hand_gpipe_trace(f"{tmp}/t.h5"), "--json")
     assert rc == 0, err

@@ -21,6 +21,10 @@ namespace pt {
 struct UnitCost {
   std::string name;            // "linear3", "embedding", "block2", "head"
   bool partitionable = true;   // false: pinned to the first (embedding) or last (head) stage
+  // Executor layers the unit holds, in which recompute every:K counts
+  // (schedule/recompute.hpp): a GPT unit 1, an MLP unit 2 (Linear and
+  // activation; the model's last Linear has none: 1).
+  int64_t layers = 1;
   // Seconds per micro-batch on the profiled backend.
   double forward_s = 0.0;      // forward
   double backward_s = 0.0;     // backward (input and weight gradients)

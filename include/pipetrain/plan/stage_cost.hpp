@@ -11,7 +11,9 @@
 //   stash     kept from F to B, per micro-batch in flight:
 //             none       sum stash_none_bytes
 //             selective  sum stash_selective_bytes
-//             every:K    sum input_bytes of units 0, K, 2K, ... + sum stash_always_bytes
+//             every:K    sum of the inputs of the stage's layers 0, K, 2K, ... +
+//                        sum stash_always_bytes (a unit's first layer takes
+//                        its input_bytes, its later ones its output_bytes)
 //             full       input_bytes of unit 0 + sum stash_always_bytes
 //   transient above the stash, for the one micro-batch being computed, from
 //   the layered transient L = max over the stage's units k of
@@ -23,7 +25,8 @@
 //             selective  F = B = L_F with stash_selective_bytes for the later
 //                        units and stash_none - stash_selective of unit k added
 //             every:K    F = max workspace_bytes; B = F + the largest sum of
-//                        stash_none over the K-unit segments (an upper bound)
+//                        stash_none over the units each K-layer segment
+//                        touches (an upper bound)
 //             full       F = L_F; B = L_B + sum stash_none - the full stash
 //   where L_F is L with the last unit's output taken off as well on a stage
 //   that is not the last (the probe held both its output gradient, which a
@@ -41,10 +44,9 @@
 //               stage 0 has no input message, the last stage no output message
 // Peak bytes = persistent + data + comm + in_flight x stash + max(F transient, B transient).
 //
-// K of every:K counts partition units. A GPT unit is one layer of the
-// executor (embedding, block, head), so K means what it means at run time; an
-// MLP unit is a Linear with its activation (two executor layers), so the
-// runtime's every:2K is every:K here.
+// K of every:K counts executor layers, as at run time (schedule/recompute.hpp):
+// each unit's UnitCost::layers maps units onto layers (a GPT unit is one
+// layer, an MLP unit two: its Linear and its activation).
 #pragma once
 
 #include <cstddef>
@@ -53,20 +55,13 @@
 #include <vector>
 
 #include "pipetrain/plan/cost.hpp"
+#include "pipetrain/schedule/recompute.hpp"
 
 namespace pt {
 
-// A stage's recomputation policy as the planner sees it: the runtime's
-// policies (runtime/recompute) without depending on the runtime.
-struct PlanRecompute {
-  enum class Kind { None, Selective, Every, Full };
-  Kind kind = Kind::None;
-  int every = 1;  // K of every:K
-
-  std::string name() const;  // "none", "selective", "every:3", "full"
-  // "none" | "selective" | "every:K" (K >= 1) | "full"; else InputError.
-  static PlanRecompute parse(const std::string& text);
-};
+// A stage's recomputation policy: the runtime's, defined once in
+// schedule/recompute.hpp (PlanRecompute::parse is RecomputePolicy::parse).
+using PlanRecompute = RecomputePolicy;
 
 struct StageCost {
   // Seconds per micro-batch, and once per step for the optimizer.
@@ -114,8 +109,8 @@ class UnitRanges {
   double sum(const Prefix& p, size_t first, size_t end) const { return p[end] - p[first]; }
   double range_max(const std::vector<std::vector<double>>& table, size_t first,
                    size_t end) const;
-  double kept_inputs(size_t first, size_t end, int every) const;
-  double segment_peak(size_t first, size_t end, int every) const;
+  double kept_inputs(size_t first, size_t end, size_t every) const;
+  double segment_peak(size_t first, size_t end, size_t every) const;
   double stash_bytes(size_t first, size_t end, const PlanRecompute& policy) const;
   double recompute_time(size_t first, size_t end, const PlanRecompute& policy) const;
   double layered_transient(size_t first, size_t end, bool selective) const;
@@ -125,6 +120,7 @@ class UnitRanges {
                                        const PlanRecompute& policy) const;
 
   size_t count_ = 0;
+  UnitLayerMap layers_;  // the units' executor layers, for every:K
   Prefix forward_, backward_, recompute_, recompute_selective_, optimizer_;
   Prefix stash_none_, stash_selective_, stash_always_, persistent_, data_;
   double stage_data_ = 0.0;  // profile.stage_data_bytes: on every stage
