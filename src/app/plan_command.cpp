@@ -22,6 +22,7 @@
 #include "pipetrain/base/error.hpp"
 #include "pipetrain/base/timed_wait.hpp"
 #include "pipetrain/io/profile_io.hpp"
+#include "pipetrain/model/family.hpp"
 #include "pipetrain/plan/alternatives.hpp"
 #include "pipetrain/plan/device.hpp"
 #include "pipetrain/runtime/deck_plan.hpp"
@@ -42,21 +43,22 @@ DeviceSpec device_named(const std::string& name) {
 // weights in the training precision, fp32 gradients, fp32 master weights
 // when the precision is lower, and the optimizer's fp32 state.
 GptSpec gpt_spec_of(const Deck& deck, const std::string& device) {
-  const ModelConfig& m = deck.model;
-  if (m.type != "gpt")
-    throw InputError(deck.where("model.type") + " = \"" + m.type + "\": plan --device " + device +
-                     " models GPT decks only (analytic costs); plan an MLP by measuring it "
+  const ModelFamily& family = model_family(deck.model);
+  if (!family.analytic_dims)
+    throw InputError(deck.where("model.type") + " = \"" + family.name + "\": plan --device " + device +
+                     " models GPT decks only (analytic costs); plan this family by measuring it "
                      "(no --device) or from a profile (--profile FILE)");
+  const GptDims d = family.analytic_dims(deck.model);
   GptSpec g;
-  g.name = "gpt blocks=" + std::to_string(m.blocks) + " d_model=" + std::to_string(m.d_model) +
-           " heads=" + std::to_string(m.heads) + " seq_len=" + std::to_string(m.seq_len) +
-           " vocab_size=" + std::to_string(m.vocab_size);
-  g.blocks = m.blocks;
-  g.d_model = m.d_model;
-  g.heads = m.heads;
-  g.seq_len = m.seq_len;
-  g.vocab_size = m.vocab_size;
-  g.mlp_ratio = m.mlp_ratio;
+  g.name = family.name + " blocks=" + std::to_string(d.blocks) + " d_model=" + std::to_string(d.d_model) +
+           " heads=" + std::to_string(d.heads) + " seq_len=" + std::to_string(d.seq_len) +
+           " vocab_size=" + std::to_string(d.vocab_size);
+  g.blocks = d.blocks;
+  g.d_model = d.d_model;
+  g.heads = d.heads;
+  g.seq_len = d.seq_len;
+  g.vocab_size = d.vocab_size;
+  g.mlp_ratio = d.mlp_ratio;
   const bool half = deck.training.precision == "bf16" || deck.training.precision == "fp16";
   g.activation_bytes = half ? 2.0 : 4.0;
   g.param_bytes = half ? 2.0 : 4.0;
@@ -89,7 +91,7 @@ PlanRequest request_for(const Deck& deck, const CommandLine& cli, int stages) {
   if (deck.pipeline.schedule == "interleaved")
     r.virtual_stages = static_cast<int>(deck.pipeline.virtual_stages);
   // Selective recomputation drops attention probabilities; an MLP has none.
-  if (deck.model.type != "gpt") r.recompute = {"none", "full"};
+  if (!model_family(deck.model).selective_drops) r.recompute = {"none", "full"};
   for (int n : r.micro_batch_counts)
     if (deck.training.batch_size % n != 0)
       throw InputError("plan --micro-batches " + std::to_string(n) + ": does not divide " +

@@ -11,20 +11,13 @@
 #include "pipetrain/base/deck.hpp"
 #include "pipetrain/io/deck_io.hpp"
 #include "pipetrain/base/error.hpp"
+#include "pipetrain/model/family.hpp"
 #include "pipetrain/model/model.hpp"
 #include "pipetrain/schedule/schedule.hpp"
 
 namespace pt {
 
 namespace {
-
-// "pipeline.micro_batches = 8 (inputs/mlp.toml:20)": a second key named in a
-// message, with where it was set.
-std::string other_key(const Deck& deck, const std::string& key, const std::string& value) {
-  auto it = deck.key_origin.find(key);
-  std::string origin = it == deck.key_origin.end() ? "default" : it->second;
-  return key + " = " + value + " (" + origin + ")";
-}
 
 std::string list_text(const std::vector<int64_t>& values) {
   std::string text = "[";
@@ -55,9 +48,8 @@ struct Units {
 };
 
 Units model_partition_units(const Deck& deck) {
-  const bool gpt = deck.model.type == "gpt";
-  return {gpt ? "model.blocks" : "model.depth", gpt ? "transformer block" : "Linear layer",
-          model_units(deck.model)};
+  const ModelFamily& family = model_family(deck.model);
+  return {"model." + family.units_key, family.unit_name, family.units(deck.model)};
 }
 
 void check_units_per_stage(const Deck& deck, const Units& units, int stages, int per_rank) {
@@ -89,7 +81,7 @@ void check_partition(const Deck& deck, const Units& units, int stages) {
   int64_t sum = std::accumulate(part.begin(), part.end(), int64_t{0});
   if (sum != units.count) {
     throw InputError(head + "sums to " + std::to_string(sum) + " but " +
-                     other_key(deck, units.key, std::to_string(units.count)) +
+                     deck.described(units.key, std::to_string(units.count)) +
                      "; the entries count the " + units.name + "s of each stage");
   }
 }
@@ -131,7 +123,7 @@ void check_recompute_per_rank(const Deck& deck, int per_rank) {
   if (!any_auto) return;
   throw InputError(deck.where(per_stage.empty() ? "pipeline.recompute" : "pipeline.recompute_stages") +
                    ": \"auto\" chooses one stage per rank, but " +
-                   other_key(deck, "pipeline.schedule", "\"" + deck.pipeline.schedule + "\"") +
+                   deck.described("pipeline.schedule", "\"" + deck.pipeline.schedule + "\"") +
                    " puts " + std::to_string(per_rank) +
                    " stages on each rank; give fixed policies (none, selective, every:K, full)");
 }
@@ -143,7 +135,7 @@ void check_generated_schedule(const Deck& deck, int ranks) {
                       static_cast<int>(deck.pipeline.virtual_stages));
   } catch (const InputError& e) {
     throw InputError(deck.where("pipeline.schedule") + " = \"" + deck.pipeline.schedule + "\" with " +
-                     other_key(deck, "pipeline.micro_batches",
+                     deck.described("pipeline.micro_batches",
                                std::to_string(deck.pipeline.micro_batches)) + ": " + e.what());
   }
 }
@@ -154,7 +146,7 @@ void check_rebalance_layout(const Deck& deck, int num_ranks, int per_rank) {
   if (deck.pipeline.rebalance && per_rank > 1)
     throw InputError(deck.where("pipeline.rebalance") + " = true moves units between ranks of one " +
                      "stage each, but " +
-                     other_key(deck, "pipeline.schedule", "\"" + deck.pipeline.schedule + "\"") +
+                     deck.described("pipeline.schedule", "\"" + deck.pipeline.schedule + "\"") +
                      " puts " + std::to_string(per_rank) + " stages on each rank");
   if (deck.pipeline.slowdown_rank >= num_ranks)
     throw InputError(deck.where("pipeline.slowdown_rank") + " = " +
@@ -180,7 +172,7 @@ int resolve_data_parallel(const Deck& deck, int world_ranks) {
                      std::to_string(deck.training.batch_size) + ": the global batch must be " +
                      "divisible by data_parallel x micro_batches = " + std::to_string(d) + " x " +
                      std::to_string(n) + " (" +
-                     other_key(deck, "pipeline.micro_batches", std::to_string(n)) + ", " +
+                     deck.described("pipeline.micro_batches", std::to_string(n)) + ", " +
                      std::to_string(world_ranks) + " ranks as " +
                      std::to_string(world_ranks / d) + " x " + std::to_string(d) + ")");
   if (d > 1 && deck.pipeline.rebalance)
@@ -203,7 +195,7 @@ void check_ordered_reduction(const Deck& deck, int ranks) {
   if (split)
     throw InputError(deck.where("pipeline.dp_reduction") + " = \"ordered\" keeps each " +
                      "micro-batch's gradient at the end of its backward, but " +
-                     other_key(deck, "pipeline.schedule", "\"" + s + "\"") +
+                     deck.described("pipeline.schedule", "\"" + s + "\"") +
                      (deck.pipeline.weight_grad == "step" ? " with pipeline.weight_grad = \"step\"" : "") +
                      " splits the backward (W actions); use \"replica\", or gpipe, 1f1b, interleaved "
                      "with weight_grad = \"micro_batch\"");

@@ -12,6 +12,7 @@
 
 #include "pipetrain/io/deck_io.hpp"
 #include "pipetrain/base/error.hpp"
+#include "pipetrain/model/family.hpp"
 #include "pipetrain/schedule/schedule.hpp"
 #include "pipetrain/runtime/recompute.hpp"
 
@@ -25,8 +26,13 @@ constexpr Range between(double lo, double hi) { return {lo, hi, false, false}; }
 constexpr Range fraction() { return {0.0, 1.0, false, true}; }  // [0, 1)
 constexpr Range any() { return {}; }
 
-bool is_mlp(const Deck& d) { return d.model.type == "mlp"; }
-bool is_gpt(const Deck& d) { return d.model.type == "gpt"; }
+// "mlp|gpt": the registered model families.
+std::string family_choices() {
+  std::string text;
+  for (const std::string& name : model_family_names()) text += (text.empty() ? "" : "|") + name;
+  return text;
+}
+
 bool is_synthetic(const Deck& d) { return d.data.type == "synthetic"; }
 bool is_markov(const Deck& d) { return d.data.type == "markov"; }
 bool is_hdf5(const Deck& d) { return d.data.type == "hdf5"; }
@@ -43,25 +49,24 @@ bool has_virtual_stages(const Deck& d) {
 }
 
 #define PT_FIELD(member) [](Deck& d) -> Field { return &d.member; }
-#define PT_MLP is_mlp, "model.type = \"mlp\""
-#define PT_GPT is_gpt, "model.type = \"gpt\""
+#define PT_FAMILY nullptr, nullptr, nullptr, true
 #define PT_ALWAYS nullptr, nullptr
 
 // Upper bounds keep counts inside `int` where the runtime uses it.
 const std::vector<KeySpec> kDeckKeys = {
-    {"model", "type", PT_FIELD(model.type), any(), "mlp|gpt", "model family", PT_ALWAYS},
-    {"model", "input_dim", PT_FIELD(model.input_dim), between(1, 1 << 24), nullptr, "features per sample", PT_MLP},
-    {"model", "hidden_dim", PT_FIELD(model.hidden_dim), between(1, 1 << 24), nullptr, "width of the hidden layers", PT_MLP},
-    {"model", "output_dim", PT_FIELD(model.output_dim), between(1, 1 << 24), nullptr, "regression outputs, or classes for cross_entropy", PT_MLP},
-    {"model", "depth", PT_FIELD(model.depth), between(1, 1 << 20), nullptr, "number of Linear layers (the unit split between stages)", PT_MLP},
-    {"model", "activation", PT_FIELD(model.activation), any(), "relu|gelu", "activation between Linear layers", PT_MLP},
-    {"model", "loss", PT_FIELD(model.loss), any(), "mse|cross_entropy", "training loss", PT_MLP},
-    {"model", "vocab_size", PT_FIELD(model.vocab_size), between(2, 1 << 24), nullptr, "vocabulary size V (token ids 0..V-1)", PT_GPT},
-    {"model", "seq_len", PT_FIELD(model.seq_len), between(1, 1 << 16), nullptr, "tokens per sample T", PT_GPT},
-    {"model", "d_model", PT_FIELD(model.d_model), between(1, 1 << 16), nullptr, "model width C", PT_GPT},
-    {"model", "heads", PT_FIELD(model.heads), between(1, 1 << 12), nullptr, "attention heads; must divide d_model", PT_GPT},
-    {"model", "blocks", PT_FIELD(model.blocks), between(1, 1 << 16), nullptr, "transformer blocks (the unit split between stages)", PT_GPT},
-    {"model", "mlp_ratio", PT_FIELD(model.mlp_ratio), between(1, 64), nullptr, "MLP hidden width = mlp_ratio * d_model", PT_GPT},
+    {"model", "type", PT_FIELD(model.type), any(), nullptr, "model family", PT_ALWAYS, family_choices},
+    {"model", "input_dim", PT_FIELD(model.input_dim), between(1, 1 << 24), nullptr, "features per sample", PT_FAMILY},
+    {"model", "hidden_dim", PT_FIELD(model.hidden_dim), between(1, 1 << 24), nullptr, "width of the hidden layers", PT_FAMILY},
+    {"model", "output_dim", PT_FIELD(model.output_dim), between(1, 1 << 24), nullptr, "regression outputs, or classes for cross_entropy", PT_FAMILY},
+    {"model", "depth", PT_FIELD(model.depth), between(1, 1 << 20), nullptr, "number of Linear layers (the unit split between stages)", PT_FAMILY},
+    {"model", "activation", PT_FIELD(model.activation), any(), "relu|gelu", "activation between Linear layers", PT_FAMILY},
+    {"model", "loss", PT_FIELD(model.loss), any(), "mse|cross_entropy", "training loss", PT_FAMILY},
+    {"model", "vocab_size", PT_FIELD(model.vocab_size), between(2, 1 << 24), nullptr, "vocabulary size V (token ids 0..V-1)", PT_FAMILY},
+    {"model", "seq_len", PT_FIELD(model.seq_len), between(1, 1 << 16), nullptr, "tokens per sample T", PT_FAMILY},
+    {"model", "d_model", PT_FIELD(model.d_model), between(1, 1 << 16), nullptr, "model width C", PT_FAMILY},
+    {"model", "heads", PT_FIELD(model.heads), between(1, 1 << 12), nullptr, "attention heads; must divide d_model", PT_FAMILY},
+    {"model", "blocks", PT_FIELD(model.blocks), between(1, 1 << 16), nullptr, "transformer blocks (the unit split between stages)", PT_FAMILY},
+    {"model", "mlp_ratio", PT_FIELD(model.mlp_ratio), between(1, 64), nullptr, "MLP hidden width = mlp_ratio * d_model", PT_FAMILY},
     {"model", "init_seed", PT_FIELD(model.init_seed), at_least(0), nullptr, "parameter initialisation seed", PT_ALWAYS},
     {"data", "type", PT_FIELD(data.type), any(), "synthetic|markov|hdf5", "synthetic: teacher-network data (mlp); markov: random Markov chain tokens, hdf5: token file (gpt)", PT_ALWAYS},
     {"data", "samples", PT_FIELD(data.samples), at_least(1), nullptr, "size of the training set", is_synthetic, "data.type = \"synthetic\""},
@@ -126,8 +131,7 @@ const std::vector<KeySpec> kDeckKeys = {
 };
 
 #undef PT_FIELD
-#undef PT_MLP
-#undef PT_GPT
+#undef PT_FAMILY
 #undef PT_ALWAYS
 
 const std::vector<std::string> kSections = {"model", "data", "training", "pipeline", "output"};
@@ -313,14 +317,34 @@ std::string range_text(const Range& r) {
 }
 
 bool applies(const Deck& deck, const KeySpec& spec) {
+  if (spec.of_family) {
+    const ModelFamily* family = find_model_family(deck.model.type);
+    return family && family->uses_key(spec.name);
+  }
   return spec.applies == nullptr || spec.applies(deck);
+}
+
+// When a key applies: its own text, or for a [model] key the families that
+// declare it ("model.type = \"mlp\"").
+std::string applies_when(const KeySpec& spec) {
+  if (!spec.of_family) return spec.applies_when;
+  std::string names;
+  for (const std::string& name : model_family_names())
+    if (find_model_family(name)->uses_key(spec.name)) names += (names.empty() ? "" : " or ") + toml_string(name);
+  return "model.type = " + names;
+}
+
+// "a|b|c", or "" when any value goes.
+std::string choices_text(const KeySpec& spec) {
+  if (spec.choices) return spec.choices;
+  return spec.choices_of ? spec.choices_of() : "";
 }
 
 // A key the user set that the chosen model or data type does not use.
 void check_applies(const Deck& deck, const KeySpec& spec) {
   const std::string dotted = std::string(spec.section) + "." + spec.name;
   if (applies(deck, spec) || deck.key_origin.count(dotted) == 0) return;
-  throw InputError(deck.where(dotted) + ": only applies with " + spec.applies_when +
+  throw InputError(deck.where(dotted) + ": only applies with " + applies_when(spec) +
                    "; remove it or change that key");
 }
 
@@ -343,8 +367,9 @@ void check_value(Deck& deck, const KeySpec& spec) {
     if (!std::isfinite(**p)) throw InputError(at + ": must be a finite number " + range_text(spec.range));
     if (!in_range(**p, spec.range)) throw InputError(at + ": must be " + range_text(spec.range));
   } else if (auto p = std::get_if<std::string*>(&field)) {
-    if (!spec.choices) return;
-    std::vector<std::string> allowed = split_choices(spec.choices);
+    const std::string choices = choices_text(spec);
+    if (choices.empty()) return;
+    std::vector<std::string> allowed = split_choices(choices.c_str());
     if (std::find(allowed.begin(), allowed.end(), **p) != allowed.end()) return;
     std::string list;
     for (const std::string& a : allowed) list += (list.empty() ? "" : ", ") + toml_string(a);
@@ -360,33 +385,23 @@ void check_value(Deck& deck, const KeySpec& spec) {
   }
 }
 
-// "pipeline.micro_batches = 8 (inputs/mlp.toml:20)": a second key in a message.
-std::string other_key(const Deck& deck, const std::string& dotted, const std::string& value) {
-  auto it = deck.key_origin.find(dotted);
-  return dotted + " = " + value + " (" + (it == deck.key_origin.end() ? "default" : it->second) + ")";
-}
-
-// The data source must suit the model, and its own keys must be complete.
+// The data source must suit the model family, the family's own cross-key
+// checks pass, and the data's keys must be complete.
 void check_model_data(const Deck& deck) {
   const ModelConfig& m = deck.model;
   const DataConfig& d = deck.data;
-  const std::string data_type = other_key(deck, "data.type", toml_string(d.type));
-  if (m.type == "mlp" && d.type != "synthetic")
-    throw InputError(deck.where("model.type") + " = \"mlp\": trains on data.type = \"synthetic\", not " +
-                     data_type);
-  if (m.type == "gpt" && d.type == "synthetic")
-    throw InputError(deck.where("model.type") + " = \"gpt\": needs token data, data.type = \"markov\" or "
-                     "\"hdf5\", not " + data_type);
-  if (m.type == "gpt" && m.d_model % m.heads != 0)
-    throw InputError(deck.where("model.heads") + " = " + std::to_string(m.heads) + ": must divide " +
-                     other_key(deck, "model.d_model", std::to_string(m.d_model)));
+  const ModelFamily& family = model_family(m);
+  if (!family.trains_on(d.type))
+    throw InputError(deck.where("model.type") + " = " + toml_string(family.name) + ": " + family.data_rule +
+                     ", not " + deck.described("data.type", toml_string(d.type)));
+  if (family.check) family.check(deck);
   if (d.type == "markov") {
     double entries = std::pow(static_cast<double>(m.vocab_size), static_cast<double>(d.markov_order + 1));
     if (entries > 16777216.0)
       throw InputError(deck.where("data.markov_order") + " = " + std::to_string(d.markov_order) +
                        ": the chain needs vocab_size^(order+1) = " + shortest(entries) +
                        " transition probabilities; at most 2^24 (16777216) are allowed with " +
-                       other_key(deck, "model.vocab_size", std::to_string(m.vocab_size)));
+                       deck.described("model.vocab_size", std::to_string(m.vocab_size)));
   }
   if (d.type == "hdf5" && d.path.empty())
     throw InputError(deck.where("data.type") + " = \"hdf5\": needs data.path (the token file)");
@@ -415,7 +430,7 @@ void check_recompute(const Deck& deck) {
   if (uses_auto && p.weight_grad == "step")
     throw InputError(deck.where(p.recompute == "auto" ? "pipeline.recompute" : "pipeline.recompute_stages") +
                      ": \"auto\" cannot be combined with " +
-                     other_key(deck, "pipeline.weight_grad", "\"step\"") +
+                     deck.described("pipeline.weight_grad", "\"step\"") +
                      " (every micro-batch keeps its weight-gradient inputs until the step's pass, "
                      "which recomputation does not drop); give a fixed policy");
 }
@@ -444,19 +459,15 @@ void check_consistency(const Deck& deck) {
   if (t.batch_size % p.micro_batches != 0) {
     throw InputError(deck.where("training.batch_size") + " = " + std::to_string(t.batch_size) +
                      ": must be divisible by " +
-                     other_key(deck, "pipeline.micro_batches", std::to_string(p.micro_batches)));
+                     deck.described("pipeline.micro_batches", std::to_string(p.micro_batches)));
   }
   if (t.warmup_steps >= t.steps) {
     throw InputError(deck.where("training.warmup_steps") + " = " + std::to_string(t.warmup_steps) +
-                     ": must be < " + other_key(deck, "training.steps", std::to_string(t.steps)));
+                     ": must be < " + deck.described("training.steps", std::to_string(t.steps)));
   }
   if (t.min_lr > t.lr) {
     throw InputError(deck.where("training.min_lr") + " = " + toml_float(t.min_lr) + ": must be <= " +
-                     other_key(deck, "training.lr", toml_float(t.lr)));
-  }
-  if (deck.model.type == "mlp" && deck.model.loss == "cross_entropy" && deck.model.output_dim < 2) {
-    throw InputError(deck.where("model.loss") + " = \"cross_entropy\": needs at least 2 classes, but " +
-                     other_key(deck, "model.output_dim", std::to_string(deck.model.output_dim)));
+                     deck.described("training.lr", toml_float(t.lr)));
   }
   if (p.schedule == "file" && p.schedule_file.empty()) {
     throw InputError(deck.where("pipeline.schedule") +
@@ -465,12 +476,12 @@ void check_consistency(const Deck& deck) {
   if (p.schedule != "file" && !p.schedule_file.empty()) {
     throw InputError(deck.where("pipeline.schedule_file") + " = " + toml_string(p.schedule_file) +
                      ": is only used with pipeline.schedule = \"file\", but " +
-                     other_key(deck, "pipeline.schedule", toml_string(p.schedule)));
+                     deck.described("pipeline.schedule", toml_string(p.schedule)));
   }
   if (p.schedule_times == "measured" && p.rebalance) {
     throw InputError(deck.where("pipeline.schedule_times") +
                      " = \"measured\": cannot be combined with " +
-                     other_key(deck, "pipeline.rebalance", "true") +
+                     deck.described("pipeline.rebalance", "true") +
                      " (a move changes the stage times the schedule was placed at)");
   }
   if (deck.output.dir.empty()) {
@@ -485,6 +496,8 @@ void check_consistency(const Deck& deck) {
 }  // namespace
 
 void check_deck(Deck& deck) {
+  // The family first: the keys that apply, and every later check, depend on it.
+  check_value(deck, *find_spec("model", "type"));
   for (const KeySpec& spec : kDeckKeys) check_applies(deck, spec);
   for (const KeySpec& spec : kDeckKeys) check_value(deck, spec);
   check_consistency(deck);
@@ -503,11 +516,12 @@ std::string deck_to_toml(const Deck& deck) {
   for (const std::string& section : sections()) {
     out << "\n[" << section << "]\n";
     for (const KeySpec& spec : keys()) {
-      if (section != spec.section || (spec.applies && !spec.applies(deck))) continue;
+      if (section != spec.section || !applies(deck, spec)) continue;
       std::string line = std::string(spec.name) + " = " + toml_text(spec.field(copy));
       if (line.size() < 32) line.resize(32, ' ');
       out << line << "  # " << spec.help;
-      if (spec.choices) out << " (" << std::string(spec.choices) << ")";
+      const std::string choices = choices_text(spec);
+      if (!choices.empty()) out << " (" << choices << ")";
       out << "\n";
     }
   }

@@ -1,7 +1,9 @@
 // deck_schema.hpp: the deck's key table and the toml-free checks (private to
 // src/io). One KeySpec per deck key drives reading (deck_toml.cpp), range and
 // choice checks, applicability (a key of another model or data type is an
-// error) and deck_to_toml.
+// error) and deck_to_toml. Model families are not named here: model.type's
+// choices and which [model] keys apply come from their registry
+// (model/family.hpp).
 #pragma once
 
 #include <limits>
@@ -40,7 +42,13 @@ struct KeySpec {
   const char* choices;  // strings: "a|b|c"; nullptr = any string
   const char* help;     // the comment deck_to_toml writes
   bool (*applies)(const Deck&);  // nullptr = always
-  const char* applies_when;      // e.g. "model.type = \"gpt\""
+  const char* applies_when;      // e.g. "pipeline.rebalance = true"
+  // Choices supplied from above as "a|b|c" (model.type: the registered
+  // model families); used when `choices` is nullptr.
+  std::string (*choices_of)() = nullptr;
+  // A [model] key that applies when the deck's model family declares it
+  // (ModelFamily::keys); `applies` is then nullptr.
+  bool of_family = false;
 };
 
 const std::vector<KeySpec>& keys();

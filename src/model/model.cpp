@@ -1,11 +1,12 @@
-// model.cpp: partitioning a model (MLP or GPT) into stages and building one stage.
+// model.cpp: partitioning a model into stages and building one stage, the
+// same for every model family (its layers come from the family, family.hpp).
 #include "pipetrain/model/model.hpp"
 
-#include <cmath>
+#include <algorithm>
 #include <numeric>
 
 #include "pipetrain/base/error.hpp"
-#include "pipetrain/model/gpt.hpp"
+#include "pipetrain/model/family.hpp"
 
 namespace pt {
 
@@ -26,26 +27,11 @@ std::vector<int64_t> partition_units(int64_t total_units, int num_stages,
   return counts;
 }
 
-int64_t model_units(const ModelConfig& model) {
-  if (model.type == "mlp") return model.depth;
-  if (model.type == "gpt") return model.blocks;
-  PT_FAIL("unknown model type '" + model.type + "'");
-}
+int64_t model_units(const ModelConfig& model) { return model_family(model).units(model); }
 
-int64_t tokens_per_sample(const ModelConfig& model) {
-  return model.type == "gpt" ? model.seq_len : 1;
-}
+int64_t tokens_per_sample(const ModelConfig& model) { return model_family(model).tokens_per_sample(model); }
 
-GptDims gpt_dims(const ModelConfig& m) {
-  GptDims d;
-  d.vocab_size = m.vocab_size;
-  d.seq_len = m.seq_len;
-  d.d_model = m.d_model;
-  d.heads = m.heads;
-  d.mlp_ratio = m.mlp_ratio;
-  d.blocks = m.blocks;
-  return d;
-}
+std::vector<CostUnitInfo> cost_units(const ModelConfig& model) { return model_family(model).cost_units(model); }
 
 // Matmul FLOPs: 2 per multiply-add; training = 3 x forward (the backward
 // computes two products per forward product).
@@ -53,42 +39,6 @@ double model_train_flops_per_sample(const ModelConfig& m) {
   double forward = 0.0;
   for (const CostUnitInfo& unit : cost_units(m)) forward += unit.forward_flops;
   return 3.0 * forward;
-}
-
-namespace {
-
-// Width of the activation entering MLP unit u.
-int64_t mlp_width_before(const ModelConfig& m, int64_t unit) {
-  return unit == 0 ? m.input_dim : m.hidden_dim;
-}
-
-int64_t mlp_width_after(const ModelConfig& m, int64_t unit) {
-  return unit == m.depth - 1 ? m.output_dim : m.hidden_dim;
-}
-
-// Forward matmul FLOPs per sample of one transformer block: per token the
-// qkv, attention projection and MLP products, and the scores and weighted
-// values over the full sequence.
-double gpt_block_flops(const ModelConfig& m) {
-  const double c = m.d_model, t = m.seq_len, r = m.mlp_ratio;
-  const double per_token = 2.0 * c * 3.0 * c + 2.0 * t * c * 2.0 + 2.0 * c * c + 2.0 * 2.0 * c * r * c;
-  return t * per_token;
-}
-
-}  // namespace
-
-std::vector<CostUnitInfo> cost_units(const ModelConfig& m) {
-  std::vector<CostUnitInfo> units;
-  if (m.type == "mlp") {
-    for (int64_t u = 0; u < m.depth; ++u)
-      units.push_back({"linear" + std::to_string(u), true,
-                       2.0 * static_cast<double>(mlp_width_before(m, u) * mlp_width_after(m, u))});
-    return units;
-  }
-  units.push_back({"embedding", false, 0.0});  // a gather, no matmul
-  for (int64_t b = 0; b < m.blocks; ++b) units.push_back({"block" + std::to_string(b), true, gpt_block_flops(m)});
-  units.push_back({"head", false, 2.0 * static_cast<double>(m.seq_len * m.d_model * m.vocab_size)});
-  return units;
 }
 
 Shape StageModel::input_shape(int64_t rows) const {
@@ -120,55 +70,18 @@ std::vector<Param*> StageModel::params() {
 
 namespace {
 
-// The layers of partition unit `u`, appended to the stage: MLP, its Linear
-// and (but for the last unit) the activation; GPT, its block.
-void add_unit_layers(const ModelConfig& model, StageModel& sm, int64_t u, ParamInit init) {
-  if (model.type == "gpt") {
-    sm.layers.push_back(make_gpt_block(gpt_dims(model), u, model.init_seed, init));
-    sm.layer_unit.push_back(u);
-    return;
-  }
-  const bool last_unit = (u == model.depth - 1);
-  sm.layers.push_back(make_linear("unit" + std::to_string(u) + ".linear", mlp_width_before(model, u),
-                                  mlp_width_after(model, u), model.init_seed,
-                                  static_cast<uint64_t>(u), last_unit ? 1.f : std::sqrt(2.f), init));
-  sm.layer_unit.push_back(u);
-  if (!last_unit) {
-    sm.layers.push_back(make_activation(model.activation));
-    sm.layer_unit.push_back(u);
-  }
-}
-
-void add_mlp_layers(const ModelConfig& model, StageModel& sm) {
-  sm.sample_input_shape = {mlp_width_before(model, sm.first_unit)};
+// The family's layers of the stage placed in `sm` (stage, first_unit,
+// num_units): its input, the pinned layers before the units on the first
+// stage, the units, the pinned layers and loss on the last.
+void add_stage_layers(const ModelConfig& model, StageModel& sm) {
+  const ModelFamily& family = model_family(model);
+  const StageInput input = family.stage_input(model, sm.first_unit, sm.is_first());
+  sm.sample_input_shape = input.sample_shape;
+  sm.input_dtype = input.dtype;
+  if (sm.is_first() && family.add_front) family.add_front(model, sm);
   for (int64_t u = sm.first_unit; u < sm.first_unit + sm.num_units; ++u)
-    add_unit_layers(model, sm, u, ParamInit::FromSeed);
-  if (sm.is_last()) {
-    sm.loss = make_loss(model.loss);
-    sm.loss_terms_per_sample = model.loss == "mse" ? model.output_dim : 1;
-  }
-}
-
-// The blocks first_unit .. first_unit + num_units - 1, after the embedding
-// and before the head when asked for.
-void add_gpt_layers(const ModelConfig& model, StageModel& sm, bool embedding, bool head) {
-  const GptDims dims = gpt_dims(model);
-  if (embedding) {
-    sm.sample_input_shape = {model.seq_len};
-    sm.input_dtype = DType::I32;
-    sm.layers.push_back(make_gpt_embedding(dims, model.init_seed));
-    sm.layer_unit.push_back(-1);
-  } else {
-    sm.sample_input_shape = {model.seq_len, model.d_model};
-  }
-  for (int64_t u = sm.first_unit; u < sm.first_unit + sm.num_units; ++u)
-    add_unit_layers(model, sm, u, ParamInit::FromSeed);
-  if (head) {
-    sm.layers.push_back(make_gpt_head(dims, model.init_seed));
-    sm.layer_unit.push_back(-1);
-    sm.loss = make_loss("cross_entropy");
-    sm.loss_terms_per_sample = model.seq_len;
-  }
+    family.add_unit(model, sm, u, ParamInit::FromSeed);
+  if (sm.is_last()) family.end_stage(model, sm);
 }
 
 }  // namespace
@@ -203,8 +116,7 @@ StageModel build_stage(const ModelConfig& model, const std::vector<int64_t>& uni
                        int stage) {
   StageModel sm;
   place_units(model, units_per_stage, stage, sm);
-  if (model.type == "mlp") add_mlp_layers(model, sm);
-  else add_gpt_layers(model, sm, sm.is_first(), sm.is_last());
+  add_stage_layers(model, sm);
   return sm;
 }
 
@@ -212,11 +124,12 @@ StageModel rebuild_stage(const ModelConfig& model, const std::vector<int64_t>& u
                          StageModel& old) {
   PT_CHECK(static_cast<int>(units_per_stage.size()) == old.num_stages,
            "a rebalancing move keeps the stage count");
+  const ModelFamily& family = model_family(model);
   StageModel next;
   place_units(model, units_per_stage, old.stage, next);
-  next.sample_input_shape = model.type == "mlp" ? Shape{mlp_width_before(model, next.first_unit)}
-                                                : old.sample_input_shape;
-  next.input_dtype = old.input_dtype;
+  const StageInput input = family.stage_input(model, next.first_unit, next.is_first());
+  next.sample_input_shape = input.sample_shape;
+  next.input_dtype = input.dtype;
   next.loss = std::move(old.loss);
   next.loss_terms_per_sample = old.loss_terms_per_sample;
   std::vector<std::unique_ptr<Layer>> layers = std::move(old.layers);
@@ -227,7 +140,7 @@ StageModel rebuild_stage(const ModelConfig& model, const std::vector<int64_t>& u
   while (front < units.size() && units[front] < 0) take_layer(layers, units, front++, next);
   for (int64_t u = next.first_unit; u < next.first_unit + next.num_units; ++u) {
     const bool held = u >= old.first_unit && u < old.first_unit + old.num_units;
-    if (!held) add_unit_layers(model, next, u, ParamInit::Uninitialised);
+    if (!held) family.add_unit(model, next, u, ParamInit::Uninitialised);
     for (size_t i = front; held && i < units.size(); ++i)
       if (units[i] == u) take_layer(layers, units, i, next);
   }
@@ -248,23 +161,20 @@ void place_stage(StageModel& sm, bool first, bool last) {
 
 }  // namespace
 
+// Cost unit `index` of pinned_front + units + pinned_back: a pinned front
+// stage holds no unit, a unit's stage its unit, a pinned back stage none
+// (first_unit past the last unit).
 StageModel build_cost_unit_stage(const ModelConfig& model, int64_t index) {
+  const ModelFamily& family = model_family(model);
   const int64_t count = static_cast<int64_t>(cost_units(model).size());
   PT_CHECK(index >= 0 && index < count, "cost unit " + std::to_string(index) + " of " +
                                             std::to_string(count));
+  const int64_t unit = index - family.pinned_front, units = family.units(model);
   StageModel sm;
   place_stage(sm, index == 0, index == count - 1);
-  if (model.type == "mlp") {
-    sm.first_unit = index;
-    sm.num_units = 1;
-    add_mlp_layers(model, sm);
-    return sm;
-  }
-  // GPT: cost unit 0 is the embedding, 1..blocks the blocks, then the head.
-  const bool embedding = index == 0, head = index == count - 1;
-  sm.first_unit = embedding ? 0 : index - 1;
-  sm.num_units = embedding || head ? 0 : 1;
-  add_gpt_layers(model, sm, embedding, head);
+  sm.first_unit = std::clamp<int64_t>(unit, 0, units);
+  sm.num_units = unit >= 0 && unit < units ? 1 : 0;
+  add_stage_layers(model, sm);
   return sm;
 }
 

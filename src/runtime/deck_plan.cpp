@@ -4,6 +4,7 @@
 
 #include <cstdio>
 
+#include "pipetrain/model/family.hpp"
 #include "pipetrain/runtime/trainer.hpp"
 
 namespace pt {
@@ -54,18 +55,8 @@ PartitionResult choose_partition(const Deck& deck, const ModelProfile& profile, 
   }
 }
 
-// W's share of a backward without recompute, by matmul FLOPs: the backward
-// of a weight product is two products (dx, dW) and W is one of them; the
-// attention products (scores, weighted values: 4 T C per token forward, no
-// weights) have a backward of twice their FLOPs, all in B. MLP: one half.
-double weight_grad_share(const ModelConfig& m) {
-  if (m.type != "gpt") return 0.5;
-  const double c = m.d_model, t = m.seq_len, r = m.mlp_ratio, v = m.vocab_size;
-  const double blocks = static_cast<double>(m.blocks);
-  const double weights = blocks * (8.0 * c * c + 4.0 * r * c * c) * t + 2.0 * t * c * v;
-  const double attention = blocks * 4.0 * t * c * t;
-  return weights / (2.0 * weights + 2.0 * attention);
-}
+// W's share of a backward without recompute: the family's planner cost.
+double weight_grad_share(const ModelConfig& m) { return model_family(m).weight_grad_share(m); }
 
 SimulationResult predict_step(const Deck& deck, const ModelProfile& profile,
                               const Schedule& schedule, const std::vector<int64_t>& units_per_stage,

@@ -10,6 +10,7 @@
 
 #include "profile_parts.hpp"
 #include "pipetrain/base/error.hpp"
+#include "pipetrain/model/family.hpp"
 #include "pipetrain/model/model.hpp"
 
 namespace pt {
@@ -81,16 +82,17 @@ int64_t first_used_step(const RunTrace& trace) {
   return 0;
 }
 
-// [begin, end) cost units of each stage: its partition units, with the GPT's
-// embedding on the first stage and its head on the last.
+// [begin, end) cost units of each stage: its partition units, with the
+// family's pinned units (the GPT's embedding and head) on the first and last.
 std::vector<std::pair<size_t, size_t>> stage_unit_ranges(const Deck& deck, int stages) {
   const std::vector<int64_t> counts =
       partition_units(model_units(deck.model), stages, deck.pipeline.partition);
-  const bool gpt = deck.model.type == "gpt";
+  const ModelFamily& family = model_family(deck.model);
   std::vector<std::pair<size_t, size_t>> ranges;
   size_t next = 0;
   for (int s = 0; s < stages; ++s) {
-    const size_t pinned = (gpt && s == 0 ? 1 : 0) + (gpt && s == stages - 1 ? 1 : 0);
+    const size_t pinned = static_cast<size_t>((s == 0 ? family.pinned_front : 0) +
+                                              (s == stages - 1 ? family.pinned_back : 0));
     ranges.emplace_back(next, next + static_cast<size_t>(counts[s]) + pinned);
     next = ranges.back().second;
   }
@@ -165,7 +167,7 @@ void check_trace(const Deck& deck, const RunTrace& trace) {
   if (!partition_fits || model_units(deck.model) < trace.num_stages)
     throw InputError(file + ": the run's deck does not split its model into " +
                      std::to_string(trace.num_stages) + " stages (pipeline.partition, " +
-                     (deck.model.type == "gpt" ? "model.blocks" : "model.depth") + ")");
+                     "model." + model_family(deck.model).units_key + ")");
 }
 
 }  // namespace

@@ -13,6 +13,7 @@
 #include "pipetrain/base/error.hpp"
 #include "pipetrain/base/timed_wait.hpp"
 #include "pipetrain/model/data.hpp"
+#include "pipetrain/model/family.hpp"
 #include "pipetrain/model/model.hpp"
 #include "pipetrain/model/optimizer.hpp"
 #include "pipetrain/runtime/stage_probe.hpp"
@@ -32,26 +33,8 @@ int64_t micro_batch_rows(const Deck& deck) {
 }
 
 std::string profile_model_description(const Deck& deck) {
-  const ModelConfig& m = deck.model;
-  std::string text = m.type;
-  const auto add = [&text](const char* key, const std::string& value) {
-    text += std::string(" ") + key + "=" + value;
-  };
-  if (m.type == "mlp") {
-    add("input_dim", std::to_string(m.input_dim));
-    add("hidden_dim", std::to_string(m.hidden_dim));
-    add("output_dim", std::to_string(m.output_dim));
-    add("depth", std::to_string(m.depth));
-    add("activation", m.activation);
-    add("loss", m.loss);
-  } else {
-    add("vocab_size", std::to_string(m.vocab_size));
-    add("seq_len", std::to_string(m.seq_len));
-    add("d_model", std::to_string(m.d_model));
-    add("heads", std::to_string(m.heads));
-    add("blocks", std::to_string(m.blocks));
-    add("mlp_ratio", std::to_string(m.mlp_ratio));
-  }
+  const ModelFamily& family = model_family(deck.model);
+  std::string text = family.name + family.describe(deck.model);
   text += "; " + deck.training.optimizer + "; " + deck.training.precision;
   if (deck.data.type == "synthetic")  // cached in memory (profile_memory's data bytes)
     text += "; synthetic data samples=" + std::to_string(deck.data.samples) +
@@ -257,9 +240,9 @@ void time_unit(Context& c, int64_t index, int warmup, int reps,
   StageProbe none = unit_probe(c, u, "none");
   StageProbe full = unit_probe(c, u, "full");
   // Selective recomputation re-creates attention probabilities inside a
-  // block's backward: its cost is that backward's excess over none's. An
-  // MLP drops nothing under selective.
-  const bool drops = c.deck.model.type == "gpt";
+  // block's backward: its cost is that backward's excess over none's. A
+  // family without them (the MLP) drops nothing under selective.
+  const bool drops = model_family(c.deck.model).selective_drops;
   StageProbe selective = unit_probe(c, u, drops ? "selective" : "none");
   samples.resize(kTimes);
   for (int r = 0; r < warmup + reps; ++r) {

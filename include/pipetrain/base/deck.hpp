@@ -14,7 +14,10 @@
 namespace pt {
 
 struct ModelConfig {
-  std::string type = "mlp";        // "mlp" | "gpt"
+  // The model family: a name in the registry of model/family.hpp, which
+  // checks it; the deck layer only holds it (and its default). The keys
+  // below are the fields the families read; each family declares its own.
+  std::string type = "mlp";
   // mlp
   int64_t input_dim = 64;          // features per sample
   int64_t hidden_dim = 128;        // width of hidden layers
@@ -160,6 +163,9 @@ struct Deck {
 
   // "inputs/mlp.toml:12: training.batch_size" style prefix for messages.
   std::string where(const std::string& dotted_key) const;
+  // "pipeline.micro_batches = 8 (inputs/mlp.toml:20)": a second key in a
+  // message, with the origin of its value ("default" when not set).
+  std::string described(const std::string& dotted_key, const std::string& value) const;
 };
 
 // D of pipeline.data_parallel; 1 before the layout check resolves 0.

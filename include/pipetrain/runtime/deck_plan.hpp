@@ -31,8 +31,8 @@ PartitionSetup partition_setup_for(const Deck& deck, const Schedule& schedule,
 PartitionResult choose_partition(const Deck& deck, const ModelProfile& profile, int ranks);
 
 // W's share of a backward without recompute (SimulationInput): the weight
-// products' FLOPs over all of the backward's (GPT attention products have no
-// weights; an MLP's is one half).
+// products' FLOPs over all of the backward's, as the deck's model family
+// declares it (GPT attention products have no weights; an MLP's is one half).
 double weight_grad_share(const ModelConfig& model);
 
 // One simulated step of the deck's schedule with `units_per_stage` and the

@@ -1,0 +1,120 @@
+// family_gpt.cpp: the "gpt" model family, a decoder-only transformer
+// (layers in gpt.cpp) trained on token data. A partition unit is one
+// transformer block; the embedding is pinned to the first stage and the head
+// (final LayerNorm, LM head) with the cross-entropy to the last.
+#include "families.hpp"
+#include "pipetrain/base/error.hpp"
+
+namespace pt {
+
+namespace {
+
+GptDims dims(const ModelConfig& m) {
+  GptDims d;
+  d.vocab_size = m.vocab_size;
+  d.seq_len = m.seq_len;
+  d.d_model = m.d_model;
+  d.heads = m.heads;
+  d.mlp_ratio = m.mlp_ratio;
+  d.blocks = m.blocks;
+  return d;
+}
+
+int64_t units(const ModelConfig& m) { return m.blocks; }
+
+int64_t tokens(const ModelConfig& m) { return m.seq_len; }
+
+// Token ids (T) into the first stage, activations (T, C) into the others.
+StageInput stage_input(const ModelConfig& m, int64_t, bool first) {
+  if (first) return {Shape{m.seq_len}, DType::I32};
+  return {Shape{m.seq_len, m.d_model}, DType::F32};
+}
+
+void add_front(const ModelConfig& m, StageModel& sm) {
+  sm.layers.push_back(make_gpt_embedding(dims(m), m.init_seed));
+  sm.layer_unit.push_back(-1);
+}
+
+void add_unit(const ModelConfig& m, StageModel& sm, int64_t u, ParamInit init) {
+  sm.layers.push_back(make_gpt_block(dims(m), u, m.init_seed, init));
+  sm.layer_unit.push_back(u);
+}
+
+void end_stage(const ModelConfig& m, StageModel& sm) {
+  sm.layers.push_back(make_gpt_head(dims(m), m.init_seed));
+  sm.layer_unit.push_back(-1);
+  sm.loss = make_loss("cross_entropy");
+  sm.loss_terms_per_sample = m.seq_len;
+}
+
+// Forward matmul FLOPs per sample of one transformer block: per token the
+// qkv, attention projection and MLP products, and the scores and weighted
+// values over the full sequence.
+double block_flops(const ModelConfig& m) {
+  const double c = m.d_model, t = m.seq_len, r = m.mlp_ratio;
+  const double per_token = 2.0 * c * 3.0 * c + 2.0 * t * c * 2.0 + 2.0 * c * c + 2.0 * 2.0 * c * r * c;
+  return t * per_token;
+}
+
+std::vector<CostUnitInfo> costs(const ModelConfig& m) {
+  std::vector<CostUnitInfo> out;
+  out.push_back({"embedding", false, 0.0});  // a gather, no matmul
+  for (int64_t b = 0; b < m.blocks; ++b) out.push_back({"block" + std::to_string(b), true, block_flops(m)});
+  out.push_back({"head", false, 2.0 * static_cast<double>(m.seq_len * m.d_model * m.vocab_size)});
+  return out;
+}
+
+// W's share of a backward without recompute, by matmul FLOPs: the backward
+// of a weight product is two products (dx, dW) and W is one of them; the
+// attention products (scores, weighted values: 4 T C per token forward, no
+// weights) have a backward of twice their FLOPs, all in B.
+double weight_grad_share(const ModelConfig& m) {
+  const double c = m.d_model, t = m.seq_len, r = m.mlp_ratio, v = m.vocab_size;
+  const double blocks = static_cast<double>(m.blocks);
+  const double weights = blocks * (8.0 * c * c + 4.0 * r * c * c) * t + 2.0 * t * c * v;
+  const double attention = blocks * 4.0 * t * c * t;
+  return weights / (2.0 * weights + 2.0 * attention);
+}
+
+std::string describe(const ModelConfig& m) {
+  return " vocab_size=" + std::to_string(m.vocab_size) + " seq_len=" + std::to_string(m.seq_len) +
+         " d_model=" + std::to_string(m.d_model) + " heads=" + std::to_string(m.heads) +
+         " blocks=" + std::to_string(m.blocks) + " mlp_ratio=" + std::to_string(m.mlp_ratio);
+}
+
+void check(const Deck& deck) {
+  const ModelConfig& m = deck.model;
+  if (m.d_model % m.heads != 0)
+    throw InputError(deck.where("model.heads") + " = " + std::to_string(m.heads) + ": must divide " +
+                     deck.described("model.d_model", std::to_string(m.d_model)));
+}
+
+}  // namespace
+
+ModelFamily gpt_family() {
+  ModelFamily f;
+  f.name = "gpt";
+  f.summary = "decoder-only transformer (Markov or HDF5 token data)";
+  f.keys = {"vocab_size", "seq_len", "d_model", "heads", "blocks", "mlp_ratio"};
+  f.data_types = {"markov", "hdf5"};
+  f.data_rule = "needs token data, data.type = \"markov\" or \"hdf5\"";
+  f.check = check;
+  f.describe = describe;
+  f.units_key = "blocks";
+  f.unit_name = "transformer block";
+  f.units = units;
+  f.tokens_per_sample = tokens;
+  f.stage_input = stage_input;
+  f.add_front = add_front;
+  f.add_unit = add_unit;
+  f.end_stage = end_stage;
+  f.cost_units = costs;
+  f.pinned_front = 1;
+  f.pinned_back = 1;
+  f.selective_drops = true;
+  f.weight_grad_share = weight_grad_share;
+  f.analytic_dims = dims;
+  return f;
+}
+
+}  // namespace pt
