@@ -76,15 +76,17 @@ check "GPT-3 175B on 512 H200s: grids of at most 96 stages" output_has "on 512 x
 check "... the table has a P x D column" output_has "P x D  dp (ms)"
 
 # --schedules weighs the interleaved and zero-bubble schedules too: on the
-# 2 x 1 grid both zero-bubble schedules predict well under 1F1B's bubble
-# (same N, recompute, partition: about 0.12-0.15 against 0.23; ZB-V and
-# ZB-H1 are 2 points apart on this GPT, within a brief profile's noise);
-# interleaved only at N a multiple of P.
+# 2 x 1 grid both zero-bubble schedules predict a smaller bubble than 1F1B
+# (same N, recompute, partition), since they fill its idle time with weight
+# passes whatever the measured costs. How much smaller depends on the brief
+# profile's timings (about 0.12-0.15 against 0.23 on an idle machine, 0.18
+# against 0.20 on a loaded one), so only the order is checked.
+# Interleaved only at N a multiple of P.
 run 2 plan inputs/gpt_markov.toml --micro-batches 1,4 --schedules 1f1b,interleaved,zb-h1,zb-v --top 1000
 check "plan --schedules succeeds" status_is 0
 bubble_of() { grep -E "^ +[0-9]+ +2x1 +[0-9.e+-]+ +$1 +4 +[0-9]+ +none +uniform " "$tmp/out" | awk '{print $11}'; }
 check "every requested schedule is weighed at N = 4" bash -c "[ -n '$(bubble_of 1f1b)' ] && [ -n '$(bubble_of interleaved)' ] && [ -n '$(bubble_of zb-h1)' ] && [ -n '$(bubble_of zb-v)' ]"
-check "ZB-V and ZB-H1 predict under 0.8 x 1F1B's bubble" awk -v v="$(bubble_of zb-v)" -v h="$(bubble_of zb-h1)" -v f="$(bubble_of 1f1b)" 'BEGIN { exit !(v < 0.8 * f && h < 0.8 * f) }'
+check "ZB-V and ZB-H1 predict a smaller bubble than 1F1B" awk -v v="$(bubble_of zb-v)" -v h="$(bubble_of zb-h1)" -v f="$(bubble_of 1f1b)" 'BEGIN { exit !(v < f && h < f) }'
 check "interleaved is not weighed at N = 1 on 2 ranks" bash -c "! grep -qE '^ +[0-9]+ +2x1 +[0-9.e+-]+ +interleaved +1 ' '$tmp/out'"
 run 1 plan inputs/gpt_markov.toml --schedules 1f1b,zb-x
 check "an unknown schedule is refused" status_not

@@ -8,7 +8,7 @@
 // family is its own file(s) plus one register_model_family call: the
 // built-in families are listed in family.cpp, a test may register its own.
 //
-// Parameter names belong to the layers a family's add_unit / begin_stage /
+// Parameter names belong to the layers a family's add_unit / add_front /
 // end_stage make (e.g. "unit3.linear.weight", "block2.attn.qkv.weight"),
 // and the unit names to its cost_units ("linear3", "block2"): both are made
 // in the family's own file and nowhere else.
@@ -48,7 +48,7 @@ struct ModelFamily {
   int64_t (*units)(const ModelConfig& model) = nullptr;
   int64_t (*tokens_per_sample)(const ModelConfig& model) = nullptr;
 
-  // ---- building a stage: begin_stage, add_unit per unit, end_stage ----
+  // ---- building a stage: add_front, add_unit per unit, end_stage ----
   // The input of a stage whose first unit is `first_unit` (first: the
   // pipeline's first stage).
   StageInput (*stage_input)(const ModelConfig& model, int64_t first_unit, bool first) = nullptr;

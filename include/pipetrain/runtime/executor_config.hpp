@@ -50,7 +50,7 @@ struct ExecutorConfig {
 
 // The deck's part of the configuration: batch, micro-batches, rows and the
 // timeout; replica 0, no loss scaling, no slowdown, no reduction. The
-// trainer's factory (run_builder.hpp) fills in the rest for its rank.
+// trainer's factory (Trainer::build_engine) fills in the rest for its rank.
 ExecutorConfig executor_config_for(const Deck& deck);
 
 }  // namespace pt

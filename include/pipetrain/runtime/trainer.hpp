@@ -43,11 +43,12 @@ struct StepRecord {
   double bubble = 0.0;       // measured pipeline bubble (fraction of the step idle)
   bool skipped = false;      // fp16: the step overflowed and was skipped
   double loss_scale = 1.0;   // fp16: the dynamic loss scale used
-  // Rank 0 only: per stage, peak bytes during the step by MemCategory, then
-  // the peak of the total. (stages, categories + 1)
+  // Rank 0 only: per rank (its stages together; per stage with one stage per
+  // rank), peak bytes during the step by MemCategory, then the peak of the
+  // total. (ranks, categories + 1)
   std::vector<std::vector<double>> stage_peak_bytes;
   // Every rank: per rank (its stages together; per stage with one stage per
-  // rank), F + B time of the step without waits (seconds), and the units
+  // rank), F + B + W time of the step without waits (seconds), and the units
   // each stage held.
   std::vector<double> stage_compute_s;
   std::vector<int64_t> partition;
