@@ -48,10 +48,11 @@ die() { echo "gpu-bundle: $*" >&2; exit 1; }
 
 # deps FILE...: "soname path" for every library the files load (ldd's closure).
 deps() {
-  local f
+  local f out
   for f in "$@"; do
-    ldd "$f" | awk '$2 == "=>" && $3 ~ /^\// {print $1, $3}'
-    if ldd "$f" | grep -q "not found"; then die "$f: $(ldd "$f" | grep 'not found' | head -n 3 | xargs)"; fi
+    out=$(ldd "$f")
+    if echo "$out" | grep -q "not found"; then die "$f: $(echo "$out" | grep 'not found' | head -n 3 | xargs)"; fi
+    echo "$out" | awk '$2 == "=>" && $3 ~ /^\// {print $1, $3}'
   done | sort -u
 }
 

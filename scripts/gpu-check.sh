@@ -132,15 +132,19 @@ setup_environment() {
 
 # loader_check: every bundled program loads; the bundle's libstdc++ only if
 # the machine's is too old; glibc must be at least what BUILD-INFO says.
+# loader_problems PATTERN: the ldd lines of every bundled program that match.
+loader_problems() {
+  (cd "$HERE" && for f in bin/* tests/* ompi/bin/*; do ldd "$f" 2>&1 | sed "s|^|$f: |"; done) |
+    grep -E "$1"
+}
+
 loader_check() {
   local bad
-  bad=$(cd "$HERE" && for f in bin/* tests/* ompi/bin/*; do ldd "$f" 2>&1 | sed "s|^|$f: |"; done |
-        grep -E "not found|GLIBCXX|GCC_|error while loading")
+  bad=$(loader_problems "not found|GLIBCXX|GCC_|error while loading")
   if echo "$bad" | grep -qE "GLIBCXX|GCC_"; then
     export LD_LIBRARY_PATH="$LD_LIBRARY_PATH:$HERE/lib-fallback"
     FALLBACK=" (libstdc++ from the bundle: the machine's is older)"
-    bad=$(cd "$HERE" && for f in bin/* tests/* ompi/bin/*; do ldd "$f" 2>&1 | sed "s|^|$f: |"; done |
-          grep -E "not found|error while loading")
+    bad=$(loader_problems "not found|error while loading")
   fi
   local need have
   need=$(sed -n 's/^glibc_needed: //p' "$HERE/BUILD-INFO.txt")

@@ -27,6 +27,7 @@
 #include "pipetrain/runtime/trainer.hpp"
 #include "pipetrain/tensor/backend.hpp"
 #include "mpi_test_util.hpp"
+#include "test_decks.hpp"
 
 namespace pt {
 namespace {
@@ -47,18 +48,7 @@ Deck small_deck(const std::string& model, const std::string& schedule) {
   d.pipeline.micro_batches = 4;
   d.pipeline.schedule = schedule;
   d.pipeline.timeout_s = 60;
-  if (model == "gpt") {
-    d.model.type = "gpt";
-    d.model.vocab_size = 11;
-    d.model.seq_len = 6;
-    d.model.d_model = 8;
-    d.model.heads = 2;
-    d.model.blocks = 4;
-    d.model.mlp_ratio = 2;
-    d.data.type = "markov";
-    d.data.markov_order = 1;
-  }
-  return d;
+  return model == "gpt" ? pt_test::tiny_gpt(d, 4) : d;
 }
 
 struct Measured {

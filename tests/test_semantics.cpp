@@ -83,7 +83,9 @@ TEST(RecomputePolicy, OneParserForTheDeckAndThePlanner) {
   EXPECT_TRUE(is_recompute_setting("auto"));
   for (const char* bad : {"auto", "every:0", "every:", "every:x", "All"}) {
     EXPECT_THROW(RecomputePolicy::parse(bad), InputError) << bad;
-    if (std::string(bad) != "auto") EXPECT_FALSE(is_recompute_setting(bad)) << bad;
+    if (std::string(bad) != "auto") {
+      EXPECT_FALSE(is_recompute_setting(bad)) << bad;
+    }
   }
   const RecomputePolicy every3 = RecomputePolicy::parse("every:3");
   EXPECT_TRUE(every3.keeps_input(6));

@@ -44,15 +44,6 @@ std::string phase_text() {
   return g_phase.empty() ? "" : g_phase + " ";
 }
 
-// MPI is running: a single-process program (a GoogleTest, bench_cuda stage)
-// uses deadlines too, without MPI_Init.
-bool mpi_running() {
-  int initialized = 0, finalized = 0;
-  MPI_Initialized(&initialized);
-  MPI_Finalized(&finalized);
-  return initialized && !finalized;
-}
-
 int world_rank() {
   int rank = 0;
   if (mpi_running()) MPI_Comm_rank(MPI_COMM_WORLD, &rank);
@@ -303,6 +294,13 @@ void set_wait_mode(WaitMode mode) {
 WaitMode wait_mode() { return g_wait_mode; }
 
 const char* wait_mode_name(WaitMode mode) { return mode == WaitMode::Sleep ? "sleep" : "yield"; }
+
+bool mpi_running() {
+  int initialized = 0, finalized = 0;
+  MPI_Initialized(&initialized);
+  MPI_Finalized(&finalized);
+  return initialized && !finalized;
+}
 
 bool poll_until(const std::function<bool()>& done, double limit_s) {
   if (done()) return true;

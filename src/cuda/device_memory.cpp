@@ -24,11 +24,8 @@ std::string mib(size_t bytes) { return std::to_string(bytes >> 20) + " MiB"; }
 
 // "rank 3" (MPI world rank) when MPI is running, else "this process".
 std::string who() {
-  int up = 0, down = 0;
-  MPI_Initialized(&up);
-  MPI_Finalized(&down);
   int rank = 0;
-  if (!up || down || MPI_Comm_rank(MPI_COMM_WORLD, &rank) != MPI_SUCCESS) return "this process";
+  if (!mpi_running() || MPI_Comm_rank(MPI_COMM_WORLD, &rank) != MPI_SUCCESS) return "this process";
   return "rank " + std::to_string(rank);
 }
 

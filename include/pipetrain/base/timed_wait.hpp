@@ -31,6 +31,10 @@
 
 namespace pt {
 
+// MPI_Init has run and MPI_Finalize has not. Single-process programs (the
+// GoogleTests, bench_cuda stage) use deadlines and device memory without MPI.
+bool mpi_running();
+
 // The limit of every wait, in seconds (the deck's pipeline.timeout_s; 120
 // until a deck sets it).
 void set_wait_limit(double seconds);
