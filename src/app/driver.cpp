@@ -27,6 +27,7 @@
 #include <iostream>
 #include <sstream>
 
+#include "pipetrain/base/fault_injection.hpp"
 #include "pipetrain/io/checkpoint.hpp"
 #include "pipetrain/io/deck_io.hpp"
 #include "pipetrain/app/command_line.hpp"
@@ -431,6 +432,13 @@ int run_train(const World& w, const CommandLine& cli, const Deck& deck_in) {
   return 0;
 }
 
+// A run with a fault-injection hook set says so first: no job runs with one unnoticed.
+void announce_fault_hooks() {
+  for (const std::string& line : active_fault_hooks())
+    std::printf("fault injection active: %s\n", line.c_str());
+  std::fflush(stdout);
+}
+
 [[noreturn]] void abort_job(const World& w, const char* what) {
   std::fprintf(stderr, "pipetrain: rank %d: error: %s\n", w.rank, what);
   std::fflush(stderr);
@@ -441,6 +449,8 @@ int run_train(const World& w, const CommandLine& cli, const Deck& deck_in) {
 int run_command(const World& w, const CommandLine& cli) {
   try {
     Deck deck;
+    check_fault_hooks();
+    if (w.rank == 0) announce_fault_hooks();
     fault_point("startup");
     if (!load_deck(w, cli, deck)) return 2;
     set_wait_limit(deck.pipeline.timeout_s);

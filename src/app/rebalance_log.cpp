@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <string>
 
+#include "pipetrain/base/fault_injection.hpp"
 #include "pipetrain/base/timed_wait.hpp"
 
 namespace pt {
@@ -48,8 +49,8 @@ bool rebalance_after_step(int rank, const Deck& deck, Trainer& trainer, int64_t 
   const std::string partitions = counts_text(c.move.from) + " -> " + counts_text(c.move.to);
   const std::string sent = sent_text(c.move);
   if (c.forced)
-    std::printf("%spartition %s (test hook PIPETRAIN_TEST_REBALANCE); %s\n", at.c_str(),
-                partitions.c_str(), sent.c_str());
+    std::printf("%spartition %s (test hook %s); %s\n", at.c_str(), partitions.c_str(),
+                fault_hook_info(FaultHook::Rebalance).variable, sent.c_str());
   else if (d.move)
     std::printf("%spartition %s, measured stage ratio %s before (medians of %lld steps), "
                 "predicted %s after; %s\n",

@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <cstdlib>
 
+#include "pipetrain/base/fault_injection.hpp"
 #include "pipetrain/app/command_line.hpp"
 #include "pipetrain/app/grid_setup.hpp"
 #include "pipetrain/base/error.hpp"
@@ -18,23 +19,6 @@
 #include "pipetrain/io/trace_io.hpp"
 
 namespace pt {
-
-namespace {
-
-// Test hooks PIPETRAIN_TEST_KILL_BEFORE_PUBLISH and ..._AFTER_PUBLISH =
-// <rank>:<step>: that rank kills itself (SIGKILL) just before the checkpoint
-// of <step> is written (metrics.h5 already flushed) or just after `latest`
-// names it.
-void test_kill_point(const char* hook, int rank, int64_t step) {
-  const char* env = std::getenv(hook);
-  long long r = -1, s = -1;
-  if (env == nullptr || std::sscanf(env, "%lld:%lld", &r, &s) != 2 || r != rank || s != step) return;
-  std::fprintf(stderr, "pipetrain: rank %d: %s: killed at the checkpoint of step %lld\n", rank, hook, s);
-  std::fflush(stderr);
-  raise(SIGKILL);
-}
-
-}  // namespace
 
 // Collective when output.trace is on: rank 0 writes every rank's events.
 void write_trace(const World& w, const Deck& deck, Trainer& trainer) {
@@ -110,6 +94,15 @@ bool checkpoint_due(const Deck& deck, int64_t step) {
   return every > 0 && ((step + 1) % every == 0 || step + 1 == deck.training.steps);
 }
 
+namespace {
+
+// "at the checkpoint of step 4": where the checkpoint kill hooks fire.
+std::string at_checkpoint(int64_t steps_done) {
+  return "at the checkpoint of step " + std::to_string(steps_done);
+}
+
+}  // namespace
+
 // Collective: training waits for the whole write (see docs/checkpoint-format.md).
 // metrics.h5 is flushed first, so it holds every step of each published
 // checkpoint and a resume from it finds the whole history.
@@ -120,12 +113,12 @@ void checkpoint(const World& w, const ProcessGrid& grid, const Deck& deck,
                 const std::string& resolved, Trainer& trainer, int64_t steps_done,
                 MetricsFile& metrics) {
   if (w.rank == 0) metrics.flush();
-  test_kill_point("PIPETRAIN_TEST_KILL_BEFORE_PUBLISH", w.rank, steps_done);
+  kill_if_due(FaultHook::KillBeforePublish, w.rank, steps_done, at_checkpoint(steps_done));
   CheckpointWrite c;
   if (grid.replica() == 0) c = save_checkpoint(deck, resolved, trainer, steps_done, grid.pipeline());
   if (grid.data_parallel() > 1)
     timed_barrier(grid.world(), "the end of replica 0's checkpoint write");
-  test_kill_point("PIPETRAIN_TEST_KILL_AFTER_PUBLISH", w.rank, steps_done);
+  kill_if_due(FaultHook::KillAfterPublish, w.rank, steps_done, at_checkpoint(steps_done));
   if (w.rank != 0) return;
   std::printf("checkpoint step %lld: %s, %.1f MB in %.2f s (%.0f MB/s), digest %08x\n",
               static_cast<long long>(steps_done), c.path.c_str(), c.bytes / 1e6, c.seconds,
@@ -133,15 +126,12 @@ void checkpoint(const World& w, const ProcessGrid& grid, const Deck& deck,
   std::fflush(stdout);
 }
 
-// Test hook PIPETRAIN_TEST_SIGNAL=<rank>:<step>[:<signal number>]: that rank
+// Fault hook PIPETRAIN_TEST_SIGNAL=<rank>:<step>[:<signal number>]: that rank
 // raises the signal (default SIGUSR1) just before the step, as a batch
 // system's warning would arrive mid-run, and takes the real handler's path.
 void test_signal_point(int rank, int64_t step) {
-  const char* env = std::getenv("PIPETRAIN_TEST_SIGNAL");
-  long long r = -1, s = -1;
-  int signo = SIGUSR1;
-  if (env == nullptr || std::sscanf(env, "%lld:%lld:%d", &r, &s, &signo) < 2 || r != rank || s != step) return;
-  std::raise(signo);
+  if (!fault_due(FaultHook::Signal, rank, step)) return;
+  std::raise(fault_request(FaultHook::Signal)->signo);
 }
 
 // Every rank agreed to stop after `step` (a signal, stop_signal.hpp): the

@@ -416,31 +416,6 @@ void timed_recv(void* buf, int count, MPI_Datatype type, int peer, int tag, MPI_
 DeadlineScope::DeadlineScope(const std::string& what) : id_(watchdog().arm(what)) {}
 DeadlineScope::~DeadlineScope() { watchdog().disarm(id_); }
 
-void fault_point(const char* point, long long step) {
-  static const char* spec = std::getenv("PIPETRAIN_TEST_STALL");
-  static bool fired = false;
-  if (spec == nullptr || fired) return;
-  int rank = -1;
-  long long at_step = -1;
-  char name[32] = {0};
-  const int fields = std::sscanf(spec, "%d:%31[^:]:%lld", &rank, name, &at_step);
-  if (fields < 2 || rank != world_rank() || std::string(name) != point) return;
-  if (fields == 3 && at_step != step) return;
-  fired = true;
-  std::fprintf(stderr, "pipetrain: rank %d: test fault: stopping at '%s' (step %lld)\n", rank,
-               point, step);
-  std::fflush(stderr);
-  std::raise(SIGSTOP);
-}
-
-bool nonfinite_gradient_requested(long long step) {
-  static const char* spec = std::getenv("PIPETRAIN_TEST_NONFINITE");
-  int rank = -1;
-  long long at_step = -1;
-  return spec != nullptr && std::sscanf(spec, "%d:%lld", &rank, &at_step) == 2 &&
-         rank == world_rank() && at_step == step;
-}
-
 int node_local_size(MPI_Comm comm, const std::string& what) {
   MPI_Comm node = MPI_COMM_NULL;
   {

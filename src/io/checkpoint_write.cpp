@@ -25,6 +25,7 @@
 
 #include "checkpoint_bind.hpp"
 #include "checkpoint_h5.hpp"
+#include "pipetrain/base/fault_injection.hpp"
 #include "pipetrain/io/checkpoint.hpp"
 #include "pipetrain/base/error.hpp"
 #include "pipetrain/base/timed_wait.hpp"
@@ -66,23 +67,6 @@ void agree_or_throw(MPI_Comm comm, const Problem& mine) {
   if (p) throw Error("checkpoint write failed: " + p.message);
 }
 
-bool crash_requested(int rank, int64_t step) {
-  const char* env = std::getenv("PIPETRAIN_TEST_CRASH_IN_CHECKPOINT");
-  long long r = -1, s = -1;
-  if (env == nullptr || std::sscanf(env, "%lld:%lld", &r, &s) != 2) return false;
-  return r == rank && s == step;
-}
-
-[[noreturn]] void crash_now(int rank, int64_t step, const std::string& file) {
-  std::fprintf(stderr,
-               "pipetrain: rank %d: PIPETRAIN_TEST_CRASH_IN_CHECKPOINT: killed while writing %s "
-               "(checkpoint of step %lld)\n",
-               rank, file.c_str(), static_cast<long long>(step));
-  std::fflush(stderr);
-  raise(SIGKILL);
-  std::abort();
-}
-
 void prepare_directory(const Where& w) {
   std::error_code ec;
   std::filesystem::create_directories(w.root, ec);
@@ -113,7 +97,7 @@ void write_param(hid_t params_group, Param& p, StageFile& out) {
 
 StageFile write_stage_file(const Where& w, const std::vector<Param*>& params, int64_t step) {
   const std::string path = join_path(w.tmp_dir, stage_file_name(w.rank));
-  const bool crash = crash_requested(w.rank, step);
+  const bool crash = fault_due(FaultHook::CrashInCheckpoint, w.rank, step);
   StageFile out;
   {
     H5Id file(H5Fcreate(path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT), H5Fclose);
@@ -128,7 +112,8 @@ StageFile write_stage_file(const Where& w, const std::vector<Param*>& params, in
       if (i == params.size() / 2) fault_point("checkpoint", step);  // tests: a stall mid-write
       if (crash && i == params.size() / 2) {
         H5Fflush(file.get(), H5F_SCOPE_LOCAL);
-        crash_now(w.rank, step, path);
+        kill_if_due(FaultHook::CrashInCheckpoint, w.rank, step,
+                    "while writing " + path + " (checkpoint of step " + std::to_string(step) + ")");
       }
       write_param(group.get(), *params[i], out);
     }

@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <thread>
 
+#include "pipetrain/base/fault_injection.hpp"
 #include "pipetrain/base/error.hpp"
 #include "pipetrain/base/timed_wait.hpp"
 

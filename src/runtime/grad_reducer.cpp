@@ -4,6 +4,7 @@
 
 #include <cstdio>
 
+#include "pipetrain/base/fault_injection.hpp"
 #include "pipetrain/base/error.hpp"
 #include "pipetrain/base/timed_wait.hpp"
 

@@ -3,9 +3,8 @@
 #include "pipetrain/runtime/rebalance.hpp"
 
 #include <cstdio>
-#include <cstdlib>
-#include <sstream>
 
+#include "pipetrain/base/fault_injection.hpp"
 #include "pipetrain/base/error.hpp"
 #include "pipetrain/base/timed_wait.hpp"
 
@@ -101,15 +100,8 @@ void Rebalancer::record_move(const RebalanceDecision& d) {
 }
 
 std::vector<int64_t> forced_rebalance(int64_t step) {
-  const char* spec = std::getenv("PIPETRAIN_TEST_REBALANCE");
-  if (spec == nullptr) return {};
-  const std::string text(spec);
-  const size_t colon = text.find(':');
-  if (colon == std::string::npos || std::atoll(text.substr(0, colon).c_str()) != step) return {};
-  std::vector<int64_t> counts;
-  std::istringstream in(text.substr(colon + 1));
-  for (std::string item; std::getline(in, item, ',');) counts.push_back(std::atoll(item.c_str()));
-  return counts;
+  const auto request = fault_request(FaultHook::Rebalance);
+  return request && request->step == step ? request->counts : std::vector<int64_t>{};
 }
 
 }  // namespace pt

@@ -15,6 +15,7 @@
 #include <chrono>
 #include <cstdio>
 
+#include "pipetrain/base/fault_injection.hpp"
 #include "pipetrain/base/error.hpp"
 #include "pipetrain/base/timed_wait.hpp"
 #include "pipetrain/runtime/deck_plan.hpp"
@@ -49,7 +50,7 @@ RebalanceCheck Trainer::rebalance_after(int64_t step) {
     check.decision.from = partition_;
     check.decision.to = forced;
     check.decision.move = true;
-    check.decision.reason = "PIPETRAIN_TEST_REBALANCE";
+    check.decision.reason = fault_hook_info(FaultHook::Rebalance).variable;
   } else if (rebalancer_ && rebalancer_->due(step)) {
     check.checked = true;
     check.window_steps = rebalancer_->window_steps();

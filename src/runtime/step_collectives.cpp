@@ -5,6 +5,7 @@
 #include <cmath>
 #include <string>
 
+#include "pipetrain/base/fault_injection.hpp"
 #include "pipetrain/base/error.hpp"
 #include "pipetrain/base/timed_wait.hpp"
 #include "pipetrain/schedule/semantics.hpp"

@@ -8,6 +8,7 @@
 #include <cstdlib>
 #include <thread>
 
+#include "pipetrain/base/fault_injection.hpp"
 #include "pipetrain/base/error.hpp"
 #include "pipetrain/base/timed_wait.hpp"
 #include "pipetrain/runtime/profiler.hpp"

@@ -14,6 +14,8 @@
 #include <string>
 #include <vector>
 
+#include "pipetrain/base/fault_injection.hpp"
+
 namespace pt {
 
 namespace {
@@ -113,7 +115,8 @@ std::string select_blas_kernel(int argc, char** argv) {
   if (!b.fallback) return "";
   const char* user_choice = std::getenv("OPENBLAS_CORETYPE");
   // Tests force a fallback through OPENBLAS_CORETYPE and mark it as not the user's.
-  const bool forced_by_test = std::getenv("PIPETRAIN_TEST_BLAS_FORCED") != nullptr;
+  const char* forced_mark = fault_hook_info(FaultHook::BlasForced).variable;
+  const bool forced_by_test = std::getenv(forced_mark) != nullptr;
   if ((user_choice != nullptr && !forced_by_test) || !autoselect_enabled())
     return "BLAS: warning: OpenBLAS runs its " + b.core + " kernels although this CPU supports " +
            b.best_core + "'s (" + b.isa + "), because " +
@@ -123,7 +126,7 @@ std::string select_blas_kernel(int argc, char** argv) {
   const std::string mark = b.core + "->" + b.best_core;
   setenv("OPENBLAS_CORETYPE", b.best_core.c_str(), 1);
   setenv(kReexecMark, mark.c_str(), 1);
-  unsetenv("PIPETRAIN_TEST_BLAS_FORCED");
+  unsetenv(forced_mark);
   std::fflush(stdout);
   std::fflush(stderr);
   execv("/proc/self/exe", argv);

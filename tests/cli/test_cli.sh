@@ -93,6 +93,14 @@ PIPETRAIN_TEST_STALL=1:step:0 run 2 train inputs/mlp_small.toml \
 check "stalled peer ends the job" status_not
 check "timeout names the action waited on" output_has "waiting on 0RECV_B0"
 
+# A fault-injection hook is announced, and a malformed one refused by name
+# (base/fault_injection.hpp), not silently never fired.
+check "an active hook is announced" output_has "fault injection active: PIPETRAIN_TEST_STALL=1:step:0"
+PIPETRAIN_TEST_STALL=1:stpe:0 run 2 train inputs/mlp_small.toml --set output.dir=\"$tmp/bad_hook\"
+check "a malformed hook ends the job" status_not
+check "a malformed hook is named with its format" \
+  output_has "PIPETRAIN_TEST_STALL=\"1:stpe:0\": POINT 'stpe' is not one of step, loss"
+
 # A diverging run stops with step, stage and micro-batch.
 run 2 train inputs/mlp_small.toml --set training.lr=1e30 --set training.optimizer=\"sgd\" \
   --set output.dir=\"$tmp/nan\"

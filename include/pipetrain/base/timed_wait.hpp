@@ -109,16 +109,6 @@ class DeadlineScope {
 // (MPI_Comm_split_type, under a DeadlineScope naming `what`).
 int node_local_size(MPI_Comm comm, const std::string& what);
 
-// Test-only fault injection. PIPETRAIN_TEST_STALL="RANK:POINT[:STEP]" makes
-// world rank RANK stop itself (SIGSTOP, as `kill -STOP` would) when it
-// reaches the named point (in step STEP, or the first time), so that its
-// peers' timeouts fire there. Points: step, loss, grad_norm, bubble, memory,
-// eval, checkpoint, resume, trace, startup, rebalance, reduction (the first
-// data-parallel bucket of a step is due; docs/reliability.md).
-void fault_point(const char* point, long long step = -1);
-// Test-only: PIPETRAIN_TEST_NONFINITE="RANK:STEP" makes this true on world
-// rank RANK in step STEP; the trainer then poisons one gradient with inf, so
-// the non-finite gradient check can be tested end to end.
-bool nonfinite_gradient_requested(long long step);
+// fault_point() and the other fault-injection hooks: base/fault_injection.hpp.
 
 }  // namespace pt

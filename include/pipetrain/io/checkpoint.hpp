@@ -65,7 +65,7 @@ struct CheckpointWrite {
 // <root>/step_<step>, points latest at it and keeps the newest
 // output.checkpoint_keep (pruned in the background, see below).
 // `resolved_deck` is stored verbatim.
-// Test hook: PIPETRAIN_TEST_CRASH_IN_CHECKPOINT=<rank>:<step> kills that rank
+// Fault hook PIPETRAIN_TEST_CRASH_IN_CHECKPOINT=<rank>:<step> kills that rank
 // (SIGKILL) halfway through writing its stage file for that step.
 CheckpointWrite save_checkpoint(const Deck& deck, const std::string& resolved_deck,
                                 const std::vector<Param*>& params, int64_t step, MPI_Comm comm,

@@ -66,7 +66,7 @@ class Rebalancer {
   std::vector<RebalanceMoveRecord> history_;
 };
 
-// Test hook PIPETRAIN_TEST_REBALANCE="STEP:C0,C1,...": after 0-based step
+// Fault hook PIPETRAIN_TEST_REBALANCE="STEP:C0,C1,..." (base/fault_injection.hpp): after 0-based step
 // STEP, move to those counts whatever the measurements say. Empty otherwise.
 std::vector<int64_t> forced_rebalance(int64_t step);
 
