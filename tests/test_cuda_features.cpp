@@ -40,6 +40,7 @@
 #include "pipetrain/runtime/grid.hpp"
 #include "test_gpu_skip.hpp"
 #include "test_named_grads.hpp"
+#include "test_decks.hpp"
 #ifdef PIPETRAIN_TEST_CUDA
 #include "test_cuda_util.hpp"
 #endif
@@ -89,30 +90,14 @@ double ordering_tolerance(const std::string& precision) {
 // interleaved and ZB-V), 8 sequences of 16 tokens in 4 micro-batches, SGD
 // with momentum (the rebalancing move carries its state), no clipping.
 Deck base_deck(const std::string& device) {
-  Deck d;
-  d.model.type = "gpt";
+  Deck d = pt_test::small_gpu_gpt(device);
   d.model.loss = "cross_entropy";
-  d.model.vocab_size = 32;
-  d.model.seq_len = 16;
-  d.model.d_model = 32;
-  d.model.heads = 2;
-  d.model.blocks = 4;
-  d.model.mlp_ratio = 2;
-  d.data.type = "markov";
-  d.data.markov_order = 1;
   d.training.steps = 2;
-  d.training.batch_size = 8;
-  d.training.optimizer = "sgd";
-  d.training.lr = 0.1;
   d.training.lr_schedule = "constant";
-  d.training.blas_threads = 1;
-  d.training.device = device;
-  d.pipeline.micro_batches = 4;
   d.pipeline.schedule = "1f1b";
   // The GPU's "auto" validates every schedule under NCCL's semantics
   // (channels matched by order); on the CPU, nccl_model runs them so.
   d.pipeline.transport = device == "cpu" ? "nccl_model" : "auto";
-  d.pipeline.timeout_s = 60;
   return d;
 }
 

@@ -10,6 +10,7 @@
 
 #include "pipetrain/base/error.hpp"
 #include "test_cuda_util.hpp"
+#include "bitwise.hpp"
 
 namespace pt {
 namespace {
@@ -35,10 +36,8 @@ std::unique_ptr<Backend> backend(cuda::Precision p = cuda::Precision::FP32) {
   return cuda::make_backend(o);
 }
 
-bool same_bits(const Tensor& a_any, const Tensor& b_any) {
-  const Tensor a = host(a_any), b = host(b_any);
-  return a.bytes() == b.bytes() && std::memcmp(a.raw(), b.raw(), a.bytes()) == 0;
-}
+// Bitwise equal, wherever the tensors live.
+bool same_bits(const Tensor& a, const Tensor& b) { return test::same_bits(host(a), host(b)); }
 
 Tensor tokens_host(int64_t mb, int64_t T, int64_t V) {
   Tensor t = Tensor::empty({mb, T}, DType::I32, MemCategory::Workspace, Device::CPU);

@@ -14,6 +14,7 @@
 #include <cstring>
 
 #include "test_cuda_util.hpp"
+#include "bitwise.hpp"
 
 namespace pt {
 namespace {
@@ -33,10 +34,8 @@ Tensor gpu_t(const Shape& s) {
   return Tensor::empty(s, DType::F32, MemCategory::Workspace, Device::CUDA);
 }
 
-bool same_bits(const Tensor& a_any, const Tensor& b_any) {
-  const Tensor a = host(a_any), b = host(b_any);
-  return a.bytes() == b.bytes() && std::memcmp(a.raw(), b.raw(), a.bytes()) == 0;
-}
+// Bitwise equal, wherever the tensors live.
+bool same_bits(const Tensor& a, const Tensor& b) { return test::same_bits(host(a), host(b)); }
 
 // Forward and backward of causal attention on both backends (fp32).
 void compare_attention(int64_t mb, int64_t T, int64_t H, int64_t D, const std::string& what) {

@@ -34,6 +34,7 @@
 #include "pipetrain/io/deck_io.hpp"
 #include "test_cuda_util.hpp"
 #include "test_named_grads.hpp"
+#include "test_decks.hpp"
 
 namespace pt {
 namespace {
@@ -42,26 +43,10 @@ namespace {
 constexpr double kFp32OrderingTolerance = 1e-4;
 
 Deck gpu_deck() {
-  Deck d;
-  d.model.type = "gpt";
-  d.model.vocab_size = 32;
-  d.model.seq_len = 16;
-  d.model.d_model = 32;
-  d.model.heads = 2;
-  d.model.blocks = 4;
-  d.model.mlp_ratio = 2;
-  d.data.type = "markov";
-  d.data.markov_order = 1;
+  Deck d = pt_test::small_gpu_gpt("cuda");
   d.training.steps = 3;
-  d.training.batch_size = 8;
-  d.training.optimizer = "sgd";
-  d.training.lr = 0.1;
-  d.training.blas_threads = 1;
-  d.training.device = "cuda";
   d.training.precision = "fp32";
-  d.pipeline.micro_batches = 4;
   d.pipeline.transport = "auto";
-  d.pipeline.timeout_s = 60;
   return d;
 }
 

@@ -31,6 +31,7 @@
 #include "pipetrain/runtime/grid.hpp"
 #include "pipetrain/runtime/trainer.hpp"
 #include "mpi_test_util.hpp"
+#include "training_run.hpp"
 #include "test_decks.hpp"
 
 namespace pt {
@@ -60,7 +61,7 @@ struct Layout {
 
 std::string name(const Layout& l) { return std::to_string(l.p) + "x" + std::to_string(l.d); }
 
-struct RunResult {
+struct GridRun {
   bool ran = false;
   std::vector<double> losses;                    // world rank 0
   std::vector<int> skipped;                      // world rank 0: fp16 steps skipped (1) per step
@@ -72,8 +73,8 @@ struct RunResult {
 };
 
 // Trains `deck` (micro_batches = global_mb / D) on the first P x D ranks.
-RunResult train_grid(Deck deck, const Layout& l, int global_mb) {
-  RunResult result;
+GridRun train_grid(Deck deck, const Layout& l, int global_mb) {
+  GridRun result;
   const int ranks = l.p * l.d;
   if (ranks > world_size()) return result;
   deck.pipeline.data_parallel = l.d;
@@ -125,20 +126,14 @@ RunResult train_grid(Deck deck, const Layout& l, int global_mb) {
   return result;
 }
 
-size_t bit_differences(const std::vector<float>& a, const std::vector<float>& b) {
-  size_t diff = 0;
-  for (size_t i = 0; i < a.size(); ++i) diff += std::memcmp(&a[i], &b[i], sizeof(float)) != 0;
-  return diff;
-}
-
-void expect_bitwise(const RunResult& ref, const RunResult& got, const std::string& what) {
+void expect_bitwise(const GridRun& ref, const GridRun& got, const std::string& what) {
   if (!is_root() || !got.ran) return;
   ASSERT_EQ(ref.params.size(), got.params.size()) << what;
   ASSERT_GT(got.params.size(), 0u) << what;
-  EXPECT_EQ(bit_differences(ref.params, got.params), 0u) << what << ": parameters differ";
+  EXPECT_EQ(test::bitwise_differences(ref.params, got.params), 0u) << what << ": parameters differ";
   ASSERT_EQ(ref.losses.size(), got.losses.size()) << what;
   for (size_t s = 0; s < ref.losses.size(); ++s)
-    EXPECT_EQ(std::memcmp(&ref.losses[s], &got.losses[s], sizeof(double)), 0)
+    EXPECT_TRUE(test::same_bits(ref.losses[s], got.losses[s]))
         << what << ": loss of step " << s << " " << ref.losses[s] << " vs " << got.losses[s];
   EXPECT_TRUE(got.replicas_equal) << what << ": replicas hold different parameters";
   if (ref.skipped.empty()) return;  // a reference without a grid records no steps
@@ -153,7 +148,7 @@ TEST(DataParallel, OrderedIsBitwiseAcrossEveryLayout) {
   for (const char* schedule : {"1f1b", "gpipe"})
     for (auto make : {mlp_deck, gpt_deck}) {
       const Deck deck = make(schedule, "ordered");
-      const RunResult ref = train_grid(deck, {1, 1}, 4);
+      const GridRun ref = train_grid(deck, {1, 1}, 4);
       for (const Layout& l : kLayouts)
         expect_bitwise(ref, train_grid(deck, l, 4),
                        std::string(schedule) + " " + deck.model.type + " " + name(l));
@@ -165,7 +160,7 @@ TEST(DataParallel, OrderedInterleavedIsBitwiseAcrossLayouts) {
   const Deck deck = mlp_deck("interleaved", "ordered");
   Deck one = deck;
   one.pipeline.schedule = "1f1b";  // one rank, 1 stage: the reference order
-  const RunResult ref = train_grid(one, {1, 1}, 4);
+  const GridRun ref = train_grid(one, {1, 1}, 4);
   for (const Layout& l : std::vector<Layout>{{2, 1}, {2, 2}})
     expect_bitwise(ref, train_grid(deck, l, 4), "interleaved " + name(l));
 }
@@ -178,7 +173,7 @@ TEST(DataParallel, Fp16LossScalingIsConsistentAcrossTheGrid) {
   deck.training.precision = "fp16";
   deck.training.loss_scale = 16777216.0;  // 2^24: overflows fp16 for the first steps
   deck.training.steps = 8;
-  const RunResult ref = train_grid(deck, {1, 1}, 4);
+  const GridRun ref = train_grid(deck, {1, 1}, 4);
   if (is_root()) {
     int skipped = 0;
     for (int s : ref.skipped) skipped += s;
@@ -198,7 +193,7 @@ TEST(DataParallel, ReplicaIsBitwiseAcrossPipelinesAtOneReplicaCount) {
     Deck deck = mlp_deck(step ? "1f1b" : schedule, "replica");
     if (step) deck.pipeline.weight_grad = "step";
     for (int d : {1, 2, 4}) {
-      const RunResult ref = train_grid(deck, {1, d}, 4);
+      const GridRun ref = train_grid(deck, {1, d}, 4);
       for (int p : {2, 4})
         expect_bitwise(ref, train_grid(deck, {p, d}, 4),
                        std::string(schedule) + " replica " + name({p, d}));
@@ -207,8 +202,8 @@ TEST(DataParallel, ReplicaIsBitwiseAcrossPipelinesAtOneReplicaCount) {
 }
 
 TEST(DataParallel, ReplicaIsWithinRoundingOfOrdered) {
-  const RunResult ordered = train_grid(mlp_deck("1f1b", "ordered"), {1, 1}, 4);
-  const RunResult replica = train_grid(mlp_deck("1f1b", "replica"), {1, 2}, 4);
+  const GridRun ordered = train_grid(mlp_deck("1f1b", "ordered"), {1, 1}, 4);
+  const GridRun replica = train_grid(mlp_deck("1f1b", "replica"), {1, 2}, 4);
   if (!is_root() || !replica.ran) return;
   ASSERT_EQ(ordered.params.size(), replica.params.size());
   for (size_t i = 0; i < ordered.params.size(); ++i)
@@ -222,21 +217,21 @@ TEST(DataParallel, ReplicaIsWithinRoundingOfOrdered) {
 // The bitwise checks can see a change of summation order: two replicas'
 // sums added ("replica") differ in some bits from one ordered fold.
 TEST(DataParallel, SummationOrderIsVisibleBitwise) {
-  const RunResult ordered = train_grid(mlp_deck("1f1b", "ordered"), {1, 1}, 4);
-  const RunResult replica = train_grid(mlp_deck("1f1b", "replica"), {1, 2}, 4);
+  const GridRun ordered = train_grid(mlp_deck("1f1b", "ordered"), {1, 1}, 4);
+  const GridRun replica = train_grid(mlp_deck("1f1b", "replica"), {1, 2}, 4);
   if (!is_root() || !replica.ran) return;
   ASSERT_EQ(ordered.params.size(), replica.params.size());
-  EXPECT_GT(bit_differences(ordered.params, replica.params), 0u);
+  EXPECT_GT(test::bitwise_differences(ordered.params, replica.params), 0u);
 }
 
 // D = 1 with "replica" is exactly the pipeline without a grid.
 TEST(DataParallel, OneReplicaIsThePlainPipeline) {
   const Deck deck = mlp_deck("1f1b", "replica");
   const int p = std::min(2, world_size());
-  const RunResult grid = train_grid(deck, {p, 1}, 4);
+  const GridRun grid = train_grid(deck, {p, 1}, 4);
   MPI_Comm sub = MPI_COMM_NULL;
   MPI_Comm_split(MPI_COMM_WORLD, world_rank() < p ? 0 : MPI_UNDEFINED, world_rank(), &sub);
-  RunResult plain;
+  GridRun plain;
   plain.ran = true;
   if (sub != MPI_COMM_NULL) {
     Deck d = deck;
@@ -273,7 +268,7 @@ TEST(DataParallel, TraceShowsEveryBucketAfterItsLastBackward) {
   deck.output.trace = true;
   const Layout l = world_size() >= 4 ? Layout{2, 2} : Layout{1, world_size()};
   if (l.d < 2) GTEST_SKIP() << "needs 2 ranks";
-  const RunResult r = train_grid(deck, l, 4);
+  const GridRun r = train_grid(deck, l, 4);
   if (!is_root()) return;
   int buckets = 0;
   for (const auto& rank_events : r.events)

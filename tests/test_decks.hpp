@@ -2,10 +2,12 @@
 // rebalancing tests train: the MLP (8 GELU layers 12 -> 24 -> 5, AdamW with
 // warm-up, weight decay and clipping, 3 steps), and the GPT (a 16-token vocabulary, 8 tokens, width 16, 2 heads, Markov
 // tokens), made from a test's own MLP deck so that its training settings
-// (optimizer, schedule, micro-batches, clipping) carry over.
+// (optimizer, schedule, micro-batches, clipping) carry over; and the small
+// GPT of the GPU tests.
 #pragma once
 
 #include <cstdint>
+#include <string>
 
 #include "pipetrain/base/deck.hpp"
 
@@ -46,6 +48,30 @@ inline pt::Deck tiny_gpt(pt::Deck d, int64_t blocks) {
   d.data.type = "markov";
   d.data.markov_order = 1;
   d.data.concentration = 0.3;
+  return d;
+}
+
+// The small GPT of the GPU tests (test_cuda_features, test_cuda_pipeline)
+// on `device`: vocabulary 32, 16 tokens, width 32, 2 heads, 4 blocks,
+// 8 sequences a step in 4 micro-batches, SGD (lr 0.1), one BLAS thread.
+inline pt::Deck small_gpu_gpt(const std::string& device) {
+  pt::Deck d;
+  d.model.type = "gpt";
+  d.model.vocab_size = 32;
+  d.model.seq_len = 16;
+  d.model.d_model = 32;
+  d.model.heads = 2;
+  d.model.blocks = 4;
+  d.model.mlp_ratio = 2;
+  d.data.type = "markov";
+  d.data.markov_order = 1;
+  d.training.batch_size = 8;
+  d.training.optimizer = "sgd";
+  d.training.lr = 0.1;
+  d.training.blas_threads = 1;
+  d.training.device = device;
+  d.pipeline.micro_batches = 4;
+  d.pipeline.timeout_s = 60;
   return d;
 }
 

@@ -22,6 +22,7 @@
 #include "pipetrain/tensor/backend.hpp"
 #include "pipetrain/runtime/trainer.hpp"
 #include "mpi_test_util.hpp"
+#include "training_run.hpp"
 #include "test_decks.hpp"
 
 namespace pt {
@@ -29,11 +30,10 @@ namespace {
 
 using test::world_size;
 using test::is_root;
-
-struct RunResult {
-  std::vector<float> params;  // rank 0 of the run only
-  std::vector<double> losses;
-};
+using test::RunResult;
+using test::expect_bitwise;
+using test::train_alone;
+using test::train_on;
 
 Deck small_deck(int micro_batches, const std::string& schedule, const std::string& optimizer,
                 const std::string& loss) {
@@ -68,39 +68,6 @@ Deck small_gpt_deck(int micro_batches, const std::string& schedule, const std::s
 
 using DeckMaker = Deck (*)(int, const std::string&, const std::string&, const std::string&);
 
-// Trains `deck` on the first `stages` ranks of the world; others sit out.
-RunResult train_on(const Deck& deck, int stages) {
-  int rank = 0;
-  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-  MPI_Comm comm = MPI_COMM_NULL;
-  MPI_Comm_split(MPI_COMM_WORLD, rank < stages ? 0 : MPI_UNDEFINED, rank, &comm);
-  RunResult result;
-  if (comm != MPI_COMM_NULL) {
-    Trainer trainer(deck, comm);
-    for (int64_t s = 0; s < deck.training.steps; ++s)
-      result.losses.push_back(trainer.train_step(s).loss);
-    result.params = trainer.gather_parameters();
-    MPI_Comm_free(&comm);
-  }
-  return result;
-}
-
-RunResult train_alone(const Deck& deck) {
-  Trainer trainer(deck, MPI_COMM_SELF);
-  RunResult result;
-  for (int64_t s = 0; s < deck.training.steps; ++s)
-    result.losses.push_back(trainer.train_step(s).loss);
-  result.params = trainer.gather_parameters();
-  return result;
-}
-
-
-size_t count_bitwise_differences(const std::vector<float>& a, const std::vector<float>& b) {
-  size_t diff = 0;
-  for (size_t i = 0; i < a.size(); ++i) diff += std::memcmp(&a[i], &b[i], sizeof(float)) != 0;
-  return diff;
-}
-
 double max_relative_difference(const std::vector<float>& a, const std::vector<float>& b) {
   double worst = 0.0;
   for (size_t i = 0; i < a.size(); ++i) {
@@ -123,14 +90,6 @@ std::vector<Case> cases_for_world() {
       for (int n : {1, 2, 4, 8})
         for (const char* sched : {"gpipe", "1f1b"}) cases.push_back({p, n, sched});
   return cases;
-}
-
-void expect_bitwise(const RunResult& got, const RunResult& want, const std::string& label) {
-  ASSERT_EQ(got.params.size(), want.params.size()) << label;
-  EXPECT_EQ(count_bitwise_differences(got.params, want.params), 0u)
-      << label << ": parameters differ from the single-process run";
-  for (size_t s = 0; s < want.losses.size(); ++s)
-    EXPECT_EQ(got.losses[s], want.losses[s]) << label << " step " << s;
 }
 
 void check_against_single_process(const std::string& optimizer, const std::string& loss,

@@ -13,6 +13,7 @@
 #include "pipetrain/model/layers.hpp"
 #include "pipetrain/model/loss_scaler.hpp"
 #include "pipetrain/base/rng.hpp"
+#include "bitwise.hpp"
 
 namespace pt {
 namespace {
@@ -43,9 +44,7 @@ struct Tiny {
   }
 };
 
-bool same_bits(const Tensor& a, const Tensor& b) {
-  return a.bytes() == b.bytes() && std::memcmp(a.raw(), b.raw(), a.bytes()) == 0;
-}
+using test::same_bits;
 
 TEST(LossScaler, GrowsAfterIntervalAndBacksOffOnOverflow) {
   LossScalerConfig cfg;

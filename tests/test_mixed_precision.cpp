@@ -18,6 +18,7 @@
 
 #include "mpi_test_util.hpp"
 #include "pipetrain/runtime/trainer.hpp"
+#include "bitwise.hpp"
 
 namespace pt {
 namespace {
@@ -61,7 +62,7 @@ TrainingRun train(const Deck& deck, MPI_Comm comm) {
   return run;
 }
 
-bool same_bits(double a, double b) { return std::memcmp(&a, &b, sizeof a) == 0; }
+using test::same_bits;
 
 TEST(MixedPrecision, PipelinedEqualsOneProcessBitwise) {
   for (const char* precision : {"tf32", "bf16", "fp16"}) {

@@ -61,7 +61,7 @@ Measured train(const Deck& d) {
   StepRecord rec;
   for (int64_t s = 0; s < d.training.steps; ++s) rec = trainer.train_step(s);
   Measured m;
-  for (const std::vector<double>& stage : rec.stage_peak_bytes) {
+  for (const std::vector<double>& stage : rec.rank_peak_bytes) {
     m.stash.push_back(stage[static_cast<int>(MemCategory::Activations)]);
     m.total.push_back(stage.back());
   }

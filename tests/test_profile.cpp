@@ -423,7 +423,7 @@ TEST(ProfileBytes, OneStageTrainingPeaksAreTheSumsOfItsUnits) {
     Trainer trainer(d, MPI_COMM_SELF);
     StepRecord rec;
     for (int64_t s = 0; s < d.training.steps; ++s) rec = trainer.train_step(s);
-    const std::vector<double>& peak = rec.stage_peak_bytes.at(0);
+    const std::vector<double>& peak = rec.rank_peak_bytes.at(0);
     const double persistent = sum_of(p.units, 0, n, &UnitCost::param_bytes) +
                               sum_of(p.units, 0, n, &UnitCost::grad_bytes) +
                               sum_of(p.units, 0, n, &UnitCost::optimizer_bytes);

@@ -18,6 +18,7 @@
 
 #include "pipetrain/runtime/trainer.hpp"
 #include "mpi_test_util.hpp"
+#include "training_run.hpp"
 #include "test_decks.hpp"
 
 namespace pt {
@@ -25,9 +26,8 @@ namespace {
 
 using test::world_size;
 
-struct RunResult {
-  std::vector<float> params;  // rank 0 only
-  std::vector<double> losses;
+// A run, the partition it ended with and the optimizer updates it made.
+struct RunResult : test::RunResult {
   std::vector<int64_t> final_partition;
   int64_t updates = 0;
 };
@@ -72,13 +72,8 @@ std::vector<std::vector<int64_t>> moves_for(int64_t units, int stages) {
 
 // Trains on the first `stages` ranks; with `move`, repartitions after steps 1 and 3.
 RunResult train_on(const Deck& deck, int stages, bool move) {
-  int rank = 0;
-  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-  MPI_Comm comm = MPI_COMM_NULL;
-  MPI_Comm_split(MPI_COMM_WORLD, rank < stages ? 0 : MPI_UNDEFINED, rank, &comm);
   RunResult result;
-  if (comm == MPI_COMM_NULL) return result;
-  {
+  test::on_first_ranks(stages, [&](MPI_Comm comm) {
     Trainer trainer(deck, comm);
     const auto targets = moves_for(model_units(deck.model), stages);
     for (int64_t s = 0; s < deck.training.steps; ++s) {
@@ -92,24 +87,12 @@ RunResult train_on(const Deck& deck, int stages, bool move) {
     result.params = trainer.gather_parameters();
     result.final_partition = trainer.partition();
     result.updates = trainer.optimizer().updates();
-  }
-  MPI_Comm_free(&comm);
+  });
   return result;
 }
 
-size_t bitwise_differences(const std::vector<float>& a, const std::vector<float>& b) {
-  size_t diff = 0;
-  for (size_t i = 0; i < a.size(); ++i) diff += std::memcmp(&a[i], &b[i], sizeof(float)) != 0;
-  return diff;
-}
-
 void expect_same(const RunResult& got, const RunResult& want, const std::string& label) {
-  ASSERT_EQ(got.losses.size(), want.losses.size()) << label;
-  for (size_t i = 0; i < got.losses.size(); ++i)
-    EXPECT_EQ(std::memcmp(&got.losses[i], &want.losses[i], sizeof(double)), 0)
-        << label << ": loss of step " << i << " " << got.losses[i] << " vs " << want.losses[i];
-  ASSERT_EQ(got.params.size(), want.params.size()) << label;
-  EXPECT_EQ(bitwise_differences(got.params, want.params), 0u) << label << ": parameters differ";
+  test::expect_bitwise(got, want, label);
   EXPECT_EQ(got.updates, want.updates) << label;
 }
 

@@ -66,7 +66,7 @@ Outcome train(const Deck& deck) {
   for (int64_t s = 0; s < deck.training.steps; ++s) rec = trainer.train_step(s);
   Outcome out;
   out.params = trainer.gather_parameters();
-  for (const auto& stage : rec.stage_peak_bytes)
+  for (const auto& stage : rec.rank_peak_bytes)
     out.stash_peak.push_back(stage[static_cast<int>(MemCategory::Activations)]);
   out.in_flight = trainer.schedule_report().peak_in_flight;
   return out;

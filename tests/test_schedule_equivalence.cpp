@@ -31,6 +31,7 @@
 #include "pipetrain/runtime/trainer.hpp"
 #include "pipetrain/tensor/backend.hpp"
 #include "mpi_test_util.hpp"
+#include "training_run.hpp"
 #include "test_decks.hpp"
 
 namespace pt {
@@ -39,11 +40,9 @@ namespace {
 using test::is_root;
 using test::world_size;
 
-struct RunResult {
-  std::vector<float> params;  // rank 0 of the run only
-  std::vector<double> losses;
-  std::vector<double> grad_norms;
-  int64_t schedule_first_step = 0;  // Trainer::schedule_first_step at the end
+// A run, and where its schedule was last placed (Trainer::schedule_first_step).
+struct RunResult : test::RunResult {
+  int64_t schedule_first_step = 0;
 };
 
 Deck mlp_deck() {
@@ -60,27 +59,15 @@ Deck gpt_deck() {
 RunResult run_trainer(const Deck& deck, MPI_Comm comm) {
   RunResult result;
   Trainer trainer(deck, comm);
-  for (int64_t s = 0; s < deck.training.steps; ++s) {
-    const StepRecord rec = trainer.train_step(s);
-    result.losses.push_back(rec.loss);
-    result.grad_norms.push_back(rec.grad_norm);
-  }
-  result.params = trainer.gather_parameters();
+  static_cast<test::RunResult&>(result) = test::train_steps(trainer, deck);
   result.schedule_first_step = trainer.schedule_first_step();
   return result;
 }
 
 // Trains `deck` on the first `ranks` ranks of the world; others sit out.
 RunResult train_on(const Deck& deck, int ranks) {
-  int rank = 0;
-  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-  MPI_Comm comm = MPI_COMM_NULL;
-  MPI_Comm_split(MPI_COMM_WORLD, rank < ranks ? 0 : MPI_UNDEFINED, rank, &comm);
   RunResult result;
-  if (comm != MPI_COMM_NULL) {
-    result = run_trainer(deck, comm);
-    MPI_Comm_free(&comm);
-  }
+  test::on_first_ranks(ranks, [&](MPI_Comm comm) { result = run_trainer(deck, comm); });
   return result;
 }
 
@@ -105,20 +92,8 @@ bool accepts(const Variant& v, int ranks, int n, int units) {
   return ranks * stages_per_rank(v.schedule, v.virtual_stages) <= units;
 }
 
-size_t bitwise_differences(const std::vector<float>& a, const std::vector<float>& b) {
-  size_t diff = 0;
-  for (size_t i = 0; i < a.size(); ++i) diff += std::memcmp(&a[i], &b[i], sizeof(float)) != 0;
-  return diff;
-}
-
 void expect_bitwise(const RunResult& got, const RunResult& want, const std::string& label) {
-  ASSERT_EQ(got.params.size(), want.params.size()) << label;
-  EXPECT_EQ(bitwise_differences(got.params, want.params), 0u)
-      << label << ": parameters differ from the single-process run";
-  for (size_t s = 0; s < want.losses.size(); ++s) {
-    EXPECT_EQ(got.losses[s], want.losses[s]) << label << " loss of step " << s;
-    EXPECT_EQ(got.grad_norms[s], want.grad_norms[s]) << label << " gradient norm of step " << s;
-  }
+  test::expect_bitwise(got, want, label + " (against the single-process run)", /*norms=*/true);
 }
 
 void check_schedules(const Deck& base, const std::vector<std::string>& recomputes) {
@@ -253,7 +228,7 @@ TEST(ScheduleEquivalence, OtherSamplesChangeTheBits) {
   Deck b = a;
   b.data.seed = a.data.seed + 1;
   const RunResult ra = run_trainer(a, MPI_COMM_SELF), rb = run_trainer(b, MPI_COMM_SELF);
-  EXPECT_GT(bitwise_differences(ra.params, rb.params), ra.params.size() / 2);
+  EXPECT_GT(test::bitwise_differences(ra.params, rb.params), ra.params.size() / 2);
   EXPECT_NE(ra.losses.front(), rb.losses.front());
 }
 
@@ -261,13 +236,8 @@ TEST(ScheduleEquivalence, OtherSamplesChangeTheBits) {
 // given and saving into `save_dir` at the end when given.
 RunResult segment(Deck deck, int ranks, int64_t from, int64_t to, const std::string& load,
                   const std::string& save_dir) {
-  int rank = 0;
-  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-  MPI_Comm comm = MPI_COMM_NULL;
-  MPI_Comm_split(MPI_COMM_WORLD, rank < ranks ? 0 : MPI_UNDEFINED, rank, &comm);
   RunResult run;
-  if (comm == MPI_COMM_NULL) return run;
-  {
+  test::on_first_ranks(ranks, [&](MPI_Comm comm) {
     Trainer trainer(deck, comm);
     const std::string text = deck_to_toml(deck);
     if (!load.empty()) load_checkpoint(load, LoadMode::Resume, deck, text, trainer, comm);
@@ -277,8 +247,7 @@ RunResult segment(Deck deck, int ranks, int64_t from, int64_t to, const std::str
       save_checkpoint(deck, text, trainer, to, comm);
     }
     run.params = trainer.gather_parameters();
-  }
-  MPI_Comm_free(&comm);
+  });
   return run;
 }
 
@@ -307,7 +276,7 @@ void check_cross_resume(const Deck& base, const Variant& from, const Variant& to
   if (!is_root()) return;
   std::filesystem::remove_all(dir);
   ASSERT_EQ(resumed.params.size(), straight.params.size()) << label;
-  EXPECT_EQ(bitwise_differences(resumed.params, straight.params), 0u) << label;
+  EXPECT_EQ(test::bitwise_differences(resumed.params, straight.params), 0u) << label;
   for (size_t s = 0; s < 2; ++s) EXPECT_EQ(resumed.losses[s], straight.losses[2 + s]) << label;
 }
 

@@ -410,9 +410,9 @@ TEST(ComputeTiming, TheTrainersStageComputeTimesAreTheBackendTimers) {
     be.ledger = TimingLedger();
     const StepRecord rec = trainer.train_step(step);
     EXPECT_EQ(be.ledger.reads, 1) << "step " << step;
-    ASSERT_EQ(rec.stage_compute_s.size(), static_cast<size_t>(size));
+    ASSERT_EQ(rec.rank_compute_s.size(), static_cast<size_t>(size));
     for (int r = 0; r < size; ++r)
-      EXPECT_NEAR(rec.stage_compute_s[r], fake_total_s(compute_kinds(trainer.schedule(), r).size()),
+      EXPECT_NEAR(rec.rank_compute_s[r], fake_total_s(compute_kinds(trainer.schedule(), r).size()),
                   1e-9)
           << "stage " << r << " step " << step;
   }

@@ -165,7 +165,7 @@ void print_step(const Deck& deck, const StepRecord& rec, double samples_per_s,
   char eval[48] = "";
   if (!std::isnan(rec.eval_loss)) std::snprintf(eval, sizeof eval, " | eval %.4f", rec.eval_loss);
   double act_peak = 0.0, total_peak = 0.0;  // the largest stage's
-  for (const auto& stage : rec.stage_peak_bytes) {
+  for (const auto& stage : rec.rank_peak_bytes) {
     act_peak = std::max(act_peak, stage[static_cast<int>(MemCategory::Activations)]);
     total_peak = std::max(total_peak, stage.back());
   }

@@ -188,11 +188,11 @@ void MetricsFile::add_step(const StepRecord& rec, double samples_per_s) {
   series_["rebalance_ratio"].push_back(rec.rebalance_ratio);
   series_["rebalance_predicted_ratio"].push_back(rec.rebalance_predicted_ratio);
   stage_series_["partition"].emplace_back(rec.partition.begin(), rec.partition.end());
-  stage_series_["stage_compute_s"].push_back(rec.stage_compute_s);
+  stage_series_["stage_compute_s"].push_back(rec.rank_compute_s);
   const std::vector<std::string> names = stage_series_names();
   for (size_t c = 0; c < names.size(); ++c) {
     std::vector<double> per_stage;
-    for (const auto& stage : rec.stage_peak_bytes) per_stage.push_back(stage[c]);
+    for (const auto& stage : rec.rank_peak_bytes) per_stage.push_back(stage[c]);
     stage_series_[names[c]].push_back(per_stage);
   }
   dirty_ = true;

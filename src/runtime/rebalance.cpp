@@ -53,8 +53,8 @@ Rebalancer::Rebalancer(const Deck& deck, ModelProfile profile, PartitionSetup se
       micro_batches_(static_cast<int>(deck.pipeline.micro_batches)),
       settings_(settings_of(deck)), profile_(std::move(profile)), setup_(std::move(setup)) {}
 
-void Rebalancer::observe(const std::vector<double>& stage_compute_s) {
-  window_.push_back(stage_compute_s);
+void Rebalancer::observe(const std::vector<double>& rank_compute_s) {
+  window_.push_back(rank_compute_s);
 }
 
 bool Rebalancer::due(int64_t step) const {

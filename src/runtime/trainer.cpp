@@ -184,9 +184,9 @@ StepRecord Trainer::train_step(int64_t step) {
   fault_point("grad_norm", step);
   rec.grad_norm = rec.skipped ? std::nan("") : collectives_->global_grad_norm(stages_, be, step);
   fault_point("bubble", step);
-  rec.bubble = collectives_->measured_bubble(outcome, rec.stage_compute_s);
+  rec.bubble = collectives_->measured_bubble(outcome, rec.rank_compute_s);
   rec.partition = partition_;
-  if (rebalancer_) rebalancer_->observe(rec.stage_compute_s);
+  if (rebalancer_) rebalancer_->observe(rec.rank_compute_s);
   tracer_->record(EventKind::Reduction, step, stage().stage, -1, reduce_start, tracer_->now_us());
   rec.lr = learning_rate(deck_.training, step);
   const float clip_scale = StepCollectives::clip_scale(rec.grad_norm, deck_.training.grad_clip);
@@ -198,7 +198,7 @@ StepRecord Trainer::train_step(int64_t step) {
   rec.step_time_s =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   fault_point("memory", step);
-  rec.stage_peak_bytes = collectives_->gather_memory_peaks(stage_memory_stats());
+  rec.rank_peak_bytes = collectives_->gather_memory_peaks(stage_memory_stats());
   // Placed only with a step left to run it (the same decision on every rank).
   if (placement_ && placement_->observe(executor_->action_times()) && step + 1 < deck_.training.steps)
     place_schedule(step, rec);

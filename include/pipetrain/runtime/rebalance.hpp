@@ -44,8 +44,8 @@ class Rebalancer {
   // `setup`: the partition solver's setup of the run (its schedule's in-flight
   // counts, recompute policies, memory budget).
   Rebalancer(const Deck& deck, ModelProfile profile, PartitionSetup setup);
-  // One step's per-stage compute seconds (the same on every rank).
-  void observe(const std::vector<double>& stage_compute_s);
+  // One step's compute seconds per rank (one stage each when rebalancing), the same on every rank.
+  void observe(const std::vector<double>& rank_compute_s);
   bool due(int64_t step) const;
   // Collective: rank 0 decides from the medians of the window, every rank
   // receives the decision; the window starts again.

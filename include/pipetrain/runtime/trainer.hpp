@@ -43,14 +43,14 @@ struct StepRecord {
   double bubble = 0.0;       // measured pipeline bubble (fraction of the step idle)
   bool skipped = false;      // fp16: the step overflowed and was skipped
   double loss_scale = 1.0;   // fp16: the dynamic loss scale used
-  // Rank 0 only: per rank (its stages together; per stage with one stage per
-  // rank), peak bytes during the step by MemCategory, then the peak of the
-  // total. (ranks, categories + 1)
-  std::vector<std::vector<double>> stage_peak_bytes;
-  // Every rank: per rank (its stages together; per stage with one stage per
-  // rank), F + B + W time of the step without waits (seconds), and the units
-  // each stage held.
-  std::vector<double> stage_compute_s;
+  // Rank 0 only: per rank of the pipeline (the stages it owns together: one
+  // stage per rank except under interleaved and ZB-V), peak bytes during the
+  // step by MemCategory, then the peak of the total. (ranks, categories + 1)
+  std::vector<std::vector<double>> rank_peak_bytes;
+  // Every rank: per rank of the pipeline (its stages together), F + B + W
+  // time of the step without waits (seconds); metrics.h5 keeps the name
+  // stage_compute_s. Then the units each stage held.
+  std::vector<double> rank_compute_s;
   std::vector<int64_t> partition;
   // Dynamic rebalancing after this step (set by the driver): the measured
   // slowest / fastest ratio of a check (NaN: no check), the predicted ratio
