@@ -2,7 +2,7 @@
 // (schedule/semantics.hpp) and of recompute policies (schedule/recompute.hpp):
 // in-flight counts against the closed forms, the bubble against hand cases
 // (the same cases as tests/tools/test_trace_tools.py, so trace_report.py's
-// bubble_of stays the C++ one), the single policy parser, the unit-to-layer
+// bubble_of stays the C++ one), the one dependency rule, the single policy parser, the unit-to-layer
 // map, and the planner's every:K counting layers through that map.
 #include <gtest/gtest.h>
 
@@ -54,6 +54,35 @@ TEST(InFlight, TheSplitBackwardReleasesAtW) {
 }
 
 // The cases of tests/tools/test_trace_tools.py (BUBBLE_CASES).
+std::vector<std::string> names(const Prerequisites& needs) {
+  std::vector<std::string> out;
+  for (const Action& a : needs) out.push_back(to_string(a));
+  return out;
+}
+
+TEST(Prerequisites, TheOneDependencyRule) {
+  using V = std::vector<std::string>;
+  EXPECT_EQ(names(Prerequisites(parse_action("0F3"), 4)), V{});
+  EXPECT_EQ(names(Prerequisites(parse_action("2F3"), 4)), V{"1F3"});
+  EXPECT_EQ(names(Prerequisites(parse_action("1B3"), 4)), (V{"1F3", "2B3"}));
+  EXPECT_EQ(names(Prerequisites(parse_action("3B3"), 4)), V{"3F3"});  // the last stage: the loss
+  EXPECT_EQ(names(Prerequisites(parse_action("2W0"), 4)), V{"2B0"});
+  EXPECT_EQ(names(Prerequisites(parse_action("1SEND_F3"), 4)), V{});
+  const Action b = parse_action("1B3");
+  EXPECT_EQ(to_string(*Prerequisites(b, 4).from_other_stage(b)), "2B3");
+  EXPECT_EQ(Prerequisites(parse_action("2W0"), 4).from_other_stage(parse_action("2W0")), nullptr);
+}
+
+TEST(Prerequisites, ArriveBySendsBetweenRanksAndDirectlyOnOne) {
+  // ZB-V on 2 ranks: stages 0 and 3 on rank 0, 1 and 2 on rank 1.
+  const Schedule v = generate_schedule("zb-v", 2, 4);
+  ASSERT_EQ(stage_rank(v, 0), stage_rank(v, 3));
+  EXPECT_EQ(to_string(delivery_of(v, parse_action("0F1"), 1)), "0SEND_F1");
+  EXPECT_EQ(to_string(delivery_of(v, parse_action("2F1"), 3)), "2SEND_F1");
+  EXPECT_EQ(to_string(delivery_of(v, parse_action("2B1"), 1)), "2B1");  // same rank
+  EXPECT_EQ(to_string(delivery_of(v, parse_action("1F1"), 1)), "1F1");  // own stage
+}
+
 TEST(BubbleOf, HandCasesSharedWithTheTraceReport) {
   EXPECT_DOUBLE_EQ(bubble_of({6.0, 6.0}, {9.0, 7.2}), 1.0 / 3.0);
   EXPECT_DOUBLE_EQ(bubble_of({9.0, 6.0}, {12.0, 10.0}), 3.0 / 8.0);

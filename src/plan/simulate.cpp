@@ -187,16 +187,14 @@ class StepSimulation {
     }
   }
 
-  // The producer of what `a` (F or B) waits for, and whether it is a send.
+  // The producer of what `a` waits for from a neighbouring stage (its
+  // Prerequisites' other-stage one, as delivered), and whether it is a send.
   bool needs_input(const Action& a, Action& producer, bool& remote) const {
-    if (a.kind == ActionKind::W) return false;  // its B ran before, on this rank
-    const bool forward = a.kind == ActionKind::F;
-    const int from = forward ? a.stage - 1 : a.stage + 1;
-    if (from < 0 || from >= p_) return false;
-    remote = stage_rank(s_, from) != stage_rank(s_, a.stage);
-    const ActionKind kind = forward ? (remote ? ActionKind::SEND_F : ActionKind::F)
-                                    : (remote ? ActionKind::SEND_B : ActionKind::B);
-    producer = make_action(from, kind, a.mb);
+    const Prerequisites needs(a, p_);
+    const Action* other = needs.from_other_stage(a);
+    if (other == nullptr) return false;
+    producer = delivery_of(s_, *other, a.stage);
+    remote = !(producer == *other);
     return true;
   }
 
@@ -259,10 +257,10 @@ class StepSimulation {
 
   // Runs compute action `a` on `rank`; false when it must wait.
   bool compute(int rank, const Action& a) {
-    if (a.kind == ActionKind::B && done(ActionKind::F, a.stage, a.mb) == kNotYet)
-      reject(s_, to_string(a) + " on rank " + std::to_string(rank) + " runs before its F");
-    if (a.kind == ActionKind::W && done(ActionKind::B, a.stage, a.mb) == kNotYet)
-      reject(s_, to_string(a) + " on rank " + std::to_string(rank) + " runs before its B");
+    for (const Action& p : Prerequisites(a, p_))  // its own stage's: this rank ran them before
+      if (p.stage == a.stage && done(p.kind, p.stage, p.mb) == kNotYet)
+        reject(s_, to_string(a) + " on rank " + std::to_string(rank) + " runs before its " +
+                       kind_name(p.kind));
     double ready = input_ready(rank, a);
     if (ready == kNotYet) return false;
     ready = std::max(ready, own_send_finished(rank));

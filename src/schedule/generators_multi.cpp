@@ -41,6 +41,7 @@
 
 #include "pipetrain/base/error.hpp"
 #include "pipetrain/schedule/schedule.hpp"
+#include "pipetrain/schedule/semantics.hpp"
 
 namespace pt {
 
@@ -274,14 +275,11 @@ class ListScheduler {
     const double d = done_[kind][stage][mb];
     return d >= 0 && d <= t;
   }
+  // Every prerequisite of `a` (schedule/semantics.hpp) done by time t.
   bool ready(const Action& a, double t) const {
-    const int last = s_.num_stages - 1;
-    switch (a.kind) {
-      case ActionKind::F: return a.stage == 0 || done_by(0, a.stage - 1, a.mb, t);
-      case ActionKind::B:
-        return done_by(0, a.stage, a.mb, t) && (a.stage == last || done_by(1, a.stage + 1, a.mb, t));
-      default: return done_by(1, a.stage, a.mb, t);
-    }
+    for (const Action& p : Prerequisites(a, s_.num_stages))
+      if (!done_by(index(p.kind), p.stage, p.mb, t)) return false;
+    return true;
   }
   bool below_limit(int rank, int stage) const {
     if (policy_.rank_limit > 0) {

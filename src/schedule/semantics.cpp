@@ -1,4 +1,5 @@
-// semantics.cpp: in-flight counting and the bubble (schedule/semantics.hpp).
+// semantics.cpp: dependencies, in-flight counting and the bubble
+// (schedule/semantics.hpp).
 #include "pipetrain/schedule/semantics.hpp"
 
 #include <algorithm>
@@ -6,6 +7,32 @@
 #include "pipetrain/base/error.hpp"
 
 namespace pt {
+
+Prerequisites::Prerequisites(const Action& a, int num_stages) {
+  auto add = [this](int stage, ActionKind kind, int mb) { actions_[count_++] = make_action(stage, kind, mb); };
+  switch (a.kind) {
+    case ActionKind::F:
+      if (a.stage > 0) add(a.stage - 1, ActionKind::F, a.mb);
+      break;
+    case ActionKind::B:
+      add(a.stage, ActionKind::F, a.mb);
+      if (a.stage + 1 < num_stages) add(a.stage + 1, ActionKind::B, a.mb);
+      break;
+    case ActionKind::W: add(a.stage, ActionKind::B, a.mb); break;
+    default: break;  // sends and receives: ordered by their lists, not here
+  }
+}
+
+const Action* Prerequisites::from_other_stage(const Action& a) const {
+  for (const Action& p : *this)
+    if (p.stage != a.stage) return &p;
+  return nullptr;
+}
+
+Action delivery_of(const Schedule& s, const Action& p, int consumer_stage) {
+  if (stage_rank(s, p.stage) == stage_rank(s, consumer_stage)) return p;
+  return make_action(p.stage, p.kind == ActionKind::F ? ActionKind::SEND_F : ActionKind::SEND_B, p.mb);
+}
 
 ActionKind stash_release(const Schedule& s) {
   return splits_backward(s) ? ActionKind::W : ActionKind::B;

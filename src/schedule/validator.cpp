@@ -353,25 +353,12 @@ class Simulation {
     return progressed || reached_something_;
   }
 
-  // What `a` needs before it can run: its input from the previous (F) or
-  // next (B) stage, delivered by the peer's send or, for stages sharing a
-  // rank, by the local compute; B also needs its own F.
+  // What `a` needs before it can run (Prerequisites, schedule/semantics.hpp),
+  // each as the action that delivers it: the peer's send, or for stages
+  // sharing a rank the local compute.
   std::vector<Action> dependencies(const Action& a) const {
     std::vector<Action> deps;
-    if (a.kind == ActionKind::F && a.stage > 0) {
-      int prev = a.stage - 1;
-      bool local = same_rank(s_, prev, a.stage);
-      deps.push_back(make_action(prev, local ? ActionKind::F : ActionKind::SEND_F, a.mb));
-    }
-    if (a.kind == ActionKind::W) deps.push_back(make_action(a.stage, ActionKind::B, a.mb));
-    if (a.kind == ActionKind::B) {
-      deps.push_back(make_action(a.stage, ActionKind::F, a.mb));
-      int next = a.stage + 1;
-      if (next < s_.num_stages) {
-        bool local = same_rank(s_, next, a.stage);
-        deps.push_back(make_action(next, local ? ActionKind::B : ActionKind::SEND_B, a.mb));
-      }
-    }
+    for (const Action& p : Prerequisites(a, s_.num_stages)) deps.push_back(delivery_of(s_, p, a.stage));
     return deps;
   }
 

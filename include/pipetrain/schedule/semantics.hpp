@@ -12,8 +12,13 @@
 //   peak       a stage's peak bytes = fixed (parameters, gradients, optimizer
 //              state, cached data, message buffers) + in flight x stash per
 //              micro-batch + the transient of the one micro-batch computed
+//   needs      F(s, m) uses the output of F(s-1, m); B(s, m) uses F(s, m)'s
+//              stash and the gradient of B(s+1, m); W(s, m) uses what
+//              B(s, m) left. An output of a stage on another rank arrives by
+//              that stage's SEND_F or SEND_B; on the same rank, directly
 #pragma once
 
+#include <array>
 #include <vector>
 
 #include "pipetrain/schedule/schedule.hpp"
@@ -23,6 +28,28 @@ namespace pt {
 // The action that ends a micro-batch's time in flight: W when `s` splits the
 // backward, else B.
 ActionKind stash_release(const Schedule& s);
+
+// The compute actions whose results compute action `a` uses ("needs"
+// above), its own stage's first; none for a send or a receive. The one
+// statement of the dependency rule: the validator, the simulator and the
+// zero-bubble list scheduler all ask it.
+class Prerequisites {
+ public:
+  Prerequisites(const Action& a, int num_stages);
+  const Action* begin() const { return actions_.data(); }
+  const Action* end() const { return actions_.data() + count_; }
+  // The one from a neighbouring stage (F(s-1) or B(s+1)), or nullptr.
+  const Action* from_other_stage(const Action& a) const;
+
+ private:
+  std::array<Action, 2> actions_{};
+  int count_ = 0;
+};
+
+// How prerequisite `p` of an action of stage `consumer_stage` reaches it:
+// p itself when both stages live on one rank, else p's send (SEND_F for an
+// F, SEND_B for a B).
+Action delivery_of(const Schedule& s, const Action& p, int consumer_stage);
 
 // Counts micro-batches in flight per stage as a schedule's actions run (in
 // any order that keeps each stage's F, B and W in their order), with peaks.
