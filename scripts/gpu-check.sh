@@ -282,17 +282,19 @@ fi
 # $LOGS/gpu-check-logs.tar (the summary joins it and it is compressed once the
 # summary is written); LOGS_CELL describes the pack for the summary.
 pack_logs() {
-  local files
+  local files left=""
   files=$(cd "$LOGS" && ls -1 -- *.log 2>/dev/null)
   if [ -d "$LOGS/train" ] && [ "$(du -sk "$LOGS/train" | cut -f1)" -le 8192 ]; then
     files="$files"$'\n'train
+  elif [ -d "$LOGS/train" ]; then
+    left="; train/ is over 8 MiB and stays loose"
   fi
   rm -f "$LOGS/gpu-check-logs.tar" "$LOGS/gpu-check-logs.tar.gz"
   # shellcheck disable=SC2086  # the names of this script's own logs: no spaces
   if [ -n "$files" ] && (cd "$LOGS" && tar -cf gpu-check-logs.tar $files); then
     PACKED="$files"
     LOGS_CELL="ok: $LOGS/gpu-check-logs.tar.gz holds $(echo "$files" | grep -c '\.log$') logs$(
-      echo "$files" | grep -qx train && echo ", train/ (the run's outputs)") and summary.md"
+      echo "$files" | grep -qx train && echo ", train/ (the run's outputs)") and summary.md$left"
   else
     PACKED=""
     LOGS_CELL="FAILED to pack: the logs stay loose in $LOGS"
@@ -348,6 +350,7 @@ if [ -n "$PACKED" ] && (cd "$LOGS" && tar -rf gpu-check-logs.tar summary.md && g
   fi
 else
   SUMMARY=${SUMMARY//"| logs | ${LOGS_CELL} |"/"| logs | FAILED to pack: the logs stay loose in $LOGS |"}
+  printf '%s\n' "$SUMMARY" >"$LOGS/summary.md"
 fi
 printf '%s\n' "$SUMMARY"
 exit $STATUS
