@@ -12,6 +12,11 @@
 //   mpirun -np 2 bench_cuda transport [--mbytes 64] [--reps 10]
 //     (bench_cuda_transport.cpp) staged-MPI and NCCL bandwidth between 2 ranks,
 //     both directions at once (GB/s per direction).
+//   mpirun -np 2 bench_cuda pipeline [--dims 2048] [--seq 1024] [--mb 8]
+//                    [--micro-batches 8] [--blocks 2] [--warmup 2] [--reps 5]
+//     (bench_cuda_pipeline.cpp) MFU of a GPT trained by the application's
+//     pipeline (Trainer, executor, 1F1B) over the ranks, of the peak of the
+//     GPUs they really drive (one GPU's when they share it), and its bubble.
 // Prints Markdown rows, and "RESULT key value" lines for the script's summary.
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
@@ -24,16 +29,24 @@
 #include <string>
 #include <vector>
 
+#include "bench_cuda.hpp"
 #include "pipetrain/cuda/cuda.hpp"
 #include "pipetrain/model/model.hpp"
 #include "pipetrain/model/optimizer.hpp"
 #include "pipetrain/base/rng.hpp"
 
 namespace pt {
-int run_transport_bench(int argc, char** argv);  // bench_cuda_transport.cpp
+
+double dense_peak_tflops(cuda::Precision p) {
+  switch (p) {
+    case cuda::Precision::BF16:
+    case cuda::Precision::FP16: return 989.4;
+    case cuda::Precision::TF32: return 494.7;
+    case cuda::Precision::FP32: return 66.9;
+  }
+  return 1;
 }
 
-namespace pt {
 namespace {
 
 using Clock = std::chrono::steady_clock;
@@ -77,16 +90,6 @@ Options parse(int argc, char** argv) {
     }
   }
   return o;
-}
-
-double peak_for(cuda::Precision p) {
-  switch (p) {
-    case cuda::Precision::BF16:
-    case cuda::Precision::FP16: return 989.4;
-    case cuda::Precision::TF32: return 494.7;
-    case cuda::Precision::FP32: return 66.9;
-  }
-  return 1;
 }
 
 double median(std::vector<double> v) {
@@ -307,7 +310,7 @@ int run_stage_bench(int argc, char** argv) {
   const Options o = parse(argc, argv);
   const cuda::DeviceInfo info = cuda::init_device(0);
   const cuda::Precision p = cuda::parse_precision(o.precision);
-  const double peak = o.peak_tflops > 0 ? o.peak_tflops : peak_for(p);
+  const double peak = o.peak_tflops > 0 ? o.peak_tflops : dense_peak_tflops(p);
   std::printf("%s\nOne middle GPT stage: %lld blocks, head size 128, AdamW; median of %lld "
               "steps; assumed peak %.1f TFLOP/s (%s).\n\n",
               info.describe().c_str(), static_cast<long long>(o.blocks),
@@ -328,10 +331,11 @@ int main(int argc, char** argv) {
   try {
     if (mode == "stage") return pt::run_stage_bench(argc, argv);
     if (mode == "transport") return pt::run_transport_bench(argc, argv);
+    if (mode == "pipeline") return pt::run_pipeline_bench(argc, argv);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "bench_cuda %s: %s\n", mode.c_str(), e.what());
     return 1;
   }
-  std::fprintf(stderr, "usage: bench_cuda stage|transport [options]\n");
+  std::fprintf(stderr, "usage: bench_cuda stage|transport|pipeline [options]\n");
   return 2;
 }

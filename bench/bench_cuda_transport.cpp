@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "bench_cuda.hpp"
 #include "pipetrain/cuda/cuda.hpp"
 #include "pipetrain/base/error.hpp"
 

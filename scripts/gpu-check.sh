@@ -12,10 +12,15 @@
 #      with PIPETRAIN_REQUIRE_GPU=1 when a GPU is seen, so that a test that
 #      finds no device fails instead of skipping,
 #   3. a 2-rank training run of the application on the GPU (CLI, deck, HDF5),
-#   4. the benchmarks: one GPT stage's bf16 step (MFU, cuBLAS share) and the
-#      2-rank transport in both directions at once,
+#   4. the benchmarks: one GPT stage's bf16 step (MFU, cuBLAS share), the
+#      2-rank transport in both directions at once, and a 2-stage GPT
+#      pipeline trained by the application's Trainer (MFU, bubble),
 # within BUDGET_S seconds (default 420), and prints one summary table LAST:
 # a row per step and test, "ok" only when everything in it ran and passed.
+# At the end every log, the training run's outputs and the summary are packed
+# into one file, $LOGS/gpu-check-logs.tar.gz, beside summary.md, and the loose
+# copies removed (KEEP_LOOSE_LOGS=1 keeps them): a machine that returns only a
+# few files of a run returns them all.
 # Without a GPU it says so and fails at once; PIPETRAIN_GPU_CHECK_WITHOUT_GPU=1
 # runs the rest anyway (tests/gpu/test_gpu_bundle.sh rehearses it so in CI).
 # Exit status: 0 when every step ran and no test failed, 1 otherwise.
@@ -62,7 +67,7 @@ run_step() {
   if [ $rc -eq 124 ] || [ $rc -eq 137 ]; then
     RESULT[$name]="TIMEOUT after ${limit}s"
   elif [ $rc -ne 0 ]; then
-    RESULT[$name]="FAILED (rc $rc, $LOGS/$name.log)"
+    RESULT[$name]="FAILED (rc $rc, $name.log)"
   else
     RESULT[$name]="ok"
   fi
@@ -200,9 +205,9 @@ classify() {
   if [ "$rc" -eq 124 ] || [ "$rc" -eq 137 ]; then
     row="TIMEOUT ($passed of $total passed before it)"
   elif [ "$rc" -ne 0 ] || [ "$failed" -gt 0 ]; then
-    row="FAILED: $failed of $total failed, rc $rc ($log)"
+    row="FAILED: $failed of $total failed, rc $rc ($(basename "$log"))"
   elif [ "$total" -eq 0 ]; then
-    row="FAILED: no test case ran ($log)"
+    row="FAILED: no test case ran ($(basename "$log"))"
   elif [ "$skipped" -gt 0 ]; then
     row="SKIPPED $skipped of $total: ${why:-see log}; $passed passed"
   else
@@ -249,7 +254,7 @@ train_run() {
     --set training.device='"cuda"' --set training.precision='"bf16"' --set training.steps=20 \
     --set training.eval_every=10 --set output.dir="\"$LOGS/train\"" || return 0
   [ -s "$LOGS/train/metrics.h5" ] && return 0
-  RESULT[train]="FAILED: exit 0 but no $LOGS/train/metrics.h5"
+  RESULT[train]="FAILED: exit 0 but no train/metrics.h5"
   STATUS=1
 }
 
@@ -265,7 +270,37 @@ if [ "$GO" = 1 ]; then
     --blocks 2 --reps 5 --precision bf16
   run_step bench_transport 70 "${MPIRUN[@]}" -np 2 "$HERE/bin/bench_cuda" transport \
     --mbytes 64 --reps 10
+  # Two stages of 2 blocks, 8 micro-batches of 8 sequences, through the
+  # Trainer: 2 warm-up steps, then the median of 5.
+  run_step bench_pipeline 60 "${MPIRUN[@]}" -np 2 "$HERE/bin/bench_cuda" pipeline \
+    --dims 2048 --seq 1024 --mb 8 --micro-batches 8 --blocks 2 --warmup 2 --reps 5 \
+    --precision bf16 --schedule 1f1b --transport auto
 fi
+
+# ---- logs: one file ----
+# pack_logs: every log and the training run's outputs (when under 8 MiB) into
+# $LOGS/gpu-check-logs.tar (the summary joins it and it is compressed once the
+# summary is written); LOGS_CELL describes the pack for the summary.
+pack_logs() {
+  local files left=""
+  files=$(cd "$LOGS" && ls -1 -- *.log 2>/dev/null)
+  if [ -d "$LOGS/train" ] && [ "$(du -sk "$LOGS/train" | cut -f1)" -le 8192 ]; then
+    files="$files"$'\n'train
+  elif [ -d "$LOGS/train" ]; then
+    left="; train/ is over 8 MiB and stays loose"
+  fi
+  rm -f "$LOGS/gpu-check-logs.tar" "$LOGS/gpu-check-logs.tar.gz"
+  # shellcheck disable=SC2086  # the names of this script's own logs: no spaces
+  if [ -n "$files" ] && (cd "$LOGS" && tar -cf gpu-check-logs.tar $files); then
+    PACKED="$files"
+    LOGS_CELL="ok: $LOGS/gpu-check-logs.tar.gz holds $(echo "$files" | grep -c '\.log$') logs$(
+      echo "$files" | grep -qx train && echo ", train/ (the run's outputs)") and summary.md$left"
+  else
+    PACKED=""
+    LOGS_CELL="FAILED to pack: the logs stay loose in $LOGS"
+  fi
+}
+pack_logs
 
 # ---- summary (last) ----
 NCCL_CELL=$(value nccl_gbps_64MiB)
@@ -277,7 +312,8 @@ elif [ "$SKIPPED_CASES" -gt 0 ]; then
 else
   VERDICT="passed: every step ran, every test case passed"
 fi
-cat <<EOF
+PIPE_GPUS=$(value pipeline_gpus)
+SUMMARY=$(cat <<EOF
 
 ================ pipetrain GPU check summary ($(($(date +%s) - START))s of ${BUDGET_S}s) ================
 | check | result |
@@ -295,7 +331,26 @@ $(if [ ${#TEST_ROWS[@]} -gt 0 ]; then printf '%s\n' "${TEST_ROWS[@]}"; else echo
 | backend matmul() incl. casts vs plain cuBLAS (%) | $(value matmul_vs_cublas_pct_d2048) |
 | mpi_staged 2 ranks, 64 MiB, each direction (GB/s) | $(value mpi_staged_gbps_64MiB) |
 | nccl 2 ranks, 64 MiB, each direction (GB/s) | ${NCCL_CELL} |
-| benchmarks | stage: ${RESULT[bench_stage]:-NOT RUN}; transport: ${RESULT[bench_transport]:-NOT RUN} |
+| 2-stage GPT pipeline, bf16, d_model 2048, T 1024, 2 blocks a stage, 1F1B, 8 micro-batches of 8: ranks / GPUs / transport | $(value pipeline_ranks) / ${PIPE_GPUS} / $(value pipeline_transport)$([ "$PIPE_GPUS" = 1 ] && echo " (both ranks on one GPU: NCCL refuses that, mpi_staged is the fallback)") |
+| pipeline step (ms) / model TFLOP/s | $(value pipeline_step_ms_d2048) / $(value pipeline_tflops_d2048) |
+| pipeline MFU (%, of the GPUs its ranks drive: ${PIPE_GPUS} x 989.4 TFLOP/s) | $(value pipeline_mfu_pct_d2048) |
+| pipeline bubble, measured / 1F1B with equal stages (%) | $(value pipeline_bubble_pct_d2048) / $(value pipeline_ideal_bubble_pct) |
+| benchmarks | stage: ${RESULT[bench_stage]:-NOT RUN}; transport: ${RESULT[bench_transport]:-NOT RUN}; pipeline: ${RESULT[bench_pipeline]:-NOT RUN} |
+| logs | ${LOGS_CELL} |
 | verdict | ${VERDICT} |
 EOF
+)
+# The summary joins the pack and stays beside it; the loose logs go, unless
+# asked to stay.
+printf '%s\n' "$SUMMARY" >"$LOGS/summary.md"
+if [ -n "$PACKED" ] && (cd "$LOGS" && tar -rf gpu-check-logs.tar summary.md && gzip -f gpu-check-logs.tar); then
+  if [ "${KEEP_LOOSE_LOGS:-0}" != 1 ]; then
+    # shellcheck disable=SC2086  # the names packed above
+    (cd "$LOGS" && rm -rf $PACKED)
+  fi
+else
+  SUMMARY=${SUMMARY//"| logs | ${LOGS_CELL} |"/"| logs | FAILED to pack: the logs stay loose in $LOGS |"}
+  printf '%s\n' "$SUMMARY" >"$LOGS/summary.md"
+fi
+printf '%s\n' "$SUMMARY"
 exit $STATUS

@@ -573,6 +573,32 @@ TEST(SpeedProbe, SlowestRanksTimeAndSpread) {
   EXPECT_EQ(pt::step_time_shift({0.05, 0.5, 0.05}), 0.0);  // fewer than 4 steps
 }
 
+// The probes' log line names what was probed and, over 10% spread, what can
+// explain it there: the host on the CPU; on a GPU the device, and for ranks
+// that share it, that they took turns (so their time-slicing is not in it).
+TEST(SpeedProbe, LineNamesTheDeviceAndTheCause) {
+  EXPECT_EQ(speed_probe_size(Device::CPU), 512);
+  EXPECT_GT(speed_probe_size(Device::CUDA), speed_probe_size(Device::CPU));
+  const std::vector<double> steady = {2.0e-3, 2.1e-3, 2.05e-3}, unsteady = {0.25e-3, 0.3e-3, 0.26e-3};
+  const std::string cpu = speed_probe_line(unsteady, {});
+  EXPECT_EQ(cpu.rfind("plan: speed probe (a 512^3 matmul, slowest rank) 0.250 ms before the "
+                      "profile, 0.300 ms after it, 0.260 ms after the steps: spread 20.0% (over "
+                      "10%: the host's speed changed during the run", 0), 0u) << cpu;
+  EXPECT_EQ(speed_probe_line(steady, {}).find("over 10%"), std::string::npos);
+  const SpeedProbeSite own{Device::CUDA, "NVIDIA H100 80GB HBM3", false};
+  const SpeedProbeSite shared{Device::CUDA, "NVIDIA H100 80GB HBM3", true};
+  for (const SpeedProbeSite& site : {own, shared}) {
+    const std::string gpu = speed_probe_line(unsteady, site);
+    EXPECT_NE(gpu.find("(a 4096^3 matmul on the GPU, NVIDIA H100 80GB HBM3, timed by its events, "
+                       "one rank at a time"), std::string::npos) << gpu;
+    EXPECT_EQ(gpu.find("host"), std::string::npos) << gpu;
+    EXPECT_NE(gpu.find("part of the plan's error is the device's"), std::string::npos) << gpu;
+    EXPECT_EQ(gpu.find("take turns") != std::string::npos, site.shared) << gpu;
+    EXPECT_EQ(speed_probe_line(steady, site).find("over 10%"), std::string::npos);
+  }
+  EXPECT_THROW(speed_probe_line({1.0, 1.0}, {}), Error);
+}
+
 // The stage chains: after calibration the planner's sums over each stage of
 // the uniform partition over the ranks (pinned GPT units included) are the
 // times measured for that stage run whole, and every unit of a stage is

@@ -82,6 +82,8 @@ ComputeResources make_compute_resources(const Deck& deck, MPI_Comm comm) {
 #ifdef PIPETRAIN_HAVE_CUDA
   auto info = std::make_shared<cuda::DeviceInfo>(cuda::select_device(comm));
   log_devices(comm, info->describe());
+  c.device_name = info->name;
+  c.device_shared = cuda::any_device_shared(*info, comm);
   c.backend = cuda::make_backend({cuda::parse_precision(deck.training.precision)});
   c.setup.backend = c.backend.get();
   const std::string transport = deck.pipeline.transport;

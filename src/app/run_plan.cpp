@@ -48,6 +48,7 @@ RunPlan prepare_run_plan(Deck& deck, MPI_Comm comm, const ComputeResources& comp
   if (!needs_profile(deck)) return plan;
   set_wait_phase("in the start-up profile");
   Backend& be = run_backend(compute);
+  plan.probe_site = {be.device(), compute.device_name, compute.device_shared};
   plan.speed_probe_s.push_back(time_speed_probe(be, comm));
   const auto start = std::chrono::steady_clock::now();
   plan.profile = profile_model(deck, be, comm, brief_options(compute));
@@ -111,13 +112,7 @@ void report_speed_probes(const RunPlan& plan, MetricsFile& metrics) {
   if (!plan.measured || plan.speed_probe_s.size() < 3) return;
   const std::vector<double>& t = plan.speed_probe_s;
   const double spread = speed_probe_spread(t);
-  std::printf("plan: speed probe (a 512^3 matmul, slowest rank) %.3f ms before the profile, "
-              "%.3f ms after it, %.3f ms after the steps: spread %.1f%%",
-              t[0] * 1e3, t[1] * 1e3, t[2] * 1e3, 100.0 * spread);
-  if (spread > kSteadyHostSpread)
-    std::printf(" (over %.0f%%: the host's speed changed during the run, so part of the plan's "
-                "error is the host's)", 100.0 * kSteadyHostSpread);
-  std::printf("\n");
+  std::printf("%s\n", speed_probe_line(t, plan.probe_site).c_str());
   metrics.set_attribute("speed_probe_s", t);
   metrics.set_attribute("speed_probe_spread", spread);
   metrics.flush();

@@ -3,9 +3,11 @@
 #include "pipetrain/runtime/speed_probe.hpp"
 
 #include <algorithm>
-#include <chrono>
+#include <cstdio>
+#include <memory>
 
 #include "profile_parts.hpp"
+#include "pipetrain/base/error.hpp"
 #include "pipetrain/base/timed_wait.hpp"
 #include "pipetrain/tensor/tensor.hpp"
 
@@ -13,32 +15,87 @@ namespace pt {
 
 namespace {
 
-constexpr int64_t kProbeSize = 512;  // (512, 512) x (512, 512): 268 MFLOP
+constexpr int64_t kCpuProbeSize = 512;   // 268 MFLOP: milliseconds of a CPU core
+constexpr int64_t kGpuProbeSize = 4096;  // 137 GFLOP: a fraction of a millisecond to
+                                         // milliseconds of a GPU, by precision
 
-double time_one_matmul(Backend& be, const Tensor& a, const Tensor& b, Tensor& c) {
-  const auto start = std::chrono::steady_clock::now();
-  be.matmul(a, false, b, false, c, 1.0f, 0.0f);
+// Median seconds of the matmul over `reps` regions of the backend's timer,
+// after 2 untimed runs.
+double median_matmul_seconds(Backend& be, const Tensor& a, const Tensor& b, Tensor& c, int reps) {
+  for (int r = 0; r < 2; ++r) be.matmul(a, false, b, false, c, 1.0f, 0.0f);
   be.synchronize();
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  std::unique_ptr<ComputeTimer> timer = be.make_timer();
+  for (int r = 0; r < std::max(1, reps); ++r) {
+    timer->begin();
+    be.matmul(a, false, b, false, c, 1.0f, 0.0f);
+    timer->end();
+  }
+  return median(timer->read());
 }
 
 }  // namespace
 
+int64_t speed_probe_size(Device device) {
+  return device == Device::CPU ? kCpuProbeSize : kGpuProbeSize;
+}
+
 double time_speed_probe(Backend& be, MPI_Comm comm, int reps) {
+  be.synchronize();  // no earlier kernel of this rank runs into the probe
   timed_barrier(comm, "the barrier before the speed probe");
   DefaultDeviceGuard on_device(be.device());
-  Tensor a = Tensor::empty({kProbeSize, kProbeSize});  // (512, 512)
-  Tensor b = Tensor::empty({kProbeSize, kProbeSize});  // (512, 512)
-  Tensor c = Tensor::empty({kProbeSize, kProbeSize});  // (512, 512)
+  const int64_t n = speed_probe_size(be.device());
+  Tensor a = Tensor::empty({n, n});
+  Tensor b = Tensor::empty({n, n});
+  Tensor c = Tensor::empty({n, n});
   be.fill(a, 0.5f);
   be.fill(b, 0.25f);
-  for (int r = 0; r < 2; ++r) time_one_matmul(be, a, b, c);
-  std::vector<double> times;
-  for (int r = 0; r < std::max(1, reps); ++r) times.push_back(time_one_matmul(be, a, b, c));
-  const double mine = median(times);
+  double mine = 0.0;
+  if (be.device() == Device::CPU) {
+    mine = median_matmul_seconds(be, a, b, c, reps);
+  } else {
+    // One rank at a time: ranks that share the GPU would time each other.
+    int rank = 0, size = 1;
+    MPI_Comm_rank(comm, &rank);
+    MPI_Comm_size(comm, &size);
+    for (int turn = 0; turn < size; ++turn) {
+      if (turn == rank) mine = median_matmul_seconds(be, a, b, c, reps);
+      timed_barrier(comm, "the speed probe's turns");
+    }
+  }
   double slowest = mine;
   timed_allreduce(&mine, &slowest, 1, MPI_DOUBLE, MPI_MAX, comm, "the speed probe's all-reduce");
   return slowest;
+}
+
+std::string speed_probe_line(const std::vector<double>& t, const SpeedProbeSite& site) {
+  PT_CHECK(t.size() >= 3, "three speed probes, not " + std::to_string(t.size()));
+  const double spread = speed_probe_spread(t);
+  const bool cpu = site.device == Device::CPU;
+  const long long n = static_cast<long long>(speed_probe_size(site.device));
+  char text[640];
+  if (cpu)
+    std::snprintf(text, sizeof text, "plan: speed probe (a %lld^3 matmul, slowest rank)", n);
+  else
+    std::snprintf(text, sizeof text,
+                  "plan: speed probe (a %lld^3 matmul on the GPU, %s, timed by its events, one "
+                  "rank at a time, slowest rank)", n, site.device_name.c_str());
+  std::string line = text;
+  std::snprintf(text, sizeof text,
+                " %.3f ms before the profile, %.3f ms after it, %.3f ms after the steps: "
+                "spread %.1f%%", t[0] * 1e3, t[1] * 1e3, t[2] * 1e3, 100.0 * spread);
+  line += text;
+  if (spread <= kSteadyHostSpread) return line;
+  std::snprintf(text, sizeof text, " (over %.0f%%: ", 100.0 * kSteadyHostSpread);
+  line += text;
+  if (cpu)
+    return line + "the host's speed changed during the run, so part of the plan's error is "
+                  "the host's)";
+  line += "the GPU's speed changed during the run (its clocks, or another process on it), so "
+          "part of the plan's error is the device's";
+  if (site.shared)
+    line += "; the run's ranks share this GPU but take turns in the probe, so time-slicing "
+            "between their contexts is not in these figures";
+  return line + ")";
 }
 
 double speed_probe_spread(const std::vector<double>& probe_seconds) {

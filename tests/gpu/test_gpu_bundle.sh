@@ -11,7 +11,9 @@
 #   3. gpu-check.sh runs to where a GPU is needed: the loader and library
 #      rows read ok, NCCL is found in the wheel, every test of tests.tsv ran
 #      (the 2-rank ones through the bundle's mpirun) and passed or skipped
-#      for want of a device, and the training run reached the device,
+#      for want of a device, the training run and the pipeline benchmark
+#      reached the device (the benchmark failed there, it did not hang), and
+#      every log came back in one file, gpu-check-logs.tar.gz,
 #   4. the check can fail: with one bundled library removed, the loader row
 #      names it and the check stops before the tests.
 #   tests/gpu/test_gpu_bundle.sh [TARBALL]   (make test-gpu-bundle; root)
@@ -88,6 +90,14 @@ check_run() {
     >"$out/check.log" 2>&1 && fail "gpu-check.sh passed without a GPU"
   tail -n 40 "$out/check.log"
   tail -n 1 "$out/check.log" | grep -q '^| verdict | FAILED' || fail "the summary is not printed last"
+  # The logs come back packed, beside the summary, and nothing else is left.
+  cell=$(row "$out/check.log" "logs")
+  echo "$cell" | grep -q "^ok: .*gpu-check-logs.tar.gz" || fail "logs row: $cell"
+  [ "$(cd "$out/logs" && ls)" = "$(printf 'gpu-check-logs.tar.gz\nsummary.md')" ] ||
+    fail "loose files left beside the pack: $(ls "$out/logs")"
+  mkdir "$out/unpacked"
+  tar -xzf "$out/logs/gpu-check-logs.tar.gz" -C "$out/unpacked" || fail "gpu-check-logs.tar.gz does not unpack"
+  cmp -s "$out/unpacked/summary.md" "$out/logs/summary.md" || fail "the pack's summary.md differs"
   row "$out/check.log" "every bundled program loads" | grep -q '^ok' || fail "loader row: $(row "$out/check.log" "every bundled program loads")"
   cell=$(row "$out/check.log" "CUDA libraries")
   echo "$cell" | grep -q "^ok" || fail "CUDA libraries row: $cell"
@@ -97,12 +107,20 @@ check_run() {
     cell=$(row "$out/check.log" "$name")
     case $cell in
       ok*|"SKIPPED "*"no CUDA device"*) ;;
-      *) fail "test $name: '$cell' ($(tail -n 5 "$out/logs/$name.log" 2>/dev/null))" ;;
+      *) fail "test $name: '$cell' ($(tail -n 5 "$out/unpacked/$name.log" 2>/dev/null))" ;;
     esac
   done <"$b/tests.tsv"
-  grep -q "no CUDA device visible" "$out/logs/train.log" ||
-    fail "the training run did not get as far as the device: $(tail -n 5 "$out/logs/train.log")"
-  pass "gpu-check.sh ran every one of $n tests up to the GPU (2-rank ones through the bundle's mpirun); the training run reached the device"
+  grep -q "no CUDA device visible" "$out/unpacked/train.log" ||
+    fail "the training run did not get as far as the device: $(tail -n 5 "$out/unpacked/train.log")"
+  # The pipeline benchmark: 2 ranks through mpirun, a deck the application
+  # accepted, then a clear failure at the device (not a timeout).
+  grep -q "bench_cuda pipeline, rank [01]: no CUDA device visible" "$out/unpacked/bench_pipeline.log" ||
+    fail "the pipeline benchmark did not get as far as the device: $(tail -n 5 "$out/unpacked/bench_pipeline.log")"
+  row "$out/check.log" "benchmarks" | grep -q "pipeline: FAILED (rc " ||
+    fail "the pipeline benchmark's row: $(row "$out/check.log" "benchmarks")"
+  row "$out/check.log" "pipeline step (ms) / model TFLOP/s" | grep -qx -- "- / -" ||
+    fail "the pipeline rows are not in the summary"
+  pass "gpu-check.sh ran every one of $n tests up to the GPU (2-rank ones through the bundle's mpirun); the training run and the pipeline benchmark reached the device; the logs came back in gpu-check-logs.tar.gz"
 }
 
 check_failure_is_reported() {

@@ -16,6 +16,8 @@ struct ComputeResources {
   std::unique_ptr<Backend> backend;  // owned here; null for the CPU
   ComputeSetup setup;                // what the Trainer is given
   std::string kernels;               // GPU: CUDA and cuBLAS versions ("" on the CPU)
+  std::string device_name;           // GPU: this rank's device ("NVIDIA H100 80GB HBM3")
+  bool device_shared = false;        // GPU: some ranks of comm share a device
 };
 
 bool cuda_available_in_build();

@@ -15,6 +15,7 @@
 
 #include "pipetrain/app/compute_setup.hpp"
 #include "pipetrain/runtime/deck_plan.hpp"
+#include "pipetrain/runtime/speed_probe.hpp"
 #include "pipetrain/runtime/trainer.hpp"
 
 namespace pt {
@@ -33,6 +34,7 @@ struct RunPlan {
   // The speed probe (runtime/speed_probe.hpp) before and after the profile,
   // then after the steps: how steady the host was between them.
   std::vector<double> speed_probe_s;
+  SpeedProbeSite probe_site;  // the device the probes ran on, for their log line
 };
 
 // Collective over comm. Resolves deck.pipeline.partition (a named strategy

@@ -1,23 +1,43 @@
 // speed_probe.hpp: a fixed piece of work timed at chosen moments of a run, so
 // that a prediction error can be told apart from a host whose speed changed
 // between the profile and the steps (another process, a frequency change, a
-// neighbour on a shared machine). The probe is one (512, 512) x (512, 512)
-// matmul on the run's backend; its spread over the moments of a run is the
-// host's unsteadiness, published beside the planner's error
-// (docs/planner.md, "A noisy host").
+// neighbour on a shared machine). The probe is one square matmul on the run's
+// backend, timed by the backend's ComputeTimer: (512, 512) x (512, 512) on the
+// CPU, where every rank times it at once, as the ranks load the host during
+// the steps; (4096, 4096) x (4096, 4096) on a GPU, one rank at a time, so
+// that it measures the device's kernels rather than launch overhead (512^3 is
+// a few microseconds of an H100) or the time-slicing between ranks that share
+// a GPU. Its spread over the moments of a run is the machine's unsteadiness,
+// published beside the planner's error (docs/planner.md, "A noisy host").
 #pragma once
 
 #include <mpi.h>
 
+#include <string>
 #include <vector>
 
 #include "pipetrain/tensor/backend.hpp"
 
 namespace pt {
 
+// The probe's matrix size on a device: 512 on the CPU, 4096 on a GPU.
+int64_t speed_probe_size(Device device);
+
 // Collective over comm: the median seconds of the probe matmul over
 // `reps` timed repetitions (after 2 untimed), the slowest rank's.
 double time_speed_probe(Backend& be, MPI_Comm comm, int reps = 9);
+
+// What was probed, for the log line.
+struct SpeedProbeSite {
+  Device device = Device::CPU;
+  std::string device_name;  // a GPU's name ("NVIDIA H100 80GB HBM3"); unused on the CPU
+  bool shared = false;      // ranks of the run share a GPU
+};
+
+// The log line of the probes before the profile, after it and after the
+// steps (three times in seconds), with the spread, and over
+// kSteadyHostSpread what can explain it on that device. No newline.
+std::string speed_probe_line(const std::vector<double>& probe_seconds, const SpeedProbeSite& site);
 
 // A run whose probes spread more than this is on an unsteady host: part of
 // its prediction's error is the host's.
