@@ -41,6 +41,7 @@ import os
 import sys
 import time
 import tomllib
+from typing import Callable, NamedTuple
 
 import torch
 import torch.distributed as dist
@@ -249,6 +250,26 @@ def clip_global(params, max_norm, group):
 
 # ---- main ----
 
+
+class PeerFamily(NamedTuple):
+    """How the PyTorch peer builds one model family of pipetrain's registry."""
+    units_key: str            # the [model] key that counts partition units
+    stage: Callable           # (model keys, first unit, units, attention, generator) -> module
+    batches: Callable         # (model, training, data keys, steps, generator) -> batches
+    loss: Callable            # (model keys) -> loss function
+    tokens_per_sample: Callable  # (model keys) -> tokens
+    uses_attention: bool
+
+
+# The peer's families, by pipetrain's model.type (src/model/family_*.cpp).
+PEER_FAMILIES = {
+    "mlp": PeerFamily("depth", lambda m, first, n, _attention, gen: mlp_stage(m, first, n, gen),
+                      mlp_batches, mlp_loss, lambda m: 1, False),
+    "gpt": PeerFamily("blocks", GptStage,
+                      lambda m, tr, _data, steps, gen: gpt_batches(m, tr, steps, gen),
+                      lambda m: gpt_loss, lambda m: m["seq_len"], True),
+}
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--deck", required=True, help="resolved pipetrain deck (TOML)")
@@ -312,23 +333,19 @@ def run(args, rank, world):
     # initialises its own parameters from a generator seeded by its index.
     data_gen = torch.Generator().manual_seed(args.seed)
     init_gen = torch.Generator().manual_seed(args.seed + 1000 * (rank + 1))
-    units = m["depth"] if m["type"] == "mlp" else m["blocks"]
+    family = PEER_FAMILIES.get(m["type"])
+    if family is None:
+        sys.exit(f"torch_pipeline: model type {m['type']!r} has no PyTorch peer "
+                 f"(peers: {', '.join(sorted(PEER_FAMILIES))})")
+    units = m[family.units_key]
     if units < world:
         sys.exit(f"torch_pipeline: {units} units for {world} stages")
     counts = split_units(units, world)
     first = sum(counts[:rank])
-    if m["type"] == "mlp":
-        module = mlp_stage(m, first, counts[rank], init_gen)
-        batches = mlp_batches(m, tr, deck.get("data", {}), steps, data_gen)
-        loss_fn = mlp_loss(m)
-        tokens_per_sample = 1
-    elif m["type"] == "gpt":
-        module = GptStage(m, first, counts[rank], args.attention, init_gen)
-        batches = gpt_batches(m, tr, steps, data_gen)
-        loss_fn = gpt_loss
-        tokens_per_sample = m["seq_len"]
-    else:
-        sys.exit(f"torch_pipeline: unknown model type {m['type']!r}")
+    module = family.stage(m, first, counts[rank], args.attention, init_gen)
+    batches = family.batches(m, tr, deck.get("data", {}), steps, data_gen)
+    loss_fn = family.loss(m)
+    tokens_per_sample = family.tokens_per_sample(m)
 
     device = torch.device("cpu")
     stage = PipelineStage(module, rank, world, device)
@@ -397,7 +414,7 @@ def run(args, rank, world):
                 "steps": steps,
                 "warmup": args.warmup,
                 "threads": torch.get_num_threads(),
-                "attention": args.attention if m["type"] == "gpt" else None,
+                "attention": args.attention if family.uses_attention else None,
                 "optimizer": tr["optimizer"],
                 "optimizer_impl": args.optimizer_impl,
                 "parameters": int(n_params),
