@@ -74,6 +74,7 @@ bench: build tools
 	jobs/bench_balance.sh
 	jobs/bench_schedules.sh
 	jobs/bench_rebalance.sh
+	jobs/bench_rebalance_move.sh
 	jobs/bench_data_parallel.sh
 	jobs/bench_gemm.sh
 	jobs/bench_gemm_limits.sh
