@@ -5,6 +5,7 @@
 #   base < tensor < model < schedule < plan < runtime < cuda < io < app
 # cuda (the GPU backend and transports) implements tensor's Backend and
 # runtime's Transport, so it sits above runtime; nothing below app names it.
+# Also fails when a process-wide setting is set below the app layer.
 # Usage: tests/check_layers.sh [REPO_ROOT]
 set -euo pipefail
 cd "${1:-$(dirname "$0")/..}"
@@ -34,6 +35,18 @@ while IFS= read -r file; do
   done < <(grep -oE '#include "(pipetrain|\.\.)/[^"]+"' "$file" | sed -E 's/#include "(.*)"/\1/' || true)
 done < <(find src include/pipetrain -mindepth 2 -type f \( -name '*.cpp' -o -name '*.hpp' -o -name '*.cu' -o -name '*.cuh' \) | sort)
 
+# The process-wide settings (the wait limit and mode, the CPU GEMM library and
+# its threads) are set in one layer only: the application's, once per run
+# (docs/architecture.md). A setter called from below app would be ambient
+# state that one layer changes under another.
+setters='\b(set_wait_limit|set_wait_mode|set_cpu_gemm|set_blas_threads)\('
+while IFS= read -r hit; do
+  echo "check_layers: $hit: a process-wide setting is set below the app layer"
+  bad=1
+done < <(grep -nE "$setters" -r src --include='*.cpp' --include='*.cu' |
+           grep -vE '^src/app/' | grep -vE '^[^:]+:[0-9]+:\s*//' |
+           grep -vE '^src/(base/timed_wait|tensor/cpu_gemm)\.cpp:[0-9]+:(void|inline) ' || true)
+
 # Headers directly in include/pipetrain/ or sources directly in src/ have no layer.
 stray=$(find src include/pipetrain -maxdepth 1 -type f | head -5)
 if [[ -n "$stray" ]]; then
@@ -48,4 +61,5 @@ if (( bad )); then
   echo "check_layers: FAILED"
   exit 1
 fi
-echo "check_layers: $checked files, every include points to the same or a lower layer"
+echo "check_layers: $checked files, every include points to the same or a lower layer;" \
+  "process-wide settings are set in app only"
