@@ -50,15 +50,15 @@ class CudaTransformerKernels final : public TransformerKernels {
   }
 
   void do_attention_probs(const Tensor& qkv, int64_t heads, Tensor& probs) override {
-    attention_probs(qkv, heads, probs, precision_);
+    cuda::attention_probs(qkv, heads, probs, precision_);
   }
   void do_attention_values(const Tensor& qkv, const Tensor& probs, int64_t heads,
                            Tensor& y) override {
-    attention_values(qkv, probs, heads, y, precision_);
+    cuda::attention_values(qkv, probs, heads, y, precision_);
   }
   void do_attention_backward(const Tensor& qkv, const Tensor& probs, const Tensor& dy,
                              int64_t heads, Tensor& dqkv) override {
-    attention_backward(qkv, probs, dy, heads, dqkv, precision_);
+    cuda::attention_backward(qkv, probs, dy, heads, dqkv, precision_);
   }
 
  private:
