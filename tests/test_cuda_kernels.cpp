@@ -19,6 +19,7 @@ using test::expect_close;
 using test::gpu;
 using test::host;
 using test::random_host;
+using test::transformer;
 
 double gemm_tol(cuda::Precision p) {
   switch (p) {
@@ -164,16 +165,16 @@ TEST(CudaKernels, LayerNorm) {
   };
   Tensor y = cpu_t({rows, C}), mean = cpu_t({rows}), rstd = cpu_t({rows});
   Tensor gy = gpu_t({rows, C}), gmean = gpu_t({rows}), grstd = gpu_t({rows});
-  cpu_backend().layernorm_forward(x, gamma, beta, 1e-5f, y, mean, rstd);
+  transformer(cpu_backend()).layernorm_forward(x, gamma, beta, 1e-5f, y, mean, rstd);
   Tensor gx = gpu(x), ggamma = gpu(gamma);
-  be->layernorm_forward(gx, ggamma, gpu(beta), 1e-5f, gy, gmean, grstd);
+  transformer(*be).layernorm_forward(gx, ggamma, gpu(beta), 1e-5f, gy, gmean, grstd);
   expect_close(gy, y, 1e-6, "layernorm y");
   expect_close(gmean, mean, 1e-6, "layernorm mean");
   expect_close(grstd, rstd, 1e-6, "layernorm rstd");
   Tensor dx = cpu_t({rows, C}), dg = random_host({C}, 18), dbt = random_host({C}, 19);
   Tensor gdx = gpu_t({rows, C}), gdg = gpu(dg), gdbt = gpu(dbt);
-  cpu_backend().layernorm_backward(x, gamma, mean, rstd, dy, dx, dg, dbt);
-  be->layernorm_backward(gx, ggamma, gmean, grstd, gpu(dy), gdx, gdg, gdbt);
+  transformer(cpu_backend()).layernorm_backward(x, gamma, mean, rstd, dy, dx, dg, dbt);
+  transformer(*be).layernorm_backward(gx, ggamma, gmean, grstd, gpu(dy), gdx, gdg, gdbt);
   expect_close(gdx, dx, 1e-5, "layernorm dx");
   expect_close(gdg, dg, 1e-5, "layernorm dgamma (added)");
   expect_close(gdbt, dbt, 1e-5, "layernorm dbeta (added)");
@@ -188,14 +189,14 @@ TEST(CudaKernels, EmbeddingExact) {
   Tensor y = Tensor::empty({mb, T, C}, DType::F32, MemCategory::Workspace, Device::CPU);
   Tensor gy = Tensor::empty({mb, T, C}, DType::F32, MemCategory::Workspace, Device::CUDA);
   Tensor gtok = gpu(tok);
-  cpu_backend().embedding_forward(tok, wte, wpe, y);
-  be->embedding_forward(gtok, gpu(wte), gpu(wpe), gy);
+  transformer(cpu_backend()).embedding_forward(tok, wte, wpe, y);
+  transformer(*be).embedding_forward(gtok, gpu(wte), gpu(wpe), gy);
   EXPECT_TRUE(same_bits(gy, y)) << "embedding forward";
   Tensor dy = random_host({mb, T, C}, 22);
   Tensor dwte = random_host({V, C}, 23), dwpe = random_host({Tmax, C}, 24);
   Tensor gdwte = gpu(dwte), gdwpe = gpu(dwpe);
-  cpu_backend().embedding_backward(tok, dy, dwte, dwpe);
-  be->embedding_backward(gtok, gpu(dy), gdwte, gdwpe);
+  transformer(cpu_backend()).embedding_backward(tok, dy, dwte, dwpe);
+  transformer(*be).embedding_backward(gtok, gpu(dy), gdwte, gdwpe);
   EXPECT_TRUE(same_bits(gdwte, dwte)) << "embedding dwte";
   EXPECT_TRUE(same_bits(gdwpe, dwpe)) << "embedding dwpe";
 }
@@ -206,7 +207,8 @@ TEST(CudaKernels, BadTokenIsReportedAtTheNextSync) {
   Tensor tok = tokens_host(1, 4, 5);
   tok.i32()[2] = 5;  // == V
   Tensor gy = Tensor::empty({1, 4, 8}, DType::F32, MemCategory::Workspace, Device::CUDA);
-  be->embedding_forward(gpu(tok), gpu(random_host({5, 8}, 25)), gpu(random_host({4, 8}, 26)), gy);
+  transformer(*be).embedding_forward(gpu(tok), gpu(random_host({5, 8}, 25)),
+                                     gpu(random_host({4, 8}, 26)), gy);
   try {
     cuda::synchronize();
     FAIL() << "expected an error";
@@ -224,15 +226,15 @@ TEST(CudaKernels, AttentionAllPrecisions) {
     return Tensor::empty(s, DType::F32, MemCategory::Workspace, Device::CPU);
   };
   Tensor probs = cpu_t({mb, H, T, T}), y = cpu_t({mb, T, C}), dqkv = cpu_t({mb, T, 3 * C});
-  cpu_backend().attention_probs(qkv, H, probs);
-  cpu_backend().attention_values(qkv, probs, H, y);
-  cpu_backend().attention_backward(qkv, probs, dy, H, dqkv);
+  transformer(cpu_backend()).attention_probs(qkv, H, probs);
+  transformer(cpu_backend()).attention_values(qkv, probs, H, y);
+  transformer(cpu_backend()).attention_backward(qkv, probs, dy, H, dqkv);
   for (cuda::Precision p : {cuda::Precision::FP32, cuda::Precision::TF32, cuda::Precision::BF16}) {
     auto be = backend(p);
     Tensor gq = gpu(qkv), gp = gpu(probs), gy = gpu(y), gd = gpu(dqkv);
-    be->attention_probs(gq, H, gp);
-    be->attention_values(gq, gp, H, gy);
-    be->attention_backward(gq, gp, gpu(dy), H, gd);
+    transformer(*be).attention_probs(gq, H, gp);
+    transformer(*be).attention_values(gq, gp, H, gy);
+    transformer(*be).attention_backward(gq, gp, gpu(dy), H, gd);
     const std::string tag = std::string(" ") + cuda::precision_name(p);
     // Two chained low-precision GEMMs in the backward pass: twice the GEMM tolerance.
     const double tol = p == cuda::Precision::FP32 ? 1e-5 : gemm_tol(p);
@@ -270,11 +272,11 @@ TEST(CudaKernels, RepeatedCallsAreBitwiseIdentical) {
   const int64_t mb = 2, T = 33, H = 2, C = 64;
   Tensor gq = gpu(random_host({mb, T, 3 * C}, 33)), gdy = gpu(random_host({mb, T, C}, 34));
   Tensor gp = Tensor::empty({mb, H, T, T}, DType::F32, MemCategory::Workspace, Device::CUDA);
-  be->attention_probs(gq, H, gp);
+  transformer(*be).attention_probs(gq, H, gp);
   Tensor first = Tensor::zeros({mb, T, 3 * C}, DType::F32, MemCategory::Workspace, Device::CUDA);
   Tensor second = Tensor::zeros({mb, T, 3 * C}, DType::F32, MemCategory::Workspace, Device::CUDA);
-  be->attention_backward(gq, gp, gdy, H, first);
-  be->attention_backward(gq, gp, gdy, H, second);
+  transformer(*be).attention_backward(gq, gp, gdy, H, first);
+  transformer(*be).attention_backward(gq, gp, gdy, H, second);
   EXPECT_TRUE(same_bits(first, second));
   Tensor x = gpu(random_host({300, C}, 35));
   Tensor dg1 = Tensor::zeros({C}, DType::F32, MemCategory::Workspace, Device::CUDA);

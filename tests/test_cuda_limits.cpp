@@ -23,6 +23,7 @@ using test::expect_close;
 using test::gpu;
 using test::host;
 using test::random_host;
+using test::transformer;
 
 constexpr int64_t kManyRows = 70000;   // > 65,535
 constexpr double kLongSumTol = 1e-4;  // column sums over kManyRows rows
@@ -42,15 +43,15 @@ void compare_attention(int64_t mb, int64_t T, int64_t H, int64_t D, const std::s
   const int64_t C = H * D;
   Tensor qkv = random_host({mb, T, 3 * C}, 50), dy = random_host({mb, T, C}, 51);
   Tensor probs = cpu_t({mb, H, T, T}), y = cpu_t({mb, T, C}), dqkv = cpu_t({mb, T, 3 * C});
-  cpu_backend().attention_probs(qkv, H, probs);
-  cpu_backend().attention_values(qkv, probs, H, y);
-  cpu_backend().attention_backward(qkv, probs, dy, H, dqkv);
+  transformer(cpu_backend()).attention_probs(qkv, H, probs);
+  transformer(cpu_backend()).attention_values(qkv, probs, H, y);
+  transformer(cpu_backend()).attention_backward(qkv, probs, dy, H, dqkv);
   auto be = cuda::make_backend();
   Tensor gq = gpu(qkv), gp = gpu_t(probs.shape()), gy = gpu_t(y.shape());
   Tensor gd = Tensor::zeros(dqkv.shape(), DType::F32, MemCategory::Workspace, Device::CUDA);
-  be->attention_probs(gq, H, gp);
-  be->attention_values(gq, gp, H, gy);
-  be->attention_backward(gq, gp, gpu(dy), H, gd);
+  transformer(*be).attention_probs(gq, H, gp);
+  transformer(*be).attention_values(gq, gp, H, gy);
+  transformer(*be).attention_backward(gq, gp, gpu(dy), H, gd);
   expect_close(gp, probs, 1e-5, what + " probs");
   expect_close(gy, y, 1e-5, what + " values");
   expect_close(gd, dqkv, 1e-5, what + " dqkv");
@@ -61,17 +62,17 @@ void compare_layernorm(int64_t rows, int64_t C, double sum_tol, const std::strin
   Tensor x = random_host({rows, C}, 52, 2.f), gamma = random_host({C}, 53);
   Tensor beta = random_host({C}, 54), dy = random_host({rows, C}, 55);
   Tensor y = cpu_t({rows, C}), mean = cpu_t({rows}), rstd = cpu_t({rows});
-  cpu_backend().layernorm_forward(x, gamma, beta, 1e-5f, y, mean, rstd);
+  transformer(cpu_backend()).layernorm_forward(x, gamma, beta, 1e-5f, y, mean, rstd);
   auto be = cuda::make_backend();
   Tensor gx = gpu(x), ggamma = gpu(gamma);
   Tensor gy = gpu_t({rows, C}), gmean = gpu_t({rows}), grstd = gpu_t({rows});
-  be->layernorm_forward(gx, ggamma, gpu(beta), 1e-5f, gy, gmean, grstd);
+  transformer(*be).layernorm_forward(gx, ggamma, gpu(beta), 1e-5f, gy, gmean, grstd);
   expect_close(gy, y, 1e-6, what + " y");
   expect_close(grstd, rstd, 1e-6, what + " rstd");
   Tensor dx = cpu_t({rows, C}), dg = random_host({C}, 56), db = random_host({C}, 57);
   Tensor gdx = gpu_t({rows, C}), gdg = gpu(dg), gdb = gpu(db);
-  cpu_backend().layernorm_backward(x, gamma, mean, rstd, dy, dx, dg, db);
-  be->layernorm_backward(gx, ggamma, gmean, grstd, gpu(dy), gdx, gdg, gdb);
+  transformer(cpu_backend()).layernorm_backward(x, gamma, mean, rstd, dy, dx, dg, db);
+  transformer(*be).layernorm_backward(gx, ggamma, gmean, grstd, gpu(dy), gdx, gdg, gdb);
   expect_close(gdx, dx, 1e-5, what + " dx");
   expect_close(gdg, dg, sum_tol, what + " dgamma");
   expect_close(gdb, db, sum_tol, what + " dbeta");
@@ -131,14 +132,14 @@ TEST(CudaLimits, EmbeddingOverManyRows) {
   Tensor wte = random_host({V, C}, 62), wpe = random_host({T, C}, 63);
   Tensor y = cpu_t({mb, T, C}), gy = gpu_t({mb, T, C});
   Tensor gtok = gpu(tok);
-  cpu_backend().embedding_forward(tok, wte, wpe, y);
-  be->embedding_forward(gtok, gpu(wte), gpu(wpe), gy);
+  transformer(cpu_backend()).embedding_forward(tok, wte, wpe, y);
+  transformer(*be).embedding_forward(gtok, gpu(wte), gpu(wpe), gy);
   EXPECT_TRUE(same_bits(gy, y)) << "embedding forward, 70000 rows";
   Tensor dy = random_host({mb, T, C}, 64);
   Tensor dwte = random_host({V, C}, 65), dwpe = random_host({T, C}, 66);
   Tensor gdwte = gpu(dwte), gdwpe = gpu(dwpe);
-  cpu_backend().embedding_backward(tok, dy, dwte, dwpe);
-  be->embedding_backward(gtok, gpu(dy), gdwte, gdwpe);
+  transformer(cpu_backend()).embedding_backward(tok, dy, dwte, dwpe);
+  transformer(*be).embedding_backward(gtok, gpu(dy), gdwte, gdwpe);
   EXPECT_TRUE(same_bits(gdwte, dwte)) << "embedding dwte, 70000 rows";
   EXPECT_TRUE(same_bits(gdwpe, dwpe)) << "embedding dwpe, 70000 rows";
 }

@@ -14,6 +14,7 @@
 #include <string>
 
 #include "pipetrain/cuda/cuda.hpp"
+#include "pipetrain/tensor/transformer_kernels.hpp"
 #include "pipetrain/base/rng.hpp"
 #include "test_gpu_skip.hpp"
 
@@ -65,6 +66,11 @@ inline Tensor random_host(const Shape& shape, uint64_t stream, float std = 1.f) 
   Tensor t = Tensor::empty(shape, DType::F32, MemCategory::Workspace, Device::CPU);
   for (int64_t i = 0; i < t.numel(); ++i) t.f32()[i] = std * normal01(7, stream, i);
   return t;
+}
+
+// The transformer kernel group of a backend (both backends provide it).
+inline TransformerKernels& transformer(Backend& be) {
+  return require_kernels<TransformerKernels>(be, "the GPU kernel tests");
 }
 
 inline Tensor gpu(const Tensor& t) { return t.to(Device::CUDA, t.category()); }

@@ -88,7 +88,7 @@ void check_layer(Layer& layer, Tensor x, bool check_dx, const char* label) {
 // ---- kernels ----
 
 TEST(GptKernels, LayerNormMatchesFiniteDifferences) {
-  Backend& be = cpu_backend();
+  TransformerKernels& be = gpt_kernels(cpu_backend());
   const int64_t rows = 6, C = 8;
   Tensor x = random_tensor({rows, C}, 1, 2.f);
   Tensor gamma = Tensor::empty({C}), beta = random_tensor({C}, 4, 0.3f);
@@ -118,7 +118,7 @@ TEST(GptKernels, LayerNormMatchesFiniteDifferences) {
 }
 
 TEST(GptKernels, LayerNormBackwardAccumulatesParameterGrads) {
-  Backend& be = cpu_backend();
+  TransformerKernels& be = gpt_kernels(cpu_backend());
   Tensor x = random_tensor({3, 4}, 1), gamma = random_tensor({4}, 2), beta = random_tensor({4}, 3);
   Tensor y = Tensor::empty({3, 4}), mean = Tensor::empty({3}), rstd = Tensor::empty({3});
   Tensor dy = random_tensor({3, 4}, 5), dx = Tensor::empty({3, 4});
@@ -135,7 +135,7 @@ TEST(GptKernels, LayerNormBackwardAccumulatesParameterGrads) {
 
 struct AttnCase {
   int64_t mb = 2, T = 5, C = 8, H = 2;
-  Tensor run(Backend& be, const Tensor& qkv, Tensor* probs_out = nullptr) const {
+  Tensor run(TransformerKernels& be, const Tensor& qkv, Tensor* probs_out = nullptr) const {
     Tensor probs = Tensor::empty({mb, H, T, T});
     Tensor y = Tensor::empty({mb, T, C});
     be.attention_probs(qkv, H, probs);
@@ -146,7 +146,7 @@ struct AttnCase {
 };
 
 TEST(GptKernels, AttentionMatchesFiniteDifferences) {
-  Backend& be = cpu_backend();
+  TransformerKernels& be = gpt_kernels(cpu_backend());
   AttnCase c;
   Tensor qkv = random_tensor({c.mb, c.T, 3 * c.C}, 1);
   Tensor probs;
@@ -158,7 +158,7 @@ TEST(GptKernels, AttentionMatchesFiniteDifferences) {
 }
 
 TEST(GptKernels, AttentionProbsAreCausalRowStochastic) {
-  Backend& be = cpu_backend();
+  TransformerKernels& be = gpt_kernels(cpu_backend());
   AttnCase c;
   Tensor qkv = random_tensor({c.mb, c.T, 3 * c.C}, 1, 3.f);
   Tensor probs;
@@ -178,7 +178,7 @@ TEST(GptKernels, AttentionProbsAreCausalRowStochastic) {
 }
 
 TEST(GptKernels, AttentionDoesNotSeeTheFuture) {
-  Backend& be = cpu_backend();
+  TransformerKernels& be = gpt_kernels(cpu_backend());
   AttnCase c;
   Tensor qkv = random_tensor({c.mb, c.T, 3 * c.C}, 1);
   Tensor y0 = c.run(be, qkv);

@@ -3,14 +3,19 @@
 // the last stage, on the synthetic teacher data) lives in this file only and
 // is added by one register_model_family call; it is then listed, checked in
 // decks, built, partitioned, profiled and trained like the built-in ones,
-// and a pipeline of it trains bitwise as one rank alone.
+// and a pipeline of it trains bitwise as one rank alone. Needing only the
+// core kernels, it also trains on a backend without the transformer kernels,
+// where the "gpt" family is refused with one message.
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <cstring>
 #include <string>
+#include <utility>
 
+#include "forwarding_backend.hpp"
 #include "mpi_test_util.hpp"
+#include "test_decks.hpp"
 #include "pipetrain/base/error.hpp"
 #include "pipetrain/io/deck_io.hpp"
 #include "pipetrain/model/family.hpp"
@@ -167,8 +172,8 @@ struct Outcome {
   std::vector<float> params;
 };
 
-Outcome train(const Deck& deck, MPI_Comm comm) {
-  Trainer trainer(deck, comm);
+Outcome train(const Deck& deck, MPI_Comm comm, ComputeSetup setup = {}) {
+  Trainer trainer(deck, comm, std::move(setup));
   Outcome run;
   for (int64_t s = 0; s < deck.training.steps; ++s) run.losses.push_back(trainer.train_step(s).loss);
   run.params = trainer.gather_parameters();
@@ -187,6 +192,50 @@ TEST(ModelFamily, TrainsAsAPipelineBitwiseAsOneRank) {
   }
   ASSERT_EQ(piped.params.size(), alone.params.size());
   EXPECT_EQ(std::memcmp(piped.params.data(), alone.params.data(), alone.params.size() * sizeof(float)), 0);
+}
+
+// The CPU backend's core kernels and no kernel group: a backend that a
+// family with kernels of its own (gpt) cannot use.
+class CoreOnlyBackend final : public test::ForwardingBackend {
+ public:
+  const char* name() const override { return "core-only"; }
+};
+
+TEST(ModelFamily, TrainsOnABackendWithoutTransformerKernels) {
+  if (!test::is_root()) return;
+  const Deck d = toy_deck();
+  CoreOnlyBackend core;
+  ASSERT_EQ(core.kernels<TransformerKernels>(), nullptr);
+  ComputeSetup setup;
+  setup.backend = &core;
+  const Outcome on_core = train(d, MPI_COMM_SELF, setup);
+  const Outcome on_cpu = train(d, MPI_COMM_SELF);
+  ASSERT_EQ(on_core.losses.size(), on_cpu.losses.size());
+  for (size_t i = 0; i < on_cpu.losses.size(); ++i)
+    EXPECT_EQ(std::memcmp(&on_core.losses[i], &on_cpu.losses[i], sizeof(double)), 0) << "step " << i;
+}
+
+TEST(ModelFamily, GptIsRefusedByABackendWithoutTransformerKernels) {
+  if (!test::is_root()) return;
+  const Deck d = pt_test::tiny_gpt(toy_deck(), 2);
+  CoreOnlyBackend core;
+  ComputeSetup setup;
+  setup.backend = &core;
+  const std::string expected =
+      "model family \"gpt\" needs the transformer kernels, which backend \"core-only\" does not provide";
+  try {
+    Trainer trainer(d, MPI_COMM_SELF, setup);
+    ADD_FAILURE() << "a GPT trainer on a backend without transformer kernels";
+  } catch (const InputError& e) {
+    EXPECT_EQ(e.what(), expected);
+  }
+  try {  // the layers ask the same way, with the same message
+    gpt_kernels(core);
+    ADD_FAILURE() << "no error from gpt_kernels";
+  } catch (const InputError& e) {
+    EXPECT_EQ(e.what(), expected);
+  }
+  EXPECT_EQ(&gpt_kernels(cpu_backend()), cpu_backend().kernels<TransformerKernels>());
 }
 
 }  // namespace

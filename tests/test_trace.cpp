@@ -18,6 +18,7 @@
 #include <random>
 #include <utility>
 
+#include "forwarding_backend.hpp"
 #include "pipetrain/runtime/trainer.hpp"
 
 namespace pt {
@@ -57,67 +58,15 @@ class FakeTimer final : public ComputeTimer {
   std::vector<double> seconds_;
 };
 
-// Computes on the CPU backend; its clock is a FakeTimer and it counts
-// synchronisations, as a GPU backend's would cost.
-class FakeClockBackend final : public Backend {
+// Computes on the CPU backend, its kernel groups included; its clock is a
+// FakeTimer and it counts synchronisations, as a GPU backend's would cost.
+class FakeClockBackend final : public test::ForwardingBackend {
  public:
   TimingLedger ledger;
   const char* name() const override { return "fake-clock"; }
-  Device device() const override { return Device::CPU; }
   void synchronize() override { ++ledger.syncs; }
   std::unique_ptr<ComputeTimer> make_timer() override { return std::make_unique<FakeTimer>(ledger); }
-  void matmul(const Tensor& a, bool ta, const Tensor& b, bool tb, Tensor& c, float alpha,
-              float beta) override {
-    cpu_.matmul(a, ta, b, tb, c, alpha, beta);
-  }
-  void add_bias(Tensor& y, const Tensor& bias) override { cpu_.add_bias(y, bias); }
-  void accumulate_bias_grad(const Tensor& dy, Tensor& db) override { cpu_.accumulate_bias_grad(dy, db); }
-  void relu_forward(const Tensor& x, Tensor& y) override { cpu_.relu_forward(x, y); }
-  void relu_backward(const Tensor& x, const Tensor& dy, Tensor& dx) override { cpu_.relu_backward(x, dy, dx); }
-  void gelu_forward(const Tensor& x, Tensor& y) override { cpu_.gelu_forward(x, y); }
-  void gelu_backward(const Tensor& x, const Tensor& dy, Tensor& dx) override { cpu_.gelu_backward(x, dy, dx); }
-  double mse_loss(const Tensor& p, const Tensor& t, float s, Tensor& dp) override { return cpu_.mse_loss(p, t, s, dp); }
-  double softmax_cross_entropy(const Tensor& l, const Tensor& y, float s, Tensor& dl) override {
-    return cpu_.softmax_cross_entropy(l, y, s, dl);
-  }
-  void fill(Tensor& x, float v) override { cpu_.fill(x, v); }
-  void copy(const Tensor& src, Tensor& dst) override { cpu_.copy(src, dst); }
-  double sum_squares(const Tensor& x) override { return cpu_.sum_squares(x); }
-  bool all_finite(const Tensor& x) override { return cpu_.all_finite(x); }
-  void scale(Tensor& x, float s) override { cpu_.scale(x, s); }
-  void add(const Tensor& a, const Tensor& b, Tensor& out) override { cpu_.add(a, b, out); }
-  void layernorm_forward(const Tensor& x, const Tensor& g, const Tensor& b, float eps, Tensor& y,
-                         Tensor& mean, Tensor& rstd) override {
-    cpu_.layernorm_forward(x, g, b, eps, y, mean, rstd);
-  }
-  void layernorm_backward(const Tensor& x, const Tensor& g, const Tensor& mean, const Tensor& rstd,
-                          const Tensor& dy, Tensor& dx, Tensor& dg, Tensor& db) override {
-    cpu_.layernorm_backward(x, g, mean, rstd, dy, dx, dg, db);
-  }
-  void embedding_forward(const Tensor& t, const Tensor& wte, const Tensor& wpe, Tensor& y) override {
-    cpu_.embedding_forward(t, wte, wpe, y);
-  }
-  void embedding_backward(const Tensor& t, const Tensor& dy, Tensor& dwte, Tensor& dwpe) override {
-    cpu_.embedding_backward(t, dy, dwte, dwpe);
-  }
-  void attention_probs(const Tensor& qkv, int64_t h, Tensor& probs) override { cpu_.attention_probs(qkv, h, probs); }
-  void attention_values(const Tensor& qkv, const Tensor& probs, int64_t h, Tensor& y) override {
-    cpu_.attention_values(qkv, probs, h, y);
-  }
-  void attention_backward(const Tensor& qkv, const Tensor& probs, const Tensor& dy, int64_t h,
-                          Tensor& dqkv) override {
-    cpu_.attention_backward(qkv, probs, dy, h, dqkv);
-  }
-  void sgd_step(Tensor& p, const Tensor& g, Tensor& v, float lr, float m, float wd) override {
-    cpu_.sgd_step(p, g, v, lr, m, wd);
-  }
-  void adamw_step(Tensor& p, const Tensor& g, Tensor& m, Tensor& v, float lr, float b1, float b2,
-                  float eps, float wd, long step) override {
-    cpu_.adamw_step(p, g, m, v, lr, b1, b2, eps, wd, step);
-  }
-
- private:
-  Backend& cpu_ = cpu_backend();
+  KernelGroup* kernel_group(const std::string& group) override { return target_.kernel_group(group); }
 };
 
 // The F, B and W actions of `rank` in `schedule`, in order ('F', 'B', 'W').

@@ -5,6 +5,7 @@
 // H heads are one strided-batched GEMM (head stride D in qkv and y, T*T in
 // probs); sequences are a loop. Scores use alpha = 1/sqrt(D) in the GEMM,
 // then the causal softmax kernel; entries above the diagonal are exactly 0.
+// Called with checked shapes (src/tensor/transformer_kernels.cpp).
 #include "attention.hpp"
 
 #include <cmath>
@@ -19,17 +20,6 @@ namespace pt::cuda {
 
 namespace {
 
-AttnDims dims_of(const Tensor& qkv, int64_t heads) {
-  PT_CHECK(qkv.device() == Device::CUDA, "attention: qkv is not on the GPU");
-  return attn_dims(qkv, heads);
-}
-
-void check_numel(const Tensor& t, int64_t n, const char* what) {
-  PT_CHECK(t.device() == Device::CUDA, std::string(what) + " is not on the GPU");
-  PT_CHECK(t.numel() == n, std::string(what) + ": " + shape_string(t.shape()) + " has " +
-                               std::to_string(t.numel()) + " elements, expected " +
-                               std::to_string(n));
-}
 
 // One batched GEMM over the H heads; offsets and strides in elements.
 Gemm heads_gemm(const AttnDims& d, bool ta, bool tb, int64_t m, int64_t n, int64_t k) {
@@ -62,8 +52,8 @@ void set_c(Gemm& g, float* c, int64_t ld, int64_t stride) {
 }  // namespace
 
 void attention_probs(const Tensor& qkv, int64_t heads, Tensor& probs, Precision p) {
-  const AttnDims d = dims_of(qkv, heads);
-  check_numel(probs, d.mb * d.probs_seq(), "attention probs");  // (mb, H, T, T)
+  check_on_gpu({&qkv, &probs}, "attention");
+  const AttnDims d = attn_dims(qkv, heads);  // probs: (mb, H, T, T)
   DeviceBuffer qkv_low;
   const Operand q = as_operand(qkv.f32(), qkv.numel(), p, qkv_low);
   for (int64_t b = 0; b < d.mb; ++b) {
@@ -80,9 +70,8 @@ void attention_probs(const Tensor& qkv, int64_t heads, Tensor& probs, Precision 
 
 void attention_values(const Tensor& qkv, const Tensor& probs, int64_t heads, Tensor& y,
                       Precision p) {
-  const AttnDims d = dims_of(qkv, heads);
-  check_numel(probs, d.mb * d.probs_seq(), "attention probs");  // (mb, H, T, T)
-  check_numel(y, d.mb * d.T * d.C, "attention y");               // (mb, T, C)
+  check_on_gpu({&qkv, &probs, &y}, "attention");
+  const AttnDims d = attn_dims(qkv, heads);  // probs: (mb, H, T, T); y: (mb, T, C)
   DeviceBuffer qkv_low, probs_low;
   const Operand q = as_operand(qkv.f32(), qkv.numel(), p, qkv_low);
   const Operand pr = as_operand(probs.f32(), probs.numel(), p, probs_low);
@@ -98,10 +87,8 @@ void attention_values(const Tensor& qkv, const Tensor& probs, int64_t heads, Ten
 
 void attention_backward(const Tensor& qkv, const Tensor& probs, const Tensor& dy,
                         int64_t heads, Tensor& dqkv, Precision p) {
-  const AttnDims d = dims_of(qkv, heads);
-  check_numel(probs, d.mb * d.probs_seq(), "attention probs");  // (mb, H, T, T)
-  check_numel(dy, d.mb * d.T * d.C, "attention dy");             // (mb, T, C)
-  check_numel(dqkv, qkv.numel(), "attention dqkv");              // (mb, T, 3C)
+  check_on_gpu({&qkv, &probs, &dy, &dqkv}, "attention backward");
+  const AttnDims d = attn_dims(qkv, heads);  // probs: (mb, H, T, T); dy: (mb, T, C)
   cudaStream_t s = context().compute;
   DeviceBuffer qkv_low, probs_low, dy_low, ds_low;
   const Operand q = as_operand(qkv.f32(), qkv.numel(), p, qkv_low);

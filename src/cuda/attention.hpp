@@ -1,7 +1,8 @@
 // attention.hpp: causal multi-head attention on the fused qkv layout for the
 // CUDA backend (internal to pt_cuda): cuBLAS strided-batched GEMMs over the
 // heads of each sequence, plus the causal softmax kernels. Contracts and
-// shapes are those of Backend::attention_* in include/pipetrain/tensor/backend.hpp.
+// shapes are those of TransformerKernels::attention_* in
+// include/pipetrain/tensor/transformer_kernels.hpp, checked by the caller.
 #pragma once
 
 #include "pipetrain/cuda/cuda.hpp"

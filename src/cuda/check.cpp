@@ -1,4 +1,5 @@
-// check.cpp: the failure helpers behind CUDA_CHECK, CUBLAS_CHECK and NCCL_CHECK.
+// check.cpp: the failure helpers behind CUDA_CHECK, CUBLAS_CHECK and NCCL_CHECK,
+// and check_on_gpu.
 #include "check.hpp"
 
 #include <cublas_v2.h>
@@ -27,6 +28,16 @@ void fail_nccl(const char* file, int line, const char* call, int code) {
   const char* last = ncclGetLastError(nullptr);
   if (last != nullptr && *last != '\0') msg += " (" + std::string(last) + ")";
   ::pt::fail_at(file, line, msg);
+}
+
+void check_on_gpu(const Tensor& t, const char* what) {
+  PT_CHECK(t.device() == Device::CUDA,
+           std::string("CUDA backend: ") + what + " " + shape_string(t.shape()) +
+               " is not on the GPU (move it with Tensor::to(Device::CUDA))");
+}
+
+void check_on_gpu(std::initializer_list<const Tensor*> tensors, const char* what) {
+  for (const Tensor* t : tensors) check_on_gpu(*t, what);
 }
 
 }  // namespace pt::cuda

@@ -1,16 +1,25 @@
 // check.hpp: one error-check macro per GPU library, each carrying file:line
 // like PT_CHECK (pt::fail_at): CUDA_CHECK (runtime), CUBLAS_CHECK, NCCL_CHECK.
 // Library headers are not needed here: every status type is an enum whose
-// success value is 0, and the text is looked up in check.cpp.
+// success value is 0, and the text is looked up in check.cpp. Also the one
+// precondition the CUDA kernels add to the shape checks: tensors on the GPU.
 #pragma once
 
+#include <initializer_list>
+
 #include "pipetrain/base/error.hpp"
+#include "pipetrain/tensor/tensor.hpp"
 
 namespace pt::cuda {
 
 [[noreturn]] void fail_cuda(const char* file, int line, const char* call, int code);
 [[noreturn]] void fail_cublas(const char* file, int line, const char* call, int code);
 [[noreturn]] void fail_nccl(const char* file, int line, const char* call, int code);
+
+// Error naming `what` and its shape unless t is Device::CUDA.
+void check_on_gpu(const Tensor& t, const char* what);
+// The same for each of `tensors`.
+void check_on_gpu(std::initializer_list<const Tensor*> tensors, const char* what);
 
 }  // namespace pt::cuda
 

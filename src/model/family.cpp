@@ -56,6 +56,11 @@ const ModelFamily& model_family(const ModelConfig& model) {
   return *f;
 }
 
+void check_family_backend(const ModelConfig& model, Backend& be) {
+  const ModelFamily& f = model_family(model);
+  if (f.check_backend) f.check_backend(be);
+}
+
 std::vector<std::string> model_family_names() {
   std::vector<std::string> names;
   for (const ModelFamily& f : registry()) names.push_back(f.name);

@@ -89,6 +89,9 @@ void check(const Deck& deck) {
                      deck.described("model.d_model", std::to_string(m.d_model)));
 }
 
+// The layers compute with the backend's transformer kernels.
+void check_backend(Backend& be) { gpt_kernels(be); }
+
 }  // namespace
 
 ModelFamily gpt_family() {
@@ -99,6 +102,7 @@ ModelFamily gpt_family() {
   f.data_types = {"markov", "hdf5"};
   f.data_rule = "needs token data, data.type = \"markov\" or \"hdf5\"";
   f.check = check;
+  f.check_backend = check_backend;
   f.describe = describe;
   f.units_key = "blocks";
   f.unit_name = "transformer block";

@@ -1,6 +1,7 @@
 // gpt.cpp: the GPT layers: token + position embedding, the pre-LayerNorm
 // transformer block with causal multi-head attention, and the head (final
-// LayerNorm + LM head). All compute goes through the Backend.
+// LayerNorm + LM head). All compute goes through the Backend: its core kernels
+// and its transformer group (gpt_kernels).
 #include "pipetrain/model/gpt.hpp"
 
 #include <cmath>
@@ -122,7 +123,8 @@ struct LayerNorm {
     Tensor y = activation(x.shape());
     Tensor mean = activation({x.rows()});
     Tensor rstd = activation({x.rows()});
-    be.layernorm_forward(x, weight.value, bias.value, kLayerNormEps, y, mean, rstd);
+    gpt_kernels(be).layernorm_forward(x, weight.value, bias.value, kLayerNormEps, y, mean,
+                                      rstd);
     saved.push_back(y);
     saved.push_back(mean);
     saved.push_back(rstd);
@@ -132,7 +134,8 @@ struct LayerNorm {
   Tensor backward(Backend& be, const Tensor& x, const Tensor& mean, const Tensor& rstd,
                   const Tensor& dy) {
     Tensor dx = activation(x.shape());
-    be.layernorm_backward(x, weight.value, mean, rstd, dy, dx, weight.grad, bias.grad);
+    gpt_kernels(be).layernorm_backward(x, weight.value, mean, rstd, dy, dx, weight.grad,
+                                       bias.grad);
     return dx;
   }
 };
@@ -173,13 +176,13 @@ class GptEmbedding final : public Layer {
   // x: tokens (mb, T) i32 -> (mb, T, C). Saves nothing.
   Tensor forward(Backend& be, const Tensor& x, std::vector<Tensor>&) override {
     Tensor y = activation(output_shape(x.shape()));
-    be.embedding_forward(x, wte_.value, wpe_.value, y);
+    gpt_kernels(be).embedding_forward(x, wte_.value, wpe_.value, y);
     return y;
   }
   // No dx: the input is integer tokens.
   Tensor backward(Backend& be, const Tensor& x, const std::vector<Tensor>&, const Tensor& dy,
                   bool) override {
-    be.embedding_backward(x, dy, wte_.grad, wpe_.grad);
+    gpt_kernels(be).embedding_backward(x, dy, wte_.grad, wpe_.grad);
     return Tensor();
   }
   // The whole gradient is a weight gradient. deferred: tokens (mb, T), dy (mb, T, C).
@@ -190,7 +193,7 @@ class GptEmbedding final : public Layer {
   }
   void backward_weights(Backend& be, const std::vector<Tensor>& deferred) override {
     PT_CHECK(deferred.size() == 2, "embedding gradients need backward_input's tokens and dy");
-    be.embedding_backward(deferred[0], deferred[1], wte_.grad, wpe_.grad);
+    gpt_kernels(be).embedding_backward(deferred[0], deferred[1], wte_.grad, wpe_.grad);
   }
 
  private:
@@ -268,7 +271,7 @@ class GptBlock final : public Layer {
     Tensor qkv = qkv_.forward(be, ln1);       // (mb, T, 3C)
     Tensor probs = attention_probs(be, qkv);  // (mb, H, T, T)
     Tensor attn = activation(x.shape());      // (mb, T, C)
-    be.attention_values(qkv, probs, dims_.heads, attn);
+    gpt_kernels(be).attention_values(qkv, probs, dims_.heads, attn);
     Tensor x1 = attn_proj_.forward(be, attn);  // (mb, T, C)
     be.add(x1, x, x1);                         // x1 = x + proj(attn)
     saved.push_back(qkv);
@@ -317,7 +320,7 @@ class GptBlock final : public Layer {
     const Tensor& qkv = saved[kQkv];
     Tensor probs = saved[kProbs].defined() ? saved[kProbs] : attention_probs(be, qkv);
     Tensor dqkv = Tensor::empty(qkv.shape(), DType::F32, MemCategory::Workspace);
-    be.attention_backward(qkv, probs, dattn, dims_.heads, dqkv);  // (mb, T, 3C)
+    gpt_kernels(be).attention_backward(qkv, probs, dattn, dims_.heads, dqkv);  // (mb, T, 3C)
     Tensor dln1 = qkv_.backward(be, saved[kLn1Out], dqkv, defer);  // (mb, T, C)
     Tensor dx = ln1_.backward(be, x, saved[kLn1Mean], saved[kLn1Rstd], dln1);
     if (!need_dx) return Tensor();
@@ -332,7 +335,7 @@ class GptBlock final : public Layer {
   // probs (mb, H, T, T) of qkv (mb, T, 3C).
   Tensor attention_probs(Backend& be, const Tensor& qkv) const {
     Tensor probs = activation({qkv.dim(0), dims_.heads, qkv.dim(1), qkv.dim(1)});
-    be.attention_probs(qkv, dims_.heads, probs);
+    gpt_kernels(be).attention_probs(qkv, dims_.heads, probs);
     return probs;
   }
 
@@ -406,6 +409,10 @@ class GptHead final : public Layer {
 };
 
 }  // namespace
+
+TransformerKernels& gpt_kernels(Backend& be) {
+  return require_kernels<TransformerKernels>(be, "model family \"gpt\"");
+}
 
 std::unique_ptr<Layer> make_gpt_embedding(const GptDims& dims, uint64_t seed) {
   return std::make_unique<GptEmbedding>(dims, seed);

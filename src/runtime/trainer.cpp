@@ -11,6 +11,7 @@
 #include "pipetrain/base/fault_injection.hpp"
 #include "pipetrain/base/error.hpp"
 #include "pipetrain/base/timed_wait.hpp"
+#include "pipetrain/model/family.hpp"
 #include "pipetrain/runtime/profiler.hpp"
 #include "pipetrain/runtime/stage_probe.hpp"
 #include "pipetrain/schedule/semantics.hpp"
@@ -82,6 +83,7 @@ Trainer::Trainer(const Deck& deck, const ProcessGrid& grid, ComputeSetup setup)
   partition_ = partition_units(model_units(deck_.model), schedule_.num_stages,
                                deck_.pipeline.partition);
   for (int st : rank_stages(schedule_, rank_)) stages_.push_back(build_stage(deck_.model, partition_, st));
+  check_family_backend(deck_.model, be_);
   data_ = make_dataset(deck_, Split::Train);
   if (deck_.training.eval_every > 0) eval_data_ = make_dataset(deck_, Split::Eval);
   fill_data_caches();

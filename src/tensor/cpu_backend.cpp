@@ -1,6 +1,8 @@
 // cpu_backend.cpp: the CPU backend: GEMMs through cpu::sgemm (cpu_gemm.cpp), everything else
-// as plain loops in a fixed order (bitwise deterministic); and the default
-// ComputeTimer of every backend, the host clock.
+// as plain loops in a fixed order (bitwise deterministic); the transformer
+// kernel group from cpu_kernels_gpt.cpp; and the default ComputeTimer of every
+// backend, the host clock. Shapes are checked before a do_ kernel runs
+// (backend.cpp).
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -17,11 +19,6 @@
 namespace pt {
 
 namespace {
-
-void check_same_numel(const Tensor& a, const Tensor& b, const char* what) {
-  PT_CHECK(a.numel() == b.numel(), std::string(what) + ": " + shape_string(a.shape()) +
-                                       " vs " + shape_string(b.shape()));
-}
 
 constexpr float kGeluScale = 0.7978845608028654f;  // sqrt(2/pi)
 constexpr float kGeluCubic = 0.044715f;
@@ -49,71 +46,64 @@ PT_CPU_CLONES void gelu_backward_loop(const float* x, const float* dy, float* dx
 
 class CpuBackend final : public Backend {
  public:
-  explicit CpuBackend(GemmPrecision precision = GemmPrecision::FP32) : precision_(precision) {}
+  explicit CpuBackend(GemmPrecision precision = GemmPrecision::FP32)
+      : precision_(precision), transformer_(make_cpu_transformer_kernels(precision)) {}
   const char* name() const override { return "cpu"; }
   Device device() const override { return Device::CPU; }
+  KernelGroup* kernel_group(const std::string& group) override {
+    return group == TransformerKernels::kGroup ? transformer_.get() : nullptr;
+  }
 
-  void matmul(const Tensor& a, bool trans_a, const Tensor& b, bool trans_b, Tensor& c,
-              float alpha, float beta) override {
+ protected:
+  void do_matmul(const Tensor& a, bool trans_a, const Tensor& b, bool trans_b, Tensor& c,
+                 float alpha, float beta) override {
     const int64_t m = trans_a ? a.cols() : a.rows();
     const int64_t k = trans_a ? a.rows() : a.cols();
-    const int64_t kb = trans_b ? b.cols() : b.rows();
     const int64_t n = trans_b ? b.rows() : b.cols();
-    PT_CHECK(k == kb && c.rows() == m && c.cols() == n,
-             "matmul shapes " + shape_string(a.shape()) + (trans_a ? "^T" : "") + " x " +
-                 shape_string(b.shape()) + (trans_b ? "^T" : "") + " -> " +
-                 shape_string(c.shape()));
     if (m == 0 || n == 0) return;
     cpu::gemm(precision_, trans_a, trans_b, m, n, k, alpha, a.f32(), a.cols(), b.f32(), b.cols(),
               beta, c.f32(), c.cols());
   }
 
-  void add_bias(Tensor& y, const Tensor& bias) override {
+  void do_add_bias(Tensor& y, const Tensor& bias) override {
     const int64_t rows = y.rows(), n = y.cols();
-    PT_CHECK(bias.numel() == n, "bias size");
     float* py = y.f32();
     const float* pb = bias.f32();
     for (int64_t r = 0; r < rows; ++r)
       for (int64_t j = 0; j < n; ++j) py[r * n + j] += pb[j];
   }
 
-  void accumulate_bias_grad(const Tensor& dy, Tensor& dbias) override {
+  void do_accumulate_bias_grad(const Tensor& dy, Tensor& dbias) override {
     const int64_t rows = dy.rows(), n = dy.cols();
-    PT_CHECK(dbias.numel() == n, "bias grad size");
     const float* pdy = dy.f32();
     float* pdb = dbias.f32();
     for (int64_t r = 0; r < rows; ++r)
       for (int64_t j = 0; j < n; ++j) pdb[j] += pdy[r * n + j];
   }
 
-  void relu_forward(const Tensor& x, Tensor& y) override {
-    check_same_numel(x, y, "relu");
+  void do_relu_forward(const Tensor& x, Tensor& y) override {
     const float* px = x.f32();
     float* py = y.f32();
     for (int64_t i = 0, n = x.numel(); i < n; ++i) py[i] = px[i] > 0.f ? px[i] : 0.f;
   }
 
-  void relu_backward(const Tensor& x, const Tensor& dy, Tensor& dx) override {
-    check_same_numel(x, dy, "relu backward");
+  void do_relu_backward(const Tensor& x, const Tensor& dy, Tensor& dx) override {
     const float* px = x.f32();
     const float* pdy = dy.f32();
     float* pdx = dx.f32();
     for (int64_t i = 0, n = x.numel(); i < n; ++i) pdx[i] = px[i] > 0.f ? pdy[i] : 0.f;
   }
 
-  void gelu_forward(const Tensor& x, Tensor& y) override {
-    check_same_numel(x, y, "gelu");
+  void do_gelu_forward(const Tensor& x, Tensor& y) override {
     gelu_forward_loop(x.f32(), y.f32(), x.numel());
   }
 
-  void gelu_backward(const Tensor& x, const Tensor& dy, Tensor& dx) override {
-    check_same_numel(x, dy, "gelu backward");
+  void do_gelu_backward(const Tensor& x, const Tensor& dy, Tensor& dx) override {
     gelu_backward_loop(x.f32(), dy.f32(), dx.f32(), x.numel());
   }
 
-  double mse_loss(const Tensor& pred, const Tensor& target, float grad_scale,
-                  Tensor& dpred) override {
-    check_same_numel(pred, target, "mse");
+  double do_mse_loss(const Tensor& pred, const Tensor& target, float grad_scale,
+                     Tensor& dpred) override {
     const float* pp = pred.f32();
     const float* pt = target.f32();
     float* pd = dpred.f32();
@@ -126,10 +116,9 @@ class CpuBackend final : public Backend {
     return sum;
   }
 
-  double softmax_cross_entropy(const Tensor& logits, const Tensor& labels, float grad_scale,
-                               Tensor& dlogits) override {
+  double do_softmax_cross_entropy(const Tensor& logits, const Tensor& labels, float grad_scale,
+                                  Tensor& dlogits) override {
     const int64_t rows = logits.rows(), classes = logits.cols();
-    PT_CHECK(labels.numel() == rows, "labels size");
     const float* pl = logits.f32();
     const int32_t* py = labels.i32();
     float* pd = dlogits.f32();
@@ -153,13 +142,12 @@ class CpuBackend final : public Backend {
     return sum;
   }
 
-  void fill(Tensor& x, float value) override {
+  void do_fill(Tensor& x, float value) override {
     float* p = x.f32();
     for (int64_t i = 0, n = x.numel(); i < n; ++i) p[i] = value;
   }
 
-  void copy(const Tensor& src, Tensor& dst) override {
-    PT_CHECK(src.bytes() == dst.bytes(), "copy size");
+  void do_copy(const Tensor& src, Tensor& dst) override {
     std::memcpy(dst.raw(), src.raw(), src.bytes());
   }
 
@@ -167,7 +155,7 @@ class CpuBackend final : public Backend {
   // the end: a fixed order (deterministic), and independent chains that
   // vectorise, where one running sum waits on every add (an MLP stage's
   // 32 MB of gradients took 7 ms; now the pass runs at memory speed).
-  double sum_squares(const Tensor& x) override {
+  double do_sum_squares(const Tensor& x) override {
     constexpr int64_t kLanes = 16;
     const float* p = x.f32();
     const int64_t n = x.numel();
@@ -181,7 +169,7 @@ class CpuBackend final : public Backend {
     return sum;
   }
 
-  bool all_finite(const Tensor& x) override {
+  bool do_all_finite(const Tensor& x) override {
     // An exponent of all ones marks inf and NaN; OR-reduce over the bits so
     // the loop vectorises.
     const uint32_t* bits = static_cast<const uint32_t*>(x.raw());
@@ -191,45 +179,21 @@ class CpuBackend final : public Backend {
     return bad == 0;
   }
 
-  void scale(Tensor& x, float s) override {
+  void do_scale(Tensor& x, float s) override {
     float* p = x.f32();
     for (int64_t i = 0, n = x.numel(); i < n; ++i) p[i] *= s;
   }
 
-  // Transformer kernels: src/tensor/cpu_kernels_gpt.cpp.
-  void add(const Tensor& a, const Tensor& b, Tensor& out) override { cpu::add(a, b, out); }
-  void layernorm_forward(const Tensor& x, const Tensor& gamma, const Tensor& beta, float eps,
-                         Tensor& y, Tensor& mean, Tensor& rstd) override {
-    cpu::layernorm_forward(x, gamma, beta, eps, y, mean, rstd);
-  }
-  void layernorm_backward(const Tensor& x, const Tensor& gamma, const Tensor& mean,
-                          const Tensor& rstd, const Tensor& dy, Tensor& dx, Tensor& dgamma,
-                          Tensor& dbeta) override {
-    cpu::layernorm_backward(x, gamma, mean, rstd, dy, dx, dgamma, dbeta);
-  }
-  void embedding_forward(const Tensor& tokens, const Tensor& wte, const Tensor& wpe,
-                         Tensor& y) override {
-    cpu::embedding_forward(tokens, wte, wpe, y);
-  }
-  void embedding_backward(const Tensor& tokens, const Tensor& dy, Tensor& dwte,
-                          Tensor& dwpe) override {
-    cpu::embedding_backward(tokens, dy, dwte, dwpe);
-  }
-  void attention_probs(const Tensor& qkv, int64_t heads, Tensor& probs) override {
-    cpu::attention_probs(precision_, qkv, heads, probs);
-  }
-  void attention_values(const Tensor& qkv, const Tensor& probs, int64_t heads,
-                        Tensor& y) override {
-    cpu::attention_values(precision_, qkv, probs, heads, y);
-  }
-  void attention_backward(const Tensor& qkv, const Tensor& probs, const Tensor& dy,
-                          int64_t heads, Tensor& dqkv) override {
-    cpu::attention_backward(precision_, qkv, probs, dy, heads, dqkv);
+  // out = a + b; out may alias a or b.
+  void do_add(const Tensor& a, const Tensor& b, Tensor& out) override {
+    const float* pa = a.f32();
+    const float* pb = b.f32();
+    float* po = out.f32();
+    for (int64_t i = 0, n = a.numel(); i < n; ++i) po[i] = pa[i] + pb[i];
   }
 
-  void sgd_step(Tensor& p, const Tensor& g, Tensor& v, float lr, float momentum,
-                float weight_decay) override {
-    check_same_numel(p, g, "sgd");
+  void do_sgd_step(Tensor& p, const Tensor& g, Tensor& v, float lr, float momentum,
+                   float weight_decay) override {
     float* pp = p.f32();
     const float* pg = g.f32();
     float* pv = v.f32();
@@ -240,9 +204,8 @@ class CpuBackend final : public Backend {
     }
   }
 
-  void adamw_step(Tensor& p, const Tensor& g, Tensor& m, Tensor& v, float lr, float beta1,
-                  float beta2, float eps, float weight_decay, long step) override {
-    check_same_numel(p, g, "adamw");
+  void do_adamw_step(Tensor& p, const Tensor& g, Tensor& m, Tensor& v, float lr, float beta1,
+                     float beta2, float eps, float weight_decay, long step) override {
     const float bias1 = static_cast<float>(1.0 - std::pow(static_cast<double>(beta1), step));
     const float bias2_sqrt =
         static_cast<float>(std::sqrt(1.0 - std::pow(static_cast<double>(beta2), step)));
@@ -263,6 +226,7 @@ class CpuBackend final : public Backend {
 
  private:
   GemmPrecision precision_;  // of the GEMM operands; accumulation is fp32
+  std::unique_ptr<TransformerKernels> transformer_;  // cpu_kernels_gpt.cpp
 };
 
 // The default ComputeTimer: the host's steady clock around work that is done

@@ -1,6 +1,7 @@
-// cpu_kernels_gpt.cpp: transformer kernels of the CPU backend: residual add,
-// LayerNorm, token + position embedding and causal multi-head attention.
-// GEMMs go through OpenBLAS; everything else is plain loops in a fixed order,
+// cpu_kernels_gpt.cpp: the transformer kernel group of the CPU backend
+// (transformer_kernels.hpp): LayerNorm, token + position embedding and causal
+// multi-head attention, called with checked shapes.
+// GEMMs go through cpu::gemm; everything else is plain loops in a fixed order,
 // reductions in double, so results are bitwise deterministic.
 #include "cpu_kernels_gpt.hpp"
 #include "attention_dims.hpp"
@@ -9,6 +10,7 @@
 #include <cblas.h>
 
 #include <cmath>
+#include <memory>
 #include <vector>
 
 #include "pipetrain/base/error.hpp"
@@ -16,12 +18,6 @@
 namespace pt::cpu {
 
 namespace {
-
-void check_numel(const Tensor& t, int64_t n, const char* what) {
-  PT_CHECK(t.numel() == n, std::string(what) + ": " + shape_string(t.shape()) + " has " +
-                               std::to_string(t.numel()) + " elements, expected " +
-                               std::to_string(n));
-}
 
 // ---- attention geometry ----
 
@@ -72,27 +68,11 @@ void causal_softmax_backward(const float* p, float* dp, int64_t T, float scale) 
   }
 }
 
-}  // namespace
-
-void add(const Tensor& a, const Tensor& b, Tensor& out) {
-  check_numel(b, a.numel(), "add b");
-  check_numel(out, a.numel(), "add out");
-  const float* pa = a.f32();
-  const float* pb = b.f32();
-  float* po = out.f32();
-  for (int64_t i = 0, n = a.numel(); i < n; ++i) po[i] = pa[i] + pb[i];
-}
-
 // ---- LayerNorm ----
 
 void layernorm_forward(const Tensor& x, const Tensor& gamma, const Tensor& beta, float eps,
                        Tensor& y, Tensor& mean, Tensor& rstd) {
   const int64_t rows = x.rows(), C = x.cols();  // x: (rows, C)
-  check_numel(gamma, C, "layernorm gamma");
-  check_numel(beta, C, "layernorm beta");
-  check_numel(y, rows * C, "layernorm y");
-  check_numel(mean, rows, "layernorm mean");
-  check_numel(rstd, rows, "layernorm rstd");
   const float* pg = gamma.f32();
   const float* pb = beta.f32();
   for (int64_t r = 0; r < rows; ++r) {
@@ -115,10 +95,6 @@ void layernorm_backward(const Tensor& x, const Tensor& gamma, const Tensor& mean
                         const Tensor& rstd, const Tensor& dy, Tensor& dx, Tensor& dgamma,
                         Tensor& dbeta) {
   const int64_t rows = x.rows(), C = x.cols();  // x, dy, dx: (rows, C)
-  check_numel(dy, rows * C, "layernorm dy");
-  check_numel(dx, rows * C, "layernorm dx");
-  check_numel(dgamma, C, "layernorm dgamma");
-  check_numel(dbeta, C, "layernorm dbeta");
   const float* pg = gamma.f32();
   float* pdg = dgamma.f32();
   float* pdb = dbeta.f32();
@@ -148,12 +124,8 @@ void layernorm_backward(const Tensor& x, const Tensor& gamma, const Tensor& mean
 // ---- embedding ----
 
 void embedding_forward(const Tensor& tokens, const Tensor& wte, const Tensor& wpe, Tensor& y) {
-  PT_CHECK(tokens.dtype() == DType::I32 && tokens.ndim() == 2,
-           "embedding tokens must be (mb, T) i32: " + shape_string(tokens.shape()));
   const int64_t mb = tokens.dim(0), T = tokens.dim(1);
   const int64_t V = wte.rows(), C = wte.cols();  // wte: (V, C)
-  PT_CHECK(wpe.cols() == C && T <= wpe.rows(), "embedding wpe " + shape_string(wpe.shape()));
-  check_numel(y, mb * T * C, "embedding y");  // y: (mb, T, C)
   for (int64_t b = 0; b < mb; ++b) {
     for (int64_t t = 0; t < T; ++t) {
       const int32_t tok = tokens.i32()[b * T + t];
@@ -168,15 +140,13 @@ void embedding_forward(const Tensor& tokens, const Tensor& wte, const Tensor& wp
 }
 
 void embedding_backward(const Tensor& tokens, const Tensor& dy, Tensor& dwte, Tensor& dwpe) {
-  PT_CHECK(tokens.dtype() == DType::I32 && tokens.ndim() == 2, "embedding tokens (mb, T) i32");
   const int64_t mb = tokens.dim(0), T = tokens.dim(1);
   const int64_t V = dwte.rows(), C = dwte.cols();  // dwte: (V, C)
-  PT_CHECK(dwpe.cols() == C && T <= dwpe.rows(), "embedding dwpe");
-  check_numel(dy, mb * T * C, "embedding dy");  // dy: (mb, T, C)
   for (int64_t b = 0; b < mb; ++b) {
     for (int64_t t = 0; t < T; ++t) {
       const int32_t tok = tokens.i32()[b * T + t];
-      PT_CHECK(tok >= 0 && tok < V, "token out of range");
+      PT_CHECK(tok >= 0 && tok < V, "token " + std::to_string(tok) + " outside [0, " +
+                                        std::to_string(V) + ")");
       const float* d = dy.f32() + (b * T + t) * C;
       float* ge = dwte.f32() + tok * C;
       float* gp = dwpe.f32() + t * C;
@@ -192,7 +162,6 @@ void embedding_backward(const Tensor& tokens, const Tensor& dy, Tensor& dwte, Te
 
 void attention_probs(GemmPrecision p, const Tensor& qkv, int64_t heads, Tensor& probs) {
   const AttnDims d = attn_dims(qkv, heads);  // qkv: (mb, T, 3C)
-  check_numel(probs, d.mb * d.H * d.T * d.T, "attention probs");  // (mb, H, T, T)
   for (int64_t b = 0; b < d.mb; ++b) {
     for (int64_t h = 0; h < d.H; ++h) {
       float* s = probs.f32() + probs_offset(d, b, h);  // (T, T)
@@ -207,8 +176,6 @@ void attention_probs(GemmPrecision p, const Tensor& qkv, int64_t heads, Tensor& 
 void attention_values(GemmPrecision p, const Tensor& qkv, const Tensor& probs, int64_t heads,
                       Tensor& y) {
   const AttnDims d = attn_dims(qkv, heads);  // qkv: (mb, T, 3C)
-  check_numel(probs, d.mb * d.H * d.T * d.T, "attention probs");  // (mb, H, T, T)
-  check_numel(y, d.mb * d.T * d.C, "attention y");                 // (mb, T, C)
   for (int64_t b = 0; b < d.mb; ++b) {
     for (int64_t h = 0; h < d.H; ++h) {
       // y_h = P V: (T, T) x (T, D)
@@ -221,9 +188,6 @@ void attention_values(GemmPrecision p, const Tensor& qkv, const Tensor& probs, i
 void attention_backward(GemmPrecision prec, const Tensor& qkv, const Tensor& probs,
                         const Tensor& dy, int64_t heads, Tensor& dqkv) {
   const AttnDims d = attn_dims(qkv, heads);  // qkv: (mb, T, 3C)
-  check_numel(probs, d.mb * d.H * d.T * d.T, "attention probs");  // (mb, H, T, T)
-  check_numel(dy, d.mb * d.T * d.C, "attention dy");               // (mb, T, C)
-  check_numel(dqkv, qkv.numel(), "attention dqkv");                // (mb, T, 3C)
   std::vector<float> ds(static_cast<size_t>(d.T * d.T));           // (T, T) scratch
   for (int64_t b = 0; b < d.mb; ++b) {
     for (int64_t h = 0; h < d.H; ++h) {
@@ -247,4 +211,58 @@ void attention_backward(GemmPrecision prec, const Tensor& qkv, const Tensor& pro
   }
 }
 
+}  // namespace
+
 }  // namespace pt::cpu
+
+namespace pt {
+
+namespace {
+
+// The group itself: the functions above, with the backend's GEMM precision
+// for the attention GEMMs.
+class CpuTransformerKernels final : public TransformerKernels {
+ public:
+  explicit CpuTransformerKernels(GemmPrecision precision) : precision_(precision) {}
+
+ protected:
+  void do_layernorm_forward(const Tensor& x, const Tensor& gamma, const Tensor& beta, float eps,
+                            Tensor& y, Tensor& mean, Tensor& rstd) override {
+    cpu::layernorm_forward(x, gamma, beta, eps, y, mean, rstd);
+  }
+  void do_layernorm_backward(const Tensor& x, const Tensor& gamma, const Tensor& mean,
+                             const Tensor& rstd, const Tensor& dy, Tensor& dx, Tensor& dgamma,
+                             Tensor& dbeta) override {
+    cpu::layernorm_backward(x, gamma, mean, rstd, dy, dx, dgamma, dbeta);
+  }
+  void do_embedding_forward(const Tensor& tokens, const Tensor& wte, const Tensor& wpe,
+                            Tensor& y) override {
+    cpu::embedding_forward(tokens, wte, wpe, y);
+  }
+  void do_embedding_backward(const Tensor& tokens, const Tensor& dy, Tensor& dwte,
+                             Tensor& dwpe) override {
+    cpu::embedding_backward(tokens, dy, dwte, dwpe);
+  }
+  void do_attention_probs(const Tensor& qkv, int64_t heads, Tensor& probs) override {
+    cpu::attention_probs(precision_, qkv, heads, probs);
+  }
+  void do_attention_values(const Tensor& qkv, const Tensor& probs, int64_t heads,
+                           Tensor& y) override {
+    cpu::attention_values(precision_, qkv, probs, heads, y);
+  }
+  void do_attention_backward(const Tensor& qkv, const Tensor& probs, const Tensor& dy,
+                             int64_t heads, Tensor& dqkv) override {
+    cpu::attention_backward(precision_, qkv, probs, dy, heads, dqkv);
+  }
+
+ private:
+  GemmPrecision precision_;  // of the attention GEMMs' operands
+};
+
+}  // namespace
+
+std::unique_ptr<TransformerKernels> make_cpu_transformer_kernels(GemmPrecision precision) {
+  return std::make_unique<CpuTransformerKernels>(precision);
+}
+
+}  // namespace pt

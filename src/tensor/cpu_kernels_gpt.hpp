@@ -1,29 +1,16 @@
-// cpu_kernels_gpt.hpp: the CPU transformer kernels behind CpuBackend
-// (internal to pt_tensor). Contracts and shapes are those of the matching
-// Backend methods in include/pipetrain/tensor/backend.hpp.
+// cpu_kernels_gpt.hpp: the transformer kernel group of the CPU backend
+// (internal to pt_tensor; cpu_kernels_gpt.cpp). Contracts and shapes are those
+// of include/pipetrain/tensor/transformer_kernels.hpp.
 #pragma once
 
-#include "pipetrain/tensor/backend.hpp"
+#include <memory>
 
-namespace pt::cpu {
+#include "pipetrain/tensor/transformer_kernels.hpp"
 
+namespace pt {
 
-void add(const Tensor& a, const Tensor& b, Tensor& out);
+// The attention GEMMs round their operands to `precision` (fp32: plain sgemm),
+// as the CPU backend's matmul does.
+std::unique_ptr<TransformerKernels> make_cpu_transformer_kernels(GemmPrecision precision);
 
-void layernorm_forward(const Tensor& x, const Tensor& gamma, const Tensor& beta, float eps,
-                       Tensor& y, Tensor& mean, Tensor& rstd);
-void layernorm_backward(const Tensor& x, const Tensor& gamma, const Tensor& mean,
-                        const Tensor& rstd, const Tensor& dy, Tensor& dx, Tensor& dgamma,
-                        Tensor& dbeta);
-
-void embedding_forward(const Tensor& tokens, const Tensor& wte, const Tensor& wpe, Tensor& y);
-void embedding_backward(const Tensor& tokens, const Tensor& dy, Tensor& dwte, Tensor& dwpe);
-
-// The attention GEMMs round their operands to `p` (fp32: plain sgemm).
-void attention_probs(GemmPrecision p, const Tensor& qkv, int64_t heads, Tensor& probs);
-void attention_values(GemmPrecision p, const Tensor& qkv, const Tensor& probs, int64_t heads,
-                      Tensor& y);
-void attention_backward(GemmPrecision p, const Tensor& qkv, const Tensor& probs, const Tensor& dy,
-                        int64_t heads, Tensor& dqkv);
-
-}  // namespace pt::cpu
+}  // namespace pt

@@ -11,7 +11,9 @@
 // Parameter names belong to the layers a family's add_unit / add_front /
 // end_stage make (e.g. "unit3.linear.weight", "block2.attn.qkv.weight"),
 // and the unit names to its cost_units ("linear3", "block2"): both are made
-// in the family's own file and nowhere else.
+// in the family's own file and nowhere else. A family whose layers need
+// kernels beyond the core ones asks the backend for their group
+// (check_backend); only the backends that provide it implement it.
 #pragma once
 
 #include <cstdint>
@@ -39,6 +41,10 @@ struct ModelFamily {
   std::string data_rule;                // e.g. "trains on data.type = \"synthetic\""
   // Cross-key checks of its keys (throw InputError); nullptr = none.
   void (*check)(const Deck& deck) = nullptr;
+  // Throws InputError when `be` lacks a kernel group (backend.hpp) that the
+  // family's layers compute with, naming the family and the backend (gpt:
+  // the transformer kernels); nullptr = the core kernels suffice.
+  void (*check_backend)(Backend& be) = nullptr;
   // " key=value" of every key, for profile files (which must match a deck).
   std::string (*describe)(const ModelConfig& model) = nullptr;
 
@@ -83,6 +89,8 @@ struct ModelFamily {
 // The family of model.type; InputError naming the families when there is
 // none of that name.
 const ModelFamily& model_family(const ModelConfig& model);
+// Before a run computes on `be`: the family's check_backend, once.
+void check_family_backend(const ModelConfig& model, Backend& be);
 // nullptr when no family has that name.
 const ModelFamily* find_model_family(const std::string& name);
 // The registered families' names, built-in first, in registration order.

@@ -19,12 +19,15 @@
 // the parameter's name, so independent of the partition): weights N(0, 0.02),
 // the two residual projections N(0, 0.02 / sqrt(2 * n_blocks)), biases 0,
 // LayerNorm weight 1 and bias 0.
+// Beyond the core kernels the layers compute with the backend's
+// TransformerKernels group, fetched through gpt_kernels.
 #pragma once
 
 #include <memory>
 #include <string>
 
 #include "pipetrain/model/layers.hpp"
+#include "pipetrain/tensor/transformer_kernels.hpp"
 
 namespace pt {
 
@@ -36,6 +39,11 @@ struct GptDims {
   int64_t mlp_ratio = 4;     // R: MLP hidden width R*C
   int64_t blocks = 4;        // n_blocks (for the residual init scale)
 };
+
+// The transformer kernels of `be`, which every GPT layer computes with;
+// InputError 'model family "gpt" needs the transformer kernels, which backend
+// "<name>" does not provide' when it lacks them.
+TransformerKernels& gpt_kernels(Backend& be);
 
 // tokens (mb, T) i32 -> (mb, T, C): wte[token] + wpe[position].
 std::unique_ptr<Layer> make_gpt_embedding(const GptDims& dims, uint64_t seed);

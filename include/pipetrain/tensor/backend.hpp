@@ -2,7 +2,10 @@
 //
 // Layers never touch raw loops or BLAS directly; they call a Backend. The CPU
 // backend (OpenBLAS + plain loops) is always built; the CUDA backend (cuBLAS +
-// own kernels) implements the same interface. Tensors are viewed as 2-D
+// own kernels) implements the same interface. Kernels come in groups: the core
+// ones below (GEMM, bias, activations, losses, elementwise, optimizer steps)
+// that every backend has, and KernelGroups such as TransformerKernels that a
+// backend provides for the model families needing them. Tensors are viewed as 2-D
 // (rows, cols) with all leading dimensions folded into rows.
 // Every kernel is deterministic: the same inputs give bitwise the same outputs.
 #pragma once
@@ -36,45 +39,83 @@ class ComputeTimer {
   virtual std::vector<double> read() = 0;
 };
 
+// A group of kernels beyond the core ones that only some backends provide,
+// for the model families that need them: TransformerKernels
+// (transformer_kernels.hpp) for "gpt". A group K derives from KernelGroup and
+// names itself in `static constexpr const char* kGroup`; a backend that has
+// it returns it from Backend::kernel_group(K::kGroup). A family with kernels
+// of its own (a CNN's convolutions) adds its group the same way, touching
+// only the backends that implement it.
+class KernelGroup {
+ public:
+  virtual ~KernelGroup() = default;
+};
+
+// The core kernels, which every backend implements and every model family may
+// use. Each kernel is a public non-virtual function that checks its arguments'
+// shapes (src/tensor/backend.cpp: the one place, with one message per
+// argument) and then calls the backend's protected do_<kernel>, which may
+// assume them. A backend adds only its own preconditions (the CUDA backend:
+// every tensor on the GPU).
 class Backend {
  public:
   virtual ~Backend() = default;
   virtual const char* name() const = 0;
   virtual Device device() const = 0;
 
+  // The group K of this backend, or nullptr when it does not provide it.
+  template <class K>
+  K* kernels() {
+    return dynamic_cast<K*>(kernel_group(K::kGroup));
+  }
+  // The group named `group` (a KernelGroup's kGroup), or nullptr; by default
+  // a backend has the core kernels only.
+  virtual KernelGroup* kernel_group(const std::string& /*group*/) { return nullptr; }
+
   // c = alpha * op(a) * op(b) + beta * c, op = transpose when the flag is set.
   // a: (m, k) or (k, m); b: (k, n) or (n, k); c: (m, n), all row-major 2-D views.
-  virtual void matmul(const Tensor& a, bool trans_a, const Tensor& b, bool trans_b,
-                      Tensor& c, float alpha, float beta) = 0;
+  void matmul(const Tensor& a, bool trans_a, const Tensor& b, bool trans_b, Tensor& c,
+              float alpha, float beta);
   // y (rows, n) += bias (n)
-  virtual void add_bias(Tensor& y, const Tensor& bias) = 0;
+  void add_bias(Tensor& y, const Tensor& bias);
   // dbias (n) += column sums of dy (rows, n)
-  virtual void accumulate_bias_grad(const Tensor& dy, Tensor& dbias) = 0;
+  void accumulate_bias_grad(const Tensor& dy, Tensor& dbias);
 
-  virtual void relu_forward(const Tensor& x, Tensor& y) = 0;
-  virtual void relu_backward(const Tensor& x, const Tensor& dy, Tensor& dx) = 0;
-  // tanh approximation of GELU
-  virtual void gelu_forward(const Tensor& x, Tensor& y) = 0;
-  virtual void gelu_backward(const Tensor& x, const Tensor& dy, Tensor& dx) = 0;
+  // y = max(x, 0); dx = dy where x > 0, else 0. x, y, dy, dx: same size.
+  void relu_forward(const Tensor& x, Tensor& y);
+  void relu_backward(const Tensor& x, const Tensor& dy, Tensor& dx);
+  // tanh approximation of GELU; sizes as relu.
+  void gelu_forward(const Tensor& x, Tensor& y);
+  void gelu_backward(const Tensor& x, const Tensor& dy, Tensor& dx);
 
-  // Mean-squared error. pred, target: (rows, n). Returns sum (pred-target)^2
-  // over the tensor; writes dpred = 2 * (pred - target) * grad_scale.
-  virtual double mse_loss(const Tensor& pred, const Tensor& target, float grad_scale,
-                          Tensor& dpred) = 0;
-  // Softmax cross-entropy. logits: (rows, classes); labels: (rows) i32.
+  // Mean-squared error. pred, target, dpred: (rows, n). Returns sum
+  // (pred-target)^2 over the tensor; writes dpred = 2 * (pred - target) * grad_scale.
+  double mse_loss(const Tensor& pred, const Tensor& target, float grad_scale, Tensor& dpred);
+  // Softmax cross-entropy. logits, dlogits: (rows, classes); labels: (rows) i32.
   // Returns the sum over rows of -log softmax[label]; writes
   // dlogits = (softmax - onehot) * grad_scale.
-  virtual double softmax_cross_entropy(const Tensor& logits, const Tensor& labels,
-                                       float grad_scale, Tensor& dlogits) = 0;
+  double softmax_cross_entropy(const Tensor& logits, const Tensor& labels, float grad_scale,
+                               Tensor& dlogits);
 
-  virtual void fill(Tensor& x, float value) = 0;
-  virtual void copy(const Tensor& src, Tensor& dst) = 0;
+  void fill(Tensor& x, float value);
+  // dst = src, of the same size in bytes (across devices on a GPU backend).
+  void copy(const Tensor& src, Tensor& dst);
   // Sum of squares in double, accumulated in index order.
-  virtual double sum_squares(const Tensor& x) = 0;
+  double sum_squares(const Tensor& x);
   // True when every element is finite.
-  virtual bool all_finite(const Tensor& x) = 0;
+  bool all_finite(const Tensor& x);
   // x *= s
-  virtual void scale(Tensor& x, float s) = 0;
+  void scale(Tensor& x, float s);
+  // out = a + b elementwise (e.g. a residual add); out may alias a or b. Same sizes.
+  void add(const Tensor& a, const Tensor& b, Tensor& out);
+
+  // p -= lr * (v = momentum * v + g + weight_decay * p). p, g, v: same size.
+  void sgd_step(Tensor& p, const Tensor& g, Tensor& v, float lr, float momentum,
+                float weight_decay);
+  // AdamW with bias correction; step is 1-based. p, g, m, v: same size.
+  void adamw_step(Tensor& p, const Tensor& g, Tensor& m, Tensor& v, float lr, float beta1,
+                  float beta2, float eps, float weight_decay, long step);
+
   // Waits until every kernel issued so far has finished (timings, traces).
   // The CPU backend computes synchronously: nothing to wait for.
   virtual void synchronize() {}
@@ -91,53 +132,44 @@ class Backend {
   virtual void release_cached_memory() {}
   virtual void trim_cached_memory() {}
 
-  // ---- Transformer (GPT) kernels. Shapes: mb micro-batch, T sequence, C model
-  // width, H heads, D = C / H head width, V vocabulary.
-
-  // out = a + b elementwise (the residual add); out may alias a or b.
-  virtual void add(const Tensor& a, const Tensor& b, Tensor& out) = 0;
-
-  // LayerNorm over the last dimension, biased variance, eps inside the sqrt:
-  // y = (x - mean) * rstd * gamma + beta. x, y: (rows, C); gamma, beta: (C);
-  // writes mean, rstd: (rows) for the backward pass.
-  virtual void layernorm_forward(const Tensor& x, const Tensor& gamma, const Tensor& beta,
-                                 float eps, Tensor& y, Tensor& mean, Tensor& rstd) = 0;
-  // Writes dx (rows, C) and ADDS into dgamma, dbeta (C). mean, rstd: from forward.
-  virtual void layernorm_backward(const Tensor& x, const Tensor& gamma, const Tensor& mean,
-                                  const Tensor& rstd, const Tensor& dy, Tensor& dx,
-                                  Tensor& dgamma, Tensor& dbeta) = 0;
-
-  // y[b, t] = wte[tokens[b, t]] + wpe[t]. tokens: (mb, T) i32; wte: (V, C);
-  // wpe: (Tmax, C) with T <= Tmax; y: (mb, T, C).
-  virtual void embedding_forward(const Tensor& tokens, const Tensor& wte, const Tensor& wpe,
-                                 Tensor& y) = 0;
-  // ADDS dy (mb, T, C) into dwte[tokens[b, t]] and dwpe[t], in (b, t) order.
-  virtual void embedding_backward(const Tensor& tokens, const Tensor& dy, Tensor& dwte,
-                                  Tensor& dwpe) = 0;
-
-  // Causal multi-head self-attention on the fused qkv (mb, T, 3C): columns
-  // [0, C) are the queries, [C, 2C) the keys, [2C, 3C) the values, head h in
-  // columns [h*D, (h+1)*D) of each. Split in two so that backward can run from
-  // probabilities recomputed by attention_probs (selective recomputation).
-  //
-  // probs (mb, H, T, T) = softmax(Q K^T / sqrt(D) + causal mask); entries
-  // above the diagonal are exactly 0.
-  virtual void attention_probs(const Tensor& qkv, int64_t heads, Tensor& probs) = 0;
-  // y (mb, T, C): head h of y[b] = probs[b, h] @ V[b, h].
-  virtual void attention_values(const Tensor& qkv, const Tensor& probs, int64_t heads,
-                                Tensor& y) = 0;
-  // Writes dqkv (mb, T, 3C) from dy (mb, T, C), the probs and qkv of forward.
-  virtual void attention_backward(const Tensor& qkv, const Tensor& probs, const Tensor& dy,
-                                  int64_t heads, Tensor& dqkv) = 0;
-
-  // p -= lr * (v = momentum * v + g + weight_decay * p)
-  virtual void sgd_step(Tensor& p, const Tensor& g, Tensor& v, float lr, float momentum,
-                        float weight_decay) = 0;
-  // AdamW with bias correction; step is 1-based.
-  virtual void adamw_step(Tensor& p, const Tensor& g, Tensor& m, Tensor& v, float lr,
-                          float beta1, float beta2, float eps, float weight_decay,
-                          long step) = 0;
+ protected:
+  // The kernels above, called with arguments whose shapes were checked.
+  virtual void do_matmul(const Tensor& a, bool trans_a, const Tensor& b, bool trans_b, Tensor& c,
+                         float alpha, float beta) = 0;
+  virtual void do_add_bias(Tensor& y, const Tensor& bias) = 0;
+  virtual void do_accumulate_bias_grad(const Tensor& dy, Tensor& dbias) = 0;
+  virtual void do_relu_forward(const Tensor& x, Tensor& y) = 0;
+  virtual void do_relu_backward(const Tensor& x, const Tensor& dy, Tensor& dx) = 0;
+  virtual void do_gelu_forward(const Tensor& x, Tensor& y) = 0;
+  virtual void do_gelu_backward(const Tensor& x, const Tensor& dy, Tensor& dx) = 0;
+  virtual double do_mse_loss(const Tensor& pred, const Tensor& target, float grad_scale,
+                             Tensor& dpred) = 0;
+  virtual double do_softmax_cross_entropy(const Tensor& logits, const Tensor& labels,
+                                          float grad_scale, Tensor& dlogits) = 0;
+  virtual void do_fill(Tensor& x, float value) = 0;
+  virtual void do_copy(const Tensor& src, Tensor& dst) = 0;
+  virtual double do_sum_squares(const Tensor& x) = 0;
+  virtual bool do_all_finite(const Tensor& x) = 0;
+  virtual void do_scale(Tensor& x, float s) = 0;
+  virtual void do_add(const Tensor& a, const Tensor& b, Tensor& out) = 0;
+  virtual void do_sgd_step(Tensor& p, const Tensor& g, Tensor& v, float lr, float momentum,
+                           float weight_decay) = 0;
+  virtual void do_adamw_step(Tensor& p, const Tensor& g, Tensor& m, Tensor& v, float lr,
+                             float beta1, float beta2, float eps, float weight_decay,
+                             long step) = 0;
 };
+
+[[noreturn]] void throw_missing_kernels(const Backend& be, const char* group,
+                                       const std::string& user);
+
+// The kernels of group K that `user` (e.g. "model family \"gpt\"") needs
+// from `be`; InputError naming both and the backend when it lacks them.
+template <class K>
+K& require_kernels(Backend& be, const std::string& user) {
+  K* k = be.kernels<K>();
+  if (!k) throw_missing_kernels(be, K::kGroup, user);
+  return *k;
+}
 
 // The process-wide CPU backend (fp32 GEMMs).
 Backend& cpu_backend();

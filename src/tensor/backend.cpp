@@ -1,0 +1,113 @@
+// backend.cpp: the core kernels' argument checks, written once for every
+// backend: each public Backend kernel checks its shapes here and then calls
+// the backend's do_<kernel>. Also the error of a missing kernel group.
+#include "pipetrain/tensor/backend.hpp"
+
+#include "shape_checks.hpp"
+
+namespace pt {
+
+using shapes::numel_is;
+using shapes::same_numel;
+
+void throw_missing_kernels(const Backend& be, const char* group, const std::string& user) {
+  throw InputError(user + " needs the " + group + " kernels, which backend \"" + be.name() +
+                   "\" does not provide");
+}
+
+void Backend::matmul(const Tensor& a, bool trans_a, const Tensor& b, bool trans_b, Tensor& c,
+                     float alpha, float beta) {
+  const int64_t m = trans_a ? a.cols() : a.rows();
+  const int64_t k = trans_a ? a.rows() : a.cols();
+  const int64_t kb = trans_b ? b.cols() : b.rows();
+  const int64_t n = trans_b ? b.rows() : b.cols();
+  PT_CHECK(k == kb && c.rows() == m && c.cols() == n,
+           "matmul shapes " + shape_string(a.shape()) + (trans_a ? "^T" : "") + " x " +
+               shape_string(b.shape()) + (trans_b ? "^T" : "") + " -> " + shape_string(c.shape()));
+  do_matmul(a, trans_a, b, trans_b, c, alpha, beta);
+}
+
+void Backend::add_bias(Tensor& y, const Tensor& bias) {
+  numel_is("add_bias", "bias", bias, y.cols(), "the columns of y");
+  do_add_bias(y, bias);
+}
+
+void Backend::accumulate_bias_grad(const Tensor& dy, Tensor& dbias) {
+  numel_is("accumulate_bias_grad", "dbias", dbias, dy.cols(), "the columns of dy");
+  do_accumulate_bias_grad(dy, dbias);
+}
+
+void Backend::relu_forward(const Tensor& x, Tensor& y) {
+  same_numel("relu_forward", "y", y, "x", x);
+  do_relu_forward(x, y);
+}
+
+void Backend::relu_backward(const Tensor& x, const Tensor& dy, Tensor& dx) {
+  same_numel("relu_backward", "dy", dy, "x", x);
+  same_numel("relu_backward", "dx", dx, "x", x);
+  do_relu_backward(x, dy, dx);
+}
+
+void Backend::gelu_forward(const Tensor& x, Tensor& y) {
+  same_numel("gelu_forward", "y", y, "x", x);
+  do_gelu_forward(x, y);
+}
+
+void Backend::gelu_backward(const Tensor& x, const Tensor& dy, Tensor& dx) {
+  same_numel("gelu_backward", "dy", dy, "x", x);
+  same_numel("gelu_backward", "dx", dx, "x", x);
+  do_gelu_backward(x, dy, dx);
+}
+
+double Backend::mse_loss(const Tensor& pred, const Tensor& target, float grad_scale,
+                         Tensor& dpred) {
+  same_numel("mse_loss", "target", target, "pred", pred);
+  same_numel("mse_loss", "dpred", dpred, "pred", pred);
+  return do_mse_loss(pred, target, grad_scale, dpred);
+}
+
+double Backend::softmax_cross_entropy(const Tensor& logits, const Tensor& labels,
+                                      float grad_scale, Tensor& dlogits) {
+  numel_is("softmax_cross_entropy", "labels", labels, logits.rows(), "the rows of logits");
+  same_numel("softmax_cross_entropy", "dlogits", dlogits, "logits", logits);
+  return do_softmax_cross_entropy(logits, labels, grad_scale, dlogits);
+}
+
+void Backend::fill(Tensor& x, float value) { do_fill(x, value); }
+
+void Backend::copy(const Tensor& src, Tensor& dst) {
+  PT_CHECK(src.bytes() == dst.bytes(), "copy: dst " + shape_string(dst.shape()) + " has " +
+                                           std::to_string(dst.bytes()) + " bytes, src " +
+                                           shape_string(src.shape()) + " has " +
+                                           std::to_string(src.bytes()));
+  do_copy(src, dst);
+}
+
+double Backend::sum_squares(const Tensor& x) { return do_sum_squares(x); }
+
+bool Backend::all_finite(const Tensor& x) { return do_all_finite(x); }
+
+void Backend::scale(Tensor& x, float s) { do_scale(x, s); }
+
+void Backend::add(const Tensor& a, const Tensor& b, Tensor& out) {
+  same_numel("add", "b", b, "a", a);
+  same_numel("add", "out", out, "a", a);
+  do_add(a, b, out);
+}
+
+void Backend::sgd_step(Tensor& p, const Tensor& g, Tensor& v, float lr, float momentum,
+                       float weight_decay) {
+  same_numel("sgd_step", "g", g, "p", p);
+  same_numel("sgd_step", "v", v, "p", p);
+  do_sgd_step(p, g, v, lr, momentum, weight_decay);
+}
+
+void Backend::adamw_step(Tensor& p, const Tensor& g, Tensor& m, Tensor& v, float lr, float beta1,
+                         float beta2, float eps, float weight_decay, long step) {
+  same_numel("adamw_step", "g", g, "p", p);
+  same_numel("adamw_step", "m", m, "p", p);
+  same_numel("adamw_step", "v", v, "p", p);
+  do_adamw_step(p, g, m, v, lr, beta1, beta2, eps, weight_decay, step);
+}
+
+}  // namespace pt

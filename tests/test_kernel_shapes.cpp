@@ -1,0 +1,80 @@
+// test_kernel_shapes.cpp: every backend's kernels check their arguments in one
+// place (src/tensor/backend.cpp, src/tensor/transformer_kernels.cpp) with one
+// message per argument. Here on the CPU backend, for the checks that only the
+// CUDA backend made before they were shared (#41): a wrong output or state
+// tensor is refused with a message naming the kernel, the argument and both
+// shapes, instead of being written past or short of its end.
+#include <gtest/gtest.h>
+
+#include <functional>
+#include <string>
+
+#include "pipetrain/base/error.hpp"
+#include "pipetrain/tensor/transformer_kernels.hpp"
+
+namespace pt {
+namespace {
+
+Tensor t(const Shape& shape) { return Tensor::zeros(shape); }
+
+// The message of the Error `call` throws; "" when it throws none.
+std::string error_of(const std::function<void()>& call) {
+  try {
+    call();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+// The message ends with `expected` (it starts with the check's file:line).
+void expect_refused(const std::function<void()>& call, const std::string& expected) {
+  const std::string got = error_of(call);
+  ASSERT_GE(got.size(), expected.size()) << "no error or a short one: '" << got << "'";
+  EXPECT_EQ(got.substr(got.size() - expected.size()), expected) << got;
+}
+
+TEST(KernelShapes, ReluAndGeluBackwardCheckDx) {
+  Backend& be = cpu_backend();
+  Tensor x = t({2, 3}), dy = t({2, 3}), dx = t({3, 3});
+  expect_refused([&] { be.relu_backward(x, dy, dx); },
+                 "relu_backward: dx (3, 3) has 9 elements, x (2, 3) has 6");
+  expect_refused([&] { be.gelu_backward(x, dy, dx); },
+                 "gelu_backward: dx (3, 3) has 9 elements, x (2, 3) has 6");
+  Tensor good = t({6});  // only the element count matters
+  EXPECT_EQ(error_of([&] { be.relu_backward(x, dy, good); }), "");
+}
+
+TEST(KernelShapes, LossesCheckTheirGradients) {
+  Backend& be = cpu_backend();
+  Tensor pred = t({2, 3}), target = t({2, 3}), dpred = t({2, 4});
+  expect_refused([&] { be.mse_loss(pred, target, 1.f, dpred); },
+                 "mse_loss: dpred (2, 4) has 8 elements, pred (2, 3) has 6");
+  Tensor labels = Tensor::zeros({2}, DType::I32), dlogits = t({3, 3});
+  expect_refused([&] { be.softmax_cross_entropy(pred, labels, 1.f, dlogits); },
+                 "softmax_cross_entropy: dlogits (3, 3) has 9 elements, logits (2, 3) has 6");
+  Tensor few_labels = Tensor::zeros({1}, DType::I32);
+  expect_refused([&] { be.softmax_cross_entropy(pred, few_labels, 1.f, pred); },
+                 "softmax_cross_entropy: labels (1) has 1 elements, expected 2 (the rows of logits)");
+}
+
+TEST(KernelShapes, OptimizerStepsCheckTheirState) {
+  Backend& be = cpu_backend();
+  Tensor p = t({5}), g = t({5}), wrong = t({4});
+  expect_refused([&] { be.sgd_step(p, g, wrong, 0.1f, 0.9f, 0.f); },
+                 "sgd_step: v (4) has 4 elements, p (5) has 5");
+  Tensor v = t({5});
+  expect_refused([&] { be.adamw_step(p, g, wrong, v, 0.1f, 0.9f, 0.95f, 1e-8f, 0.f, 1); },
+                 "adamw_step: m (4) has 4 elements, p (5) has 5");
+}
+
+TEST(KernelShapes, LayerNormBackwardChecksItsStatistics) {
+  TransformerKernels& tk = require_kernels<TransformerKernels>(cpu_backend(), "this test");
+  Tensor x = t({4, 3}), gamma = t({3}), mean = t({2}), rstd = t({4}), dy = t({4, 3});
+  Tensor dx = t({4, 3}), dgamma = t({3}), dbeta = t({3});
+  expect_refused([&] { tk.layernorm_backward(x, gamma, mean, rstd, dy, dx, dgamma, dbeta); },
+                 "layernorm_backward: mean (2) has 2 elements, expected 4 (the rows of x)");
+}
+
+}  // namespace
+}  // namespace pt
