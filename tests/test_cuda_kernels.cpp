@@ -124,6 +124,37 @@ TEST(CudaKernels, Losses) {
   expect_close(gdl, dl, 1e-6, "cross-entropy dlogits");
 }
 
+// The deferred forms (#42) leave their results in a device ScalarBatch: one
+// read returns, bit for bit, what the immediate kernels return, in slot order.
+TEST(CudaKernels, DeferredScalarsAreTheImmediateOnesReadOnce) {
+  PT_REQUIRE_GPU();
+  auto be = backend();
+  Tensor x = gpu(random_host({1000, 37}, 11));
+  Tensor bad = random_host({50}, 12);
+  bad.f32()[7] = std::numeric_limits<float>::infinity();
+  Tensor pred = gpu(random_host({19, 13}, 8)), target = gpu(random_host({19, 13}, 9));
+  Tensor logits = gpu(random_host({21, 300}, 10, 3.f));
+  Tensor labels = Tensor::empty({21}, DType::I32, MemCategory::Workspace, Device::CPU);
+  for (int i = 0; i < 21; ++i) labels.i32()[i] = (i * 37) % 300;
+  labels = gpu(labels);
+  Tensor gd = Tensor::empty(pred.shape(), DType::F32, MemCategory::Workspace, Device::CUDA);
+  Tensor gdl = Tensor::empty(logits.shape(), DType::F32, MemCategory::Workspace, Device::CUDA);
+  std::unique_ptr<ScalarBatch> batch = be->make_scalar_batch(6);
+  be->sum_squares_to(x, *batch, 0);
+  be->nonfinite_to(x, *batch, 1);
+  be->nonfinite_to(gpu(bad), *batch, 2);
+  be->mse_loss_to(pred, target, 0.25f, gd, *batch, 3);
+  be->softmax_cross_entropy_to(logits, labels, 0.5f, gdl, *batch, 4);
+  const std::vector<double> got = batch->read();  // slot 5: never written
+  ASSERT_EQ(got.size(), 6u);
+  EXPECT_TRUE(test::same_bits(got[0], be->sum_squares(x)));
+  EXPECT_EQ(got[1], 0.0);
+  EXPECT_GT(got[2], 0.0);
+  EXPECT_TRUE(test::same_bits(got[3], be->mse_loss(pred, target, 0.25f, gd)));
+  EXPECT_TRUE(test::same_bits(got[4], be->softmax_cross_entropy(logits, labels, 0.5f, gdl)));
+  EXPECT_EQ(got[5], 0.0);
+}
+
 TEST(CudaKernels, FillCopyScaleReductions) {
   PT_REQUIRE_GPU();
   auto be = backend();

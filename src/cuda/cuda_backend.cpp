@@ -7,12 +7,14 @@
 // stream (EventTimer).
 #include <cublas_v2.h>
 
+#include <algorithm>
 #include <cmath>
 #include <memory>
 #include <vector>
 
 #include "check.hpp"
 #include "context.hpp"
+#include "device_memory.hpp"
 #include "cuda_transformer.hpp"
 #include "gemm.hpp"
 #include "kernels.hpp"
@@ -79,6 +81,39 @@ class EventTimer final : public ComputeTimer {
   bool open_ = false;
 };
 
+// A ScalarBatch in device memory: kernels write its slots in compute-stream
+// order, and read() copies every slot back at once and waits once.
+class DeviceScalarBatch final : public ScalarBatch {
+ public:
+  DeviceScalarBatch(int64_t size, cudaStream_t stream)
+      : ScalarBatch(size),
+        slots_(static_cast<size_t>(std::max<int64_t>(size, 1)) * sizeof(double)),
+        host_(static_cast<size_t>(size)),
+        stream_(stream) {
+    if (size > 0) CUDA_CHECK(cudaMemsetAsync(slots_.get(), 0, bytes(), stream_));
+  }
+  double* slot(int64_t i) { return slots_.as<double>() + i; }
+  std::vector<double> read() override {
+    if (size() == 0) return {};
+    CUDA_CHECK(cudaMemcpyAsync(host_.data(), slots_.get(), bytes(), cudaMemcpyDeviceToHost, stream_));
+    CUDA_CHECK(cudaStreamSynchronize(stream_));
+    sync_and_check();  // a kernel's invalid input (e.g. a label out of range) is reported here
+    return host_;
+  }
+
+ private:
+  size_t bytes() const { return static_cast<size_t>(size()) * sizeof(double); }
+  DeviceBuffer slots_;        // (size) doubles on the device
+  std::vector<double> host_;  // (size)
+  cudaStream_t stream_;
+};
+
+DeviceScalarBatch& device_batch(ScalarBatch& batch) {
+  auto* b = dynamic_cast<DeviceScalarBatch*>(&batch);
+  PT_CHECK(b != nullptr, "a ScalarBatch of another backend passed to the CUDA backend");
+  return *b;
+}
+
 class CudaBackend final : public Backend {
  public:
   explicit CudaBackend(const BackendOptions& o)
@@ -88,6 +123,10 @@ class CudaBackend final : public Backend {
   Device device() const override { return Device::CUDA; }
   void synchronize() override { cuda::synchronize(); }
   std::unique_ptr<ComputeTimer> make_timer() override { return std::make_unique<EventTimer>(); }
+  std::unique_ptr<ScalarBatch> make_scalar_batch(int64_t size) override {
+    PT_CHECK(size >= 0, "make_scalar_batch: size " + std::to_string(size));
+    return std::make_unique<DeviceScalarBatch>(size, stream());
+  }
   void release_cached_memory() override { release_cached_device_memory(); }
   void trim_cached_memory() override { trim_cached_device_memory(); }
   KernelGroup* kernel_group(const std::string& group) override {
@@ -190,6 +229,35 @@ class CudaBackend final : public Backend {
   double do_sum_squares(const Tensor& x) override {
     check_on_gpu(x, "sum_squares");
     return kern::reduce_sum_squares(x.f32(), x.numel(), stream());
+  }
+
+  void do_sum_squares_to(const Tensor& x, ScalarBatch& batch, int64_t slot) override {
+    check_on_gpu(x, "sum_squares");
+    kern::reduce_sum_squares_into(x.f32(), x.numel(), device_batch(batch).slot(slot), stream());
+  }
+
+  void do_nonfinite_to(const Tensor& x, ScalarBatch& batch, int64_t slot) override {
+    check_on_gpu(x, "nonfinite");
+    kern::reduce_count_nonfinite_into(x.f32(), x.numel(), device_batch(batch).slot(slot), stream());
+  }
+
+  void do_mse_loss_to(const Tensor& pred, const Tensor& target, float grad_scale, Tensor& dpred,
+                      ScalarBatch& batch, int64_t slot) override {
+    check_on_gpu({&pred, &target, &dpred}, "mse");
+    kern::reduce_mse_into(pred.f32(), target.f32(), grad_scale, dpred.f32(), pred.numel(),
+                          device_batch(batch).slot(slot), stream());
+  }
+
+  void do_softmax_cross_entropy_to(const Tensor& logits, const Tensor& labels, float grad_scale,
+                                   Tensor& dlogits, ScalarBatch& batch, int64_t slot) override {
+    check_on_gpu(logits, "logits");
+    check_on_gpu(labels, "labels");
+    check_on_gpu(dlogits, "dlogits");
+    const int64_t rows = logits.rows(), classes = logits.cols();
+    DeviceBuffer row_loss(static_cast<size_t>(rows) * sizeof(double));  // freed in stream order
+    kern::softmax_xent(logits.f32(), labels.i32(), grad_scale, dlogits.f32(),
+                       row_loss.as<double>(), rows, classes, stream());
+    kern::reduce_sum_into(row_loss.as<double>(), rows, device_batch(batch).slot(slot), stream());
   }
 
   bool do_all_finite(const Tensor& x) override {

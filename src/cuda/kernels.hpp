@@ -31,13 +31,19 @@ void adamw_step(float* p, const float* g, float* m, float* v, float beta1, float
 // out[i] = x[i] rounded to nearest even in bf16 (to_bf16) or fp16.
 void cast_to_half(const float* x, void* out, int64_t n, bool to_bf16, cudaStream_t s);
 
-// ---- reductions (kernels_reduce.cu); each synchronises and returns ----
+// ---- reductions (kernels_reduce.cu); each synchronises and returns, except *_into ----
 double reduce_sum_squares(const float* x, int64_t n, cudaStream_t s);
 int64_t reduce_count_nonfinite(const float* x, int64_t n, cudaStream_t s);
 // Returns sum (pred - target)^2; writes dpred = 2 (pred - target) grad_scale.
 double reduce_mse(const float* pred, const float* target, float grad_scale, float* dpred,
                   int64_t n, cudaStream_t s);
 double reduce_sum(const double* x, int64_t n, cudaStream_t s);
+// The same sums left at device address `out` (a ScalarBatch slot); no wait.
+void reduce_sum_squares_into(const float* x, int64_t n, double* out, cudaStream_t s);
+void reduce_count_nonfinite_into(const float* x, int64_t n, double* out, cudaStream_t s);
+void reduce_mse_into(const float* pred, const float* target, float grad_scale, float* dpred,
+                     int64_t n, double* out, cudaStream_t s);
+void reduce_sum_into(const double* x, int64_t n, double* out, cudaStream_t s);
 
 // ---- row-wise kernels (kernels_rows.cu) ----
 void layernorm_forward(const float* x, const float* gamma, const float* beta, float eps,

@@ -2,7 +2,8 @@
 // non-finite count, MSE, sums of per-row losses). Two passes: a fixed grid
 // (a function of n only) writes one partial per block, one block adds the
 // partials; both in double. The result comes back through pinned memory after
-// a synchronisation of the stream.
+// a synchronisation of the stream, or (the *_into forms) stays in device
+// memory for a ScalarBatch to read with others at once.
 #include "context.hpp"
 #include "device_common.cuh"
 #include "device_memory.hpp"
@@ -65,18 +66,30 @@ __global__ void final_sum_kernel(const double* partials, int count, double* out)
   if (threadIdx.x == 0) *out = s;
 }
 
+// Leaves the sum in device memory at `out`, in stream order; nothing waits.
 template <class Term>
-double reduce(int64_t n, Term term, cudaStream_t s) {
-  if (n == 0) return 0.0;
+void reduce_into(int64_t n, Term term, double* out, cudaStream_t s) {
+  if (n == 0) {
+    CUDA_CHECK(cudaMemsetAsync(out, 0, sizeof(double), s));
+    return;
+  }
   const unsigned blocks = reduce_blocks(n);
-  DeviceBuffer partials((blocks + 1) * sizeof(double));
-  double* out = partials.as<double>() + blocks;
+  DeviceBuffer partials(blocks * sizeof(double));  // back to the cache in stream order
   partial_sum_kernel<<<blocks, kThreads, 0, s>>>(n, term, partials.as<double>());
   PT_LAUNCH_CHECK();
   final_sum_kernel<<<1, kThreads, 0, s>>>(partials.as<double>(), static_cast<int>(blocks), out);
   PT_LAUNCH_CHECK();
+}
+
+// The same sum, waited for and returned.
+template <class Term>
+double reduce(int64_t n, Term term, cudaStream_t s) {
+  if (n == 0) return 0.0;
+  DeviceBuffer out(sizeof(double));
+  reduce_into(n, term, out.as<double>(), s);
   Context& ctx = context();
-  CUDA_CHECK(cudaMemcpyAsync(ctx.readback, out, sizeof(double), cudaMemcpyDeviceToHost, s));
+  CUDA_CHECK(cudaMemcpyAsync(ctx.readback, out.as<double>(), sizeof(double),
+                             cudaMemcpyDeviceToHost, s));
   CUDA_CHECK(cudaStreamSynchronize(s));
   sync_and_check();
   return ctx.readback[0];
@@ -99,6 +112,23 @@ double reduce_mse(const float* pred, const float* target, float grad_scale, floa
 
 double reduce_sum(const double* x, int64_t n, cudaStream_t s) {
   return reduce(n, DoubleTerm{x}, s);
+}
+
+void reduce_sum_squares_into(const float* x, int64_t n, double* out, cudaStream_t s) {
+  reduce_into(n, SquareTerm{x}, out, s);
+}
+
+void reduce_count_nonfinite_into(const float* x, int64_t n, double* out, cudaStream_t s) {
+  reduce_into(n, NonFiniteTerm{x}, out, s);
+}
+
+void reduce_mse_into(const float* pred, const float* target, float grad_scale, float* dpred,
+                     int64_t n, double* out, cudaStream_t s) {
+  reduce_into(n, MseTerm{pred, target, grad_scale, dpred}, out, s);
+}
+
+void reduce_sum_into(const double* x, int64_t n, double* out, cudaStream_t s) {
+  reduce_into(n, DoubleTerm{x}, out, s);
 }
 
 }  // namespace pt::cuda::kern

@@ -180,6 +180,11 @@ class MseLoss final : public Loss {
                           float grad_scale, Tensor& dpred) override {
     return be.mse_loss(pred, target, grad_scale, dpred);
   }
+  void forward_backward_to(Backend& be, const Tensor& pred, const Tensor& target,
+                           float grad_scale, Tensor& dpred, ScalarBatch& batch,
+                           int64_t slot) override {
+    be.mse_loss_to(pred, target, grad_scale, dpred, batch, slot);
+  }
 };
 
 class CrossEntropyLoss final : public Loss {
@@ -188,6 +193,11 @@ class CrossEntropyLoss final : public Loss {
   double forward_backward(Backend& be, const Tensor& pred, const Tensor& target,
                           float grad_scale, Tensor& dpred) override {
     return be.softmax_cross_entropy(pred, target, grad_scale, dpred);
+  }
+  void forward_backward_to(Backend& be, const Tensor& pred, const Tensor& target,
+                           float grad_scale, Tensor& dpred, ScalarBatch& batch,
+                           int64_t slot) override {
+    be.softmax_cross_entropy_to(pred, target, grad_scale, dpred, batch, slot);
   }
 };
 

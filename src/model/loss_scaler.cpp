@@ -17,11 +17,16 @@ LossScaler::LossScaler(const LossScalerConfig& cfg) : cfg_(cfg), scale_(cfg.init
   scale_ = std::min(std::max(scale_, cfg.min_scale), cfg.max_scale);
 }
 
+// Every gradient's non-finite count stays on the device; one read for all.
 bool LossScaler::grads_finite(Backend& be, const std::vector<Param*>& params) {
-  for (Param* p : params) {
-    settle_grad(be, *p);
-    if (!be.all_finite(p->grad)) return false;
+  const int64_t n = static_cast<int64_t>(params.size());
+  std::unique_ptr<ScalarBatch> counts = be.make_scalar_batch(n);
+  for (int64_t i = 0; i < n; ++i) {
+    settle_grad(be, *params[static_cast<size_t>(i)]);
+    be.nonfinite_to(params[static_cast<size_t>(i)]->grad, *counts, i);
   }
+  for (double c : counts->read())
+    if (c != 0.0) return false;
   return true;
 }
 

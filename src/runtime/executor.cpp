@@ -119,11 +119,11 @@ StepOutcome Executor::end_pass(double start_us) {
   receives_.clear();
   StepOutcome outcome;
   for (StageRunner& r : runners_) {
+    r.end_pass();  // the last stage reads its losses here, once
     if (r.model().is_last()) {
       outcome.loss_sum = r.loss_sum();
       outcome.micro_batch_losses = r.micro_batch_losses();
     }
-    r.end_pass();
   }
   double compute_s = 0.0;
   for (double s : regions_.read()) compute_s += s;

@@ -1,6 +1,7 @@
 // stage_runner.cpp: F, B and W of one stage under its recompute policy.
 #include "pipetrain/runtime/stage_runner.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <string>
 
@@ -17,6 +18,30 @@ void StageRunner::begin_pass(const PassContext& pass) {
   mbs_.clear();
   loss_sum_ = 0.0;
   mb_losses_.assign(static_cast<size_t>(pass.micro_batches), 0.0);
+  loss_order_.clear();
+  const int slots = std::max(1, pass.micro_batches);  // a probe's pass has none: micro-batch 0
+  if (stage_.is_last() && (!loss_slots_ || loss_slots_->size() != slots))
+    loss_slots_ = be_.make_scalar_batch(slots);
+}
+
+// The losses come back in one read; they are added in the order they were
+// computed (ascending micro-batches), as when each was read at once.
+void StageRunner::end_pass() {
+  mbs_.clear();
+  if (loss_order_.empty()) return;
+  const std::vector<double> losses = loss_slots_->read();
+  for (int mb : loss_order_) {
+    const double loss = losses[static_cast<size_t>(mb)];
+    // With fp16 loss scaling an overflow is the scaler's to handle: the step
+    // is skipped and the scale backs off (LossScaler::finish_backward).
+    if (!std::isfinite(loss) && !config_.loss_scaling)
+      throw Error("non-finite loss at step " + std::to_string(pass_.step) + ", stage " +
+                  std::to_string(stage_.stage) + ", micro-batch " +
+                  std::to_string(config_.global_micro_batch(mb)));
+    loss_sum_ += loss;
+    if (static_cast<size_t>(mb) < mb_losses_.size()) mb_losses_[static_cast<size_t>(mb)] = loss;
+  }
+  loss_order_.clear();
 }
 
 MicroBatchState& StageRunner::forwarded(int mb) {
@@ -65,15 +90,8 @@ void StageRunner::compute_loss(int mb, MicroBatchState& state, const Tensor& y) 
   state.grad_output = Tensor::empty(y.shape(), DType::F32, MemCategory::Workspace);
   const float grad_scale =
       static_cast<float>(pass_.loss_scale / static_cast<double>(config_.batch_size * terms));
-  const double loss = stage_.loss->forward_backward(be_, y, target, grad_scale, state.grad_output);
-  // With fp16 loss scaling an overflow is the scaler's to handle: the step
-  // is skipped and the scale backs off (LossScaler::finish_backward).
-  if (!std::isfinite(loss) && !config_.loss_scaling)
-    throw Error("non-finite loss at step " + std::to_string(pass_.step) + ", stage " +
-                std::to_string(stage_.stage) + ", micro-batch " +
-                std::to_string(config_.global_micro_batch(mb)));
-  loss_sum_ += loss;
-  if (static_cast<size_t>(mb) < mb_losses_.size()) mb_losses_[static_cast<size_t>(mb)] = loss;
+  stage_.loss->forward_backward_to(be_, y, target, grad_scale, state.grad_output, *loss_slots_, mb);
+  loss_order_.push_back(mb);  // read and checked at end_pass
   if (pass_.pass == Pass::Train) state.grad_output.retag(MemCategory::Activations);
   else state.grad_output = Tensor();
 }

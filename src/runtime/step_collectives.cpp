@@ -52,20 +52,31 @@ double StepCollectives::global_grad_norm(std::vector<StageModel>& stages, Backen
       for (Param* p : st.params()) last = p;
     be.fill(last->grad, INFINITY);
   }
+  // Every parameter's sum of squares is left on the device and all of them
+  // come back in one read (a GPU waits once, not once per parameter).
+  std::vector<std::pair<Param*, int>> params;  // with its stage
   for (StageModel& st : stages) {
     per_stage.push_back(0);
     for (Param* p : st.params()) {
-      settle_grad(be, *p);
-      local.push_back(be.sum_squares(p->grad));
+      params.emplace_back(p, st.stage);
       ++per_stage.back();
-      // A double sum of squared floats cannot overflow, so it is finite exactly
-      // when every element is: this is the step's non-finite gradient check.
-      if (!std::isfinite(local.back()))
-        throw Error("non-finite gradient of " + p->name + " at step " + std::to_string(step) +
-                    ", stage " + std::to_string(st.stage) + " (accumulated over micro-batches 0-" +
-                    std::to_string(schedule_.num_micro_batches - 1) + ")");
     }
   }
+  const int64_t n = static_cast<int64_t>(params.size());
+  if (!norm_slots_ || norm_slots_->size() != n) norm_slots_ = be.make_scalar_batch(n);
+  for (int64_t i = 0; i < n; ++i) {
+    settle_grad(be, *params[static_cast<size_t>(i)].first);
+    be.sum_squares_to(params[static_cast<size_t>(i)].first->grad, *norm_slots_, i);
+  }
+  local = norm_slots_->read();
+  for (size_t i = 0; i < params.size(); ++i)
+    // A double sum of squared floats cannot overflow, so it is finite exactly
+    // when every element is: this is the step's non-finite gradient check.
+    if (!std::isfinite(local[i]))
+      throw Error("non-finite gradient of " + params[i].first->name + " at step " +
+                  std::to_string(step) + ", stage " + std::to_string(params[i].second) +
+                  " (accumulated over micro-batches 0-" +
+                  std::to_string(schedule_.num_micro_batches - 1) + ")");
   const std::vector<int> stage_counts =
       per_stage_counts(stages, per_stage, "the gradient-norm counts all-gather");
   const int count = static_cast<int>(local.size());

@@ -89,6 +89,75 @@ bool Backend::all_finite(const Tensor& x) { return do_all_finite(x); }
 
 void Backend::scale(Tensor& x, float s) { do_scale(x, s); }
 
+namespace {
+
+void check_slot(const char* kernel, const ScalarBatch& batch, int64_t slot) {
+  PT_CHECK(slot >= 0 && slot < batch.size(), std::string(kernel) + ": slot " +
+                                                 std::to_string(slot) + " of a batch of " +
+                                                 std::to_string(batch.size()));
+}
+
+// The host slot of a synchronous backend's batch.
+double& host_slot(const char* kernel, ScalarBatch& batch, int64_t slot) {
+  auto* host = dynamic_cast<HostScalarBatch*>(&batch);
+  PT_CHECK(host != nullptr, std::string(kernel) + ": a batch of another backend");
+  return host->at(slot);
+}
+
+}  // namespace
+
+std::unique_ptr<ScalarBatch> Backend::make_scalar_batch(int64_t size) {
+  PT_CHECK(size >= 0, "make_scalar_batch: size " + std::to_string(size));
+  return std::make_unique<HostScalarBatch>(size);
+}
+
+void Backend::sum_squares_to(const Tensor& x, ScalarBatch& batch, int64_t slot) {
+  check_slot("sum_squares_to", batch, slot);
+  do_sum_squares_to(x, batch, slot);
+}
+
+void Backend::nonfinite_to(const Tensor& x, ScalarBatch& batch, int64_t slot) {
+  check_slot("nonfinite_to", batch, slot);
+  do_nonfinite_to(x, batch, slot);
+}
+
+void Backend::mse_loss_to(const Tensor& pred, const Tensor& target, float grad_scale,
+                          Tensor& dpred, ScalarBatch& batch, int64_t slot) {
+  same_numel("mse_loss", "target", target, "pred", pred);
+  same_numel("mse_loss", "dpred", dpred, "pred", pred);
+  check_slot("mse_loss_to", batch, slot);
+  do_mse_loss_to(pred, target, grad_scale, dpred, batch, slot);
+}
+
+void Backend::softmax_cross_entropy_to(const Tensor& logits, const Tensor& labels,
+                                       float grad_scale, Tensor& dlogits, ScalarBatch& batch,
+                                       int64_t slot) {
+  numel_is("softmax_cross_entropy", "labels", labels, logits.rows(), "the rows of logits");
+  same_numel("softmax_cross_entropy", "dlogits", dlogits, "logits", logits);
+  check_slot("softmax_cross_entropy_to", batch, slot);
+  do_softmax_cross_entropy_to(logits, labels, grad_scale, dlogits, batch, slot);
+}
+
+void Backend::do_sum_squares_to(const Tensor& x, ScalarBatch& batch, int64_t slot) {
+  host_slot("sum_squares_to", batch, slot) = do_sum_squares(x);
+}
+
+void Backend::do_nonfinite_to(const Tensor& x, ScalarBatch& batch, int64_t slot) {
+  host_slot("nonfinite_to", batch, slot) = do_all_finite(x) ? 0.0 : 1.0;
+}
+
+void Backend::do_mse_loss_to(const Tensor& pred, const Tensor& target, float grad_scale,
+                             Tensor& dpred, ScalarBatch& batch, int64_t slot) {
+  host_slot("mse_loss_to", batch, slot) = do_mse_loss(pred, target, grad_scale, dpred);
+}
+
+void Backend::do_softmax_cross_entropy_to(const Tensor& logits, const Tensor& labels,
+                                          float grad_scale, Tensor& dlogits, ScalarBatch& batch,
+                                          int64_t slot) {
+  host_slot("softmax_cross_entropy_to", batch, slot) =
+      do_softmax_cross_entropy(logits, labels, grad_scale, dlogits);
+}
+
 void Backend::add(const Tensor& a, const Tensor& b, Tensor& out) {
   same_numel("add", "b", b, "a", a);
   same_numel("add", "out", out, "a", a);

@@ -128,6 +128,11 @@ class Loss {
   // Returns the summed (unnormalised) loss of these rows; writes dpred.
   virtual double forward_backward(Backend& be, const Tensor& pred, const Tensor& target,
                                   float grad_scale, Tensor& dpred) = 0;
+  // The same, the loss left in `slot` of `batch` (Backend's ScalarBatch):
+  // nothing waits for it until the batch is read.
+  virtual void forward_backward_to(Backend& be, const Tensor& pred, const Tensor& target,
+                                   float grad_scale, Tensor& dpred, ScalarBatch& batch,
+                                   int64_t slot) = 0;
 };
 // "mse" | "cross_entropy"
 std::unique_ptr<Loss> make_loss(const std::string& kind);

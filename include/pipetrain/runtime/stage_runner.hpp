@@ -17,6 +17,7 @@
 #pragma once
 
 #include <map>
+#include <memory>
 #include <vector>
 
 #include "pipetrain/model/data.hpp"
@@ -66,7 +67,10 @@ class StageRunner {
 
   // Starts a pass, forgetting the micro-batches of the last one.
   void begin_pass(const PassContext& pass);
-  void end_pass() { mbs_.clear(); }
+  // Reads the pass's micro-batch losses (last stage: one wait for all of
+  // them) and checks them; throws on a non-finite one unless fp16 loss
+  // scaling handles it.
+  void end_pass();
   MicroBatchState& state(int mb) { return mbs_[mb]; }  // made on first use
   MicroBatchState& forwarded(int mb);  // whose F ran, for its B
   // First stage: micro-batch `mb`'s inputs, on the backend's device.
@@ -110,6 +114,8 @@ class StageRunner {
   std::map<int, MicroBatchState> mbs_;  // by micro-batch
   double loss_sum_ = 0.0;
   std::vector<double> mb_losses_;  // (micro-batches) last stage
+  std::unique_ptr<ScalarBatch> loss_slots_;  // (micro-batches) on the device, read at end_pass
+  std::vector<int> loss_order_;    // micro-batches in the order their losses were computed
   double recompute_us_ = 0.0;
 };
 

@@ -9,6 +9,7 @@
 
 #include <mpi.h>
 
+#include <memory>
 #include <vector>
 
 #include "pipetrain/model/model.hpp"
@@ -56,6 +57,9 @@ class StepCollectives {
   int replicas_;
   int rank_ = 0, size_ = 1;
   const Schedule& schedule_;
+  // (parameters of this rank) the sums of squares of global_grad_norm, kept
+  // on the device from step to step.
+  mutable std::unique_ptr<ScalarBatch> norm_slots_;
 };
 
 }  // namespace pt

@@ -39,6 +39,37 @@ class ComputeTimer {
   virtual std::vector<double> read() = 0;
 };
 
+// Double results that kernels leave on the backend's device until the host
+// reads them all at once: a step's micro-batch losses and its per-parameter
+// sums of squares come back in one transfer and one wait instead of one
+// synchronisation each (#42). Slots are written by the Backend's *_to
+// kernels. The CPU backend computes each result at once into host memory
+// (HostScalarBatch), so its values are the immediate kernels', bit for bit.
+class ScalarBatch {
+ public:
+  explicit ScalarBatch(int64_t size) : size_(size) {}
+  virtual ~ScalarBatch() = default;
+  int64_t size() const { return size_; }
+  // Waits for every kernel that wrote a slot and returns (size) values in
+  // slot order; a slot no kernel wrote reads 0. The batch may be written
+  // and read again.
+  virtual std::vector<double> read() = 0;
+
+ private:
+  int64_t size_;
+};
+
+// The batch of a backend that computes synchronously: slots in host memory.
+class HostScalarBatch final : public ScalarBatch {
+ public:
+  explicit HostScalarBatch(int64_t size) : ScalarBatch(size), values_(static_cast<size_t>(size)) {}
+  double& at(int64_t slot) { return values_.at(static_cast<size_t>(slot)); }
+  std::vector<double> read() override { return values_; }
+
+ private:
+  std::vector<double> values_;  // (size)
+};
+
 // A group of kernels beyond the core ones that only some backends provide,
 // for the model families that need them: TransformerKernels
 // (transformer_kernels.hpp) for "gpt". A group K derives from KernelGroup and
@@ -116,6 +147,21 @@ class Backend {
   void adamw_step(Tensor& p, const Tensor& g, Tensor& m, Tensor& v, float lr, float beta1,
                   float beta2, float eps, float weight_decay, long step);
 
+  // The deferred forms of sum_squares, all_finite, mse_loss and
+  // softmax_cross_entropy: the same checks and arithmetic, the result
+  // written to `slot` of `batch` (one made by this backend's
+  // make_scalar_batch) instead of returned, so that no kernel waits.
+  // nonfinite_to writes 0 when every element is finite, else a positive count.
+  void sum_squares_to(const Tensor& x, ScalarBatch& batch, int64_t slot);
+  void nonfinite_to(const Tensor& x, ScalarBatch& batch, int64_t slot);
+  void mse_loss_to(const Tensor& pred, const Tensor& target, float grad_scale, Tensor& dpred,
+                   ScalarBatch& batch, int64_t slot);
+  void softmax_cross_entropy_to(const Tensor& logits, const Tensor& labels, float grad_scale,
+                                Tensor& dlogits, ScalarBatch& batch, int64_t slot);
+  // A batch of `size` slots for this backend's *_to kernels; by default one
+  // in host memory (a backend that computes synchronously).
+  virtual std::unique_ptr<ScalarBatch> make_scalar_batch(int64_t size);
+
   // Waits until every kernel issued so far has finished (timings, traces).
   // The CPU backend computes synchronously: nothing to wait for.
   virtual void synchronize() {}
@@ -157,6 +203,15 @@ class Backend {
   virtual void do_adamw_step(Tensor& p, const Tensor& g, Tensor& m, Tensor& v, float lr,
                              float beta1, float beta2, float eps, float weight_decay,
                              long step) = 0;
+  // The *_to kernels, slot checked. By default (a HostScalarBatch) the
+  // immediate kernel's result is stored in the slot.
+  virtual void do_sum_squares_to(const Tensor& x, ScalarBatch& batch, int64_t slot);
+  virtual void do_nonfinite_to(const Tensor& x, ScalarBatch& batch, int64_t slot);
+  virtual void do_mse_loss_to(const Tensor& pred, const Tensor& target, float grad_scale,
+                              Tensor& dpred, ScalarBatch& batch, int64_t slot);
+  virtual void do_softmax_cross_entropy_to(const Tensor& logits, const Tensor& labels,
+                                           float grad_scale, Tensor& dlogits, ScalarBatch& batch,
+                                           int64_t slot);
 };
 
 [[noreturn]] void throw_missing_kernels(const Backend& be, const char* group,
