@@ -50,17 +50,17 @@ Deck gpu_deck() {
   d.model.heads = 2;
   d.model.blocks = 4;
   d.model.mlp_ratio = 2;
-  d.data.type = "markov";
+  d.data.type = DataKind::Markov;
   d.data.markov_order = 1;
   d.training.steps = 3;
   d.training.batch_size = 8;
-  d.training.optimizer = "sgd";
+  d.training.optimizer = OptimizerKind::Sgd;
   d.training.lr = 0.1;
   d.training.blas_threads = 1;
-  d.training.device = "cuda";
-  d.training.precision = "fp32";
+  d.training.device = DeviceKind::Cuda;
+  d.training.precision = PrecisionKind::Fp32;
   d.pipeline.micro_batches = 4;
-  d.pipeline.transport = "auto";
+  d.pipeline.transport = TransportKind::Auto;
   d.pipeline.timeout_s = 60;
   return d;
 }
@@ -104,15 +104,15 @@ TEST(CudaPipeline, PipelinedGpuRunMatchesOneRankAndTheCpu) {
   const Trained alone = expect_pipelined_equals_one_rank(deck, "1f1b N=4 auto");
   if (test::world_rank() != 0) return;
   Deck cpu = deck;
-  cpu.training.device = "cpu";
+  cpu.training.device = DeviceKind::Cpu;
   expect_close(alone, train(cpu, MPI_COMM_SELF), "GPU P=1 vs CPU");
 }
 
 TEST(CudaPipeline, GpipeOnTheStagedTransport) {
   PT_REQUIRE_GPU_ON_EVERY_RANK(MPI_COMM_WORLD);
   Deck deck = gpu_deck();
-  deck.pipeline.schedule = "gpipe";
-  deck.pipeline.transport = "mpi_staged";
+  deck.pipeline.schedule = ScheduleKind::GPipe;
+  deck.pipeline.transport = TransportKind::MpiStaged;
   expect_pipelined_equals_one_rank(deck, "gpipe N=4 mpi_staged");
 }
 
@@ -123,7 +123,7 @@ TEST(CudaPipeline, FewerMicroBatchesThanStagesOnTheStagedTransport) {
     Deck deck = gpu_deck();
     deck.pipeline.micro_batches = 1;
     deck.pipeline.schedule = schedule;
-    deck.pipeline.transport = "mpi_staged";
+    deck.pipeline.transport = TransportKind::MpiStaged;
     expect_pipelined_equals_one_rank(deck, std::string(schedule) + " N=1 mpi_staged");
   }
 }
@@ -143,7 +143,7 @@ TEST(CudaPipeline, CheckpointOfDeviceTensorsRestoresEveryBit) {
   char dir[] = "/tmp/pt_cuda_ckpt_XXXXXX";
   ASSERT_NE(mkdtemp(dir), nullptr);
   Deck deck = gpu_deck();
-  deck.training.optimizer = "adamw";  // two moments per parameter to restore
+  deck.training.optimizer = OptimizerKind::AdamW;  // two moments per parameter to restore
   deck.output.checkpoint_dir = dir;
   const std::string text = deck_to_toml(deck);
   ComputeResources compute = make_compute_resources(deck, MPI_COMM_SELF);

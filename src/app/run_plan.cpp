@@ -17,9 +17,9 @@ namespace pt {
 namespace {
 
 bool needs_profile(const Deck& deck) {
-  const std::string& s = deck.pipeline.partition_strategy;
-  return deck.pipeline.predict || deck.pipeline.rebalance || s == "time" || s == "memory" ||
-         s == "balanced";
+  const PartitionStrategy s = deck.pipeline.partition_strategy;
+  return deck.pipeline.predict || deck.pipeline.rebalance || s == PartitionStrategy::Time ||
+         s == PartitionStrategy::Memory || s == PartitionStrategy::Balanced;
 }
 
 ProfileOptions brief_options(const ComputeResources& compute) {
@@ -51,7 +51,7 @@ RunPlan prepare_run_plan(Deck& deck, MPI_Comm comm, const ComputeResources& comp
   plan.speed_probe_s.push_back(time_speed_probe(be, comm));
   const auto start = std::chrono::steady_clock::now();
   plan.profile = profile_model(deck, be, comm, brief_options(compute));
-  if (deck.pipeline.weight_grad == "step")
+  if (deck.pipeline.weight_grad == WeightGradKind::Step)
     plan.pass_profile = profile_weight_pass(deck, be, comm, plan.profile, brief_options(compute));
   plan.profile_seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
@@ -59,7 +59,7 @@ RunPlan prepare_run_plan(Deck& deck, MPI_Comm comm, const ComputeResources& comp
   plan.measured = true;
   // Every rank has the same profile, so every rank solves to the same counts.
   plan.partition = choose_partition(deck, plan.profile, comm_size(comm));
-  if (deck.pipeline.partition_strategy != "explicit")
+  if (deck.pipeline.partition_strategy != PartitionStrategy::Explicit)
     deck.pipeline.partition = plan.partition.units_per_stage;
   return plan;
 }
@@ -79,7 +79,7 @@ void print_run_plan(const RunPlan& plan, const Deck& deck) {
   std::printf("plan: brief profile of every unit in %.2f s (%s; caches %s; %s)\n%s",
               plan.profile_seconds, plan.profile.kernels.c_str(), plan.profile.cache.c_str(),
               plan.profile.calibration.c_str(),
-              describe_plan(deck.pipeline.partition_strategy, plan.partition, plan.prediction).c_str());
+              describe_plan(kind_name(deck.pipeline.partition_strategy), plan.partition, plan.prediction).c_str());
 }
 
 void record_run_plan(const RunPlan& plan, const Deck& deck, int num_stages,
@@ -88,7 +88,7 @@ void record_run_plan(const RunPlan& plan, const Deck& deck, int num_stages,
   // else the runtime's uniform default.
   metrics.set_attribute("partition", partition_units(model_units(deck.model), num_stages,
                                                      deck.pipeline.partition));
-  metrics.set_attribute("partition_strategy", deck.pipeline.partition_strategy);
+  metrics.set_attribute("partition_strategy", std::string(kind_name(deck.pipeline.partition_strategy)));
   if (!plan.measured) return;
   metrics.set_attribute("partition_reason", plan.partition.reason);
   metrics.set_attribute("profile_cache", plan.profile.cache);

@@ -168,7 +168,7 @@ void write_manifest(const Where& w, const Deck& deck, const std::string& resolve
   write_attr(f, "loss_scale_run", counters.loss_scale_run);
   write_attr(f, "skipped_steps", counters.skipped_steps);
   write_attr(f, "total_steps", deck.training.steps);
-  write_attr(f, "optimizer", deck.training.optimizer);
+  write_attr(f, "optimizer", std::string(kind_name(deck.training.optimizer)));
   write_attr(f, "data_seed", static_cast<int64_t>(deck.data.seed));
   write_attr(f, "init_seed", static_cast<int64_t>(deck.model.init_seed));
   write_attr(f, "rng", std::string("counter-based: every random value is a function of "

@@ -27,7 +27,7 @@ GradientReducer::GradientReducer(std::vector<StageModel*> stages, ReplicaGroup& 
                                  std::string group_text)
     : stages_(std::move(stages)), group_(group), deck_(deck), be_(backend), tracer_(tracer),
       group_text_(std::move(group_text)) {
-  ordered_ = deck.pipeline.dp_reduction == "ordered";
+  ordered_ = deck.pipeline.dp_reduction == DpReductionKind::Ordered;
   active_ = group_.replicas() > 1 || ordered_;
   micro_batches_ = static_cast<int>(deck.pipeline.micro_batches);
   if (!active_) return;

@@ -35,8 +35,8 @@ int64_t micro_batch_rows(const Deck& deck) {
 std::string profile_model_description(const Deck& deck) {
   const ModelFamily& family = model_family(deck.model);
   std::string text = family.name + family.describe(deck.model);
-  text += "; " + deck.training.optimizer + "; " + deck.training.precision;
-  if (deck.data.type == "synthetic")  // cached in memory (profile_memory's data bytes)
+  text += std::string("; ") + kind_name(deck.training.optimizer) + "; " + kind_name(deck.training.precision);
+  if (deck.data.type == DataKind::Synthetic)  // cached in memory (profile_memory's data bytes)
     text += "; synthetic data samples=" + std::to_string(deck.data.samples) +
             (deck.training.eval_every > 0 ? " with evaluation" : "");
   return text;
@@ -80,7 +80,7 @@ ModelProfile profile_header(const Deck& deck, Backend& be, const ProfileOptions&
   p.kernels = options.kernels;
   if (p.kernels.empty())
     p.kernels = (be.device() == Device::CPU ? blas_info().describe() : std::string(be.name())) +
-                "; GEMM operands " + deck.training.precision;
+                "; GEMM operands " + kind_name(deck.training.precision);
   p.micro_batch_rows = micro_batch_rows(deck);
   return p;
 }

@@ -26,11 +26,7 @@ namespace pt {
 namespace {
 
 // "auto" recomputation anywhere: every rank decides again after a move.
-bool uses_auto_recompute(const Deck& deck) {
-  bool any = deck.pipeline.recompute == "auto";
-  for (const std::string& s : deck.pipeline.recompute_stages) any = any || s == "auto";
-  return any;
-}
+bool uses_auto_recompute(const Deck& deck) { return any_auto_recompute(deck.pipeline); }
 
 }  // namespace
 

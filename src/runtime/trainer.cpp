@@ -19,10 +19,10 @@ namespace pt {
 Schedule schedule_for_deck(const Deck& deck, int ranks) {
   const int n = static_cast<int>(deck.pipeline.micro_batches);
   const int v = static_cast<int>(deck.pipeline.virtual_stages);
-  if (deck.pipeline.schedule == "file")
+  if (deck.pipeline.schedule == ScheduleKind::File)
     return load_schedule_file(deck.pipeline.schedule_file, ranks * v, n);
   Schedule schedule = generate_schedule(deck.pipeline.schedule, ranks, n, v);
-  return deck.pipeline.weight_grad == "step" ? with_step_weight_grads(schedule) : schedule;
+  return deck.pipeline.weight_grad == WeightGradKind::Step ? with_step_weight_grads(schedule) : schedule;
 }
 
 // The cores of this node that its ranks share: PIPETRAIN_NODE_CORES when set
@@ -88,7 +88,7 @@ Trainer::Trainer(const Deck& deck, const ProcessGrid& grid, ComputeSetup setup)
   move_state_to_device();
   DefaultDeviceGuard on_device(be_.device());
   optimizer_ = std::make_unique<Optimizer>(deck_.training, params());
-  if (deck_.training.precision == "fp16") {
+  if (deck_.training.precision == PrecisionKind::Fp16) {
     LossScalerConfig scaling;
     scaling.initial_scale = deck_.training.loss_scale;
     scaler_ = std::make_unique<LossScaler>(scaling);
@@ -248,7 +248,7 @@ std::vector<RecomputePolicy> Trainer::resolve_recompute() {
   for (int st = 0; st < schedule_.num_stages; ++st) {
     RecomputeChoice c;
     c.requested = stage_setting(deck_, st);
-    PT_CHECK(c.requested != "auto", "recompute \"auto\" with several stages per rank");
+    PT_CHECK(!is_auto_recompute(c.requested), "recompute \"auto\" with several stages per rank");
     const RecomputePolicy policy = parse_recompute_policy(c.requested, deck_.where("pipeline.recompute"));
     c.policy = policy.name();
     recompute_.push_back(c);
@@ -268,7 +268,7 @@ RecomputePolicy Trainer::resolve_recompute_one() {
   mine.requested = setting;
   RecomputePolicy chosen;
   bool fits = true;
-  if (setting != "auto") {
+  if (!is_auto_recompute(setting)) {
     chosen = parse_recompute_policy(setting, key);
   } else {
     mine.budget_bytes = deck_.pipeline.memory_budget_mb * 1048576.0;
