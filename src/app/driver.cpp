@@ -324,11 +324,10 @@ void log_step(const Deck& deck, const StepRecord& rec, bool last, Progress& p, M
   }
 }
 
-int run_train(const World& w, const CommandLine& cli, const Deck& deck_in) {
+int run_train(const World& w, const CommandLine& cli, const Deck& deck) {
   // A stop signal is recorded from the start of main (block_stop_signals):
   // one that arrives during the start-up (profile, restore) stops the run
   // after its first step.
-  Deck deck = deck_in;  // a named partition strategy becomes counts below
   BlasThreadsChoice blas = choose_blas_threads(deck, w.comm);
   set_cpu_gemm(parse_cpu_gemm(kind_name(deck.training.cpu_gemm)));
   set_blas_threads(blas.threads);
@@ -337,8 +336,9 @@ int run_train(const World& w, const CommandLine& cli, const Deck& deck_in) {
   ComputeResources compute = make_compute_resources(deck, w.comm);
   const ProcessGrid grid(w.comm, static_cast<int>(data_parallel_size(deck)));
   RunPlan plan = prepare_run_plan(deck, grid.pipeline(), compute);
-  share_partition(grid, deck);
-  Trainer trainer(deck, grid, compute.setup);
+  // A named strategy's counts, the same in every replica (the deck keeps the name).
+  const std::vector<int64_t> partition = share_partition(grid, starting_partition(deck, plan));
+  Trainer trainer(deck, partition, grid, compute.setup);
   predict_run(plan, deck, trainer);
   if (deck.pipeline.rebalance) trainer.enable_rebalance(plan.profile);
   const std::string resolved = deck_to_toml(deck);
@@ -363,7 +363,7 @@ int run_train(const World& w, const CommandLine& cli, const Deck& deck_in) {
     for (const auto& c : trainer.recompute_choices()) policies += (policies.empty() ? "" : ",") + c.policy;
     metrics.set_attribute("recompute", policies);
     print_run_plan(plan, deck);
-    record_run_plan(plan, deck, trainer.schedule().num_stages, metrics);
+    record_run_plan(plan, deck, trainer.partition(), metrics);
     save_run_profile(plan, deck, resolved);
     if (auto floor = trainer.loss_floor()) {
       metrics.set_attribute("loss_floor", floor->window);

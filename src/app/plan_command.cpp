@@ -122,10 +122,10 @@ PlanTable plan_measured(const Deck& deck, const CommandLine& cli, const PlanRequ
   const ProfileOptions options = options_for(cli, compute, ProfileOptions::brief());
   std::vector<LinkCost> links(1);
   const auto profile_for = [&](int64_t rows) {
-    Deck sized = deck;
-    sized.pipeline.data_parallel = 1;  // `rows` is already one replica's micro-batch
-    sized.pipeline.micro_batches = deck.training.batch_size / rows;
-    ModelProfile p = profile_model(sized, be, comm, options);
+    BatchSplit split;  // `rows` is already one replica's micro-batch
+    split.batch_size = deck.training.batch_size;
+    split.micro_batches = deck.training.batch_size / rows;
+    ModelProfile p = profile_model(deck, split, be, comm, options);
     links[0] = p.link;
     return p;
   };

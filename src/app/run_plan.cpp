@@ -43,7 +43,7 @@ int comm_size(MPI_Comm comm) {
 
 }  // namespace
 
-RunPlan prepare_run_plan(Deck& deck, MPI_Comm comm, const ComputeResources& compute) {
+RunPlan prepare_run_plan(const Deck& deck, MPI_Comm comm, const ComputeResources& compute) {
   RunPlan plan;
   if (!needs_profile(deck)) return plan;
   set_wait_phase("in the start-up profile");
@@ -59,9 +59,13 @@ RunPlan prepare_run_plan(Deck& deck, MPI_Comm comm, const ComputeResources& comp
   plan.measured = true;
   // Every rank has the same profile, so every rank solves to the same counts.
   plan.partition = choose_partition(deck, plan.profile, comm_size(comm));
-  if (deck.pipeline.partition_strategy != PartitionStrategy::Explicit)
-    deck.pipeline.partition = plan.partition.units_per_stage;
   return plan;
+}
+
+std::vector<int64_t> starting_partition(const Deck& deck, const RunPlan& plan) {
+  if (!plan.measured || deck.pipeline.partition_strategy == PartitionStrategy::Explicit)
+    return deck.pipeline.partition;
+  return plan.partition.units_per_stage;
 }
 
 void predict_run(RunPlan& plan, const Deck& deck, const Trainer& trainer) {
@@ -82,12 +86,9 @@ void print_run_plan(const RunPlan& plan, const Deck& deck) {
               describe_plan(kind_name(deck.pipeline.partition_strategy), plan.partition, plan.prediction).c_str());
 }
 
-void record_run_plan(const RunPlan& plan, const Deck& deck, int num_stages,
+void record_run_plan(const RunPlan& plan, const Deck& deck, const std::vector<int64_t>& partition,
                      MetricsFile& metrics) {
-  // The counts the run uses: the deck's (explicit or resolved by the planner),
-  // else the runtime's uniform default.
-  metrics.set_attribute("partition", partition_units(model_units(deck.model), num_stages,
-                                                     deck.pipeline.partition));
+  metrics.set_attribute("partition", partition);
   metrics.set_attribute("partition_strategy", std::string(kind_name(deck.pipeline.partition_strategy)));
   if (!plan.measured) return;
   metrics.set_attribute("partition_reason", plan.partition.reason);
@@ -152,7 +153,7 @@ void report_schedule_placement(int rank, RunPlan& plan, const Deck& deck, const 
   std::vector<double> flat;  // (stages, 3): F, B, W seconds
   for (const auto& t : trainer.placement_times()) flat.insert(flat.end(), t.begin(), t.end());
   metrics.set_attribute("schedule_action_times_s", flat);
-  if (plan.measured) record_run_plan(plan, deck, trainer.schedule().num_stages, metrics);
+  if (plan.measured) record_run_plan(plan, deck, trainer.partition(), metrics);
 }
 
 void save_run_profile(const RunPlan& plan, const Deck& deck, const std::string& resolved_deck) {

@@ -60,6 +60,10 @@ Trainer::Trainer(const Deck& deck, MPI_Comm comm, ComputeSetup setup)
     : Trainer(deck, ProcessGrid::single(comm), std::move(setup)) {}
 
 Trainer::Trainer(const Deck& deck, const ProcessGrid& grid, ComputeSetup setup)
+    : Trainer(deck, deck.pipeline.partition, grid, std::move(setup)) {}
+
+Trainer::Trainer(const Deck& deck, const std::vector<int64_t>& partition, const ProcessGrid& grid,
+                 ComputeSetup setup)
     : deck_(deck), comm_(grid.pipeline()), replicas_comm_(grid.replicas()),
       replica_(grid.replica()), replicas_(grid.data_parallel()),
       replica_group_text_(grid.replica_group_text()), setup_(std::move(setup)),
@@ -78,8 +82,7 @@ Trainer::Trainer(const Deck& deck, const ProcessGrid& grid, ComputeSetup setup)
   eval_schedule_ = forward_only_schedule(schedule_);
   validate_schedule(eval_schedule_, semantics);
   collectives_ = std::make_unique<StepCollectives>(comm_, replicas_comm_, replicas_, schedule_);
-  partition_ = partition_units(model_units(deck_.model), schedule_.num_stages,
-                               deck_.pipeline.partition);
+  partition_ = partition_units(model_units(deck_.model), schedule_.num_stages, partition);
   for (int st : rank_stages(schedule_, rank_)) stages_.push_back(build_stage(deck_.model, partition_, st));
   data_ = make_dataset(deck_, Split::Train);
   if (deck_.training.eval_every > 0) eval_data_ = make_dataset(deck_, Split::Eval);

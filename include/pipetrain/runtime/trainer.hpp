@@ -110,6 +110,11 @@ class Trainer {
   // One pipeline of a P x D grid (data_parallel_size(deck) == grid's D):
   // collective over the grid's world. The grid must outlive the trainer.
   Trainer(const Deck& deck, const ProcessGrid& grid, ComputeSetup setup = {});
+  // The same, starting from `partition` (units per stage, as
+  // pipeline.partition; empty = uniform) instead of the deck's: the driver's
+  // partition resolved from a named strategy.
+  Trainer(const Deck& deck, const std::vector<int64_t>& partition, const ProcessGrid& grid,
+          ComputeSetup setup = {});
   ~Trainer();
   StepRecord train_step(int64_t step);  // collective over comm
   // Mean loss over training.eval_batches held-out batches (forward only).
@@ -173,7 +178,7 @@ class Trainer {
   void fill_data_caches();
   MemoryStats stage_memory_stats() const;
 
-  Deck deck_;
+  const Deck deck_;  // as given: never changed (the partition in use is partition_)
   MPI_Comm comm_;
   MPI_Comm replicas_comm_ = MPI_COMM_SELF;  // this rank's stages in every replica
   int replica_ = 0, replicas_ = 1;
