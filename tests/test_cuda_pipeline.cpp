@@ -122,7 +122,7 @@ TEST(CudaPipeline, FewerMicroBatchesThanStagesOnTheStagedTransport) {
   for (const char* schedule : {"1f1b", "gpipe"}) {
     Deck deck = gpu_deck();
     deck.pipeline.micro_batches = 1;
-    deck.pipeline.schedule = schedule;
+    deck.pipeline.schedule = kind_named<ScheduleKind>(schedule);
     deck.pipeline.transport = TransportKind::MpiStaged;
     expect_pipelined_equals_one_rank(deck, std::string(schedule) + " N=1 mpi_staged");
   }

@@ -328,7 +328,7 @@ int run_train(const World& w, const CommandLine& cli, const Deck& deck) {
   // A stop signal is recorded from the start of main (block_stop_signals):
   // one that arrives during the start-up (profile, restore) stops the run
   // after its first step.
-  BlasThreadsChoice blas = choose_blas_threads(deck, w.comm);
+  BlasThreadsChoice blas = choose_blas_threads(deck.training.blas_threads, w.comm);
   set_cpu_gemm(parse_cpu_gemm(kind_name(deck.training.cpu_gemm)));
   set_blas_threads(blas.threads);
   choose_wait_mode();

@@ -153,27 +153,14 @@ bool is_section(const std::string& name) {
 }
 
 bool KindRef::parse(const std::string& text) const {
-  for (size_t i = 0; i < names.count; ++i) {
-    if (text == names.names[i]) {
-      set(field, i);
-      return true;
-    }
-  }
-  return false;
-}
-
-std::string KindRef::choices() const {
-  std::string text;
-  for (size_t i = 0; i < names.count; ++i) text += (i ? "|" : "") + std::string(names.names[i]);
-  return text;
+  size_t index = 0;
+  if (!names.find(text, index)) return false;
+  set(field, index);
+  return true;
 }
 
 std::string partition_choices() {
-  const KindNames table = kind_names(PartitionStrategy{});
-  std::string text;
-  for (size_t i = 0; i < table.count; ++i)
-    if (i != static_cast<size_t>(PartitionStrategy::Explicit)) text += (text.empty() ? "" : "|") + std::string(table.names[i]);
-  return text;
+  return kind_names(PartitionStrategy{}).joined(static_cast<size_t>(PartitionStrategy::Explicit));
 }
 
 const KeySpec* find_spec(const std::string& section, const std::string& name) {

@@ -33,7 +33,7 @@ struct KindRef {
   const char* name() const { return names.names[get(field)]; }
   // Sets the field to the kind named `text`; false when none is.
   bool parse(const std::string& text) const;
-  std::string choices() const;  // "a|b|c"
+  std::string choices() const { return names.joined(); }  // "a|b|c"
 };
 
 using Field = std::variant<int64_t*, uint64_t*, double*, bool*, std::string*, std::vector<int64_t>*,

@@ -443,7 +443,7 @@ ModelProfile profile_model(const Deck& deck, const BatchSplit& split, Backend& b
   }
   p.step_overhead_s = gradient_passes + step_collectives_seconds(comm, param_tensors, options);
   if (options.stage_chains) p.calibration = calibrate_with_stage_chains(p, deck, split, be, comm, options).text;
-  p.link = measure_link(comm, deck, be, boundary_message_bytes(p.units), options);
+  p.link = measure_link(comm, deck.pipeline.timeout_s, be, boundary_message_bytes(p.units), options);
   return p;
 }
 

@@ -40,7 +40,7 @@ int node_cores() {
   return static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
 }
 
-BlasThreadsChoice choose_blas_threads(const Deck& deck, MPI_Comm comm) {
+BlasThreadsChoice choose_blas_threads(int64_t requested, MPI_Comm comm) {
   BlasThreadsChoice c;
   MPI_Comm node = MPI_COMM_NULL;
   {
@@ -50,9 +50,8 @@ BlasThreadsChoice choose_blas_threads(const Deck& deck, MPI_Comm comm) {
   MPI_CHECK(MPI_Comm_size(node, &c.ranks_on_node));
   MPI_CHECK(MPI_Comm_free(&node));
   c.node_cores = node_cores();
-  c.automatic = deck.training.blas_threads == 0;
-  c.threads = c.automatic ? std::max(1, c.node_cores / c.ranks_on_node)
-                          : static_cast<int>(deck.training.blas_threads);
+  c.automatic = requested == 0;
+  c.threads = c.automatic ? std::max(1, c.node_cores / c.ranks_on_node) : static_cast<int>(requested);
   return c;
 }
 
@@ -115,7 +114,7 @@ void Trainer::build_engine() {
   reducer_.reset();
   std::vector<StageModel*> mine;
   for (StageModel& st : stages_) mine.push_back(&st);
-  reducer_ = std::make_unique<GradientReducer>(mine, *replica_group_, deck_, be_, tracer_.get(),
+  reducer_ = std::make_unique<GradientReducer>(mine, *replica_group_, reduction_config_for(deck_), be_, tracer_.get(),
                                                replica_group_text_);
   ExecutorConfig config = executor_config_for(deck_);
   config.replica = replica_;

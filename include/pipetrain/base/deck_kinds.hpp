@@ -36,6 +36,24 @@ enum class DpReductionKind { Replica, Ordered };                 // pipeline.dp_
 struct KindNames {
   const char* const* names;
   size_t count;
+
+  // Sets `index` to the entry equal to `text`; false when there is none.
+  bool find(const std::string& text, size_t& index) const {
+    for (size_t i = 0; i < count; ++i) {
+      if (text == names[i]) {
+        index = i;
+        return true;
+      }
+    }
+    return false;
+  }
+  // "a|b|c": the names in order, leaving out entry `skip` (none by default).
+  std::string joined(size_t skip = static_cast<size_t>(-1)) const {
+    std::string text;
+    for (size_t i = 0; i < count; ++i)
+      if (i != skip) text += (text.empty() ? "" : "|") + std::string(names[i]);
+    return text;
+  }
 };
 
 namespace kind_detail {
@@ -113,14 +131,10 @@ const char* kind_name(Kind kind) {
 // name of the table matches.
 template <class Kind>
 bool parse_kind(const std::string& text, Kind& out) {
-  const KindNames table = kind_names(Kind{});
-  for (size_t i = 0; i < table.count; ++i) {
-    if (text == table.names[i]) {
-      out = static_cast<Kind>(i);
-      return true;
-    }
-  }
-  return false;
+  size_t index = 0;
+  if (!kind_names(Kind{}).find(text, index)) return false;
+  out = static_cast<Kind>(index);
+  return true;
 }
 
 // The kind named `text`; an InputError naming it and the choices otherwise
@@ -131,10 +145,7 @@ Kind kind_named(const std::string& text);
 // "a|b|c": the names of the table, in order.
 template <class Kind>
 std::string kind_choices() {
-  const KindNames table = kind_names(Kind{});
-  std::string text;
-  for (size_t i = 0; i < table.count; ++i) text += (i ? "|" : "") + std::string(table.names[i]);
-  return text;
+  return kind_names(Kind{}).joined();
 }
 
 template <class Kind>

@@ -79,14 +79,15 @@ struct RecomputeChoice {
 // ranks x stages_per_rank stages.
 Schedule schedule_for_deck(const Deck& deck, int ranks);
 
-// BLAS threads for this rank: the deck's value, or node cores / ranks on the node.
+// BLAS threads for this rank: `requested` (training.blas_threads), or with 0
+// node cores / ranks on the node.
 struct BlasThreadsChoice {
   int threads = 1;
   int node_cores = 1;
   int ranks_on_node = 1;
   bool automatic = true;
 };
-BlasThreadsChoice choose_blas_threads(const Deck& deck, MPI_Comm comm);
+BlasThreadsChoice choose_blas_threads(int64_t requested, MPI_Comm comm);
 // The cores this node's ranks share: PIPETRAIN_NODE_CORES when set, else the
 // CPUs online. InputError for a value that is not a positive integer.
 int node_cores();
