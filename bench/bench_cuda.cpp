@@ -261,7 +261,7 @@ void run_stage(const Options& o, int64_t c, cuda::Precision p, double peak) {
   auto be = cuda::make_backend(bo);
   DefaultDeviceGuard guard(Device::CUDA);
   TrainingConfig tc;
-  tc.optimizer = "adamw";
+  tc.optimizer = OptimizerKind::AdamW;
   Optimizer opt(tc, stage.params());
   Tensor x = random_device({o.mb, o.seq, c}, 1), dy = random_device({o.mb, o.seq, c}, 2);
   auto step = [&] {

@@ -67,7 +67,7 @@ Deck mlp_deck() {
   d.data.samples = 256;
   d.training.steps = 6;
   d.training.batch_size = 16;
-  d.training.optimizer = "adamw";
+  d.training.optimizer = OptimizerKind::AdamW;
   d.training.lr = 1e-2;
   d.training.warmup_steps = 1;
   d.training.weight_decay = 0.01;
@@ -82,7 +82,7 @@ Deck mlp_deck() {
 Deck gpt_deck() {
   Deck d = pt_test::tiny_gpt(mlp_deck(), 4);
   d.training.lr = 3e-3;
-  d.training.lr_schedule = "cosine";
+  d.training.lr_schedule = LrScheduleKind::Cosine;
   return d;
 }
 
@@ -362,7 +362,7 @@ TEST_F(BadCheckpoint, VersionOneIsRefused) {
 
 TEST_F(BadCheckpoint, OtherOptimizerCannotResume) {
   Deck sgd = mlp_deck();
-  sgd.training.optimizer = "sgd";
+  sgd.training.optimizer = OptimizerKind::Sgd;
   const std::string e = load_error(sgd, tmp / "bad");
   EXPECT_TRUE(has(e, "written with training.optimizer = \"adamw\" but the deck has \"sgd\"")) << e;
 }

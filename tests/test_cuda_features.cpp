@@ -91,13 +91,13 @@ double ordering_tolerance(const std::string& precision) {
 // with momentum (the rebalancing move carries its state), no clipping.
 Deck base_deck(const std::string& device) {
   Deck d = pt_test::small_gpu_gpt(device);
-  d.model.loss = "cross_entropy";
+  d.model.loss = LossKind::CrossEntropy;
   d.training.steps = 2;
-  d.training.lr_schedule = "constant";
-  d.pipeline.schedule = "1f1b";
+  d.training.lr_schedule = LrScheduleKind::Constant;
+  d.pipeline.schedule = ScheduleKind::OneFOneB;
   // The GPU's "auto" validates every schedule under NCCL's semantics
   // (channels matched by order); on the CPU, nccl_model runs them so.
-  d.pipeline.transport = device == "cpu" ? "nccl_model" : "auto";
+  d.pipeline.transport = device == "cpu" ? TransportKind::NcclModel : TransportKind::Auto;
   return d;
 }
 
@@ -117,7 +117,7 @@ struct Case {
 Deck one_rank_reference(Deck d) {
   d.pipeline.micro_batches *= data_parallel_size(d);
   d.pipeline.data_parallel = 0;
-  d.pipeline.schedule = "gpipe";
+  d.pipeline.schedule = ScheduleKind::GPipe;
   d.pipeline.virtual_stages = 1;
   d.pipeline.recompute = "none";
   return d;
@@ -207,13 +207,13 @@ class CudaFeatures : public ::testing::Test {
     if (test::is_root()) alone = train(reference, MPI_COMM_SELF, {});
     if (test::is_root() && device_ != "cpu") {
       Deck cpu = reference;
-      cpu.training.device = "cpu";
-      cpu.pipeline.transport = "auto";
+      cpu.training.device = DeviceKind::Cpu;
+      cpu.pipeline.transport = TransportKind::Auto;
       on_cpu = train(cpu, MPI_COMM_SELF, {});
     }
     MPI_Barrier(MPI_COMM_WORLD);
     if (!test::is_root()) return;
-    const std::string precision = deck.training.precision;
+    const std::string precision = kind_name(deck.training.precision);
     const double tol = device_ == "cpu" && c.bitwise_on_cpu ? 0.0 : ordering_tolerance(precision);
     expect_same_training(piped, alone, tol, c.name + ", 2 ranks vs 1 (" + device_ + ")");
     EXPECT_EQ(piped.replicas_differ, 0) << c.name << ": replicas hold different gradients";
@@ -232,34 +232,34 @@ class CudaFeatures : public ::testing::Test {
 };
 
 TEST_F(CudaFeatures, Gpipe) {
-  check({"gpipe", [](Deck& d) { d.pipeline.schedule = "gpipe"; }});
+  check({"gpipe", [](Deck& d) { d.pipeline.schedule = ScheduleKind::GPipe; }});
 }
 
 TEST_F(CudaFeatures, OneFOneB) {
-  check({"1f1b", [](Deck& d) { d.pipeline.schedule = "1f1b"; }});
+  check({"1f1b", [](Deck& d) { d.pipeline.schedule = ScheduleKind::OneFOneB; }});
 }
 
 TEST_F(CudaFeatures, Interleaved) {
   check({"interleaved v=2", [](Deck& d) {
-           d.pipeline.schedule = "interleaved";
+           d.pipeline.schedule = ScheduleKind::Interleaved;
            d.pipeline.virtual_stages = 2;
          }});
 }
 
 TEST_F(CudaFeatures, ZbH1) {
-  check({"zb-h1", [](Deck& d) { d.pipeline.schedule = "zb-h1"; }});
+  check({"zb-h1", [](Deck& d) { d.pipeline.schedule = ScheduleKind::ZbH1; }});
 }
 
 TEST_F(CudaFeatures, ZbV) {
-  check({"zb-v", [](Deck& d) { d.pipeline.schedule = "zb-v"; }});
+  check({"zb-v", [](Deck& d) { d.pipeline.schedule = ScheduleKind::ZbV; }});
 }
 
 TEST_F(CudaFeatures, StepWeightGrads) {
-  check({"1f1b weight_grad=step", [](Deck& d) { d.pipeline.weight_grad = "step"; }});
+  check({"1f1b weight_grad=step", [](Deck& d) { d.pipeline.weight_grad = WeightGradKind::Step; }});
   check({"interleaved weight_grad=step", [](Deck& d) {
-           d.pipeline.schedule = "interleaved";
+           d.pipeline.schedule = ScheduleKind::Interleaved;
            d.pipeline.virtual_stages = 2;
-           d.pipeline.weight_grad = "step";
+           d.pipeline.weight_grad = WeightGradKind::Step;
          }});
 }
 
@@ -272,12 +272,12 @@ TEST_F(CudaFeatures, FullRecompute) {
 }
 
 TEST_F(CudaFeatures, Bf16) {
-  check({"bf16", [](Deck& d) { d.training.precision = "bf16"; }});
+  check({"bf16", [](Deck& d) { d.training.precision = PrecisionKind::Bf16; }});
 }
 
 TEST_F(CudaFeatures, Fp16WithTheLossScaler) {
   check({"fp16", [](Deck& d) {
-           d.training.precision = "fp16";
+           d.training.precision = PrecisionKind::Fp16;
            d.training.loss_scale = 1024;
          }});
 }
@@ -291,7 +291,7 @@ TEST_F(CudaFeatures, DataParallelReplicaReduction) {
          [](Deck& d) {
            d.pipeline.data_parallel = 2;
            d.pipeline.micro_batches = 2;
-           d.pipeline.dp_reduction = "replica";
+           d.pipeline.dp_reduction = DpReductionKind::Replica;
          },
          {},
          false});
@@ -301,7 +301,7 @@ TEST_F(CudaFeatures, DataParallelOrderedReduction) {
   check({"data parallel 1x2 ordered", [](Deck& d) {
            d.pipeline.data_parallel = 2;
            d.pipeline.micro_batches = 2;
-           d.pipeline.dp_reduction = "ordered";
+           d.pipeline.dp_reduction = DpReductionKind::Ordered;
          }});
 }
 
@@ -335,8 +335,8 @@ TEST(CudaFeaturesTolerances, TolerancesCoverAnotherSummationOrder) {
   const CpuGemm before = cpu_gemm();
   for (const char* precision : {"fp32", "tf32", "bf16", "fp16"}) {
     Deck deck = one_rank_reference(base_deck("cpu"));
-    deck.training.precision = precision;
-    if (deck.training.precision == "fp16") deck.training.loss_scale = 1024;
+    deck.training.precision = kind_named<PrecisionKind>(precision);
+    if (deck.training.precision == PrecisionKind::Fp16) deck.training.loss_scale = 1024;
     set_cpu_gemm(CpuGemm::OpenBLAS);
     const Outcome openblas = train(deck, MPI_COMM_SELF, {});
     set_cpu_gemm(CpuGemm::OneDNNSgemm);

@@ -63,7 +63,7 @@ ModelConfig tiny_gpt() {
 
 TrainingConfig sgd_config() {
   TrainingConfig t;
-  t.optimizer = "sgd";
+  t.optimizer = OptimizerKind::Sgd;
   t.momentum = 0.9;
   t.weight_decay = 1e-2;
   return t;

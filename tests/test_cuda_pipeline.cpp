@@ -45,8 +45,8 @@ constexpr double kFp32OrderingTolerance = 1e-4;
 Deck gpu_deck() {
   Deck d = pt_test::small_gpu_gpt("cuda");
   d.training.steps = 3;
-  d.training.precision = "fp32";
-  d.pipeline.transport = "auto";
+  d.training.precision = PrecisionKind::Fp32;
+  d.pipeline.transport = TransportKind::Auto;
   return d;
 }
 
@@ -89,15 +89,15 @@ TEST(CudaPipeline, PipelinedGpuRunMatchesOneRankAndTheCpu) {
   const Trained alone = expect_pipelined_equals_one_rank(deck, "1f1b N=4 auto");
   if (test::world_rank() != 0) return;
   Deck cpu = deck;
-  cpu.training.device = "cpu";
+  cpu.training.device = DeviceKind::Cpu;
   expect_close(alone, train(cpu, MPI_COMM_SELF), "GPU P=1 vs CPU");
 }
 
 TEST(CudaPipeline, GpipeOnTheStagedTransport) {
   PT_REQUIRE_GPU_ON_EVERY_RANK(MPI_COMM_WORLD);
   Deck deck = gpu_deck();
-  deck.pipeline.schedule = "gpipe";
-  deck.pipeline.transport = "mpi_staged";
+  deck.pipeline.schedule = ScheduleKind::GPipe;
+  deck.pipeline.transport = TransportKind::MpiStaged;
   expect_pipelined_equals_one_rank(deck, "gpipe N=4 mpi_staged");
 }
 
@@ -107,8 +107,8 @@ TEST(CudaPipeline, FewerMicroBatchesThanStagesOnTheStagedTransport) {
   for (const char* schedule : {"1f1b", "gpipe"}) {
     Deck deck = gpu_deck();
     deck.pipeline.micro_batches = 1;
-    deck.pipeline.schedule = schedule;
-    deck.pipeline.transport = "mpi_staged";
+    deck.pipeline.schedule = kind_named<ScheduleKind>(schedule);
+    deck.pipeline.transport = TransportKind::MpiStaged;
     expect_pipelined_equals_one_rank(deck, std::string(schedule) + " N=1 mpi_staged");
   }
 }
@@ -128,7 +128,7 @@ TEST(CudaPipeline, CheckpointOfDeviceTensorsRestoresEveryBit) {
   char dir[] = "/tmp/pt_cuda_ckpt_XXXXXX";
   ASSERT_NE(mkdtemp(dir), nullptr);
   Deck deck = gpu_deck();
-  deck.training.optimizer = "adamw";  // two moments per parameter to restore
+  deck.training.optimizer = OptimizerKind::AdamW;  // two moments per parameter to restore
   deck.output.checkpoint_dir = dir;
   const std::string text = deck_to_toml(deck);
   ComputeResources compute = make_compute_resources(deck, MPI_COMM_SELF);

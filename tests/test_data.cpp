@@ -35,7 +35,7 @@ Deck markov_deck(int64_t vocab, int64_t order, int64_t seq_len, double concentra
   deck.model.type = "gpt";
   deck.model.vocab_size = vocab;
   deck.model.seq_len = seq_len;
-  deck.data.type = "markov";
+  deck.data.type = DataKind::Markov;
   deck.data.markov_order = order;
   deck.data.concentration = concentration;
   deck.data.seed = seed;
@@ -315,7 +315,7 @@ Deck hdf5_deck(const std::string& path, int64_t vocab, int64_t seq_len, int64_t 
   deck.model.type = "gpt";
   deck.model.vocab_size = vocab;
   deck.model.seq_len = seq_len;
-  deck.data.type = "hdf5";
+  deck.data.type = DataKind::Hdf5;
   deck.data.path = path;
   deck.training.batch_size = batch;
   deck.pipeline.micro_batches = 2;

@@ -43,8 +43,8 @@ using test::world_size;
 
 Deck mlp_deck(const std::string& schedule, const std::string& reduction) {
   Deck d = pt_test::tiny_mlp(16);  // clipping uses the global norm of the reduced gradient
-  d.pipeline.schedule = schedule;
-  d.pipeline.dp_reduction = reduction;
+  d.pipeline.schedule = kind_named<ScheduleKind>(schedule);
+  d.pipeline.dp_reduction = kind_named<DpReductionKind>(reduction);
   d.pipeline.dp_bucket_mb = 0.002;  // several buckets per stage
   return d;
 }
@@ -79,7 +79,7 @@ GridRun train_grid(Deck deck, const Layout& l, int global_mb) {
   if (ranks > world_size()) return result;
   deck.pipeline.data_parallel = l.d;
   deck.pipeline.micro_batches = global_mb / l.d;
-  if (deck.pipeline.schedule == "interleaved") deck.pipeline.virtual_stages = 2;
+  if (deck.pipeline.schedule == ScheduleKind::Interleaved) deck.pipeline.virtual_stages = 2;
   MPI_Comm sub = MPI_COMM_NULL;
   MPI_Comm_split(MPI_COMM_WORLD, world_rank() < ranks ? 0 : MPI_UNDEFINED, world_rank(), &sub);
   result.ran = true;
@@ -88,8 +88,8 @@ GridRun train_grid(Deck deck, const Layout& l, int global_mb) {
     ProcessGrid grid(sub, l.d);
     std::unique_ptr<Backend> backend;  // reduced precision: the CPU's exact emulation
     ComputeSetup setup;
-    if (deck.training.precision != "fp32") {
-      backend = make_cpu_backend(parse_gemm_precision(deck.training.precision));
+    if (deck.training.precision != PrecisionKind::Fp32) {
+      backend = make_cpu_backend(parse_gemm_precision(kind_name(deck.training.precision)));
       setup.backend = backend.get();
     }
     Trainer trainer(deck, grid, setup);
@@ -159,7 +159,7 @@ TEST(DataParallel, OrderedInterleavedIsBitwiseAcrossLayouts) {
   // Interleaved: 2 stages per rank, micro-batches a multiple of the ranks.
   const Deck deck = mlp_deck("interleaved", "ordered");
   Deck one = deck;
-  one.pipeline.schedule = "1f1b";  // one rank, 1 stage: the reference order
+  one.pipeline.schedule = ScheduleKind::OneFOneB;  // one rank, 1 stage: the reference order
   const GridRun ref = train_grid(one, {1, 1}, 4);
   for (const Layout& l : std::vector<Layout>{{2, 1}, {2, 2}})
     expect_bitwise(ref, train_grid(deck, l, 4), "interleaved " + name(l));
@@ -170,7 +170,7 @@ TEST(DataParallel, OrderedInterleavedIsBitwiseAcrossLayouts) {
 // stay bitwise equal (the overflow check reads the reduced gradients).
 TEST(DataParallel, Fp16LossScalingIsConsistentAcrossTheGrid) {
   Deck deck = mlp_deck("1f1b", "ordered");
-  deck.training.precision = "fp16";
+  deck.training.precision = PrecisionKind::Fp16;
   deck.training.loss_scale = 16777216.0;  // 2^24: overflows fp16 for the first steps
   deck.training.steps = 8;
   const GridRun ref = train_grid(deck, {1, 1}, 4);
@@ -191,7 +191,7 @@ TEST(DataParallel, ReplicaIsBitwiseAcrossPipelinesAtOneReplicaCount) {
     // gradients per stage reports every (micro-batch, layer) to the reducer.
     const bool step = std::string(schedule) == "1f1b+step";
     Deck deck = mlp_deck(step ? "1f1b" : schedule, "replica");
-    if (step) deck.pipeline.weight_grad = "step";
+    if (step) deck.pipeline.weight_grad = WeightGradKind::Step;
     for (int d : {1, 2, 4}) {
       const GridRun ref = train_grid(deck, {1, d}, 4);
       for (int p : {2, 4})
@@ -309,15 +309,15 @@ TEST(DataParallel, DeckChecksNameTheProblem) {
                                        "by data_parallel x micro_batches = 2 x 4"),
             std::string::npos) << layout_error(deck, 4);
   deck.training.batch_size = 16;
-  deck.pipeline.schedule = "zb-h1";
-  deck.pipeline.dp_reduction = "ordered";
+  deck.pipeline.schedule = ScheduleKind::ZbH1;
+  deck.pipeline.dp_reduction = DpReductionKind::Ordered;
   EXPECT_NE(layout_error(deck, 4).find("pipeline.dp_reduction = \"ordered\""), std::string::npos);
-  deck.pipeline.schedule = "1f1b";
-  deck.pipeline.weight_grad = "step";
+  deck.pipeline.schedule = ScheduleKind::OneFOneB;
+  deck.pipeline.weight_grad = WeightGradKind::Step;
   EXPECT_NE(layout_error(deck, 4).find("with pipeline.weight_grad = \"step\" splits the backward"),
             std::string::npos) << layout_error(deck, 4);
-  deck.pipeline.weight_grad = "micro_batch";
-  deck.pipeline.dp_reduction = "replica";
+  deck.pipeline.weight_grad = WeightGradKind::MicroBatch;
+  deck.pipeline.dp_reduction = DpReductionKind::Replica;
   deck.pipeline.rebalance = true;
   EXPECT_NE(layout_error(deck, 4).find("not supported with 2 data-parallel replicas"), std::string::npos);
   deck.pipeline.rebalance = false;

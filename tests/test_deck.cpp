@@ -271,19 +271,19 @@ TEST(DeckErrors, MeasuredScheduleTimesNeedAZeroBubbleScheduleAndNoRebalancing) {
 // unless units may move under it; "unit" and "measured" say which.
 TEST(Deck, ScheduleTimesAutoMeansMeasuredForZeroBubbleWithoutRebalancing) {
   pt::PipelineConfig p;
-  EXPECT_EQ(p.schedule_times, "auto");
-  p.schedule = "1f1b";
+  EXPECT_EQ(p.schedule_times, pt::ScheduleTimesKind::Auto);
+  p.schedule = pt::ScheduleKind::OneFOneB;
   EXPECT_FALSE(p.places_at_measured_times());
   for (const char* zb : {"zb-h1", "zb-v"}) {
-    p.schedule = zb;
+    p.schedule = pt::kind_named<pt::ScheduleKind>(zb);
     p.rebalance = false;
-    p.schedule_times = "auto";
+    p.schedule_times = pt::ScheduleTimesKind::Auto;
     EXPECT_TRUE(p.places_at_measured_times()) << zb;
-    p.schedule_times = "unit";
+    p.schedule_times = pt::ScheduleTimesKind::Unit;
     EXPECT_FALSE(p.places_at_measured_times()) << zb;
-    p.schedule_times = "measured";
+    p.schedule_times = pt::ScheduleTimesKind::Measured;
     EXPECT_TRUE(p.places_at_measured_times()) << zb;
-    p.schedule_times = "auto";
+    p.schedule_times = pt::ScheduleTimesKind::Auto;
     p.rebalance = true;
     EXPECT_FALSE(p.places_at_measured_times()) << zb;
   }
@@ -337,7 +337,7 @@ TEST(DeckOverrides, ValuesAreTomlAndBareWordsAreStrings) {
        "output.dir = \"runs/a b\"", "training.steps=4", "output.log_every=2", "output.dir=2024"});
   EXPECT_EQ(deck.training.steps, 4);  // the last --set wins
   EXPECT_EQ(deck.training.lr, 0.5);
-  EXPECT_EQ(deck.model.activation, "relu");
+  EXPECT_EQ(deck.model.activation, pt::ActivationKind::Relu);
   EXPECT_EQ(deck.pipeline.partition, (std::vector<int64_t>{2, 6}));
   EXPECT_EQ(deck.output.dir, "2024");  // a string key takes the text as written
   EXPECT_EQ(deck.key_origin.at("training.steps"), "--set training.steps=4");
@@ -413,13 +413,13 @@ TEST(DeckPartition, StrategyNameOrCountList) {
   const std::string head = "[model]\ntype = \"mlp\"\ndepth = 8\n[pipeline]\n";
   pt::Deck named = pt::parse_deck_text(
       head + "partition = \"balanced\"\nmemory_budget_mb = 64.0\n", "t.toml", {});
-  EXPECT_EQ(named.pipeline.partition_strategy, "balanced");
+  EXPECT_EQ(named.pipeline.partition_strategy, pt::PartitionStrategy::Balanced);
   EXPECT_TRUE(named.pipeline.partition.empty());
   pt::Deck listed = pt::parse_deck_text(head + "partition = [6, 2]\n", "t.toml", {});
-  EXPECT_EQ(listed.pipeline.partition_strategy, "explicit");
+  EXPECT_EQ(listed.pipeline.partition_strategy, pt::PartitionStrategy::Explicit);
   EXPECT_EQ(listed.pipeline.partition, (std::vector<int64_t>{6, 2}));
   pt::Deck back = pt::parse_deck_text(pt::deck_to_toml(named), "resolved.toml", {});
-  EXPECT_EQ(back.pipeline.partition_strategy, "balanced");
+  EXPECT_EQ(back.pipeline.partition_strategy, pt::PartitionStrategy::Balanced);
   EXPECT_EQ(text_error(head + "partition = \"fastest\"\n"),
             "t.toml:5: pipeline.partition = \"fastest\": must be one of \"uniform\", \"time\", "
             "\"memory\", \"balanced\", or a list of per-stage unit counts");
@@ -451,8 +451,8 @@ TEST(DeckToToml, AwkwardValuesRoundTripExactly) {
   deck.training.weight_decay = 123456789.0;
   deck.pipeline.timeout_s = 0.30000000000000004;
   deck.pipeline.partition = {1, 2, 5};
-  deck.pipeline.partition_strategy = "explicit";
-  deck.pipeline.schedule = "file";
+  deck.pipeline.partition_strategy = pt::PartitionStrategy::Explicit;
+  deck.pipeline.schedule = pt::ScheduleKind::File;
   deck.pipeline.schedule_file = "dir with \"quotes\"\\and\ttab\nnewline \x01 \xc3\xa9.txt";
   deck.output.dir = "runs/\xe2\x9c\x93";
   std::string text = pt::deck_to_toml(deck);

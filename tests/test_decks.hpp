@@ -21,11 +21,11 @@ inline pt::Deck tiny_mlp(int64_t batch) {
   d.model.hidden_dim = 24;
   d.model.output_dim = 5;
   d.model.depth = 8;
-  d.model.activation = "gelu";
+  d.model.activation = pt::ActivationKind::Gelu;
   d.data.samples = 256;
   d.training.steps = 3;
   d.training.batch_size = batch;
-  d.training.optimizer = "adamw";
+  d.training.optimizer = pt::OptimizerKind::AdamW;
   d.training.lr = 1e-2;
   d.training.warmup_steps = 1;
   d.training.weight_decay = 0.01;
@@ -38,14 +38,14 @@ inline pt::Deck tiny_mlp(int64_t batch) {
 // `d` becomes the tiny GPT with `blocks` blocks; everything else is kept.
 inline pt::Deck tiny_gpt(pt::Deck d, int64_t blocks) {
   d.model.type = "gpt";
-  d.model.loss = "cross_entropy";
+  d.model.loss = pt::LossKind::CrossEntropy;
   d.model.vocab_size = 16;
   d.model.seq_len = 8;
   d.model.d_model = 16;
   d.model.heads = 2;
   d.model.blocks = blocks;
   d.model.mlp_ratio = 2;
-  d.data.type = "markov";
+  d.data.type = pt::DataKind::Markov;
   d.data.markov_order = 1;
   d.data.concentration = 0.3;
   return d;
@@ -63,13 +63,13 @@ inline pt::Deck small_gpu_gpt(const std::string& device) {
   d.model.heads = 2;
   d.model.blocks = 4;
   d.model.mlp_ratio = 2;
-  d.data.type = "markov";
+  d.data.type = pt::DataKind::Markov;
   d.data.markov_order = 1;
   d.training.batch_size = 8;
-  d.training.optimizer = "sgd";
+  d.training.optimizer = pt::OptimizerKind::Sgd;
   d.training.lr = 0.1;
   d.training.blas_threads = 1;
-  d.training.device = device;
+  d.training.device = pt::kind_named<pt::DeviceKind>(device);
   d.pipeline.micro_batches = 4;
   d.pipeline.timeout_s = 60;
   return d;

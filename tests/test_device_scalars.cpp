@@ -110,14 +110,14 @@ void check_one_read_per_result(const Deck& deck, const char* what) {
 TEST(DeviceScalars, AGptStepReadsItsLossesAndItsNormOnceEach) {
   Deck d = pt_test::tiny_gpt(pt_test::tiny_mlp(16), 4);
   d.pipeline.micro_batches = 4;
-  d.pipeline.schedule = "1f1b";
+  d.pipeline.schedule = ScheduleKind::OneFOneB;
   check_one_read_per_result(d, "gpt 1f1b");
 }
 
 TEST(DeviceScalars, AnMlpStepWithSplitBackwardDoesTheSame) {
   Deck d = pt_test::tiny_mlp(16);
   d.pipeline.micro_batches = 4;
-  d.pipeline.schedule = "zb-h1";
+  d.pipeline.schedule = ScheduleKind::ZbH1;
   check_one_read_per_result(d, "mlp zb-h1");
 }
 

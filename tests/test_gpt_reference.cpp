@@ -176,7 +176,7 @@ struct TinyGpt {
       x = layers[i]->forward(be, x, saved[i]);
     }
     if (logits_out) *logits_out = x;  // (B, T, V)
-    auto loss = make_loss("cross_entropy");
+    auto loss = make_loss(LossKind::CrossEntropy);
     Tensor dlogits = Tensor::empty({n, dims.vocab_size});
     const double sum = loss->forward_backward(be, x.reshaped({n, dims.vocab_size}),
                                               targets.reshaped({n}),
@@ -216,8 +216,8 @@ TEST(GptReference, MatchesPyTorchForwardBackwardAndAdamW) {
 
   // AdamW on the same batch, constant learning rate.
   TrainingConfig cfg;
-  cfg.optimizer = "adamw";
-  cfg.lr_schedule = "constant";
+  cfg.optimizer = OptimizerKind::AdamW;
+  cfg.lr_schedule = LrScheduleKind::Constant;
   cfg.warmup_steps = 0;
   cfg.lr = f.attr<double>("lr");
   cfg.beta1 = f.attr<double>("beta1");

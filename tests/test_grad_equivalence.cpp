@@ -42,18 +42,18 @@ Deck small_deck(int micro_batches, const std::string& schedule, const std::strin
   d.model.hidden_dim = 24;
   d.model.output_dim = 5;
   d.model.depth = 8;
-  d.model.activation = "gelu";
-  d.model.loss = loss;
+  d.model.activation = ActivationKind::Gelu;
+  d.model.loss = kind_named<LossKind>(loss);
   d.data.samples = 256;
   d.training.steps = 4;
   d.training.batch_size = 16;
-  d.training.optimizer = optimizer;
+  d.training.optimizer = kind_named<OptimizerKind>(optimizer);
   d.training.lr = optimizer == "sgd" ? 0.05 : 1e-2;
   d.training.warmup_steps = 1;
   d.training.weight_decay = 0.01;
   d.training.blas_threads = 1;
   d.pipeline.micro_batches = micro_batches;
-  d.pipeline.schedule = schedule;
+  d.pipeline.schedule = kind_named<ScheduleKind>(schedule);
   d.pipeline.timeout_s = 60;
   return d;
 }

@@ -97,7 +97,7 @@ TEST(Layers, LinearWeightGradientZeroedByItsFirstAccumulation) {
   const Tensor filled = w->grad.clone(MemCategory::Workspace);
 
   TrainingConfig cfg;
-  cfg.optimizer = "sgd";
+  cfg.optimizer = OptimizerKind::Sgd;
   Optimizer opt(cfg, lin.layer->params());
   be.fill(w->grad, 7.f);  // stale values a fill would have cleared
   opt.zero_grad(be);
@@ -142,12 +142,12 @@ void check_loss(Loss& loss, const Tensor& target, const Shape& shape, const char
 }
 
 TEST(Losses, MseMatchesFiniteDifferences) {
-  auto loss = make_loss("mse");
+  auto loss = make_loss(LossKind::Mse);
   check_loss(*loss, random_tensor({4, 3}, 4), {4, 3}, "mse");
 }
 
 TEST(Losses, CrossEntropyMatchesFiniteDifferences) {
-  auto loss = make_loss("cross_entropy");
+  auto loss = make_loss(LossKind::CrossEntropy);
   Tensor labels = Tensor::empty({4}, DType::I32);
   for (int i = 0; i < 4; ++i) labels.i32()[i] = (i * 3) % 5;
   check_loss(*loss, labels, {4, 5}, "cross_entropy");
@@ -155,7 +155,7 @@ TEST(Losses, CrossEntropyMatchesFiniteDifferences) {
 
 TEST(Losses, CrossEntropyValueIsLogClassesForUniformLogits) {
   Backend& be = cpu_backend();
-  auto loss = make_loss("cross_entropy");
+  auto loss = make_loss(LossKind::CrossEntropy);
   Tensor logits = Tensor::zeros({2, 8});
   Tensor labels = Tensor::zeros({2}, DType::I32);
   Tensor d = Tensor::empty({2, 8});

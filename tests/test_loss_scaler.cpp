@@ -27,7 +27,7 @@ Tensor random_tensor(const Shape& shape, uint64_t stream) {
 // One linear layer + MSE: forward and backward with the loss seed scaled by `scale`.
 struct Tiny {
   std::unique_ptr<Layer> linear = make_linear("fc", 6, 4, 3, 1, 1.f);
-  std::unique_ptr<Loss> loss = make_loss("mse");
+  std::unique_ptr<Loss> loss = make_loss(LossKind::Mse);
   Tensor x = random_tensor({5, 6}, 1), target = random_tensor({5, 4}, 2);
 
   std::vector<Param*> params() { return linear->params(); }

@@ -36,7 +36,7 @@ Deck deck_for(const std::string& precision) {
   d.training.batch_size = 16;
   d.training.lr = 1e-2;
   d.training.blas_threads = 1;
-  d.training.precision = precision;
+  d.training.precision = kind_named<PrecisionKind>(precision);
   d.pipeline.micro_batches = 4;
   d.pipeline.timeout_s = 60;
   return d;
@@ -49,7 +49,7 @@ struct TrainingRun {
 };
 
 TrainingRun train(const Deck& deck, MPI_Comm comm) {
-  auto backend = make_cpu_backend(parse_gemm_precision(deck.training.precision));
+  auto backend = make_cpu_backend(parse_gemm_precision(kind_name(deck.training.precision)));
   ComputeSetup setup;
   setup.backend = backend.get();
   Trainer trainer(deck, comm, setup);
@@ -90,7 +90,7 @@ TEST(MixedPrecision, Bf16StaysCloseToFp32) {
 TEST(MixedPrecision, Fp16OverflowSkipsAndBacksOff) {
   Deck deck = deck_for("fp16");
   deck.training.loss_scale = 16777216.0;  // 2^24: the scaled gradients overflow fp16 at first
-  deck.training.optimizer = "adamw";
+  deck.training.optimizer = OptimizerKind::AdamW;
   const TrainingRun run = train(deck, MPI_COMM_WORLD);
   int64_t skipped = 0;
   double scale = deck.training.loss_scale;

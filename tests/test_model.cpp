@@ -122,7 +122,7 @@ TEST(RebuildStage, MlpKeepsStayingLayersAndBuildsOnlyArrivingOnes) {
 TEST(RebuildStage, GptKeepsThePinnedLayersInPlace) {
   ModelConfig m;
   m.type = "gpt";
-  m.loss = "cross_entropy";
+  m.loss = LossKind::CrossEntropy;
   m.vocab_size = 16;
   m.seq_len = 8;
   m.d_model = 16;
@@ -158,13 +158,13 @@ TEST(LearningRate, WarmupThenCosineToMinimum) {
   cfg.lr = 1.0;
   cfg.min_lr = 0.1;
   cfg.warmup_steps = 2;
-  cfg.lr_schedule = "cosine";
+  cfg.lr_schedule = LrScheduleKind::Cosine;
   EXPECT_DOUBLE_EQ(learning_rate(cfg, 0), 0.5);
   EXPECT_DOUBLE_EQ(learning_rate(cfg, 1), 1.0);
   EXPECT_DOUBLE_EQ(learning_rate(cfg, 2), 1.0);    // start of the decay
   EXPECT_NEAR(learning_rate(cfg, 10), 0.1, 1e-12);  // last step reaches min_lr
   EXPECT_NEAR(learning_rate(cfg, 6), 0.55, 1e-12);  // halfway: the mean
-  cfg.lr_schedule = "constant";
+  cfg.lr_schedule = LrScheduleKind::Constant;
   EXPECT_DOUBLE_EQ(learning_rate(cfg, 7), 1.0);
 }
 

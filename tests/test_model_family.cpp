@@ -37,7 +37,7 @@ StageInput toy_input(const ModelConfig& m, int64_t, bool) { return {Shape{m.inpu
 void toy_unit(const ModelConfig& m, StageModel& sm, int64_t u, ParamInit init) {
   sm.layers.push_back(make_linear("toy" + std::to_string(u), m.input_dim, m.input_dim, m.init_seed,
                                   static_cast<uint64_t>(u), std::sqrt(2.f), init));
-  sm.layers.push_back(make_activation("relu"));
+  sm.layers.push_back(make_activation(ActivationKind::Relu));
   sm.layer_unit.insert(sm.layer_unit.end(), {u, u});
 }
 
@@ -45,7 +45,7 @@ void toy_end(const ModelConfig& m, StageModel& sm) {
   sm.layers.push_back(make_linear("toy.head", m.input_dim, m.output_dim, m.init_seed,
                                   static_cast<uint64_t>(m.depth), 1.f, ParamInit::FromSeed));
   sm.layer_unit.push_back(-1);
-  sm.loss = make_loss("mse");
+  sm.loss = make_loss(LossKind::Mse);
   sm.loss_terms_per_sample = m.output_dim;
 }
 
@@ -69,7 +69,7 @@ ModelFamily toy_family() {
   f.name = "toy";
   f.summary = "square Linear + ReLU units, a pinned Linear head (test only)";
   f.keys = {"input_dim", "output_dim", "depth"};
-  f.data_types = {"synthetic"};
+  f.data_types = {DataKind::Synthetic};
   f.data_rule = "trains on data.type = \"synthetic\"";
   f.describe = toy_describe;
   f.units_key = "depth";

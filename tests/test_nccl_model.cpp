@@ -50,7 +50,7 @@ Deck small_deck(int micro_batches, const std::string& schedule) {
   d.training.lr = 1e-2;
   d.training.blas_threads = 1;
   d.pipeline.micro_batches = micro_batches;
-  d.pipeline.schedule = schedule;
+  d.pipeline.schedule = kind_named<ScheduleKind>(schedule);
   d.pipeline.timeout_s = 30;
   return d;
 }

@@ -46,7 +46,7 @@ Deck small_deck(const std::string& model, const std::string& schedule) {
   d.training.batch_size = 8;
   d.training.blas_threads = 1;
   d.pipeline.micro_batches = 4;
-  d.pipeline.schedule = schedule;
+  d.pipeline.schedule = kind_named<ScheduleKind>(schedule);
   d.pipeline.timeout_s = 60;
   return model == "gpt" ? pt_test::tiny_gpt(d, 4) : d;
 }

@@ -66,7 +66,7 @@ Deck small_gpt() {
   d.model.heads = 2;
   d.model.blocks = 4;
   d.model.mlp_ratio = 2;
-  d.data.type = "markov";
+  d.data.type = DataKind::Markov;
   d.data.markov_order = 1;
   return d;
 }

@@ -42,14 +42,14 @@ Deck mlp_deck(const std::string& schedule, const std::string& optimizer,
   d.data.samples = 256;
   d.training.steps = 6;
   d.training.batch_size = 16;
-  d.training.optimizer = optimizer;
+  d.training.optimizer = kind_named<OptimizerKind>(optimizer);
   d.training.lr = optimizer == "sgd" ? 0.05 : 1e-2;
   d.training.warmup_steps = 1;
   d.training.weight_decay = 0.01;
   d.training.grad_clip = 0.5;  // the global norm crosses stages
   d.training.blas_threads = 1;
   d.pipeline.micro_batches = 4;
-  d.pipeline.schedule = schedule;
+  d.pipeline.schedule = kind_named<ScheduleKind>(schedule);
   d.pipeline.recompute = recompute;
   d.pipeline.timeout_s = 60;
   return d;
@@ -132,7 +132,7 @@ TEST(Rebalance, GptMovesWithEvery2Recompute) { check_moves_change_nothing(gpt_de
 Deck ordered_mlp_deck(const std::string& schedule, const std::string& optimizer,
                       const std::string& recompute) {
   Deck d = mlp_deck(schedule, optimizer, recompute);
-  d.pipeline.dp_reduction = "ordered";
+  d.pipeline.dp_reduction = DpReductionKind::Ordered;
   return d;
 }
 TEST(Rebalance, MovesWithTheOrderedReductionAreBitwiseInvisible) {

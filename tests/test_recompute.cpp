@@ -32,7 +32,7 @@ Deck base_deck(const std::string& model, const std::string& schedule, const std:
   d.training.lr = 1e-3;
   d.training.blas_threads = 1;
   d.pipeline.micro_batches = 4;
-  d.pipeline.schedule = schedule;
+  d.pipeline.schedule = kind_named<ScheduleKind>(schedule);
   d.pipeline.recompute = policy;
   d.pipeline.timeout_s = 60;
   if (model == "mlp") {
@@ -48,7 +48,7 @@ Deck base_deck(const std::string& model, const std::string& schedule, const std:
     d.model.heads = 2;
     d.model.blocks = 4;
     d.model.mlp_ratio = 2;
-    d.data.type = "markov";
+    d.data.type = DataKind::Markov;
     d.data.markov_order = 1;
   }
   return d;

@@ -81,9 +81,9 @@ const std::vector<Variant> kVariants = {
     {"interleaved", 2}, {"interleaved", 3}, {"zb-h1", 1}, {"zb-v", 1}};
 
 Deck with_schedule(Deck deck, const Variant& v) {
-  deck.pipeline.schedule = v.schedule;
+  deck.pipeline.schedule = kind_named<ScheduleKind>(v.schedule);
   deck.pipeline.virtual_stages = v.virtual_stages;
-  deck.pipeline.weight_grad = v.weight_grad;
+  deck.pipeline.weight_grad = kind_named<WeightGradKind>(v.weight_grad);
   return deck;
 }
 
@@ -102,7 +102,7 @@ void check_schedules(const Deck& base, const std::vector<std::string>& recompute
     for (int n : {1, 2, 3, 4, 8}) {
       Deck reference = base;
       reference.pipeline.micro_batches = n;
-      reference.pipeline.schedule = "gpipe";
+      reference.pipeline.schedule = ScheduleKind::GPipe;
       RunResult alone;
       if (is_root()) alone = run_trainer(reference, MPI_COMM_SELF);
       for (int p : {1, 2, 4}) {
@@ -110,7 +110,7 @@ void check_schedules(const Deck& base, const std::vector<std::string>& recompute
         for (const Variant& v : kVariants) {
           if (!accepts(v, p, n, units)) continue;
           Deck deck = reference;
-          deck.pipeline.schedule = v.schedule;
+          deck.pipeline.schedule = kind_named<ScheduleKind>(v.schedule);
           deck.pipeline.virtual_stages = v.virtual_stages;
           deck.pipeline.recompute = recompute;
           const RunResult piped = train_on(deck, p);
@@ -224,7 +224,7 @@ TEST(ScheduleEquivalence, OtherSamplesChangeTheBits) {
   if (!is_root()) return;
   Deck a = mlp_deck();
   a.pipeline.micro_batches = 4;
-  a.pipeline.schedule = "gpipe";
+  a.pipeline.schedule = ScheduleKind::GPipe;
   Deck b = a;
   b.data.seed = a.data.seed + 1;
   const RunResult ra = run_trainer(a, MPI_COMM_SELF), rb = run_trainer(b, MPI_COMM_SELF);
@@ -310,7 +310,7 @@ TEST(ScheduleEquivalence, PlacementsAtGivenAndMeasuredTimes) {
     for (int n : {4, 8}) {
       Deck reference = base;
       reference.pipeline.micro_batches = n;
-      reference.pipeline.schedule = "gpipe";
+      reference.pipeline.schedule = ScheduleKind::GPipe;
       reference.training.steps = 5;
       RunResult alone;
       if (is_root()) alone = run_trainer(reference, MPI_COMM_SELF);
@@ -324,13 +324,13 @@ TEST(ScheduleEquivalence, PlacementsAtGivenAndMeasuredTimes) {
         if (is_root()) std::ofstream(file) << format_schedule(timed);
         MPI_Barrier(MPI_COMM_WORLD);
         Deck from_file = reference;
-        from_file.pipeline.schedule = "file";
+        from_file.pipeline.schedule = ScheduleKind::File;
         from_file.pipeline.schedule_file = file;
         from_file.pipeline.virtual_stages = 2;
         const RunResult placed = train_on(from_file, p);
         Deck measured = reference;
-        measured.pipeline.schedule = "zb-v";
-        measured.pipeline.schedule_times = "measured";
+        measured.pipeline.schedule = ScheduleKind::ZbV;
+        measured.pipeline.schedule_times = ScheduleTimesKind::Measured;
         const RunResult remeasured = train_on(measured, p);
         if (!is_root()) continue;
         expect_bitwise(placed, alone, "zb-v placed at given times, " + at);

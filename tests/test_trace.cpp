@@ -93,7 +93,7 @@ Deck traced_deck(const std::string& schedule) {
   d.training.batch_size = 16;
   d.training.blas_threads = 1;
   d.pipeline.micro_batches = 4;
-  d.pipeline.schedule = schedule;
+  d.pipeline.schedule = kind_named<ScheduleKind>(schedule);
   d.pipeline.recompute = "full";  // so RECOMPUTE events appear
   d.output.trace = true;
   return d;

@@ -70,12 +70,12 @@ void log_links(MPI_Comm comm, const cuda::TransportPlan& plan) {
 
 ComputeResources make_compute_resources(const Deck& deck, MPI_Comm comm) {
   ComputeResources c;
-  if (deck.training.device != "cuda") {
-    if (deck.training.precision != "fp32") {
-      c.backend = make_cpu_backend(parse_gemm_precision(deck.training.precision));
+  if (deck.training.device != DeviceKind::Cuda) {
+    if (deck.training.precision != PrecisionKind::Fp32) {
+      c.backend = make_cpu_backend(parse_gemm_precision(kind_name(deck.training.precision)));
       c.setup.backend = c.backend.get();
     }
-    if (deck.pipeline.transport == "nccl_model")
+    if (deck.pipeline.transport == TransportKind::NcclModel)
       c.setup.make_transport = [](MPI_Comm stage_comm) { return make_nccl_model_transport(stage_comm); };
     return c;
   }
@@ -84,9 +84,10 @@ ComputeResources make_compute_resources(const Deck& deck, MPI_Comm comm) {
   log_devices(comm, info->describe());
   c.device_name = info->name;
   c.device_shared = cuda::any_device_shared(*info, comm);
-  c.backend = cuda::make_backend({cuda::parse_precision(deck.training.precision)});
+  c.backend = cuda::make_backend({cuda::parse_precision(kind_name(deck.training.precision))});
   c.setup.backend = c.backend.get();
-  const std::string transport = deck.pipeline.transport;
+  const TransportKind kind = deck.pipeline.transport;
+  const std::string transport = kind_name(kind);  // the CUDA layer's name of it
   const double timeout_s = deck.pipeline.timeout_s;
   c.setup.make_transport = [info, transport, timeout_s](MPI_Comm stage_comm) {
     cuda::TransportPlan plan;
@@ -101,19 +102,19 @@ ComputeResources make_compute_resources(const Deck& deck, MPI_Comm comm) {
   // refused with the ranks named. (Counting ranks against visible devices
   // took MPI with --gpus-per-task=1, and NCCL over one GPU with
   // PIPETRAIN_DEVICE=0 on a multi-GPU node.)
-  c.setup.make_replica_group = [info, transport, timeout_s](MPI_Comm replicas)
+  c.setup.make_replica_group = [info, kind, transport, timeout_s](MPI_Comm replicas)
       -> std::unique_ptr<ReplicaGroup> {
     int replicas_size = 1;
     MPI_CHECK(MPI_Comm_size(replicas, &replicas_size));
     // D = 1 (a group active only for dp_reduction = "ordered"): one rank, one
     // GPU, no sharing possible; NCCL keeps the sums on the device.
-    if (replicas_size == 1 && transport != "mpi_staged")
+    if (replicas_size == 1 && kind != TransportKind::MpiStaged)
       return cuda::make_nccl_replica_group(replicas, timeout_s);
     if (cuda::resolve_transport(transport, *info, replicas) == "nccl")
       return cuda::make_nccl_replica_group(replicas, timeout_s);
     return make_mpi_replica_group(replicas);
   };
-  c.kernels = cuda::versions().describe() + "; GEMM operands " + deck.training.precision;
+  c.kernels = cuda::versions().describe() + "; GEMM operands " + kind_name(deck.training.precision);
   c.setup.device_memory_stats = [] { return cuda::device_memory_stats(); };
   c.setup.reset_device_memory_peaks = [] { cuda::reset_device_memory_peaks(); };
 #else

@@ -60,7 +60,7 @@ std::string broadcast_text(const World& w, std::string text, bool& ok) {
 }
 
 void check_data_files(const Deck& deck) {
-  if (deck.data.type != "hdf5") return;
+  if (deck.data.type != DataKind::Hdf5) return;
   check_token_file(deck, deck.data.path, deck.where("data.path"));
   if (!deck.data.eval_path.empty())
     check_token_file(deck, deck.data.eval_path, deck.where("data.eval_path"));
@@ -86,7 +86,7 @@ bool load_deck(const World& w, const CommandLine& cli, Deck& deck) {
       // `plan --device` neither reads data nor computes: it plans on a description.
       const bool runs_here = !(cli.command == "plan" && !cli.device.empty());
       if (runs_here) check_data_files(deck);
-      if (runs_here && deck.training.device == "cuda" && !cuda_available_in_build())
+      if (runs_here && deck.training.device == DeviceKind::Cuda && !cuda_available_in_build())
         throw InputError(deck.where("training.device") +
                          " = \"cuda\": this build has no CUDA backend; build with `make cuda` "
                          "(cmake -DPIPETRAIN_CUDA=ON) and run build-cuda/pipetrain");
@@ -146,7 +146,7 @@ int run_validate(const World& w, const CommandLine& cli, const Deck& deck) {
     std::printf("schedule %s: this is its unit-time placement; with pipeline.schedule_times = "
                 "\"%s\" a run places it again at the F, B and W times it measures in its "
                 "first steps (docs/schedules.md)\n", s.name.c_str(),
-                deck.pipeline.schedule_times.c_str());
+                kind_name(deck.pipeline.schedule_times));
   if (layout.data_parallel > 1)
     std::printf("deck %s is valid for %d ranks: %d pipeline ranks x %d data-parallel replicas\n",
                 cli.deck_path.c_str(), stages * layout.data_parallel, stages, layout.data_parallel);
@@ -170,7 +170,7 @@ void print_step(const Deck& deck, const StepRecord& rec, double samples_per_s,
     total_peak = std::max(total_peak, stage.back());
   }
   char fp16[64] = "";  // the loss scale, and a skipped step, under fp16
-  if (deck.training.precision == "fp16")
+  if (deck.training.precision == PrecisionKind::Fp16)
     std::snprintf(fp16, sizeof fp16, " | scale %g%s", rec.loss_scale,
                   rec.skipped ? " SKIPPED (overflow)" : "");
   char plan[40] = "";  // the planner's prediction beside the measurement
@@ -221,7 +221,7 @@ void print_start(const World& w, const Deck& deck, const Trainer& trainer,
     grid = " (a grid of " + std::to_string(pipeline_ranks) + " pipeline ranks x " +
            std::to_string(trainer.replicas()) + " data-parallel replicas; replica d is world ranks " +
            "d x " + std::to_string(pipeline_ranks) + " + pipeline rank; gradient reduction \"" +
-           deck.pipeline.dp_reduction + "\" in " + std::to_string(trainer.reducer().buckets().size()) +
+           kind_name(deck.pipeline.dp_reduction) + "\" in " + std::to_string(trainer.reducer().buckets().size()) +
            " bucket(s) on rank 0)";
   std::printf("pipetrain: %d ranks, %s%s\n%s\n", w.size,
               stages == pipeline_ranks ? "one stage per rank"
@@ -244,7 +244,7 @@ void print_start(const World& w, const Deck& deck, const Trainer& trainer,
   const auto& choices = trainer.recompute_choices();
   for (size_t s = 0; s < choices.size(); ++s) {
     std::printf("stage %zu: recompute %s", s, choices[s].policy.c_str());
-    if (choices[s].requested == "auto")
+    if (is_auto_recompute(choices[s].requested))
       std::printf(" (auto: estimated peak %.1f MiB of a %.1f MiB budget)",
                   choices[s].needed_bytes / 1048576.0, choices[s].budget_bytes / 1048576.0);
     std::printf("\n");
@@ -325,21 +325,21 @@ void log_step(const Deck& deck, const StepRecord& rec, bool last, Progress& p, M
   }
 }
 
-int run_train(const World& w, const CommandLine& cli, const Deck& deck_in) {
+int run_train(const World& w, const CommandLine& cli, const Deck& deck) {
   // A stop signal is recorded from the start of main (block_stop_signals):
   // one that arrives during the start-up (profile, restore) stops the run
   // after its first step.
-  Deck deck = deck_in;  // a named partition strategy becomes counts below
-  BlasThreadsChoice blas = choose_blas_threads(deck, w.comm);
-  set_cpu_gemm(parse_cpu_gemm(deck.training.cpu_gemm));
+  BlasThreadsChoice blas = choose_blas_threads(deck.training.blas_threads, w.comm);
+  set_cpu_gemm(parse_cpu_gemm(kind_name(deck.training.cpu_gemm)));
   set_blas_threads(blas.threads);
   choose_wait_mode();
   const BlasReport blas_report = gather_blas_report(w.comm, w.blas_note);
   ComputeResources compute = make_compute_resources(deck, w.comm);
   const ProcessGrid grid(w.comm, static_cast<int>(data_parallel_size(deck)));
   RunPlan plan = prepare_run_plan(deck, grid.pipeline(), compute);
-  share_partition(grid, deck);
-  Trainer trainer(deck, grid, compute.setup);
+  // A named strategy's counts, the same in every replica (the deck keeps the name).
+  const std::vector<int64_t> partition = share_partition(grid, starting_partition(deck, plan));
+  Trainer trainer(deck, partition, grid, compute.setup);
   predict_run(plan, deck, trainer);
   if (deck.pipeline.rebalance) trainer.enable_rebalance(plan.profile);
   const std::string resolved = deck_to_toml(deck);
@@ -364,7 +364,7 @@ int run_train(const World& w, const CommandLine& cli, const Deck& deck_in) {
     for (const auto& c : trainer.recompute_choices()) policies += (policies.empty() ? "" : ",") + c.policy;
     metrics.set_attribute("recompute", policies);
     print_run_plan(plan, deck);
-    record_run_plan(plan, deck, trainer.schedule().num_stages, metrics);
+    record_run_plan(plan, deck, trainer.partition(), metrics);
     save_run_profile(plan, deck, resolved);
     if (auto floor = trainer.loss_floor()) {
       metrics.set_attribute("loss_floor", floor->window);
@@ -373,7 +373,7 @@ int run_train(const World& w, const CommandLine& cli, const Deck& deck_in) {
   }
   Progress progress;
   if (plan.measured) progress.predicted_step_s = plan.prediction.step_time_s;
-  progress.oversubscribed = deck.training.device == "cpu" && blas.ranks_on_node > blas.node_cores;
+  progress.oversubscribed = deck.training.device == DeviceKind::Cpu && blas.ranks_on_node > blas.node_cores;
   if (w.rank == 0 && plan.measured && progress.oversubscribed)
     std::printf("plan: %d ranks share %d core%s on this node; the planner's step prediction "
                 "(%.1f ms) assumes a core per rank, so the step lines do not compare with it\n",

@@ -10,15 +10,15 @@
 
 namespace pt {
 
-void share_partition(const ProcessGrid& grid, Deck& deck) {
-  if (grid.data_parallel() == 1) return;
-  long long n = static_cast<long long>(deck.pipeline.partition.size());
+std::vector<int64_t> share_partition(const ProcessGrid& grid, std::vector<int64_t> counts) {
+  if (grid.data_parallel() == 1) return counts;
+  long long n = static_cast<long long>(counts.size());
   timed_bcast(&n, 1, MPI_LONG_LONG, 0, grid.replicas(), "the partition broadcast from replica 0");
-  std::vector<long long> counts(deck.pipeline.partition.begin(), deck.pipeline.partition.end());
-  counts.resize(static_cast<size_t>(n));
-  timed_bcast(counts.data(), static_cast<int>(n), MPI_LONG_LONG, 0, grid.replicas(),
+  std::vector<long long> sent(counts.begin(), counts.end());
+  sent.resize(static_cast<size_t>(n));
+  timed_bcast(sent.data(), static_cast<int>(n), MPI_LONG_LONG, 0, grid.replicas(),
               "the partition broadcast from replica 0");
-  deck.pipeline.partition.assign(counts.begin(), counts.end());
+  return std::vector<int64_t>(sent.begin(), sent.end());
 }
 
 void agree_across_replicas(const ProcessGrid& grid, bool ok) {

@@ -59,11 +59,11 @@ GptSpec gpt_spec_of(const Deck& deck, const std::string& device) {
   g.seq_len = d.seq_len;
   g.vocab_size = d.vocab_size;
   g.mlp_ratio = d.mlp_ratio;
-  const bool half = deck.training.precision == "bf16" || deck.training.precision == "fp16";
+  const bool half = deck.training.precision == PrecisionKind::Bf16 || deck.training.precision == PrecisionKind::Fp16;
   g.activation_bytes = half ? 2.0 : 4.0;
   g.param_bytes = half ? 2.0 : 4.0;
   g.grad_bytes = 4.0;
-  const double moments = deck.training.optimizer == "adamw" ? 8.0 : 4.0;
+  const double moments = deck.training.optimizer == OptimizerKind::AdamW ? 8.0 : 4.0;
   g.optimizer_bytes = moments + (half ? 4.0 : 0.0);
   return g;
 }
@@ -84,11 +84,12 @@ PlanRequest request_for(const Deck& deck, const CommandLine& cli, int stages) {
   r.schedules = cli.schedules;
   if (r.schedules.empty()) {  // the defaults, and the deck's own when it is generated
     r.schedules = {"gpipe", "1f1b"};
-    const std::string& own = deck.pipeline.schedule;
-    if (own != "file" && std::find(r.schedules.begin(), r.schedules.end(), own) == r.schedules.end())
+    const std::string own = kind_name(deck.pipeline.schedule);
+    if (deck.pipeline.schedule != ScheduleKind::File &&
+        std::find(r.schedules.begin(), r.schedules.end(), own) == r.schedules.end())
       r.schedules.push_back(own);
   }
-  if (deck.pipeline.schedule == "interleaved")
+  if (deck.pipeline.schedule == ScheduleKind::Interleaved)
     r.virtual_stages = static_cast<int>(deck.pipeline.virtual_stages);
   // Selective recomputation drops attention probabilities; an MLP has none.
   if (!model_family(deck.model).selective_drops) r.recompute = {"none", "full"};
@@ -121,10 +122,10 @@ PlanTable plan_measured(const Deck& deck, const CommandLine& cli, const PlanRequ
   const ProfileOptions options = options_for(cli, compute, ProfileOptions::brief());
   std::vector<LinkCost> links(1);
   const auto profile_for = [&](int64_t rows) {
-    Deck sized = deck;
-    sized.pipeline.data_parallel = 1;  // `rows` is already one replica's micro-batch
-    sized.pipeline.micro_batches = deck.training.batch_size / rows;
-    ModelProfile p = profile_model(sized, be, comm, options);
+    BatchSplit split;  // `rows` is already one replica's micro-batch
+    split.batch_size = deck.training.batch_size;
+    split.micro_batches = deck.training.batch_size / rows;
+    ModelProfile p = profile_model(deck, split, be, comm, options);
     links[0] = p.link;
     return p;
   };
@@ -138,22 +139,22 @@ PlanTable plan_measured(const Deck& deck, const CommandLine& cli, const PlanRequ
 
 // The deck's own point in the table: its schedule, N, recompute and partition.
 std::string deck_rank(const Deck& deck, const PlanTable& table) {
-  const std::string& strategy = deck.pipeline.partition_strategy;
+  const PartitionStrategy strategy = deck.pipeline.partition_strategy;
   for (size_t i = 0; i < table.rows.size(); ++i) {
     const PlanRow& r = table.rows[i];
-    const bool same_partition =
-        strategy == "explicit" ? r.units_per_stage == deck.pipeline.partition
-                               : objective_name(r.partition) == strategy;
-    if (r.data_parallel == data_parallel_size(deck) && r.schedule == deck.pipeline.schedule &&
+    const bool same_partition = strategy == PartitionStrategy::Explicit
+                                    ? r.units_per_stage == deck.pipeline.partition
+                                    : strategy_of(r.partition) == strategy;
+    if (r.data_parallel == data_parallel_size(deck) && r.schedule == kind_name(deck.pipeline.schedule) &&
         r.micro_batches == deck.pipeline.micro_batches &&
         r.recompute == deck.pipeline.recompute && same_partition)
       return "the deck as written (" + r.schedule + ", N=" + std::to_string(r.micro_batches) +
-             ", recompute " + r.recompute + ", partition " + strategy + ") ranks " +
+             ", recompute " + r.recompute + ", partition " + kind_name(strategy) + ") ranks " +
              std::to_string(i + 1) + " of " + std::to_string(table.rows.size());
   }
-  return "the deck as written (" + deck.pipeline.schedule + ", N=" +
+  return std::string("the deck as written (") + kind_name(deck.pipeline.schedule) + ", N=" +
          std::to_string(deck.pipeline.micro_batches) + ", recompute " + deck.pipeline.recompute +
-         ", partition " + strategy + ") is not among the plans weighed";
+         ", partition " + kind_name(strategy) + ") is not among the plans weighed";
 }
 
 }  // namespace
@@ -212,7 +213,7 @@ int run_plan(MPI_Comm comm, const CommandLine& cli, const Deck& deck, const std:
               deck.pipeline.memory_budget_mb > 0.0
                   ? "pipeline.memory_budget_mb"
                   : (cli.device.empty() ? "this node's memory / stages" : "the device's memory"));
-  if (request.weight_grad == "step")
+  if (request.weight_grad == WeightGradKind::Step)
     std::printf("plan: weight gradients once per step (pipeline.weight_grad = \"step\") under "
                 "gpipe, 1f1b and interleaved; each stage's pass timed at a whole replica batch's "
                 "rows\n");

@@ -18,7 +18,7 @@
 namespace pt {
 
 BlasThreadsChoice profile_blas_threads(const Deck& deck, MPI_Comm comm, int planned_ranks) {
-  BlasThreadsChoice c = choose_blas_threads(deck, comm);
+  BlasThreadsChoice c = choose_blas_threads(deck.training.blas_threads, comm);
   if (planned_ranks > c.ranks_on_node) {
     c.ranks_on_node = planned_ranks;
     if (c.automatic) c.threads = std::max(1, c.node_cores / planned_ranks);

@@ -17,9 +17,9 @@ namespace pt {
 namespace {
 
 bool needs_profile(const Deck& deck) {
-  const std::string& s = deck.pipeline.partition_strategy;
-  return deck.pipeline.predict || deck.pipeline.rebalance || s == "time" || s == "memory" ||
-         s == "balanced";
+  const PartitionStrategy s = deck.pipeline.partition_strategy;
+  return deck.pipeline.predict || deck.pipeline.rebalance || s == PartitionStrategy::Time ||
+         s == PartitionStrategy::Memory || s == PartitionStrategy::Balanced;
 }
 
 ProfileOptions brief_options(const ComputeResources& compute) {
@@ -43,7 +43,7 @@ int comm_size(MPI_Comm comm) {
 
 }  // namespace
 
-RunPlan prepare_run_plan(Deck& deck, MPI_Comm comm, const ComputeResources& compute) {
+RunPlan prepare_run_plan(const Deck& deck, MPI_Comm comm, const ComputeResources& compute) {
   RunPlan plan;
   if (!needs_profile(deck)) return plan;
   set_wait_phase("in the start-up profile");
@@ -52,7 +52,7 @@ RunPlan prepare_run_plan(Deck& deck, MPI_Comm comm, const ComputeResources& comp
   plan.speed_probe_s.push_back(time_speed_probe(be, comm));
   const auto start = std::chrono::steady_clock::now();
   plan.profile = profile_model(deck, be, comm, brief_options(compute));
-  if (deck.pipeline.weight_grad == "step")
+  if (deck.pipeline.weight_grad == WeightGradKind::Step)
     plan.pass_profile = profile_weight_pass(deck, be, comm, plan.profile, brief_options(compute));
   plan.profile_seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
@@ -60,9 +60,13 @@ RunPlan prepare_run_plan(Deck& deck, MPI_Comm comm, const ComputeResources& comp
   plan.measured = true;
   // Every rank has the same profile, so every rank solves to the same counts.
   plan.partition = choose_partition(deck, plan.profile, comm_size(comm));
-  if (deck.pipeline.partition_strategy != "explicit")
-    deck.pipeline.partition = plan.partition.units_per_stage;
   return plan;
+}
+
+std::vector<int64_t> starting_partition(const Deck& deck, const RunPlan& plan) {
+  if (!plan.measured || deck.pipeline.partition_strategy == PartitionStrategy::Explicit)
+    return deck.pipeline.partition;
+  return plan.partition.units_per_stage;
 }
 
 void predict_run(RunPlan& plan, const Deck& deck, const Trainer& trainer) {
@@ -80,16 +84,13 @@ void print_run_plan(const RunPlan& plan, const Deck& deck) {
   std::printf("plan: brief profile of every unit in %.2f s (%s; caches %s; %s)\n%s",
               plan.profile_seconds, plan.profile.kernels.c_str(), plan.profile.cache.c_str(),
               plan.profile.calibration.c_str(),
-              describe_plan(deck.pipeline.partition_strategy, plan.partition, plan.prediction).c_str());
+              describe_plan(kind_name(deck.pipeline.partition_strategy), plan.partition, plan.prediction).c_str());
 }
 
-void record_run_plan(const RunPlan& plan, const Deck& deck, int num_stages,
+void record_run_plan(const RunPlan& plan, const Deck& deck, const std::vector<int64_t>& partition,
                      MetricsFile& metrics) {
-  // The counts the run uses: the deck's (explicit or resolved by the planner),
-  // else the runtime's uniform default.
-  metrics.set_attribute("partition", partition_units(model_units(deck.model), num_stages,
-                                                     deck.pipeline.partition));
-  metrics.set_attribute("partition_strategy", deck.pipeline.partition_strategy);
+  metrics.set_attribute("partition", partition);
+  metrics.set_attribute("partition_strategy", std::string(kind_name(deck.pipeline.partition_strategy)));
   if (!plan.measured) return;
   metrics.set_attribute("partition_reason", plan.partition.reason);
   metrics.set_attribute("profile_cache", plan.profile.cache);
@@ -147,7 +148,7 @@ void report_schedule_placement(int rank, RunPlan& plan, const Deck& deck, const 
   std::vector<double> flat;  // (stages, 3): F, B, W seconds
   for (const auto& t : trainer.placement_times()) flat.insert(flat.end(), t.begin(), t.end());
   metrics.set_attribute("schedule_action_times_s", flat);
-  if (plan.measured) record_run_plan(plan, deck, trainer.schedule().num_stages, metrics);
+  if (plan.measured) record_run_plan(plan, deck, trainer.partition(), metrics);
 }
 
 void save_run_profile(const RunPlan& plan, const Deck& deck, const std::string& resolved_deck) {

@@ -18,8 +18,9 @@ std::string Deck::described(const std::string& dotted_key, const std::string& va
 }
 
 bool PipelineConfig::places_at_measured_times() const {
-  const bool zero_bubble = schedule == "zb-h1" || schedule == "zb-v";  // schedule_takes_times
-  return zero_bubble && (schedule_times == "measured" || (schedule_times == "auto" && !rebalance));
+  const bool zero_bubble = schedule == ScheduleKind::ZbH1 || schedule == ScheduleKind::ZbV;  // schedule_takes_times
+  return zero_bubble && (schedule_times == ScheduleTimesKind::Measured ||
+                         (schedule_times == ScheduleTimesKind::Auto && !rebalance));
 }
 
 }  // namespace pt

@@ -282,7 +282,7 @@ void match_model(const std::string& dir, const Inspection& ins, const std::vecto
                       std::to_string(ins.index.size()) + ")");
   if (!extra.empty())
     unusable(dir, "holds layer(s) " + list_names(extra) + " that the deck's model lacks");
-  const bool adamw = deck.training.optimizer == "adamw";
+  const bool adamw = deck.training.optimizer == OptimizerKind::AdamW;
   for (const ParamShape& p : want) {
     const Entry& e = ins.index.at(p.name);
     const std::string file = join_path(dir, e.file);
@@ -293,7 +293,7 @@ void match_model(const std::string& dir, const Inspection& ins, const std::vecto
     if (mode == LoadMode::Resume && (!e.state1 || (adamw && !e.state2)))
       unusable(file, "params/" + p.name + " has no " + (e.state1 ? "state2" : "state1") +
                          ": the checkpoint lacks the optimizer state of training.optimizer = \"" +
-                         deck.training.optimizer +
+                         kind_name(deck.training.optimizer) +
                          "\" (training.init_from loads weights only)");
   }
 }
@@ -307,10 +307,11 @@ Inspection inspect(const std::string& dir, LoadMode mode, const Deck& deck,
   H5Id m = open_file(path);
   read_manifest_state(m.get(), path, ins);
   std::string optimizer;
+  OptimizerKind stored = deck.training.optimizer;
   if (mode == LoadMode::Resume && read_attr(m.get(), "optimizer", optimizer) &&
-      optimizer != deck.training.optimizer)
+      !(parse_kind(optimizer, stored) && stored == deck.training.optimizer))
     unusable(path, "written with training.optimizer = \"" + optimizer + "\" but the deck has \"" +
-                       deck.training.optimizer +
+                       kind_name(deck.training.optimizer) +
                        "\"; a resume needs the same optimizer (training.init_from loads weights only)");
   H5Id files(H5Gopen2(m.get(), "files", H5P_DEFAULT), H5Gclose);
   if (!files.valid()) broken(path, "no /files group");

@@ -30,9 +30,9 @@ void apply_counters(const TrainingCounters& c, Trainer& trainer) {
 
 CheckpointWrite save_checkpoint(const Deck& deck, const std::string& resolved_deck,
                                 Trainer& trainer, int64_t step, MPI_Comm comm) {
-  Deck now = deck;  // the manifest records the partition in use (it changes when rebalancing)
-  now.pipeline.partition = trainer.partition();
-  return save_checkpoint(now, resolved_deck, trainer.params(), step, comm, counters_of(trainer));
+  // The manifest records the partition in use (it changes when rebalancing).
+  return save_checkpoint(deck, resolved_deck, trainer.params(), step, comm, counters_of(trainer),
+                         trainer.partition());
 }
 
 CheckpointRead load_checkpoint(const std::string& spec, LoadMode mode, const Deck& deck,

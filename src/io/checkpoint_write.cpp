@@ -134,7 +134,7 @@ std::string utc_now() {
 
 // The global state and the stage files: sizes, datasets and CRC-32s.
 void write_manifest(const Where& w, const Deck& deck, const std::string& resolved_deck,
-                    int64_t step, const TrainingCounters& counters,
+                    const std::vector<int64_t>& partition, int64_t step, const TrainingCounters& counters,
                     const std::vector<int64_t>& bytes,
                     const std::vector<std::vector<DatasetCrc>>& lists) {
   const std::string path = join_path(w.tmp_dir, kManifest);
@@ -153,7 +153,7 @@ void write_manifest(const Where& w, const Deck& deck, const std::string& resolve
   write_attr(f, "loss_scale_run", counters.loss_scale_run);
   write_attr(f, "skipped_steps", counters.skipped_steps);
   write_attr(f, "total_steps", deck.training.steps);
-  write_attr(f, "optimizer", deck.training.optimizer);
+  write_attr(f, "optimizer", std::string(kind_name(deck.training.optimizer)));
   write_attr(f, "data_seed", static_cast<int64_t>(deck.data.seed));
   write_attr(f, "init_seed", static_cast<int64_t>(deck.model.init_seed));
   write_attr(f, "rng", std::string("counter-based: every random value is a function of "
@@ -162,10 +162,8 @@ void write_manifest(const Where& w, const Deck& deck, const std::string& resolve
   write_attr(f, "stages", static_cast<int64_t>(w.size));
   // Units per pipeline stage in use (a rank holds several stages under
   // interleaved and zb-v schedules; informational: loading is by layer).
-  const int pipeline_stages =
-      deck.pipeline.partition.empty() ? w.size : static_cast<int>(deck.pipeline.partition.size());
-  write_attr(f, "partition",
-             partition_units(model_units(deck.model), pipeline_stages, deck.pipeline.partition));
+  const int pipeline_stages = partition.empty() ? w.size : static_cast<int>(partition.size());
+  write_attr(f, "partition", partition_units(model_units(deck.model), pipeline_stages, partition));
   write_attr(f, "created_utc", utc_now());
   write_attr(f, "deck", resolved_deck);
   H5Id files = create_group(f, "files");
@@ -290,7 +288,7 @@ void wait_for_checkpoint_pruning() { pruner().wait(); }
 
 CheckpointWrite save_checkpoint(const Deck& deck, const std::string& resolved_deck,
                                 const std::vector<Param*>& params, int64_t step, MPI_Comm comm,
-                                const TrainingCounters& counters) {
+                                const TrainingCounters& counters, const std::vector<int64_t>& partition) {
   const auto start = std::chrono::steady_clock::now();
   const Where w = locate(deck, step, comm);
   if (w.rank == 0) pruner().wait();
@@ -302,7 +300,8 @@ CheckpointWrite save_checkpoint(const Deck& deck, const std::string& resolved_de
   gather_results(w, mine, bytes, lists);
   double summary[3] = {0.0, 0.0, 0.0};  // bytes, seconds, digest
   agree_or_throw(comm, w.rank != 0 ? Problem{} : attempt([&] {
-    write_manifest(w, deck, resolved_deck, step, counters, bytes, lists);
+    write_manifest(w, deck, resolved_deck, partition.empty() ? deck.pipeline.partition : partition, step,
+                   counters, bytes, lists);
     summary[0] = static_cast<double>(file_bytes(join_path(w.tmp_dir, kManifest)));
     for (int64_t b : bytes) summary[0] += static_cast<double>(b);
     commit(w);

@@ -13,6 +13,7 @@
 #include "pipetrain/base/error.hpp"
 #include "pipetrain/model/family.hpp"
 #include "pipetrain/model/model.hpp"
+#include "pipetrain/schedule/recompute.hpp"
 #include "pipetrain/schedule/schedule.hpp"
 
 namespace pt {
@@ -118,12 +119,12 @@ void check_recompute_per_rank(const Deck& deck, int per_rank) {
   if (per_rank == 1) return;
   const auto& per_stage = deck.pipeline.recompute_stages;
   const bool any_auto = per_stage.empty()
-                            ? deck.pipeline.recompute == "auto"
-                            : std::find(per_stage.begin(), per_stage.end(), "auto") != per_stage.end();
+                            ? is_auto_recompute(deck.pipeline.recompute)
+                            : std::any_of(per_stage.begin(), per_stage.end(), is_auto_recompute);
   if (!any_auto) return;
   throw InputError(deck.where(per_stage.empty() ? "pipeline.recompute" : "pipeline.recompute_stages") +
                    ": \"auto\" chooses one stage per rank, but " +
-                   deck.described("pipeline.schedule", "\"" + deck.pipeline.schedule + "\"") +
+                   deck.described("pipeline.schedule", "\"" + std::string(kind_name(deck.pipeline.schedule)) + "\"") +
                    " puts " + std::to_string(per_rank) +
                    " stages on each rank; give fixed policies (none, selective, every:K, full)");
 }
@@ -134,7 +135,7 @@ void check_generated_schedule(const Deck& deck, int ranks) {
     generate_schedule(deck.pipeline.schedule, ranks, static_cast<int>(deck.pipeline.micro_batches),
                       static_cast<int>(deck.pipeline.virtual_stages));
   } catch (const InputError& e) {
-    throw InputError(deck.where("pipeline.schedule") + " = \"" + deck.pipeline.schedule + "\" with " +
+    throw InputError(deck.where("pipeline.schedule") + " = \"" + kind_name(deck.pipeline.schedule) + "\" with " +
                      deck.described("pipeline.micro_batches",
                                std::to_string(deck.pipeline.micro_batches)) + ": " + e.what());
   }
@@ -146,7 +147,7 @@ void check_rebalance_layout(const Deck& deck, int num_ranks, int per_rank) {
   if (deck.pipeline.rebalance && per_rank > 1)
     throw InputError(deck.where("pipeline.rebalance") + " = true moves units between ranks of one " +
                      "stage each, but " +
-                     deck.described("pipeline.schedule", "\"" + deck.pipeline.schedule + "\"") +
+                     deck.described("pipeline.schedule", "\"" + std::string(kind_name(deck.pipeline.schedule)) + "\"") +
                      " puts " + std::to_string(per_rank) + " stages on each rank");
   if (deck.pipeline.slowdown_rank >= num_ranks)
     throw InputError(deck.where("pipeline.slowdown_rank") + " = " +
@@ -185,18 +186,18 @@ int resolve_data_parallel(const Deck& deck, int world_ranks) {
 // "ordered" keeps each micro-batch's gradient apart at the end of its B; a
 // split backward adds weight gradients later, in W.
 void check_ordered_reduction(const Deck& deck, int ranks) {
-  if (deck.pipeline.dp_reduction != "ordered") return;
-  const std::string& s = deck.pipeline.schedule;
-  bool split = s == "zb-h1" || s == "zb-v" || deck.pipeline.weight_grad == "step";
-  if (s == "file")
+  if (deck.pipeline.dp_reduction != DpReductionKind::Ordered) return;
+  const ScheduleKind s = deck.pipeline.schedule;
+  bool split = schedule_takes_times(s) || deck.pipeline.weight_grad == WeightGradKind::Step;
+  if (s == ScheduleKind::File)
     split = splits_backward(load_schedule_file(deck.pipeline.schedule_file,
                                                ranks * static_cast<int>(deck.pipeline.virtual_stages),
                                                static_cast<int>(deck.pipeline.micro_batches)));
   if (split)
     throw InputError(deck.where("pipeline.dp_reduction") + " = \"ordered\" keeps each " +
                      "micro-batch's gradient at the end of its backward, but " +
-                     deck.described("pipeline.schedule", "\"" + s + "\"") +
-                     (deck.pipeline.weight_grad == "step" ? " with pipeline.weight_grad = \"step\"" : "") +
+                     deck.described("pipeline.schedule", "\"" + std::string(kind_name(s)) + "\"") +
+                     (deck.pipeline.weight_grad == WeightGradKind::Step ? " with pipeline.weight_grad = \"step\"" : "") +
                      " splits the backward (W actions); use \"replica\", or gpipe, 1f1b, interleaved "
                      "with weight_grad = \"micro_batch\"");
 }
@@ -232,7 +233,7 @@ int check_layout_of_pipeline(const Deck& deck, int num_ranks) {
                      " entries but the job has " + std::to_string(stages) +
                      " stages; give one policy per stage or leave it empty");
   check_recompute_per_rank(deck, per_rank);
-  if (deck.pipeline.schedule == "file") check_schedule_file(deck, stages);
+  if (deck.pipeline.schedule == ScheduleKind::File) check_schedule_file(deck, stages);
   else check_generated_schedule(deck, num_ranks);
   check_rebalance_layout(deck, num_ranks, per_rank);
   return num_ranks;

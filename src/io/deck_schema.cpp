@@ -33,22 +33,22 @@ std::string family_choices() {
   return text;
 }
 
-bool is_synthetic(const Deck& d) { return d.data.type == "synthetic"; }
-bool is_markov(const Deck& d) { return d.data.type == "markov"; }
-bool is_hdf5(const Deck& d) { return d.data.type == "hdf5"; }
-bool is_fp16(const Deck& d) { return d.training.precision == "fp16"; }
+bool is_synthetic(const Deck& d) { return d.data.type == DataKind::Synthetic; }
+bool is_markov(const Deck& d) { return d.data.type == DataKind::Markov; }
+bool is_hdf5(const Deck& d) { return d.data.type == DataKind::Hdf5; }
+bool is_fp16(const Deck& d) { return d.training.precision == PrecisionKind::Fp16; }
 bool is_rebalancing(const Deck& d) { return d.pipeline.rebalance; }
 bool is_slowed(const Deck& d) { return d.pipeline.slowdown_rank >= 0; }
 bool takes_times(const Deck& d) { return schedule_takes_times(d.pipeline.schedule); }
 bool places_no_w(const Deck& d) {
-  const std::string& s = d.pipeline.schedule;
-  return s == "gpipe" || s == "1f1b" || s == "interleaved";
+  const ScheduleKind s = d.pipeline.schedule;
+  return s == ScheduleKind::GPipe || s == ScheduleKind::OneFOneB || s == ScheduleKind::Interleaved;
 }
 bool has_virtual_stages(const Deck& d) {
-  return d.pipeline.schedule == "interleaved" || d.pipeline.schedule == "file";
+  return d.pipeline.schedule == ScheduleKind::Interleaved || d.pipeline.schedule == ScheduleKind::File;
 }
 
-#define PT_FIELD(member) [](Deck& d) -> Field { return &d.member; }
+#define PT_FIELD(member) [](Deck& d) -> Field { return field_of(&d.member); }
 #define PT_FAMILY nullptr, nullptr, nullptr, true
 #define PT_ALWAYS nullptr, nullptr
 
@@ -59,8 +59,8 @@ const std::vector<KeySpec> kDeckKeys = {
     {"model", "hidden_dim", PT_FIELD(model.hidden_dim), between(1, 1 << 24), nullptr, "width of the hidden layers", PT_FAMILY},
     {"model", "output_dim", PT_FIELD(model.output_dim), between(1, 1 << 24), nullptr, "regression outputs, or classes for cross_entropy", PT_FAMILY},
     {"model", "depth", PT_FIELD(model.depth), between(1, 1 << 20), nullptr, "number of Linear layers (the unit split between stages)", PT_FAMILY},
-    {"model", "activation", PT_FIELD(model.activation), any(), "relu|gelu", "activation between Linear layers", PT_FAMILY},
-    {"model", "loss", PT_FIELD(model.loss), any(), "mse|cross_entropy", "training loss", PT_FAMILY},
+    {"model", "activation", PT_FIELD(model.activation), any(), nullptr, "activation between Linear layers", PT_FAMILY},
+    {"model", "loss", PT_FIELD(model.loss), any(), nullptr, "training loss", PT_FAMILY},
     {"model", "vocab_size", PT_FIELD(model.vocab_size), between(2, 1 << 24), nullptr, "vocabulary size V (token ids 0..V-1)", PT_FAMILY},
     {"model", "seq_len", PT_FIELD(model.seq_len), between(1, 1 << 16), nullptr, "tokens per sample T", PT_FAMILY},
     {"model", "d_model", PT_FIELD(model.d_model), between(1, 1 << 16), nullptr, "model width C", PT_FAMILY},
@@ -68,7 +68,7 @@ const std::vector<KeySpec> kDeckKeys = {
     {"model", "blocks", PT_FIELD(model.blocks), between(1, 1 << 16), nullptr, "transformer blocks (the unit split between stages)", PT_FAMILY},
     {"model", "mlp_ratio", PT_FIELD(model.mlp_ratio), between(1, 64), nullptr, "MLP hidden width = mlp_ratio * d_model", PT_FAMILY},
     {"model", "init_seed", PT_FIELD(model.init_seed), at_least(0), nullptr, "parameter initialisation seed", PT_ALWAYS},
-    {"data", "type", PT_FIELD(data.type), any(), "synthetic|markov|hdf5", "synthetic: teacher-network data (mlp); markov: random Markov chain tokens, hdf5: token file (gpt)", PT_ALWAYS},
+    {"data", "type", PT_FIELD(data.type), any(), nullptr, "synthetic: teacher-network data (mlp); markov: random Markov chain tokens, hdf5: token file (gpt)", PT_ALWAYS},
     {"data", "samples", PT_FIELD(data.samples), at_least(1), nullptr, "size of the training set", is_synthetic, "data.type = \"synthetic\""},
     {"data", "seed", PT_FIELD(data.seed), at_least(0), nullptr, "data seed (teacher, Markov chain, shuffle)", PT_ALWAYS},
     {"data", "markov_order", PT_FIELD(data.markov_order), between(1, 8), nullptr, "Markov chain order k: tokens of context", is_markov, "data.type = \"markov\""},
@@ -79,11 +79,11 @@ const std::vector<KeySpec> kDeckKeys = {
     {"data", "shuffle", PT_FIELD(data.shuffle), any(), nullptr, "seeded shuffle of the training windows", is_hdf5, "data.type = \"hdf5\""},
     {"training", "steps", PT_FIELD(training.steps), at_least(1), nullptr, "optimizer steps", PT_ALWAYS},
     {"training", "batch_size", PT_FIELD(training.batch_size), between(1, 1 << 30), nullptr, "samples per optimizer step (global batch)", PT_ALWAYS},
-    {"training", "optimizer", PT_FIELD(training.optimizer), any(), "sgd|adamw", "optimizer", PT_ALWAYS},
+    {"training", "optimizer", PT_FIELD(training.optimizer), any(), nullptr, "optimizer", PT_ALWAYS},
     {"training", "lr", PT_FIELD(training.lr), above(0), nullptr, "peak learning rate", PT_ALWAYS},
     {"training", "min_lr", PT_FIELD(training.min_lr), at_least(0), nullptr, "floor of the cosine decay (<= lr)", PT_ALWAYS},
     {"training", "warmup_steps", PT_FIELD(training.warmup_steps), at_least(0), nullptr, "linear warm-up steps (< steps)", PT_ALWAYS},
-    {"training", "lr_schedule", PT_FIELD(training.lr_schedule), any(), "constant|cosine", "learning-rate schedule after warm-up", PT_ALWAYS},
+    {"training", "lr_schedule", PT_FIELD(training.lr_schedule), any(), nullptr, "learning-rate schedule after warm-up", PT_ALWAYS},
     {"training", "momentum", PT_FIELD(training.momentum), fraction(), nullptr, "SGD momentum", PT_ALWAYS},
     {"training", "beta1", PT_FIELD(training.beta1), fraction(), nullptr, "AdamW first-moment decay", PT_ALWAYS},
     {"training", "beta2", PT_FIELD(training.beta2), fraction(), nullptr, "AdamW second-moment decay", PT_ALWAYS},
@@ -91,26 +91,26 @@ const std::vector<KeySpec> kDeckKeys = {
     {"training", "weight_decay", PT_FIELD(training.weight_decay), at_least(0), nullptr, "decoupled weight decay (AdamW), L2 (SGD)", PT_ALWAYS},
     {"training", "grad_clip", PT_FIELD(training.grad_clip), at_least(0), nullptr, "global gradient-norm clip; 0 = off", PT_ALWAYS},
     {"training", "blas_threads", PT_FIELD(training.blas_threads), between(0, 4096), nullptr, "BLAS threads per rank; 0 = node cores / ranks on the node", PT_ALWAYS},
-    {"training", "cpu_gemm", PT_FIELD(training.cpu_gemm), any(), "auto|onednn|onednn-sgemm|openblas", "library of the CPU backend's GEMMs: auto (oneDNN, with OpenBLAS for the weight gradients of wide layers over <= 64 rows), onednn (oneDNN, kernels chosen from the CPU's features; its matmul primitive for A B^T), onednn-sgemm (dnnl_sgemm for every GEMM) or openblas", PT_ALWAYS},
+    {"training", "cpu_gemm", PT_FIELD(training.cpu_gemm), any(), nullptr, "library of the CPU backend's GEMMs: auto (oneDNN, with OpenBLAS for the weight gradients of wide layers over <= 64 rows), onednn (oneDNN, kernels chosen from the CPU's features; its matmul primitive for A B^T), onednn-sgemm (dnnl_sgemm for every GEMM) or openblas", PT_ALWAYS},
     {"training", "eval_every", PT_FIELD(training.eval_every), at_least(0), nullptr, "held-out evaluation loss every k steps; 0 = off", PT_ALWAYS},
     {"training", "init_from", PT_FIELD(training.init_from), any(), nullptr, "checkpoint whose weights (only) initialise the model; \"\" = none", PT_ALWAYS},
-    {"training", "device", PT_FIELD(training.device), any(), "cpu|cuda", "where each rank computes: cpu, or cuda (one GPU per rank)", PT_ALWAYS},
-    {"training", "precision", PT_FIELD(training.precision), any(), "fp32|tf32|bf16|fp16", "GEMM operand precision (fp32 master weights and accumulation; fp16 uses dynamic loss scaling); on the CPU the rounding is emulated exactly", PT_ALWAYS},
+    {"training", "device", PT_FIELD(training.device), any(), nullptr, "where each rank computes: cpu, or cuda (one GPU per rank)", PT_ALWAYS},
+    {"training", "precision", PT_FIELD(training.precision), any(), nullptr, "GEMM operand precision (fp32 master weights and accumulation; fp16 uses dynamic loss scaling); on the CPU the rounding is emulated exactly", PT_ALWAYS},
     {"training", "loss_scale", PT_FIELD(training.loss_scale), between(1, 16777216), nullptr, "fp16: the initial dynamic loss scale (halved on overflow, doubled after 2000 finite steps, at most 2^24)", is_fp16, "training.precision = \"fp16\""},
     {"training", "eval_batches", PT_FIELD(training.eval_batches), between(1, 1 << 20), nullptr, "batches per evaluation", PT_ALWAYS},
     {"pipeline", "stages", PT_FIELD(pipeline.stages), between(0, 1 << 16), nullptr, "pipeline stages, one per rank of a pipeline; 0 = ranks / pipeline.data_parallel", PT_ALWAYS},
     {"pipeline", "micro_batches", PT_FIELD(pipeline.micro_batches), between(1, 1 << 20), nullptr, "micro-batches per step; must divide batch_size", PT_ALWAYS},
-    {"pipeline", "schedule", PT_FIELD(pipeline.schedule), any(), "gpipe|1f1b|interleaved|zb-h1|zb-v|file", "pipeline schedule (docs/schedules.md): zb-h1 and zb-v split the backward into B and W", PT_ALWAYS},
+    {"pipeline", "schedule", PT_FIELD(pipeline.schedule), any(), nullptr, "pipeline schedule (docs/schedules.md): zb-h1 and zb-v split the backward into B and W", PT_ALWAYS},
     {"pipeline", "virtual_stages", PT_FIELD(pipeline.virtual_stages), between(1, 64), nullptr, "stages per rank: interleaved (rank r owns stages r, r+P, ...) or a schedule file with several stages per rank", has_virtual_stages, "pipeline.schedule = \"interleaved\" or \"file\""},
-    {"pipeline", "schedule_times", PT_FIELD(pipeline.schedule_times), any(), "auto|unit|measured", "how zb-h1 and zb-v place F, B and W: unit (every action one time unit, as in the papers), measured (placed again after the first 3 steps at each stage's measured F, B and W times when that simulates a bubble at least half a point smaller; results stay bitwise the same; docs/schedules.md) or auto (measured, but unit with pipeline.rebalance = true)", takes_times, "pipeline.schedule = \"zb-h1\" or \"zb-v\""},
-    {"pipeline", "weight_grad", PT_FIELD(pipeline.weight_grad), any(), "micro_batch|step", "when the weight gradients are computed: micro_batch (in each micro-batch's backward) or step (B computes input gradients only; each stage's weight gradients run once after its last B, one GEMM per weight over all the step's micro-batches: faster at small micro-batches, at the memory of keeping every micro-batch's weight-gradient inputs until then; docs/schedules.md)", places_no_w, "pipeline.schedule = \"gpipe\", \"1f1b\" or \"interleaved\""},
+    {"pipeline", "schedule_times", PT_FIELD(pipeline.schedule_times), any(), nullptr, "how zb-h1 and zb-v place F, B and W: unit (every action one time unit, as in the papers), measured (placed again after the first 3 steps at each stage's measured F, B and W times when that simulates a bubble at least half a point smaller; results stay bitwise the same; docs/schedules.md) or auto (measured, but unit with pipeline.rebalance = true)", takes_times, "pipeline.schedule = \"zb-h1\" or \"zb-v\""},
+    {"pipeline", "weight_grad", PT_FIELD(pipeline.weight_grad), any(), nullptr, "when the weight gradients are computed: micro_batch (in each micro-batch's backward) or step (B computes input gradients only; each stage's weight gradients run once after its last B, one GEMM per weight over all the step's micro-batches: faster at small micro-batches, at the memory of keeping every micro-batch's weight-gradient inputs until then; docs/schedules.md)", places_no_w, "pipeline.schedule = \"gpipe\", \"1f1b\" or \"interleaved\""},
     {"pipeline", "schedule_file", PT_FIELD(pipeline.schedule_file), any(), nullptr, "schedule text file, with schedule = \"file\"", PT_ALWAYS},
-    {"pipeline", "partition", [](Deck& d) -> Field { return PartitionRef{&d.pipeline.partition_strategy, &d.pipeline.partition}; }, at_least(1), kPartitionStrategies, "split of the partition units (Linear layers or blocks) between stages: uniform (by count), time (fastest slowest stage), memory (smallest largest peak), balanced (time within memory_budget_mb), or a list of per-stage counts", PT_ALWAYS},
+    {"pipeline", "partition", [](Deck& d) -> Field { return PartitionRef{&d.pipeline.partition_strategy, &d.pipeline.partition}; }, at_least(1), nullptr, "split of the partition units (Linear layers or blocks) between stages: uniform (by count), time (fastest slowest stage), memory (smallest largest peak), balanced (time within memory_budget_mb), or a list of per-stage counts", PT_ALWAYS},
     {"pipeline", "predict", PT_FIELD(pipeline.predict), any(), nullptr, "profile every unit briefly at start and report the planner's predicted step time, bubble and memory beside the measured ones", PT_ALWAYS},
     {"pipeline", "recompute", PT_FIELD(pipeline.recompute), any(), nullptr, "activation recomputation: none | selective | every:K | full | auto", PT_ALWAYS},
     {"pipeline", "recompute_stages", PT_FIELD(pipeline.recompute_stages), any(), nullptr, "per-stage recompute policies, one per stage; [] = pipeline.recompute everywhere", PT_ALWAYS},
     {"pipeline", "memory_budget_mb", PT_FIELD(pipeline.memory_budget_mb), at_least(0), nullptr, "per-stage memory budget (MiB) for recompute = \"auto\" and partition = \"balanced\"; 0 = none", PT_ALWAYS},
-    {"pipeline", "transport", PT_FIELD(pipeline.transport), any(), "auto|mpi|nccl_model|nccl|mpi_staged", "activation/gradient exchange: cpu: auto = mpi, or nccl_model (MPI with NCCL's semantics); cuda: auto picks nccl unless ranks share a GPU, or mpi_staged", PT_ALWAYS},
+    {"pipeline", "transport", PT_FIELD(pipeline.transport), any(), nullptr, "activation/gradient exchange: cpu: auto = mpi, or nccl_model (MPI with NCCL's semantics); cuda: auto picks nccl unless ranks share a GPU, or mpi_staged", PT_ALWAYS},
     {"pipeline", "timeout_s", PT_FIELD(pipeline.timeout_s), above(0), nullptr, "seconds a rank waits for a peer before aborting", PT_ALWAYS},
     {"pipeline", "rebalance", PT_FIELD(pipeline.rebalance), any(), nullptr, "move units between running stages when one becomes slow (docs/rebalance.md)", PT_ALWAYS},
     {"pipeline", "rebalance_threshold", PT_FIELD(pipeline.rebalance_threshold), above(1), nullptr, "slowest / fastest stage median compute time that starts a rebalancing decision", is_rebalancing, "pipeline.rebalance = true"},
@@ -120,7 +120,7 @@ const std::vector<KeySpec> kDeckKeys = {
     {"pipeline", "slowdown_factor", PT_FIELD(pipeline.slowdown_factor), at_least(1), nullptr, "fault injection: how many times as long the slowed rank computes", is_slowed, "pipeline.slowdown_rank >= 0"},
     {"pipeline", "slowdown_from_step", PT_FIELD(pipeline.slowdown_from_step), at_least(0), nullptr, "fault injection: the first (0-based) step the rank is slowed", is_slowed, "pipeline.slowdown_rank >= 0"},
     {"pipeline", "data_parallel", PT_FIELD(pipeline.data_parallel), between(0, 1 << 16), nullptr, "data-parallel replicas D of the pipeline (ranks = pipeline ranks x D, docs/data-parallel.md); 0 = ranks / pipeline.stages, or 1 when pipeline.stages = 0", PT_ALWAYS},
-    {"pipeline", "dp_reduction", PT_FIELD(pipeline.dp_reduction), any(), "replica|ordered", "how the replicas' gradients are summed: replica (each replica's sum, added in replica order: bitwise across P at one D) or ordered (each micro-batch's gradient, added in global micro-batch order: bitwise across every P x D with the same micro-batch size; costs micro-batch copies of the gradients)", PT_ALWAYS},
+    {"pipeline", "dp_reduction", PT_FIELD(pipeline.dp_reduction), any(), nullptr, "how the replicas' gradients are summed: replica (each replica's sum, added in replica order: bitwise across P at one D) or ordered (each micro-batch's gradient, added in global micro-batch order: bitwise across every P x D with the same micro-batch size; costs micro-batch copies of the gradients)", PT_ALWAYS},
     {"pipeline", "dp_bucket_mb", PT_FIELD(pipeline.dp_bucket_mb), above(0), nullptr, "gradient MiB per data-parallel reduction bucket; a bucket is reduced as soon as its layers' last backward is done", PT_ALWAYS},
     {"output", "dir", PT_FIELD(output.dir), any(), nullptr, "run directory: metrics.h5, deck.resolved.toml, ...", PT_ALWAYS},
     {"output", "log_every", PT_FIELD(output.log_every), at_least(1), nullptr, "print a step line every k steps", PT_ALWAYS},
@@ -150,6 +150,17 @@ const std::vector<std::string>& sections() { return kSections; }
 
 bool is_section(const std::string& name) {
   return std::find(kSections.begin(), kSections.end(), name) != kSections.end();
+}
+
+bool KindRef::parse(const std::string& text) const {
+  size_t index = 0;
+  if (!names.find(text, index)) return false;
+  set(field, index);
+  return true;
+}
+
+std::string partition_choices() {
+  return kind_names(PartitionStrategy{}).joined(static_cast<size_t>(PartitionStrategy::Explicit));
 }
 
 const KeySpec* find_spec(const std::string& section, const std::string& name) {
@@ -218,8 +229,10 @@ std::string toml_text(const Field& field) {
     for (size_t i = 0; i < (*p)->size(); ++i) text += (i ? ", " : "") + toml_string((**p)[i]);
     return text + "]";
   }
+  if (auto p = std::get_if<KindRef>(&field)) return toml_string(p->name());
   if (auto p = std::get_if<PartitionRef>(&field))
-    return *p->strategy == "explicit" ? toml_text(Field(p->counts)) : toml_string(*p->strategy);
+    return *p->strategy == PartitionStrategy::Explicit ? toml_text(Field(p->counts))
+                                                       : toml_string(kind_name(*p->strategy));
   const std::vector<int64_t>& list = *std::get<std::vector<int64_t>*>(field);
   std::string text = "[";
   for (size_t i = 0; i < list.size(); ++i) text += (i ? ", " : "") + std::to_string(list[i]);
@@ -337,7 +350,19 @@ std::string applies_when(const KeySpec& spec) {
 // "a|b|c", or "" when any value goes.
 std::string choices_text(const KeySpec& spec) {
   if (spec.choices) return spec.choices;
-  return spec.choices_of ? spec.choices_of() : "";
+  if (spec.choices_of) return spec.choices_of();
+  Deck probe;  // only the field's type matters
+  const Field field = spec.field(probe);
+  if (auto p = std::get_if<KindRef>(&field)) return p->choices();
+  if (std::holds_alternative<PartitionRef>(field)) return partition_choices();
+  return "";
+}
+
+// `allowed` ("a|b|c") as "\"a\", \"b\", \"c\"".
+std::string quoted_list(const std::string& allowed) {
+  std::string list;
+  for (const std::string& a : split_choices(allowed.c_str())) list += (list.empty() ? "" : ", ") + toml_string(a);
+  return list;
 }
 
 // A key the user set that the chosen model or data type does not use.
@@ -357,10 +382,13 @@ void check_counts(const std::string& at, const std::vector<int64_t>& list, const
   }
 }
 
-void check_value(Deck& deck, const KeySpec& spec) {
+void check_value(Deck& deck, const KeySpec& spec, const UnreadKinds& unread) {
   if (!applies(deck, spec)) return;
   Field field = spec.field(deck);
-  std::string at = deck.where(std::string(spec.section) + "." + spec.name) + " = " + toml_text(field);
+  const std::string dotted = std::string(spec.section) + "." + spec.name;
+  const auto bad = unread.find(dotted);
+  const std::string value = bad != unread.end() ? toml_string(bad->second) : toml_text(field);
+  std::string at = deck.where(dotted) + " = " + value;
   if (auto p = std::get_if<int64_t*>(&field)) {
     if (!in_range(static_cast<double>(**p), spec.range)) throw InputError(at + ": must be " + range_text(spec.range));
   } else if (auto p = std::get_if<double*>(&field)) {
@@ -371,15 +399,14 @@ void check_value(Deck& deck, const KeySpec& spec) {
     if (choices.empty()) return;
     std::vector<std::string> allowed = split_choices(choices.c_str());
     if (std::find(allowed.begin(), allowed.end(), **p) != allowed.end()) return;
-    std::string list;
-    for (const std::string& a : allowed) list += (list.empty() ? "" : ", ") + toml_string(a);
-    throw InputError(at + ": must be one of " + list);
+    throw InputError(at + ": must be one of " + quoted_list(choices));
+  } else if (std::holds_alternative<KindRef>(field)) {
+    if (bad != unread.end()) throw InputError(at + ": must be one of " + quoted_list(choices_text(spec)));
   } else if (auto p = std::get_if<PartitionRef>(&field)) {
-    if (*p->strategy == "explicit") return check_counts(at, *p->counts, spec.range);
-    const std::vector<std::string> allowed = split_choices(spec.choices);
-    if (std::find(allowed.begin(), allowed.end(), *p->strategy) == allowed.end())
-      throw InputError(at + ": must be one of \"uniform\", \"time\", \"memory\", \"balanced\", "
-                       "or a list of per-stage unit counts");
+    if (bad != unread.end())
+      throw InputError(at + ": must be one of " + quoted_list(partition_choices()) +
+                       ", or a list of per-stage unit counts");
+    if (*p->strategy == PartitionStrategy::Explicit) check_counts(at, *p->counts, spec.range);
   } else if (auto p = std::get_if<std::vector<int64_t>*>(&field)) {
     check_counts(at, **p, spec.range);
   }
@@ -393,9 +420,9 @@ void check_model_data(const Deck& deck) {
   const ModelFamily& family = model_family(m);
   if (!family.trains_on(d.type))
     throw InputError(deck.where("model.type") + " = " + toml_string(family.name) + ": " + family.data_rule +
-                     ", not " + deck.described("data.type", toml_string(d.type)));
+                     ", not " + deck.described("data.type", toml_string(kind_name(d.type))));
   if (family.check) family.check(deck);
-  if (d.type == "markov") {
+  if (d.type == DataKind::Markov) {
     double entries = std::pow(static_cast<double>(m.vocab_size), static_cast<double>(d.markov_order + 1));
     if (entries > 16777216.0)
       throw InputError(deck.where("data.markov_order") + " = " + std::to_string(d.markov_order) +
@@ -403,9 +430,9 @@ void check_model_data(const Deck& deck) {
                        " transition probabilities; at most 2^24 (16777216) are allowed with " +
                        deck.described("model.vocab_size", std::to_string(m.vocab_size)));
   }
-  if (d.type == "hdf5" && d.path.empty())
+  if (d.type == DataKind::Hdf5 && d.path.empty())
     throw InputError(deck.where("data.type") + " = \"hdf5\": needs data.path (the token file)");
-  if (d.type == "hdf5" && deck.training.eval_every > 0 && d.eval_path.empty())
+  if (d.type == DataKind::Hdf5 && deck.training.eval_every > 0 && d.eval_path.empty())
     throw InputError(deck.where("training.eval_every") + " = " + std::to_string(deck.training.eval_every) +
                      ": needs data.eval_path (held-out token file) with data.type = \"hdf5\"");
 }
@@ -419,16 +446,15 @@ void check_recompute(const Deck& deck) {
     if (!is_recompute_setting(p.recompute_stages[i]))
       throw InputError(deck.where("pipeline.recompute_stages") + " entry " + std::to_string(i) +
                        " = " + toml_string(p.recompute_stages[i]) + ": " + forms);
-  bool uses_auto = p.recompute == "auto";
-  for (const std::string& s : p.recompute_stages) uses_auto = uses_auto || s == "auto";
+  const bool uses_auto = any_auto_recompute(p);
   if (uses_auto && p.memory_budget_mb <= 0.0)
     throw InputError(deck.where("pipeline.recompute") +
                      " = \"auto\": needs pipeline.memory_budget_mb, the memory each stage may use");
   // "auto" sizes a policy's stash per micro-batch in flight; with
   // weight_grad = "step" every micro-batch also keeps its weight-gradient
   // inputs until the pass, which no policy drops and the estimate omits.
-  if (uses_auto && p.weight_grad == "step")
-    throw InputError(deck.where(p.recompute == "auto" ? "pipeline.recompute" : "pipeline.recompute_stages") +
+  if (uses_auto && p.weight_grad == WeightGradKind::Step)
+    throw InputError(deck.where(is_auto_recompute(p.recompute) ? "pipeline.recompute" : "pipeline.recompute_stages") +
                      ": \"auto\" cannot be combined with " +
                      deck.described("pipeline.weight_grad", "\"step\"") +
                      " (every micro-batch keeps its weight-gradient inputs until the step's pass, "
@@ -436,20 +462,20 @@ void check_recompute(const Deck& deck) {
 }
 
 void check_partition_strategy(const Deck& deck) {
-  if (deck.pipeline.partition_strategy == "balanced" && deck.pipeline.memory_budget_mb <= 0.0)
+  if (deck.pipeline.partition_strategy == PartitionStrategy::Balanced && deck.pipeline.memory_budget_mb <= 0.0)
     throw InputError(deck.where("pipeline.partition") +
                      " = \"balanced\": needs pipeline.memory_budget_mb, the memory each stage may use");
 }
 
 // The transports each device offers (docs/reliability.md for nccl_model).
 void check_transport(const Deck& deck) {
-  const std::string& t = deck.pipeline.transport;
-  const bool cpu = deck.training.device == "cpu";
-  if (cpu && (t == "nccl" || t == "mpi_staged"))
-    throw InputError(deck.where("pipeline.transport") + " = " + toml_string(t) +
+  const TransportKind t = deck.pipeline.transport;
+  const bool cpu = deck.training.device == DeviceKind::Cpu;
+  if (cpu && (t == TransportKind::Nccl || t == TransportKind::MpiStaged))
+    throw InputError(deck.where("pipeline.transport") + " = " + toml_string(kind_name(t)) +
                      ": needs training.device = \"cuda\"; the CPU offers auto, mpi and nccl_model");
-  if (!cpu && (t == "mpi" || t == "nccl_model"))
-    throw InputError(deck.where("pipeline.transport") + " = " + toml_string(t) +
+  if (!cpu && (t == TransportKind::Mpi || t == TransportKind::NcclModel))
+    throw InputError(deck.where("pipeline.transport") + " = " + toml_string(kind_name(t)) +
                      ": a CPU transport; with training.device = \"cuda\" use auto, nccl or mpi_staged");
 }
 
@@ -469,16 +495,16 @@ void check_consistency(const Deck& deck) {
     throw InputError(deck.where("training.min_lr") + " = " + toml_float(t.min_lr) + ": must be <= " +
                      deck.described("training.lr", toml_float(t.lr)));
   }
-  if (p.schedule == "file" && p.schedule_file.empty()) {
+  if (p.schedule == ScheduleKind::File && p.schedule_file.empty()) {
     throw InputError(deck.where("pipeline.schedule") +
                      " = \"file\": needs pipeline.schedule_file (the schedule text file to run)");
   }
-  if (p.schedule != "file" && !p.schedule_file.empty()) {
+  if (p.schedule != ScheduleKind::File && !p.schedule_file.empty()) {
     throw InputError(deck.where("pipeline.schedule_file") + " = " + toml_string(p.schedule_file) +
                      ": is only used with pipeline.schedule = \"file\", but " +
-                     deck.described("pipeline.schedule", toml_string(p.schedule)));
+                     deck.described("pipeline.schedule", toml_string(kind_name(p.schedule))));
   }
-  if (p.schedule_times == "measured" && p.rebalance) {
+  if (p.schedule_times == ScheduleTimesKind::Measured && p.rebalance) {
     throw InputError(deck.where("pipeline.schedule_times") +
                      " = \"measured\": cannot be combined with " +
                      deck.described("pipeline.rebalance", "true") +
@@ -495,11 +521,11 @@ void check_consistency(const Deck& deck) {
 
 }  // namespace
 
-void check_deck(Deck& deck) {
+void check_deck(Deck& deck, const UnreadKinds& unread) {
   // The family first: the keys that apply, and every later check, depend on it.
-  check_value(deck, *find_spec("model", "type"));
+  check_value(deck, *find_spec("model", "type"), unread);
   for (const KeySpec& spec : kDeckKeys) check_applies(deck, spec);
-  for (const KeySpec& spec : kDeckKeys) check_value(deck, spec);
+  for (const KeySpec& spec : kDeckKeys) check_value(deck, spec, unread);
   check_consistency(deck);
 }
 

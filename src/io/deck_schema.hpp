@@ -7,6 +7,8 @@
 #pragma once
 
 #include <limits>
+#include <map>
+#include <type_traits>
 #include <string>
 #include <variant>
 #include <vector>
@@ -15,16 +17,48 @@
 
 namespace pt::deck_schema {
 
-// pipeline.partition: a strategy name, or a list of counts (strategy "explicit").
+// pipeline.partition: a strategy name, or a list of counts (strategy Explicit).
 struct PartitionRef {
-  std::string* strategy;
+  PartitionStrategy* strategy;
   std::vector<int64_t>* counts;
 };
-constexpr const char* kPartitionStrategies = "uniform|time|memory|balanced";
+
+// A field holding an enum of base/deck_kinds.hpp, with its name table.
+struct KindRef {
+  KindNames names;
+  void* field;
+  size_t (*get)(const void* field);
+  void (*set)(void* field, size_t index);
+
+  const char* name() const { return names.names[get(field)]; }
+  // Sets the field to the kind named `text`; false when none is.
+  bool parse(const std::string& text) const;
+  std::string choices() const { return names.joined(); }  // "a|b|c"
+};
 
 using Field = std::variant<int64_t*, uint64_t*, double*, bool*, std::string*, std::vector<int64_t>*,
-                           std::vector<std::string>*, PartitionRef>;
+                           std::vector<std::string>*, PartitionRef, KindRef>;
 using FieldOf = Field (*)(Deck&);
+
+// The Field of a deck member: a KindRef for an enum, else the pointer.
+template <class T>
+Field field_of(T* member) {
+  if constexpr (std::is_enum_v<T>) {
+    return KindRef{kind_names(T{}), member,
+                   [](const void* f) { return static_cast<size_t>(*static_cast<const T*>(f)); },
+                   [](void* f, size_t i) { *static_cast<T*>(f) = static_cast<T>(i); }};
+  } else {
+    return member;
+  }
+}
+
+// The strategy names a deck may write for pipeline.partition (all but
+// "explicit", which a list of counts means): "uniform|time|memory|balanced".
+std::string partition_choices();
+
+// Kind values that named no kind when read, by dotted key, with their text:
+// check_deck reports them in key order, after the keys that do not apply.
+using UnreadKinds = std::map<std::string, std::string>;
 
 constexpr double kInf = std::numeric_limits<double>::infinity();
 
@@ -39,7 +73,7 @@ struct KeySpec {
   const char* name;
   FieldOf field;
   Range range;          // numbers and integer lists
-  const char* choices;  // strings: "a|b|c"; nullptr = any string
+  const char* choices;  // strings: "a|b|c"; nullptr = any string (kinds: their table)
   const char* help;     // the comment deck_to_toml writes
   bool (*applies)(const Deck&);  // nullptr = always
   const char* applies_when;      // e.g. "pipeline.rebalance = true"
@@ -66,7 +100,8 @@ std::string toml_text(const Field& field);
 [[noreturn]] void unknown_section(const std::string& origin, const std::string& name);
 [[noreturn]] void key_outside_section(const std::string& origin, const std::string& name);
 
-// Ranges, choices and applicability of every key, then cross-key consistency.
-void check_deck(Deck& deck);
+// Ranges, choices and applicability of every key, then cross-key
+// consistency; `unread` are the kind values that named no kind.
+void check_deck(Deck& deck, const UnreadKinds& unread);
 
 }  // namespace pt::deck_schema

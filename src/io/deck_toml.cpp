@@ -120,22 +120,38 @@ void read_string_list(const toml::value& v, std::vector<std::string>& out, const
   out = list;
 }
 
+// A deck being read, and the kind values that named no kind (check_deck
+// reports those in key order, with the other value checks).
+struct Reading {
+  Deck deck;
+  UnreadKinds unread;
+};
+
+// A kind: a string that names one (else kept in `unread` under `dotted`).
+void read_kind(const toml::value& v, const KindRef& field, const std::string& at,
+               const std::string& dotted, UnreadKinds& unread) {
+  if (!v.is_string()) type_error(at, "a string", v);
+  if (!field.parse(v.as_string().str)) unread[dotted] = v.as_string().str;
+}
+
 // pipeline.partition: a strategy name (checked with the other choices) or a
-// list of per-stage counts, which makes the strategy "explicit".
-void read_partition(const toml::value& v, const PartitionRef& field, const std::string& at) {
+// list of per-stage counts, which makes the strategy Explicit.
+void read_partition(const toml::value& v, const PartitionRef& field, const std::string& at,
+                    const std::string& dotted, UnreadKinds& unread) {
   if (v.is_string()) {
-    *field.strategy = v.as_string().str;
+    if (!parse_kind(v.as_string().str, *field.strategy)) unread[dotted] = v.as_string().str;
     field.counts->clear();
     return;
   }
   if (!v.is_array())
     type_error(at, "a strategy (\"uniform\", \"time\", \"memory\", \"balanced\") or an array of integers", v);
   read_list(v, *field.counts, at);
-  *field.strategy = field.counts->empty() ? "uniform" : "explicit";
+  *field.strategy = field.counts->empty() ? PartitionStrategy::Uniform : PartitionStrategy::Explicit;
 }
 
 // Stores `v` in `field`, checking its TOML type; `at` prefixes messages.
-void read_field(const toml::value& v, const Field& field, const std::string& at) {
+void read_field(const toml::value& v, const Field& field, const std::string& at, const std::string& dotted,
+                UnreadKinds& unread) {
   if (auto p = std::get_if<int64_t*>(&field)) {
     if (!v.is_integer()) type_error(at, "an integer", v);
     **p = integer_of(v, at);
@@ -160,20 +176,23 @@ void read_field(const toml::value& v, const Field& field, const std::string& at)
     **p = v.as_string().str;
   } else if (auto p = std::get_if<std::vector<std::string>*>(&field)) {
     read_string_list(v, **p, at);
+  } else if (auto p = std::get_if<KindRef>(&field)) {
+    read_kind(v, *p, at, dotted, unread);
   } else if (auto p = std::get_if<PartitionRef>(&field)) {
-    read_partition(v, *p, at);
+    read_partition(v, *p, at, dotted, unread);
   } else {
     read_list(v, *std::get<std::vector<int64_t>*>(field), at);
   }
 }
 
-void set_key(Deck& deck, const std::string& section, const std::string& name,
+void set_key(Reading& r, const std::string& section, const std::string& name,
              const toml::value& v, const std::string& origin) {
   const KeySpec* spec = find_spec(section, name);
   if (!spec) unknown_key(origin, section, name);
   std::string dotted = section + "." + name;
-  deck.key_origin[dotted] = origin;
-  read_field(v, spec->field(deck), deck.where(dotted));
+  r.deck.key_origin[dotted] = origin;
+  r.unread.erase(dotted);  // a later value of the key replaces an unread one
+  read_field(v, spec->field(r.deck), r.deck.where(dotted), dotted, r.unread);
 }
 
 // The entries of a table in file order (toml11 tables are unordered).
@@ -204,7 +223,7 @@ toml::value parse_toml(const std::string& text, const std::string& source_name) 
   }
 }
 
-void read_sections(const toml::value& root, const std::string& file, Deck& deck) {
+void read_sections(const toml::value& root, const std::string& file, Reading& r) {
   for (const auto& [name, section] : in_file_order(root)) {
     std::string origin = origin_at(file, *section);
     if (!section->is_table() && is_section(name)) {
@@ -222,7 +241,7 @@ void read_sections(const toml::value& root, const std::string& file, Deck& deck)
   });
   for (const auto& [dotted, v] : keys) {
     size_t dot = dotted.find('.');
-    set_key(deck, dotted.substr(0, dot), dotted.substr(dot + 1), *v, origin_at(file, *v));
+    set_key(r, dotted.substr(0, dot), dotted.substr(dot + 1), *v, origin_at(file, *v));
   }
 }
 
@@ -239,7 +258,7 @@ toml::value override_value(const std::string& raw) {
   return toml::value(raw);
 }
 
-void apply_override(const std::string& arg, Deck& deck) {
+void apply_override(const std::string& arg, Reading& r) {
   const std::string origin = "--set " + arg;
   size_t eq = arg.find('=');
   if (eq == std::string::npos) {
@@ -257,8 +276,10 @@ void apply_override(const std::string& arg, Deck& deck) {
   if (!spec) unknown_key(origin, section, name);
   toml::value v = override_value(raw);
   // A string key takes the text as written (e.g. output.dir=2024 is "2024").
-  if (std::holds_alternative<std::string*>(spec->field(deck)) && !v.is_string()) v = toml::value(raw);
-  set_key(deck, section, name, v, origin);
+  const Field field = spec->field(r.deck);
+  const bool text = std::holds_alternative<std::string*>(field) || std::holds_alternative<KindRef>(field);
+  if (text && !v.is_string()) v = toml::value(raw);
+  set_key(r, section, name, v, origin);
 }
 
 }  // namespace
@@ -268,12 +289,12 @@ void apply_override(const std::string& arg, Deck& deck) {
 Deck parse_deck_text(const std::string& text, const std::string& source_name,
                      const std::vector<std::string>& overrides) {
   toml::value root = parse_toml(text, source_name);
-  Deck deck;
-  deck.source_file = source_name;
-  read_sections(root, source_name, deck);
-  for (const std::string& arg : overrides) apply_override(arg, deck);
-  check_deck(deck);
-  return deck;
+  Reading r;
+  r.deck.source_file = source_name;
+  read_sections(root, source_name, r);
+  for (const std::string& arg : overrides) apply_override(arg, r);
+  check_deck(r.deck, r.unread);
+  return r.deck;
 }
 
 Deck parse_deck_file(const std::string& path, const std::vector<std::string>& overrides) {

@@ -20,7 +20,7 @@ class TeacherData final : public Dataset {
  public:
   TeacherData(const Deck& deck, Split split)
       : first_(split == Split::Train ? 0 : deck.data.samples), samples_(deck.data.samples), seed_(deck.data.seed), in_(deck.model.input_dim),
-        out_(deck.model.output_dim), classify_(deck.model.loss == "cross_entropy") {
+        out_(deck.model.output_dim), classify_(deck.model.loss == LossKind::CrossEntropy) {
     PT_CHECK(samples_ >= 1, "data.samples");
     teacher_ = Tensor::empty({out_, in_}, DType::F32, MemCategory::Workspace, Device::CPU);
     const float scale = 1.f / std::sqrt(static_cast<float>(in_));
@@ -129,10 +129,12 @@ void fill_data_cache(const Dataset& data, int64_t rows, bool first_stage, bool l
 }
 
 std::unique_ptr<Dataset> make_dataset(const Deck& deck, Split split) {
-  if (deck.data.type == "synthetic") return std::make_unique<TeacherData>(deck, split);
-  if (deck.data.type == "markov") return make_markov_dataset(deck, split);
-  if (deck.data.type == "hdf5") return make_hdf5_dataset(deck, split);
-  PT_FAIL("unknown data type '" + deck.data.type + "'");
+  switch (deck.data.type) {
+    case DataKind::Synthetic: return std::make_unique<TeacherData>(deck, split);
+    case DataKind::Markov: return make_markov_dataset(deck, split);
+    case DataKind::Hdf5: return make_hdf5_dataset(deck, split);
+  }
+  PT_FAIL("unknown data type");
 }
 
 }  // namespace pt

@@ -40,7 +40,9 @@ void check_complete(const ModelFamily& f) {
 
 bool ModelFamily::uses_key(const std::string& key) const { return contains(keys, key); }
 
-bool ModelFamily::trains_on(const std::string& data_type) const { return contains(data_types, data_type); }
+bool ModelFamily::trains_on(DataKind data_type) const {
+  return std::find(data_types.begin(), data_types.end(), data_type) != data_types.end();
+}
 
 const ModelFamily* find_model_family(const std::string& name) {
   for (const ModelFamily& f : registry())

@@ -43,7 +43,7 @@ void add_unit(const ModelConfig& m, StageModel& sm, int64_t u, ParamInit init) {
 void end_stage(const ModelConfig& m, StageModel& sm) {
   sm.layers.push_back(make_gpt_head(dims(m), m.init_seed));
   sm.layer_unit.push_back(-1);
-  sm.loss = make_loss("cross_entropy");
+  sm.loss = make_loss(LossKind::CrossEntropy);
   sm.loss_terms_per_sample = m.seq_len;
 }
 
@@ -99,7 +99,7 @@ ModelFamily gpt_family() {
   f.name = "gpt";
   f.summary = "decoder-only transformer (Markov or HDF5 token data)";
   f.keys = {"vocab_size", "seq_len", "d_model", "heads", "blocks", "mlp_ratio"};
-  f.data_types = {"markov", "hdf5"};
+  f.data_types = {DataKind::Markov, DataKind::Hdf5};
   f.data_rule = "needs token data, data.type = \"markov\" or \"hdf5\"";
   f.check = check;
   f.check_backend = check_backend;

@@ -40,7 +40,7 @@ void add_unit(const ModelConfig& m, StageModel& sm, int64_t u, ParamInit init) {
 
 void end_stage(const ModelConfig& m, StageModel& sm) {
   sm.loss = make_loss(m.loss);
-  sm.loss_terms_per_sample = m.loss == "mse" ? m.output_dim : 1;
+  sm.loss_terms_per_sample = m.loss == LossKind::Mse ? m.output_dim : 1;
 }
 
 // Matmul FLOPs of each Linear layer's forward, 2 per multiply-add.
@@ -58,12 +58,12 @@ double weight_grad_share(const ModelConfig&) { return 0.5; }
 std::string describe(const ModelConfig& m) {
   return " input_dim=" + std::to_string(m.input_dim) + " hidden_dim=" + std::to_string(m.hidden_dim) +
          " output_dim=" + std::to_string(m.output_dim) + " depth=" + std::to_string(m.depth) +
-         " activation=" + m.activation + " loss=" + m.loss;
+         " activation=" + kind_name(m.activation) + " loss=" + kind_name(m.loss);
 }
 
 void check(const Deck& deck) {
   const ModelConfig& m = deck.model;
-  if (m.loss == "cross_entropy" && m.output_dim < 2)
+  if (m.loss == LossKind::CrossEntropy && m.output_dim < 2)
     throw InputError(deck.where("model.loss") + " = \"cross_entropy\": needs at least 2 classes, but " +
                      deck.described("model.output_dim", std::to_string(m.output_dim)));
 }
@@ -75,7 +75,7 @@ ModelFamily mlp_family() {
   f.name = "mlp";
   f.summary = "Linear layers with an activation between them (synthetic teacher data)";
   f.keys = {"input_dim", "hidden_dim", "output_dim", "depth", "activation", "loss"};
-  f.data_types = {"synthetic"};
+  f.data_types = {DataKind::Synthetic};
   f.data_rule = "trains on data.type = \"synthetic\"";
   f.check = check;
   f.describe = describe;

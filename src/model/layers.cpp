@@ -210,16 +210,13 @@ std::unique_ptr<Layer> make_linear(const std::string& name, int64_t in, int64_t 
 std::unique_ptr<Layer> make_relu() { return std::make_unique<Activation>(false); }
 std::unique_ptr<Layer> make_gelu() { return std::make_unique<Activation>(true); }
 
-std::unique_ptr<Layer> make_activation(const std::string& kind) {
-  if (kind == "relu") return make_relu();
-  if (kind == "gelu") return make_gelu();
-  PT_FAIL("unknown activation '" + kind + "'");
+std::unique_ptr<Layer> make_activation(ActivationKind kind) {
+  return kind == ActivationKind::Relu ? make_relu() : make_gelu();
 }
 
-std::unique_ptr<Loss> make_loss(const std::string& kind) {
-  if (kind == "mse") return std::make_unique<MseLoss>();
-  if (kind == "cross_entropy") return std::make_unique<CrossEntropyLoss>();
-  PT_FAIL("unknown loss '" + kind + "'");
+std::unique_ptr<Loss> make_loss(LossKind kind) {
+  if (kind == LossKind::Mse) return std::make_unique<MseLoss>();
+  return std::make_unique<CrossEntropyLoss>();
 }
 
 }  // namespace pt

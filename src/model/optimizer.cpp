@@ -10,7 +10,7 @@ namespace pt {
 double learning_rate(const TrainingConfig& cfg, int64_t step) {
   if (cfg.warmup_steps > 0 && step < cfg.warmup_steps)
     return cfg.lr * static_cast<double>(step + 1) / static_cast<double>(cfg.warmup_steps);
-  if (cfg.lr_schedule == "constant") return cfg.lr;
+  if (cfg.lr_schedule == LrScheduleKind::Constant) return cfg.lr;
   const int64_t decay_steps = cfg.steps - cfg.warmup_steps;
   if (decay_steps <= 1) return cfg.lr;
   const double progress =
@@ -20,8 +20,6 @@ double learning_rate(const TrainingConfig& cfg, int64_t step) {
 
 Optimizer::Optimizer(const TrainingConfig& cfg, std::vector<Param*> params)
     : cfg_(cfg), params_(std::move(params)) {
-  PT_CHECK(cfg.optimizer == "sgd" || cfg.optimizer == "adamw",
-           "unknown optimizer '" + cfg.optimizer + "'");
   for (Param* p : params_) allocate_state(*p, true);
 }
 
@@ -35,7 +33,7 @@ void Optimizer::allocate_state(Param& p, bool zeroed) const {
   const auto make = zeroed ? Tensor::zeros : Tensor::empty;
   const Device dev = default_device();
   p.state1 = make(p.value.shape(), DType::F32, MemCategory::OptimizerState, dev);
-  if (cfg_.optimizer == "adamw")
+  if (cfg_.optimizer == OptimizerKind::AdamW)
     p.state2 = make(p.value.shape(), DType::F32, MemCategory::OptimizerState, dev);
 }
 
@@ -55,7 +53,7 @@ void Optimizer::step(Backend& be, float lr, float grad_scale) {
   for (Param* p : params_) {
     settle_grad(be, *p);
     if (grad_scale != 1.f) be.scale(p->grad, grad_scale);
-    if (cfg_.optimizer == "sgd") {
+    if (cfg_.optimizer == OptimizerKind::Sgd) {
       be.sgd_step(p->value, p->grad, p->state1, lr, static_cast<float>(cfg_.momentum),
                   static_cast<float>(cfg_.weight_decay));
     } else {

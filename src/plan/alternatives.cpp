@@ -83,7 +83,8 @@ std::vector<double> stage_grad_bytes(const ModelProfile& profile,
 
 // Interleaved needs N to be a multiple of the ranks; the others take any N.
 bool schedule_accepts(const std::string& name, int ranks, int n) {
-  return name != "interleaved" || n % ranks == 0;
+  ScheduleKind kind = ScheduleKind::OneFOneB;
+  return !parse_kind(name, kind) || kind != ScheduleKind::Interleaved || n % ranks == 0;
 }
 
 // `links` are per neighbouring rank pair (or one for all); the simulator
@@ -152,7 +153,7 @@ PlanRow plan_point(const ModelProfile& profile, const Schedule& schedule,
   // Data parallelism: stage s's reduction starts at the end of its last
   // compute (its span) and the step waits for the last one to finish; the
   // buckets' buffers (send and D receives per slot) add to each stage's peak.
-  const int slots = request.dp_reduction == "ordered" ? schedule.num_micro_batches : 1;
+  const int slots = request.dp_reduction == DpReductionKind::Ordered ? schedule.num_micro_batches : 1;
   if (request.data_parallel > 1 || slots > 1) {
     const std::vector<double> grads = stage_grad_bytes(profile, part.units_per_stage);
     double end = result.span_s_max;
@@ -218,7 +219,7 @@ PlanTable rank_plans(const ProfileForMicroBatch& profile_for, const std::vector<
   // profile_for leaves the links of each N's own profile for its plans.
   std::optional<ModelProfile> pass_profile;
   for (int n : micro_batch_counts(request)) {
-    if (request.weight_grad == "step" && !pass_profile)
+    if (request.weight_grad == WeightGradKind::Step && !pass_profile)
       pass_profile = profile_for(replica_batch(request));
     const ModelProfile profile = profile_for(replica_batch(request) / n);
     table.model = profile.model;
@@ -228,7 +229,7 @@ PlanTable rank_plans(const ProfileForMicroBatch& profile_for, const std::vector<
       const std::clock_t generation_cpu = std::clock();
       if (!schedule_accepts(name, request.num_stages, n)) continue;
       Schedule schedule = generate_schedule(name, request.num_stages, n, request.virtual_stages);
-      const bool step = request.weight_grad == "step" && !splits_backward(schedule);
+      const bool step = request.weight_grad == WeightGradKind::Step && !splits_backward(schedule);
       if (step) schedule = with_step_weight_grads(schedule);
       const std::vector<int> in_flight = schedule_in_flight(schedule);
       const double generation_s = seconds_since(generation_start);

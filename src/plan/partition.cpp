@@ -254,15 +254,24 @@ void check_budget(const PartitionResult& r, const PartitionSetup& setup,
 
 }  // namespace
 
-const char* objective_name(PartitionObjective objective) {
+PartitionStrategy strategy_of(PartitionObjective objective) {
   switch (objective) {
-    case PartitionObjective::Uniform: return "uniform";
-    case PartitionObjective::Time: return "time";
-    case PartitionObjective::Memory: return "memory";
-    case PartitionObjective::Balanced: return "balanced";
+    case PartitionObjective::Uniform: return PartitionStrategy::Uniform;
+    case PartitionObjective::Time: return PartitionStrategy::Time;
+    case PartitionObjective::Memory: return PartitionStrategy::Memory;
+    case PartitionObjective::Balanced: return PartitionStrategy::Balanced;
   }
   PT_FAIL("unknown partition objective");
 }
+
+PartitionObjective objective_of(PartitionStrategy strategy) {
+  for (PartitionObjective o : {PartitionObjective::Uniform, PartitionObjective::Time,
+                               PartitionObjective::Memory, PartitionObjective::Balanced})
+    if (strategy_of(o) == strategy) return o;
+  PT_FAIL("an explicit partition has no objective");
+}
+
+const char* objective_name(PartitionObjective objective) { return kind_name(strategy_of(objective)); }
 
 PartitionObjective parse_partition_objective(const std::string& text) {
   for (PartitionObjective o : {PartitionObjective::Uniform, PartitionObjective::Time,

@@ -16,7 +16,7 @@ std::vector<PlanRecompute> deck_recompute_policies(const Deck& deck, int stages,
     const auto& per_stage = deck.pipeline.recompute_stages;
     std::string setting = per_stage.empty() ? deck.pipeline.recompute
                                             : per_stage[static_cast<size_t>(s)];
-    policies.push_back(PlanRecompute::parse(setting == "auto" ? auto_as : setting));
+    policies.push_back(PlanRecompute::parse(is_auto_recompute(setting) ? auto_as : setting));
   }
   return policies;
 }
@@ -36,20 +36,20 @@ PartitionResult choose_partition(const Deck& deck, const ModelProfile& profile, 
   const int stages = schedule.num_stages;
   const PartitionSetup setup =
       partition_setup_for(deck, schedule, deck_recompute_policies(deck, stages));
-  const std::string& strategy = deck.pipeline.partition_strategy;
-  if (strategy == "explicit")
+  const PartitionStrategy strategy = deck.pipeline.partition_strategy;
+  if (strategy == PartitionStrategy::Explicit)
     return evaluate_partition(profile, deck.pipeline.partition, setup);
-  if (strategy == "uniform") {
+  if (strategy == PartitionStrategy::Uniform) {
     const UnitLayout layout = unit_layout(profile);
     return evaluate_partition(profile,
                               uniform_counts(static_cast<int64_t>(layout.partitionable), stages),
                               setup);
   }
-  if (strategy == "balanced" && setup.memory_budget_bytes <= 0.0)
+  if (strategy == PartitionStrategy::Balanced && setup.memory_budget_bytes <= 0.0)
     throw InputError(deck.where("pipeline.partition") + " = \"balanced\" needs a memory budget: " +
                      "set pipeline.memory_budget_mb (MiB per stage) > 0");
   try {
-    return solve_partition(profile, parse_partition_objective(strategy), setup);
+    return solve_partition(profile, objective_of(strategy), setup);
   } catch (const MemoryBudgetError& e) {
     throw MemoryBudgetError(deck.where("pipeline.memory_budget_mb") + ": " + e.what());
   }

@@ -23,17 +23,26 @@ std::string format_seconds(double s) {
 }
 }  // namespace
 
+ReductionConfig reduction_config_for(const Deck& deck) {
+  ReductionConfig config;
+  config.ordered = deck.pipeline.dp_reduction == DpReductionKind::Ordered;
+  config.micro_batches = static_cast<int>(deck.pipeline.micro_batches);
+  config.bucket_bytes = deck.pipeline.dp_bucket_mb * 1048576.0;
+  config.timeout_s = deck.pipeline.timeout_s;
+  return config;
+}
+
 GradientReducer::GradientReducer(std::vector<StageModel*> stages, ReplicaGroup& group,
-                                 const Deck& deck, Backend& backend, Tracer* tracer,
+                                 const ReductionConfig& config, Backend& backend, Tracer* tracer,
                                  std::string group_text)
-    : stages_(std::move(stages)), group_(group), deck_(deck), be_(backend), tracer_(tracer),
+    : stages_(std::move(stages)), group_(group), config_(config), be_(backend), tracer_(tracer),
       group_text_(std::move(group_text)) {
-  ordered_ = deck.pipeline.dp_reduction == "ordered";
+  ordered_ = config.ordered;
   active_ = group_.replicas() > 1 || ordered_;
-  micro_batches_ = static_cast<int>(deck.pipeline.micro_batches);
+  micro_batches_ = config.micro_batches;
   if (!active_) return;
   const int slots = ordered_ ? micro_batches_ : 1;
-  const double limit = deck.pipeline.dp_bucket_mb * 1048576.0;
+  const double limit = config.bucket_bytes;
   for (StageModel* st : stages_) {
     layer_bucket_.emplace_back(st->layers.size(), nullptr);
     std::unique_ptr<ReductionBucket> cur;
@@ -183,7 +192,7 @@ void GradientReducer::poll() {
 
 std::string GradientReducer::describe(const ReductionBucket& b) const {
   return "stage " + std::to_string(b.stage) + " timed out after " +
-         format_seconds(deck_.pipeline.timeout_s) + " s " +
+         format_seconds(config_.timeout_s) + " s " +
          (wait_phase().empty() ? "in step " + std::to_string(step_) : wait_phase()) +
          " waiting for the data-parallel gradient reduction of bucket " + std::to_string(b.index) +
          " of stage " + std::to_string(b.stage) + " (layers " + std::to_string(b.first_layer) + "-" +
@@ -200,7 +209,7 @@ void GradientReducer::finish() {
                                 std::to_string(bp->remaining) + " layer completions missing)");
   for (ReductionBucket* bp : launched_) {  // in launch order (see poll)
     ReductionBucket& b = *bp;
-    if (!advance(b) && !poll_until([&] { return advance(b); }, deck_.pipeline.timeout_s))
+    if (!advance(b) && !poll_until([&] { return advance(b); }, config_.timeout_s))
       throw TimeoutError(describe(b));
   }
 }

@@ -54,7 +54,7 @@ struct ChainSamples {
 // the stage built whole, the warm-ups (at least one) untimed, then timed
 // pairs of F and B under recompute none and the recompute inside B under
 // full. Pass 0 decides the chain's repetition count from its warm-up.
-void time_chain_pass(const Deck& deck, Backend& be, const ProfileOptions& options,
+void time_chain_pass(const Deck& deck, const BatchSplit& split, Backend& be, const ProfileOptions& options,
                      const std::vector<int64_t>& counts, int stage, int pass, int passes,
                      MPI_Comm comm, ChainSamples& chain) {
   StageModel model;
@@ -66,7 +66,7 @@ void time_chain_pass(const Deck& deck, Backend& be, const ProfileOptions& option
   DefaultDeviceGuard on_device(be.device());
   std::unique_ptr<Dataset> data = make_dataset(deck, Split::Train);
   const auto stats = options.memory_stats ? options.memory_stats : [] { return memory_stats(); };
-  const ExecutorConfig config = executor_config_for(deck);
+  const ExecutorConfig config = executor_config_for(split, deck.pipeline.timeout_s);
   StageProbe none(model, be, parse_recompute_policy("none", "the profiler"), config);
   StageProbe full(model, be, parse_recompute_policy("full", "the profiler"), config);
   const auto pair = [&] {  // F + B under none, then under full
@@ -93,7 +93,8 @@ void time_chain_pass(const Deck& deck, Backend& be, const ProfileOptions& option
 // burst of load from another process that outlasts one stage's repetitions
 // then spoils at most a pass of each chain, not a whole chain (which scales
 // every unit of its stage). One stage is built at a time.
-std::vector<double> time_chains(const Deck& deck, Backend& be, const ProfileOptions& options,
+std::vector<double> time_chains(const Deck& deck, const BatchSplit& split, Backend& be,
+                                const ProfileOptions& options,
                                 MPI_Comm comm, ChainCalibration& cal) {
   const std::vector<int64_t>& counts = cal.units_per_stage;
   cal.passes = std::clamp(options.reps, 1, 3);
@@ -101,7 +102,7 @@ std::vector<double> time_chains(const Deck& deck, Backend& be, const ProfileOpti
   for (int pass = 0; pass < cal.passes; ++pass)
     for (size_t s = 0; s < counts.size(); ++s) {
       timed_barrier(comm, "the profiler's barrier before a stage chain");
-      time_chain_pass(deck, be, options, counts, static_cast<int>(s), pass, cal.passes, comm, chains[s]);
+      time_chain_pass(deck, split, be, options, counts, static_cast<int>(s), pass, cal.passes, comm, chains[s]);
     }
   std::vector<double> medians;
   for (const ChainSamples& chain : chains) {
@@ -146,8 +147,8 @@ std::string ratios_text(const std::vector<double>& ratios) {
 
 }  // namespace
 
-ChainCalibration calibrate_with_stage_chains(ModelProfile& p, const Deck& deck, Backend& be,
-                                             MPI_Comm comm, const ProfileOptions& options) {
+ChainCalibration calibrate_with_stage_chains(ModelProfile& p, const Deck& deck, const BatchSplit& split,
+                                             Backend& be, MPI_Comm comm, const ProfileOptions& options) {
   int ranks = 1;
   MPI_CHECK(MPI_Comm_size(comm, &ranks));
   const UnitLayout layout = unit_layout(p);
@@ -155,7 +156,7 @@ ChainCalibration calibrate_with_stage_chains(ModelProfile& p, const Deck& deck, 
   ChainCalibration cal;
   cal.units_per_stage = partition_units(model_units(deck.model), stages, {});
   const std::vector<double> measured =
-      median_over_ranks(time_chains(deck, be, options, comm, cal), comm);
+      median_over_ranks(time_chains(deck, split, be, options, comm, cal), comm);
   const UnitRanges ranges(p);  // the sums before any stage is scaled
   const PlanRecompute none = PlanRecompute::parse("none"), full = PlanRecompute::parse("full");
   size_t first = 0;

@@ -80,7 +80,7 @@ LinkCost fit_link(double small_bytes, double small_s, double large_bytes, double
 
 }  // namespace
 
-LinkCost measure_link(MPI_Comm comm, const Deck& deck, Backend& be, double message_bytes,
+LinkCost measure_link(MPI_Comm comm, double timeout_s, Backend& be, double message_bytes,
                       const ProfileOptions& options) {
   int rank = 0, size = 1;
   MPI_CHECK(MPI_Comm_rank(comm, &rank));
@@ -91,7 +91,7 @@ LinkCost measure_link(MPI_Comm comm, const Deck& deck, Backend& be, double messa
   double figures[2] = {0.0, 0.0};
   timed_barrier(comm, "the profiler's barrier before the link ping-pong");
   if (rank < 2) {
-    const double limit_s = deck.pipeline.timeout_s;
+    const double limit_s = timeout_s;
     const double small_s = one_way_seconds(*transport, be, kSmallMessageBytes, limit_s, options);
     const double large_s = one_way_seconds(*transport, be, message_bytes, limit_s, options);
     const LinkCost link = fit_link(kSmallMessageBytes, small_s, message_bytes, large_s);

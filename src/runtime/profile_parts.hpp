@@ -17,8 +17,8 @@ double median(std::vector<double> values);
 // Collective over comm: the link between ranks 0 and 1, by ping-pong through
 // the run's transport of a small message and of `message_bytes` (the
 // activation message of a micro-batch); every rank returns rank 0's figures.
-// A zero link on one rank.
-LinkCost measure_link(MPI_Comm comm, const Deck& deck, Backend& be, double message_bytes,
+// A zero link on one rank; a wait longer than `timeout_s` throws.
+LinkCost measure_link(MPI_Comm comm, double timeout_s, Backend& be, double message_bytes,
                       const ProfileOptions& options);
 
 // Collective over comm: the median time of the trainer's per-step

@@ -176,12 +176,12 @@ ModelProfile profile_from_trace(const Deck& deck, const RunTrace& trace, Backend
                                 const ProfileOptions& options) {
   check_trace(deck, trace);
   ModelProfile p = profile_memory(deck, be, options);
-  p.backend = deck.training.device;
+  p.backend = kind_name(deck.training.device);
   p.cache = "as the traced run had it (times measured in that run)";
   p.calibration = "none: the traced run's stages measured whole";
   if (options.kernels.empty())
     p.kernels = "not recorded (derived from the trace " + trace.source + "); GEMM operands " +
-                deck.training.precision;
+                kind_name(deck.training.precision);
   const int64_t first_step = first_used_step(trace);
   const auto ranges = stage_unit_ranges(deck, trace.num_stages);
   double message_bytes = 0.0;

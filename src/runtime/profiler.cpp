@@ -28,15 +28,13 @@ ProfileOptions ProfileOptions::brief() {
   return o;
 }
 
-int64_t micro_batch_rows(const Deck& deck) {
-  return deck.training.batch_size / (deck.pipeline.micro_batches * data_parallel_size(deck));
-}
+int64_t micro_batch_rows(const Deck& deck) { return batch_split_of(deck).rows(); }
 
 std::string profile_model_description(const Deck& deck) {
   const ModelFamily& family = model_family(deck.model);
   std::string text = family.name + family.describe(deck.model);
-  text += "; " + deck.training.optimizer + "; " + deck.training.precision;
-  if (deck.data.type == "synthetic")  // cached in memory (profile_memory's data bytes)
+  text += std::string("; ") + kind_name(deck.training.optimizer) + "; " + kind_name(deck.training.precision);
+  if (deck.data.type == DataKind::Synthetic)  // cached in memory (profile_memory's data bytes)
     text += "; synthetic data samples=" + std::to_string(deck.data.samples) +
             (deck.training.eval_every > 0 ? " with evaluation" : "");
   return text;
@@ -73,15 +71,16 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-ModelProfile profile_header(const Deck& deck, Backend& be, const ProfileOptions& options) {
+ModelProfile profile_header(const Deck& deck, const BatchSplit& split, Backend& be,
+                            const ProfileOptions& options) {
   ModelProfile p;
   p.model = profile_model_description(deck);
   p.backend = be.name();
   p.kernels = options.kernels;
   if (p.kernels.empty())
     p.kernels = (be.device() == Device::CPU ? blas_info().describe() : std::string(be.name())) +
-                "; GEMM operands " + deck.training.precision;
-  p.micro_batch_rows = micro_batch_rows(deck);
+                "; GEMM operands " + kind_name(deck.training.precision);
+  p.micro_batch_rows = split.rows();
   return p;
 }
 
@@ -97,6 +96,7 @@ double category_delta(const MemoryStats& before, const MemoryStats& after, MemCa
 // What every measurement of one profile shares.
 struct Context {
   const Deck& deck;
+  BatchSplit split;  // the micro-batches measured
   Backend& be;
   std::function<MemoryStats()> stats;
   std::function<void()> reset_peaks;
@@ -117,12 +117,12 @@ struct Context {
   }
   int evictions = 0;
 
-  Context(const Deck& d, Backend& b, const ProfileOptions& o)
-      : deck(d), be(b),
+  Context(const Deck& d, const BatchSplit& s, Backend& b, const ProfileOptions& o)
+      : deck(d), split(s), be(b),
         stats(o.memory_stats ? o.memory_stats : [] { return memory_stats(); }),
         reset_peaks(o.reset_memory_peaks),
         data(make_dataset(d, Split::Train)),
-        rows(micro_batch_rows(d)) {}
+        rows(s.rows()) {}
 };
 
 // A cost unit as a stage of its own on the backend's device, with its
@@ -152,7 +152,7 @@ UnitStage build_unit(Context& c, int64_t index) {
 
 StageProbe unit_probe(Context& c, UnitStage& u, const char* policy) {
   return StageProbe(u.stage, c.be, parse_recompute_policy(policy, "the profiler"),
-                    executor_config_for(c.deck));
+                    executor_config_for(c.split, c.deck.pipeline.timeout_s));
 }
 
 MicroBatchProbe probe(Context& c, StageProbe& stage_probe) {
@@ -389,11 +389,11 @@ std::string choose_cache_state(Context& c, const ModelProfile& p, MPI_Comm comm)
   return "cold: " + figures;
 }
 
-}  // namespace
-
-ModelProfile profile_memory(const Deck& deck, Backend& be, const ProfileOptions& options) {
-  ModelProfile p = profile_header(deck, be, options);
-  Context c(deck, be, options);
+// profile_memory at a given split.
+ModelProfile profile_memory_at(const Deck& deck, const BatchSplit& split, Backend& be,
+                               const ProfileOptions& options) {
+  ModelProfile p = profile_header(deck, split, be, options);
+  Context c(deck, split, be, options);
   const std::vector<CostUnitInfo> infos = cost_units(deck.model);
   for (size_t u = 0; u < infos.size(); ++u)
     p.units.push_back(unit_memory(c, static_cast<int64_t>(u), infos[u]));
@@ -408,11 +408,22 @@ ModelProfile profile_memory(const Deck& deck, Backend& be, const ProfileOptions&
   return p;
 }
 
+}  // namespace
+
+ModelProfile profile_memory(const Deck& deck, Backend& be, const ProfileOptions& options) {
+  return profile_memory_at(deck, batch_split_of(deck), be, options);
+}
+
 ModelProfile profile_model(const Deck& deck, Backend& be, MPI_Comm comm,
                            const ProfileOptions& options) {
+  return profile_model(deck, batch_split_of(deck), be, comm, options);
+}
+
+ModelProfile profile_model(const Deck& deck, const BatchSplit& split, Backend& be, MPI_Comm comm,
+                           const ProfileOptions& options) {
   PT_CHECK(options.reps >= 1 && options.warmup >= 0, "profile repetitions");
-  ModelProfile p = profile_memory(deck, be, options);
-  Context c(deck, be, options);
+  ModelProfile p = profile_memory_at(deck, split, be, options);
+  Context c(deck, split, be, options);
   p.cache = choose_cache_state(c, p, comm);
   int64_t param_tensors = 0;
   const std::vector<double> mine = time_units(c, p.units.size(), options, comm, &param_tensors);
@@ -431,17 +442,17 @@ ModelProfile profile_model(const Deck& deck, Backend& be, MPI_Comm comm,
     gradient_passes += t[kGradPasses];
   }
   p.step_overhead_s = gradient_passes + step_collectives_seconds(comm, param_tensors, options);
-  if (options.stage_chains) p.calibration = calibrate_with_stage_chains(p, deck, be, comm, options).text;
-  p.link = measure_link(comm, deck, be, boundary_message_bytes(p.units), options);
+  if (options.stage_chains) p.calibration = calibrate_with_stage_chains(p, deck, split, be, comm, options).text;
+  p.link = measure_link(comm, deck.pipeline.timeout_s, be, boundary_message_bytes(p.units), options);
   return p;
 }
 
 ModelProfile profile_weight_pass(const Deck& deck, Backend& be, MPI_Comm comm,
                                  const ModelProfile& profile, const ProfileOptions& options) {
   PT_CHECK(options.reps >= 1 && options.warmup >= 0, "profile repetitions");
-  Deck whole = deck;
-  whole.pipeline.micro_batches = 1;  // a replica's whole batch: the pass's rows
-  Context c(whole, be, options);
+  BatchSplit whole = batch_split_of(deck);
+  whole.micro_batches = 1;  // a replica's whole batch: the pass's rows
+  Context c(deck, whole, be, options);
   choose_cache_state(c, profile, comm);
   std::vector<double> mine;
   for (size_t u = 0; u < profile.units.size(); ++u) {

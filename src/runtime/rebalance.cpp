@@ -16,7 +16,7 @@ RebalanceSettings settings_of(const Deck& deck) {
   RebalanceSettings s;
   s.threshold = deck.pipeline.rebalance_threshold;
   s.margin = deck.pipeline.rebalance_margin;
-  s.objective = deck.pipeline.partition_strategy == "balanced" ? PartitionObjective::Balanced
+  s.objective = deck.pipeline.partition_strategy == PartitionStrategy::Balanced ? PartitionObjective::Balanced
                                                                : PartitionObjective::Time;
   return s;
 }

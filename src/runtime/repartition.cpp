@@ -27,11 +27,7 @@ namespace pt {
 namespace {
 
 // "auto" recomputation anywhere: every rank decides again after a move.
-bool uses_auto_recompute(const Deck& deck) {
-  bool any = deck.pipeline.recompute == "auto";
-  for (const std::string& s : deck.pipeline.recompute_stages) any = any || s == "auto";
-  return any;
-}
+bool uses_auto_recompute(const Deck& deck) { return any_auto_recompute(deck.pipeline); }
 
 }  // namespace
 
@@ -86,7 +82,6 @@ MoveReport Trainer::repartition(const std::vector<int64_t>& counts, int64_t step
   const MoveTotals moved = exchange_units(current, next, partition_, to, model_units(deck_.model), comm_);
   current = std::move(next);  // frees the layers that left
   partition_ = to;
-  deck_.pipeline.partition = to;
   if (uses_auto_recompute(deck_)) policies_ = {resolve_recompute_one()};
   build_engine();  // as the constructor built them, over the new stage
   double totals[2] = {static_cast<double>(moved.tensors_sent), moved.bytes_sent};

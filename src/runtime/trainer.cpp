@@ -21,10 +21,10 @@ namespace pt {
 Schedule schedule_for_deck(const Deck& deck, int ranks) {
   const int n = static_cast<int>(deck.pipeline.micro_batches);
   const int v = static_cast<int>(deck.pipeline.virtual_stages);
-  if (deck.pipeline.schedule == "file")
+  if (deck.pipeline.schedule == ScheduleKind::File)
     return load_schedule_file(deck.pipeline.schedule_file, ranks * v, n);
   Schedule schedule = generate_schedule(deck.pipeline.schedule, ranks, n, v);
-  return deck.pipeline.weight_grad == "step" ? with_step_weight_grads(schedule) : schedule;
+  return deck.pipeline.weight_grad == WeightGradKind::Step ? with_step_weight_grads(schedule) : schedule;
 }
 
 // The cores of this node that its ranks share: PIPETRAIN_NODE_CORES when set
@@ -42,7 +42,7 @@ int node_cores() {
   return static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
 }
 
-BlasThreadsChoice choose_blas_threads(const Deck& deck, MPI_Comm comm) {
+BlasThreadsChoice choose_blas_threads(int64_t requested, MPI_Comm comm) {
   BlasThreadsChoice c;
   MPI_Comm node = MPI_COMM_NULL;
   {
@@ -52,9 +52,8 @@ BlasThreadsChoice choose_blas_threads(const Deck& deck, MPI_Comm comm) {
   MPI_CHECK(MPI_Comm_size(node, &c.ranks_on_node));
   MPI_CHECK(MPI_Comm_free(&node));
   c.node_cores = node_cores();
-  c.automatic = deck.training.blas_threads == 0;
-  c.threads = c.automatic ? std::max(1, c.node_cores / c.ranks_on_node)
-                          : static_cast<int>(deck.training.blas_threads);
+  c.automatic = requested == 0;
+  c.threads = c.automatic ? std::max(1, c.node_cores / c.ranks_on_node) : static_cast<int>(requested);
   return c;
 }
 
@@ -62,6 +61,10 @@ Trainer::Trainer(const Deck& deck, MPI_Comm comm, ComputeSetup setup)
     : Trainer(deck, ProcessGrid::single(comm), std::move(setup)) {}
 
 Trainer::Trainer(const Deck& deck, const ProcessGrid& grid, ComputeSetup setup)
+    : Trainer(deck, deck.pipeline.partition, grid, std::move(setup)) {}
+
+Trainer::Trainer(const Deck& deck, const std::vector<int64_t>& partition, const ProcessGrid& grid,
+                 ComputeSetup setup)
     : deck_(deck), comm_(grid.pipeline()), replicas_comm_(grid.replicas()),
       replica_(grid.replica()), replicas_(grid.data_parallel()),
       replica_group_text_(grid.replica_group_text()), setup_(std::move(setup)),
@@ -80,8 +83,7 @@ Trainer::Trainer(const Deck& deck, const ProcessGrid& grid, ComputeSetup setup)
   eval_schedule_ = forward_only_schedule(schedule_);
   validate_schedule(eval_schedule_, semantics);
   collectives_ = std::make_unique<StepCollectives>(comm_, replicas_comm_, replicas_, schedule_);
-  partition_ = partition_units(model_units(deck_.model), schedule_.num_stages,
-                               deck_.pipeline.partition);
+  partition_ = partition_units(model_units(deck_.model), schedule_.num_stages, partition);
   for (int st : rank_stages(schedule_, rank_)) stages_.push_back(build_stage(deck_.model, partition_, st));
   check_family_backend(deck_.model, be_);
   data_ = make_dataset(deck_, Split::Train);
@@ -91,7 +93,7 @@ Trainer::Trainer(const Deck& deck, const ProcessGrid& grid, ComputeSetup setup)
   move_state_to_device();
   DefaultDeviceGuard on_device(be_.device());
   optimizer_ = std::make_unique<Optimizer>(deck_.training, params());
-  if (deck_.training.precision == "fp16") {
+  if (deck_.training.precision == PrecisionKind::Fp16) {
     LossScalerConfig scaling;
     scaling.initial_scale = deck_.training.loss_scale;
     scaler_ = std::make_unique<LossScaler>(scaling);
@@ -115,7 +117,7 @@ void Trainer::build_engine() {
   reducer_.reset();
   std::vector<StageModel*> mine;
   for (StageModel& st : stages_) mine.push_back(&st);
-  reducer_ = std::make_unique<GradientReducer>(mine, *replica_group_, deck_, be_, tracer_.get(),
+  reducer_ = std::make_unique<GradientReducer>(mine, *replica_group_, reduction_config_for(deck_), be_, tracer_.get(),
                                                replica_group_text_);
   ExecutorConfig config = executor_config_for(deck_);
   config.replica = replica_;
@@ -251,7 +253,7 @@ std::vector<RecomputePolicy> Trainer::resolve_recompute() {
   for (int st = 0; st < schedule_.num_stages; ++st) {
     RecomputeChoice c;
     c.requested = stage_setting(deck_, st);
-    PT_CHECK(c.requested != "auto", "recompute \"auto\" with several stages per rank");
+    PT_CHECK(!is_auto_recompute(c.requested), "recompute \"auto\" with several stages per rank");
     const RecomputePolicy policy = parse_recompute_policy(c.requested, deck_.where("pipeline.recompute"));
     c.policy = policy.name();
     recompute_.push_back(c);
@@ -271,7 +273,7 @@ RecomputePolicy Trainer::resolve_recompute_one() {
   mine.requested = setting;
   RecomputePolicy chosen;
   bool fits = true;
-  if (setting != "auto") {
+  if (!is_auto_recompute(setting)) {
     chosen = parse_recompute_policy(setting, key);
   } else {
     mine.budget_bytes = deck_.pipeline.memory_budget_mb * 1048576.0;

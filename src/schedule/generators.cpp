@@ -182,24 +182,52 @@ Schedule generate_1f1b(int num_stages, int num_micro_batches) {
   return s;
 }
 
-int stages_per_rank(const std::string& name, int virtual_stages) {
-  if (name == "interleaved" || name == "file") return virtual_stages;
-  return name == "zb-v" ? 2 : 1;
+int stages_per_rank(ScheduleKind kind, int virtual_stages) {
+  if (kind == ScheduleKind::Interleaved || kind == ScheduleKind::File) return virtual_stages;
+  return kind == ScheduleKind::ZbV ? 2 : 1;
 }
 
-bool schedule_takes_times(const std::string& name) { return name == "zb-h1" || name == "zb-v"; }
+int stages_per_rank(const std::string& name, int virtual_stages) {
+  ScheduleKind kind = ScheduleKind::OneFOneB;
+  return parse_kind(name, kind) ? stages_per_rank(kind, virtual_stages) : 1;
+}
+
+bool schedule_takes_times(ScheduleKind kind) { return kind == ScheduleKind::ZbH1 || kind == ScheduleKind::ZbV; }
+
+bool schedule_takes_times(const std::string& name) {
+  ScheduleKind kind = ScheduleKind::File;
+  return parse_kind(name, kind) && schedule_takes_times(kind);
+}
+
+namespace {
+
+[[noreturn]] void unknown_schedule(const std::string& name) {
+  throw InputError("unknown schedule '" + name +
+                   "'; expected 'gpipe', '1f1b', 'interleaved', 'zb-h1' or 'zb-v'");
+}
+
+}  // namespace
+
+Schedule generate_schedule(ScheduleKind kind, int num_ranks, int num_micro_batches, int virtual_stages,
+                           const StageActionTimes& times, double w_slack) {
+  PT_CHECK(times.empty() || schedule_takes_times(kind),
+           "schedule '" + std::string(kind_name(kind)) + "' is not generated from action times");
+  switch (kind) {
+    case ScheduleKind::GPipe: return generate_gpipe(num_ranks, num_micro_batches);
+    case ScheduleKind::OneFOneB: return generate_1f1b(num_ranks, num_micro_batches);
+    case ScheduleKind::Interleaved: return generate_interleaved(num_ranks, virtual_stages, num_micro_batches);
+    case ScheduleKind::ZbH1: return generate_zb_h1(num_ranks, num_micro_batches, times, w_slack);
+    case ScheduleKind::ZbV: return generate_zb_v(num_ranks, num_micro_batches, times, w_slack);
+    case ScheduleKind::File: break;  // read from its file, not generated
+  }
+  unknown_schedule(kind_name(kind));
+}
 
 Schedule generate_schedule(const std::string& name, int num_ranks, int num_micro_batches,
                            int virtual_stages, const StageActionTimes& times, double w_slack) {
-  PT_CHECK(times.empty() || schedule_takes_times(name),
-           "schedule '" + name + "' is not generated from action times");
-  if (name == "gpipe") return generate_gpipe(num_ranks, num_micro_batches);
-  if (name == "1f1b") return generate_1f1b(num_ranks, num_micro_batches);
-  if (name == "interleaved") return generate_interleaved(num_ranks, virtual_stages, num_micro_batches);
-  if (name == "zb-h1") return generate_zb_h1(num_ranks, num_micro_batches, times, w_slack);
-  if (name == "zb-v") return generate_zb_v(num_ranks, num_micro_batches, times, w_slack);
-  throw InputError("unknown schedule '" + name +
-                   "'; expected 'gpipe', '1f1b', 'interleaved', 'zb-h1' or 'zb-v'");
+  ScheduleKind kind = ScheduleKind::File;
+  if (!parse_kind(name, kind)) unknown_schedule(name);
+  return generate_schedule(kind, num_ranks, num_micro_batches, virtual_stages, times, w_slack);
 }
 
 Schedule forward_only_schedule(const Schedule& training) {

@@ -78,9 +78,18 @@ RecomputePolicy parse_recompute_policy(const std::string& text, const std::strin
   return p;
 }
 
+bool is_auto_recompute(const std::string& setting) { return setting == "auto"; }
+
+bool any_auto_recompute(const PipelineConfig& pipeline) {
+  if (is_auto_recompute(pipeline.recompute)) return true;
+  for (const std::string& s : pipeline.recompute_stages)
+    if (is_auto_recompute(s)) return true;
+  return false;
+}
+
 bool is_recompute_setting(const std::string& text) {
   RecomputePolicy p;
-  return text == "auto" || parse_into(text, p);
+  return is_auto_recompute(text) || parse_into(text, p);
 }
 
 UnitLayerMap::UnitLayerMap(std::vector<int64_t> layers_per_unit) : prefix_{0} {

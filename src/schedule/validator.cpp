@@ -434,9 +434,9 @@ class Simulation {
 
 }  // namespace
 
-CommSemantics comm_semantics_of(const std::string& transport, const std::string& device) {
-  const bool nccl = transport == "nccl_model" || transport == "nccl" ||
-                    (device == "cuda" && transport == "auto");
+CommSemantics comm_semantics_of(TransportKind transport, DeviceKind device) {
+  const bool nccl = transport == TransportKind::NcclModel || transport == TransportKind::Nccl ||
+                    (device == DeviceKind::Cuda && transport == TransportKind::Auto);
   return nccl ? CommSemantics::nccl() : CommSemantics::mpi();
 }
 

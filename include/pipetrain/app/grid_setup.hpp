@@ -3,15 +3,18 @@
 // replicas agree on the outcome of a checkpoint load.
 #pragma once
 
-#include "pipetrain/base/deck.hpp"
+#include <cstdint>
+#include <vector>
+
 #include "pipetrain/runtime/grid.hpp"
 
 namespace pt {
 
 // Each pipeline profiled itself, but the replicas of a stage must hold the
 // same units (their gradient buckets match), so every replica takes replica
-// 0's deck.pipeline.partition. Collective over the grid; nothing at D = 1.
-void share_partition(const ProcessGrid& grid, Deck& deck);
+// 0's `counts` (units per stage): returned. Collective over the grid; at
+// D = 1 `counts` as given.
+std::vector<int64_t> share_partition(const ProcessGrid& grid, std::vector<int64_t> counts);
 
 // Every replica's pipeline learned the outcome `ok` of a checkpoint load; a
 // replica that failed where the others did not fails them all (InputError).

@@ -37,17 +37,23 @@ struct RunPlan {
   SpeedProbeSite probe_site;  // the device the probes ran on, for their log line
 };
 
-// Collective over comm. Resolves deck.pipeline.partition (a named strategy
-// becomes counts, the same on every rank). Throws InputError (an infeasible
-// memory budget with its numbers, a balanced partition without a budget).
-RunPlan prepare_run_plan(Deck& deck, MPI_Comm comm, const ComputeResources& compute);
+// Collective over comm. Profiles and partitions when the deck asks for it
+// (plan.partition: a named strategy's counts, the same on every rank).
+// Throws InputError (an infeasible memory budget with its numbers, a
+// balanced partition without a budget).
+RunPlan prepare_run_plan(const Deck& deck, MPI_Comm comm, const ComputeResources& compute);
+
+// The units per stage the run starts with: the deck's explicit counts, a
+// named strategy's from the plan, else the deck's (empty: uniform).
+std::vector<int64_t> starting_partition(const Deck& deck, const RunPlan& plan);
 
 // The run's predicted step (after the Trainer resolved "auto" recomputation).
 void predict_run(RunPlan& plan, const Deck& deck, const Trainer& trainer);
 
 // Rank 0: the plan's lines for the log, and its attributes in metrics.h5.
 void print_run_plan(const RunPlan& plan, const Deck& deck);
-void record_run_plan(const RunPlan& plan, const Deck& deck, int num_stages,
+// `partition`: the units per stage the run uses (Trainer::partition).
+void record_run_plan(const RunPlan& plan, const Deck& deck, const std::vector<int64_t>& partition,
                      MetricsFile& metrics);
 // Collective over comm, after the steps: the last speed probe.
 void probe_after_steps(RunPlan& plan, MPI_Comm comm, const ComputeResources& compute);

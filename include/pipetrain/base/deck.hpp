@@ -1,5 +1,10 @@
 // deck.hpp: the resolved input deck, as plain data.
 //
+// Every key with a closed set of names holds an enum of base/deck_kinds.hpp
+// (whose tables are the only place those names are written); the model
+// family stays a registry name and recompute settings stay text
+// (schedule/recompute.hpp parses them).
+//
 // A deck is a TOML file with the sections [model], [data], [training],
 // [pipeline] and [output]. It is parsed (with toml11, in src/io/deck_toml.cpp
 // only) on rank 0, checked strictly, and broadcast to every rank as its
@@ -10,6 +15,8 @@
 #include <map>
 #include <string>
 #include <vector>
+
+#include "pipetrain/base/deck_kinds.hpp"
 
 namespace pt {
 
@@ -23,8 +30,8 @@ struct ModelConfig {
   int64_t hidden_dim = 128;        // width of hidden layers
   int64_t output_dim = 8;          // regression outputs or classes
   int64_t depth = 8;               // number of Linear layers (partition units)
-  std::string activation = "gelu"; // "relu" | "gelu"
-  std::string loss = "mse";        // "mse" | "cross_entropy"
+  ActivationKind activation = ActivationKind::Gelu;
+  LossKind loss = LossKind::Mse;
   // gpt
   int64_t vocab_size = 256;        // V: token ids 0..V-1
   int64_t seq_len = 64;            // T: tokens per sample
@@ -39,7 +46,7 @@ struct DataConfig {
   // "synthetic": MLP data from a fixed random teacher network
   // "markov": token streams from a seeded random Markov chain (GPT)
   // "hdf5": token ids from an HDF5 file (GPT)
-  std::string type = "synthetic";
+  DataKind type = DataKind::Synthetic;
   int64_t samples = 4096;          // synthetic: size of the training set
   uint64_t seed = 42;              // data seed (teacher, chain, shuffle)
   int64_t markov_order = 2;        // markov: tokens of context (k)
@@ -53,11 +60,11 @@ struct DataConfig {
 struct TrainingConfig {
   int64_t steps = 20;              // optimizer steps
   int64_t batch_size = 64;         // samples per optimizer step (global batch)
-  std::string optimizer = "adamw"; // "sgd" | "adamw"
+  OptimizerKind optimizer = OptimizerKind::AdamW;
   double lr = 1e-3;                // peak learning rate
   double min_lr = 0.0;             // floor of the cosine decay
   int64_t warmup_steps = 0;        // linear warm-up steps
-  std::string lr_schedule = "cosine";  // "constant" | "cosine"
+  LrScheduleKind lr_schedule = LrScheduleKind::Cosine;  // after warm-up
   double momentum = 0.9;           // SGD momentum
   double beta1 = 0.9;              // AdamW
   double beta2 = 0.999;            // AdamW
@@ -65,38 +72,37 @@ struct TrainingConfig {
   double weight_decay = 0.0;       // decoupled weight decay (AdamW), L2 (SGD)
   double grad_clip = 0.0;          // global-norm clip; 0 = off
   int64_t blas_threads = 0;        // 0 = node cores / ranks on the node
-  std::string cpu_gemm = "auto";   // CPU GEMM library: "auto" | "onednn" | "onednn-sgemm" | "openblas"
+  CpuGemmKind cpu_gemm = CpuGemmKind::Auto;  // the CPU GEMM library
   int64_t eval_every = 0;          // held-out loss every k steps; 0 = off
   int64_t eval_batches = 2;        // batches per evaluation
   std::string init_from;           // checkpoint whose weights (only) start training
-  std::string device = "cpu";      // "cpu" | "cuda" (one GPU per rank)
-  std::string precision = "fp32";  // GEMM operands: "fp32" | "tf32" | "bf16" | "fp16" (emulated on the CPU)
+  DeviceKind device = DeviceKind::Cpu;  // cuda: one GPU per rank
+  PrecisionKind precision = PrecisionKind::Fp32;  // of GEMM operands (emulated on the CPU)
   double loss_scale = 65536.0;     // fp16: initial dynamic loss scale
 };
 
 struct PipelineConfig {
   int64_t stages = 0;              // 0 = number of MPI ranks
   int64_t micro_batches = 4;       // N
-  // "gpipe" | "1f1b" | "interleaved" | "zb-h1" | "zb-v" | "file"
-  std::string schedule = "1f1b";
+  ScheduleKind schedule = ScheduleKind::OneFOneB;
   std::string schedule_file;       // with schedule = "file"
   // zb-h1 / zb-v: "unit" (the papers' placement: every action one time
   // unit), "measured" (placed again after the first steps at each stage's
   // measured F, B and W times; runtime/schedule_placement.hpp) or "auto"
   // (measured, unless pipeline.rebalance moves units under the schedule).
-  std::string schedule_times = "auto";
+  ScheduleTimesKind schedule_times = ScheduleTimesKind::Auto;
   int64_t virtual_stages = 1;      // stages per rank: interleaved and file (zb-v: 2)
   // When gpipe, 1f1b and interleaved compute weight gradients:
   // "micro_batch" (in each micro-batch's backward) or "step" (B computes the
   // input gradient only; each stage's weight gradients run once at the end
   // of the step, one GEMM per product over all micro-batches' rows;
   // schedule.hpp, with_step_weight_grads).
-  std::string weight_grad = "micro_batch";
+  WeightGradKind weight_grad = WeightGradKind::MicroBatch;
   // How partition units are split between stages (docs/planner.md):
   // "uniform" (by count), "time" (slowest stage fastest), "memory" (largest
   // stage peak smallest), "balanced" (time, with every stage's peak within
   // memory_budget_mb), or "explicit" when the deck gives a list of counts.
-  std::string partition_strategy = "uniform";
+  PartitionStrategy partition_strategy = PartitionStrategy::Uniform;
   std::vector<int64_t> partition;  // explicit per-stage unit counts; empty unless "explicit"
   bool predict = true;             // brief profile at start; the planner's prediction beside every step
   double timeout_s = 120.0;        // a wait longer than this aborts the job
@@ -106,7 +112,7 @@ struct PipelineConfig {
   double memory_budget_mb = 0.0;   // per-stage budget for recompute "auto" and partition "balanced"; 0 = none
   // Activation/gradient exchange. CPU: "auto" (= "mpi") | "mpi" | "nccl_model"
   // (MPI with NCCL's semantics); CUDA: "auto" | "nccl" | "mpi_staged".
-  std::string transport = "auto";
+  TransportKind transport = TransportKind::Auto;
   // Dynamic rebalancing (docs/rebalance.md): every rebalance_every steps the
   // median measured compute time of each stage over those steps is compared;
   // at slowest / fastest >= rebalance_threshold, units move between the
@@ -132,7 +138,7 @@ struct PipelineConfig {
   // in global micro-batch order: bitwise across every P x D with the same
   // micro-batch size, at (micro_batches + D x micro_batches) x the gradient
   // memory and D x micro_batches x the traffic).
-  std::string dp_reduction = "replica";
+  DpReductionKind dp_reduction = DpReductionKind::Replica;
   double dp_bucket_mb = 4.0;       // gradient bytes per reduction bucket (MiB)
 
   // Whether a zb-h1 or zb-v run places its schedule again at the F, B and W

@@ -64,12 +64,15 @@ struct CheckpointWrite {
 // Writes the state after `step` completed optimizer steps into
 // <root>/step_<step>, points latest at it and keeps the newest
 // output.checkpoint_keep (pruned in the background, see below).
-// `resolved_deck` is stored verbatim.
+// `resolved_deck` is stored verbatim. `partition`: the units per pipeline
+// stage in use, which the manifest records (a rebalancing move changes
+// them); empty = the deck's pipeline.partition.
 // Fault hook PIPETRAIN_TEST_CRASH_IN_CHECKPOINT=<rank>:<step> kills that rank
 // (SIGKILL) halfway through writing its stage file for that step.
 CheckpointWrite save_checkpoint(const Deck& deck, const std::string& resolved_deck,
                                 const std::vector<Param*>& params, int64_t step, MPI_Comm comm,
-                                const TrainingCounters& counters = {});
+                                const TrainingCounters& counters = {},
+                                const std::vector<int64_t>& partition = {});
 
 // Waits until old checkpoints are deleted: a save hands that to a thread of
 // rank 0 and returns (the next save and the end of the process wait for it).

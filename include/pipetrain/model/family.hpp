@@ -37,7 +37,7 @@ struct ModelFamily {
   std::string name;                     // the value of model.type
   std::string summary;                  // one line for listings
   std::vector<std::string> keys;        // [model] keys it reads (type and init_seed are everyone's)
-  std::vector<std::string> data_types;  // data.type values it trains on
+  std::vector<DataKind> data_types;     // data.type values it trains on
   std::string data_rule;                // e.g. "trains on data.type = \"synthetic\""
   // Cross-key checks of its keys (throw InputError); nullptr = none.
   void (*check)(const Deck& deck) = nullptr;
@@ -83,7 +83,7 @@ struct ModelFamily {
   GptDims (*analytic_dims)(const ModelConfig& model) = nullptr;
 
   bool uses_key(const std::string& key) const;
-  bool trains_on(const std::string& data_type) const;
+  bool trains_on(DataKind data_type) const;
 };
 
 // The family of model.type; InputError naming the families when there is

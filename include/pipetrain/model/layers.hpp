@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "pipetrain/base/deck_kinds.hpp"
 #include "pipetrain/tensor/backend.hpp"
 
 namespace pt {
@@ -115,8 +116,7 @@ std::unique_ptr<Layer> make_linear(const std::string& name, int64_t in, int64_t 
                                    ParamInit init = ParamInit::FromSeed);
 std::unique_ptr<Layer> make_relu();
 std::unique_ptr<Layer> make_gelu();
-// "relu" | "gelu"
-std::unique_ptr<Layer> make_activation(const std::string& kind);
+std::unique_ptr<Layer> make_activation(ActivationKind kind);
 
 // A loss at the end of the last stage. The gradient is scaled by
 // grad_scale (1 / elements of the whole batch), so that accumulating over
@@ -134,7 +134,6 @@ class Loss {
                                    float grad_scale, Tensor& dpred, ScalarBatch& batch,
                                    int64_t slot) = 0;
 };
-// "mse" | "cross_entropy"
-std::unique_ptr<Loss> make_loss(const std::string& kind);
+std::unique_ptr<Loss> make_loss(LossKind kind);
 
 }  // namespace pt

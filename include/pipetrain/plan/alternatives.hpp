@@ -40,12 +40,12 @@ struct PlanRequest {
   // from its D replicas over replica_link once its last backward is done.
   int data_parallel = 1;
   LinkCost replica_link;
-  std::string dp_reduction = "replica";  // "replica" | "ordered" (N slots per replica)
+  DpReductionKind dp_reduction = DpReductionKind::Replica;  // ordered: N slots per replica
   double weight_grad_share = 0.5;  // SimulationInput::weight_grad_share (zero-bubble schedules)
   // pipeline.weight_grad: "step" runs the weight gradients of the schedules
   // without W (gpipe, 1f1b, interleaved) once per step (with_step_weight_grads),
   // each stage's pass timed from the profile at a whole replica batch's rows.
-  std::string weight_grad = "micro_batch";
+  WeightGradKind weight_grad = WeightGradKind::MicroBatch;
 };
 
 struct PlanRow {

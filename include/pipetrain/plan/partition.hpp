@@ -40,6 +40,10 @@ class MemoryBudgetError : public InputError {
   using InputError::InputError;
 };
 
+// The deck's strategy of an objective and back (an explicit partition has
+// none); the names are PartitionStrategy's (base/deck_kinds.hpp).
+PartitionStrategy strategy_of(PartitionObjective objective);
+PartitionObjective objective_of(PartitionStrategy strategy);
 const char* objective_name(PartitionObjective objective);  // "uniform", ...
 // "uniform" | "time" | "memory" | "balanced"; else InputError.
 PartitionObjective parse_partition_objective(const std::string& text);

@@ -48,9 +48,22 @@ struct ExecutorConfig {
   }
 };
 
-// The deck's part of the configuration: batch, micro-batches, rows and the
-// timeout; replica 0, no loss scaling, no slowdown, no reduction. The
-// trainer's factory (Trainer::build_engine) fills in the rest for its rank.
+// How a step's batch is split: the global batch, micro-batches per pipeline
+// and data-parallel replicas D; a micro-batch has batch / (micro-batches x D)
+// rows. The deck's (batch_split_of), or another a profile measures at.
+struct BatchSplit {
+  int64_t batch_size = 1;
+  int64_t micro_batches = 1;
+  int64_t replicas = 1;
+  int64_t rows() const { return batch_size / (micro_batches * replicas); }
+};
+BatchSplit batch_split_of(const Deck& deck);
+
+// The configuration of a split and a wait limit: batch, micro-batches, rows
+// and the timeout; replica 0, no loss scaling, no slowdown, no reduction.
+// The trainer's factory (Trainer::build_engine) fills in the rest for its rank.
+ExecutorConfig executor_config_for(const BatchSplit& split, double timeout_s);
+// The same for the deck's split and pipeline.timeout_s.
 ExecutorConfig executor_config_for(const Deck& deck);
 
 }  // namespace pt

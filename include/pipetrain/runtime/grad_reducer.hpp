@@ -35,6 +35,16 @@
 
 namespace pt {
 
+// What a reducer reads of the deck (pipeline.dp_reduction, micro_batches,
+// dp_bucket_mb, timeout_s).
+struct ReductionConfig {
+  bool ordered = false;        // dp_reduction = "ordered": micro-batch gradients kept apart
+  int micro_batches = 1;       // per pipeline and step
+  double bucket_bytes = 4.0 * 1048576.0;  // gradient bytes per bucket
+  double timeout_s = 120.0;    // the longest wait for a bucket's peers
+};
+ReductionConfig reduction_config_for(const Deck& deck);
+
 struct ReductionBucket {
   int stage = 0;            // global stage number
   int index = 0;            // bucket number within the stage (0 = last layers)
@@ -59,7 +69,7 @@ class GradientReducer {
  public:
   // `stages`: this rank's stages (ascending); `group`: its replica group;
   // `group_text` names the group's ranks in messages ("world ranks 1, 3").
-  GradientReducer(std::vector<StageModel*> stages, ReplicaGroup& group, const Deck& deck,
+  GradientReducer(std::vector<StageModel*> stages, ReplicaGroup& group, const ReductionConfig& config,
                   Backend& backend, Tracer* tracer, std::string group_text);
   // Whether gradients are reduced at all: D > 1, or "ordered" (which keeps
   // micro-batch gradients apart, and adds them in order, even at D = 1).
@@ -81,7 +91,7 @@ class GradientReducer {
 
   std::vector<StageModel*> stages_;
   ReplicaGroup& group_;
-  const Deck& deck_;
+  const ReductionConfig config_;
   Backend& be_;
   Tracer* tracer_;
   std::string group_text_;

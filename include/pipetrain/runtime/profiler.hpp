@@ -21,6 +21,7 @@
 
 #include "pipetrain/base/deck.hpp"
 #include "pipetrain/plan/cost.hpp"
+#include "pipetrain/runtime/executor_config.hpp"
 #include "pipetrain/runtime/trace.hpp"
 #include "pipetrain/runtime/transport.hpp"
 #include "pipetrain/tensor/backend.hpp"
@@ -60,6 +61,10 @@ std::string profile_model_description(const Deck& deck);
 // ranks 0 and 1 measure the link; every rank returns the same profile.
 ModelProfile profile_model(const Deck& deck, Backend& be, MPI_Comm comm,
                            const ProfileOptions& options = {});
+// The same at another split of the batch than the deck's (plan weighs
+// several micro-batch counts).
+ModelProfile profile_model(const Deck& deck, const BatchSplit& split, Backend& be, MPI_Comm comm,
+                           const ProfileOptions& options = {});
 
 // pipeline.weight_grad = "step": `profile` with every unit's backward_s
 // measured again at a whole replica batch's rows (the rows of the pass of
@@ -89,8 +94,13 @@ struct ChainCalibration {
 };
 // Collective over comm; profile_model calls it unless options.stage_chains
 // is false.
-ChainCalibration calibrate_with_stage_chains(ModelProfile& p, const Deck& deck, Backend& be,
-                                             MPI_Comm comm, const ProfileOptions& options);
+ChainCalibration calibrate_with_stage_chains(ModelProfile& p, const Deck& deck, const BatchSplit& split,
+                                             Backend& be, MPI_Comm comm, const ProfileOptions& options);
+// At the deck's own split.
+inline ChainCalibration calibrate_with_stage_chains(ModelProfile& p, const Deck& deck, Backend& be,
+                                                    MPI_Comm comm, const ProfileOptions& options) {
+  return calibrate_with_stage_chains(p, deck, batch_split_of(deck), be, comm, options);
+}
 
 // A profile without times: the byte figures and FLOPs of every unit, from
 // one micro-batch per recompute policy (bytes do not vary between runs), and

@@ -79,14 +79,15 @@ struct RecomputeChoice {
 // ranks x stages_per_rank stages.
 Schedule schedule_for_deck(const Deck& deck, int ranks);
 
-// BLAS threads for this rank: the deck's value, or node cores / ranks on the node.
+// BLAS threads for this rank: `requested` (training.blas_threads), or with 0
+// node cores / ranks on the node.
 struct BlasThreadsChoice {
   int threads = 1;
   int node_cores = 1;
   int ranks_on_node = 1;
   bool automatic = true;
 };
-BlasThreadsChoice choose_blas_threads(const Deck& deck, MPI_Comm comm);
+BlasThreadsChoice choose_blas_threads(int64_t requested, MPI_Comm comm);
 // The cores this node's ranks share: PIPETRAIN_NODE_CORES when set, else the
 // CPUs online. InputError for a value that is not a positive integer.
 int node_cores();
@@ -110,6 +111,11 @@ class Trainer {
   // One pipeline of a P x D grid (data_parallel_size(deck) == grid's D):
   // collective over the grid's world. The grid must outlive the trainer.
   Trainer(const Deck& deck, const ProcessGrid& grid, ComputeSetup setup = {});
+  // The same, starting from `partition` (units per stage, as
+  // pipeline.partition; empty = uniform) instead of the deck's: the driver's
+  // partition resolved from a named strategy.
+  Trainer(const Deck& deck, const std::vector<int64_t>& partition, const ProcessGrid& grid,
+          ComputeSetup setup = {});
   ~Trainer();
   StepRecord train_step(int64_t step);  // collective over comm
   // Mean loss over training.eval_batches held-out batches (forward only).
@@ -173,7 +179,7 @@ class Trainer {
   void fill_data_caches();
   MemoryStats stage_memory_stats() const;
 
-  Deck deck_;
+  const Deck deck_;  // as given: never changed (the partition in use is partition_)
   MPI_Comm comm_;
   MPI_Comm replicas_comm_ = MPI_COMM_SELF;  // this rank's stages in every replica
   int replica_ = 0, replicas_ = 1;

@@ -22,6 +22,8 @@
 #include <string>
 #include <vector>
 
+#include "pipetrain/base/deck.hpp"
+
 namespace pt {
 
 struct RecomputePolicy {
@@ -46,6 +48,10 @@ struct RecomputePolicy {
 RecomputePolicy parse_recompute_policy(const std::string& text, const std::string& where);
 // True for the forms above and "auto" (decided at run time by a probe).
 bool is_recompute_setting(const std::string& text);
+// Whether a setting is "auto": the one place that name is compared.
+bool is_auto_recompute(const std::string& setting);
+// Whether pipeline.recompute or any entry of recompute_stages is "auto".
+bool any_auto_recompute(const PipelineConfig& pipeline);
 
 // Where the layers of a run of partition units sit, for every:K: unit u of
 // the run holds `layers[u]` executor layers; its first layer takes the

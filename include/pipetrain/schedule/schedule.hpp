@@ -42,6 +42,8 @@
 #include <string>
 #include <vector>
 
+#include "pipetrain/base/deck_kinds.hpp"
+
 namespace pt {
 
 enum class ActionKind { F, B, SEND_F, RECV_F, SEND_B, RECV_B, W };
@@ -145,14 +147,21 @@ Schedule forward_only_schedule(const Schedule& training);
 Schedule with_step_weight_grads(const Schedule& schedule);
 // Stages per rank of pipeline.schedule `name`: interleaved and "file"
 // (a schedule file): virtual_stages, zb-v: 2, others 1.
-int stages_per_rank(const std::string& name, int virtual_stages);
-// "gpipe" | "1f1b" | "interleaved" | "zb-h1" | "zb-v" on `num_ranks` ranks;
-// throws InputError for other names or micro-batch counts a schedule refuses.
-// `times` and `w_slack` (zb-h1 and zb-v only): see generate_zb_h1.
+int stages_per_rank(ScheduleKind kind, int virtual_stages);
+int stages_per_rank(const std::string& name, int virtual_stages);  // 1 for an unknown name
+// gpipe | 1f1b | interleaved | zb-h1 | zb-v on `num_ranks` ranks; throws
+// InputError for "file", other names or micro-batch counts a schedule
+// refuses. `times` and `w_slack` (zb-h1 and zb-v only): see generate_zb_h1.
+// The name form (plan --schedules, a schedule's own name) reads the name
+// with the table of base/deck_kinds.hpp.
+Schedule generate_schedule(ScheduleKind kind, int num_ranks, int num_micro_batches,
+                           int virtual_stages = 1, const StageActionTimes& times = {},
+                           double w_slack = 0.0);
 Schedule generate_schedule(const std::string& name, int num_ranks, int num_micro_batches,
                            int virtual_stages = 1, const StageActionTimes& times = {},
                            double w_slack = 0.0);
-// True for the schedules whose generator takes action times.
+// True for the schedules whose generator takes action times (zb-h1, zb-v).
+bool schedule_takes_times(ScheduleKind kind);
 bool schedule_takes_times(const std::string& name);
 
 // One line per rank: actions separated by spaces. parse_schedule(format(s))
@@ -200,7 +209,7 @@ struct CommSemantics {
   static CommSemantics nccl(bool lazy = false) { return {true, lazy}; }
 };
 // The semantics of a pipeline.transport value ("nccl", "nccl_model": NCCL).
-CommSemantics comm_semantics_of(const std::string& transport, const std::string& device);
+CommSemantics comm_semantics_of(TransportKind transport, DeviceKind device);
 
 // Checks the schedule; throws InputError whose message explains the problem
 // and shows the rank x step grid with the failing action(s) marked.
