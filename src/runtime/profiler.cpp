@@ -214,13 +214,18 @@ double time_optimizer_step(Context& c, UnitStage& u) {
 }
 
 // The trainer's per-step passes over the gradients outside the optimizer:
-// zeroing them and their sums of squares for the global norm.
+// zeroing them and their sums of squares for the global norm, left on the
+// device and read once, as StepCollectives::global_grad_norm does.
 double time_gradient_passes(Context& c, UnitStage& u) {
   DefaultDeviceGuard on_device(c.be.device());
+  const std::vector<Param*> params = u.stage.params();
+  std::unique_ptr<ScalarBatch> sums = c.be.make_scalar_batch(static_cast<int64_t>(params.size()));
   c.before_pass();
   const auto start = Clock::now();
   u.optimizer->zero_grad(c.be);
-  for (Param* p : u.stage.params()) c.be.sum_squares(p->grad);
+  for (size_t i = 0; i < params.size(); ++i)
+    c.be.sum_squares_to(params[i]->grad, *sums, static_cast<int64_t>(i));
+  sums->read();
   c.be.synchronize();
   return seconds_since(start);
 }
