@@ -2,8 +2,6 @@
 // and their actions (base/fault_injection.hpp).
 #include "pipetrain/base/fault_injection.hpp"
 
-#include <mpi.h>
-
 #include <algorithm>
 #include <csignal>
 #include <cstdio>
@@ -132,12 +130,6 @@ const std::vector<std::optional<FaultRequest>>& requests() {
   return p.requests;
 }
 
-int this_world_rank() {
-  int rank = 0;
-  if (mpi_running()) MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-  return rank;
-}
-
 }  // namespace
 
 const std::vector<FaultHookInfo>& fault_hooks() {
@@ -192,7 +184,7 @@ std::vector<std::string> active_fault_hooks() {
 void fault_point(const char* point, long long step) {
   static bool fired = false;
   const auto& r = requests().at(static_cast<size_t>(FaultHook::Stall));
-  if (!r || fired || r->point != point || r->rank != this_world_rank()) return;
+  if (!r || fired || r->point != point || r->rank != world_rank()) return;
   if (r->step >= 0 && r->step != step) return;
   fired = true;
   std::fprintf(stderr, "pipetrain: rank %d: test fault: stopping at '%s' (step %lld)\n", r->rank,
@@ -202,7 +194,7 @@ void fault_point(const char* point, long long step) {
 }
 
 bool nonfinite_gradient_requested(long long step) {
-  return fault_due(FaultHook::NonFinite, this_world_rank(), step);
+  return fault_due(FaultHook::NonFinite, world_rank(), step);
 }
 
 void kill_if_due(FaultHook hook, int rank, long long step, const std::string& detail) {

@@ -44,11 +44,6 @@ std::string phase_text() {
   return g_phase.empty() ? "" : g_phase + " ";
 }
 
-int world_rank() {
-  int rank = 0;
-  if (mpi_running()) MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-  return rank;
-}
 
 // ---- the arrival board --------------------------------------------------
 
@@ -270,6 +265,12 @@ Watchdog& watchdog() {
 }
 
 }  // namespace
+
+int world_rank() {
+  int rank = 0;
+  if (mpi_running()) MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  return rank;
+}
 
 void set_wait_limit(double seconds) { g_limit_s = seconds; }
 double wait_limit() { return g_limit_s; }

@@ -34,6 +34,8 @@ namespace pt {
 // MPI_Init has run and MPI_Finalize has not. Single-process programs (the
 // GoogleTests, bench_cuda stage) use deadlines and device memory without MPI.
 bool mpi_running();
+// This process's rank in MPI_COMM_WORLD; 0 when MPI is not running.
+int world_rank();
 
 // The limit of every wait, in seconds (the deck's pipeline.timeout_s; 120
 // until a deck sets it).
