@@ -32,6 +32,7 @@
 #include "pipetrain/runtime/trainer.hpp"
 #include "mpi_test_util.hpp"
 #include "training_run.hpp"
+#include "error_of.hpp"
 #include "test_decks.hpp"
 
 namespace pt {
@@ -289,12 +290,7 @@ TEST(DataParallel, TraceShowsEveryBucketAfterItsLastBackward) {
 // The deck's grid checks (resolve_deck_layout), each with its message.
 std::string layout_error(Deck deck, int ranks) {
   deck.source_file = "t.toml";
-  try {
-    resolve_deck_layout(deck, ranks);
-  } catch (const InputError& e) {
-    return e.what();
-  }
-  return "";
+  return test::error_of([&] { resolve_deck_layout(deck, ranks); });
 }
 
 TEST(DataParallel, DeckChecksNameTheProblem) {

@@ -11,6 +11,7 @@
 
 #include "pipetrain/base/error.hpp"
 #include "pipetrain/tensor/transformer_kernels.hpp"
+#include "error_of.hpp"
 
 namespace pt {
 namespace {
@@ -18,14 +19,8 @@ namespace {
 Tensor t(const Shape& shape) { return Tensor::zeros(shape); }
 
 // The message of the Error `call` throws; "" when it throws none.
-std::string error_of(const std::function<void()>& call) {
-  try {
-    call();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
-}
+// The message of the Error (InputError or internal) a kernel call throws.
+std::string error_of(const std::function<void()>& call) { return test::error_of<Error>(call); }
 
 // The message ends with `expected` (it starts with the check's file:line).
 void expect_refused(const std::function<void()>& call, const std::string& expected) {

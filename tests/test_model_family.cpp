@@ -22,6 +22,7 @@
 #include "pipetrain/runtime/deck_plan.hpp"
 #include "pipetrain/runtime/profiler.hpp"
 #include "pipetrain/runtime/trainer.hpp"
+#include "error_of.hpp"
 
 namespace pt {
 namespace {
@@ -111,12 +112,7 @@ Deck toy_deck() {
 }
 
 std::string error_of(const std::string& text) {
-  try {
-    parse_deck_text(text, "t.toml", {});
-  } catch (const InputError& e) {
-    return e.what();
-  }
-  return "";
+  return test::error_of([&] { parse_deck_text(text, "t.toml", {}); });
 }
 
 TEST(ModelFamily, IsListedAndNamedInDeckMessages) {

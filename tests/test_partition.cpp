@@ -15,10 +15,12 @@
 #include "pipetrain/base/error.hpp"
 #include "pipetrain/model/model.hpp"
 #include "pipetrain/plan/partition.hpp"
+#include "error_of.hpp"
 
 namespace {
 
 using pt::InputError;
+using pt::test::error_of;
 using pt::ModelProfile;
 using pt::PartitionObjective;
 using pt::PartitionResult;
@@ -28,15 +30,6 @@ using pt::UnitCost;
 using testing::HasSubstr;
 
 PlanRecompute policy(const std::string& text) { return PlanRecompute::parse(text); }
-
-std::string input_error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const InputError& e) {
-    return e.what();
-  }
-  return "(no InputError)";
-}
 
 // Four units with round numbers: unit i (1-based) has input 100 i bytes,
 // stash none 1000 i, selective 500 i, workspace 7 i, persistent 10000 i.
@@ -162,7 +155,7 @@ TEST(StageCost, PolicyNames) {
   for (const char* name : {"none", "selective", "every:3", "full"})
     EXPECT_EQ(policy(name).name(), name);
   for (const char* bad : {"every:0", "every:", "auto", "All"})
-    EXPECT_THAT(input_error_of([&] { policy(bad); }), HasSubstr("expected"));
+    EXPECT_THAT(error_of([&] { policy(bad); }), HasSubstr("expected"));
 }
 
 // ------------------------------------------------------------ random profiles
@@ -293,13 +286,13 @@ TEST(PartitionSolver, MatchesBruteForceOnRandomCosts) {
         c.setup.memory_budget_bytes =
             frugal * std::uniform_real_distribution<double>(0.8, 1.6)(rng);
       }
-      const std::string brute_error = input_error_of(
+      const std::string brute_error = error_of(
           [&] { pt::brute_force_partition(c.profile, objective, c.setup); });
-      if (brute_error != "(no InputError)") {
+      if (!brute_error.empty()) {
         EXPECT_EQ(objective, PartitionObjective::Balanced) << brute_error;
         // Equal numbers; the memory-optimal partition named may differ on ties.
         const std::string solver_error =
-            input_error_of([&] { pt::solve_partition(c.profile, objective, c.setup); });
+            error_of([&] { pt::solve_partition(c.profile, objective, c.setup); });
         EXPECT_EQ(solver_error.substr(0, solver_error.find(", on stage")),
                   brute_error.substr(0, brute_error.find(", on stage")));
         EXPECT_THAT(solver_error, HasSubstr("smallest achievable largest stage peak"));
@@ -383,16 +376,16 @@ TEST(PartitionSolver, InfeasibleBudgetGivesTheNumbers) {
   }
   PartitionSetup setup{2, {2, 1}, {policy("none")}, 200.0, {}};
   const std::string msg =
-      input_error_of([&] { pt::solve_partition(p, PartitionObjective::Balanced, setup); });
+      error_of([&] { pt::solve_partition(p, PartitionObjective::Balanced, setup); });
   EXPECT_THAT(msg, HasSubstr("memory budget 200 bytes"));
   EXPECT_THAT(msg, HasSubstr("smallest achievable largest stage peak 240 bytes"));
   EXPECT_THAT(msg, HasSubstr("on stage 0 of the memory-optimal partition [2, 2]"));
   EXPECT_THAT(msg, HasSubstr("in flight [2, 1]"));
-  EXPECT_EQ(input_error_of([&] { pt::brute_force_partition(p, PartitionObjective::Balanced, setup); }),
+  EXPECT_EQ(error_of([&] { pt::brute_force_partition(p, PartitionObjective::Balanced, setup); }),
             msg);
   EXPECT_THROW(pt::solve_partition(p, PartitionObjective::Balanced, setup), pt::MemoryBudgetError);
   // The memory objective with the same budget fails the same way; at 240 both fit.
-  EXPECT_EQ(input_error_of([&] { pt::solve_partition(p, PartitionObjective::Memory, setup); }), msg);
+  EXPECT_EQ(error_of([&] { pt::solve_partition(p, PartitionObjective::Memory, setup); }), msg);
   setup.memory_budget_bytes = 240.0;
   EXPECT_EQ(pt::solve_partition(p, PartitionObjective::Balanced, setup).units_per_stage,
             (std::vector<int64_t>{2, 2}));
@@ -401,29 +394,29 @@ TEST(PartitionSolver, InfeasibleBudgetGivesTheNumbers) {
 
 TEST(PartitionSolver, BadSetupsAreInputErrors) {
   const ModelProfile p = round_profile();
-  EXPECT_THAT(input_error_of([&] {
+  EXPECT_THAT(error_of([&] {
                 pt::solve_partition(p, PartitionObjective::Time, PartitionSetup{5, {1, 1, 1, 1, 1}, {policy("none")}, 0, {}});
               }),
               HasSubstr("5 stages need at least 5 partitionable units (one per stage); the model has 4"));
-  EXPECT_THAT(input_error_of([&] {
+  EXPECT_THAT(error_of([&] {
                 pt::solve_partition(p, PartitionObjective::Time, PartitionSetup{2, {1}, {policy("none")}, 0, {}});
               }),
               HasSubstr("1 in-flight counts for 2 stages"));
-  EXPECT_THAT(input_error_of([&] {
+  EXPECT_THAT(error_of([&] {
                 pt::solve_partition(p, PartitionObjective::Balanced, PartitionSetup{2, {1, 1}, {policy("none")}, 0, {}});
               }),
               HasSubstr("needs a memory budget"));
   ModelProfile middle = p;
   middle.units[2].partitionable = false;
-  EXPECT_THAT(input_error_of([&] {
+  EXPECT_THAT(error_of([&] {
                 pt::solve_partition(middle, PartitionObjective::Time, PartitionSetup{2, {1, 1}, {policy("none")}, 0, {}});
               }),
               HasSubstr("pinned units may only open or close the model"));
-  EXPECT_THAT(input_error_of([&] {
+  EXPECT_THAT(error_of([&] {
                 pt::evaluate_partition(p, {2, 1}, PartitionSetup{2, {1, 1}, {policy("none")}, 0, {}});
               }),
               HasSubstr("adding up to the 4 partitionable units"));
-  EXPECT_THAT(input_error_of([&] {
+  EXPECT_THAT(error_of([&] {
                 pt::evaluate_partition(p, {4, 0}, PartitionSetup{2, {1, 1}, {policy("none")}, 0, {}});
               }),
               HasSubstr("one count >= 1 per stage"));

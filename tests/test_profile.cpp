@@ -34,10 +34,12 @@
 #include "pipetrain/runtime/stage_probe.hpp"
 #include "pipetrain/runtime/trainer.hpp"
 #include "mpi_test_util.hpp"
+#include "error_of.hpp"
 
 namespace pt {
 namespace {
 
+using test::error_of;
 using test::is_root;
 using test::world_rank;
 using test::world_size;
@@ -75,17 +77,6 @@ Deck small_gpt() {
 std::string temp_path(const std::string& name) {
   return "/tmp/pt_test_profile_" + std::to_string(getpid()) + "_" + std::to_string(world_rank()) +
          "_" + name;
-}
-
-// The message of the InputError `f` throws ("" when it throws none).
-template <typename F>
-std::string input_error_of(F f) {
-  try {
-    f();
-  } catch (const InputError& e) {
-    return e.what();
-  }
-  return "";
 }
 
 // ---- profile.h5 ----------------------------------------------------------
@@ -188,7 +179,7 @@ template <typename F>
 std::string message_after(const std::string& path, F edit) {
   write_profile_file(path, distinct_profile(), {"", "test"});
   edit_file(path, edit);
-  return input_error_of([&] { read_profile_file(path); });
+  return error_of([&] { read_profile_file(path); });
 }
 
 void expect_message(const std::string& message, const std::string& path, const std::string& part) {
@@ -199,10 +190,10 @@ void expect_message(const std::string& message, const std::string& path, const s
 TEST(ProfileFile, DamagedOrMismatchedFilesAreRefusedWithTheirReason) {
   const std::string path = temp_path("damaged.h5");
   std::remove(path.c_str());
-  expect_message(input_error_of([&] { read_profile_file(path); }), path, "no such file");
+  expect_message(error_of([&] { read_profile_file(path); }), path, "no such file");
   std::ofstream(path) << "not an HDF5 file at all";
-  expect_message(input_error_of([&] { read_profile_file(path); }), path, "not an HDF5 file");
-  expect_message(input_error_of([&] { profile_source_of(path); }), path, "not an HDF5 file");
+  expect_message(error_of([&] { read_profile_file(path); }), path, "not an HDF5 file");
+  expect_message(error_of([&] { profile_source_of(path); }), path, "not an HDF5 file");
 
   expect_message(message_after(path, [](hid_t f) {
                    const int64_t four = 4;
@@ -215,7 +206,7 @@ TEST(ProfileFile, DamagedOrMismatchedFilesAreRefusedWithTheirReason) {
                  "text attribute 'calibration' is missing");
   expect_message(message_after(path, [](hid_t f) { H5Adelete(f, "format"); }), path,
                  "text attribute 'format' is missing");
-  EXPECT_NE(input_error_of([&] { profile_source_of(path); }).find("neither a profile nor a trace"),
+  EXPECT_NE(error_of([&] { profile_source_of(path); }).find("neither a profile nor a trace"),
             std::string::npos);
   expect_message(message_after(path, [](hid_t f) { H5Adelete(f, "micro_batch_rows"); }), path,
                  "integer attribute 'micro_batch_rows'");
@@ -243,16 +234,16 @@ TEST(ProfileFile, DamagedOrMismatchedFilesAreRefusedWithTheirReason) {
   const ModelProfile profile = read_profile_file(path);
   Deck other = small_gpt();
   other.source_file = "inputs/other.toml";
-  const std::string mismatch = input_error_of([&] { check_profile_matches(profile, other, path); });
+  const std::string mismatch = error_of([&] { check_profile_matches(profile, other, path); });
   expect_message(mismatch, path, "made for \"mlp input_dim=6");
   EXPECT_NE(mismatch.find("but the deck inputs/other.toml has \"gpt vocab_size=11"), std::string::npos) << mismatch;
   EXPECT_NE(mismatch.find("micro-batches of 2 samples"), std::string::npos) << mismatch;
   Deck larger = small_mlp();
   larger.training.batch_size = 16;
-  EXPECT_NE(input_error_of([&] { check_profile_matches(profile, larger, path); })
+  EXPECT_NE(error_of([&] { check_profile_matches(profile, larger, path); })
                 .find("with micro-batches of 4 samples"),
             std::string::npos);
-  EXPECT_EQ(input_error_of([&] { check_profile_matches(profile, small_mlp(), path); }), "");
+  EXPECT_EQ(error_of([&] { check_profile_matches(profile, small_mlp(), path); }), "");
   std::remove(path.c_str());
 }
 
@@ -697,7 +688,7 @@ TEST(ProfileTrace, ADerivedProfileSplitsStageTimesByFlops) {
   }
   Deck other = d;
   other.model.d_model = 32;
-  expect_message(input_error_of([&] { load_profile_for_deck(path, other, cpu_backend()); }), path,
+  expect_message(error_of([&] { load_profile_for_deck(path, other, cpu_backend()); }), path,
                  "made for \"gpt vocab_size=64 seq_len=32 d_model=64");
   std::remove(path.c_str());
 }

@@ -10,12 +10,14 @@
 
 #include "pipetrain/base/error.hpp"
 #include "pipetrain/schedule/schedule.hpp"
+#include "error_of.hpp"
 
 namespace {
 
 using pt::Action;
 using pt::ActionKind;
 using pt::InputError;
+using pt::test::error_of;
 using pt::Schedule;
 using Lines = std::vector<std::string>;
 
@@ -31,17 +33,6 @@ Lines to_lines(const Schedule& s) {
   std::istringstream in(pt::format_schedule(s));
   for (std::string line; std::getline(in, line);) lines.push_back(line);
   return lines;
-}
-
-// The message of the InputError `fn` throws ("" if it throws none).
-template <typename Fn>
-std::string input_error_of(Fn fn) {
-  try {
-    fn();
-  } catch (const InputError& e) {
-    return e.what();
-  }
-  return "";
 }
 
 std::string tests_dir() {
@@ -77,7 +68,7 @@ TEST(Action, RejectsBadTextNamingIt) {
                      " 2F5",  "2SEND5", "2F+5", "2SEND_F", "2RECV_FF1", "2 F5",
                      "99999999999F0", "0F99999999999"};
   for (const std::string& text : bad) {
-    std::string msg = input_error_of([&] { pt::parse_action(text); });
+    std::string msg = error_of([&] { pt::parse_action(text); });
     EXPECT_NE(msg.find("bad action '" + text + "'"), std::string::npos) << msg;
     EXPECT_NE(msg.find("expected <stage><KIND><micro-batch>"), std::string::npos) << msg;
   }
@@ -118,11 +109,11 @@ TEST(ScheduleText, StepWeightGradsAppendWAndRoundTrip) {
         EXPECT_NO_THROW(pt::validate_schedule(step)) << name << " P=" << p << " N=" << n;
         EXPECT_FALSE(pt::forward_only_schedule(step).step_weight_grads);
       }
-  std::string msg = input_error_of([] { pt::with_step_weight_grads(pt::generate_zb_h1(2, 4)); });
+  std::string msg = error_of([] { pt::with_step_weight_grads(pt::generate_zb_h1(2, 4)); });
   EXPECT_NE(msg.find("places its own W actions"), std::string::npos) << msg;
-  msg = input_error_of([] { pt::parse_schedule("weight_grad: often\n0F0 0B0\n", "w.sched", 1, 1); });
+  msg = error_of([] { pt::parse_schedule("weight_grad: often\n0F0 0B0\n", "w.sched", 1, 1); });
   EXPECT_NE(msg.find("w.sched:1: bad weight_grad line"), std::string::npos) << msg;
-  msg = input_error_of([] { pt::parse_schedule("0F0 0B0 0W0\nweight_grad: step\n", "w.sched", 1, 1); });
+  msg = error_of([] { pt::parse_schedule("0F0 0B0 0W0\nweight_grad: step\n", "w.sched", 1, 1); });
   EXPECT_NE(msg.find("w.sched:2: the weight_grad line must come once, before the rank lines"),
             std::string::npos) << msg;
 }
@@ -135,17 +126,17 @@ TEST(ScheduleText, IgnoresCommentsBlankLinesAndCarriageReturns) {
 }
 
 TEST(ScheduleText, RejectsBadInputNamingSourceAndLine) {
-  std::string msg = input_error_of([] {
+  std::string msg = error_of([] {
     pt::parse_schedule("# comment\n0F0 0B0\n\n1F0 zz 1B0\n", "my.sched", 2, 1);
   });
   EXPECT_NE(msg.find("my.sched:4"), std::string::npos) << msg;
   EXPECT_NE(msg.find("bad action 'zz'"), std::string::npos) << msg;
 
-  msg = input_error_of([] { pt::parse_schedule("0F0\n1F0\n2F0\n", "three.sched", 2, 1); });
+  msg = error_of([] { pt::parse_schedule("0F0\n1F0\n2F0\n", "three.sched", 2, 1); });
   EXPECT_NE(msg.find("three.sched: found 3 rank lines"), std::string::npos) << msg;
-  msg = input_error_of([] { pt::parse_schedule("# nothing\n\n", "empty.sched", 2, 1); });
+  msg = error_of([] { pt::parse_schedule("# nothing\n\n", "empty.sched", 2, 1); });
   EXPECT_NE(msg.find("empty.sched: found 0 rank lines"), std::string::npos) << msg;
-  msg = input_error_of([] { pt::parse_schedule("0F0\n", "zero.sched", 1, 0); });
+  msg = error_of([] { pt::parse_schedule("0F0\n", "zero.sched", 1, 0); });
   EXPECT_NE(msg.find("zero.sched"), std::string::npos) << msg;
 }
 
@@ -155,7 +146,7 @@ TEST(ScheduleText, LoadsFileAndNamesMissingPath) {
   EXPECT_NE(s.name.find("1f1b_p2_n3.txt"), std::string::npos);
   pt::validate_schedule(s);
 
-  std::string msg = input_error_of([] { pt::load_schedule_file("/no/such/file.sched", 2, 3); });
+  std::string msg = error_of([] { pt::load_schedule_file("/no/such/file.sched", 2, 3); });
   EXPECT_NE(msg.find("'/no/such/file.sched'"), std::string::npos) << msg;
 }
 
@@ -207,7 +198,7 @@ TEST(Generators, ExactActionLists) {
 }
 
 TEST(Generators, RejectBadArguments) {
-  EXPECT_NE(input_error_of([] { pt::generate_schedule("zigzag", 2, 2); }).find("'zigzag'"),
+  EXPECT_NE(error_of([] { pt::generate_schedule("zigzag", 2, 2); }).find("'zigzag'"),
             std::string::npos);
   EXPECT_THROW(pt::generate_gpipe(0, 4), InputError);
   EXPECT_THROW(pt::generate_1f1b(4, 0), InputError);
@@ -380,7 +371,7 @@ const std::vector<Broken>& broken_schedules() {
 TEST(Validator, RejectsBrokenSchedulesWithSpecificMessages) {
   for (const Broken& b : broken_schedules()) {
     Schedule s = from_lines(b.ranks, b.p, b.n);
-    std::string msg = input_error_of([&] { pt::validate_schedule(s); });
+    std::string msg = error_of([&] { pt::validate_schedule(s); });
     ASSERT_FALSE(msg.empty()) << b.what << ": accepted";
     EXPECT_NE(msg.find("invalid schedule 'test'"), std::string::npos) << b.what << "\n" << msg;
     EXPECT_NE(msg.find("step   |"), std::string::npos) << b.what << ": no grid\n" << msg;
@@ -396,7 +387,7 @@ TEST(Validator, RejectsBadShape) {
   EXPECT_THROW(pt::validate_schedule(s), InputError);
   s = pt::generate_gpipe(2, 2);
   s.ranks.pop_back();
-  EXPECT_NE(input_error_of([&] { pt::validate_schedule(s); }).find("1 rank lists for 2 ranks"),
+  EXPECT_NE(error_of([&] { pt::validate_schedule(s); }).find("1 rank lists for 2 ranks"),
             std::string::npos);
 }
 
@@ -438,7 +429,7 @@ TEST(Grid, WrapsLongSchedulesIntoReadableBlocks) {
 // marks it in the grid. Eager connection (what the transports do) accepts all.
 TEST(NcclSemantics, LazyConnectionDeadlocksAreRefused) {
   const pt::CommSemantics lazy = pt::CommSemantics::nccl(true);
-  std::string msg = input_error_of([&] { pt::validate_schedule(pt::generate_gpipe(2, 2), lazy); });
+  std::string msg = error_of([&] { pt::validate_schedule(pt::generate_gpipe(2, 2), lazy); });
   EXPECT_NE(msg.find("deadlocks"), std::string::npos) << msg;
   EXPECT_NE(msg.find("0RECV_B0 (rank 0, step 2) is rank 0's first action on the NCCL channel "
                      "1->0 and blocks (lazy connection)"),
@@ -465,7 +456,7 @@ TEST(NcclSemantics, ChannelOrderMustMatch) {
                            "1RECV_F1 1RECV_F0 1F0 1F1 1B0 1SEND_B0 1B1 1SEND_B1"},
                           2, 2);
   EXPECT_NO_THROW(pt::validate_schedule(s));
-  std::string msg = input_error_of([&] { pt::validate_schedule(s, pt::CommSemantics::nccl()); });
+  std::string msg = error_of([&] { pt::validate_schedule(s, pt::CommSemantics::nccl()); });
   EXPECT_NE(msg.find("meet by order, not by tag, but the 1st send is 0SEND_F0 (rank 0, step 1) "
                      "and the 1st receive is 1RECV_F1 (rank 1, step 0)"),
             std::string::npos)

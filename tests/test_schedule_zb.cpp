@@ -14,12 +14,14 @@
 #include "pipetrain/base/error.hpp"
 #include "pipetrain/plan/simulate.hpp"
 #include "pipetrain/schedule/schedule.hpp"
+#include "error_of.hpp"
 
 namespace {
 
 using pt::Action;
 using pt::ActionKind;
 using pt::InputError;
+using pt::test::error_of;
 using pt::Schedule;
 using Lines = std::vector<std::string>;
 
@@ -27,16 +29,6 @@ Schedule from_lines(const Lines& ranks, int num_stages, int num_micro_batches) {
   std::string text;
   for (const std::string& line : ranks) text += line + "\n";
   return pt::parse_schedule(text, "test", num_stages, num_micro_batches);
-}
-
-template <typename Fn>
-std::string input_error_of(Fn fn) {
-  try {
-    fn();
-  } catch (const InputError& e) {
-    return e.what();
-  }
-  return "";
 }
 
 struct Generated {
@@ -64,7 +56,7 @@ TEST(WAction, RoundTripsAndNamesItsKind) {
   EXPECT_EQ(a.kind, ActionKind::W);
   EXPECT_EQ(a.mb, 3);
   EXPECT_EQ(pt::to_string(a), "0W3");
-  EXPECT_NE(input_error_of([] { pt::parse_action("0X3"); }).find("KIND one of F, B, W,"),
+  EXPECT_NE(error_of([] { pt::parse_action("0X3"); }).find("KIND one of F, B, W,"),
             std::string::npos);
 }
 
@@ -81,16 +73,16 @@ TEST(Placement, PrintsAndParsesBackExactly) {
 }
 
 TEST(Placement, BadLinesAreInputErrorsNamingTheLine) {
-  EXPECT_NE(input_error_of([] { from_lines({"placement: 0 x", "0F0"}, 2, 1); })
+  EXPECT_NE(error_of([] { from_lines({"placement: 0 x", "0F0"}, 2, 1); })
                 .find("test:1: bad placement entry 'x'"),
             std::string::npos);
-  EXPECT_NE(input_error_of([] { from_lines({"placement: 0 1 1", "0F0"}, 2, 1); })
+  EXPECT_NE(error_of([] { from_lines({"placement: 0 1 1", "0F0"}, 2, 1); })
                 .find("test:1: the placement names 3 stages; give the rank of each of the 2"),
             std::string::npos);
-  EXPECT_NE(input_error_of([] { from_lines({"0F0", "placement: 0 0"}, 2, 1); })
+  EXPECT_NE(error_of([] { from_lines({"0F0", "placement: 0 0"}, 2, 1); })
                 .find("test:2: the placement line must come once, before the rank lines"),
             std::string::npos);
-  const std::string msg = input_error_of([] {
+  const std::string msg = error_of([] {
     pt::validate_schedule(from_lines({"placement: 0 0 0", "0F0 1F0 2F0 2B0 1B0 0B0", "0F0"}, 3, 1));
   });
   EXPECT_NE(msg.find("rank 1 owns no stage"), std::string::npos) << msg;
@@ -101,7 +93,7 @@ TEST(Generators, NewSchedulesValidateUnderMpiAndNccl) {
     const Schedule& s = g.schedule;
     pt::ScheduleReport r;
     ASSERT_NO_THROW(r = pt::validate_schedule(s, pt::CommSemantics::mpi())) << g.label;
-    EXPECT_EQ(input_error_of([&] { pt::validate_schedule(s, pt::CommSemantics::nccl()); }), "")
+    EXPECT_EQ(error_of([&] { pt::validate_schedule(s, pt::CommSemantics::nccl()); }), "")
         << g.label;
     ASSERT_NO_THROW(pt::validate_schedule(pt::forward_only_schedule(s))) << g.label;
     // Text round trip, placement included.
@@ -171,13 +163,13 @@ TEST(Generators, ExactSmallSchedules) {
 }
 
 TEST(Generators, RefuseWhatTheyCannotRun) {
-  EXPECT_EQ(input_error_of([] { pt::generate_interleaved(2, 2, 3); }),
+  EXPECT_EQ(error_of([] { pt::generate_interleaved(2, 2, 3); }),
             "schedule 'interleaved' runs micro-batches in groups of one per rank: 3 micro-batches "
             "is not a multiple of the 2 ranks");
-  EXPECT_NE(input_error_of([] { pt::generate_schedule("zb", 2, 4); })
+  EXPECT_NE(error_of([] { pt::generate_schedule("zb", 2, 4); })
                 .find("expected 'gpipe', '1f1b', 'interleaved', 'zb-h1' or 'zb-v'"),
             std::string::npos);
-  EXPECT_NE(input_error_of([] { pt::generate_zb_v(0, 4); }).find("needs at least 1 rank"),
+  EXPECT_NE(error_of([] { pt::generate_zb_v(0, 4); }).find("needs at least 1 rank"),
             std::string::npos);
   EXPECT_EQ(pt::stages_per_rank("zb-v", 1), 2);
   EXPECT_EQ(pt::stages_per_rank("interleaved", 3), 3);
@@ -245,7 +237,7 @@ TEST(SimulatorW, TimesAndInFlightByHand) {
   EXPECT_EQ(pt::validate_schedule(s).peak_in_flight, (std::vector<int>{2}));
   EXPECT_EQ(pt::validate_schedule(s).peak_pending_w, (std::vector<int>{1}));
   const Schedule no_w = from_lines({"0F0 0B0 0F1 0B1 0W1"}, 1, 2);
-  EXPECT_NE(input_error_of([&] { pt::simulate_schedule(no_w, in); }).find("no rank runs 0W0"),
+  EXPECT_NE(error_of([&] { pt::simulate_schedule(no_w, in); }).find("no rank runs 0W0"),
             std::string::npos);
 }
 
@@ -261,7 +253,7 @@ TEST(SimulatorW, StepWeightPassByHand) {
   in.step_weight_s = {1.2};
   expect_timeline(pt::simulate_schedule(s, in), {{0, 1}, {1, 3}, {3, 4}, {4, 6}, {6, 6.6}, {6.6, 7.2}});
   in.step_weight_s = {1.2, 1.0};
-  EXPECT_NE(input_error_of([&] { pt::simulate_schedule(s, in); }).find("2 weight-gradient pass times given"),
+  EXPECT_NE(error_of([&] { pt::simulate_schedule(s, in); }).find("2 weight-gradient pass times given"),
             std::string::npos);
 }
 
@@ -288,7 +280,7 @@ TEST(ValidatorW, RejectsBadWPlacementWithTheMarkedGrid) {
   };
   for (const Broken& b : table) {
     const Schedule s = from_lines(b.ranks, b.p, b.n);
-    const std::string msg = input_error_of([&] { pt::validate_schedule(s); });
+    const std::string msg = error_of([&] { pt::validate_schedule(s); });
     ASSERT_FALSE(msg.empty()) << b.what << ": accepted";
     EXPECT_NE(msg.find("step   |"), std::string::npos) << b.what << ": no grid\n" << msg;
     for (const std::string& part : b.message_parts)
@@ -296,7 +288,7 @@ TEST(ValidatorW, RejectsBadWPlacementWithTheMarkedGrid) {
   }
   Schedule eval = from_lines({"0F0 0W0"}, 1, 1);
   eval.forward_only = true;
-  EXPECT_NE(input_error_of([&] { pt::validate_schedule(eval); })
+  EXPECT_NE(error_of([&] { pt::validate_schedule(eval); })
                 .find("0W0 in a forward-only schedule; it must have no backward actions"),
             std::string::npos);
 }
@@ -319,7 +311,7 @@ TEST(ValidatorW, HandWrittenSplitScheduleUnderBothSemantics) {
       "2B1 1B1 1SEND_B1 2W0 2W1 1W0 1W1"};
   const Schedule s = from_lines(two, 4, 2);
   EXPECT_NO_THROW(pt::validate_schedule(s, pt::CommSemantics::mpi()));
-  const std::string msg = input_error_of([&] { pt::validate_schedule(s, pt::CommSemantics::nccl()); });
+  const std::string msg = error_of([&] { pt::validate_schedule(s, pt::CommSemantics::nccl()); });
   EXPECT_NE(msg.find("under NCCL semantics the messages from rank 1 to rank 0 meet by order"),
             std::string::npos) << msg;
   EXPECT_NE(msg.find(">0RECV_B1<"), std::string::npos) << msg;
