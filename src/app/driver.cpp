@@ -330,7 +330,7 @@ int run_train(const World& w, const CommandLine& cli, const Deck& deck) {
   // one that arrives during the start-up (profile, restore) stops the run
   // after its first step.
   BlasThreadsChoice blas = choose_blas_threads(deck.training.blas_threads, w.comm);
-  set_cpu_gemm(parse_cpu_gemm(kind_name(deck.training.cpu_gemm)));
+  set_cpu_gemm(deck.training.cpu_gemm);
   set_blas_threads(blas.threads);
   choose_wait_mode();
   const BlasReport blas_report = gather_blas_report(w.comm, w.blas_note);

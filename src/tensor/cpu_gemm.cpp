@@ -170,12 +170,11 @@ const char* isa_name(dnnl_cpu_isa_t isa) {
 }  // namespace
 
 CpuGemm parse_cpu_gemm(const std::string& name) {
-  if (name == "auto") return CpuGemm::Auto;
-  if (name == "onednn") return CpuGemm::OneDNN;
-  if (name == "onednn-sgemm") return CpuGemm::OneDNNSgemm;
-  if (name == "openblas") return CpuGemm::OpenBLAS;
-  throw InputError("unknown CPU GEMM library \"" + name +
-                   "\"; expected auto, onednn, onednn-sgemm or openblas");
+  CpuGemm gemm = CpuGemm::Auto;
+  if (!parse_kind(name, gemm))
+    throw InputError("unknown CPU GEMM library \"" + name +
+                     "\"; expected auto, onednn, onednn-sgemm or openblas");
+  return gemm;
 }
 
 void set_cpu_gemm(CpuGemm gemm) { g_cpu_gemm = gemm; }

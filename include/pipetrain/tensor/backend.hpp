@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "pipetrain/base/deck_kinds.hpp"
 #include "pipetrain/tensor/precision.hpp"
 #include "pipetrain/tensor/tensor.hpp"
 
@@ -267,7 +268,8 @@ void gemm(GemmPrecision p, bool ta, bool tb, int64_t m, int64_t n, int64_t k, fl
 // AVX-512, wide input gradients), oneDNN
 // (its matmul primitive for A B^T with k >= 256, dnnl_sgemm otherwise),
 // oneDNN's dnnl_sgemm alone, or OpenBLAS's cblas_sgemm; process-wide.
-enum class CpuGemm { Auto, OneDNN, OneDNNSgemm, OpenBLAS };
+// The deck's kind (base/deck_kinds.hpp): one enum and one name table.
+using CpuGemm = CpuGemmKind;
 // Under auto, whether OpenBLAS computes this call (arguments as cpu::sgemm):
 // a wide weight gradient A^T B over <= 64 rows (A^T B with m x n >= 512^2,
 // k <= 64) on every CPU, and a wide A B (n x k >= 512^2) where oneDNN runs
