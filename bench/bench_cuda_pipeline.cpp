@@ -99,7 +99,7 @@ int distinct_gpus(const cuda::DeviceInfo& info, MPI_Comm comm) {
   char mine[96] = {0};
   std::snprintf(mine, sizeof mine, "%s", info.uuid.c_str());
   std::vector<char> all(96 * static_cast<size_t>(size));
-  MPI_Allgather(mine, 96, MPI_CHAR, all.data(), 96, MPI_CHAR, comm);
+  timed_allgather(mine, 96, MPI_CHAR, all.data(), comm, "the GPU UUID all-gather");
   std::set<std::string> uuids;
   for (int r = 0; r < size; ++r) uuids.insert(std::string(&all[96 * static_cast<size_t>(r)]));
   return static_cast<int>(uuids.size());
@@ -130,7 +130,8 @@ void run(const PipelineOptions& o, MPI_Comm comm) {
   for (int64_t s = 0; s < o.warmup + o.reps; ++s) {
     const StepRecord rec = trainer.train_step(s);
     double slowest = rec.step_time_s;
-    MPI_Allreduce(&rec.step_time_s, &slowest, 1, MPI_DOUBLE, MPI_MAX, comm);
+    timed_allreduce(&rec.step_time_s, &slowest, 1, MPI_DOUBLE, MPI_MAX, comm,
+                    "the step-time all-reduce");
     if (rank == 0)
       std::printf("step %lld: %.2f ms, loss %.4f, measured bubble %.1f%%\n",
                   static_cast<long long>(s), slowest * 1e3, rec.loss, 100 * rec.bubble);

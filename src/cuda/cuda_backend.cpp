@@ -18,6 +18,7 @@
 #include "cuda_transformer.hpp"
 #include "gemm.hpp"
 #include "kernels.hpp"
+#include "pipetrain/base/timed_wait.hpp"
 #include "pipetrain/cuda/cuda.hpp"
 
 namespace pt::cuda {
@@ -96,7 +97,10 @@ class DeviceScalarBatch final : public ScalarBatch {
   std::vector<double> read() override {
     if (size() == 0) return {};
     CUDA_CHECK(cudaMemcpyAsync(host_.data(), slots_.get(), bytes(), cudaMemcpyDeviceToHost, stream_));
-    CUDA_CHECK(cudaStreamSynchronize(stream_));
+    {
+      DeadlineScope deadline("the read-back of a step's device scalars (losses or sums of squares)");
+      CUDA_CHECK(cudaStreamSynchronize(stream_));
+    }
     sync_and_check();  // a kernel's invalid input (e.g. a label out of range) is reported here
     return host_;
   }
