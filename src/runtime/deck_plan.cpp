@@ -5,7 +5,7 @@
 #include <cstdio>
 
 #include "pipetrain/model/family.hpp"
-#include "pipetrain/runtime/trainer.hpp"
+#include "pipetrain/runtime/run_builder.hpp"
 
 namespace pt {
 

@@ -1,5 +1,6 @@
-// repartition.cpp: the Trainer's side of dynamic rebalancing -- the checks
-// after a step, and moving units between running stages (docs/rebalance.md).
+// repartition.cpp: dynamic rebalancing of a running pipeline -- the
+// Trainer's checks after a step, and moving units between running stages
+// (repartition_run; docs/rebalance.md).
 //
 // A move rebuilds this rank's stage for the new partition (rebuild_stage):
 // the layers of units that stay are kept as they are (values and optimizer
@@ -7,11 +8,11 @@
 // constructed, on the stage's device and without initial values, and the
 // optimizer takes the new parameter list (state for the arriving ones,
 // unfilled). A unit that changes stage is then sent by its old rank and
-// received by its new one, tensor by tensor (param_state: value, then the
-// optimizer state), all posted at once and each waited for with a timed
-// wait naming the move. The executor and the gradient reducer are then
-// rebuilt over the new stage by the constructor's factory (build_engine); the transport, data and schedule do not
-// depend on the partition and stay.
+// received by its new one (unit_mover.hpp). "auto" recomputation is decided
+// again for the new stage (recompute_choice.hpp), and the executor and the
+// gradient reducer are rebuilt over it by the run's engine factory
+// (build_engine); the transport, data and schedule do not depend on the
+// partition and stay.
 #include <chrono>
 #include <cstdio>
 
@@ -24,18 +25,11 @@
 
 namespace pt {
 
-namespace {
-
-// "auto" recomputation anywhere: every rank decides again after a move.
-bool uses_auto_recompute(const Deck& deck) { return any_auto_recompute(deck.pipeline); }
-
-}  // namespace
-
 void Trainer::enable_rebalance(const ModelProfile& profile) {
   std::vector<PlanRecompute> policies;
-  for (const RecomputeChoice& c : recompute_) policies.push_back(PlanRecompute::parse(c.policy));
+  for (const RecomputeChoice& c : run_->recompute.choices) policies.push_back(PlanRecompute::parse(c.policy));
   rebalancer_ = std::make_unique<Rebalancer>(deck_, profile,
-                                             partition_setup_for(deck_, schedule_, policies));
+                                             partition_setup_for(deck_, run_->schedules.train, policies));
 }
 
 RebalanceCheck Trainer::rebalance_after(int64_t step) {
@@ -43,14 +37,14 @@ RebalanceCheck Trainer::rebalance_after(int64_t step) {
   const std::vector<int64_t> forced = forced_rebalance(step);
   if (!forced.empty()) {
     check.checked = check.forced = true;
-    check.decision.from = partition_;
+    check.decision.from = run_->partition;
     check.decision.to = forced;
     check.decision.move = true;
     check.decision.reason = fault_hook_info(FaultHook::Rebalance).variable;
   } else if (rebalancer_ && rebalancer_->due(step)) {
     check.checked = true;
     check.window_steps = rebalancer_->window_steps();
-    check.decision = rebalancer_->decide(partition_, comm_);
+    check.decision = rebalancer_->decide(run_->partition, run_->place.pipeline);
   } else {
     return check;
   }
@@ -61,35 +55,53 @@ RebalanceCheck Trainer::rebalance_after(int64_t step) {
 }
 
 MoveReport Trainer::repartition(const std::vector<int64_t>& counts, int64_t step) {
-  const std::vector<int64_t> to = partition_units(model_units(deck_.model), size_, counts);
-  MoveReport report;
-  report.from = partition_;
-  report.to = to;
-  if (to == partition_) return report;
-  const auto start = std::chrono::steady_clock::now();
-  const double trace_start = tracer_->now_us();
-  set_wait_phase("in the rebalancing move after step " + std::to_string(step) + " (partition " +
-                 counts_text(partition_) + " -> " + counts_text(to) + ")");
-  fault_point("rebalance", step);
-  PT_CHECK(stages_.size() == 1, "rebalancing needs one stage per rank (checked with the deck)");
-  StageModel& current = stages_.front();
-  executor_.reset();  // both hold the stage's layers
-  reducer_.reset();
-  be_.release_cached_memory();  // the move's tensors have new sizes; nothing is in flight
-  DefaultDeviceGuard on_device(be_.device());  // arriving layers are made there
-  StageModel next = rebuild_stage(deck_.model, to, current);  // `current` keeps the leaving layers
-  optimizer_->replace_params(next.params());
-  const MoveTotals moved = exchange_units(current, next, partition_, to, model_units(deck_.model), comm_);
+  return repartition_run(*run_, counts, step);
+}
+
+namespace {
+
+// This rank's one stage rebuilt for `to` and the units that change stage
+// exchanged; the engine was released (it holds the stage's layers).
+MoveTotals move_stage(RunParts& run, const std::vector<int64_t>& to) {
+  StageModel& current = run.stages.front();
+  StageModel next = rebuild_stage(run.settings.model, to, current);  // `current` keeps the leaving layers
+  run.optimizer->replace_params(next.params());
+  const MoveTotals moved = exchange_units(current, next, run.partition, to,
+                                          model_units(run.settings.model), run.place.pipeline);
   current = std::move(next);  // frees the layers that left
-  partition_ = to;
-  if (uses_auto_recompute(deck_)) policies_ = {resolve_recompute_one()};
-  build_engine();  // as the constructor built them, over the new stage
+  run.partition = to;
+  return moved;
+}
+
+}  // namespace
+
+MoveReport repartition_run(RunParts& run, const std::vector<int64_t>& counts, int64_t step) {
+  const std::vector<int64_t> to = partition_units(model_units(run.settings.model), run.place.ranks, counts);
+  MoveReport report;
+  report.from = run.partition;
+  report.to = to;
+  if (to == run.partition) return report;
+  const auto start = std::chrono::steady_clock::now();
+  const double trace_start = run.tracer->now_us();
+  set_wait_phase("in the rebalancing move after step " + std::to_string(step) + " (partition " +
+                 counts_text(run.partition) + " -> " + counts_text(to) + ")");
+  fault_point("rebalance", step);
+  PT_CHECK(run.stages.size() == 1, "rebalancing needs one stage per rank (checked with the deck)");
+  run.engine.executor.reset();  // both hold the stage's layers
+  run.engine.reducer.reset();
+  run.backend.release_cached_memory();  // the move's tensors have new sizes; nothing is in flight
+  DefaultDeviceGuard on_device(run.backend.device());  // arriving layers are made there
+  const MoveTotals moved = move_stage(run, to);
+  if (run.settings.recompute.any_auto)
+    run.recompute = choose_recompute(run.settings.recompute, probe_site_of(run), run.place.pipeline);
+  run.engine = build_engine(run);  // as build_run built it, over the new stage
   double totals[2] = {static_cast<double>(moved.tensors_sent), moved.bytes_sent};
-  timed_allreduce(MPI_IN_PLACE, totals, 2, MPI_DOUBLE, MPI_SUM, comm_,
+  timed_allreduce(MPI_IN_PLACE, totals, 2, MPI_DOUBLE, MPI_SUM, run.place.pipeline,
                   "the rebalancing move's totals all-reduce");
   report.tensors_sent = static_cast<int64_t>(totals[0]);
   report.bytes_sent = totals[1];
-  tracer_->record(EventKind::Rebalance, step, current.stage, -1, trace_start, tracer_->now_us());
+  run.tracer->record(EventKind::Rebalance, step, run.stages.front().stage, -1, trace_start,
+                     run.tracer->now_us());
   report.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   return report;
 }

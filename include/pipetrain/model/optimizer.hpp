@@ -2,7 +2,7 @@
 //
 // The update is elementwise per parameter, so it is the same whatever the
 // partition. Gradient clipping uses the global norm, whose partial sums the
-// runtime combines in global parameter order (see runtime/trainer.cpp).
+// runtime combines in global parameter order (see runtime/step_collectives.cpp).
 #pragma once
 
 #include <vector>

@@ -25,8 +25,8 @@
 //   - a rank's span ends at its last compute or its last send's completion,
 //     whichever is later (the executor waits for every send at the end).
 // Step time = the longest span + step overhead + the longest optimizer step,
-// as Trainer::train_step runs them (the reductions after the schedule wait
-// for the slowest rank). The bubble is Trainer::measured_bubble's: the mean
+// as run_training_step runs them (the reductions after the schedule wait
+// for the slowest rank). The bubble is StepCollectives::measured_bubble's: the mean
 // over ranks of 1 - busy / longest span. Memory: per stage, the bytes at the
 // start of every F, B and W (base + in flight x stash + that action's
 // transient + posted receive buffers not consumed + incomplete sends),

@@ -61,7 +61,8 @@ BatchSplit batch_split_of(const Deck& deck);
 
 // The configuration of a split and a wait limit: batch, micro-batches, rows
 // and the timeout; replica 0, no loss scaling, no slowdown, no reduction.
-// The trainer's factory (Trainer::build_engine) fills in the rest for its rank.
+// The run's settings (run_settings_for) add this rank's replica and slowdown,
+// and its engine factory (build_engine, run_builder.hpp) the rest.
 ExecutorConfig executor_config_for(const BatchSplit& split, double timeout_s);
 // The same for the deck's split and pipeline.timeout_s.
 ExecutorConfig executor_config_for(const Deck& deck);

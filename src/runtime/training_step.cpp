@@ -1,0 +1,106 @@
+// training_step.cpp: one training step and one evaluation of a built run
+// (runtime/training_step.hpp).
+#include "pipetrain/runtime/training_step.hpp"
+
+#include <chrono>
+
+#include "pipetrain/base/error.hpp"
+#include "pipetrain/base/fault_injection.hpp"
+
+namespace pt {
+
+namespace {
+
+// After the schedule ran: the loss, the fp16 overflow check (unscale, or
+// skip the whole step on every stage), the global gradient norm and the
+// measured bubble, across ranks.
+void combine_across_ranks(RunParts& run, const StepOutcome& outcome, int64_t step, StepRecord& rec) {
+  Tracer& tracer = *run.tracer;
+  const double reduce_start = tracer.now_us();
+  fault_point("loss", step);
+  rec.loss = run.collectives->mean_loss(outcome, run.stages, run.settings.training.batch_size);
+  rec.skipped = run.scaler && !run.scaler->finish_backward(run.backend, run.params(), run.place.pipeline);
+  fault_point("grad_norm", step);
+  rec.grad_norm =
+      rec.skipped ? std::nan("") : run.collectives->global_grad_norm(run.stages, run.backend, step);
+  fault_point("bubble", step);
+  rec.bubble = run.collectives->measured_bubble(outcome, rec.rank_compute_s);
+  rec.partition = run.partition;
+  tracer.record(EventKind::Reduction, step, run.stages.front().stage, -1, reduce_start, tracer.now_us());
+}
+
+// The learning rate of the step, and the optimizer step with the clipping
+// the norm implies (none when fp16 skipped the step).
+void apply_update(RunParts& run, int64_t step, StepRecord& rec) {
+  const TrainingConfig& t = run.settings.training;
+  Tracer& tracer = *run.tracer;
+  rec.lr = learning_rate(t, step);
+  const float clip_scale = StepCollectives::clip_scale(rec.grad_norm, t.grad_clip);
+  const double optimizer_start = tracer.now_us();
+  if (!rec.skipped) run.optimizer->step(run.backend, static_cast<float>(rec.lr), clip_scale);
+  run.backend.synchronize();
+  tracer.record(EventKind::Optimizer, step, run.stages.front().stage, -1, optimizer_start, tracer.now_us());
+  run.backend.trim_cached_memory();  // a step boundary: cached blocks this step did not reuse go back
+}
+
+// Collective: the schedule placed again at the times every rank agreed on;
+// from step + 1 on the run uses it.
+void place_schedule(RunParts& run, int64_t step, StepRecord& rec) {
+  RunSchedules& s = run.schedules;
+  s.placed_at = run.placement->agreed_times(run.place.pipeline, run.place.replicas);
+  run.placement.reset();
+  PlacedSchedules placed = place_at_times(s.train, s.placed_at, run.settings.semantics);
+  rec.schedule_placed = true;
+  rec.placed_bubble_before = placed.unit_bubble;  // s.train is the unit-time placement
+  rec.placed_bubble_after = placed.bubble;
+  rec.placed_bubble_timed = placed.timed_bubble;
+  s.train = std::move(placed.train);
+  s.eval = std::move(placed.eval);
+  s.report = std::move(placed.report);
+  s.first_step = step + 1;
+}
+
+}  // namespace
+
+StepRecord run_training_step(RunParts& run, int64_t step) {
+  reset_memory_peaks();
+  if (run.setup.reset_device_memory_peaks) run.setup.reset_device_memory_peaks();
+  DefaultDeviceGuard on_device(run.backend.device());
+  const auto start = std::chrono::steady_clock::now();
+  run.optimizer->zero_grad(run.backend);
+  StepRecord rec;
+  rec.step = step;
+  rec.loss_scale = run.scaler ? run.scaler->scale() : 1.0;
+  Engine& engine = run.engine;
+  engine.reducer->begin_step(step);
+  StepOutcome outcome = engine.executor->run(run.schedules.train, *run.data, step, Pass::Train,
+                                             run.scaler ? run.scaler->scale() : 1.f);
+  // Data parallelism: the buckets still running complete; every replica
+  // then holds the same gradients (the global batch's).
+  engine.reducer->finish();
+  combine_across_ranks(run, outcome, step, rec);
+  apply_update(run, step, rec);
+  rec.step_time_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  fault_point("memory", step);
+  rec.rank_peak_bytes = run.collectives->gather_memory_peaks(stage_memory_stats(run.setup));
+  // Placed only with a step left to run it (the same decision on every rank).
+  if (run.placement && run.placement->observe(engine.executor->action_times()) &&
+      step + 1 < run.settings.training.steps)
+    place_schedule(run, step, rec);
+  return rec;
+}
+
+double run_evaluation(RunParts& run) {
+  DefaultDeviceGuard on_device(run.backend.device());
+  PT_CHECK(run.eval_data != nullptr, "evaluation needs training.eval_every > 0");
+  const TrainingConfig& t = run.settings.training;
+  double sum = 0.0;
+  fault_point("eval");
+  for (int64_t b = 0; b < t.eval_batches; ++b)
+    sum += run.collectives->mean_loss(
+        run.engine.executor->run(run.schedules.eval, *run.eval_data, b, Pass::Evaluate), run.stages,
+        t.batch_size);
+  return sum / static_cast<double>(t.eval_batches);
+}
+
+}  // namespace pt
