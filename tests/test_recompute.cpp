@@ -190,5 +190,50 @@ TEST(Recompute, AutoPicksTheCheapestPolicyThatFitsOrExplains) {
   }
 }
 
+// The settings the run reads once: each stage's setting, and the key a
+// message names it by (an entry of pipeline.recompute_stages, else
+// pipeline.recompute).
+TEST(Recompute, SettingsNameEachStagesSettingAndItsKey) {
+  Deck deck = base_deck("mlp", "1f1b", "full");
+  deck.source_file = "deck.toml";
+  deck.key_origin["pipeline.recompute"] = "deck.toml:7";
+  deck.key_origin["pipeline.recompute_stages"] = "deck.toml:8";
+  const RecomputeSettings one = recompute_settings_for(deck);
+  EXPECT_EQ(one.setting(1), "full");
+  EXPECT_EQ(one.key_of(1), deck.where("pipeline.recompute"));
+  EXPECT_FALSE(one.any_auto);
+  deck.pipeline.recompute_stages = {"none", "auto"};
+  const RecomputeSettings per_stage = recompute_settings_for(deck);
+  EXPECT_EQ(per_stage.setting(0), "none");
+  EXPECT_EQ(per_stage.setting(1), "auto");
+  EXPECT_EQ(per_stage.key_of(1), deck.where("pipeline.recompute_stages") + " entry 1");
+  EXPECT_TRUE(per_stage.any_auto);
+}
+
+// Several stages per rank: every stage's fixed policy on every rank, and
+// this rank's own in stage order (interleaved: stage s on rank s % ranks).
+TEST(Recompute, FixedPoliciesGiveEachRankItsStages) {
+  Deck deck = base_deck("mlp", "interleaved", "none");
+  deck.pipeline.recompute_stages = {"none", "full", "selective", "every:2"};
+  const RecomputeSettings settings = recompute_settings_for(deck);
+  const Schedule schedule = generate_schedule(ScheduleKind::Interleaved, 2, 4, 2);
+  const RecomputeDecision rank1 = fixed_recompute(settings, schedule, 1);
+  ASSERT_EQ(rank1.choices.size(), 4u);
+  for (size_t s = 0; s < 4; ++s) {
+    EXPECT_EQ(rank1.choices[s].requested, deck.pipeline.recompute_stages[s]);
+    EXPECT_EQ(rank1.choices[s].policy, deck.pipeline.recompute_stages[s]);
+  }
+  ASSERT_EQ(rank1.mine.size(), 2u);
+  EXPECT_EQ(rank1.mine[0].name(), "full");
+  EXPECT_EQ(rank1.mine[1].name(), "every:2");
+  deck.pipeline.recompute_stages[3] = "sometimes";
+  try {
+    fixed_recompute(recompute_settings_for(deck), schedule, 1);
+    ADD_FAILURE() << "expected an InputError";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("sometimes"), std::string::npos) << e.what();
+  }
+}
+
 }  // namespace
 }  // namespace pt
