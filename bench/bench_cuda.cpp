@@ -2,8 +2,12 @@
 //
 //   bench_cuda stage [--dims 2048] [--seq 1024] [--mb 8] [--blocks 2] [--reps 5]
 //                    [--precision bf16] [--peak-tflops 989.4]
+//                    [--attention reference|fused|reference,fused]
 //     MFU of one middle GPT stage's training step (forward + backward of one
-//     micro-batch + AdamW) on the CUDA backend, and GEMM efficiency: the same
+//     micro-batch + AdamW) on the CUDA backend, with each attention asked for
+//     (model.attention; fused: cuDNN SDPA, bf16 only; its RESULT keys carry
+//     "_fused"; the model FLOPs count the full T x T either way, so the two
+//     MFUs compare step times), and GEMM efficiency: the same
 //     GEMMs (recorded from the step) replayed alone on plain cuBLAS with
 //     operands already in the GEMM precision, and the backend's matmul() (which
 //     casts fp32 operands on the fly) against plain cuBLAS on the linear shapes.
@@ -65,6 +69,7 @@ struct Options {
   std::vector<int64_t> dims = {2048};
   std::string precision = "bf16";
   double peak_tflops = 0;  // 0: by precision
+  std::vector<AttentionKind> attention = {AttentionKind::Reference};
 };
 
 Options parse(int argc, char** argv) {
@@ -77,6 +82,14 @@ Options parse(int argc, char** argv) {
     else if (key == "--reps") o.reps = std::atol(value.c_str());
     else if (key == "--precision") o.precision = value;
     else if (key == "--peak-tflops") o.peak_tflops = std::atof(value.c_str());
+    else if (key == "--attention") {
+      o.attention.clear();
+      for (size_t p = 0; p < value.size();) {
+        const size_t q = std::min(value.find(',', p), value.size());
+        o.attention.push_back(kind_named<AttentionKind>(value.substr(p, q - p)));
+        p = q + 1;
+      }
+    }
     else if (key == "--dims") {
       o.dims.clear();
       for (size_t p = 0; p < value.size();) {
@@ -243,7 +256,8 @@ void matmul_efficiency(Backend& be, const Options& o, int64_t c, cuda::Precision
   plain_s = replay_seconds(gemms, p, static_cast<int>(o.reps));
 }
 
-void run_stage(const Options& o, int64_t c, cuda::Precision p, double peak) {
+void run_stage(const Options& o, int64_t c, cuda::Precision p, double peak,
+               AttentionKind attention) {
   ModelConfig m;
   m.type = "gpt";
   m.vocab_size = 256;
@@ -251,6 +265,7 @@ void run_stage(const Options& o, int64_t c, cuda::Precision p, double peak) {
   m.d_model = c;
   m.heads = std::max<int64_t>(1, c / 128);
   m.blocks = 3 * o.blocks;
+  m.attention = attention;
   StageModel stage = build_stage(m, {o.blocks, o.blocks, o.blocks}, 1);  // a middle stage
   for (Param* prm : stage.params()) {
     prm->value = prm->value.to(Device::CUDA, MemCategory::Parameters);
@@ -288,21 +303,21 @@ void run_stage(const Options& o, int64_t c, cuda::Precision p, double peak) {
   double mm_backend = 0, mm_plain = 0;
   matmul_efficiency(*be, o, c, p, mm_backend, mm_plain);
   const double mfu = flops / t_step / (peak * 1e12);
-  std::printf("| %lld | %lld | %lld | %s | %.2f | %.1f | %.1f | %.2f | %.1f | %.1f | %.1f "
+  std::printf("| %lld | %lld | %lld | %s | %s | %.2f | %.1f | %.1f | %.2f | %.1f | %.1f | %.1f "
               "| %.1f |\n",
               static_cast<long long>(c), static_cast<long long>(o.seq),
-              static_cast<long long>(o.mb), cuda::precision_name(p), t_step * 1e3,
+              static_cast<long long>(o.mb), cuda::precision_name(p), kind_name(attention), t_step * 1e3,
               flops / t_step * 1e-12, 100 * mfu, t_gemm * 1e3, 100 * t_gemm / t_step,
               gflops / t_gemm * 1e-12, 100 * gflops / t_gemm / (peak * 1e12),
               100 * mm_plain / mm_backend);
-  std::printf("RESULT stage_mfu_pct_d%lld %.1f\n", static_cast<long long>(c), 100 * mfu);
-  std::printf("RESULT stage_step_ms_d%lld %.2f\n", static_cast<long long>(c), t_step * 1e3);
-  std::printf("RESULT gemm_alone_mfu_pct_d%lld %.1f\n", static_cast<long long>(c),
+  const char* tag = attention == AttentionKind::Fused ? "_fused" : "";
+  const long long d = static_cast<long long>(c);
+  std::printf("RESULT stage_mfu_pct%s_d%lld %.1f\n", tag, d, 100 * mfu);
+  std::printf("RESULT stage_step_ms%s_d%lld %.2f\n", tag, d, t_step * 1e3);
+  std::printf("RESULT gemm_alone_mfu_pct%s_d%lld %.1f\n", tag, d,
               100 * gflops / t_gemm / (peak * 1e12));
-  std::printf("RESULT gemm_share_pct_d%lld %.1f\n", static_cast<long long>(c),
-              100 * t_gemm / t_step);
-  std::printf("RESULT matmul_vs_cublas_pct_d%lld %.1f\n", static_cast<long long>(c),
-              100 * mm_plain / mm_backend);
+  std::printf("RESULT gemm_share_pct%s_d%lld %.1f\n", tag, d, 100 * t_gemm / t_step);
+  std::printf("RESULT matmul_vs_cublas_pct%s_d%lld %.1f\n", tag, d, 100 * mm_plain / mm_backend);
   std::fflush(stdout);
 }
 
@@ -315,11 +330,12 @@ int run_stage_bench(int argc, char** argv) {
               "steps; assumed peak %.1f TFLOP/s (%s).\n\n",
               info.describe().c_str(), static_cast<long long>(o.blocks),
               static_cast<long long>(o.reps), peak, cuda::precision_name(p));
-  std::printf("| d_model | T | mb | precision | step (ms) | TFLOP/s | MFU (%%) | GEMMs alone "
-              "(ms) | GEMM share (%%) | GEMMs alone TFLOP/s | GEMMs alone MFU (%%) | matmul() "
-              "vs plain cuBLAS (%%) |\n");
-  std::printf("|---:|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|\n");
-  for (int64_t c : o.dims) run_stage(o, c, p, peak);
+  std::printf("| d_model | T | mb | precision | attention | step (ms) | TFLOP/s | MFU (%%) | "
+              "GEMMs alone (ms) | GEMM share (%%) | GEMMs alone TFLOP/s | GEMMs alone MFU (%%) | "
+              "matmul() vs plain cuBLAS (%%) |\n");
+  std::printf("|---:|---:|---:|---|---|---:|---:|---:|---:|---:|---:|---:|---:|\n");
+  for (int64_t c : o.dims)
+    for (AttentionKind attention : o.attention) run_stage(o, c, p, peak, attention);
   return 0;
 }
 

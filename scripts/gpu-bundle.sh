@@ -38,8 +38,9 @@ PMIX_ROOT=/usr/lib/x86_64-linux-gnu/pmix2
 
 # Libraries the GPU machine provides: the C library family, the compiler's
 # runtime (lib-fallback/ covers an older one), the driver, the CUDA runtime
-# libraries and NCCL / cuDNN (toolkit or wheels). Everything else is bundled.
-MACHINE_LIBS='^(linux-vdso\.so|ld-linux-x86-64\.so|libc\.so|libm\.so|libdl\.so|libpthread\.so|librt\.so|libresolv\.so|libutil\.so|libstdc\+\+\.so|libgcc_s\.so|libcuda\.so|libcudart\.so|libcublas\.so|libcublasLt\.so|libnccl\.so|libcudnn[a-z_]*\.so|libnvidia-)'
+# libraries (NVRTC among them) and NCCL / cuDNN (toolkit or wheels; cuDNN
+# alone is hundreds of MiB). Everything else is bundled.
+MACHINE_LIBS='^(linux-vdso\.so|ld-linux-x86-64\.so|libc\.so|libm\.so|libdl\.so|libpthread\.so|librt\.so|libresolv\.so|libutil\.so|libstdc\+\+\.so|libgcc_s\.so|libcuda\.so|libcudart\.so|libcublas\.so|libcublasLt\.so|libnvrtc\.so|libnccl\.so|libcudnn[a-z_]*\.so|libnvidia-)'
 # Open MPI components for networks a one-node check never uses (UCX,
 # InfiniBand, PSM, libfabric, OpenSHMEM): left out with their libraries.
 SKIP_PLUGIN_DEPS='libuc[ptsm]\.|libpsm|libinfinipath|libibverbs|librdmacm|libfabric|libefa|libnl-|liboshmem|libmca_common_(ucx|ofi|verbs)'

@@ -110,15 +110,18 @@ find_lib() {
 
 # The bundle's environment: its libraries first, then CUDA's, then the
 # relocated Open MPI. LIB_ROWS describes where each CUDA library came from.
+# cuDNN and NVRTC (fused attention, #42) are linked, so needs.txt lists
+# them: on a machine with PyTorch cuDNN is the nvidia-cudnn-cu13 wheel's,
+# found through Python's site-packages like NCCL's (its folder also holds
+# the sub-libraries cuDNN loads at run time); NVRTC is the toolkit's or a
+# wheel's. cuDNN's runtime-compiled attention engines load NVRTC too.
 setup_environment() {
   local lib dir dirs=() missing=()
   LIB_ROWS=()
-  for lib in $(grep -E '^lib(cudart|cublas|cublasLt|nccl)\.so' "$HERE/needs.txt") libcudnn.so.9; do
+  for lib in $(grep -E '^lib(cudart|cublas|cublasLt|nccl|cudnn|nvrtc)\.so' "$HERE/needs.txt"); do
     if dir=$(find_lib "$lib"); then
       LIB_ROWS+=("$lib: $dir")
       dirs+=("$dir")
-    elif [ "$lib" = libcudnn.so.9 ]; then
-      LIB_ROWS+=("$lib: not found (not linked yet; reported only)")
     else
       LIB_ROWS+=("$lib: MISSING")
       missing+=("$lib")
@@ -266,8 +269,9 @@ case ${RESULT[loader]} in ok*) ;; *) GO=0 ;; esac
 if [ "$GO" = 1 ]; then
   run_tests
   train_run
-  run_step bench_stage 100 "$HERE/bin/bench_cuda" stage --dims 2048 --seq 1024 --mb 8 \
-    --blocks 2 --reps 5 --precision bf16
+  # The stage with the reference attention, then with cuDNN's fused one (#42).
+  run_step bench_stage 130 "$HERE/bin/bench_cuda" stage --dims 2048 --seq 1024 --mb 8 \
+    --blocks 2 --reps 5 --precision bf16 --attention reference,fused
   run_step bench_transport 70 "${MPIRUN[@]}" -np 2 "$HERE/bin/bench_cuda" transport \
     --mbytes 64 --reps 10
   # Two stages of 2 blocks, 8 micro-batches of 8 sequences, through the
@@ -329,6 +333,7 @@ $(if [ ${#TEST_ROWS[@]} -gt 0 ]; then printf '%s\n' "${TEST_ROWS[@]}"; else echo
 | stage MFU (%, of 989.4 TFLOP/s dense bf16) | $(value stage_mfu_pct_d2048) |
 | same GEMMs on plain cuBLAS: MFU (%) / share of step (%) | $(value gemm_alone_mfu_pct_d2048) / $(value gemm_share_pct_d2048) |
 | backend matmul() incl. casts vs plain cuBLAS (%) | $(value matmul_vs_cublas_pct_d2048) |
+| same stage with fused attention (cuDNN SDPA, model.attention = "fused"): step (ms) / MFU (%) | $(value stage_step_ms_fused_d2048) / $(value stage_mfu_pct_fused_d2048) |
 | mpi_staged 2 ranks, 64 MiB, each direction (GB/s) | $(value mpi_staged_gbps_64MiB) |
 | nccl 2 ranks, 64 MiB, each direction (GB/s) | ${NCCL_CELL} |
 | 2-stage GPT pipeline, bf16, d_model 2048, T 1024, 2 blocks a stage, 1F1B, 8 micro-batches of 8: ranks / GPUs / transport | $(value pipeline_ranks) / ${PIPE_GPUS} / $(value pipeline_transport)$([ "$PIPE_GPUS" = 1 ] && echo " (both ranks on one GPU: NCCL refuses that, mpi_staged is the fallback)") |

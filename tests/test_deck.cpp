@@ -325,6 +325,38 @@ TEST(DeckErrors, GptNeedsTokenDataAndHeadsDividingWidth) {
              "data.shuffle: only applies with data.type = \"hdf5\"");
 }
 
+// model.attention = "fused" (#42): a GPT key; on CUDA only in bf16 (cuDNN's
+// SDPA); on the CPU in every precision.
+TEST(DeckErrors, FusedAttentionIsAGptKeyAndNeedsBf16OnCuda) {
+  const std::string gpt = "[model]\ntype = \"gpt\"\nattention = \"fused\"\n[data]\ntype = \"markov\"\n";
+  const std::string cuda = gpt + "[training]\ndevice = \"cuda\"\n";
+  EXPECT_EQ(text_error(cuda),
+            "t.toml:3: model.attention = \"fused\": on CUDA it is cuDNN's bf16 attention and needs "
+            "training.precision = \"bf16\", not training.precision = \"fp32\" (default); use "
+            "model.attention = \"reference\" in other precisions");
+  EXPECT_HAS(text_error(cuda + "precision = \"fp16\"\n"),
+             "needs training.precision = \"bf16\", not training.precision = \"fp16\" (t.toml:8)");
+  const std::string narrow = "[model]\ntype = \"gpt\"\nattention = \"fused\"\nd_model = 40\nheads = 4\n"
+                             "[data]\ntype = \"markov\"\n[training]\ndevice = \"cuda\"\nprecision = \"bf16\"\n";
+  EXPECT_EQ(text_error(narrow),
+            "t.toml:3: model.attention = \"fused\": on CUDA it is cuDNN's bf16 attention, whose head "
+            "width d_model / heads must be a multiple of 8 and at most 128, not 10 (model.d_model = 40 "
+            "(t.toml:4), model.heads = 4 (t.toml:5)); use model.attention = \"reference\"");
+  EXPECT_EQ(text_error("[model]\ntype = \"gpt\"\nattention = \"flash\"\n[data]\ntype = \"markov\"\n"),
+            "t.toml:3: model.attention = \"flash\": must be one of \"reference\", \"fused\"");
+  EXPECT_EQ(text_error("[model]\nattention = \"fused\"\n"),
+            "t.toml:2: model.attention: only applies with model.type = \"gpt\"; remove it or change that key");
+  EXPECT_EQ(pt::parse_deck_text(cuda + "precision = \"bf16\"\n", "t.toml", {}).model.attention,
+            pt::AttentionKind::Fused);
+  EXPECT_EQ(pt::parse_deck_text(gpt + "[training]\nprecision = \"fp16\"\n", "t.toml", {}).model.attention,
+            pt::AttentionKind::Fused);
+  // deck_to_toml writes it, and it reads back.
+  const pt::Deck deck = pt::parse_deck_text(gpt, "t.toml", {});
+  const std::string text = pt::deck_to_toml(deck);
+  EXPECT_HAS(text, "attention = \"fused\"");
+  EXPECT_EQ(pt::parse_deck_text(text, "resolved.toml", {}).model.attention, pt::AttentionKind::Fused);
+}
+
 TEST(DeckErrors, BooleanKeysNeedBooleans) {
   EXPECT_EQ(text_error("[model]\ntype = \"gpt\"\n[data]\ntype = \"hdf5\"\npath = \"a.h5\"\nshuffle = 1\n"),
             "t.toml:6: data.shuffle: expected a boolean (true or false), got an integer (1)");

@@ -1,5 +1,5 @@
-// check.cpp: the failure helpers behind CUDA_CHECK, CUBLAS_CHECK and NCCL_CHECK,
-// and check_on_gpu.
+// check.cpp: the failure helpers behind CUDA_CHECK, CUBLAS_CHECK, NCCL_CHECK
+// and CUDNN_CHECK, and check_on_gpu.
 #include "check.hpp"
 
 #include <cublas_v2.h>
@@ -28,6 +28,10 @@ void fail_nccl(const char* file, int line, const char* call, int code) {
   const char* last = ncclGetLastError(nullptr);
   if (last != nullptr && *last != '\0') msg += " (" + std::string(last) + ")";
   ::pt::fail_at(file, line, msg);
+}
+
+void fail_cudnn(const char* file, int line, const char* call, const std::string& message) {
+  ::pt::fail_at(file, line, std::string(call) + " failed: cuDNN: " + message);
 }
 
 void check_on_gpu(const Tensor& t, const char* what) {

@@ -1,11 +1,13 @@
 // check.hpp: one error-check macro per GPU library, each carrying file:line
-// like PT_CHECK (pt::fail_at): CUDA_CHECK (runtime), CUBLAS_CHECK, NCCL_CHECK.
+// like PT_CHECK (pt::fail_at): CUDA_CHECK (runtime), CUBLAS_CHECK, NCCL_CHECK
+// (and CUDNN_CHECK in cudnn_check.hpp, which needs cuDNN's headers).
 // Library headers are not needed here: every status type is an enum whose
 // success value is 0, and the text is looked up in check.cpp. Also the one
 // precondition the CUDA kernels add to the shape checks: tensors on the GPU.
 #pragma once
 
 #include <initializer_list>
+#include <string>
 
 #include "pipetrain/base/error.hpp"
 #include "pipetrain/tensor/tensor.hpp"
@@ -15,6 +17,8 @@ namespace pt::cuda {
 [[noreturn]] void fail_cuda(const char* file, int line, const char* call, int code);
 [[noreturn]] void fail_cublas(const char* file, int line, const char* call, int code);
 [[noreturn]] void fail_nccl(const char* file, int line, const char* call, int code);
+// cuDNN's failures (CUDNN_CHECK, cudnn_check.hpp), with cuDNN's message.
+[[noreturn]] void fail_cudnn(const char* file, int line, const char* call, const std::string& message);
 
 // Error naming `what` and its shape unless t is Device::CUDA.
 void check_on_gpu(const Tensor& t, const char* what);

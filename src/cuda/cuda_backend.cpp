@@ -1,7 +1,8 @@
 // cuda_backend.cpp: the CUDA backend: pt::Backend on one GPU. GEMMs through
 // cuBLAS (gemm.cpp) in the chosen precision, everything else in own kernels
 // (kernels_*.cu), all on the compute stream of the context; the transformer
-// kernel group in cuda_transformer.cpp. Tensors must be Device::CUDA (checked
+// kernel group in cuda_transformer.cpp, the fused attention group (cuDNN) in
+// fused_attention.cpp. Tensors must be Device::CUDA (checked
 // here); shapes are checked before a do_ kernel runs (src/tensor/backend.cpp,
 // the same checks as the CPU backend's). Compute is timed with events on that
 // stream (EventTimer).
@@ -16,6 +17,7 @@
 #include "context.hpp"
 #include "device_memory.hpp"
 #include "cuda_transformer.hpp"
+#include "fused_attention.hpp"
 #include "gemm.hpp"
 #include "kernels.hpp"
 #include "pipetrain/base/timed_wait.hpp"
@@ -122,7 +124,8 @@ class CudaBackend final : public Backend {
  public:
   explicit CudaBackend(const BackendOptions& o)
       : precision_(o.precision), ctx_(context()),
-        transformer_(make_transformer_kernels(o.precision)) {}
+        transformer_(make_transformer_kernels(o.precision)),
+        fused_attention_(make_fused_attention(o.precision)) {}
   const char* name() const override { return "cuda"; }
   Device device() const override { return Device::CUDA; }
   void synchronize() override { cuda::synchronize(); }
@@ -133,8 +136,11 @@ class CudaBackend final : public Backend {
   }
   void release_cached_memory() override { release_cached_device_memory(); }
   void trim_cached_memory() override { trim_cached_device_memory(); }
+  // The fused attention group only where cuDNN's SDPA runs it (bf16, sm_80+).
   KernelGroup* kernel_group(const std::string& group) override {
-    return group == TransformerKernels::kGroup ? transformer_.get() : nullptr;
+    if (group == TransformerKernels::kGroup) return transformer_.get();
+    if (group == FusedAttentionKernels::kGroup) return fused_attention_.get();
+    return nullptr;
   }
 
  protected:
@@ -314,6 +320,7 @@ class CudaBackend final : public Backend {
   Context& ctx_;
   DeviceBuffer ones_;
   std::unique_ptr<TransformerKernels> transformer_;  // cuda_transformer.cpp
+  std::unique_ptr<FusedAttentionKernels> fused_attention_;  // fused_attention.cpp; null: none
 };
 
 }  // namespace

@@ -30,6 +30,8 @@ void adamw_step(float* p, const float* g, float* m, float* v, float beta1, float
                 cudaStream_t s);
 // out[i] = x[i] rounded to nearest even in bf16 (to_bf16) or fp16.
 void cast_to_half(const float* x, void* out, int64_t n, bool to_bf16, cudaStream_t s);
+// out[i] = x[i] (n bf16 values) as fp32, exactly.
+void bf16_to_float(const void* x, float* out, int64_t n, cudaStream_t s);
 
 // ---- reductions (kernels_reduce.cu); each synchronises and returns, except *_into ----
 double reduce_sum_squares(const float* x, int64_t n, cudaStream_t s);

@@ -1,6 +1,7 @@
 // kernels_elementwise.cu: elementwise kernels of the CUDA backend: bias,
 // ReLU, GELU (tanh form), residual add, fill, scale, the SGD and AdamW
-// updates and the fp32 -> bf16/fp16 casts of mixed precision. The arithmetic
+// updates, the fp32 -> bf16/fp16 casts of mixed precision and the exact
+// bf16 -> fp32 cast of the fused attention's outputs. The arithmetic
 // is written in the same order as the CPU backend and built with --fmad=false,
 // so these results equal the CPU's bit for bit (GELU included: same exp).
 #include <cuda_bf16.h>
@@ -97,6 +98,10 @@ __global__ void cast_f16_kernel(const float* x, __half* out, int64_t n) {
   for (int64_t i = global_index(); i < n; i += global_stride()) out[i] = __float2half_rn(x[i]);
 }
 
+__global__ void bf16_to_float_kernel(const __nv_bfloat16* x, float* out, int64_t n) {
+  for (int64_t i = global_index(); i < n; i += global_stride()) out[i] = __bfloat162float(x[i]);
+}
+
 }  // namespace
 
 void add_bias(float* y, const float* bias, int64_t rows, int64_t n, cudaStream_t s) {
@@ -171,6 +176,13 @@ void cast_to_half(const float* x, void* out, int64_t n, bool to_bf16, cudaStream
     cast_bf16_kernel<<<grid_for(n, 4), kThreads, 0, s>>>(x, static_cast<__nv_bfloat16*>(out), n);
   else
     cast_f16_kernel<<<grid_for(n, 4), kThreads, 0, s>>>(x, static_cast<__half*>(out), n);
+  PT_LAUNCH_CHECK();
+}
+
+void bf16_to_float(const void* x, float* out, int64_t n, cudaStream_t s) {
+  if (n == 0) return;
+  bf16_to_float_kernel<<<grid_for(n, 4), kThreads, 0, s>>>(static_cast<const __nv_bfloat16*>(x),
+                                                           out, n);
   PT_LAUNCH_CHECK();
 }
 

@@ -67,6 +67,7 @@ const std::vector<KeySpec> kDeckKeys = {
     {"model", "heads", PT_FIELD(model.heads), between(1, 1 << 12), nullptr, "attention heads; must divide d_model", PT_FAMILY},
     {"model", "blocks", PT_FIELD(model.blocks), between(1, 1 << 16), nullptr, "transformer blocks (the unit split between stages)", PT_FAMILY},
     {"model", "mlp_ratio", PT_FIELD(model.mlp_ratio), between(1, 64), nullptr, "MLP hidden width = mlp_ratio * d_model", PT_FAMILY},
+    {"model", "attention", PT_FIELD(model.attention), any(), nullptr, "attention kernels: reference (probabilities T x T materialised in fp32) or fused (forward and backward one kernel each, keeping only each row's log-sum-exp; on CUDA cuDNN's SDPA, needs training.precision = \"bf16\", a head width d_model / heads that is a multiple of 8 up to 128 and a GPU of compute capability 8.0 or newer; docs/cuda.md)", PT_FAMILY},
     {"model", "init_seed", PT_FIELD(model.init_seed), at_least(0), nullptr, "parameter initialisation seed", PT_ALWAYS},
     {"data", "type", PT_FIELD(data.type), any(), nullptr, "synthetic: teacher-network data (mlp); markov: random Markov chain tokens, hdf5: token file (gpt)", PT_ALWAYS},
     {"data", "samples", PT_FIELD(data.samples), at_least(1), nullptr, "size of the training set", is_synthetic, "data.type = \"synthetic\""},

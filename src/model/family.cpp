@@ -60,7 +60,7 @@ const ModelFamily& model_family(const ModelConfig& model) {
 
 void check_family_backend(const ModelConfig& model, Backend& be) {
   const ModelFamily& f = model_family(model);
-  if (f.check_backend) f.check_backend(be);
+  if (f.check_backend) f.check_backend(model, be);
 }
 
 std::vector<std::string> model_family_names() {

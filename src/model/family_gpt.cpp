@@ -17,6 +17,7 @@ GptDims dims(const ModelConfig& m) {
   d.heads = m.heads;
   d.mlp_ratio = m.mlp_ratio;
   d.blocks = m.blocks;
+  d.attention = m.attention;
   return d;
 }
 
@@ -79,7 +80,32 @@ double weight_grad_share(const ModelConfig& m) {
 std::string describe(const ModelConfig& m) {
   return " vocab_size=" + std::to_string(m.vocab_size) + " seq_len=" + std::to_string(m.seq_len) +
          " d_model=" + std::to_string(m.d_model) + " heads=" + std::to_string(m.heads) +
-         " blocks=" + std::to_string(m.blocks) + " mlp_ratio=" + std::to_string(m.mlp_ratio);
+         " blocks=" + std::to_string(m.blocks) + " mlp_ratio=" + std::to_string(m.mlp_ratio) +
+         (m.attention == AttentionKind::Reference ? "" : std::string(" attention=") + kind_name(m.attention));
+}
+
+// Fused attention on CUDA is cuDNN's SDPA, whose inputs are 16-bit: bf16,
+// the precision it is built and tested in, with a head width cuDNN's fused
+// kernels take on every GPU from sm_80 on (docs/cuda.md). The CPU computes
+// it in every precision and width.
+constexpr int64_t kFusedHeadWidthMax = 128;
+constexpr int64_t kFusedHeadWidthStep = 8;
+
+void check_fused_attention(const Deck& deck) {
+  const ModelConfig& m = deck.model;
+  const TrainingConfig& t = deck.training;
+  if (m.attention != AttentionKind::Fused || t.device != DeviceKind::Cuda) return;
+  const std::string at = deck.where("model.attention") + " = \"fused\": on CUDA it is cuDNN's bf16 attention";
+  const std::string instead = "; use model.attention = \"reference\"";
+  if (t.precision != PrecisionKind::Bf16)
+    throw InputError(at + " and needs training.precision = \"bf16\", not " +
+                     deck.described("training.precision", "\"" + std::string(kind_name(t.precision)) + "\"") +
+                     instead + " in other precisions");
+  const int64_t width = m.d_model / m.heads;
+  if (width % kFusedHeadWidthStep != 0 || width > kFusedHeadWidthMax)
+    throw InputError(at + ", whose head width d_model / heads must be a multiple of 8 and at most 128, not " +
+                     std::to_string(width) + " (" + deck.described("model.d_model", std::to_string(m.d_model)) +
+                     ", " + deck.described("model.heads", std::to_string(m.heads)) + ")" + instead);
 }
 
 void check(const Deck& deck) {
@@ -87,10 +113,15 @@ void check(const Deck& deck) {
   if (m.d_model % m.heads != 0)
     throw InputError(deck.where("model.heads") + " = " + std::to_string(m.heads) + ": must divide " +
                      deck.described("model.d_model", std::to_string(m.d_model)));
+  check_fused_attention(deck);
 }
 
-// The layers compute with the backend's transformer kernels.
-void check_backend(Backend& be) { gpt_kernels(be); }
+// The layers compute with the backend's transformer kernels, and with fused
+// attention with its fused attention kernels.
+void check_backend(const ModelConfig& m, Backend& be) {
+  gpt_kernels(be);
+  if (m.attention == AttentionKind::Fused) gpt_fused_attention(be);
+}
 
 }  // namespace
 
@@ -98,7 +129,7 @@ ModelFamily gpt_family() {
   ModelFamily f;
   f.name = "gpt";
   f.summary = "decoder-only transformer (Markov or HDF5 token data)";
-  f.keys = {"vocab_size", "seq_len", "d_model", "heads", "blocks", "mlp_ratio"};
+  f.keys = {"vocab_size", "seq_len", "d_model", "heads", "blocks", "mlp_ratio", "attention"};
   f.data_types = {DataKind::Markov, DataKind::Hdf5};
   f.data_rule = "needs token data, data.type = \"markov\" or \"hdf5\"";
   f.check = check;

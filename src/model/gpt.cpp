@@ -1,7 +1,8 @@
 // gpt.cpp: the GPT layers: token + position embedding, the pre-LayerNorm
 // transformer block with causal multi-head attention, and the head (final
 // LayerNorm + LM head). All compute goes through the Backend: its core kernels
-// and its transformer group (gpt_kernels).
+// and its transformer group (gpt_kernels), and for fused attention its fused
+// attention group (gpt_fused_attention).
 #include "pipetrain/model/gpt.hpp"
 
 #include <cmath>
@@ -205,14 +206,17 @@ class GptEmbedding final : public Layer {
 // ---- transformer block ----
 
 // What GptBlock::forward leaves in `saved`, by index. Everything is needed by
-// backward except kProbs, which backward recomputes from kQkv when it is left
-// undefined (selective recomputation drops it: it is the only O(T^2) tensor).
+// backward. With reference attention kSoftmax holds the probabilities, which
+// backward recomputes from kQkv when it is left undefined (selective
+// recomputation drops them: the only O(T^2) tensor). With fused attention it
+// holds each row's log-sum-exp, O(T), which selective recomputation keeps:
+// rebuilding it would rerun the whole attention forward to save H*T floats.
 enum BlockSaved : size_t {
   kLn1Out = 0,  // ln1(x)              (mb, T, C)
   kLn1Mean,     // ln1 row means       (mb*T)
   kLn1Rstd,     // ln1 row 1/std       (mb*T)
   kQkv,         // fused q, k, v       (mb, T, 3C)
-  kProbs,       // attention probs     (mb, H, T, T)
+  kSoftmax,     // reference: attention probs (mb, H, T, T); fused: row log-sum-exp (mb, H, T)
   kAttn,        // attention output    (mb, T, C), before attn.proj
   kX1,          // x + attn branch     (mb, T, C)
   kLn2Out,      // ln2(x1)             (mb, T, C)
@@ -251,7 +255,8 @@ class GptBlock final : public Layer {
   }
 
   void drop_recomputable(std::vector<Tensor>& saved) override {
-    if (saved.size() == kBlockSavedCount) saved[kProbs] = Tensor();
+    if (fused()) return;  // the row statistics are O(T): kept (BlockSaved)
+    if (saved.size() == kBlockSavedCount) saved[kSoftmax] = Tensor();
   }
 
   // x (mb, T, C) -> y (mb, T, C); `saved` as in BlockSaved.
@@ -269,13 +274,12 @@ class GptBlock final : public Layer {
     saved.clear();
     Tensor ln1 = ln1_.forward(be, x, saved);  // (mb, T, C)
     Tensor qkv = qkv_.forward(be, ln1);       // (mb, T, 3C)
-    Tensor probs = attention_probs(be, qkv);  // (mb, H, T, T)
-    Tensor attn = activation(x.shape());      // (mb, T, C)
-    gpt_kernels(be).attention_values(qkv, probs, dims_.heads, attn);
+    Tensor softmax;                           // as kSoftmax
+    Tensor attn = attention_forward(be, qkv, softmax);  // (mb, T, C)
     Tensor x1 = attn_proj_.forward(be, attn);  // (mb, T, C)
     be.add(x1, x, x1);                         // x1 = x + proj(attn)
     saved.push_back(qkv);
-    saved.push_back(probs);
+    saved.push_back(softmax);
     saved.push_back(attn);
     saved.push_back(x1);
     Tensor ln2 = ln2_.forward(be, x1, saved);  // (mb, T, C)
@@ -317,10 +321,8 @@ class GptBlock final : public Layer {
     be.add(dx1, dy, dx1);  // + the residual path
     // Attention branch: x1 = x + attn_proj(attention(qkv(ln1(x)))).
     Tensor dattn = attn_proj_.backward(be, saved[kAttn], dx1, defer);  // (mb, T, C)
-    const Tensor& qkv = saved[kQkv];
-    Tensor probs = saved[kProbs].defined() ? saved[kProbs] : attention_probs(be, qkv);
-    Tensor dqkv = Tensor::empty(qkv.shape(), DType::F32, MemCategory::Workspace);
-    gpt_kernels(be).attention_backward(qkv, probs, dattn, dims_.heads, dqkv);  // (mb, T, 3C)
+    Tensor softmax = softmax_state(be, saved);  // as kSoftmax; held to the end, as before #42
+    Tensor dqkv = attention_backward(be, saved, softmax, dattn);       // (mb, T, 3C)
     Tensor dln1 = qkv_.backward(be, saved[kLn1Out], dqkv, defer);  // (mb, T, C)
     Tensor dx = ln1_.backward(be, x, saved[kLn1Mean], saved[kLn1Rstd], dln1);
     if (!need_dx) return Tensor();
@@ -332,11 +334,44 @@ class GptBlock final : public Layer {
   static float residual_std(const GptDims& dims) {
     return kInitStd / std::sqrt(2.f * static_cast<float>(dims.blocks));
   }
+  bool fused() const { return dims_.attention == AttentionKind::Fused; }
   // probs (mb, H, T, T) of qkv (mb, T, 3C).
   Tensor attention_probs(Backend& be, const Tensor& qkv) const {
     Tensor probs = activation({qkv.dim(0), dims_.heads, qkv.dim(1), qkv.dim(1)});
     gpt_kernels(be).attention_probs(qkv, dims_.heads, probs);
     return probs;
+  }
+  // The attention output (mb, T, C) of qkv (mb, T, 3C); sets `softmax` to
+  // what backward needs of the softmax (BlockSaved's kSoftmax).
+  Tensor attention_forward(Backend& be, const Tensor& qkv, Tensor& softmax) const {
+    const Shape out = {qkv.dim(0), qkv.dim(1), dims_.d_model};
+    if (fused()) {
+      Tensor attn = activation(out);
+      softmax = activation({qkv.dim(0), dims_.heads, qkv.dim(1)});
+      gpt_fused_attention(be).forward(qkv, dims_.heads, attn, softmax);
+      return attn;
+    }
+    softmax = attention_probs(be, qkv);
+    Tensor attn = activation(out);
+    gpt_kernels(be).attention_values(qkv, softmax, dims_.heads, attn);
+    return attn;
+  }
+  // The saved kSoftmax, or the probabilities recomputed from qkv when
+  // selective recomputation dropped them.
+  Tensor softmax_state(Backend& be, const std::vector<Tensor>& saved) const {
+    return saved[kSoftmax].defined() ? saved[kSoftmax] : attention_probs(be, saved[kQkv]);
+  }
+  // dqkv (mb, T, 3C) from dattn (mb, T, C), the gradient of the attention
+  // output, and `softmax` (softmax_state).
+  Tensor attention_backward(Backend& be, const std::vector<Tensor>& saved, const Tensor& softmax,
+                            const Tensor& dattn) const {
+    const Tensor& qkv = saved[kQkv];
+    Tensor dqkv = Tensor::empty(qkv.shape(), DType::F32, MemCategory::Workspace);
+    if (fused())
+      gpt_fused_attention(be).backward(qkv, saved[kAttn], softmax, dattn, dims_.heads, dqkv);
+    else
+      gpt_kernels(be).attention_backward(qkv, softmax, dattn, dims_.heads, dqkv);
+    return dqkv;
   }
 
   GptDims dims_;
@@ -412,6 +447,10 @@ class GptHead final : public Layer {
 
 TransformerKernels& gpt_kernels(Backend& be) {
   return require_kernels<TransformerKernels>(be, "model family \"gpt\"");
+}
+
+FusedAttentionKernels& gpt_fused_attention(Backend& be) {
+  return require_kernels<FusedAttentionKernels>(be, "model.attention = \"fused\"");
 }
 
 std::unique_ptr<Layer> make_gpt_embedding(const GptDims& dims, uint64_t seed) {

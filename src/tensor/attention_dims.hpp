@@ -17,6 +17,13 @@ struct AttnDims {
   float scale;  // 1 / sqrt(D)
   int64_t qkv_seq() const { return T * 3 * C; }  // elements of one sequence in qkv
   int64_t probs_seq() const { return H * T * T; }
+  // Element offset of head h of sequence b in qkv (mb, T, 3C), leading
+  // dimension 3C; which = 0 queries, 1 keys, 2 values.
+  int64_t qkv_offset(int64_t b, int64_t h, int which) const {
+    return b * qkv_seq() + which * C + h * D;
+  }
+  // Element offset of head h of sequence b in y (mb, T, C), leading dimension C.
+  int64_t out_offset(int64_t b, int64_t h) const { return b * T * C + h * D; }
 };
 
 inline AttnDims attn_dims(const Tensor& qkv, int64_t heads) {

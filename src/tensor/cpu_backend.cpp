@@ -1,6 +1,7 @@
 // cpu_backend.cpp: the CPU backend: GEMMs through cpu::sgemm (cpu_gemm.cpp), everything else
 // as plain loops in a fixed order (bitwise deterministic); the transformer
-// kernel group from cpu_kernels_gpt.cpp; and the default ComputeTimer of every
+// kernel group from cpu_kernels_gpt.cpp and the fused attention group from
+// cpu_fused_attention.cpp; and the default ComputeTimer of every
 // backend, the host clock. Shapes are checked before a do_ kernel runs
 // (backend.cpp).
 #include <algorithm>
@@ -47,11 +48,15 @@ PT_CPU_CLONES void gelu_backward_loop(const float* x, const float* dy, float* dx
 class CpuBackend final : public Backend {
  public:
   explicit CpuBackend(GemmPrecision precision = GemmPrecision::FP32)
-      : precision_(precision), transformer_(make_cpu_transformer_kernels(precision)) {}
+      : precision_(precision),
+        transformer_(make_cpu_transformer_kernels(precision)),
+        fused_attention_(make_cpu_fused_attention(precision)) {}
   const char* name() const override { return "cpu"; }
   Device device() const override { return Device::CPU; }
   KernelGroup* kernel_group(const std::string& group) override {
-    return group == TransformerKernels::kGroup ? transformer_.get() : nullptr;
+    if (group == TransformerKernels::kGroup) return transformer_.get();
+    if (group == FusedAttentionKernels::kGroup) return fused_attention_.get();
+    return nullptr;
   }
 
  protected:
@@ -226,7 +231,8 @@ class CpuBackend final : public Backend {
 
  private:
   GemmPrecision precision_;  // of the GEMM operands; accumulation is fp32
-  std::unique_ptr<TransformerKernels> transformer_;  // cpu_kernels_gpt.cpp
+  std::unique_ptr<TransformerKernels> transformer_;         // cpu_kernels_gpt.cpp
+  std::unique_ptr<FusedAttentionKernels> fused_attention_;  // cpu_fused_attention.cpp
 };
 
 // The default ComputeTimer: the host's steady clock around work that is done

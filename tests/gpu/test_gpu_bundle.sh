@@ -9,7 +9,8 @@
 #   2. the closure: every ELF file of the bundle loads, and each library it
 #      resolves is in the bundle or one needs.txt leaves to the machine,
 #   3. gpu-check.sh runs to where a GPU is needed: the loader and library
-#      rows read ok, NCCL is found in the wheel, every test of tests.tsv ran
+#      rows read ok, NCCL and cuDNN (which the fused attention links) are
+#      found in their wheels, every test of tests.tsv ran
 #      (the 2-rank ones through the bundle's mpirun) and passed or skipped
 #      for want of a device, the training run and the pipeline benchmark
 #      reached the device (the benchmark failed there, it did not hang), and
@@ -63,7 +64,7 @@ hide_system_copies() {
 # library resolves into the bundle or is one that needs.txt leaves to the machine.
 check_closure() {
   local b=$1 wheel=$2 f line n=0 bad=""
-  export LD_LIBRARY_PATH="$b/lib:$CUDA_LIB:$wheel/nvidia/nccl/lib"
+  export LD_LIBRARY_PATH="$b/lib:$CUDA_LIB:$wheel/nvidia/nccl/lib:$wheel/nvidia/cudnn/lib"
   while read -r f; do
     n=$((n + 1))
     while read -r line; do
@@ -102,6 +103,7 @@ check_run() {
   cell=$(row "$out/check.log" "CUDA libraries")
   echo "$cell" | grep -q "^ok" || fail "CUDA libraries row: $cell"
   echo "$cell" | grep -q "libnccl.so.2: $wheel/nvidia/nccl/lib" || fail "NCCL not found in the wheel: $cell"
+  echo "$cell" | grep -q "libcudnn.so.9: $wheel/nvidia/cudnn/lib" || fail "cuDNN not found in the wheel: $cell"
   while IFS=$'\t' read -r name _; do
     n=$((n + 1))
     cell=$(row "$out/check.log" "$name")

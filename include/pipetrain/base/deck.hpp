@@ -39,6 +39,10 @@ struct ModelConfig {
   int64_t heads = 4;               // attention heads; divides d_model
   int64_t blocks = 4;              // transformer blocks (partition units)
   int64_t mlp_ratio = 4;           // MLP hidden width = mlp_ratio * d_model
+  // How the blocks compute attention: "reference" (probabilities (T, T)
+  // materialised in fp32, the reference path) or "fused" (one kernel each
+  // way, nothing of size T x T kept; on CUDA cuDNN's SDPA in bf16).
+  AttentionKind attention = AttentionKind::Reference;
   uint64_t init_seed = 1234;       // parameter initialisation seed
 };
 

@@ -17,6 +17,7 @@ namespace pt {
 
 enum class ActivationKind { Relu, Gelu };                       // model.activation
 enum class LossKind { Mse, CrossEntropy };                       // model.loss
+enum class AttentionKind { Reference, Fused };                   // model.attention
 enum class DataKind { Synthetic, Markov, Hdf5 };                 // data.type
 enum class OptimizerKind { Sgd, AdamW };                         // training.optimizer
 enum class LrScheduleKind { Constant, Cosine };                  // training.lr_schedule
@@ -70,6 +71,10 @@ inline KindNames kind_names(ActivationKind) {
 }
 inline KindNames kind_names(LossKind) {
   static constexpr const char* names[] = {"mse", "cross_entropy"};
+  return kind_detail::table(names);
+}
+inline KindNames kind_names(AttentionKind) {
+  static constexpr const char* names[] = {"reference", "fused"};
   return kind_detail::table(names);
 }
 inline KindNames kind_names(DataKind) {

@@ -42,9 +42,11 @@ struct ModelFamily {
   // Cross-key checks of its keys (throw InputError); nullptr = none.
   void (*check)(const Deck& deck) = nullptr;
   // Throws InputError when `be` lacks a kernel group (backend.hpp) that the
-  // family's layers compute with, naming the family and the backend (gpt:
-  // the transformer kernels); nullptr = the core kernels suffice.
-  void (*check_backend)(Backend& be) = nullptr;
+  // family's layers, as `model` configures them, compute with, naming the
+  // family (or the key) and the backend (gpt: the transformer kernels, and
+  // with model.attention = "fused" the fused attention kernels); nullptr =
+  // the core kernels suffice.
+  void (*check_backend)(const ModelConfig& model, Backend& be) = nullptr;
   // " key=value" of every key, for profile files (which must match a deck).
   std::string (*describe)(const ModelConfig& model) = nullptr;
 

@@ -20,13 +20,19 @@
 // the two residual projections N(0, 0.02 / sqrt(2 * n_blocks)), biases 0,
 // LayerNorm weight 1 and bias 0.
 // Beyond the core kernels the layers compute with the backend's
-// TransformerKernels group, fetched through gpt_kernels.
+// TransformerKernels group, fetched through gpt_kernels; with
+// attention = Fused the blocks' attention runs on its FusedAttentionKernels
+// group instead (gpt_fused_attention), and a block keeps each row's
+// log-sum-exp (mb, H, T) where the reference path keeps the probabilities
+// (mb, H, T, T).
 #pragma once
 
 #include <memory>
 #include <string>
 
+#include "pipetrain/base/deck_kinds.hpp"
 #include "pipetrain/model/layers.hpp"
+#include "pipetrain/tensor/fused_attention_kernels.hpp"
 #include "pipetrain/tensor/transformer_kernels.hpp"
 
 namespace pt {
@@ -38,12 +44,19 @@ struct GptDims {
   int64_t heads = 4;         // H; C % H == 0
   int64_t mlp_ratio = 4;     // R: MLP hidden width R*C
   int64_t blocks = 4;        // n_blocks (for the residual init scale)
+  AttentionKind attention = AttentionKind::Reference;  // model.attention
 };
 
 // The transformer kernels of `be`, which every GPT layer computes with;
 // InputError 'model family "gpt" needs the transformer kernels, which backend
 // "<name>" does not provide' when it lacks them.
 TransformerKernels& gpt_kernels(Backend& be);
+// The fused attention kernels of `be`, which blocks with attention = Fused
+// compute with; InputError 'model.attention = "fused" needs the
+// fused_attention kernels, which backend "<name>" does not provide' when it
+// lacks them (the CUDA backend in a precision other than bf16, or on a GPU
+// older than compute capability 8.0).
+FusedAttentionKernels& gpt_fused_attention(Backend& be);
 
 // tokens (mb, T) i32 -> (mb, T, C): wte[token] + wpe[position].
 std::unique_ptr<Layer> make_gpt_embedding(const GptDims& dims, uint64_t seed);
