@@ -36,7 +36,7 @@ Deck deck_for(const std::string& precision) {
   d.training.batch_size = 16;
   d.training.lr = 1e-2;
   d.training.blas_threads = 1;
-  d.training.precision = kind_named<PrecisionKind>(precision);
+  d.training.precision = kind_named<Precision>(precision);
   d.pipeline.micro_batches = 4;
   d.pipeline.timeout_s = 60;
   return d;
@@ -49,7 +49,7 @@ struct TrainingRun {
 };
 
 TrainingRun train(const Deck& deck, MPI_Comm comm) {
-  auto backend = make_cpu_backend(parse_gemm_precision(kind_name(deck.training.precision)));
+  auto backend = make_cpu_backend(deck.training.precision);
   ComputeSetup setup;
   setup.backend = backend.get();
   Trainer trainer(deck, comm, setup);

@@ -59,7 +59,7 @@ GptSpec gpt_spec_of(const Deck& deck, const std::string& device) {
   g.seq_len = d.seq_len;
   g.vocab_size = d.vocab_size;
   g.mlp_ratio = d.mlp_ratio;
-  const bool half = deck.training.precision == PrecisionKind::Bf16 || deck.training.precision == PrecisionKind::Fp16;
+  const bool half = deck.training.precision == Precision::Bf16 || deck.training.precision == Precision::Fp16;
   g.activation_bytes = half ? 2.0 : 4.0;
   g.param_bytes = half ? 2.0 : 4.0;
   g.grad_bytes = 4.0;

@@ -36,7 +36,7 @@ std::string family_choices() {
 bool is_synthetic(const Deck& d) { return d.data.type == DataKind::Synthetic; }
 bool is_markov(const Deck& d) { return d.data.type == DataKind::Markov; }
 bool is_hdf5(const Deck& d) { return d.data.type == DataKind::Hdf5; }
-bool is_fp16(const Deck& d) { return d.training.precision == PrecisionKind::Fp16; }
+bool is_fp16(const Deck& d) { return d.training.precision == Precision::Fp16; }
 bool is_rebalancing(const Deck& d) { return d.pipeline.rebalance; }
 bool is_slowed(const Deck& d) { return d.pipeline.slowdown_rank >= 0; }
 bool takes_times(const Deck& d) { return schedule_takes_times(d.pipeline.schedule); }

@@ -93,7 +93,7 @@ Trainer::Trainer(const Deck& deck, const std::vector<int64_t>& partition, const 
   move_state_to_device();
   DefaultDeviceGuard on_device(be_.device());
   optimizer_ = std::make_unique<Optimizer>(deck_.training, params());
-  if (deck_.training.precision == PrecisionKind::Fp16) {
+  if (deck_.training.precision == Precision::Fp16) {
     LossScalerConfig scaling;
     scaling.initial_scale = deck_.training.loss_scale;
     scaler_ = std::make_unique<LossScaler>(scaling);

@@ -11,6 +11,6 @@ namespace pt {
 
 // The attention GEMMs round their operands to `precision` (fp32: plain sgemm),
 // as the CPU backend's matmul does.
-std::unique_ptr<TransformerKernels> make_cpu_transformer_kernels(GemmPrecision precision);
+std::unique_ptr<TransformerKernels> make_cpu_transformer_kernels(Precision precision);
 
 }  // namespace pt

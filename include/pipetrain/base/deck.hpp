@@ -77,7 +77,7 @@ struct TrainingConfig {
   int64_t eval_batches = 2;        // batches per evaluation
   std::string init_from;           // checkpoint whose weights (only) start training
   DeviceKind device = DeviceKind::Cpu;  // cuda: one GPU per rank
-  PrecisionKind precision = PrecisionKind::Fp32;  // of GEMM operands (emulated on the CPU)
+  Precision precision = Precision::Fp32;  // of GEMM operands (emulated on the CPU)
   double loss_scale = 65536.0;     // fp16: initial dynamic loss scale
 };
 
