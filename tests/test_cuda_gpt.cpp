@@ -212,7 +212,7 @@ double scaled_step(StageModel& stage, Backend& be, Optimizer& opt, LossScaler& s
     g.f32()[0] = std::numeric_limits<float>::infinity();
     copy_tensor(g, params[0]->grad);
   }
-  const bool finite = LossScaler::grads_finite(be, params);
+  const bool finite = scaler.grads_finite(be, params);
   if (finite) scaler.unscale(be, params);
   if (scaler.update(finite)) opt.step(be, 0.05f, 1.f);
   opt.zero_grad(be);
