@@ -11,6 +11,7 @@
 #include <functional>
 #include <limits>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "pipetrain/io/deck_io.hpp"
@@ -196,6 +197,24 @@ TEST(DeckErrors, BadChoiceListsTheAllowedValues) {
   EXPECT_HAS(text_error("[model]\ntype = \"rnn\""), "model.type = \"rnn\": must be one of \"mlp\", \"gpt\"");
   EXPECT_HAS(text_error("[data]\ntype = \"mnist\""),
              "data.type = \"mnist\": must be one of \"synthetic\", \"markov\", \"hdf5\"");
+}
+
+// training.cpu_gemm is read through its kind table (the one parser of CPU
+// GEMM names): every library by its name, an unknown one named with the choices.
+TEST(DeckErrors, CpuGemmChoicesParseAndUnknownOnesAreNamed) {
+  const std::pair<const char*, pt::CpuGemmKind> choices[] = {
+      {"auto", pt::CpuGemmKind::Auto},
+      {"onednn", pt::CpuGemmKind::OneDNN},
+      {"onednn-sgemm", pt::CpuGemmKind::OneDNNSgemm},
+      {"openblas", pt::CpuGemmKind::OpenBLAS}};
+  for (const auto& [name, kind] : choices)
+    EXPECT_EQ(pt::parse_deck_text("[training]\ncpu_gemm = \"" + std::string(name) + "\"", "t.toml", {})
+                  .training.cpu_gemm,
+              kind)
+        << name;
+  EXPECT_EQ(text_error("[training]\ncpu_gemm = \"mkl\""),
+            "t.toml:2: training.cpu_gemm = \"mkl\": must be one of \"auto\", \"onednn\", "
+            "\"onednn-sgemm\", \"openblas\"");
 }
 
 TEST(DeckErrors, BatchSizeMustBeDivisibleByMicroBatches) {

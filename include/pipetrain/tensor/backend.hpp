@@ -275,8 +275,7 @@ using CpuGemm = CpuGemmKind;
 // k <= 64) on every CPU, and a wide A B (n x k >= 512^2) where oneDNN runs
 // without AVX-512 (results/bench_gemm.md, results/bench_gemm_avx2.md).
 bool auto_gemm_uses_openblas(bool ta, bool tb, int64_t m, int64_t n, int64_t k);
-// "auto" | "onednn" | "onednn-sgemm" | "openblas"; else InputError
-CpuGemm parse_cpu_gemm(const std::string& name);
+// Its names are read only from a deck (training.cpu_gemm, through the kind table).
 void set_cpu_gemm(CpuGemm gemm);
 CpuGemm cpu_gemm();
 // "oneDNN 2.6.3 dnnl_sgemm + matmul (A B^T), ISA avx512_core_amx" or "OpenBLAS cblas_sgemm".
