@@ -246,11 +246,11 @@ void matmul_efficiency(Backend& be, const Options& o, int64_t c, Precision p,
 void run_stage(const Options& o, int64_t c, Precision p, double peak) {
   ModelConfig m;
   m.type = "gpt";
-  m.vocab_size = 256;
-  m.seq_len = o.seq;
-  m.d_model = c;
-  m.heads = std::max<int64_t>(1, c / 128);
-  m.blocks = 3 * o.blocks;
+  m.gpt.vocab_size = 256;
+  m.gpt.seq_len = o.seq;
+  m.gpt.d_model = c;
+  m.gpt.heads = std::max<int64_t>(1, c / 128);
+  m.gpt.blocks = 3 * o.blocks;
   StageModel stage = build_stage(m, {o.blocks, o.blocks, o.blocks}, 1);  // a middle stage
   for (Param* prm : stage.params()) {
     prm->value = prm->value.to(Device::CUDA, MemCategory::Parameters);

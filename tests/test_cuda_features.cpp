@@ -91,7 +91,7 @@ double ordering_tolerance(const std::string& precision) {
 // with momentum (the rebalancing move carries its state), no clipping.
 Deck base_deck(const std::string& device) {
   Deck d = pt_test::small_gpu_gpt(device);
-  d.model.loss = LossKind::CrossEntropy;
+  d.model.mlp.loss = LossKind::CrossEntropy;
   d.training.steps = 2;
   d.training.lr_schedule = LrScheduleKind::Constant;
   d.pipeline.schedule = ScheduleKind::OneFOneB;

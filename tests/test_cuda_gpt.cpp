@@ -51,12 +51,12 @@ Tolerances tolerances(Precision p) {
 ModelConfig tiny_gpt() {
   ModelConfig m;
   m.type = "gpt";
-  m.vocab_size = 29;
-  m.seq_len = 16;
-  m.d_model = 64;
-  m.heads = 4;
-  m.blocks = 2;
-  m.mlp_ratio = 4;
+  m.gpt.vocab_size = 29;
+  m.gpt.seq_len = 16;
+  m.gpt.d_model = 64;
+  m.gpt.heads = 4;
+  m.gpt.blocks = 2;
+  m.gpt.mlp_ratio = 4;
   m.init_seed = 77;
   return m;
 }
@@ -71,11 +71,11 @@ TrainingConfig sgd_config() {
 
 // Tokens (mb, T) and next-token labels (mb, T), on the host.
 void make_batch(const ModelConfig& m, int64_t mb, Tensor& tokens, Tensor& labels) {
-  tokens = Tensor::empty({mb, m.seq_len}, DType::I32, MemCategory::Workspace, Device::CPU);
-  labels = Tensor::empty({mb, m.seq_len}, DType::I32, MemCategory::Workspace, Device::CPU);
-  for (int64_t i = 0; i < mb * m.seq_len; ++i) {
-    tokens.i32()[i] = static_cast<int32_t>((i * 11 + i / 5) % m.vocab_size);
-    labels.i32()[i] = static_cast<int32_t>((i * 11 + i / 5 + 3) % m.vocab_size);
+  tokens = Tensor::empty({mb, m.gpt.seq_len}, DType::I32, MemCategory::Workspace, Device::CPU);
+  labels = Tensor::empty({mb, m.gpt.seq_len}, DType::I32, MemCategory::Workspace, Device::CPU);
+  for (int64_t i = 0; i < mb * m.gpt.seq_len; ++i) {
+    tokens.i32()[i] = static_cast<int32_t>((i * 11 + i / 5) % m.gpt.vocab_size);
+    labels.i32()[i] = static_cast<int32_t>((i * 11 + i / 5 + 3) % m.gpt.vocab_size);
   }
 }
 
@@ -134,7 +134,7 @@ void compare_with_cpu_emulation(Precision precision, StageModel& dev, double dev
   const ModelConfig m = tiny_gpt();
   const auto [logits_tol, grads_tol] = emulation_tolerance(precision);
   auto emulated = make_cpu_backend(precision);
-  StageModel ref = build_stage(m, {m.blocks}, 0);
+  StageModel ref = build_stage(m, {m.gpt.blocks}, 0);
   Tensor tokens, labels, ref_logits;
   make_batch(m, 3, tokens, labels);
   const double ref_loss = train_step(ref, *emulated, tokens, labels, ref_logits);
@@ -152,8 +152,8 @@ void compare_with_cpu_emulation(Precision precision, StageModel& dev, double dev
 void compare_step(Precision precision) {
   const ModelConfig m = tiny_gpt();
   const Tolerances tol = tolerances(precision);
-  StageModel ref = build_stage(m, {m.blocks}, 0);
-  StageModel dev = build_stage(m, {m.blocks}, 0);
+  StageModel ref = build_stage(m, {m.gpt.blocks}, 0);
+  StageModel dev = build_stage(m, {m.gpt.blocks}, 0);
   move_params(dev, Device::CUDA);
   cuda::BackendOptions o;
   o.precision = precision;
@@ -228,8 +228,8 @@ std::vector<Tensor> host_values(StageModel& stage) {
 TEST(CudaGpt, Fp16TrainsWithTheLossScalerAndSkipsAnOverflow) {
   PT_REQUIRE_GPU();
   const ModelConfig m = tiny_gpt();
-  StageModel ref = build_stage(m, {m.blocks}, 0);  // fp32 on the CPU, same schedule
-  StageModel dev = build_stage(m, {m.blocks}, 0);
+  StageModel ref = build_stage(m, {m.gpt.blocks}, 0);  // fp32 on the CPU, same schedule
+  StageModel dev = build_stage(m, {m.gpt.blocks}, 0);
   move_params(dev, Device::CUDA);
   cuda::BackendOptions o;
   o.precision = Precision::Fp16;
@@ -278,12 +278,12 @@ TEST(CudaGpt, RecomputedProbsGiveTheSameGradients) {
   // Selective recomputation drops the saved probs; the block recomputes them
   // on the backend. On the GPU the result must equal the stored-probs path.
   const ModelConfig m = tiny_gpt();
-  StageModel stage = build_stage(m, {m.blocks}, 0);
+  StageModel stage = build_stage(m, {m.gpt.blocks}, 0);
   move_params(stage, Device::CUDA);
   auto be = cuda::make_backend();
   DefaultDeviceGuard guard(Device::CUDA);
-  Tensor x = gpu(test::random_host({2, m.seq_len, m.d_model}, 40));
-  Tensor dy = gpu(test::random_host({2, m.seq_len, m.d_model}, 41));
+  Tensor x = gpu(test::random_host({2, m.gpt.seq_len, m.gpt.d_model}, 40));
+  Tensor dy = gpu(test::random_host({2, m.gpt.seq_len, m.gpt.d_model}, 41));
   Layer& block = *stage.layers[1];
   std::vector<Tensor> saved;
   block.forward(*be, x, saved);

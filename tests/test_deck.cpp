@@ -58,13 +58,13 @@ TEST(Deck, EmptyTextGivesDefaultsAndWhereNamesTheFile) {
   pt::Deck deck = pt::parse_deck_text("", "t.toml", {});
   EXPECT_EQ(deck.source_file, "t.toml");
   EXPECT_TRUE(deck.key_origin.empty());
-  EXPECT_EQ(deck.model.depth, pt::ModelConfig{}.depth);
+  EXPECT_EQ(deck.model.mlp.depth, pt::ModelConfig{}.mlp.depth);
   EXPECT_EQ(deck.where("training.lr"), "t.toml: training.lr");
 }
 
 TEST(Deck, RecordsTheLineOfEveryKey) {
   pt::Deck deck = pt::parse_deck_text("[model]\ndepth = 4\n\n[training]\nlr = 2\n", "t.toml", {});
-  EXPECT_EQ(deck.model.depth, 4);
+  EXPECT_EQ(deck.model.mlp.depth, 4);
   EXPECT_EQ(deck.training.lr, 2.0);  // an integer is accepted for a float
   EXPECT_EQ(deck.key_origin.at("model.depth"), "t.toml:2");
   EXPECT_EQ(deck.where("training.lr"), "t.toml:5: training.lr");
@@ -72,13 +72,13 @@ TEST(Deck, RecordsTheLineOfEveryKey) {
 
 TEST(Deck, ExampleDecksParseAndFitTheirRankCounts) {
   pt::Deck big = pt::parse_deck_file(example_deck("mlp.toml"), {});
-  EXPECT_EQ(big.model.depth, 16);
-  EXPECT_EQ(big.model.input_dim, 256);
+  EXPECT_EQ(big.model.mlp.depth, 16);
+  EXPECT_EQ(big.model.mlp.input_dim, 256);
   EXPECT_EQ(big.pipeline.micro_batches, 8);
   EXPECT_EQ(big.output.dir, "runs/mlp");
   EXPECT_EQ(pt::check_deck_layout(big, 4), 4);
   pt::Deck small = pt::parse_deck_file(example_deck("mlp_small.toml"), {});
-  EXPECT_EQ(small.model.depth, 8);
+  EXPECT_EQ(small.model.mlp.depth, 8);
   EXPECT_EQ(small.training.batch_size, 16);
   EXPECT_EQ(small.training.steps, 5);
   for (int ranks : {1, 2, 4, 8}) EXPECT_EQ(pt::check_deck_layout(small, ranks), ranks);
@@ -356,7 +356,7 @@ TEST(DeckOverrides, ValuesAreTomlAndBareWordsAreStrings) {
        "output.dir = \"runs/a b\"", "training.steps=4", "output.log_every=2", "output.dir=2024"});
   EXPECT_EQ(deck.training.steps, 4);  // the last --set wins
   EXPECT_EQ(deck.training.lr, 0.5);
-  EXPECT_EQ(deck.model.activation, pt::ActivationKind::Relu);
+  EXPECT_EQ(deck.model.mlp.activation, pt::ActivationKind::Relu);
   EXPECT_EQ(deck.pipeline.partition, (std::vector<int64_t>{2, 6}));
   EXPECT_EQ(deck.output.dir, "2024");  // a string key takes the text as written
   EXPECT_EQ(deck.key_origin.at("training.steps"), "--set training.steps=4");
@@ -392,12 +392,12 @@ TEST(DeckOverrides, TypeRangeAndConsistencyErrorsPointAtTheOverride) {
 
 void expect_same_deck(const pt::Deck& a, const pt::Deck& b) {
   EXPECT_EQ(a.model.type, b.model.type);
-  EXPECT_EQ(a.model.input_dim, b.model.input_dim);
-  EXPECT_EQ(a.model.hidden_dim, b.model.hidden_dim);
-  EXPECT_EQ(a.model.output_dim, b.model.output_dim);
-  EXPECT_EQ(a.model.depth, b.model.depth);
-  EXPECT_EQ(a.model.activation, b.model.activation);
-  EXPECT_EQ(a.model.loss, b.model.loss);
+  EXPECT_EQ(a.model.mlp.input_dim, b.model.mlp.input_dim);
+  EXPECT_EQ(a.model.mlp.hidden_dim, b.model.mlp.hidden_dim);
+  EXPECT_EQ(a.model.mlp.output_dim, b.model.mlp.output_dim);
+  EXPECT_EQ(a.model.mlp.depth, b.model.mlp.depth);
+  EXPECT_EQ(a.model.mlp.activation, b.model.mlp.activation);
+  EXPECT_EQ(a.model.mlp.loss, b.model.mlp.loss);
   EXPECT_EQ(a.model.init_seed, b.model.init_seed);
   EXPECT_EQ(a.data.type, b.data.type);
   EXPECT_EQ(a.data.samples, b.data.samples);

@@ -27,10 +27,10 @@ using test::is_root;
 
 Deck deck_for(const std::string& precision) {
   Deck d;
-  d.model.input_dim = 12;
-  d.model.hidden_dim = 24;
-  d.model.output_dim = 5;
-  d.model.depth = 4;
+  d.model.mlp.input_dim = 12;
+  d.model.mlp.hidden_dim = 24;
+  d.model.mlp.output_dim = 5;
+  d.model.mlp.depth = 4;
   d.data.samples = 256;
   d.training.steps = 6;
   d.training.batch_size = 16;

@@ -43,12 +43,12 @@ TEST(Device, H200Description) {
 pt::ModelConfig gpt_config(const GptSpec& g) {
   pt::ModelConfig m;
   m.type = "gpt";
-  m.vocab_size = g.dims.vocab_size;
-  m.seq_len = g.dims.seq_len;
-  m.d_model = g.dims.d_model;
-  m.heads = g.dims.heads;
-  m.blocks = g.dims.blocks;
-  m.mlp_ratio = g.dims.mlp_ratio;
+  m.gpt.vocab_size = g.dims.vocab_size;
+  m.gpt.seq_len = g.dims.seq_len;
+  m.gpt.d_model = g.dims.d_model;
+  m.gpt.heads = g.dims.heads;
+  m.gpt.blocks = g.dims.blocks;
+  m.gpt.mlp_ratio = g.dims.mlp_ratio;
   return m;
 }
 

@@ -87,10 +87,10 @@ double fake_total_s(size_t n) { return 1e-3 * static_cast<double>(n * (n + 1) / 
 
 Deck traced_deck(const std::string& schedule) {
   Deck d;
-  d.model.input_dim = 8;
-  d.model.hidden_dim = 16;
-  d.model.output_dim = 4;
-  d.model.depth = 8;
+  d.model.mlp.input_dim = 8;
+  d.model.mlp.hidden_dim = 16;
+  d.model.mlp.output_dim = 4;
+  d.model.mlp.depth = 8;
   d.training.steps = 3;
   d.training.batch_size = 16;
   d.training.blas_threads = 1;
@@ -287,7 +287,7 @@ TEST(TraceReplay, ARealRunReplaysBelowItsMeasuredBubble) {
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   MPI_Comm_size(MPI_COMM_WORLD, &size);
   Deck deck = traced_deck("1f1b");
-  deck.model.hidden_dim = 512;  // 64-row micro-batches: about 1 ms per action
+  deck.model.mlp.hidden_dim = 512;  // 64-row micro-batches: about 1 ms per action
   deck.training.batch_size = 256;
   Trainer trainer(deck, MPI_COMM_WORLD);
   std::vector<double> measured;
@@ -430,7 +430,7 @@ TEST(ComputeTiming, TheSlowdownStretchesTheActionsOwnKernelsOnly) {
   Deck d = traced_deck("gpipe");
   d.output.trace = false;
   d.pipeline.recompute = "none";
-  d.model.depth = 2;
+  d.model.mlp.depth = 2;
   d.training.batch_size = 8;
   d.pipeline.micro_batches = 2;
   const Schedule schedule = schedule_for_deck(d, 1);

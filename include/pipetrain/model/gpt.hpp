@@ -26,7 +26,7 @@
 #include <memory>
 #include <string>
 
-#include "pipetrain/model/gpt_dims.hpp"
+#include "pipetrain/base/model_config.hpp"
 #include "pipetrain/model/layers.hpp"
 #include "pipetrain/tensor/transformer_kernels.hpp"
 

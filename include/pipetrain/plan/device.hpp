@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "pipetrain/model/gpt_dims.hpp"
+#include "pipetrain/base/model_config.hpp"
 #include "pipetrain/plan/cost.hpp"
 
 namespace pt {
