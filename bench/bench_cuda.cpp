@@ -41,12 +41,12 @@
 
 namespace pt {
 
-double dense_peak_tflops(cuda::Precision p) {
+double dense_peak_tflops(Precision p) {
   switch (p) {
-    case cuda::Precision::BF16:
-    case cuda::Precision::FP16: return 989.4;
-    case cuda::Precision::TF32: return 494.7;
-    case cuda::Precision::FP32: return 66.9;
+    case Precision::Bf16:
+    case Precision::Fp16: return 989.4;
+    case Precision::Tf32: return 494.7;
+    case Precision::Fp32: return 66.9;
   }
   return 1;
 }
@@ -153,18 +153,18 @@ struct Replay {
   cublasComputeType_t compute;
 };
 
-Replay replay_types(cuda::Precision p) {
+Replay replay_types(Precision p) {
   switch (p) {
-    case cuda::Precision::BF16: return {CUDA_R_16BF, CUBLAS_COMPUTE_32F};
-    case cuda::Precision::FP16: return {CUDA_R_16F, CUBLAS_COMPUTE_32F};
-    case cuda::Precision::TF32: return {CUDA_R_32F, CUBLAS_COMPUTE_32F_FAST_TF32};
-    case cuda::Precision::FP32: return {CUDA_R_32F, CUBLAS_COMPUTE_32F};
+    case Precision::Bf16: return {CUDA_R_16BF, CUBLAS_COMPUTE_32F};
+    case Precision::Fp16: return {CUDA_R_16F, CUBLAS_COMPUTE_32F};
+    case Precision::Tf32: return {CUDA_R_32F, CUBLAS_COMPUTE_32F_FAST_TF32};
+    case Precision::Fp32: return {CUDA_R_32F, CUBLAS_COMPUTE_32F};
   }
   return {CUDA_R_32F, CUBLAS_COMPUTE_32F};
 }
 
 // Seconds for one pass over `gemms` on plain cuBLAS (median of reps).
-double replay_seconds(const std::vector<cuda::DeviceGemm>& gemms, cuda::Precision p, int reps) {
+double replay_seconds(const std::vector<cuda::DeviceGemm>& gemms, Precision p, int reps) {
   const Replay rt = replay_types(p);
   int64_t max_a = 1, max_b = 1, max_c = 1;
   for (const auto& g : gemms) {
@@ -231,7 +231,7 @@ double stage_flops(const Options& o, int64_t c) {
 
 // The backend's matmul() (fp32 tensors, casts included) on the four linear
 // shapes of a block's forward pass, and plain cuBLAS on the same shapes.
-void matmul_efficiency(Backend& be, const Options& o, int64_t c, cuda::Precision p,
+void matmul_efficiency(Backend& be, const Options& o, int64_t c, Precision p,
                        double& backend_s, double& plain_s) {
   const int64_t rows = o.mb * o.seq;
   const int64_t shapes[4][2] = {{c, 3 * c}, {c, c}, {c, 4 * c}, {4 * c, c}};  // (in, out)
@@ -256,16 +256,16 @@ void matmul_efficiency(Backend& be, const Options& o, int64_t c, cuda::Precision
   plain_s = replay_seconds(gemms, p, static_cast<int>(o.reps));
 }
 
-void run_stage(const Options& o, int64_t c, cuda::Precision p, double peak,
+void run_stage(const Options& o, int64_t c, Precision p, double peak,
                AttentionKind attention) {
   ModelConfig m;
   m.type = "gpt";
-  m.vocab_size = 256;
-  m.seq_len = o.seq;
-  m.d_model = c;
-  m.heads = std::max<int64_t>(1, c / 128);
-  m.blocks = 3 * o.blocks;
-  m.attention = attention;
+  m.gpt.vocab_size = 256;
+  m.gpt.seq_len = o.seq;
+  m.gpt.d_model = c;
+  m.gpt.heads = std::max<int64_t>(1, c / 128);
+  m.gpt.blocks = 3 * o.blocks;
+  m.gpt.attention = attention;
   StageModel stage = build_stage(m, {o.blocks, o.blocks, o.blocks}, 1);  // a middle stage
   for (Param* prm : stage.params()) {
     prm->value = prm->value.to(Device::CUDA, MemCategory::Parameters);
@@ -306,7 +306,7 @@ void run_stage(const Options& o, int64_t c, cuda::Precision p, double peak,
   std::printf("| %lld | %lld | %lld | %s | %s | %.2f | %.1f | %.1f | %.2f | %.1f | %.1f | %.1f "
               "| %.1f |\n",
               static_cast<long long>(c), static_cast<long long>(o.seq),
-              static_cast<long long>(o.mb), cuda::precision_name(p), kind_name(attention), t_step * 1e3,
+              static_cast<long long>(o.mb), kind_name(p), kind_name(attention), t_step * 1e3,
               flops / t_step * 1e-12, 100 * mfu, t_gemm * 1e3, 100 * t_gemm / t_step,
               gflops / t_gemm * 1e-12, 100 * gflops / t_gemm / (peak * 1e12),
               100 * mm_plain / mm_backend);
@@ -324,12 +324,12 @@ void run_stage(const Options& o, int64_t c, cuda::Precision p, double peak,
 int run_stage_bench(int argc, char** argv) {
   const Options o = parse(argc, argv);
   const cuda::DeviceInfo info = cuda::init_device(0);
-  const cuda::Precision p = cuda::parse_precision(o.precision);
+  const Precision p = parse_precision(o.precision);
   const double peak = o.peak_tflops > 0 ? o.peak_tflops : dense_peak_tflops(p);
   std::printf("%s\nOne middle GPT stage: %lld blocks, head size 128, AdamW; median of %lld "
               "steps; assumed peak %.1f TFLOP/s (%s).\n\n",
               info.describe().c_str(), static_cast<long long>(o.blocks),
-              static_cast<long long>(o.reps), peak, cuda::precision_name(p));
+              static_cast<long long>(o.reps), peak, kind_name(p));
   std::printf("| d_model | T | mb | precision | attention | step (ms) | TFLOP/s | MFU (%%) | "
               "GEMMs alone (ms) | GEMM share (%%) | GEMMs alone TFLOP/s | GEMMs alone MFU (%%) | "
               "matmul() vs plain cuBLAS (%%) |\n");

@@ -125,7 +125,7 @@ void run(const PipelineOptions& o, MPI_Comm comm) {
   const std::string transport = cuda::resolve_transport(o.transport, info, comm);
   ComputeResources compute = make_compute_resources(deck, comm);
   Trainer trainer(deck, comm, compute.setup);
-  const double peak = (o.peak_tflops > 0 ? o.peak_tflops : dense_peak_tflops(cuda::parse_precision(o.precision))) * gpus;
+  const double peak = (o.peak_tflops > 0 ? o.peak_tflops : dense_peak_tflops(parse_precision(o.precision))) * gpus;
   std::vector<double> times, bubbles;
   for (int64_t s = 0; s < o.warmup + o.reps; ++s) {
     const StepRecord rec = trainer.train_step(s);

@@ -285,7 +285,7 @@ int run(int argc, char** argv) {
   const int64_t rows = deck.training.batch_size / deck.pipeline.micro_batches;
   const int64_t units = model_units(deck.model);
   Model m{build_stage(deck.model, {units}, 0), Tensor(), Tensor()};
-  m.x = micro_batch_input(m.stage, rows, deck.model.vocab_size);
+  m.x = micro_batch_input(m.stage, rows, deck.model.gpt.vocab_size);
   m.dy = Tensor::empty(m.stage.output_shape(rows));
   for (int64_t i = 0; i < m.dy.numel(); ++i) m.dy.f32()[i] = 1e-3f * normal01(5, 2, i);
   start_gemm_recording();

@@ -101,11 +101,11 @@ double gemm_flops(const std::vector<GemmShape>& shapes) {
 void run(const Options& o, int64_t c) {
   ModelConfig m;
   m.type = "gpt";
-  m.vocab_size = 256;
-  m.seq_len = o.seq;
-  m.d_model = c;
-  m.heads = std::max<int64_t>(1, c / 64);
-  m.blocks = 3 * o.blocks;
+  m.gpt.vocab_size = 256;
+  m.gpt.seq_len = o.seq;
+  m.gpt.d_model = c;
+  m.gpt.heads = std::max<int64_t>(1, c / 64);
+  m.gpt.blocks = 3 * o.blocks;
   StageModel stage = build_stage(m, {o.blocks, o.blocks, o.blocks}, 1);  // a middle stage
   Tensor x = random_tensor({o.mb, o.seq, c}, 1), dy = random_tensor({o.mb, o.seq, c}, 2);
   forward_backward(stage, x, dy);  // warm-up: allocator cache, BLAS buffers
@@ -126,7 +126,7 @@ void run(const Options& o, int64_t c) {
   const double t_stage = median(stage_times), t_gemm = median(gemm_times);
   const double t_forward = median(forward_times);
   std::printf("| %lld | %lld | %zu | %.2f | %.1f | %.2f | %.1f | %.2f | %.2f |\n",
-              static_cast<long long>(c), static_cast<long long>(m.heads), shapes.size(),
+              static_cast<long long>(c), static_cast<long long>(m.gpt.heads), shapes.size(),
               t_stage * 1e3, 100.0 * t_forward / t_stage, t_gemm * 1e3, 100.0 * t_gemm / t_stage,
               gemm_flops(shapes) / t_stage * 1e-9, gemm_flops(shapes) / t_gemm * 1e-9);
   std::fflush(stdout);

@@ -60,10 +60,10 @@ class TempDir {
 
 Deck mlp_deck() {
   Deck d;
-  d.model.input_dim = 12;
-  d.model.hidden_dim = 24;
-  d.model.output_dim = 5;
-  d.model.depth = 8;
+  d.model.mlp.input_dim = 12;
+  d.model.mlp.hidden_dim = 24;
+  d.model.mlp.output_dim = 5;
+  d.model.mlp.depth = 8;
   d.data.samples = 256;
   d.training.steps = 6;
   d.training.batch_size = 16;
@@ -332,7 +332,7 @@ TEST_F(BadCheckpoint, ChecksumMismatch) {
 
 TEST_F(BadCheckpoint, ShapeDiffersFromDeck) {
   Deck wider = mlp_deck();
-  wider.model.hidden_dim = 32;
+  wider.model.mlp.hidden_dim = 32;
   const std::string e = load_error(wider, tmp / "bad");
   EXPECT_TRUE(has(e, "params/unit0.linear.weight/value has shape (24, 12) but the deck's model "
                      "needs (32, 12)")) << e;
@@ -340,7 +340,7 @@ TEST_F(BadCheckpoint, ShapeDiffersFromDeck) {
 
 TEST_F(BadCheckpoint, MissingLayer) {
   Deck deeper = mlp_deck();
-  deeper.model.depth = 9;
+  deeper.model.mlp.depth = 9;
   const std::string e = load_error(deeper, tmp / "bad");
   EXPECT_TRUE(has(e, "checkpoint " + tmp / "bad" + ": missing layer(s) unit8.linear.weight")) << e;
 }

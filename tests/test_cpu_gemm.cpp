@@ -121,20 +121,5 @@ TEST(CpuGemm, AutoRoutesByShapeAndByOneDnnIsa) {
       << described;
 }
 
-TEST(CpuGemm, ChoicesParseAndUnknownOnesAreNamed) {
-  EXPECT_EQ(parse_cpu_gemm("auto"), CpuGemm::Auto);
-  EXPECT_EQ(parse_cpu_gemm("onednn"), CpuGemm::OneDNN);
-  EXPECT_EQ(parse_cpu_gemm("onednn-sgemm"), CpuGemm::OneDNNSgemm);
-  EXPECT_EQ(parse_cpu_gemm("openblas"), CpuGemm::OpenBLAS);
-  try {
-    parse_cpu_gemm("mkl");
-    FAIL() << "mkl was accepted";
-  } catch (const std::exception& e) {
-    EXPECT_NE(std::string(e.what()).find("\"mkl\"; expected auto, onednn, onednn-sgemm or openblas"),
-              std::string::npos)
-        << e.what();
-  }
-}
-
 }  // namespace
 }  // namespace pt

@@ -54,7 +54,7 @@ struct Shape4 {
 
 const Shape4 kShapes[] = {{2, 128, 256, 4}, {3, 100, 384, 3}};  // D = 64 and 128
 
-std::unique_ptr<Backend> gpu_backend(cuda::Precision p) {
+std::unique_ptr<Backend> gpu_backend(Precision p) {
   cuda::BackendOptions o;
   o.precision = p;
   return cuda::make_backend(o);
@@ -106,8 +106,8 @@ bool same_bits(const Tensor& a, const Tensor& b) {
 
 TEST(CudaAttention, FusedMatchesTheCpuReferenceInBf16) {
   PT_REQUIRE_GPU();
-  auto dev = gpu_backend(cuda::Precision::BF16);
-  auto cpu = make_cpu_backend(GemmPrecision::BF16);
+  auto dev = gpu_backend(Precision::Bf16);
+  auto cpu = make_cpu_backend(Precision::Bf16);
   for (const Shape4& s : kShapes) {
     std::printf(" %s\n", s.name().c_str());
     const Tensor qkv = random_host({s.mb, s.T, 3 * s.C}, 1);
@@ -125,7 +125,7 @@ TEST(CudaAttention, FusedMatchesTheCpuReferenceInBf16) {
 
 TEST(CudaAttention, FusedIsDeterministic) {
   PT_REQUIRE_GPU();
-  auto dev = gpu_backend(cuda::Precision::BF16);
+  auto dev = gpu_backend(Precision::Bf16);
   const Shape4 s = kShapes[0];
   const Tensor qkv = random_host({s.mb, s.T, 3 * s.C}, 3);
   const Tensor dy = random_host({s.mb, s.T, s.C}, 4);
@@ -138,9 +138,9 @@ TEST(CudaAttention, FusedIsDeterministic) {
 
 TEST(CudaAttention, TheGroupExistsInBf16Only) {
   PT_REQUIRE_GPU();
-  for (cuda::Precision p : {cuda::Precision::FP32, cuda::Precision::TF32, cuda::Precision::FP16})
-    EXPECT_EQ(gpu_backend(p)->kernels<FusedAttentionKernels>(), nullptr) << cuda::precision_name(p);
-  EXPECT_NE(gpu_backend(cuda::Precision::BF16)->kernels<FusedAttentionKernels>(), nullptr)
+  for (Precision p : {Precision::Fp32, Precision::Tf32, Precision::Fp16})
+    EXPECT_EQ(gpu_backend(p)->kernels<FusedAttentionKernels>(), nullptr) << kind_name(p);
+  EXPECT_NE(gpu_backend(Precision::Bf16)->kernels<FusedAttentionKernels>(), nullptr)
       << "bf16 on an sm_80+ GPU (the GPU check runs on H100 / H200)";
 }
 
@@ -149,14 +149,14 @@ TEST(CudaAttention, TheGroupExistsInBf16Only) {
 ModelConfig small_gpt(AttentionKind attention) {
   ModelConfig m;
   m.type = "gpt";
-  m.vocab_size = 37;
-  m.seq_len = 64;
-  m.d_model = 128;
-  m.heads = 2;  // D = 64
-  m.blocks = 2;
-  m.mlp_ratio = 4;
+  m.gpt.vocab_size = 37;
+  m.gpt.seq_len = 64;
+  m.gpt.d_model = 128;
+  m.gpt.heads = 2;  // D = 64
+  m.gpt.blocks = 2;
+  m.gpt.mlp_ratio = 4;
   m.init_seed = 91;
-  m.attention = attention;
+  m.gpt.attention = attention;
   return m;
 }
 
@@ -192,8 +192,8 @@ TEST(CudaAttention, GptStepWithFusedAttentionMatchesTheCpuReferenceInBf16) {
     tokens.i32()[i] = static_cast<int32_t>((i * 13 + i / 7) % fused.vocab_size);
     labels.i32()[i] = static_cast<int32_t>((i * 13 + i / 7 + 5) % fused.vocab_size);
   }
-  auto be = gpu_backend(cuda::Precision::BF16);
-  auto cpu = make_cpu_backend(GemmPrecision::BF16);
+  auto be = gpu_backend(Precision::Bf16);
+  auto cpu = make_cpu_backend(Precision::Bf16);
   Tensor dev_logits, ref_logits;
   const double dev_loss = loss_and_grads(dev, *be, gpu(tokens), gpu(labels), dev_logits);
   const double ref_loss = loss_and_grads(ref, *cpu, tokens, labels, ref_logits);

@@ -91,7 +91,7 @@ double ordering_tolerance(const std::string& precision) {
 // with momentum (the rebalancing move carries its state), no clipping.
 Deck base_deck(const std::string& device) {
   Deck d = pt_test::small_gpu_gpt(device);
-  d.model.loss = LossKind::CrossEntropy;
+  d.model.mlp.loss = LossKind::CrossEntropy;
   d.training.steps = 2;
   d.training.lr_schedule = LrScheduleKind::Constant;
   d.pipeline.schedule = ScheduleKind::OneFOneB;
@@ -272,12 +272,12 @@ TEST_F(CudaFeatures, FullRecompute) {
 }
 
 TEST_F(CudaFeatures, Bf16) {
-  check({"bf16", [](Deck& d) { d.training.precision = PrecisionKind::Bf16; }});
+  check({"bf16", [](Deck& d) { d.training.precision = Precision::Bf16; }});
 }
 
 TEST_F(CudaFeatures, Fp16WithTheLossScaler) {
   check({"fp16", [](Deck& d) {
-           d.training.precision = PrecisionKind::Fp16;
+           d.training.precision = Precision::Fp16;
            d.training.loss_scale = 1024;
          }});
 }
@@ -335,8 +335,8 @@ TEST(CudaFeaturesTolerances, TolerancesCoverAnotherSummationOrder) {
   const CpuGemm before = cpu_gemm();
   for (const char* precision : {"fp32", "tf32", "bf16", "fp16"}) {
     Deck deck = one_rank_reference(base_deck("cpu"));
-    deck.training.precision = kind_named<PrecisionKind>(precision);
-    if (deck.training.precision == PrecisionKind::Fp16) deck.training.loss_scale = 1024;
+    deck.training.precision = kind_named<Precision>(precision);
+    if (deck.training.precision == Precision::Fp16) deck.training.loss_scale = 1024;
     set_cpu_gemm(CpuGemm::OpenBLAS);
     const Outcome openblas = train(deck, MPI_COMM_SELF, {});
     set_cpu_gemm(CpuGemm::OneDNNSgemm);

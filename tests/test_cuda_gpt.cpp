@@ -38,12 +38,12 @@ struct Tolerances {
   double loss, logits, grads;
 };
 
-Tolerances tolerances(cuda::Precision p) {
+Tolerances tolerances(Precision p) {
   switch (p) {
-    case cuda::Precision::FP32: return {1e-6, 1e-4, 1e-4};
-    case cuda::Precision::TF32: return {2e-3, 1e-2, 3e-2};
-    case cuda::Precision::BF16: return {1e-2, 3e-2, 8e-2};
-    case cuda::Precision::FP16: return {2e-3, 1e-2, 3e-2};
+    case Precision::Fp32: return {1e-6, 1e-4, 1e-4};
+    case Precision::Tf32: return {2e-3, 1e-2, 3e-2};
+    case Precision::Bf16: return {1e-2, 3e-2, 8e-2};
+    case Precision::Fp16: return {2e-3, 1e-2, 3e-2};
   }
   return {};
 }
@@ -51,12 +51,12 @@ Tolerances tolerances(cuda::Precision p) {
 ModelConfig tiny_gpt() {
   ModelConfig m;
   m.type = "gpt";
-  m.vocab_size = 29;
-  m.seq_len = 16;
-  m.d_model = 64;
-  m.heads = 4;
-  m.blocks = 2;
-  m.mlp_ratio = 4;
+  m.gpt.vocab_size = 29;
+  m.gpt.seq_len = 16;
+  m.gpt.d_model = 64;
+  m.gpt.heads = 4;
+  m.gpt.blocks = 2;
+  m.gpt.mlp_ratio = 4;
   m.init_seed = 77;
   return m;
 }
@@ -71,11 +71,11 @@ TrainingConfig sgd_config() {
 
 // Tokens (mb, T) and next-token labels (mb, T), on the host.
 void make_batch(const ModelConfig& m, int64_t mb, Tensor& tokens, Tensor& labels) {
-  tokens = Tensor::empty({mb, m.seq_len}, DType::I32, MemCategory::Workspace, Device::CPU);
-  labels = Tensor::empty({mb, m.seq_len}, DType::I32, MemCategory::Workspace, Device::CPU);
-  for (int64_t i = 0; i < mb * m.seq_len; ++i) {
-    tokens.i32()[i] = static_cast<int32_t>((i * 11 + i / 5) % m.vocab_size);
-    labels.i32()[i] = static_cast<int32_t>((i * 11 + i / 5 + 3) % m.vocab_size);
+  tokens = Tensor::empty({mb, m.gpt.seq_len}, DType::I32, MemCategory::Workspace, Device::CPU);
+  labels = Tensor::empty({mb, m.gpt.seq_len}, DType::I32, MemCategory::Workspace, Device::CPU);
+  for (int64_t i = 0; i < mb * m.gpt.seq_len; ++i) {
+    tokens.i32()[i] = static_cast<int32_t>((i * 11 + i / 5) % m.gpt.vocab_size);
+    labels.i32()[i] = static_cast<int32_t>((i * 11 + i / 5 + 3) % m.gpt.vocab_size);
   }
 }
 
@@ -111,12 +111,12 @@ double train_step(StageModel& stage, Backend& be, const Tensor& tokens, const Te
 // fp32 operand (truncation) where the emulation rounds to nearest, so every
 // operand may differ by an ulp: the tf32 tolerances against fp32 apply.
 // Returns {logits, grads}.
-std::pair<double, double> emulation_tolerance(cuda::Precision p) {
+std::pair<double, double> emulation_tolerance(Precision p) {
   switch (p) {
-    case cuda::Precision::BF16: return {4 * std::ldexp(1.0, -8), 4 * std::ldexp(1.0, -8)};
-    case cuda::Precision::FP16: return {4 * std::ldexp(1.0, -11), 4 * std::ldexp(1.0, -11)};
-    case cuda::Precision::TF32:
-    case cuda::Precision::FP32: return {tolerances(p).logits, tolerances(p).grads};
+    case Precision::Bf16: return {4 * std::ldexp(1.0, -8), 4 * std::ldexp(1.0, -8)};
+    case Precision::Fp16: return {4 * std::ldexp(1.0, -11), 4 * std::ldexp(1.0, -11)};
+    case Precision::Tf32:
+    case Precision::Fp32: return {tolerances(p).logits, tolerances(p).grads};
   }
   return {0.0, 0.0};
 }
@@ -128,17 +128,17 @@ double max_abs(const Tensor& t) {
   return m;
 }
 
-void compare_with_cpu_emulation(cuda::Precision precision, StageModel& dev, double dev_loss,
+void compare_with_cpu_emulation(Precision precision, StageModel& dev, double dev_loss,
                                 const Tensor& dev_logits) {
-  if (precision == cuda::Precision::FP32) return;
+  if (precision == Precision::Fp32) return;
   const ModelConfig m = tiny_gpt();
   const auto [logits_tol, grads_tol] = emulation_tolerance(precision);
-  auto emulated = make_cpu_backend(parse_gemm_precision(cuda::precision_name(precision)));
-  StageModel ref = build_stage(m, {m.blocks}, 0);
+  auto emulated = make_cpu_backend(precision);
+  StageModel ref = build_stage(m, {m.gpt.blocks}, 0);
   Tensor tokens, labels, ref_logits;
   make_batch(m, 3, tokens, labels);
   const double ref_loss = train_step(ref, *emulated, tokens, labels, ref_logits);
-  const std::string tag = std::string(" vs CPU emulated ") + cuda::precision_name(precision);
+  const std::string tag = std::string(" vs CPU emulated ") + kind_name(precision);
   std::printf("  loss cpu-emulated %.9f  cuda %.9f\n", ref_loss, dev_loss);
   // A row's cross-entropy moves by at most 2 max|dz| (its gradient p - onehot
   // has an L1 norm <= 2), and so does their mean.
@@ -149,11 +149,11 @@ void compare_with_cpu_emulation(cuda::Precision precision, StageModel& dev, doub
     expect_close(dp[i]->grad, rp[i]->grad, grads_tol, rp[i]->name + ".grad" + tag);
 }
 
-void compare_step(cuda::Precision precision) {
+void compare_step(Precision precision) {
   const ModelConfig m = tiny_gpt();
   const Tolerances tol = tolerances(precision);
-  StageModel ref = build_stage(m, {m.blocks}, 0);
-  StageModel dev = build_stage(m, {m.blocks}, 0);
+  StageModel ref = build_stage(m, {m.gpt.blocks}, 0);
+  StageModel dev = build_stage(m, {m.gpt.blocks}, 0);
   move_params(dev, Device::CUDA);
   cuda::BackendOptions o;
   o.precision = precision;
@@ -163,7 +163,7 @@ void compare_step(cuda::Precision precision) {
   // Gradients are compared after the step: SGD leaves them in Param::grad.
   const double ref_loss = train_step(ref, cpu_backend(), tokens, labels, ref_logits);
   const double dev_loss = train_step(dev, *be, gpu(tokens), gpu(labels), dev_logits);
-  const std::string tag = std::string(" ") + cuda::precision_name(precision);
+  const std::string tag = std::string(" ") + kind_name(precision);
   std::printf("  loss cpu %.9f  cuda%s %.9f\n", ref_loss, tag.c_str(), dev_loss);
   EXPECT_NEAR(dev_loss, ref_loss, tol.loss * ref_loss);
   expect_close(dev_logits, ref_logits, tol.logits, "logits" + tag);
@@ -179,17 +179,17 @@ void compare_step(cuda::Precision precision) {
 
 TEST(CudaGpt, TrainingStepMatchesCpuFp32) {
   PT_REQUIRE_GPU();
-  compare_step(cuda::Precision::FP32);
+  compare_step(Precision::Fp32);
 }
 
 TEST(CudaGpt, TrainingStepMatchesCpuTf32) {
   PT_REQUIRE_GPU();
-  compare_step(cuda::Precision::TF32);
+  compare_step(Precision::Tf32);
 }
 
 TEST(CudaGpt, TrainingStepMatchesCpuBf16) {
   PT_REQUIRE_GPU();
-  compare_step(cuda::Precision::BF16);
+  compare_step(Precision::Bf16);
 }
 
 // One fp16-style step with dynamic loss scaling, on any backend: forward,
@@ -212,7 +212,7 @@ double scaled_step(StageModel& stage, Backend& be, Optimizer& opt, LossScaler& s
     g.f32()[0] = std::numeric_limits<float>::infinity();
     copy_tensor(g, params[0]->grad);
   }
-  const bool finite = LossScaler::grads_finite(be, params);
+  const bool finite = scaler.grads_finite(be, params);
   if (finite) scaler.unscale(be, params);
   if (scaler.update(finite)) opt.step(be, 0.05f, 1.f);
   opt.zero_grad(be);
@@ -228,11 +228,11 @@ std::vector<Tensor> host_values(StageModel& stage) {
 TEST(CudaGpt, Fp16TrainsWithTheLossScalerAndSkipsAnOverflow) {
   PT_REQUIRE_GPU();
   const ModelConfig m = tiny_gpt();
-  StageModel ref = build_stage(m, {m.blocks}, 0);  // fp32 on the CPU, same schedule
-  StageModel dev = build_stage(m, {m.blocks}, 0);
+  StageModel ref = build_stage(m, {m.gpt.blocks}, 0);  // fp32 on the CPU, same schedule
+  StageModel dev = build_stage(m, {m.gpt.blocks}, 0);
   move_params(dev, Device::CUDA);
   cuda::BackendOptions o;
-  o.precision = cuda::Precision::FP16;
+  o.precision = Precision::Fp16;
   auto be = cuda::make_backend(o);
   Tensor tokens, labels;
   make_batch(m, 3, tokens, labels);
@@ -258,7 +258,7 @@ TEST(CudaGpt, Fp16TrainsWithTheLossScalerAndSkipsAnOverflow) {
     std::printf("  step %lld: loss cpu %.6f cuda fp16 %.6f, scale %g\n",
                 static_cast<long long>(step), ref_loss, loss, dev_scaler.scale());
     EXPECT_TRUE(std::isfinite(loss));
-    EXPECT_NEAR(loss, ref_loss, tolerances(cuda::Precision::FP16).loss * ref_loss);
+    EXPECT_NEAR(loss, ref_loss, tolerances(Precision::Fp16).loss * ref_loss);
     EXPECT_EQ(dev_scaler.scale(), expected_scale[step]) << "step " << step;
     if (overflow) {  // skipped: every parameter bit unchanged
       const std::vector<Tensor> after = host_values(dev);
@@ -269,7 +269,7 @@ TEST(CudaGpt, Fp16TrainsWithTheLossScalerAndSkipsAnOverflow) {
   EXPECT_EQ(dev_scaler.skipped_steps(), 1);
   const std::vector<Param*> rp = ref.params(), dp = dev.params();
   for (size_t i = 0; i < rp.size(); ++i)
-    expect_close(dp[i]->value, rp[i]->value, tolerances(cuda::Precision::FP16).grads,
+    expect_close(dp[i]->value, rp[i]->value, tolerances(Precision::Fp16).grads,
                  rp[i]->name + " after 3 fp16 steps");
 }
 
@@ -278,12 +278,12 @@ TEST(CudaGpt, RecomputedProbsGiveTheSameGradients) {
   // Selective recomputation drops the saved probs; the block recomputes them
   // on the backend. On the GPU the result must equal the stored-probs path.
   const ModelConfig m = tiny_gpt();
-  StageModel stage = build_stage(m, {m.blocks}, 0);
+  StageModel stage = build_stage(m, {m.gpt.blocks}, 0);
   move_params(stage, Device::CUDA);
   auto be = cuda::make_backend();
   DefaultDeviceGuard guard(Device::CUDA);
-  Tensor x = gpu(test::random_host({2, m.seq_len, m.d_model}, 40));
-  Tensor dy = gpu(test::random_host({2, m.seq_len, m.d_model}, 41));
+  Tensor x = gpu(test::random_host({2, m.gpt.seq_len, m.gpt.d_model}, 40));
+  Tensor dy = gpu(test::random_host({2, m.gpt.seq_len, m.gpt.d_model}, 41));
   Layer& block = *stage.layers[1];
   std::vector<Tensor> saved;
   block.forward(*be, x, saved);

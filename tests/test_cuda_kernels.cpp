@@ -21,17 +21,17 @@ using test::host;
 using test::random_host;
 using test::transformer;
 
-double gemm_tol(cuda::Precision p) {
+double gemm_tol(Precision p) {
   switch (p) {
-    case cuda::Precision::FP32: return 1e-5;
-    case cuda::Precision::TF32: return 5e-3;
-    case cuda::Precision::FP16: return 5e-3;
-    case cuda::Precision::BF16: return 2e-2;
+    case Precision::Fp32: return 1e-5;
+    case Precision::Tf32: return 5e-3;
+    case Precision::Fp16: return 5e-3;
+    case Precision::Bf16: return 2e-2;
   }
   return 0;
 }
 
-std::unique_ptr<Backend> backend(cuda::Precision p = cuda::Precision::FP32) {
+std::unique_ptr<Backend> backend(Precision p = Precision::Fp32) {
   cuda::BackendOptions o;
   o.precision = p;
   return cuda::make_backend(o);
@@ -51,8 +51,8 @@ Tensor tokens_host(int64_t mb, int64_t T, int64_t V) {
 TEST(CudaKernels, MatmulAllTransposesAndPrecisions) {
   PT_REQUIRE_GPU();
   const int64_t m = 37, n = 53, k = 64;
-  for (cuda::Precision p : {cuda::Precision::FP32, cuda::Precision::TF32,
-                            cuda::Precision::BF16, cuda::Precision::FP16}) {
+  for (Precision p : {Precision::Fp32, Precision::Tf32,
+                            Precision::Bf16, Precision::Fp16}) {
     auto be = backend(p);
     for (int ta = 0; ta < 2; ++ta) {
       for (int tb = 0; tb < 2; ++tb) {
@@ -63,7 +63,7 @@ TEST(CudaKernels, MatmulAllTransposesAndPrecisions) {
         cpu_backend().matmul(a, ta, b, tb, c, 0.5f, 0.75f);
         be->matmul(gpu(a), ta, gpu(b), tb, gc, 0.5f, 0.75f);
         expect_close(gc, c, gemm_tol(p),
-                     std::string("matmul ") + cuda::precision_name(p) + (ta ? " A^T" : " A") +
+                     std::string("matmul ") + kind_name(p) + (ta ? " A^T" : " A") +
                          (tb ? " B^T" : " B"));
       }
     }
@@ -260,18 +260,18 @@ TEST(CudaKernels, AttentionAllPrecisions) {
   transformer(cpu_backend()).attention_probs(qkv, H, probs);
   transformer(cpu_backend()).attention_values(qkv, probs, H, y);
   transformer(cpu_backend()).attention_backward(qkv, probs, dy, H, dqkv);
-  for (cuda::Precision p : {cuda::Precision::FP32, cuda::Precision::TF32, cuda::Precision::BF16}) {
+  for (Precision p : {Precision::Fp32, Precision::Tf32, Precision::Bf16}) {
     auto be = backend(p);
     Tensor gq = gpu(qkv), gp = gpu(probs), gy = gpu(y), gd = gpu(dqkv);
     transformer(*be).attention_probs(gq, H, gp);
     transformer(*be).attention_values(gq, gp, H, gy);
     transformer(*be).attention_backward(gq, gp, gpu(dy), H, gd);
-    const std::string tag = std::string(" ") + cuda::precision_name(p);
+    const std::string tag = std::string(" ") + kind_name(p);
     // Two chained low-precision GEMMs in the backward pass: twice the GEMM tolerance.
-    const double tol = p == cuda::Precision::FP32 ? 1e-5 : gemm_tol(p);
+    const double tol = p == Precision::Fp32 ? 1e-5 : gemm_tol(p);
     expect_close(gp, probs, tol, "attention probs" + tag);
     expect_close(gy, y, tol, "attention values" + tag);
-    expect_close(gd, dqkv, p == cuda::Precision::FP32 ? tol : 2 * tol, "attention dqkv" + tag);
+    expect_close(gd, dqkv, p == Precision::Fp32 ? tol : 2 * tol, "attention dqkv" + tag);
     const Tensor hp = host(gp);
     for (int64_t r = 0; r < mb * H * T; ++r)
       for (int64_t j = r % T + 1; j < T; ++j)
@@ -299,7 +299,7 @@ TEST(CudaKernels, OptimizerStepsExact) {
 
 TEST(CudaKernels, RepeatedCallsAreBitwiseIdentical) {
   PT_REQUIRE_GPU();
-  auto be = backend(cuda::Precision::BF16);
+  auto be = backend(Precision::Bf16);
   const int64_t mb = 2, T = 33, H = 2, C = 64;
   Tensor gq = gpu(random_host({mb, T, 3 * C}, 33)), gdy = gpu(random_host({mb, T, C}, 34));
   Tensor gp = Tensor::empty({mb, H, T, T}, DType::F32, MemCategory::Workspace, Device::CUDA);

@@ -45,7 +45,7 @@ constexpr double kFp32OrderingTolerance = 1e-4;
 Deck gpu_deck() {
   Deck d = pt_test::small_gpu_gpt("cuda");
   d.training.steps = 3;
-  d.training.precision = PrecisionKind::Fp32;
+  d.training.precision = Precision::Fp32;
   d.pipeline.transport = TransportKind::Auto;
   return d;
 }

@@ -72,8 +72,8 @@ TEST(CudaSelect, EnvironmentIsPreparedUnlessTheUserSetIt) {
 
 TEST(CudaSelect, PrecisionNames) {
   for (const char* name : {"fp32", "tf32", "bf16", "fp16"})
-    EXPECT_STREQ(cuda::precision_name(cuda::parse_precision(name)), name);
-  EXPECT_THROW(cuda::parse_precision("fp8"), InputError);
+    EXPECT_STREQ(kind_name(parse_precision(name)), name);
+  EXPECT_THROW(parse_precision("fp8"), InputError);
 }
 
 TEST(CudaSelect, DeviceCountNeverThrows) {

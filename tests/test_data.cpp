@@ -33,8 +33,8 @@ Deck markov_deck(int64_t vocab, int64_t order, int64_t seq_len, double concentra
                  uint64_t seed = 42) {
   Deck deck;
   deck.model.type = "gpt";
-  deck.model.vocab_size = vocab;
-  deck.model.seq_len = seq_len;
+  deck.model.gpt.vocab_size = vocab;
+  deck.model.gpt.seq_len = seq_len;
   deck.data.type = DataKind::Markov;
   deck.data.markov_order = order;
   deck.data.concentration = concentration;
@@ -99,7 +99,7 @@ class ConditionalEntropy {
 // (context x_{t-k}..x_{t-1}, next x_t). Windows start in the stationary
 // distribution, so every such pair is a draw from the stationary chain.
 double empirical_rate(const Dataset& data, const Deck& deck, int64_t windows, int64_t& pairs) {
-  const int64_t k = deck.data.markov_order, T = deck.model.seq_len, V = deck.model.vocab_size;
+  const int64_t k = deck.data.markov_order, T = deck.model.gpt.seq_len, V = deck.model.gpt.vocab_size;
   ConditionalEntropy h;
   constexpr int64_t kBlock = 512;
   for (int64_t first = 0; first < windows; first += kBlock) {
@@ -313,8 +313,8 @@ std::vector<int32_t> iota_tokens(int64_t n, int64_t vocab, int32_t start = 0) {
 Deck hdf5_deck(const std::string& path, int64_t vocab, int64_t seq_len, int64_t batch = 4) {
   Deck deck;
   deck.model.type = "gpt";
-  deck.model.vocab_size = vocab;
-  deck.model.seq_len = seq_len;
+  deck.model.gpt.vocab_size = vocab;
+  deck.model.gpt.seq_len = seq_len;
   deck.data.type = DataKind::Hdf5;
   deck.data.path = path;
   deck.training.batch_size = batch;

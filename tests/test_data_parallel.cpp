@@ -89,8 +89,8 @@ GridRun train_grid(Deck deck, const Layout& l, int global_mb) {
     ProcessGrid grid(sub, l.d);
     std::unique_ptr<Backend> backend;  // reduced precision: the CPU's exact emulation
     ComputeSetup setup;
-    if (deck.training.precision != PrecisionKind::Fp32) {
-      backend = make_cpu_backend(parse_gemm_precision(kind_name(deck.training.precision)));
+    if (deck.training.precision != Precision::Fp32) {
+      backend = make_cpu_backend(deck.training.precision);
       setup.backend = backend.get();
     }
     Trainer trainer(deck, grid, setup);
@@ -171,7 +171,7 @@ TEST(DataParallel, OrderedInterleavedIsBitwiseAcrossLayouts) {
 // stay bitwise equal (the overflow check reads the reduced gradients).
 TEST(DataParallel, Fp16LossScalingIsConsistentAcrossTheGrid) {
   Deck deck = mlp_deck("1f1b", "ordered");
-  deck.training.precision = PrecisionKind::Fp16;
+  deck.training.precision = Precision::Fp16;
   deck.training.loss_scale = 16777216.0;  // 2^24: overflows fp16 for the first steps
   deck.training.steps = 8;
   const GridRun ref = train_grid(deck, {1, 1}, 4);

@@ -11,6 +11,7 @@
 #include <functional>
 #include <limits>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "pipetrain/io/deck_io.hpp"
@@ -57,13 +58,13 @@ TEST(Deck, EmptyTextGivesDefaultsAndWhereNamesTheFile) {
   pt::Deck deck = pt::parse_deck_text("", "t.toml", {});
   EXPECT_EQ(deck.source_file, "t.toml");
   EXPECT_TRUE(deck.key_origin.empty());
-  EXPECT_EQ(deck.model.depth, pt::ModelConfig{}.depth);
+  EXPECT_EQ(deck.model.mlp.depth, pt::ModelConfig{}.mlp.depth);
   EXPECT_EQ(deck.where("training.lr"), "t.toml: training.lr");
 }
 
 TEST(Deck, RecordsTheLineOfEveryKey) {
   pt::Deck deck = pt::parse_deck_text("[model]\ndepth = 4\n\n[training]\nlr = 2\n", "t.toml", {});
-  EXPECT_EQ(deck.model.depth, 4);
+  EXPECT_EQ(deck.model.mlp.depth, 4);
   EXPECT_EQ(deck.training.lr, 2.0);  // an integer is accepted for a float
   EXPECT_EQ(deck.key_origin.at("model.depth"), "t.toml:2");
   EXPECT_EQ(deck.where("training.lr"), "t.toml:5: training.lr");
@@ -71,13 +72,13 @@ TEST(Deck, RecordsTheLineOfEveryKey) {
 
 TEST(Deck, ExampleDecksParseAndFitTheirRankCounts) {
   pt::Deck big = pt::parse_deck_file(example_deck("mlp.toml"), {});
-  EXPECT_EQ(big.model.depth, 16);
-  EXPECT_EQ(big.model.input_dim, 256);
+  EXPECT_EQ(big.model.mlp.depth, 16);
+  EXPECT_EQ(big.model.mlp.input_dim, 256);
   EXPECT_EQ(big.pipeline.micro_batches, 8);
   EXPECT_EQ(big.output.dir, "runs/mlp");
   EXPECT_EQ(pt::check_deck_layout(big, 4), 4);
   pt::Deck small = pt::parse_deck_file(example_deck("mlp_small.toml"), {});
-  EXPECT_EQ(small.model.depth, 8);
+  EXPECT_EQ(small.model.mlp.depth, 8);
   EXPECT_EQ(small.training.batch_size, 16);
   EXPECT_EQ(small.training.steps, 5);
   for (int ranks : {1, 2, 4, 8}) EXPECT_EQ(pt::check_deck_layout(small, ranks), ranks);
@@ -196,6 +197,24 @@ TEST(DeckErrors, BadChoiceListsTheAllowedValues) {
   EXPECT_HAS(text_error("[model]\ntype = \"rnn\""), "model.type = \"rnn\": must be one of \"mlp\", \"gpt\"");
   EXPECT_HAS(text_error("[data]\ntype = \"mnist\""),
              "data.type = \"mnist\": must be one of \"synthetic\", \"markov\", \"hdf5\"");
+}
+
+// training.cpu_gemm is read through its kind table (the one parser of CPU
+// GEMM names): every library by its name, an unknown one named with the choices.
+TEST(DeckErrors, CpuGemmChoicesParseAndUnknownOnesAreNamed) {
+  const std::pair<const char*, pt::CpuGemmKind> choices[] = {
+      {"auto", pt::CpuGemmKind::Auto},
+      {"onednn", pt::CpuGemmKind::OneDNN},
+      {"onednn-sgemm", pt::CpuGemmKind::OneDNNSgemm},
+      {"openblas", pt::CpuGemmKind::OpenBLAS}};
+  for (const auto& [name, kind] : choices)
+    EXPECT_EQ(pt::parse_deck_text("[training]\ncpu_gemm = \"" + std::string(name) + "\"", "t.toml", {})
+                  .training.cpu_gemm,
+              kind)
+        << name;
+  EXPECT_EQ(text_error("[training]\ncpu_gemm = \"mkl\""),
+            "t.toml:2: training.cpu_gemm = \"mkl\": must be one of \"auto\", \"onednn\", "
+            "\"onednn-sgemm\", \"openblas\"");
 }
 
 TEST(DeckErrors, BatchSizeMustBeDivisibleByMicroBatches) {
@@ -346,15 +365,15 @@ TEST(DeckErrors, FusedAttentionIsAGptKeyAndNeedsBf16OnCuda) {
             "t.toml:3: model.attention = \"flash\": must be one of \"reference\", \"fused\"");
   EXPECT_EQ(text_error("[model]\nattention = \"fused\"\n"),
             "t.toml:2: model.attention: only applies with model.type = \"gpt\"; remove it or change that key");
-  EXPECT_EQ(pt::parse_deck_text(cuda + "precision = \"bf16\"\n", "t.toml", {}).model.attention,
+  EXPECT_EQ(pt::parse_deck_text(cuda + "precision = \"bf16\"\n", "t.toml", {}).model.gpt.attention,
             pt::AttentionKind::Fused);
-  EXPECT_EQ(pt::parse_deck_text(gpt + "[training]\nprecision = \"fp16\"\n", "t.toml", {}).model.attention,
+  EXPECT_EQ(pt::parse_deck_text(gpt + "[training]\nprecision = \"fp16\"\n", "t.toml", {}).model.gpt.attention,
             pt::AttentionKind::Fused);
   // deck_to_toml writes it, and it reads back.
   const pt::Deck deck = pt::parse_deck_text(gpt, "t.toml", {});
   const std::string text = pt::deck_to_toml(deck);
   EXPECT_HAS(text, "attention = \"fused\"");
-  EXPECT_EQ(pt::parse_deck_text(text, "resolved.toml", {}).model.attention, pt::AttentionKind::Fused);
+  EXPECT_EQ(pt::parse_deck_text(text, "resolved.toml", {}).model.gpt.attention, pt::AttentionKind::Fused);
 }
 
 TEST(DeckErrors, BooleanKeysNeedBooleans) {
@@ -369,7 +388,7 @@ TEST(DeckOverrides, ValuesAreTomlAndBareWordsAreStrings) {
        "output.dir = \"runs/a b\"", "training.steps=4", "output.log_every=2", "output.dir=2024"});
   EXPECT_EQ(deck.training.steps, 4);  // the last --set wins
   EXPECT_EQ(deck.training.lr, 0.5);
-  EXPECT_EQ(deck.model.activation, pt::ActivationKind::Relu);
+  EXPECT_EQ(deck.model.mlp.activation, pt::ActivationKind::Relu);
   EXPECT_EQ(deck.pipeline.partition, (std::vector<int64_t>{2, 6}));
   EXPECT_EQ(deck.output.dir, "2024");  // a string key takes the text as written
   EXPECT_EQ(deck.key_origin.at("training.steps"), "--set training.steps=4");
@@ -405,12 +424,12 @@ TEST(DeckOverrides, TypeRangeAndConsistencyErrorsPointAtTheOverride) {
 
 void expect_same_deck(const pt::Deck& a, const pt::Deck& b) {
   EXPECT_EQ(a.model.type, b.model.type);
-  EXPECT_EQ(a.model.input_dim, b.model.input_dim);
-  EXPECT_EQ(a.model.hidden_dim, b.model.hidden_dim);
-  EXPECT_EQ(a.model.output_dim, b.model.output_dim);
-  EXPECT_EQ(a.model.depth, b.model.depth);
-  EXPECT_EQ(a.model.activation, b.model.activation);
-  EXPECT_EQ(a.model.loss, b.model.loss);
+  EXPECT_EQ(a.model.mlp.input_dim, b.model.mlp.input_dim);
+  EXPECT_EQ(a.model.mlp.hidden_dim, b.model.mlp.hidden_dim);
+  EXPECT_EQ(a.model.mlp.output_dim, b.model.mlp.output_dim);
+  EXPECT_EQ(a.model.mlp.depth, b.model.mlp.depth);
+  EXPECT_EQ(a.model.mlp.activation, b.model.mlp.activation);
+  EXPECT_EQ(a.model.mlp.loss, b.model.mlp.loss);
   EXPECT_EQ(a.model.init_seed, b.model.init_seed);
   EXPECT_EQ(a.data.type, b.data.type);
   EXPECT_EQ(a.data.samples, b.data.samples);

@@ -17,11 +17,11 @@ namespace pt_test {
 // gradient norm must agree bitwise too.
 inline pt::Deck tiny_mlp(int64_t batch) {
   pt::Deck d;
-  d.model.input_dim = 12;
-  d.model.hidden_dim = 24;
-  d.model.output_dim = 5;
-  d.model.depth = 8;
-  d.model.activation = pt::ActivationKind::Gelu;
+  d.model.mlp.input_dim = 12;
+  d.model.mlp.hidden_dim = 24;
+  d.model.mlp.output_dim = 5;
+  d.model.mlp.depth = 8;
+  d.model.mlp.activation = pt::ActivationKind::Gelu;
   d.data.samples = 256;
   d.training.steps = 3;
   d.training.batch_size = batch;
@@ -38,13 +38,13 @@ inline pt::Deck tiny_mlp(int64_t batch) {
 // `d` becomes the tiny GPT with `blocks` blocks; everything else is kept.
 inline pt::Deck tiny_gpt(pt::Deck d, int64_t blocks) {
   d.model.type = "gpt";
-  d.model.loss = pt::LossKind::CrossEntropy;
-  d.model.vocab_size = 16;
-  d.model.seq_len = 8;
-  d.model.d_model = 16;
-  d.model.heads = 2;
-  d.model.blocks = blocks;
-  d.model.mlp_ratio = 2;
+  d.model.mlp.loss = pt::LossKind::CrossEntropy;
+  d.model.gpt.vocab_size = 16;
+  d.model.gpt.seq_len = 8;
+  d.model.gpt.d_model = 16;
+  d.model.gpt.heads = 2;
+  d.model.gpt.blocks = blocks;
+  d.model.gpt.mlp_ratio = 2;
   d.data.type = pt::DataKind::Markov;
   d.data.markov_order = 1;
   d.data.concentration = 0.3;
@@ -57,12 +57,12 @@ inline pt::Deck tiny_gpt(pt::Deck d, int64_t blocks) {
 inline pt::Deck small_gpu_gpt(const std::string& device) {
   pt::Deck d;
   d.model.type = "gpt";
-  d.model.vocab_size = 32;
-  d.model.seq_len = 16;
-  d.model.d_model = 32;
-  d.model.heads = 2;
-  d.model.blocks = 4;
-  d.model.mlp_ratio = 2;
+  d.model.gpt.vocab_size = 32;
+  d.model.gpt.seq_len = 16;
+  d.model.gpt.d_model = 32;
+  d.model.gpt.heads = 2;
+  d.model.gpt.blocks = 4;
+  d.model.gpt.mlp_ratio = 2;
   d.data.type = pt::DataKind::Markov;
   d.data.markov_order = 1;
   d.training.batch_size = 8;

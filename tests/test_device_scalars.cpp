@@ -27,6 +27,7 @@ struct Counts {
   int immediate = 0;  // sum_squares, all_finite, mse_loss, softmax_cross_entropy returning at once
   int slots_written = 0;
   int reads = 0;
+  int batches_made = 0;
 };
 
 // A batch in host memory that counts its reads.
@@ -52,6 +53,7 @@ class CountingBackend final : public test::ForwardingBackend {
   const char* name() const override { return "counting"; }
   KernelGroup* kernel_group(const std::string& group) override { return target_.kernel_group(group); }
   std::unique_ptr<ScalarBatch> make_scalar_batch(int64_t size) override {
+    ++counts.batches_made;
     return std::make_unique<CountingBatch>(size, counts);
   }
 
@@ -135,23 +137,53 @@ TEST(DeviceScalars, TheCpuBatchHoldsTheImmediateResultsAndChecksItsSlots) {
   EXPECT_NE(refused.find("sum_squares_to: slot 2 of a batch of 2"), std::string::npos) << refused;
 }
 
-TEST(DeviceScalars, TheOverflowCheckReadsEveryGradientOnce) {
-  CountingBackend be;
+// `count` parameters whose (4, 5) gradients are all 0.5.
+struct FiniteGrads {
   std::vector<std::unique_ptr<Param>> owned;
   std::vector<Param*> params;
-  for (int i = 0; i < 3; ++i) {
-    owned.push_back(std::make_unique<Param>());
-    owned.back()->name = "p" + std::to_string(i);
-    owned.back()->grad = Tensor::empty({4, 5});
-    cpu_backend().fill(owned.back()->grad, 0.5f);
-    params.push_back(owned.back().get());
+
+  explicit FiniteGrads(int count) {
+    for (int i = 0; i < count; ++i) {
+      owned.push_back(std::make_unique<Param>());
+      owned.back()->name = "p" + std::to_string(i);
+      owned.back()->grad = Tensor::empty({4, 5});
+      cpu_backend().fill(owned.back()->grad, 0.5f);
+      params.push_back(owned.back().get());
+    }
   }
-  EXPECT_TRUE(LossScaler::grads_finite(be, params));
+};
+
+TEST(DeviceScalars, TheOverflowCheckReadsEveryGradientOnce) {
+  CountingBackend be;
+  FiniteGrads grads(3);
+  std::vector<Param*>& params = grads.params;
+  LossScaler scaler;
+  EXPECT_TRUE(scaler.grads_finite(be, params));
   params[1]->grad.f32()[7] = INFINITY;
-  EXPECT_FALSE(LossScaler::grads_finite(be, params));
+  EXPECT_FALSE(scaler.grads_finite(be, params));
   EXPECT_EQ(be.counts.reads, 2);
   EXPECT_EQ(be.counts.slots_written, 6);
   EXPECT_EQ(be.counts.immediate, 0);
+}
+
+// The scaler keeps its batch of counts from step to step: one batch for
+// every check with the same parameters, whose every slot each check writes
+// again (an overflow does not stay behind), and a new one for another count.
+TEST(DeviceScalars, TheOverflowCheckKeepsItsBatchAcrossSteps) {
+  CountingBackend be;
+  FiniteGrads grads(3);
+  LossScaler scaler;
+  grads.params[2]->grad.f32()[0] = INFINITY;
+  EXPECT_FALSE(scaler.grads_finite(be, grads.params));
+  cpu_backend().fill(grads.params[2]->grad, 0.5f);
+  EXPECT_TRUE(scaler.grads_finite(be, grads.params));
+  EXPECT_TRUE(scaler.grads_finite(be, grads.params));
+  EXPECT_EQ(be.counts.batches_made, 1);
+  EXPECT_EQ(be.counts.reads, 3);
+  FiniteGrads fewer(2);
+  fewer.params[1]->grad.f32()[3] = NAN;
+  EXPECT_FALSE(scaler.grads_finite(be, fewer.params));
+  EXPECT_EQ(be.counts.batches_made, 2);
 }
 
 }  // namespace

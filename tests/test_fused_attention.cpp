@@ -118,7 +118,7 @@ TEST(FusedAttention, Fp32MatchesTheReferenceAndStatsAreRowLogSumExp) {
 TEST(FusedAttention, Bf16MatchesTheBf16ReferenceToBf16Rounding) {
   Dims d;
   Tensor qkv = random_tensor(d.qkv(), 3, 1.5f), dy = random_tensor(d.out(), 4);
-  std::unique_ptr<Backend> bf16 = make_cpu_backend(GemmPrecision::BF16);
+  std::unique_ptr<Backend> bf16 = make_cpu_backend(Precision::Bf16);
   const Result want = reference(*bf16, d, qkv, dy);
   const Result got = fused(*bf16, d, qkv, dy);
   const Result exact = reference(cpu_backend(), d, qkv, dy);

@@ -1,4 +1,4 @@
-// test_fused_attention_run.cpp: training a GPT with model.attention =
+// test_fused_attention_run.cpp: training a GPT with model.gpt.attention =
 // "fused" (the CPU backend's fused attention group) through the real
 // pipeline, on every rank of the world:
 //   - its losses stay within fp32 rounding of the reference attention's
@@ -36,13 +36,13 @@ using test::world_size;
 Deck gpt_deck(AttentionKind attention, const std::string& schedule, const std::string& policy) {
   Deck d;
   d.model.type = "gpt";
-  d.model.vocab_size = 11;
-  d.model.seq_len = 8;
-  d.model.d_model = 12;
-  d.model.heads = 3;
-  d.model.blocks = 4;
-  d.model.mlp_ratio = 2;
-  d.model.attention = attention;
+  d.model.gpt.vocab_size = 11;
+  d.model.gpt.seq_len = 8;
+  d.model.gpt.d_model = 12;
+  d.model.gpt.heads = 3;
+  d.model.gpt.blocks = 4;
+  d.model.gpt.mlp_ratio = 2;
+  d.model.gpt.attention = attention;
   d.data.type = DataKind::Markov;
   d.data.markov_order = 1;
   d.training.steps = 3;
@@ -119,14 +119,14 @@ TEST(FusedAttentionRun, EveryPolicyAndScheduleGivesTheSameBitsAsOneProcess) {
 // (the same with fused attention): the layer inputs, each block's saved
 // tensors with H*T row statistics, the head's, and the loss gradient.
 double fused_stash(const Deck& d, int s, int stages) {
-  const auto units = partition_units(d.model.blocks, stages, {});
+  const auto units = partition_units(d.model.gpt.blocks, stages, {});
   const double r = static_cast<double>(d.training.batch_size / d.pipeline.micro_batches);
-  const double T = d.model.seq_len, C = d.model.d_model, H = d.model.heads, R = d.model.mlp_ratio;
+  const double T = d.model.gpt.seq_len, C = d.model.gpt.d_model, H = d.model.gpt.heads, R = d.model.gpt.mlp_ratio;
   const bool first = s == 0, last = s == stages - 1;
   const double blocks = static_cast<double>(units[s]);
   double floats = blocks * (T * C + T * C * (7.0 + 2.0 * R) + 4.0 * T + H * T);
   if (first) floats += T;  // the i32 tokens, 4 bytes each like f32
-  if (last) floats += T * C + (T * C + 2.0 * T) + T * d.model.vocab_size;  // head in, saved, dlogits
+  if (last) floats += T * C + (T * C + 2.0 * T) + T * d.model.gpt.vocab_size;  // head in, saved, dlogits
   return 4.0 * r * floats;
 }
 
@@ -165,7 +165,7 @@ TEST(FusedAttentionRun, ABackendWithoutTheGroupIsRefusedBeforeTraining) {
     Trainer trainer(gpt_deck(AttentionKind::Fused, "1f1b", "none"), MPI_COMM_SELF, setup);
     ADD_FAILURE() << "a fused-attention trainer on a backend without the group";
   } catch (const InputError& e) {
-    EXPECT_STREQ(e.what(), "model.attention = \"fused\" needs the fused_attention kernels, which "
+    EXPECT_STREQ(e.what(), "model.gpt.attention = \"fused\" needs the fused_attention kernels, which "
                            "backend \"no-fused\" does not provide");
   }
 }

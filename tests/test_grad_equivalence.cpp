@@ -38,12 +38,12 @@ using test::train_on;
 Deck small_deck(int micro_batches, const std::string& schedule, const std::string& optimizer,
                 const std::string& loss) {
   Deck d;
-  d.model.input_dim = 12;
-  d.model.hidden_dim = 24;
-  d.model.output_dim = 5;
-  d.model.depth = 8;
-  d.model.activation = ActivationKind::Gelu;
-  d.model.loss = kind_named<LossKind>(loss);
+  d.model.mlp.input_dim = 12;
+  d.model.mlp.hidden_dim = 24;
+  d.model.mlp.output_dim = 5;
+  d.model.mlp.depth = 8;
+  d.model.mlp.activation = ActivationKind::Gelu;
+  d.model.mlp.loss = kind_named<LossKind>(loss);
   d.data.samples = 256;
   d.training.steps = 4;
   d.training.batch_size = 16;

@@ -27,16 +27,16 @@ using test::is_root;
 
 Deck deck_for(const std::string& precision) {
   Deck d;
-  d.model.input_dim = 12;
-  d.model.hidden_dim = 24;
-  d.model.output_dim = 5;
-  d.model.depth = 4;
+  d.model.mlp.input_dim = 12;
+  d.model.mlp.hidden_dim = 24;
+  d.model.mlp.output_dim = 5;
+  d.model.mlp.depth = 4;
   d.data.samples = 256;
   d.training.steps = 6;
   d.training.batch_size = 16;
   d.training.lr = 1e-2;
   d.training.blas_threads = 1;
-  d.training.precision = kind_named<PrecisionKind>(precision);
+  d.training.precision = kind_named<Precision>(precision);
   d.pipeline.micro_batches = 4;
   d.pipeline.timeout_s = 60;
   return d;
@@ -49,7 +49,7 @@ struct TrainingRun {
 };
 
 TrainingRun train(const Deck& deck, MPI_Comm comm) {
-  auto backend = make_cpu_backend(parse_gemm_precision(kind_name(deck.training.precision)));
+  auto backend = make_cpu_backend(deck.training.precision);
   ComputeSetup setup;
   setup.backend = backend.get();
   Trainer trainer(deck, comm, setup);

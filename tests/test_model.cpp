@@ -27,8 +27,8 @@ TEST(Partition, ExplicitCountsAreKeptAndChecked) {
 
 TEST(Partition, EveryUnitBelongsToExactlyOneStage) {
   ModelConfig m;
-  m.depth = 7;
-  const auto counts = partition_units(m.depth, 3, {});
+  m.mlp.depth = 7;
+  const auto counts = partition_units(m.mlp.depth, 3, {});
   int64_t next = 0;
   size_t linear_layers = 0;
   for (int s = 0; s < 3; ++s) {
@@ -38,13 +38,13 @@ TEST(Partition, EveryUnitBelongsToExactlyOneStage) {
     for (auto& layer : stage.layers) linear_layers += layer->kind() == "linear";
     EXPECT_EQ(stage.loss != nullptr, s == 2);
   }
-  EXPECT_EQ(next, m.depth);
-  EXPECT_EQ(linear_layers, static_cast<size_t>(m.depth));
+  EXPECT_EQ(next, m.mlp.depth);
+  EXPECT_EQ(linear_layers, static_cast<size_t>(m.mlp.depth));
 }
 
 TEST(Partition, WeightsDoNotDependOnThePartition) {
   ModelConfig m;
-  m.depth = 4;
+  m.mlp.depth = 4;
   StageModel whole = build_stage(m, {4}, 0);
   StageModel second_half = build_stage(m, {2, 2}, 1);
   Param* a = whole.params()[4];  // unit 2's weight
@@ -69,7 +69,7 @@ std::vector<int64_t> units_of_layers(const StageModel& stage, size_t from, size_
 // count), so the zeros of a rebuild below are not vacuous.
 TEST(RebuildStage, BuildingCountsEveryInitialValue) {
   ModelConfig m;
-  m.depth = 4;
+  m.mlp.depth = 4;
   const LayerBuildCounts start = layer_build_counts();
   StageModel stage = build_stage(m, {4}, 0);
   const LayerBuildCounts built = layer_build_counts();
@@ -86,7 +86,7 @@ TEST(RebuildStage, BuildingCountsEveryInitialValue) {
 // left units 4 and 5 to send.
 TEST(RebuildStage, MlpKeepsStayingLayersAndBuildsOnlyArrivingOnes) {
   ModelConfig m;
-  m.depth = 8;
+  m.mlp.depth = 8;
   StageModel first = build_stage(m, {4, 4}, 0), last = build_stage(m, {4, 4}, 1);
   const std::vector<const Layer*> first_layers = layer_objects(first), last_layers = layer_objects(last);
   const LayerBuildCounts start = layer_build_counts();
@@ -105,12 +105,12 @@ TEST(RebuildStage, MlpKeepsStayingLayersAndBuildsOnlyArrivingOnes) {
   EXPECT_EQ(first_next.unit_params(5)[0]->name, "unit5.linear.weight");
   EXPECT_TRUE(first_next.unit_params(5)[0]->zero_by_overwrite);
   EXPECT_TRUE(first.layers.empty());  // nothing leaves stage 0
-  EXPECT_EQ(first_next.output_shape(3), (Shape{3, m.hidden_dim}));
+  EXPECT_EQ(first_next.output_shape(3), (Shape{3, m.mlp.hidden_dim}));
 
   EXPECT_EQ(last_next.first_unit, 6);
   EXPECT_EQ(layer_objects(last_next), std::vector<const Layer*>(last_layers.begin() + 4, last_layers.end()));
   EXPECT_NE(last_next.loss, nullptr);
-  EXPECT_EQ(last_next.sample_input_shape, (Shape{m.hidden_dim}));
+  EXPECT_EQ(last_next.sample_input_shape, (Shape{m.mlp.hidden_dim}));
   EXPECT_EQ(last.layer_unit, (std::vector<int64_t>{4, 4, 5, 5}));  // left to send
   EXPECT_EQ(layer_objects(last), std::vector<const Layer*>(last_layers.begin(), last_layers.begin() + 4));
   EXPECT_EQ(last.unit_params(4).size(), 2u);
@@ -122,12 +122,12 @@ TEST(RebuildStage, MlpKeepsStayingLayersAndBuildsOnlyArrivingOnes) {
 TEST(RebuildStage, GptKeepsThePinnedLayersInPlace) {
   ModelConfig m;
   m.type = "gpt";
-  m.loss = LossKind::CrossEntropy;
-  m.vocab_size = 16;
-  m.seq_len = 8;
-  m.d_model = 16;
-  m.heads = 2;
-  m.blocks = 4;
+  m.mlp.loss = LossKind::CrossEntropy;
+  m.gpt.vocab_size = 16;
+  m.gpt.seq_len = 8;
+  m.gpt.d_model = 16;
+  m.gpt.heads = 2;
+  m.gpt.blocks = 4;
   StageModel first = build_stage(m, {2, 2}, 0), last = build_stage(m, {2, 2}, 1);
   const std::vector<const Layer*> first_layers = layer_objects(first), last_layers = layer_objects(last);
   const LayerBuildCounts start = layer_build_counts();
@@ -143,7 +143,7 @@ TEST(RebuildStage, GptKeepsThePinnedLayersInPlace) {
   EXPECT_EQ(std::vector<const Layer*>(first_now.begin(), first_now.begin() + 3), first_layers);
   EXPECT_EQ(first_next.unit_params(2).front()->name, "block2.ln1.weight");
   EXPECT_EQ(first_next.input_dtype, DType::I32);
-  EXPECT_EQ(first_next.output_shape(2), (Shape{2, m.seq_len, m.d_model}));
+  EXPECT_EQ(first_next.output_shape(2), (Shape{2, m.gpt.seq_len, m.gpt.d_model}));
 
   EXPECT_EQ(last_next.layer_unit, (std::vector<int64_t>{3, -1}));
   EXPECT_EQ(layer_objects(last_next), std::vector<const Layer*>(last_layers.begin() + 1, last_layers.end()));

@@ -29,40 +29,40 @@ namespace {
 
 // ---- the toy family: its whole definition ----------------------------------
 
-int64_t toy_units(const ModelConfig& m) { return m.depth; }
+int64_t toy_units(const ModelConfig& m) { return m.mlp.depth; }
 
 int64_t toy_tokens(const ModelConfig&) { return 1; }
 
-StageInput toy_input(const ModelConfig& m, int64_t, bool) { return {Shape{m.input_dim}, DType::F32}; }
+StageInput toy_input(const ModelConfig& m, int64_t, bool) { return {Shape{m.mlp.input_dim}, DType::F32}; }
 
 void toy_unit(const ModelConfig& m, StageModel& sm, int64_t u, ParamInit init) {
-  sm.layers.push_back(make_linear("toy" + std::to_string(u), m.input_dim, m.input_dim, m.init_seed,
+  sm.layers.push_back(make_linear("toy" + std::to_string(u), m.mlp.input_dim, m.mlp.input_dim, m.init_seed,
                                   static_cast<uint64_t>(u), std::sqrt(2.f), init));
   sm.layers.push_back(make_activation(ActivationKind::Relu));
   sm.layer_unit.insert(sm.layer_unit.end(), {u, u});
 }
 
 void toy_end(const ModelConfig& m, StageModel& sm) {
-  sm.layers.push_back(make_linear("toy.head", m.input_dim, m.output_dim, m.init_seed,
-                                  static_cast<uint64_t>(m.depth), 1.f, ParamInit::FromSeed));
+  sm.layers.push_back(make_linear("toy.head", m.mlp.input_dim, m.mlp.output_dim, m.init_seed,
+                                  static_cast<uint64_t>(m.mlp.depth), 1.f, ParamInit::FromSeed));
   sm.layer_unit.push_back(-1);
   sm.loss = make_loss(LossKind::Mse);
-  sm.loss_terms_per_sample = m.output_dim;
+  sm.loss_terms_per_sample = m.mlp.output_dim;
 }
 
 std::vector<CostUnitInfo> toy_costs(const ModelConfig& m) {
   std::vector<CostUnitInfo> units;
-  const double square = 2.0 * static_cast<double>(m.input_dim * m.input_dim);
-  for (int64_t u = 0; u < m.depth; ++u) units.push_back({"toy" + std::to_string(u), true, square});
-  units.push_back({"head", false, 2.0 * static_cast<double>(m.input_dim * m.output_dim)});
+  const double square = 2.0 * static_cast<double>(m.mlp.input_dim * m.mlp.input_dim);
+  for (int64_t u = 0; u < m.mlp.depth; ++u) units.push_back({"toy" + std::to_string(u), true, square});
+  units.push_back({"head", false, 2.0 * static_cast<double>(m.mlp.input_dim * m.mlp.output_dim)});
   return units;
 }
 
 double toy_weight_share(const ModelConfig&) { return 0.5; }
 
 std::string toy_describe(const ModelConfig& m) {
-  return " input_dim=" + std::to_string(m.input_dim) + " output_dim=" + std::to_string(m.output_dim) +
-         " depth=" + std::to_string(m.depth);
+  return " input_dim=" + std::to_string(m.mlp.input_dim) + " output_dim=" + std::to_string(m.mlp.output_dim) +
+         " depth=" + std::to_string(m.mlp.depth);
 }
 
 ModelFamily toy_family() {
@@ -98,9 +98,9 @@ Deck toy_deck() {
   register_toy();
   Deck d;
   d.model.type = "toy";
-  d.model.input_dim = 6;
-  d.model.output_dim = 3;
-  d.model.depth = 4;
+  d.model.mlp.input_dim = 6;
+  d.model.mlp.output_dim = 3;
+  d.model.mlp.depth = 4;
   d.data.samples = 64;
   d.training.steps = 2;
   d.training.batch_size = 16;

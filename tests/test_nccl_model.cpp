@@ -40,10 +40,10 @@ using test::world_size;
 
 Deck small_deck(int micro_batches, const std::string& schedule) {
   Deck d;
-  d.model.input_dim = 12;
-  d.model.hidden_dim = 24;
-  d.model.output_dim = 5;
-  d.model.depth = 8;
+  d.model.mlp.input_dim = 12;
+  d.model.mlp.hidden_dim = 24;
+  d.model.mlp.output_dim = 5;
+  d.model.mlp.depth = 8;
   d.data.samples = 256;
   d.training.steps = 2;
   d.training.batch_size = 24;

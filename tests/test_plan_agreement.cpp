@@ -37,10 +37,10 @@ using test::world_size;
 
 Deck small_deck(const std::string& model, const std::string& schedule) {
   Deck d;
-  d.model.input_dim = 6;
-  d.model.hidden_dim = 10;
-  d.model.output_dim = 3;
-  d.model.depth = 6;
+  d.model.mlp.input_dim = 6;
+  d.model.mlp.hidden_dim = 10;
+  d.model.mlp.output_dim = 3;
+  d.model.mlp.depth = 6;
   d.data.samples = 64;
   d.training.steps = 2;
   d.training.batch_size = 8;
@@ -76,7 +76,7 @@ struct Planned {
 
 Planned plan(const Deck& d, const ModelProfile& p) {
   const int stages = world_size();
-  const int64_t units = d.model.type == "gpt" ? d.model.blocks : d.model.depth;
+  const int64_t units = d.model.type == "gpt" ? d.model.gpt.blocks : d.model.mlp.depth;
   Planned out;
   out.costs = stage_costs(p, partition_units(units, stages, {}),
                           {PlanRecompute::parse(d.pipeline.recompute)});

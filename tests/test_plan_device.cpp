@@ -43,12 +43,12 @@ TEST(Device, H200Description) {
 pt::ModelConfig gpt_config(const GptSpec& g) {
   pt::ModelConfig m;
   m.type = "gpt";
-  m.vocab_size = g.vocab_size;
-  m.seq_len = g.seq_len;
-  m.d_model = g.d_model;
-  m.heads = g.heads;
-  m.blocks = g.blocks;
-  m.mlp_ratio = g.mlp_ratio;
+  m.gpt.vocab_size = g.dims.vocab_size;
+  m.gpt.seq_len = g.dims.seq_len;
+  m.gpt.d_model = g.dims.d_model;
+  m.gpt.heads = g.dims.heads;
+  m.gpt.blocks = g.dims.blocks;
+  m.gpt.mlp_ratio = g.dims.mlp_ratio;
   return m;
 }
 
@@ -81,12 +81,12 @@ TEST(GptProfile, FlopsMatchTheRuntimeCount) {
 TEST(GptProfile, ParametersMatchTheRuntimeLayers) {
   GptSpec g;
   g.name = "tiny";
-  g.blocks = 2;
-  g.d_model = 16;
-  g.heads = 2;
-  g.seq_len = 8;
-  g.vocab_size = 50;
-  g.mlp_ratio = 3;
+  g.dims.blocks = 2;
+  g.dims.d_model = 16;
+  g.dims.heads = 2;
+  g.dims.seq_len = 8;
+  g.dims.vocab_size = 50;
+  g.dims.mlp_ratio = 3;
   const pt::ModelProfile p = pt::gpt_profile(g, pt::h200_device(), 1);
   pt::StageModel stage = pt::build_stage(gpt_config(g), {2}, 0);
   ASSERT_EQ(stage.layers.size(), p.units.size());
@@ -101,7 +101,7 @@ TEST(GptProfile, ParametersMatchTheRuntimeLayers) {
 // count of elements x 4, for every policy (a GPT stage of all units).
 TEST(GptProfile, StashMatchesTheMemoryDoc) {
   GptSpec g = pt::gpt3_175b();
-  g.blocks = 3;
+  g.dims.blocks = 3;
   g.activation_bytes = 4.0;
   const double b = 2, t = 2048, c = 12288, h = 96, r = 4, v = 50257;
   const pt::ModelProfile p = pt::gpt_profile(g, pt::h200_device(), 2);
@@ -215,7 +215,7 @@ constexpr int kManyStages = 1024;
 TEST(PlanAlternatives, ThousandStagesPlan) {
   GptSpec g = pt::gpt3_175b();
   g.name = "GPT-3 widths, " + std::to_string(kManyStages) + " blocks";
-  g.blocks = kManyStages;
+  g.dims.blocks = kManyStages;
   PlanRequest request;
   request.num_stages = kManyStages;
   request.batch_size = kManyStages;
@@ -258,9 +258,9 @@ TEST(PlanAlternatives, BadRequestsAreInputErrors) {
 GptSpec gpt_13b() {
   GptSpec g = pt::gpt3_175b();
   g.name = "gpt-13b";
-  g.blocks = 40;
-  g.d_model = 5120;
-  g.heads = 40;
+  g.dims.blocks = 40;
+  g.dims.d_model = 5120;
+  g.dims.heads = 40;
   return g;
 }
 

@@ -26,30 +26,30 @@ float two_to(int e) { return std::ldexp(1.f, e); }
 
 TEST(Precision, RoundsToNearestEven) {
   // bf16 keeps 7 mantissa bits: 1 + 2^-8 is a tie -> 1; 1 + 3 * 2^-8 -> 1 + 2^-6.
-  EXPECT_EQ(round_operand(1.f + two_to(-8), GemmPrecision::BF16), 1.f);
-  EXPECT_EQ(round_operand(1.f + 3 * two_to(-8), GemmPrecision::BF16), 1.f + two_to(-6));
-  EXPECT_EQ(round_operand(1.f + two_to(-7), GemmPrecision::BF16), 1.f + two_to(-7));
-  EXPECT_EQ(round_operand(-(1.f + 3 * two_to(-8)), GemmPrecision::BF16), -(1.f + two_to(-6)));
+  EXPECT_EQ(round_operand(1.f + two_to(-8), Precision::Bf16), 1.f);
+  EXPECT_EQ(round_operand(1.f + 3 * two_to(-8), Precision::Bf16), 1.f + two_to(-6));
+  EXPECT_EQ(round_operand(1.f + two_to(-7), Precision::Bf16), 1.f + two_to(-7));
+  EXPECT_EQ(round_operand(-(1.f + 3 * two_to(-8)), Precision::Bf16), -(1.f + two_to(-6)));
   // tf32 and fp16 keep 10: 1 + 2^-11 is a tie -> 1; 1 + 3 * 2^-11 -> 1 + 2^-9.
-  for (GemmPrecision p : {GemmPrecision::TF32, GemmPrecision::FP16}) {
-    EXPECT_EQ(round_operand(1.f + two_to(-11), p), 1.f) << gemm_precision_name(p);
-    EXPECT_EQ(round_operand(1.f + 3 * two_to(-11), p), 1.f + two_to(-9)) << gemm_precision_name(p);
+  for (Precision p : {Precision::Tf32, Precision::Fp16}) {
+    EXPECT_EQ(round_operand(1.f + two_to(-11), p), 1.f) << kind_name(p);
+    EXPECT_EQ(round_operand(1.f + 3 * two_to(-11), p), 1.f + two_to(-9)) << kind_name(p);
   }
-  EXPECT_EQ(round_operand(1.f + two_to(-20), GemmPrecision::FP32), 1.f + two_to(-20));
+  EXPECT_EQ(round_operand(1.f + two_to(-20), Precision::Fp32), 1.f + two_to(-20));
 }
 
 TEST(Precision, Fp16RangeAndSpecialValues) {
   const float inf = std::numeric_limits<float>::infinity();
-  EXPECT_EQ(round_operand(65504.f, GemmPrecision::FP16), 65504.f);
-  EXPECT_EQ(round_operand(65519.f, GemmPrecision::FP16), 65504.f);
-  EXPECT_EQ(round_operand(65520.f, GemmPrecision::FP16), inf);  // the loss scaler's overflow
-  EXPECT_EQ(round_operand(-1e6f, GemmPrecision::FP16), -inf);
-  EXPECT_EQ(round_operand(two_to(-24), GemmPrecision::FP16), two_to(-24));  // smallest subnormal
-  EXPECT_EQ(round_operand(two_to(-25), GemmPrecision::FP16), 0.f);  // a tie, to even: 0
-  const float big = round_operand(1e30f, GemmPrecision::BF16);  // bf16's range is fp32's
+  EXPECT_EQ(round_operand(65504.f, Precision::Fp16), 65504.f);
+  EXPECT_EQ(round_operand(65519.f, Precision::Fp16), 65504.f);
+  EXPECT_EQ(round_operand(65520.f, Precision::Fp16), inf);  // the loss scaler's overflow
+  EXPECT_EQ(round_operand(-1e6f, Precision::Fp16), -inf);
+  EXPECT_EQ(round_operand(two_to(-24), Precision::Fp16), two_to(-24));  // smallest subnormal
+  EXPECT_EQ(round_operand(two_to(-25), Precision::Fp16), 0.f);  // a tie, to even: 0
+  const float big = round_operand(1e30f, Precision::Bf16);  // bf16's range is fp32's
   EXPECT_TRUE(std::isfinite(big));
   EXPECT_LE(std::fabs(big - 1e30f), 1e30f * two_to(-8));
-  for (GemmPrecision p : {GemmPrecision::TF32, GemmPrecision::BF16, GemmPrecision::FP16}) {
+  for (Precision p : {Precision::Tf32, Precision::Bf16, Precision::Fp16}) {
     EXPECT_EQ(round_operand(inf, p), inf);
     EXPECT_TRUE(std::isnan(round_operand(std::nanf(""), p)));
   }
@@ -57,8 +57,8 @@ TEST(Precision, Fp16RangeAndSpecialValues) {
 
 TEST(Precision, ParseNamesEveryMode) {
   for (const char* name : {"fp32", "tf32", "bf16", "fp16"})
-    EXPECT_STREQ(gemm_precision_name(parse_gemm_precision(name)), name);
-  EXPECT_THROW(parse_gemm_precision("fp8"), InputError);
+    EXPECT_STREQ(kind_name(parse_precision(name)), name);
+  EXPECT_THROW(parse_precision("fp8"), InputError);
 }
 
 struct Matrices {
@@ -80,7 +80,7 @@ Matrices random_gemm(bool ta, bool tb, uint64_t stream) {
   return g;
 }
 
-std::vector<float> run(const Matrices& g, GemmPrecision p) {
+std::vector<float> run(const Matrices& g, Precision p) {
   std::vector<float> c(static_cast<size_t>(g.m * g.n), 0.f);
   cpu::gemm(p, g.ta, g.tb, g.m, g.n, g.k, 1.f, g.a.data(), g.lda, g.b.data(), g.ldb, 0.f,
             c.data(), g.n);
@@ -99,28 +99,28 @@ double abs_product(const Matrices& g, int64_t i, int64_t j) {
 }
 
 TEST(Precision, EmulatedGemmIsSgemmOnRoundedOperands) {
-  for (GemmPrecision p : {GemmPrecision::TF32, GemmPrecision::BF16, GemmPrecision::FP16})
+  for (Precision p : {Precision::Tf32, Precision::Bf16, Precision::Fp16})
     for (bool ta : {false, true})
       for (bool tb : {false, true}) {
         Matrices g = random_gemm(ta, tb, 1);
         const std::vector<float> emulated = run(g, p);
         for (float& x : g.a) x = round_operand(x, p);
         for (float& x : g.b) x = round_operand(x, p);
-        EXPECT_EQ(emulated, run(g, GemmPrecision::FP32))
-            << gemm_precision_name(p) << " ta=" << ta << " tb=" << tb;
+        EXPECT_EQ(emulated, run(g, Precision::Fp32))
+            << kind_name(p) << " ta=" << ta << " tb=" << tb;
       }
 }
 
 TEST(Precision, EmulatedGemmWithinTheDerivedBoundOfFp32) {
-  const struct { GemmPrecision p; double u; } modes[] = {
-      {GemmPrecision::TF32, std::ldexp(1.0, -11)},
-      {GemmPrecision::BF16, std::ldexp(1.0, -8)},
-      {GemmPrecision::FP16, std::ldexp(1.0, -11)}};
+  const struct { Precision p; double u; } modes[] = {
+      {Precision::Tf32, std::ldexp(1.0, -11)},
+      {Precision::Bf16, std::ldexp(1.0, -8)},
+      {Precision::Fp16, std::ldexp(1.0, -11)}};
   for (const auto& mode : modes)
     for (bool ta : {false, true})
       for (bool tb : {false, true}) {
         const Matrices g = random_gemm(ta, tb, 2);
-        const std::vector<float> low = run(g, mode.p), ref = run(g, GemmPrecision::FP32);
+        const std::vector<float> low = run(g, mode.p), ref = run(g, Precision::Fp32);
         const double factor = 2.0 * mode.u + mode.u * mode.u + 2.0 * g.k * std::ldexp(1.0, -24);
         double worst = 0.0;  // largest |diff| / bound
         for (int64_t i = 0; i < g.m; ++i)
@@ -128,10 +128,10 @@ TEST(Precision, EmulatedGemmWithinTheDerivedBoundOfFp32) {
             const double diff = std::fabs(static_cast<double>(low[i * g.n + j]) - ref[i * g.n + j]);
             const double bound = factor * abs_product(g, i, j);
             worst = std::max(worst, diff / bound);
-            ASSERT_LE(diff, bound) << gemm_precision_name(mode.p) << " at (" << i << ", " << j << ")";
+            ASSERT_LE(diff, bound) << kind_name(mode.p) << " at (" << i << ", " << j << ")";
           }
         std::printf("%s ta=%d tb=%d: max |C - C_fp32| / bound = %.3f\n",
-                    gemm_precision_name(mode.p), ta, tb, worst);
+                    kind_name(mode.p), ta, tb, worst);
         EXPECT_GT(worst, 0.0) << "the rounding changed nothing: is the emulation on?";
       }
 }

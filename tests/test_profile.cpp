@@ -46,10 +46,10 @@ using test::world_size;
 
 Deck small_mlp() {
   Deck d;
-  d.model.input_dim = 6;
-  d.model.hidden_dim = 10;
-  d.model.output_dim = 3;
-  d.model.depth = 4;
+  d.model.mlp.input_dim = 6;
+  d.model.mlp.hidden_dim = 10;
+  d.model.mlp.output_dim = 3;
+  d.model.mlp.depth = 4;
   d.data.samples = 64;
   d.training.steps = 2;
   d.training.batch_size = 8;
@@ -62,12 +62,12 @@ Deck small_mlp() {
 Deck small_gpt() {
   Deck d = small_mlp();
   d.model.type = "gpt";
-  d.model.vocab_size = 11;
-  d.model.seq_len = 6;
-  d.model.d_model = 8;
-  d.model.heads = 2;
-  d.model.blocks = 4;
-  d.model.mlp_ratio = 2;
+  d.model.gpt.vocab_size = 11;
+  d.model.gpt.seq_len = 6;
+  d.model.gpt.d_model = 8;
+  d.model.gpt.heads = 2;
+  d.model.gpt.blocks = 4;
+  d.model.gpt.mlp_ratio = 2;
   d.data.type = DataKind::Markov;
   d.data.markov_order = 1;
   return d;
@@ -423,7 +423,7 @@ TEST(ProfileBytes, OneStageTrainingPeaksAreTheSumsOfItsUnits) {
     EXPECT_EQ(peak[int(MemCategory::Activations)], stash) << d.model.type;
     EXPECT_EQ(peak.back(), persistent + data + stash + stage_workspace(p.units, 0, n, false))
         << d.model.type;
-    const int64_t units = d.model.type == "gpt" ? d.model.blocks : d.model.depth;
+    const int64_t units = d.model.type == "gpt" ? d.model.gpt.blocks : d.model.mlp.depth;
     const pt::StageCost planned = pt::stage_costs(p, {units}, {pt::PlanRecompute::parse("none")})[0];
     EXPECT_EQ(planned.peak_bytes(1), peak.back()) << d.model.type;
   }
@@ -433,11 +433,11 @@ TEST(ProfileBytes, OneStageTrainingPeaksAreTheSumsOfItsUnits) {
 
 Deck timing_gpt() {
   Deck d = small_gpt();
-  d.model.vocab_size = 64;
-  d.model.seq_len = 32;
-  d.model.d_model = 64;
-  d.model.heads = 4;
-  d.model.blocks = 2;
+  d.model.gpt.vocab_size = 64;
+  d.model.gpt.seq_len = 32;
+  d.model.gpt.d_model = 64;
+  d.model.gpt.heads = 4;
+  d.model.gpt.blocks = 2;
   d.training.batch_size = 8;
   d.pipeline.micro_batches = 2;
   return d;
@@ -522,8 +522,8 @@ TEST(ProfileTimes, WeightPassIsTimedAtTheBatchRows) {
 
 TEST(ProfileLink, MeasuredBetweenRanksZeroAndOne) {
   Deck d = small_mlp();
-  d.model.depth = 2;
-  d.model.hidden_dim = 1 << 16;  // a 1 MiB activation message of 4 rows
+  d.model.mlp.depth = 2;
+  d.model.mlp.hidden_dim = 1 << 16;  // a 1 MiB activation message of 4 rows
   d.training.batch_size = 8;
   d.pipeline.micro_batches = 2;
   const ModelProfile p = profile_model(d, cpu_backend(), MPI_COMM_WORLD, ProfileOptions::brief());
@@ -596,7 +596,7 @@ TEST(SpeedProbe, LineNamesTheDeviceAndTheCause) {
 // scaled by the same ratio.
 TEST(ProfileChains, ScaledUnitsAddUpToTheMeasuredStages) {
   Deck d = timing_gpt();
-  d.model.blocks = 4;
+  d.model.gpt.blocks = 4;
   ProfileOptions o = ProfileOptions::brief();
   o.stage_chains = false;
   const ModelProfile uncalibrated = profile_model(d, cpu_backend(), MPI_COMM_WORLD, o);
@@ -687,7 +687,7 @@ TEST(ProfileTrace, ADerivedProfileSplitsStageTimesByFlops) {
     EXPECT_DOUBLE_EQ(loaded.units[u].backward_s, p.units[u].backward_s);
   }
   Deck other = d;
-  other.model.d_model = 32;
+  other.model.gpt.d_model = 32;
   expect_message(error_of([&] { load_profile_for_deck(path, other, cpu_backend()); }), path,
                  "made for \"gpt vocab_size=64 seq_len=32 d_model=64");
   std::remove(path.c_str());

@@ -35,10 +35,10 @@ struct RunResult : test::RunResult {
 Deck mlp_deck(const std::string& schedule, const std::string& optimizer,
               const std::string& recompute) {
   Deck d;
-  d.model.input_dim = 12;
-  d.model.hidden_dim = 24;
-  d.model.output_dim = 5;
-  d.model.depth = 8;
+  d.model.mlp.input_dim = 12;
+  d.model.mlp.hidden_dim = 24;
+  d.model.mlp.output_dim = 5;
+  d.model.mlp.depth = 8;
   d.data.samples = 256;
   d.training.steps = 6;
   d.training.batch_size = 16;

@@ -36,18 +36,18 @@ Deck base_deck(const std::string& model, const std::string& schedule, const std:
   d.pipeline.recompute = policy;
   d.pipeline.timeout_s = 60;
   if (model == "mlp") {
-    d.model.input_dim = 6;
-    d.model.hidden_dim = 10;
-    d.model.output_dim = 3;
-    d.model.depth = 8;
+    d.model.mlp.input_dim = 6;
+    d.model.mlp.hidden_dim = 10;
+    d.model.mlp.output_dim = 3;
+    d.model.mlp.depth = 8;
   } else {
     d.model.type = "gpt";
-    d.model.vocab_size = 11;
-    d.model.seq_len = 6;
-    d.model.d_model = 8;
-    d.model.heads = 2;
-    d.model.blocks = 4;
-    d.model.mlp_ratio = 2;
+    d.model.gpt.vocab_size = 11;
+    d.model.gpt.seq_len = 6;
+    d.model.gpt.d_model = 8;
+    d.model.gpt.heads = 2;
+    d.model.gpt.blocks = 4;
+    d.model.gpt.mlp_ratio = 2;
     d.data.type = DataKind::Markov;
     d.data.markov_order = 1;
   }
@@ -74,7 +74,7 @@ Outcome train(const Deck& deck) {
 
 // Bytes one micro-batch keeps on stage `s` of the MLP (rows r, f32).
 double mlp_stash(const Deck& d, int s, int stages, const std::string& policy) {
-  const auto units = partition_units(d.model.depth, stages, {});
+  const auto units = partition_units(d.model.mlp.depth, stages, {});
   StageModel sm = build_stage(d.model, units, s);
   const double r = static_cast<double>(d.training.batch_size / d.pipeline.micro_batches);
   std::vector<double> input_floats;  // per layer of the stage
@@ -89,16 +89,16 @@ double mlp_stash(const Deck& d, int s, int stages, const std::string& policy) {
                       (policy == "full" && i == 0);
     if (kept) floats += input_floats[i];
   }
-  if (sm.is_last()) floats += static_cast<double>(d.model.output_dim);  // loss gradient
+  if (sm.is_last()) floats += static_cast<double>(d.model.mlp.output_dim);  // loss gradient
   return 4.0 * r * floats;
 }
 
 // Bytes one micro-batch keeps on stage `s` of the GPT (docs/memory.md).
 double gpt_stash(const Deck& d, int s, int stages, const std::string& policy) {
-  const auto units = partition_units(d.model.blocks, stages, {});
+  const auto units = partition_units(d.model.gpt.blocks, stages, {});
   const double r = static_cast<double>(d.training.batch_size / d.pipeline.micro_batches);
-  const double T = d.model.seq_len, C = d.model.d_model, H = d.model.heads, R = d.model.mlp_ratio;
-  const double V = d.model.vocab_size;
+  const double T = d.model.gpt.seq_len, C = d.model.gpt.d_model, H = d.model.gpt.heads, R = d.model.gpt.mlp_ratio;
+  const double V = d.model.gpt.vocab_size;
   const bool first = s == 0, last = s == stages - 1;
   const double blocks = static_cast<double>(units[s]);
   // layer inputs, in layer order: [tokens] blocks... [head]

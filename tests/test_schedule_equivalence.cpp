@@ -147,7 +147,7 @@ WeightGemms run_counting_weight_gemms(const Deck& deck) {
 }
 
 int64_t rows_per_step(const Deck& deck) {
-  const int64_t per_sample = deck.model.type == "gpt" ? deck.model.seq_len : 1;
+  const int64_t per_sample = deck.model.type == "gpt" ? deck.model.gpt.seq_len : 1;
   return deck.training.batch_size * per_sample;
 }
 

@@ -13,9 +13,11 @@
 #include <mpi.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <map>
 #include <random>
+#include <thread>
 #include <utility>
 
 #include "forwarding_backend.hpp"
@@ -85,10 +87,10 @@ double fake_total_s(size_t n) { return 1e-3 * static_cast<double>(n * (n + 1) / 
 
 Deck traced_deck(const std::string& schedule) {
   Deck d;
-  d.model.input_dim = 8;
-  d.model.hidden_dim = 16;
-  d.model.output_dim = 4;
-  d.model.depth = 8;
+  d.model.mlp.input_dim = 8;
+  d.model.mlp.hidden_dim = 16;
+  d.model.mlp.output_dim = 4;
+  d.model.mlp.depth = 8;
   d.training.steps = 3;
   d.training.batch_size = 16;
   d.training.blas_threads = 1;
@@ -285,7 +287,7 @@ TEST(TraceReplay, ARealRunReplaysBelowItsMeasuredBubble) {
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   MPI_Comm_size(MPI_COMM_WORLD, &size);
   Deck deck = traced_deck("1f1b");
-  deck.model.hidden_dim = 512;  // 64-row micro-batches: about 1 ms per action
+  deck.model.mlp.hidden_dim = 512;  // 64-row micro-batches: about 1 ms per action
   deck.training.batch_size = 256;
   Trainer trainer(deck, MPI_COMM_WORLD);
   std::vector<double> measured;
@@ -365,6 +367,89 @@ TEST(ComputeTiming, TheTrainersStageComputeTimesAreTheBackendTimers) {
                   1e-9)
           << "stage " << r << " step " << step;
   }
+}
+
+// The fault injection's slowdown (pipeline.slowdown_*) waits for the
+// backend before and after each F, B and W of a slowed step, and never in a
+// step before slowdown_from_step: normal steps are not synchronised.
+TEST(ComputeTiming, TheSlowdownSynchronisesOnlyTheSlowedSteps) {
+  Deck d = traced_deck("gpipe");
+  d.output.trace = false;
+  d.pipeline.recompute = "none";
+  const Schedule schedule = schedule_for_deck(d, 1);
+  StageModel stage = build_stage(d.model, {model_units(d.model)}, 0);
+  auto transport = make_mpi_transport(MPI_COMM_SELF);
+  auto data = make_dataset(d, Split::Train);
+  FakeClockBackend be;
+  ExecutorConfig config = executor_config_for(d);
+  config.slowdown = {1, 1.5};
+  Executor ex(config, {&stage}, {parse_recompute_policy("none", "test")}, *transport, be);
+  const int actions = static_cast<int>(compute_kinds(schedule, 0).size());
+  for (int64_t step = 0; step < 2; ++step) {
+    be.ledger = TimingLedger();
+    ex.run(schedule, *data, step, Pass::Train);
+    EXPECT_EQ(be.ledger.syncs, step == 0 ? 0 : 2 * actions) << "step " << step;
+    EXPECT_EQ(be.ledger.reads, 1) << "step " << step;
+  }
+}
+
+// A backend that computes at once on the CPU but, like a GPU, queues device
+// time: each GEMM adds kGemmMs of it, and synchronize() waits it out (sleeps).
+// The host's steady clock is its timer. `queue` adds work the backend runs
+// for someone else (a reduction's copies, say).
+class QueuedWorkBackend final : public test::ForwardingBackend {
+ public:
+  static constexpr double kGemmMs = 1.0;
+  double gemm_ms = 0.0;  // device time of the GEMMs, since the test reset it
+  const char* name() const override { return "queued-work"; }
+  void synchronize() override {
+    std::this_thread::sleep_for(std::chrono::duration<double, std::milli>(queued_ms_));
+    queued_ms_ = 0.0;
+  }
+  void queue(double ms) { queued_ms_ += ms; }
+
+ protected:
+  void do_matmul(const Tensor& a, bool ta, const Tensor& b, bool tb, Tensor& c, float alpha,
+                 float beta) override {
+    target_.matmul(a, ta, b, tb, c, alpha, beta);
+    gemm_ms += kGemmMs;
+    queue(kGemmMs);
+  }
+
+ private:
+  double queued_ms_ = 0.0;
+};
+
+// On a backend that computes asynchronously a slowed action is stretched by
+// (factor - 1) x the time its own kernels ran: work queued before it is
+// waited for outside its timed region, and its kernels are waited for before
+// its time is read. So the timed regions of a step slowed 3x total about 3 x
+// the GEMMs' device time; counting the queued work (25 ms before each action
+// but the first) would add 3 x 75 ms.
+TEST(ComputeTiming, TheSlowdownStretchesTheActionsOwnKernelsOnly) {
+  Deck d = traced_deck("gpipe");
+  d.output.trace = false;
+  d.pipeline.recompute = "none";
+  d.model.mlp.depth = 2;
+  d.training.batch_size = 8;
+  d.pipeline.micro_batches = 2;
+  const Schedule schedule = schedule_for_deck(d, 1);
+  StageModel stage = build_stage(d.model, {model_units(d.model)}, 0);
+  auto transport = make_mpi_transport(MPI_COMM_SELF);
+  auto data = make_dataset(d, Split::Train);
+  QueuedWorkBackend be;
+  constexpr double kQueuedMs = 25.0;
+  ExecutorConfig config = executor_config_for(d);
+  config.slowdown = {0, 3.0};
+  config.reduction.progress = [&be] { be.queue(kQueuedMs); };
+  Executor ex(config, {&stage}, {parse_recompute_policy("none", "test")}, *transport, be);
+  const StepOutcome out = ex.run(schedule, *data, 0, Pass::Train);
+  be.synchronize();
+  const double compute_ms = out.compute_us / 1e3, stretched_ms = 3.0 * be.gemm_ms;
+  ASSERT_EQ(compute_kinds(schedule, 0).size(), 4u);
+  ASSERT_GT(be.gemm_ms, 0.0);
+  EXPECT_GE(compute_ms, 0.95 * stretched_ms) << "the GEMMs' time was not waited for or stretched";
+  EXPECT_LT(compute_ms, stretched_ms + 2.0 * kQueuedMs) << "work queued before an action was stretched";
 }
 
 }  // namespace

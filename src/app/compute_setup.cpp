@@ -71,8 +71,8 @@ void log_links(MPI_Comm comm, const cuda::TransportPlan& plan) {
 ComputeResources make_compute_resources(const Deck& deck, MPI_Comm comm) {
   ComputeResources c;
   if (deck.training.device != DeviceKind::Cuda) {
-    if (deck.training.precision != PrecisionKind::Fp32) {
-      c.backend = make_cpu_backend(parse_gemm_precision(kind_name(deck.training.precision)));
+    if (deck.training.precision != Precision::Fp32) {
+      c.backend = make_cpu_backend(deck.training.precision);
       c.setup.backend = c.backend.get();
     }
     if (deck.pipeline.transport == TransportKind::NcclModel)
@@ -84,7 +84,7 @@ ComputeResources make_compute_resources(const Deck& deck, MPI_Comm comm) {
   log_devices(comm, info->describe());
   c.device_name = info->name;
   c.device_shared = cuda::any_device_shared(*info, comm);
-  c.backend = cuda::make_backend({cuda::parse_precision(kind_name(deck.training.precision))});
+  c.backend = cuda::make_backend({deck.training.precision});
   c.setup.backend = c.backend.get();
   const TransportKind kind = deck.pipeline.transport;
   const std::string transport = kind_name(kind);  // the CUDA layer's name of it

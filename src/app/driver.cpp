@@ -170,7 +170,7 @@ void print_step(const Deck& deck, const StepRecord& rec, double samples_per_s,
     total_peak = std::max(total_peak, stage.back());
   }
   char fp16[64] = "";  // the loss scale, and a skipped step, under fp16
-  if (deck.training.precision == PrecisionKind::Fp16)
+  if (deck.training.precision == Precision::Fp16)
     std::snprintf(fp16, sizeof fp16, " | scale %g%s", rec.loss_scale,
                   rec.skipped ? " SKIPPED (overflow)" : "");
   char plan[40] = "";  // the planner's prediction beside the measurement

@@ -48,18 +48,13 @@ GptSpec gpt_spec_of(const Deck& deck, const std::string& device) {
     throw InputError(deck.where("model.type") + " = \"" + family.name + "\": plan --device " + device +
                      " models GPT decks only (analytic costs); plan this family by measuring it "
                      "(no --device) or from a profile (--profile FILE)");
-  const GptDims d = family.analytic_dims(deck.model);
   GptSpec g;
+  g.dims = family.analytic_dims(deck.model);
+  const GptDims& d = g.dims;
   g.name = family.name + " blocks=" + std::to_string(d.blocks) + " d_model=" + std::to_string(d.d_model) +
            " heads=" + std::to_string(d.heads) + " seq_len=" + std::to_string(d.seq_len) +
            " vocab_size=" + std::to_string(d.vocab_size);
-  g.blocks = d.blocks;
-  g.d_model = d.d_model;
-  g.heads = d.heads;
-  g.seq_len = d.seq_len;
-  g.vocab_size = d.vocab_size;
-  g.mlp_ratio = d.mlp_ratio;
-  const bool half = deck.training.precision == PrecisionKind::Bf16 || deck.training.precision == PrecisionKind::Fp16;
+  const bool half = deck.training.precision == Precision::Bf16 || deck.training.precision == Precision::Fp16;
   g.activation_bytes = half ? 2.0 : 4.0;
   g.param_bytes = half ? 2.0 : 4.0;
   g.grad_bytes = 4.0;

@@ -329,22 +329,4 @@ std::unique_ptr<Backend> make_backend(const BackendOptions& options) {
   return std::make_unique<CudaBackend>(options);
 }
 
-Precision parse_precision(const std::string& name) {
-  if (name == "fp32") return Precision::FP32;
-  if (name == "tf32") return Precision::TF32;
-  if (name == "bf16") return Precision::BF16;
-  if (name == "fp16") return Precision::FP16;
-  throw InputError("unknown precision '" + name + "': expected fp32, tf32, bf16 or fp16");
-}
-
-const char* precision_name(Precision p) {
-  switch (p) {
-    case Precision::FP32: return "fp32";
-    case Precision::TF32: return "tf32";
-    case Precision::BF16: return "bf16";
-    case Precision::FP16: return "fp16";
-  }
-  return "?";
-}
-
 }  // namespace pt::cuda

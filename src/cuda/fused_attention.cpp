@@ -251,7 +251,7 @@ class CudnnFusedAttention final : public FusedAttentionKernels {
 }  // namespace
 
 std::unique_ptr<FusedAttentionKernels> make_fused_attention(Precision precision) {
-  if (precision != Precision::BF16) return nullptr;
+  if (precision != Precision::Bf16) return nullptr;
   Context& ctx = context();
   int major = 0;
   CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, ctx.device));

@@ -30,7 +30,7 @@ int as_int(int64_t v, const char* what) {
 }
 
 cublasComputeType_t compute_type(Precision p) {
-  return p == Precision::TF32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
+  return p == Precision::Tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
 }
 
 void record(const Gemm& g) {
@@ -54,8 +54,8 @@ Operand Operand::at(int64_t elements) const {
 }
 
 Operand as_operand(const float* x, int64_t n, Precision p, DeviceBuffer& holder) {
-  if (p == Precision::FP32 || p == Precision::TF32) return {x, CUDA_R_32F};
-  const bool bf16 = p == Precision::BF16;
+  if (p == Precision::Fp32 || p == Precision::Tf32) return {x, CUDA_R_32F};
+  const bool bf16 = p == Precision::Bf16;
   holder = DeviceBuffer(static_cast<size_t>(n) * 2);
   kern::cast_to_half(x, holder.get(), n, bf16, context().compute);
   return {holder.get(), bf16 ? CUDA_R_16BF : CUDA_R_16F};

@@ -41,7 +41,7 @@ struct Gemm {
   int64_t batch = 1;
 };
 // Runs g on the compute stream; fp32 accumulation in every precision (TF32
-// tensor cores for Precision::TF32).
+// tensor cores for Precision::Tf32).
 void run_gemm(const Gemm& g, Precision p);
 
 }  // namespace pt::cuda

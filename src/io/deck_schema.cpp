@@ -36,7 +36,7 @@ std::string family_choices() {
 bool is_synthetic(const Deck& d) { return d.data.type == DataKind::Synthetic; }
 bool is_markov(const Deck& d) { return d.data.type == DataKind::Markov; }
 bool is_hdf5(const Deck& d) { return d.data.type == DataKind::Hdf5; }
-bool is_fp16(const Deck& d) { return d.training.precision == PrecisionKind::Fp16; }
+bool is_fp16(const Deck& d) { return d.training.precision == Precision::Fp16; }
 bool is_rebalancing(const Deck& d) { return d.pipeline.rebalance; }
 bool is_slowed(const Deck& d) { return d.pipeline.slowdown_rank >= 0; }
 bool takes_times(const Deck& d) { return schedule_takes_times(d.pipeline.schedule); }
@@ -55,19 +55,19 @@ bool has_virtual_stages(const Deck& d) {
 // Upper bounds keep counts inside `int` where the runtime uses it.
 const std::vector<KeySpec> kDeckKeys = {
     {"model", "type", PT_FIELD(model.type), any(), nullptr, "model family", PT_ALWAYS, family_choices},
-    {"model", "input_dim", PT_FIELD(model.input_dim), between(1, 1 << 24), nullptr, "features per sample", PT_FAMILY},
-    {"model", "hidden_dim", PT_FIELD(model.hidden_dim), between(1, 1 << 24), nullptr, "width of the hidden layers", PT_FAMILY},
-    {"model", "output_dim", PT_FIELD(model.output_dim), between(1, 1 << 24), nullptr, "regression outputs, or classes for cross_entropy", PT_FAMILY},
-    {"model", "depth", PT_FIELD(model.depth), between(1, 1 << 20), nullptr, "number of Linear layers (the unit split between stages)", PT_FAMILY},
-    {"model", "activation", PT_FIELD(model.activation), any(), nullptr, "activation between Linear layers", PT_FAMILY},
-    {"model", "loss", PT_FIELD(model.loss), any(), nullptr, "training loss", PT_FAMILY},
-    {"model", "vocab_size", PT_FIELD(model.vocab_size), between(2, 1 << 24), nullptr, "vocabulary size V (token ids 0..V-1)", PT_FAMILY},
-    {"model", "seq_len", PT_FIELD(model.seq_len), between(1, 1 << 16), nullptr, "tokens per sample T", PT_FAMILY},
-    {"model", "d_model", PT_FIELD(model.d_model), between(1, 1 << 16), nullptr, "model width C", PT_FAMILY},
-    {"model", "heads", PT_FIELD(model.heads), between(1, 1 << 12), nullptr, "attention heads; must divide d_model", PT_FAMILY},
-    {"model", "blocks", PT_FIELD(model.blocks), between(1, 1 << 16), nullptr, "transformer blocks (the unit split between stages)", PT_FAMILY},
-    {"model", "mlp_ratio", PT_FIELD(model.mlp_ratio), between(1, 64), nullptr, "MLP hidden width = mlp_ratio * d_model", PT_FAMILY},
-    {"model", "attention", PT_FIELD(model.attention), any(), nullptr, "attention kernels: reference (probabilities T x T materialised in fp32) or fused (forward and backward one kernel each, keeping only each row's log-sum-exp; on CUDA cuDNN's SDPA, needs training.precision = \"bf16\", a head width d_model / heads that is a multiple of 8 up to 128 and a GPU of compute capability 8.0 or newer; docs/cuda.md)", PT_FAMILY},
+    {"model", "input_dim", PT_FIELD(model.mlp.input_dim), between(1, 1 << 24), nullptr, "features per sample", PT_FAMILY},
+    {"model", "hidden_dim", PT_FIELD(model.mlp.hidden_dim), between(1, 1 << 24), nullptr, "width of the hidden layers", PT_FAMILY},
+    {"model", "output_dim", PT_FIELD(model.mlp.output_dim), between(1, 1 << 24), nullptr, "regression outputs, or classes for cross_entropy", PT_FAMILY},
+    {"model", "depth", PT_FIELD(model.mlp.depth), between(1, 1 << 20), nullptr, "number of Linear layers (the unit split between stages)", PT_FAMILY},
+    {"model", "activation", PT_FIELD(model.mlp.activation), any(), nullptr, "activation between Linear layers", PT_FAMILY},
+    {"model", "loss", PT_FIELD(model.mlp.loss), any(), nullptr, "training loss", PT_FAMILY},
+    {"model", "vocab_size", PT_FIELD(model.gpt.vocab_size), between(2, 1 << 24), nullptr, "vocabulary size V (token ids 0..V-1)", PT_FAMILY},
+    {"model", "seq_len", PT_FIELD(model.gpt.seq_len), between(1, 1 << 16), nullptr, "tokens per sample T", PT_FAMILY},
+    {"model", "d_model", PT_FIELD(model.gpt.d_model), between(1, 1 << 16), nullptr, "model width C", PT_FAMILY},
+    {"model", "heads", PT_FIELD(model.gpt.heads), between(1, 1 << 12), nullptr, "attention heads; must divide d_model", PT_FAMILY},
+    {"model", "blocks", PT_FIELD(model.gpt.blocks), between(1, 1 << 16), nullptr, "transformer blocks (the unit split between stages)", PT_FAMILY},
+    {"model", "mlp_ratio", PT_FIELD(model.gpt.mlp_ratio), between(1, 64), nullptr, "MLP hidden width = mlp_ratio * d_model", PT_FAMILY},
+    {"model", "attention", PT_FIELD(model.gpt.attention), any(), nullptr, "attention kernels: reference (probabilities T x T materialised in fp32) or fused (forward and backward one kernel each, keeping only each row's log-sum-exp; on CUDA cuDNN's SDPA, needs training.precision = \"bf16\", a head width d_model / heads that is a multiple of 8 up to 128 and a GPU of compute capability 8.0 or newer; docs/cuda.md)", PT_FAMILY},
     {"model", "init_seed", PT_FIELD(model.init_seed), at_least(0), nullptr, "parameter initialisation seed", PT_ALWAYS},
     {"data", "type", PT_FIELD(data.type), any(), nullptr, "synthetic: teacher-network data (mlp); markov: random Markov chain tokens, hdf5: token file (gpt)", PT_ALWAYS},
     {"data", "samples", PT_FIELD(data.samples), at_least(1), nullptr, "size of the training set", is_synthetic, "data.type = \"synthetic\""},
@@ -424,12 +424,12 @@ void check_model_data(const Deck& deck) {
                      ", not " + deck.described("data.type", toml_string(kind_name(d.type))));
   if (family.check) family.check(deck);
   if (d.type == DataKind::Markov) {
-    double entries = std::pow(static_cast<double>(m.vocab_size), static_cast<double>(d.markov_order + 1));
+    double entries = std::pow(static_cast<double>(m.gpt.vocab_size), static_cast<double>(d.markov_order + 1));
     if (entries > 16777216.0)
       throw InputError(deck.where("data.markov_order") + " = " + std::to_string(d.markov_order) +
                        ": the chain needs vocab_size^(order+1) = " + shortest(entries) +
                        " transition probabilities; at most 2^24 (16777216) are allowed with " +
-                       deck.described("model.vocab_size", std::to_string(m.vocab_size)));
+                       deck.described("model.vocab_size", std::to_string(m.gpt.vocab_size)));
   }
   if (d.type == DataKind::Hdf5 && d.path.empty())
     throw InputError(deck.where("data.type") + " = \"hdf5\": needs data.path (the token file)");

@@ -19,8 +19,8 @@ constexpr uint64_t kTeacherStream = 2;
 class TeacherData final : public Dataset {
  public:
   TeacherData(const Deck& deck, Split split)
-      : first_(split == Split::Train ? 0 : deck.data.samples), samples_(deck.data.samples), seed_(deck.data.seed), in_(deck.model.input_dim),
-        out_(deck.model.output_dim), classify_(deck.model.loss == LossKind::CrossEntropy) {
+      : first_(split == Split::Train ? 0 : deck.data.samples), samples_(deck.data.samples), seed_(deck.data.seed), in_(deck.model.mlp.input_dim),
+        out_(deck.model.mlp.output_dim), classify_(deck.model.mlp.loss == LossKind::CrossEntropy) {
     PT_CHECK(samples_ >= 1, "data.samples");
     teacher_ = Tensor::empty({out_, in_}, DType::F32, MemCategory::Workspace, Device::CPU);
     const float scale = 1.f / std::sqrt(static_cast<float>(in_));

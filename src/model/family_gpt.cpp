@@ -9,26 +9,18 @@ namespace pt {
 
 namespace {
 
-GptDims dims(const ModelConfig& m) {
-  GptDims d;
-  d.vocab_size = m.vocab_size;
-  d.seq_len = m.seq_len;
-  d.d_model = m.d_model;
-  d.heads = m.heads;
-  d.mlp_ratio = m.mlp_ratio;
-  d.blocks = m.blocks;
-  d.attention = m.attention;
-  return d;
-}
+// The family's keys: model.vocab_size, seq_len, d_model, heads, mlp_ratio
+// and blocks, read from the deck into ModelConfig::gpt.
+GptDims dims(const ModelConfig& m) { return m.gpt; }
 
-int64_t units(const ModelConfig& m) { return m.blocks; }
+int64_t units(const ModelConfig& m) { return m.gpt.blocks; }
 
-int64_t tokens(const ModelConfig& m) { return m.seq_len; }
+int64_t tokens(const ModelConfig& m) { return m.gpt.seq_len; }
 
 // Token ids (T) into the first stage, activations (T, C) into the others.
 StageInput stage_input(const ModelConfig& m, int64_t, bool first) {
-  if (first) return {Shape{m.seq_len}, DType::I32};
-  return {Shape{m.seq_len, m.d_model}, DType::F32};
+  if (first) return {Shape{m.gpt.seq_len}, DType::I32};
+  return {Shape{m.gpt.seq_len, m.gpt.d_model}, DType::F32};
 }
 
 void add_front(const ModelConfig& m, StageModel& sm) {
@@ -45,23 +37,24 @@ void end_stage(const ModelConfig& m, StageModel& sm) {
   sm.layers.push_back(make_gpt_head(dims(m), m.init_seed));
   sm.layer_unit.push_back(-1);
   sm.loss = make_loss(LossKind::CrossEntropy);
-  sm.loss_terms_per_sample = m.seq_len;
+  sm.loss_terms_per_sample = m.gpt.seq_len;
 }
 
 // Forward matmul FLOPs per sample of one transformer block: per token the
 // qkv, attention projection and MLP products, and the scores and weighted
 // values over the full sequence.
-double block_flops(const ModelConfig& m) {
-  const double c = m.d_model, t = m.seq_len, r = m.mlp_ratio;
+double block_flops(const GptDims& g) {
+  const double c = g.d_model, t = g.seq_len, r = g.mlp_ratio;
   const double per_token = 2.0 * c * 3.0 * c + 2.0 * t * c * 2.0 + 2.0 * c * c + 2.0 * 2.0 * c * r * c;
   return t * per_token;
 }
 
 std::vector<CostUnitInfo> costs(const ModelConfig& m) {
+  const GptDims& g = m.gpt;
   std::vector<CostUnitInfo> out;
   out.push_back({"embedding", false, 0.0});  // a gather, no matmul
-  for (int64_t b = 0; b < m.blocks; ++b) out.push_back({"block" + std::to_string(b), true, block_flops(m)});
-  out.push_back({"head", false, 2.0 * static_cast<double>(m.seq_len * m.d_model * m.vocab_size)});
+  for (int64_t b = 0; b < g.blocks; ++b) out.push_back({"block" + std::to_string(b), true, block_flops(g)});
+  out.push_back({"head", false, 2.0 * static_cast<double>(g.seq_len * g.d_model * g.vocab_size)});
   return out;
 }
 
@@ -70,18 +63,20 @@ std::vector<CostUnitInfo> costs(const ModelConfig& m) {
 // attention products (scores, weighted values: 4 T C per token forward, no
 // weights) have a backward of twice their FLOPs, all in B.
 double weight_grad_share(const ModelConfig& m) {
-  const double c = m.d_model, t = m.seq_len, r = m.mlp_ratio, v = m.vocab_size;
-  const double blocks = static_cast<double>(m.blocks);
+  const GptDims& g = m.gpt;
+  const double c = g.d_model, t = g.seq_len, r = g.mlp_ratio, v = g.vocab_size;
+  const double blocks = static_cast<double>(g.blocks);
   const double weights = blocks * (8.0 * c * c + 4.0 * r * c * c) * t + 2.0 * t * c * v;
   const double attention = blocks * 4.0 * t * c * t;
   return weights / (2.0 * weights + 2.0 * attention);
 }
 
 std::string describe(const ModelConfig& m) {
-  return " vocab_size=" + std::to_string(m.vocab_size) + " seq_len=" + std::to_string(m.seq_len) +
-         " d_model=" + std::to_string(m.d_model) + " heads=" + std::to_string(m.heads) +
-         " blocks=" + std::to_string(m.blocks) + " mlp_ratio=" + std::to_string(m.mlp_ratio) +
-         (m.attention == AttentionKind::Reference ? "" : std::string(" attention=") + kind_name(m.attention));
+  const GptDims& g = m.gpt;
+  return " vocab_size=" + std::to_string(g.vocab_size) + " seq_len=" + std::to_string(g.seq_len) +
+         " d_model=" + std::to_string(g.d_model) + " heads=" + std::to_string(g.heads) +
+         " blocks=" + std::to_string(g.blocks) + " mlp_ratio=" + std::to_string(g.mlp_ratio) +
+         (g.attention == AttentionKind::Reference ? "" : std::string(" attention=") + kind_name(g.attention));
 }
 
 // Fused attention on CUDA is cuDNN's SDPA, whose inputs are 16-bit: bf16,
@@ -92,27 +87,27 @@ constexpr int64_t kFusedHeadWidthMax = 128;
 constexpr int64_t kFusedHeadWidthStep = 8;
 
 void check_fused_attention(const Deck& deck) {
-  const ModelConfig& m = deck.model;
+  const GptDims& g = deck.model.gpt;
   const TrainingConfig& t = deck.training;
-  if (m.attention != AttentionKind::Fused || t.device != DeviceKind::Cuda) return;
+  if (g.attention != AttentionKind::Fused || t.device != DeviceKind::Cuda) return;
   const std::string at = deck.where("model.attention") + " = \"fused\": on CUDA it is cuDNN's bf16 attention";
   const std::string instead = "; use model.attention = \"reference\"";
-  if (t.precision != PrecisionKind::Bf16)
+  if (t.precision != Precision::Bf16)
     throw InputError(at + " and needs training.precision = \"bf16\", not " +
                      deck.described("training.precision", "\"" + std::string(kind_name(t.precision)) + "\"") +
                      instead + " in other precisions");
-  const int64_t width = m.d_model / m.heads;
+  const int64_t width = g.d_model / g.heads;
   if (width % kFusedHeadWidthStep != 0 || width > kFusedHeadWidthMax)
     throw InputError(at + ", whose head width d_model / heads must be a multiple of 8 and at most 128, not " +
-                     std::to_string(width) + " (" + deck.described("model.d_model", std::to_string(m.d_model)) +
-                     ", " + deck.described("model.heads", std::to_string(m.heads)) + ")" + instead);
+                     std::to_string(width) + " (" + deck.described("model.d_model", std::to_string(g.d_model)) +
+                     ", " + deck.described("model.heads", std::to_string(g.heads)) + ")" + instead);
 }
 
 void check(const Deck& deck) {
-  const ModelConfig& m = deck.model;
-  if (m.d_model % m.heads != 0)
-    throw InputError(deck.where("model.heads") + " = " + std::to_string(m.heads) + ": must divide " +
-                     deck.described("model.d_model", std::to_string(m.d_model)));
+  const GptDims& g = deck.model.gpt;
+  if (g.d_model % g.heads != 0)
+    throw InputError(deck.where("model.heads") + " = " + std::to_string(g.heads) + ": must divide " +
+                     deck.described("model.d_model", std::to_string(g.d_model)));
   check_fused_attention(deck);
 }
 
@@ -120,7 +115,7 @@ void check(const Deck& deck) {
 // attention with its fused attention kernels.
 void check_backend(const ModelConfig& m, Backend& be) {
   gpt_kernels(be);
-  if (m.attention == AttentionKind::Fused) gpt_fused_attention(be);
+  if (m.gpt.attention == AttentionKind::Fused) gpt_fused_attention(be);
 }
 
 }  // namespace

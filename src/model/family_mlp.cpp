@@ -12,13 +12,15 @@ namespace pt {
 namespace {
 
 // Width of the activation entering MLP unit u, and leaving it.
-int64_t width_before(const ModelConfig& m, int64_t unit) { return unit == 0 ? m.input_dim : m.hidden_dim; }
-
-int64_t width_after(const ModelConfig& m, int64_t unit) {
-  return unit == m.depth - 1 ? m.output_dim : m.hidden_dim;
+int64_t width_before(const ModelConfig& m, int64_t unit) {
+  return unit == 0 ? m.mlp.input_dim : m.mlp.hidden_dim;
 }
 
-int64_t units(const ModelConfig& m) { return m.depth; }
+int64_t width_after(const ModelConfig& m, int64_t unit) {
+  return unit == m.mlp.depth - 1 ? m.mlp.output_dim : m.mlp.hidden_dim;
+}
+
+int64_t units(const ModelConfig& m) { return m.mlp.depth; }
 
 int64_t tokens(const ModelConfig&) { return 1; }
 
@@ -27,26 +29,26 @@ StageInput stage_input(const ModelConfig& m, int64_t first_unit, bool) {
 }
 
 void add_unit(const ModelConfig& m, StageModel& sm, int64_t u, ParamInit init) {
-  const bool last_unit = (u == m.depth - 1);
+  const bool last_unit = (u == m.mlp.depth - 1);
   sm.layers.push_back(make_linear("unit" + std::to_string(u) + ".linear", width_before(m, u),
                                   width_after(m, u), m.init_seed, static_cast<uint64_t>(u),
                                   last_unit ? 1.f : std::sqrt(2.f), init));
   sm.layer_unit.push_back(u);
   if (!last_unit) {
-    sm.layers.push_back(make_activation(m.activation));
+    sm.layers.push_back(make_activation(m.mlp.activation));
     sm.layer_unit.push_back(u);
   }
 }
 
 void end_stage(const ModelConfig& m, StageModel& sm) {
-  sm.loss = make_loss(m.loss);
-  sm.loss_terms_per_sample = m.loss == LossKind::Mse ? m.output_dim : 1;
+  sm.loss = make_loss(m.mlp.loss);
+  sm.loss_terms_per_sample = m.mlp.loss == LossKind::Mse ? m.mlp.output_dim : 1;
 }
 
 // Matmul FLOPs of each Linear layer's forward, 2 per multiply-add.
 std::vector<CostUnitInfo> costs(const ModelConfig& m) {
   std::vector<CostUnitInfo> out;
-  for (int64_t u = 0; u < m.depth; ++u)
+  for (int64_t u = 0; u < m.mlp.depth; ++u)
     out.push_back({"linear" + std::to_string(u), true,
                    2.0 * static_cast<double>(width_before(m, u) * width_after(m, u))});
   return out;
@@ -56,13 +58,14 @@ std::vector<CostUnitInfo> costs(const ModelConfig& m) {
 double weight_grad_share(const ModelConfig&) { return 0.5; }
 
 std::string describe(const ModelConfig& m) {
-  return " input_dim=" + std::to_string(m.input_dim) + " hidden_dim=" + std::to_string(m.hidden_dim) +
-         " output_dim=" + std::to_string(m.output_dim) + " depth=" + std::to_string(m.depth) +
-         " activation=" + kind_name(m.activation) + " loss=" + kind_name(m.loss);
+  const MlpConfig& c = m.mlp;
+  return " input_dim=" + std::to_string(c.input_dim) + " hidden_dim=" + std::to_string(c.hidden_dim) +
+         " output_dim=" + std::to_string(c.output_dim) + " depth=" + std::to_string(c.depth) +
+         " activation=" + kind_name(c.activation) + " loss=" + kind_name(c.loss);
 }
 
 void check(const Deck& deck) {
-  const ModelConfig& m = deck.model;
+  const MlpConfig& m = deck.model.mlp;
   if (m.loss == LossKind::CrossEntropy && m.output_dim < 2)
     throw InputError(deck.where("model.loss") + " = \"cross_entropy\": needs at least 2 classes, but " +
                      deck.described("model.output_dim", std::to_string(m.output_dim)));

@@ -18,14 +18,19 @@ LossScaler::LossScaler(const LossScalerConfig& cfg) : cfg_(cfg), scale_(cfg.init
 }
 
 // Every gradient's non-finite count stays on the device; one read for all.
+// Every slot is written before the read, so the kept batch holds nothing of
+// the step before.
 bool LossScaler::grads_finite(Backend& be, const std::vector<Param*>& params) {
   const int64_t n = static_cast<int64_t>(params.size());
-  std::unique_ptr<ScalarBatch> counts = be.make_scalar_batch(n);
+  if (!nonfinite_counts_ || nonfinite_counts_->size() != n || counts_backend_ != &be) {
+    nonfinite_counts_ = be.make_scalar_batch(n);
+    counts_backend_ = &be;
+  }
   for (int64_t i = 0; i < n; ++i) {
     settle_grad(be, *params[static_cast<size_t>(i)]);
-    be.nonfinite_to(params[static_cast<size_t>(i)]->grad, *counts, i);
+    be.nonfinite_to(params[static_cast<size_t>(i)]->grad, *nonfinite_counts_, i);
   }
-  for (double c : counts->read())
+  for (double c : nonfinite_counts_->read())
     if (c != 0.0) return false;
   return true;
 }

@@ -69,8 +69,8 @@ int64_t sample_cdf(const std::vector<double>& cdf, int64_t begin, int64_t n, dou
 class MarkovData final : public Dataset {
  public:
   MarkovData(const Deck& deck, Split split)
-      : vocab_(deck.model.vocab_size), order_(deck.data.markov_order),
-        seq_len_(deck.model.seq_len), seed_(deck.data.seed),
+      : vocab_(deck.model.gpt.vocab_size), order_(deck.data.markov_order),
+        seq_len_(deck.model.gpt.seq_len), seed_(deck.data.seed),
         stream_(split == Split::Train ? kTrainStream : kEvalStream) {
     states_ = 1;
     for (int64_t i = 0; i < order_; ++i) states_ *= vocab_;
@@ -271,7 +271,7 @@ class Hdf5Data final : public Dataset {
   Hdf5Data(const Deck& deck, Split split)
       : file_(split == Split::Train ? deck.data.path : deck.data.eval_path, deck.data.dataset,
               split == Split::Train ? "data.path" : "data.eval_path"),
-        seq_len_(deck.model.seq_len), seed_(deck.data.seed),
+        seq_len_(deck.model.gpt.seq_len), seed_(deck.data.seed),
         shuffle_(deck.data.shuffle && split == Split::Train) {
     windows_ = (file_.length() - 1) / seq_len_;
     if (windows_ < 1) throw InputError(file_.path() + ": too short for one window of model.seq_len + 1 tokens");
@@ -357,7 +357,7 @@ void check_token_ids(const TokenFile& file, int64_t vocab, const std::string& at
 void check_token_file(const Deck& deck, const std::string& path, const std::string& key) {
   TokenFile file(path, deck.data.dataset, key);
   const std::string at = key + " = \"" + path + "\": ";
-  const int64_t t = deck.model.seq_len, batch = deck.training.batch_size;
+  const int64_t t = deck.model.gpt.seq_len, batch = deck.training.batch_size;
   const int64_t windows = file.length() > 0 ? (file.length() - 1) / t : 0;
   if (windows < batch)
     throw InputError(at + "too short: " + std::to_string(file.length()) + " tokens make " +
@@ -365,9 +365,9 @@ void check_token_file(const Deck& deck, const std::string& path, const std::stri
                      std::to_string(t + 1) + " tokens, but one batch needs training.batch_size = " +
                      std::to_string(batch));
   if (file.is_unsigned())
-    check_token_ids<uint64_t>(file, deck.model.vocab_size, at);
+    check_token_ids<uint64_t>(file, deck.model.gpt.vocab_size, at);
   else
-    check_token_ids<int64_t>(file, deck.model.vocab_size, at);
+    check_token_ids<int64_t>(file, deck.model.gpt.vocab_size, at);
 }
 
 }  // namespace pt

@@ -61,15 +61,17 @@ struct Dims {
 };
 
 Dims dims_of(const GptSpec& g, int64_t micro_batch_sequences) {
-  return {static_cast<double>(micro_batch_sequences), static_cast<double>(g.seq_len),
-          static_cast<double>(g.d_model),              static_cast<double>(g.heads),
-          static_cast<double>(g.mlp_ratio),            static_cast<double>(g.vocab_size),
+  const GptDims& m = g.dims;
+  return {static_cast<double>(micro_batch_sequences), static_cast<double>(m.seq_len),
+          static_cast<double>(m.d_model),              static_cast<double>(m.heads),
+          static_cast<double>(m.mlp_ratio),            static_cast<double>(m.vocab_size),
           g.activation_bytes};
 }
 
 void check_gpt(const GptSpec& g, int64_t micro_batch_sequences) {
-  if (g.blocks < 1 || g.d_model < 1 || g.heads < 1 || g.seq_len < 1 || g.vocab_size < 1 ||
-      g.mlp_ratio < 1 || g.d_model % g.heads != 0 || micro_batch_sequences < 1)
+  const GptDims& m = g.dims;
+  if (m.blocks < 1 || m.d_model < 1 || m.heads < 1 || m.seq_len < 1 || m.vocab_size < 1 ||
+      m.mlp_ratio < 1 || m.d_model % m.heads != 0 || micro_batch_sequences < 1)
     throw InputError("GPT description '" + g.name +
                      "': blocks, d_model, heads, seq_len, vocab_size, mlp_ratio and the "
                      "micro-batch size must be >= 1 and heads must divide d_model");
@@ -178,18 +180,18 @@ std::vector<LinkCost> stage_links(const DeviceSpec& device, int num_stages) {
 GptSpec gpt3_175b() {
   GptSpec g;
   g.name = "GPT-3 175B";
-  g.blocks = 96;
-  g.d_model = 12288;
-  g.heads = 96;
-  g.seq_len = 2048;
-  g.vocab_size = 50257;
+  g.dims.blocks = 96;
+  g.dims.d_model = 12288;
+  g.dims.heads = 96;
+  g.dims.seq_len = 2048;
+  g.dims.vocab_size = 50257;
   return g;
 }
 
 double gpt_parameter_count(const GptSpec& gpt) {
   check_gpt(gpt, 1);
   const Dims d = dims_of(gpt, 1);
-  return embedding_params(d) + static_cast<double>(gpt.blocks) * block_params(d) + head_params(d);
+  return embedding_params(d) + static_cast<double>(gpt.dims.blocks) * block_params(d) + head_params(d);
 }
 
 ModelProfile gpt_profile(const GptSpec& gpt, const DeviceSpec& device,
@@ -200,14 +202,15 @@ ModelProfile gpt_profile(const GptSpec& gpt, const DeviceSpec& device,
                      "': peak_flops, efficiency and memory bandwidth must be > 0");
   const Dims d = dims_of(gpt, micro_batch_sequences);
   ModelProfile p;
-  p.model = gpt.name + " (" + std::to_string(gpt.blocks) + " blocks, d_model " +
-            std::to_string(gpt.d_model) + ", " + std::to_string(gpt.heads) + " heads, seq " +
-            std::to_string(gpt.seq_len) + ", vocab " + std::to_string(gpt.vocab_size) + ")";
+  const GptDims& m = gpt.dims;
+  p.model = gpt.name + " (" + std::to_string(m.blocks) + " blocks, d_model " +
+            std::to_string(m.d_model) + ", " + std::to_string(m.heads) + " heads, seq " +
+            std::to_string(m.seq_len) + ", vocab " + std::to_string(m.vocab_size) + ")";
   p.backend = device.name;
   p.kernels = "analytic: FLOPs / (peak x " + std::to_string(device.efficiency) + ")";
   p.micro_batch_rows = micro_batch_sequences;
   p.units.push_back(embedding_unit(gpt, d, device));
-  for (int64_t i = 0; i < gpt.blocks; ++i) p.units.push_back(block_unit(gpt, d, device, i));
+  for (int64_t i = 0; i < gpt.dims.blocks; ++i) p.units.push_back(block_unit(gpt, d, device, i));
   p.units.push_back(head_unit(gpt, d, device));
   p.link = device.inter_node;
   return p;

@@ -150,9 +150,10 @@ void Executor::run_action(const Action& a, StageRunner& runner) {
 void Executor::forward(StageRunner& runner, int mb) {
   const double start = clock().now_us();
   receive_forward_input(runner, mb);
-  regions_.begin();
+  const EventKind kind = pass_.pass == Pass::Train ? EventKind::F : EventKind::EvalF;
+  const double compute_start = compute_begin(kind, runner, mb);
   runner.forward(mb, forward_input(runner, mb));
-  compute_end(runner, pass_.pass == Pass::Train ? EventKind::F : EventKind::EvalF, mb, start);
+  compute_end(runner, kind, mb, start, compute_start);
 }
 
 // F's input from a peer: waits for its RECV_F (outside F's timed region).
@@ -195,9 +196,9 @@ void Executor::backward(StageRunner& runner, int mb) {
     rx.backward = Pending();
     finish_sends_first();
   }
-  regions_.begin();
+  const double compute_start = compute_begin(EventKind::B, runner, mb);
   runner.backward(mb, std::move(state.grad_output));
-  compute_end(runner, EventKind::B, mb, start);
+  compute_end(runner, EventKind::B, mb, start, compute_start);
 }
 
 // W: the weight gradients B deferred; with per-step weight gradients one
@@ -206,15 +207,24 @@ void Executor::weights(StageRunner& runner, int mb) {
   const int count = runner.weight_pass_size(mb);
   if (count == 0) return;
   const double start = clock().now_us();
-  regions_.begin();
+  const double compute_start = compute_begin(EventKind::W, runner, mb);
   runner.weights(mb);
-  compute_end(runner, EventKind::W, mb, start, count);
+  compute_end(runner, EventKind::W, mb, start, compute_start, count);
+}
+
+double Executor::compute_begin(EventKind kind, const StageRunner& runner, int mb) {
+  if (slowed()) settle_compute("before", kind, runner, mb);
+  regions_.begin();
+  return clock().now_us();
 }
 
 void Executor::compute_end(const StageRunner& runner, EventKind kind, int mb, double start_us,
-                           int count) {
+                           double compute_start_us, int count) {
   if (tracer_ && tracer_->enabled()) be_.synchronize();  // GPU: a trace event ends with its kernels
-  slow_down(start_us);
+  if (slowed()) {
+    settle_compute("of", kind, runner, mb);
+    slow_down(compute_start_us);
+  }
   regions_.end({runner.stage(), timed_kind(kind), count});
   const double end_us = clock().now_us();
   last_end_us_ = end_us;
@@ -225,13 +235,34 @@ void Executor::compute_end(const StageRunner& runner, EventKind kind, int mb, do
                     i + 1 == count ? end_us : start_us + (i + 1) * slice_us);
 }
 
-// Fault injection: a slowed rank sleeps (factor - 1) x the compute's time.
-void Executor::slow_down(double start_us) {
-  if (pass_.pass != Pass::Train) return;
-  const double factor = config_.slowdown.factor_at(pass_.step);
-  if (factor <= 1.0) return;
+// Fault injection (pipeline.slowdown_*): a slowed rank's F, B and W each
+// take factor x as long. What is stretched is the action's compute alone,
+// from compute_begin to its end, never a wait for a peer's message before it.
+// A backend that computes asynchronously (CUDA) returns from a kernel launch
+// at once, so the host clock alone would see the launches, and the sleep
+// would stretch whatever the host waits for next instead. So while the
+// slowdown is on, the backend is synchronised before the compute starts (the
+// work queued before it, from earlier actions or a reduction, is not
+// counted) and before its time is read (its kernels have run). On the CPU,
+// which computes synchronously, both synchronisations do nothing. Runs without
+// a slowdown never synchronise here, and nothing computed changes either way.
+bool Executor::slowed() const {
+  return pass_.pass == Pass::Train && config_.slowdown.factor_at(pass_.step) > 1.0;
+}
+
+void Executor::settle_compute(const char* when, EventKind kind, const StageRunner& runner,
+                              int mb) {
+  const char* action = kind == EventKind::W ? "W" : kind == EventKind::B ? "B" : "F";
+  DeadlineScope deadline(std::string("the slowdown's wait for the backend's work ") + when + " " +
+                         action + " of micro-batch " + std::to_string(mb) + " on stage " +
+                         std::to_string(runner.stage()));
   be_.synchronize();
-  const double spent_us = clock().now_us() - start_us;
+}
+
+// Sleeps (factor - 1) x the compute's time since compute_start_us.
+void Executor::slow_down(double compute_start_us) {
+  const double factor = config_.slowdown.factor_at(pass_.step);
+  const double spent_us = clock().now_us() - compute_start_us;
   std::this_thread::sleep_for(std::chrono::duration<double, std::micro>((factor - 1.0) * spent_us));
 }
 

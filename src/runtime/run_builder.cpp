@@ -108,7 +108,7 @@ void build_stages(RunParts& run, const Deck& deck, const std::vector<int64_t>& p
 void build_optimizer(RunParts& run) {
   const TrainingConfig& t = run.settings.training;
   run.optimizer = std::make_unique<Optimizer>(t, run.params());
-  if (t.precision == PrecisionKind::Fp16) {
+  if (t.precision == Precision::Fp16) {
     LossScalerConfig scaling;
     scaling.initial_scale = t.loss_scale;
     run.scaler = std::make_unique<LossScaler>(scaling);

@@ -47,7 +47,7 @@ PT_CPU_CLONES void gelu_backward_loop(const float* x, const float* dy, float* dx
 
 class CpuBackend final : public Backend {
  public:
-  explicit CpuBackend(GemmPrecision precision = GemmPrecision::FP32)
+  explicit CpuBackend(Precision precision = Precision::Fp32)
       : precision_(precision),
         transformer_(make_cpu_transformer_kernels(precision)),
         fused_attention_(make_cpu_fused_attention(precision)) {}
@@ -230,7 +230,7 @@ class CpuBackend final : public Backend {
   }
 
  private:
-  GemmPrecision precision_;  // of the GEMM operands; accumulation is fp32
+  Precision precision_;  // of the GEMM operands; accumulation is fp32
   std::unique_ptr<TransformerKernels> transformer_;         // cpu_kernels_gpt.cpp
   std::unique_ptr<FusedAttentionKernels> fused_attention_;  // cpu_fused_attention.cpp
 };
@@ -267,10 +267,10 @@ std::unique_ptr<ComputeTimer> Backend::make_timer() { return std::make_unique<Ho
 
 namespace cpu {
 // Rounded copies of op(A) and op(B)'s stored blocks, in per-thread scratch.
-void gemm(GemmPrecision p, bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha,
+void gemm(Precision p, bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha,
           const float* a, int64_t lda, const float* b, int64_t ldb, float beta, float* c,
           int64_t ldc) {
-  if (p == GemmPrecision::FP32) {
+  if (p == Precision::Fp32) {
     sgemm(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
     return;
   }
@@ -291,7 +291,7 @@ Backend& cpu_backend() {
   return backend;
 }
 
-std::unique_ptr<Backend> make_cpu_backend(GemmPrecision precision) {
+std::unique_ptr<Backend> make_cpu_backend(Precision precision) {
   return std::make_unique<CpuBackend>(precision);
 }
 

@@ -26,16 +26,16 @@ namespace pt {
 
 namespace {
 
-bool is_16_bit(GemmPrecision p) { return p == GemmPrecision::BF16 || p == GemmPrecision::FP16; }
+bool is_16_bit(Precision p) { return p == Precision::Bf16 || p == Precision::Fp16; }
 
 // In place on x (n elements): the value a 16-bit output of precision p holds.
-void round_output(float* x, int64_t n, GemmPrecision p) {
+void round_output(float* x, int64_t n, Precision p) {
   if (!is_16_bit(p)) return;
   for (int64_t i = 0; i < n; ++i) x[i] = round_operand(x[i], p);
 }
 
 // s (T, T) = scale Q K^T for head h of sequence b.
-void head_scores(GemmPrecision p, const Tensor& qkv, const AttnDims& d, int64_t b, int64_t h,
+void head_scores(Precision p, const Tensor& qkv, const AttnDims& d, int64_t b, int64_t h,
                  float* s) {
   const float* base = qkv.f32();
   cpu::gemm(p, false, true, d.T, d.T, d.D, d.scale, base + d.qkv_offset(b, h, 0), 3 * d.C,
@@ -81,7 +81,7 @@ void scores_gradient(const float* prob, const std::vector<double>& rows, float s
 
 // rows (T): dy_i . y_i over the D columns of one head (ld C), dy rounded as
 // the GPU reads it (16 bits), in double.
-void output_dots(const float* dy, const float* y, const AttnDims& d, GemmPrecision p,
+void output_dots(const float* dy, const float* y, const AttnDims& d, Precision p,
                  std::vector<double>& rows) {
   for (int64_t i = 0; i < d.T; ++i) {
     double dot = 0.0;
@@ -95,7 +95,7 @@ void output_dots(const float* dy, const float* y, const AttnDims& d, GemmPrecisi
 
 class CpuFusedAttention final : public FusedAttentionKernels {
  public:
-  explicit CpuFusedAttention(GemmPrecision precision) : precision_(precision) {}
+  explicit CpuFusedAttention(Precision precision) : precision_(precision) {}
 
  protected:
   void do_forward(const Tensor& qkv, int64_t heads, Tensor& y, Tensor& stats) override {
@@ -119,7 +119,7 @@ class CpuFusedAttention final : public FusedAttentionKernels {
   void do_backward(const Tensor& qkv, const Tensor& y, const Tensor& stats, const Tensor& dy,
                    int64_t heads, Tensor& dqkv) override {
     const AttnDims d = attn_dims(qkv, heads);
-    const GemmPrecision p = precision_;
+    const Precision p = precision_;
     std::vector<float> prob(static_cast<size_t>(d.T * d.T));  // (T, T) scratch
     std::vector<float> ds(static_cast<size_t>(d.T * d.T));    // (T, T) scratch
     std::vector<double> rows(static_cast<size_t>(d.T));       // (T)
@@ -151,12 +151,12 @@ class CpuFusedAttention final : public FusedAttentionKernels {
   }
 
  private:
-  GemmPrecision precision_;  // of the GEMM operands and, when 16-bit, of y and dqkv
+  Precision precision_;  // of the GEMM operands and, when 16-bit, of y and dqkv
 };
 
 }  // namespace
 
-std::unique_ptr<FusedAttentionKernels> make_cpu_fused_attention(GemmPrecision precision) {
+std::unique_ptr<FusedAttentionKernels> make_cpu_fused_attention(Precision precision) {
   return std::make_unique<CpuFusedAttention>(precision);
 }
 

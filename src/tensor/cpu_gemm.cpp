@@ -169,14 +169,6 @@ const char* isa_name(dnnl_cpu_isa_t isa) {
 
 }  // namespace
 
-CpuGemm parse_cpu_gemm(const std::string& name) {
-  CpuGemm gemm = CpuGemm::Auto;
-  if (!parse_kind(name, gemm))
-    throw InputError("unknown CPU GEMM library \"" + name +
-                     "\"; expected auto, onednn, onednn-sgemm or openblas");
-  return gemm;
-}
-
 void set_cpu_gemm(CpuGemm gemm) { g_cpu_gemm = gemm; }
 CpuGemm cpu_gemm() { return g_cpu_gemm; }
 

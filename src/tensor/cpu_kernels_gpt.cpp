@@ -160,7 +160,7 @@ void embedding_backward(const Tensor& tokens, const Tensor& dy, Tensor& dwte, Te
 
 // ---- causal multi-head attention ----
 
-void attention_probs(GemmPrecision p, const Tensor& qkv, int64_t heads, Tensor& probs) {
+void attention_probs(Precision p, const Tensor& qkv, int64_t heads, Tensor& probs) {
   const AttnDims d = attn_dims(qkv, heads);  // qkv: (mb, T, 3C)
   for (int64_t b = 0; b < d.mb; ++b) {
     for (int64_t h = 0; h < d.H; ++h) {
@@ -173,7 +173,7 @@ void attention_probs(GemmPrecision p, const Tensor& qkv, int64_t heads, Tensor& 
   }
 }
 
-void attention_values(GemmPrecision p, const Tensor& qkv, const Tensor& probs, int64_t heads,
+void attention_values(Precision p, const Tensor& qkv, const Tensor& probs, int64_t heads,
                       Tensor& y) {
   const AttnDims d = attn_dims(qkv, heads);  // qkv: (mb, T, 3C)
   for (int64_t b = 0; b < d.mb; ++b) {
@@ -185,7 +185,7 @@ void attention_values(GemmPrecision p, const Tensor& qkv, const Tensor& probs, i
   }
 }
 
-void attention_backward(GemmPrecision prec, const Tensor& qkv, const Tensor& probs,
+void attention_backward(Precision prec, const Tensor& qkv, const Tensor& probs,
                         const Tensor& dy, int64_t heads, Tensor& dqkv) {
   const AttnDims d = attn_dims(qkv, heads);  // qkv: (mb, T, 3C)
   std::vector<float> ds(static_cast<size_t>(d.T * d.T));           // (T, T) scratch
@@ -223,7 +223,7 @@ namespace {
 // for the attention GEMMs.
 class CpuTransformerKernels final : public TransformerKernels {
  public:
-  explicit CpuTransformerKernels(GemmPrecision precision) : precision_(precision) {}
+  explicit CpuTransformerKernels(Precision precision) : precision_(precision) {}
 
  protected:
   void do_layernorm_forward(const Tensor& x, const Tensor& gamma, const Tensor& beta, float eps,
@@ -256,12 +256,12 @@ class CpuTransformerKernels final : public TransformerKernels {
   }
 
  private:
-  GemmPrecision precision_;  // of the attention GEMMs' operands
+  Precision precision_;  // of the attention GEMMs' operands
 };
 
 }  // namespace
 
-std::unique_ptr<TransformerKernels> make_cpu_transformer_kernels(GemmPrecision precision) {
+std::unique_ptr<TransformerKernels> make_cpu_transformer_kernels(Precision precision) {
   return std::make_unique<CpuTransformerKernels>(precision);
 }
 

@@ -13,8 +13,8 @@ namespace pt {
 
 // The attention GEMMs round their operands to `precision` (fp32: plain sgemm),
 // as the CPU backend's matmul does.
-std::unique_ptr<TransformerKernels> make_cpu_transformer_kernels(GemmPrecision precision);
+std::unique_ptr<TransformerKernels> make_cpu_transformer_kernels(Precision precision);
 // Flash-style fused attention, GEMM operands (and 16-bit outputs) in `precision`.
-std::unique_ptr<FusedAttentionKernels> make_cpu_fused_attention(GemmPrecision precision);
+std::unique_ptr<FusedAttentionKernels> make_cpu_fused_attention(Precision precision);
 
 }  // namespace pt

@@ -36,44 +36,33 @@ float round_mantissa(float x, int dropped) {
 
 }  // namespace
 
-GemmPrecision parse_gemm_precision(const std::string& name) {
-  if (name == "fp32") return GemmPrecision::FP32;
-  if (name == "tf32") return GemmPrecision::TF32;
-  if (name == "bf16") return GemmPrecision::BF16;
-  if (name == "fp16") return GemmPrecision::FP16;
-  throw InputError("unknown precision '" + name + "': expected fp32, tf32, bf16 or fp16");
+Precision parse_precision(const std::string& name) {
+  Precision precision = Precision::Fp32;
+  if (!parse_kind(name, precision))
+    throw InputError("unknown precision '" + name + "': expected fp32, tf32, bf16 or fp16");
+  return precision;
 }
 
-const char* gemm_precision_name(GemmPrecision p) {
+float round_operand(float x, Precision p) {
   switch (p) {
-    case GemmPrecision::FP32: return "fp32";
-    case GemmPrecision::TF32: return "tf32";
-    case GemmPrecision::BF16: return "bf16";
-    case GemmPrecision::FP16: return "fp16";
-  }
-  return "?";
-}
-
-float round_operand(float x, GemmPrecision p) {
-  switch (p) {
-    case GemmPrecision::FP32: return x;
-    case GemmPrecision::TF32: return round_mantissa(x, 13);
-    case GemmPrecision::BF16: return round_mantissa(x, 16);
-    case GemmPrecision::FP16: return static_cast<float>(static_cast<_Float16>(x));
+    case Precision::Fp32: return x;
+    case Precision::Tf32: return round_mantissa(x, 13);
+    case Precision::Bf16: return round_mantissa(x, 16);
+    case Precision::Fp16: return static_cast<float>(static_cast<_Float16>(x));
   }
   return x;
 }
 
-void round_block(const float* src, int64_t ld_src, int64_t rows, int64_t cols, GemmPrecision p,
+void round_block(const float* src, int64_t ld_src, int64_t rows, int64_t cols, Precision p,
                  float* dst, int64_t ld_dst) {
   for (int64_t i = 0; i < rows; ++i) {
     const float* s = src + i * ld_src;
     float* d = dst + i * ld_dst;
     switch (p) {
-      case GemmPrecision::FP32: std::memcpy(d, s, static_cast<size_t>(cols) * sizeof(float)); break;
-      case GemmPrecision::TF32: for (int64_t j = 0; j < cols; ++j) d[j] = round_mantissa(s[j], 13); break;
-      case GemmPrecision::BF16: for (int64_t j = 0; j < cols; ++j) d[j] = round_mantissa(s[j], 16); break;
-      case GemmPrecision::FP16:
+      case Precision::Fp32: std::memcpy(d, s, static_cast<size_t>(cols) * sizeof(float)); break;
+      case Precision::Tf32: for (int64_t j = 0; j < cols; ++j) d[j] = round_mantissa(s[j], 13); break;
+      case Precision::Bf16: for (int64_t j = 0; j < cols; ++j) d[j] = round_mantissa(s[j], 16); break;
+      case Precision::Fp16:
         for (int64_t j = 0; j < cols; ++j) d[j] = static_cast<float>(static_cast<_Float16>(s[j]));
         break;
     }

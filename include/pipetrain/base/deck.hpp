@@ -17,34 +17,9 @@
 #include <vector>
 
 #include "pipetrain/base/deck_kinds.hpp"
+#include "pipetrain/base/model_config.hpp"
 
 namespace pt {
-
-struct ModelConfig {
-  // The model family: a name in the registry of model/family.hpp, which
-  // checks it; the deck layer only holds it (and its default). The keys
-  // below are the fields the families read; each family declares its own.
-  std::string type = "mlp";
-  // mlp
-  int64_t input_dim = 64;          // features per sample
-  int64_t hidden_dim = 128;        // width of hidden layers
-  int64_t output_dim = 8;          // regression outputs or classes
-  int64_t depth = 8;               // number of Linear layers (partition units)
-  ActivationKind activation = ActivationKind::Gelu;
-  LossKind loss = LossKind::Mse;
-  // gpt
-  int64_t vocab_size = 256;        // V: token ids 0..V-1
-  int64_t seq_len = 64;            // T: tokens per sample
-  int64_t d_model = 128;           // C
-  int64_t heads = 4;               // attention heads; divides d_model
-  int64_t blocks = 4;              // transformer blocks (partition units)
-  int64_t mlp_ratio = 4;           // MLP hidden width = mlp_ratio * d_model
-  // How the blocks compute attention: "reference" (probabilities (T, T)
-  // materialised in fp32, the reference path) or "fused" (one kernel each
-  // way, nothing of size T x T kept; on CUDA cuDNN's SDPA in bf16).
-  AttentionKind attention = AttentionKind::Reference;
-  uint64_t init_seed = 1234;       // parameter initialisation seed
-};
 
 struct DataConfig {
   // "synthetic": MLP data from a fixed random teacher network
@@ -81,7 +56,7 @@ struct TrainingConfig {
   int64_t eval_batches = 2;        // batches per evaluation
   std::string init_from;           // checkpoint whose weights (only) start training
   DeviceKind device = DeviceKind::Cpu;  // cuda: one GPU per rank
-  PrecisionKind precision = PrecisionKind::Fp32;  // of GEMM operands (emulated on the CPU)
+  Precision precision = Precision::Fp32;  // of GEMM operands (emulated on the CPU)
   double loss_scale = 65536.0;     // fp16: initial dynamic loss scale
 };
 

@@ -23,7 +23,9 @@ enum class OptimizerKind { Sgd, AdamW };                         // training.opt
 enum class LrScheduleKind { Constant, Cosine };                  // training.lr_schedule
 enum class CpuGemmKind { Auto, OneDNN, OneDNNSgemm, OpenBLAS };  // training.cpu_gemm
 enum class DeviceKind { Cpu, Cuda };                             // training.device
-enum class PrecisionKind { Fp32, Tf32, Bf16, Fp16 };             // training.precision
+// training.precision: the precision of GEMM operands, the one enum of it that
+// both backends take (tensor/precision.hpp says what each value rounds).
+enum class Precision { Fp32, Tf32, Bf16, Fp16 };
 enum class ScheduleKind { GPipe, OneFOneB, Interleaved, ZbH1, ZbV, File };  // pipeline.schedule
 enum class ScheduleTimesKind { Auto, Unit, Measured };           // pipeline.schedule_times
 enum class WeightGradKind { MicroBatch, Step };                  // pipeline.weight_grad
@@ -97,7 +99,7 @@ inline KindNames kind_names(DeviceKind) {
   static constexpr const char* names[] = {"cpu", "cuda"};
   return kind_detail::table(names);
 }
-inline KindNames kind_names(PrecisionKind) {
+inline KindNames kind_names(Precision) {
   static constexpr const char* names[] = {"fp32", "tf32", "bf16", "fp16"};
   return kind_detail::table(names);
 }

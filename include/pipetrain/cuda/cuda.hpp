@@ -92,12 +92,10 @@ void synchronize();
 // memory; each GEMM casts its operands to bf16 / fp16 on the fly and
 // accumulates in fp32 into an fp32 output. Everything but GEMMs is fp32.
 // fp16 needs dynamic loss scaling (pipetrain/model/loss_scaler.hpp); bf16 does not.
-enum class Precision { FP32, TF32, BF16, FP16 };
-Precision parse_precision(const std::string& name);  // "fp32" | "tf32" | "bf16" | "fp16"
-const char* precision_name(Precision p);
-
+// The precision is pt::Precision (base/deck_kinds.hpp), the deck's
+// training.precision; kind_name gives its name.
 struct BackendOptions {
-  Precision precision = Precision::FP32;
+  Precision precision = Precision::Fp32;
 };
 
 // The CUDA backend on the device chosen by select_device / init_device.

@@ -30,22 +30,12 @@
 #include <memory>
 #include <string>
 
-#include "pipetrain/base/deck_kinds.hpp"
+#include "pipetrain/base/model_config.hpp"
 #include "pipetrain/model/layers.hpp"
 #include "pipetrain/tensor/fused_attention_kernels.hpp"
 #include "pipetrain/tensor/transformer_kernels.hpp"
 
 namespace pt {
-
-struct GptDims {
-  int64_t vocab_size = 256;  // V
-  int64_t seq_len = 64;      // T
-  int64_t d_model = 128;     // C
-  int64_t heads = 4;         // H; C % H == 0
-  int64_t mlp_ratio = 4;     // R: MLP hidden width R*C
-  int64_t blocks = 4;        // n_blocks (for the residual init scale)
-  AttentionKind attention = AttentionKind::Reference;  // model.attention
-};
 
 // The transformer kernels of `be`, which every GPT layer computes with;
 // InputError 'model family "gpt" needs the transformer kernels, which backend

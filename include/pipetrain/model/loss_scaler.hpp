@@ -18,6 +18,7 @@
 #include <mpi.h>
 
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 #include "pipetrain/model/layers.hpp"
@@ -40,8 +41,10 @@ class LossScaler {
   // The current scale S (a power of two with the default factors).
   float scale() const { return static_cast<float>(scale_); }
 
-  // True when every gradient of params is finite on this rank.
-  static bool grads_finite(Backend& be, const std::vector<Param*>& params);
+  // True when every gradient of params is finite on this rank. The counts
+  // stay on the device in one batch, read once, which the scaler keeps from
+  // step to step (made again only for another backend or parameter count).
+  bool grads_finite(Backend& be, const std::vector<Param*>& params);
   // AND over comm (collective): all stages skip or step together.
   static bool all_ranks_finite(bool local_finite, MPI_Comm comm);
   // grad /= S for every parameter (exact for powers of two).
@@ -66,6 +69,10 @@ class LossScaler {
   double scale_;
   int64_t run_ = 0;      // finite steps since the last overflow or growth
   int64_t skipped_ = 0;  // steps skipped for overflow
+  // grads_finite's non-finite count per parameter, (params) slots of
+  // counts_backend_'s; reused every step.
+  std::unique_ptr<ScalarBatch> nonfinite_counts_;
+  const Backend* counts_backend_ = nullptr;
 };
 
 }  // namespace pt

@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "pipetrain/base/model_config.hpp"
 #include "pipetrain/plan/cost.hpp"
 
 namespace pt {
@@ -32,14 +33,11 @@ DeviceSpec h200_device();
 // devices_per_node per node in order: intra_node within a node, else inter_node.
 std::vector<LinkCost> stage_links(const DeviceSpec& device, int num_stages);
 
+// A GPT as the analytic cost model sees it: its widths (the runtime's
+// GptDims) and the bytes each kind of element takes.
 struct GptSpec {
   std::string name;
-  int64_t blocks = 0;
-  int64_t d_model = 0;
-  int64_t heads = 0;
-  int64_t seq_len = 0;
-  int64_t vocab_size = 0;
-  int64_t mlp_ratio = 4;
+  GptDims dims;
   // Bytes per element or parameter (mixed precision; see device.cpp).
   double activation_bytes = 2.0;   // bf16 activations and messages
   double param_bytes = 2.0;        // bf16 working weights

@@ -94,11 +94,19 @@ class Executor {
   Tensor forward_input(StageRunner& runner, int mb);
   void backward(StageRunner& runner, int mb);
   void weights(StageRunner& runner, int mb);
-  // Ends the compute begun at start_us: one event for micro-batch mb, or for
+  // Opens the timed region of an F, B or W (`kind`) whose inputs are there;
+  // returns the time its compute starts.
+  double compute_begin(EventKind kind, const StageRunner& runner, int mb);
+  // Ends the compute begun at compute_start_us, whose action (with its waits
+  // for inputs) began at start_us: one event for micro-batch mb, or for
   // `count` micro-batches from mb on (a W pass), each an equal slice of it.
   void compute_end(const StageRunner& runner, EventKind kind, int mb, double start_us,
-                   int count = 1);
-  void slow_down(double start_us);  // the fault injection's sleep
+                   double compute_start_us, int count = 1);
+  // The fault injection's slowdown (executor.cpp says what it measures).
+  bool slowed() const;  // this pass's F, B and W are slowed
+  // Waits (bounded) for the backend's queued work `when` ("before", "of") an action.
+  void settle_compute(const char* when, EventKind kind, const StageRunner& runner, int mb);
+  void slow_down(double compute_start_us);
   StageRunner* runner_of(int stage);  // null: another rank's stage
   StageRunner& runner_for(int stage);  // throws unless this rank owns it
   Receives& receives(const StageRunner& runner, int mb);

@@ -232,7 +232,7 @@ Backend& cpu_backend();
 // A CPU backend whose GEMMs round their operands to `precision` (fp32
 // accumulation), emulating the CUDA backend's mixed precision exactly up to
 // the accumulation order (precision.hpp).
-std::unique_ptr<Backend> make_cpu_backend(GemmPrecision precision);
+std::unique_ptr<Backend> make_cpu_backend(Precision precision);
 
 // GEMM shapes of the CPU backend, for benchmarks: every sgemm call between
 // start and stop is recorded (arguments as in cblas_sgemm, row-major). The
@@ -258,7 +258,7 @@ namespace cpu {
 void sgemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, const float* a,
            int64_t lda, const float* b, int64_t ldb, float beta, float* c, int64_t ldc);
 // The same with both operands first rounded to `p` (sgemm itself for fp32).
-void gemm(GemmPrecision p, bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha,
+void gemm(Precision p, bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha,
           const float* a, int64_t lda, const float* b, int64_t ldb, float beta, float* c,
           int64_t ldc);
 }  // namespace cpu
@@ -275,8 +275,7 @@ using CpuGemm = CpuGemmKind;
 // k <= 64) on every CPU, and a wide A B (n x k >= 512^2) where oneDNN runs
 // without AVX-512 (results/bench_gemm.md, results/bench_gemm_avx2.md).
 bool auto_gemm_uses_openblas(bool ta, bool tb, int64_t m, int64_t n, int64_t k);
-// "auto" | "onednn" | "onednn-sgemm" | "openblas"; else InputError
-CpuGemm parse_cpu_gemm(const std::string& name);
+// Its names are read only from a deck (training.cpu_gemm, through the kind table).
 void set_cpu_gemm(CpuGemm gemm);
 CpuGemm cpu_gemm();
 // "oneDNN 2.6.3 dnnl_sgemm + matmul (A B^T), ISA avx512_core_amx" or "OpenBLAS cblas_sgemm".

@@ -1,5 +1,6 @@
-// precision.hpp: the precision of GEMM operands (training.precision), and the
-// rounding that emulates it on the CPU.
+// precision.hpp: the precision of GEMM operands (training.precision; the enum
+// pt::Precision and its names are in base/deck_kinds.hpp): its parser for
+// names outside a deck, and the rounding that emulates it on the CPU.
 //
 // Every precision keeps fp32 master weights, fp32 activations and fp32
 // accumulation; only the two operands of each GEMM are rounded, as the CUDA
@@ -17,18 +18,18 @@
 #include <cstdint>
 #include <string>
 
+#include "pipetrain/base/deck_kinds.hpp"
+
 namespace pt {
 
-enum class GemmPrecision { FP32, TF32, BF16, FP16 };
-
-// "fp32" | "tf32" | "bf16" | "fp16"; throws InputError naming the value otherwise.
-GemmPrecision parse_gemm_precision(const std::string& name);
-const char* gemm_precision_name(GemmPrecision p);
+// The precision named `name` (a name of kind_names(Precision), as a command
+// line gives it); throws InputError naming the value otherwise.
+Precision parse_precision(const std::string& name);
 
 // The value an fp32 GEMM operand takes in precision p.
-float round_operand(float x, GemmPrecision p);
+float round_operand(float x, Precision p);
 // dst[i * ld_dst + j] = round_operand(src[i * ld_src + j]) for a rows x cols block.
-void round_block(const float* src, int64_t ld_src, int64_t rows, int64_t cols, GemmPrecision p,
+void round_block(const float* src, int64_t ld_src, int64_t rows, int64_t cols, Precision p,
                  float* dst, int64_t ld_dst);
 
 }  // namespace pt

@@ -1,0 +1,52 @@
+// model_config.hpp: the deck's [model] section as plain data, one struct per
+// built-in model family. The keys a user writes stay flat (model.d_model,
+// model.depth); the key table (src/io/deck_schema.cpp) puts each in its
+// family's struct, and each family's file (src/model/family_*.cpp) reads its
+// own. A family registered at run time may read the keys of a built-in one
+// (its `keys` list says which; tests/test_model_family.cpp's toy reads the
+// MLP's).
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "pipetrain/base/deck_kinds.hpp"
+
+namespace pt {
+
+// model.type = "mlp": Linear layers with an activation between them.
+struct MlpConfig {
+  int64_t input_dim = 64;          // features per sample
+  int64_t hidden_dim = 128;        // width of hidden layers
+  int64_t output_dim = 8;          // regression outputs or classes
+  int64_t depth = 8;               // number of Linear layers (partition units)
+  ActivationKind activation = ActivationKind::Gelu;
+  LossKind loss = LossKind::Mse;
+};
+
+// model.type = "gpt": the widths of a decoder-only transformer, as the
+// deck gives them, the layers are built with (model/gpt.hpp) and the
+// planner's analytic cost model prices them (plan/device.hpp, GptSpec).
+struct GptDims {
+  int64_t vocab_size = 256;  // V: token ids 0..V-1
+  int64_t seq_len = 64;      // T: tokens per sample
+  int64_t d_model = 128;     // C
+  int64_t heads = 4;         // H: attention heads; C % H == 0
+  int64_t mlp_ratio = 4;     // R: MLP hidden width R*C
+  int64_t blocks = 4;        // transformer blocks (partition units; the residual init scale)
+  // How the blocks compute attention: "reference" (probabilities (T, T)
+  // materialised in fp32, the reference path) or "fused" (one kernel each
+  // way, nothing of size T x T kept; on CUDA cuDNN's SDPA in bf16).
+  AttentionKind attention = AttentionKind::Reference;  // model.attention
+};
+
+struct ModelConfig {
+  // The model family: a name in the registry of model/family.hpp, which
+  // checks it; the deck layer only holds it (and its default).
+  std::string type = "mlp";
+  MlpConfig mlp;
+  GptDims gpt;
+  uint64_t init_seed = 1234;       // parameter initialisation seed (every family)
+};
+
+}  // namespace pt
