@@ -165,7 +165,7 @@ TEST(FusedAttentionRun, ABackendWithoutTheGroupIsRefusedBeforeTraining) {
     Trainer trainer(gpt_deck(AttentionKind::Fused, "1f1b", "none"), MPI_COMM_SELF, setup);
     ADD_FAILURE() << "a fused-attention trainer on a backend without the group";
   } catch (const InputError& e) {
-    EXPECT_STREQ(e.what(), "model.gpt.attention = \"fused\" needs the fused_attention kernels, which "
+    EXPECT_STREQ(e.what(), "model.attention = \"fused\" needs the fused_attention kernels, which "
                            "backend \"no-fused\" does not provide");
   }
 }
