@@ -16,6 +16,7 @@
 #include "pipetrain/model/family.hpp"
 #include "pipetrain/model/model.hpp"
 #include "pipetrain/model/optimizer.hpp"
+#include "pipetrain/runtime/data_set_config.hpp"
 #include "pipetrain/runtime/stage_probe.hpp"
 #include "pipetrain/tensor/blas_info.hpp"
 
@@ -121,7 +122,7 @@ struct Context {
       : deck(d), split(s), be(b),
         stats(o.memory_stats ? o.memory_stats : [] { return memory_stats(); }),
         reset_peaks(o.reset_memory_peaks),
-        data(make_dataset(d, Split::Train)),
+        data(make_dataset(data_set_config_for(d), Split::Train)),
         rows(s.rows()) {}
 };
 
@@ -306,7 +307,7 @@ DataBytes measure_data_bytes(const Deck& deck, int64_t rows) {
   if (deck.training.eval_every > 0) splits.push_back(Split::Eval);
   for (Split split : splits) {
     const double start = live();
-    std::unique_ptr<Dataset> data = make_dataset(deck, split);
+    std::unique_ptr<Dataset> data = make_dataset(data_set_config_for(deck), split);
     const double made = live();
     data->inputs(0, rows);
     const double with_inputs = live();
