@@ -22,10 +22,16 @@
 #include <vector>
 
 #include "pipetrain/model/data.hpp"
+#include "pipetrain/runtime/data_set_config.hpp"
 #include "pipetrain/base/error.hpp"
 
 namespace pt {
 namespace {
+
+// The data set of a deck, through the configuration a run builds from it.
+std::unique_ptr<Dataset> dataset_of(const Deck& deck, Split split) {
+  return make_dataset(data_set_config_for(deck), split);
+}
 
 // ---- Markov chain ------------------------------------------------------------
 
@@ -125,7 +131,7 @@ TEST(Markov, EntropyRateMatchesEmpiricalEstimate) {
   for (const Case c : {Case{8, 1, 32, 6500, 0.5}, Case{8, 2, 32, 6700, 0.5}, Case{8, 3, 64, 6500, 0.5},
                        Case{8, 1, 32, 6500, 0.1}, Case{8, 2, 32, 6700, 0.2}}) {
     Deck deck = markov_deck(c.vocab, c.order, c.seq_len, c.concentration);
-    auto data = make_dataset(deck, Split::Train);
+    auto data = dataset_of(deck, Split::Train);
     const LossFloor floor = data->loss_floor().value();
     int64_t pairs = 0;
     const double h = empirical_rate(*data, deck, c.windows, pairs);
@@ -146,7 +152,7 @@ TEST(Markov, EntropyRateMatchesEmpiricalEstimate) {
 TEST(Markov, WindowFloorMatchesEmpiricalFirstPositionEntropy) {
   const int64_t T = 4;
   Deck deck = markov_deck(8, 2, T, 0.5);
-  auto data = make_dataset(deck, Split::Train);
+  auto data = dataset_of(deck, Split::Train);
   const LossFloor floor = data->loss_floor().value();
   ConditionalEntropy first_position;
   const int64_t windows = 200000;
@@ -163,7 +169,7 @@ TEST(Markov, WindowFloorIsAtLeastTheRateAndEqualForOrderOne) {
   for (int64_t order : {1, 2, 3}) {
     for (int64_t T : {1, 2, 3, 8, 64}) {
       Deck deck = markov_deck(6, order, T, 0.3);
-      const LossFloor floor = make_dataset(deck, Split::Train)->loss_floor().value();
+      const LossFloor floor = dataset_of(deck, Split::Train)->loss_floor().value();
       if (order == 1) {
         EXPECT_NEAR(floor.window, floor.entropy_rate, 1e-9) << "T " << T;
       } else if (T + 1 > order) {
@@ -174,9 +180,9 @@ TEST(Markov, WindowFloorIsAtLeastTheRateAndEqualForOrderOne) {
     }
   }
   // Longer windows dilute the short-context start: the floor falls towards the rate.
-  const double f8 = make_dataset(markov_deck(6, 2, 8, 0.3), Split::Train)->loss_floor()->window;
-  const double f64 = make_dataset(markov_deck(6, 2, 64, 0.3), Split::Train)->loss_floor()->window;
-  const double rate = make_dataset(markov_deck(6, 2, 64, 0.3), Split::Train)->loss_floor()->entropy_rate;
+  const double f8 = dataset_of(markov_deck(6, 2, 8, 0.3), Split::Train)->loss_floor()->window;
+  const double f64 = dataset_of(markov_deck(6, 2, 64, 0.3), Split::Train)->loss_floor()->window;
+  const double rate = dataset_of(markov_deck(6, 2, 64, 0.3), Split::Train)->loss_floor()->entropy_rate;
   EXPECT_GT(f8, f64);
   EXPECT_GT(f64, rate);
 }
@@ -186,7 +192,7 @@ TEST(Markov, TargetsAreInputsShiftedByOneAndIdsInRange) {
     const int64_t V = 5, T = 16;
     Deck deck = markov_deck(V, order, T, 0.5);
     for (Split split : {Split::Train, Split::Eval}) {
-      auto data = make_dataset(deck, split);
+      auto data = dataset_of(deck, split);
       std::set<int32_t> seen;
       for (const auto& w : full_windows(*data, 1000, 300, T)) {
         for (int32_t tok : w) {
@@ -203,8 +209,8 @@ TEST(Markov, TargetsAreInputsShiftedByOneAndIdsInRange) {
 TEST(Markov, SameSampleSameWindowWhoeverAsks) {
   const int64_t T = 12;
   Deck deck = markov_deck(8, 2, T, 0.5);
-  auto a = make_dataset(deck, Split::Train);
-  auto b = make_markov_dataset(deck, Split::Train);  // a second, independent object
+  auto a = dataset_of(deck, Split::Train);
+  auto b = make_markov_dataset(data_set_config_for(deck), Split::Train);  // a second, independent object
   const int64_t first = 12345, count = 40;
   Tensor xa = a->inputs(first, count), ya = a->targets(first, count);
   Tensor xb = b->inputs(first, count), yb = b->targets(first, count);
@@ -243,7 +249,7 @@ int differing_rows(const Tensor& a, const Tensor& b) {
 
 TEST(Markov, TrainAndEvalSplitsDifferButShareTheChain) {
   Deck deck = markov_deck(8, 2, 16, 0.5);
-  auto train = make_dataset(deck, Split::Train), eval = make_dataset(deck, Split::Eval);
+  auto train = dataset_of(deck, Split::Train), eval = dataset_of(deck, Split::Eval);
   Tensor xt = train->inputs(0, 64), xe = eval->inputs(0, 64);
   EXPECT_EQ(differing_rows(xt, xe), 64);
   EXPECT_EQ(train->loss_floor()->entropy_rate, eval->loss_floor()->entropy_rate);
@@ -256,12 +262,12 @@ TEST(Markov, TrainAndEvalSplitsDifferButShareTheChain) {
 
 TEST(Markov, DataSeedChangesChainAndWindows) {
   Deck a = markov_deck(8, 2, 16, 0.5, 42), b = markov_deck(8, 2, 16, 0.5, 43);
-  auto da = make_dataset(a, Split::Train), db = make_dataset(b, Split::Train);
+  auto da = dataset_of(a, Split::Train), db = dataset_of(b, Split::Train);
   EXPECT_NE(da->loss_floor()->entropy_rate, db->loss_floor()->entropy_rate);
   EXPECT_EQ(differing_rows(da->inputs(0, 64), db->inputs(0, 64)), 64);
   // Small concentration: peaked rows, low entropy; large: near uniform.
-  const double low = make_dataset(markov_deck(8, 2, 16, 0.05), Split::Train)->loss_floor()->entropy_rate;
-  const double high = make_dataset(markov_deck(8, 2, 16, 50.0), Split::Train)->loss_floor()->entropy_rate;
+  const double low = dataset_of(markov_deck(8, 2, 16, 0.05), Split::Train)->loss_floor()->entropy_rate;
+  const double high = dataset_of(markov_deck(8, 2, 16, 50.0), Split::Train)->loss_floor()->entropy_rate;
   EXPECT_LT(low, 1.0);
   EXPECT_GT(high, std::log(8.0) - 0.05);
 }
@@ -346,8 +352,8 @@ TEST(Hdf5Data, UnshuffledSampleIsWindowIModW) {
   const auto tokens = iota_tokens(N, 256);
   write_i32(path, tokens);
   Deck deck = hdf5_deck(path, 256, T);
-  ASSERT_NO_THROW(check_token_file(deck, path, "data.path"));
-  auto data = make_dataset(deck, Split::Train);
+  ASSERT_NO_THROW(check_token_file(data_set_config_for(deck), path, "data.path"));
+  auto data = dataset_of(deck, Split::Train);
   EXPECT_FALSE(data->loss_floor().has_value());
   expect_windows(*data, tokens, T, 0, 3 * W + 3, [&](int64_t i) { return i % W; });
   // Explicit values: sample 0 is 0 1 2 3 -> 1 2 3 4, sample 9 (the last window) 36..39 -> 37..40,
@@ -365,8 +371,8 @@ TEST(Hdf5Data, NarrowIntegerTypesAreConverted) {
   for (int64_t i = 0; i < N; ++i) bytes[i] = static_cast<uint8_t>(i % 256);
   write_h5(path, "tokens", H5T_STD_U8LE, H5T_NATIVE_UINT8, bytes);
   Deck deck = hdf5_deck(path, 256, T);
-  ASSERT_NO_THROW(check_token_file(deck, path, "data.path"));
-  auto data = make_dataset(deck, Split::Train);
+  ASSERT_NO_THROW(check_token_file(data_set_config_for(deck), path, "data.path"));
+  auto data = dataset_of(deck, Split::Train);
   expect_windows(*data, iota_tokens(N, 256), T, 0, W + 5, [&](int64_t i) { return i % W; });
   Tensor x = data->inputs(63, 2);  // window 63: tokens 252..255, window 64: 256.. = 0..3
   EXPECT_EQ(std::vector<int32_t>(x.i32(), x.i32() + 8), (std::vector<int32_t>{252, 253, 254, 255, 0, 1, 2, 3}));
@@ -378,8 +384,8 @@ TEST(Hdf5Data, NarrowIntegerTypesAreConverted) {
   write_h5(dir.file("i64.h5"), "tokens", H5T_STD_I64LE, H5T_NATIVE_INT64, longs);
   for (const char* name : {"i16be.h5", "i64.h5"}) {
     Deck d = hdf5_deck(dir.file(name), 256, T);
-    ASSERT_NO_THROW(check_token_file(d, d.data.path, "data.path")) << name;
-    expect_windows(*make_dataset(d, Split::Train), iota_tokens(N, 256), T, 0, W,
+    ASSERT_NO_THROW(check_token_file(data_set_config_for(d), d.data.path, "data.path")) << name;
+    expect_windows(*dataset_of(d, Split::Train), iota_tokens(N, 256), T, 0, W,
                    [&](int64_t i) { return i % W; });
   }
 }
@@ -404,7 +410,7 @@ TEST(Hdf5Data, ShuffleIsASeededPermutationPerEpoch) {
   Deck deck = hdf5_deck(path, 1 << 20, T);
   deck.data.shuffle = true;
   deck.data.seed = 7;
-  auto data = make_dataset(deck, Split::Train);
+  auto data = dataset_of(deck, Split::Train);
 
   std::vector<int64_t> identity(W);
   for (int64_t w = 0; w < W; ++w) identity[w] = w;
@@ -421,7 +427,7 @@ TEST(Hdf5Data, ShuffleIsASeededPermutationPerEpoch) {
   // Same seed, another object, epochs visited out of order (and a batch that
   // straddles an epoch boundary): the same permutations.
   Deck again = deck;
-  auto data2 = make_dataset(again, Split::Train);
+  auto data2 = dataset_of(again, Split::Train);
   for (int64_t epoch : {3, 0, 2, 0, 1}) EXPECT_EQ(epoch_order(*data2, tokens, T, W, epoch), orders[epoch]);
   Tensor straddle = data2->inputs(2 * W - 3, 6);
   for (int64_t r = 0; r < 6; ++r) {
@@ -431,7 +437,7 @@ TEST(Hdf5Data, ShuffleIsASeededPermutationPerEpoch) {
   // Another seed: other permutations.
   Deck other = deck;
   other.data.seed = 8;
-  auto data3 = make_dataset(other, Split::Train);
+  auto data3 = dataset_of(other, Split::Train);
   for (int64_t epoch = 0; epoch < 2; ++epoch) EXPECT_NE(epoch_order(*data3, tokens, T, W, epoch), orders[epoch]);
 }
 
@@ -444,9 +450,9 @@ TEST(Hdf5Data, EvalSplitReadsEvalPathUnshuffled) {
   Deck deck = hdf5_deck(dir.file("train.h5"), 1000, T);
   deck.data.eval_path = dir.file("eval.h5");
   deck.data.shuffle = true;  // applies to training only
-  auto eval = make_dataset(deck, Split::Eval);
+  auto eval = dataset_of(deck, Split::Eval);
   expect_windows(*eval, eval_tokens, T, 0, 2 * W, [&](int64_t i) { return i % W; });
-  auto train = make_dataset(deck, Split::Train);
+  auto train = dataset_of(deck, Split::Train);
   EXPECT_LT(train->inputs(0, 1).i32()[0], 500);
 }
 
@@ -456,8 +462,8 @@ TEST(Hdf5Data, DatasetNameIsConfigurable) {
   write_i32(dir.file("t.h5"), tokens, "ids");
   Deck deck = hdf5_deck(dir.file("t.h5"), 256, 4);
   deck.data.dataset = "ids";
-  ASSERT_NO_THROW(check_token_file(deck, deck.data.path, "data.path"));
-  expect_windows(*make_dataset(deck, Split::Train), tokens, 4, 0, 10, [](int64_t i) { return i; });
+  ASSERT_NO_THROW(check_token_file(data_set_config_for(deck), deck.data.path, "data.path"));
+  expect_windows(*dataset_of(deck, Split::Train), tokens, 4, 0, 10, [](int64_t i) { return i; });
 }
 
 // ---- bad token files ---------------------------------------------------------
@@ -479,7 +485,7 @@ std::string input_error(const std::function<void()>& fn) {
 #define EXPECT_HAS(msg, part) EXPECT_NE((msg).find(part), std::string::npos) << "message: " << (msg)
 
 std::string check_message(const Deck& deck, const std::string& path) {
-  std::string msg = input_error([&] { check_token_file(deck, path, "data.path"); });
+  std::string msg = input_error([&] { check_token_file(data_set_config_for(deck), path, "data.path"); });
   std::printf("  %s\n", msg.c_str());
   EXPECT_HAS(msg, "data.path = \"" + path + "\": ");
   return msg;
@@ -491,9 +497,9 @@ TEST(Hdf5BadData, MissingFile) {
   Deck deck = hdf5_deck(path, 256, 4);
   EXPECT_HAS(check_message(deck, path), "\": no such file");
   // The data set itself says the same (and names the eval key for the eval split).
-  EXPECT_HAS(input_error([&] { make_dataset(deck, Split::Train); }), "data.path = \"" + path + "\"");
+  EXPECT_HAS(input_error([&] { dataset_of(deck, Split::Train); }), "data.path = \"" + path + "\"");
   deck.data.eval_path = dir.file("eval_nope.h5");
-  EXPECT_HAS(input_error([&] { make_dataset(deck, Split::Eval); }),
+  EXPECT_HAS(input_error([&] { dataset_of(deck, Split::Eval); }),
              "data.eval_path = \"" + deck.data.eval_path + "\"");
 }
 
@@ -503,7 +509,7 @@ TEST(Hdf5BadData, DirectoryIsNotATokenFile) {
   std::filesystem::create_directory(path);
   Deck deck = hdf5_deck(path, 256, 4);
   EXPECT_HAS(check_message(deck, path), "\": is a directory, not an HDF5 token file");
-  EXPECT_HAS(input_error([&] { make_dataset(deck, Split::Train); }), "is a directory");
+  EXPECT_HAS(input_error([&] { dataset_of(deck, Split::Train); }), "is a directory");
 }
 
 TEST(Hdf5BadData, NotAnHdf5File) {
@@ -582,7 +588,7 @@ TEST(Hdf5BadData, Uint64TokenAboveInt64MaxShowsItsValue) {
   EXPECT_HAS(check_message(hdf5_deck(path, 256, 4), path), "token 12 is 9223372036854775808,");
   v[12] = 2;
   write_h5(path, "tokens", H5T_STD_U64LE, H5T_NATIVE_UINT64, v);
-  EXPECT_NO_THROW(check_token_file(hdf5_deck(path, 256, 4), path, "data.path"));
+  EXPECT_NO_THROW(check_token_file(data_set_config_for(hdf5_deck(path, 256, 4)), path, "data.path"));
 }
 
 TEST(Hdf5BadData, TokenOutOfRangeBeyondTheFirstChunk) {
@@ -607,7 +613,7 @@ TEST(Hdf5BadData, TooShortForOneBatch) {
   EXPECT_HAS(check_message(hdf5_deck(path, 256, 4, 8), path), "too short: 0 tokens make 0 windows");
   // Exactly one batch of windows is enough.
   write_i32(path, iota_tokens(33, 256));
-  EXPECT_NO_THROW(check_token_file(hdf5_deck(path, 256, 4, 8), path, "data.path"));
+  EXPECT_NO_THROW(check_token_file(data_set_config_for(hdf5_deck(path, 256, 4, 8)), path, "data.path"));
 }
 
 }  // namespace

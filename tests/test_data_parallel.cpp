@@ -29,6 +29,7 @@
 #include "pipetrain/base/error.hpp"
 #include "pipetrain/io/deck_io.hpp"
 #include "pipetrain/runtime/grid.hpp"
+#include "pipetrain/runtime/data_set_config.hpp"
 #include "pipetrain/runtime/trainer.hpp"
 #include "mpi_test_util.hpp"
 #include "training_run.hpp"
@@ -252,13 +253,13 @@ TEST(DataParallel, ReplicasSplitTheGlobalBatchWithoutOverlap) {
   deck.pipeline.data_parallel = 2;
   deck.pipeline.micro_batches = 2;
   // Global micro-batch g of step t starts at t * 16 + g * 4.
-  for (int g = 0; g < 4; ++g) EXPECT_EQ(micro_batch_first_sample(deck, 3, g), 3 * 16 + g * 4);
+  for (int g = 0; g < 4; ++g) EXPECT_EQ(micro_batch_first_sample(data_set_config_for(deck), 3, g), 3 * 16 + g * 4);
   // Replica d's local micro-batch m is global d * 2 + m: replica 0 holds rows
   // 0-7, replica 1 rows 8-15 of the batch; together every row once.
   std::vector<int> seen(16, 0);
   for (int d = 0; d < 2; ++d)
     for (int m = 0; m < 2; ++m)
-      for (int r = 0; r < 4; ++r) ++seen[static_cast<size_t>(micro_batch_first_sample(deck, 0, d * 2 + m) + r)];
+      for (int r = 0; r < 4; ++r) ++seen[static_cast<size_t>(micro_batch_first_sample(data_set_config_for(deck), 0, d * 2 + m) + r)];
   for (int v : seen) EXPECT_EQ(v, 1);
 }
 

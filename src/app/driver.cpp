@@ -41,6 +41,7 @@
 #include "pipetrain/io/metrics.hpp"
 #include "pipetrain/io/trace_io.hpp"
 #include "pipetrain/plan/simulate.hpp"
+#include "pipetrain/runtime/data_set_config.hpp"
 #include "pipetrain/runtime/trainer.hpp"
 
 namespace pt {
@@ -61,9 +62,10 @@ std::string broadcast_text(const World& w, std::string text, bool& ok) {
 
 void check_data_files(const Deck& deck) {
   if (deck.data.type != DataKind::Hdf5) return;
-  check_token_file(deck, deck.data.path, deck.where("data.path"));
+  const DataSetConfig config = data_set_config_for(deck);
+  check_token_file(config, deck.data.path, deck.where("data.path"));
   if (!deck.data.eval_path.empty())
-    check_token_file(deck, deck.data.eval_path, deck.where("data.eval_path"));
+    check_token_file(config, deck.data.eval_path, deck.where("data.eval_path"));
 }
 
 // Returns false (after rank 0 printed the message) when the deck is bad.

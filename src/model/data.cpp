@@ -18,9 +18,10 @@ constexpr uint64_t kTeacherStream = 2;
 
 class TeacherData final : public Dataset {
  public:
-  TeacherData(const Deck& deck, Split split)
-      : first_(split == Split::Train ? 0 : deck.data.samples), samples_(deck.data.samples), seed_(deck.data.seed), in_(deck.model.mlp.input_dim),
-        out_(deck.model.mlp.output_dim), classify_(deck.model.mlp.loss == LossKind::CrossEntropy) {
+  TeacherData(const DataSetConfig& config, Split split)
+      : first_(split == Split::Train ? 0 : config.data.samples), samples_(config.data.samples),
+        seed_(config.data.seed), in_(config.mlp.input_dim), out_(config.mlp.output_dim),
+        classify_(config.mlp.loss == LossKind::CrossEntropy) {
     PT_CHECK(samples_ >= 1, "data.samples");
     teacher_ = Tensor::empty({out_, in_}, DType::F32, MemCategory::Workspace, Device::CPU);
     const float scale = 1.f / std::sqrt(static_cast<float>(in_));
@@ -128,11 +129,11 @@ void fill_data_cache(const Dataset& data, int64_t rows, bool first_stage, bool l
   if (last_stage) data.targets(0, rows);
 }
 
-std::unique_ptr<Dataset> make_dataset(const Deck& deck, Split split) {
-  switch (deck.data.type) {
-    case DataKind::Synthetic: return std::make_unique<TeacherData>(deck, split);
-    case DataKind::Markov: return make_markov_dataset(deck, split);
-    case DataKind::Hdf5: return make_hdf5_dataset(deck, split);
+std::unique_ptr<Dataset> make_dataset(const DataSetConfig& config, Split split) {
+  switch (config.data.type) {
+    case DataKind::Synthetic: return std::make_unique<TeacherData>(config, split);
+    case DataKind::Markov: return make_markov_dataset(config, split);
+    case DataKind::Hdf5: return make_hdf5_dataset(config, split);
   }
   PT_FAIL("unknown data type");
 }

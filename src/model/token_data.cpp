@@ -68,14 +68,14 @@ int64_t sample_cdf(const std::vector<double>& cdf, int64_t begin, int64_t n, dou
 // drawn from a symmetric Dirichlet(concentration).
 class MarkovData final : public Dataset {
  public:
-  MarkovData(const Deck& deck, Split split)
-      : vocab_(deck.model.gpt.vocab_size), order_(deck.data.markov_order),
-        seq_len_(deck.model.gpt.seq_len), seed_(deck.data.seed),
+  MarkovData(const DataSetConfig& config, Split split)
+      : vocab_(config.gpt.vocab_size), order_(config.data.markov_order),
+        seq_len_(config.gpt.seq_len), seed_(config.data.seed),
         stream_(split == Split::Train ? kTrainStream : kEvalStream) {
     states_ = 1;
     for (int64_t i = 0; i < order_; ++i) states_ *= vocab_;
-    build_rows(deck.data.concentration);
-    build_stationary(deck);
+    build_rows(config.data.concentration);
+    build_stationary(config);
     compute_floor();
   }
 
@@ -103,7 +103,7 @@ class MarkovData final : public Dataset {
   // Power iteration for the stationary distribution over states, on the lazy
   // chain (I + P) / 2: same fixed point, but it cannot oscillate on a nearly
   // periodic chain. A chain that does not settle is reported, not used.
-  void build_stationary(const Deck& deck) {
+  void build_stationary(const DataSetConfig& config) {
     std::vector<double> pi(states_, 1.0 / static_cast<double>(states_)), next(states_);
     bool settled = false;
     for (int iter = 0; iter < 200000 && !settled; ++iter) {
@@ -117,7 +117,7 @@ class MarkovData final : public Dataset {
       settled = change < 1e-14;
     }
     if (!settled)
-      throw InputError(deck.where("data.concentration") + " = " + std::to_string(deck.data.concentration) +
+      throw InputError(config.concentration_at + " = " + std::to_string(config.data.concentration) +
                        ": this Markov chain (model.vocab_size = " + std::to_string(vocab_) +
                        ", data.markov_order = " + std::to_string(order_) +
                        ") mixes too slowly to compute its stationary distribution; use a larger "
@@ -268,11 +268,11 @@ class TokenFile {
 // i mod W of a seeded permutation drawn anew for every epoch i / W.
 class Hdf5Data final : public Dataset {
  public:
-  Hdf5Data(const Deck& deck, Split split)
-      : file_(split == Split::Train ? deck.data.path : deck.data.eval_path, deck.data.dataset,
+  Hdf5Data(const DataSetConfig& config, Split split)
+      : file_(split == Split::Train ? config.data.path : config.data.eval_path, config.data.dataset,
               split == Split::Train ? "data.path" : "data.eval_path"),
-        seq_len_(deck.model.gpt.seq_len), seed_(deck.data.seed),
-        shuffle_(deck.data.shuffle && split == Split::Train) {
+        seq_len_(config.gpt.seq_len), seed_(config.data.seed),
+        shuffle_(config.data.shuffle && split == Split::Train) {
     windows_ = (file_.length() - 1) / seq_len_;
     if (windows_ < 1) throw InputError(file_.path() + ": too short for one window of model.seq_len + 1 tokens");
   }
@@ -317,12 +317,12 @@ class Hdf5Data final : public Dataset {
 
 }  // namespace
 
-std::unique_ptr<Dataset> make_markov_dataset(const Deck& deck, Split split) {
-  return std::make_unique<MarkovData>(deck, split);
+std::unique_ptr<Dataset> make_markov_dataset(const DataSetConfig& config, Split split) {
+  return std::make_unique<MarkovData>(config, split);
 }
 
-std::unique_ptr<Dataset> make_hdf5_dataset(const Deck& deck, Split split) {
-  return std::make_unique<Hdf5Data>(deck, split);
+std::unique_ptr<Dataset> make_hdf5_dataset(const DataSetConfig& config, Split split) {
+  return std::make_unique<Hdf5Data>(config, split);
 }
 
 namespace {
@@ -354,10 +354,10 @@ void check_token_ids(const TokenFile& file, int64_t vocab, const std::string& at
 
 }  // namespace
 
-void check_token_file(const Deck& deck, const std::string& path, const std::string& key) {
-  TokenFile file(path, deck.data.dataset, key);
+void check_token_file(const DataSetConfig& config, const std::string& path, const std::string& key) {
+  TokenFile file(path, config.data.dataset, key);
   const std::string at = key + " = \"" + path + "\": ";
-  const int64_t t = deck.model.gpt.seq_len, batch = deck.training.batch_size;
+  const int64_t t = config.gpt.seq_len, batch = config.batch_size;
   const int64_t windows = file.length() > 0 ? (file.length() - 1) / t : 0;
   if (windows < batch)
     throw InputError(at + "too short: " + std::to_string(file.length()) + " tokens make " +
@@ -365,9 +365,9 @@ void check_token_file(const Deck& deck, const std::string& path, const std::stri
                      std::to_string(t + 1) + " tokens, but one batch needs training.batch_size = " +
                      std::to_string(batch));
   if (file.is_unsigned())
-    check_token_ids<uint64_t>(file, deck.model.gpt.vocab_size, at);
+    check_token_ids<uint64_t>(file, config.gpt.vocab_size, at);
   else
-    check_token_ids<int64_t>(file, deck.model.gpt.vocab_size, at);
+    check_token_ids<int64_t>(file, config.gpt.vocab_size, at);
 }
 
 }  // namespace pt

@@ -23,11 +23,16 @@ std::vector<PlanRecompute> deck_recompute_policies(const Deck& deck, int stages,
 
 PartitionSetup partition_setup_for(const Deck& deck, const Schedule& schedule,
                                    const std::vector<PlanRecompute>& policies) {
+  return partition_setup_for(deck.pipeline.memory_budget_mb * 1048576.0, schedule, policies);
+}
+
+PartitionSetup partition_setup_for(double memory_budget_bytes, const Schedule& schedule,
+                                   const std::vector<PlanRecompute>& policies) {
   PartitionSetup setup;
   setup.num_stages = schedule.num_stages;
   setup.in_flight = schedule_in_flight(schedule);
   setup.recompute = policies;
-  setup.memory_budget_bytes = deck.pipeline.memory_budget_mb * 1048576.0;
+  setup.memory_budget_bytes = memory_budget_bytes;
   return setup;
 }
 

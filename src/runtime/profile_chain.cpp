@@ -18,6 +18,7 @@
 #include "pipetrain/model/data.hpp"
 #include "pipetrain/model/model.hpp"
 #include "pipetrain/plan/stage_cost.hpp"
+#include "pipetrain/runtime/data_set_config.hpp"
 #include "pipetrain/runtime/stage_probe.hpp"
 
 namespace pt {
@@ -64,7 +65,7 @@ void time_chain_pass(const Deck& deck, const BatchSplit& split, Backend& be, con
   }
   move_parameters(model, be.device());
   DefaultDeviceGuard on_device(be.device());
-  std::unique_ptr<Dataset> data = make_dataset(deck, Split::Train);
+  std::unique_ptr<Dataset> data = make_dataset(data_set_config_for(deck), Split::Train);
   const auto stats = options.memory_stats ? options.memory_stats : [] { return memory_stats(); };
   const ExecutorConfig config = executor_config_for(split, deck.pipeline.timeout_s);
   StageProbe none(model, be, parse_recompute_policy("none", "the profiler"), config);

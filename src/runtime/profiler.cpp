@@ -16,6 +16,7 @@
 #include "pipetrain/model/family.hpp"
 #include "pipetrain/model/model.hpp"
 #include "pipetrain/model/optimizer.hpp"
+#include "pipetrain/runtime/data_set_config.hpp"
 #include "pipetrain/runtime/stage_probe.hpp"
 #include "pipetrain/tensor/blas_info.hpp"
 
@@ -95,7 +96,9 @@ double category_delta(const MemoryStats& before, const MemoryStats& after, MemCa
 
 // What every measurement of one profile shares.
 struct Context {
-  const Deck& deck;
+  ModelConfig model;        // the deck's [model]
+  TrainingConfig training;  // optimizer, learning rate, precision
+  double timeout_s;         // pipeline.timeout_s
   BatchSplit split;  // the micro-batches measured
   Backend& be;
   std::function<MemoryStats()> stats;
@@ -118,10 +121,10 @@ struct Context {
   int evictions = 0;
 
   Context(const Deck& d, const BatchSplit& s, Backend& b, const ProfileOptions& o)
-      : deck(d), split(s), be(b),
+      : model(d.model), training(d.training), timeout_s(d.pipeline.timeout_s), split(s), be(b),
         stats(o.memory_stats ? o.memory_stats : [] { return memory_stats(); }),
         reset_peaks(o.reset_memory_peaks),
-        data(make_dataset(d, Split::Train)),
+        data(make_dataset(data_set_config_for(d), Split::Train)),
         rows(s.rows()) {}
 };
 
@@ -138,11 +141,11 @@ UnitStage build_unit(Context& c, int64_t index) {
   const MemoryStats before = c.stats();
   {
     DefaultDeviceGuard on_host(Device::CPU);  // parameters are initialised on the host
-    u.stage = build_cost_unit_stage(c.deck.model, index);
+    u.stage = build_cost_unit_stage(c.model, index);
   }
   move_parameters(u.stage, c.be.device());
   DefaultDeviceGuard on_device(c.be.device());
-  u.optimizer = std::make_unique<Optimizer>(c.deck.training, u.stage.params());
+  u.optimizer = std::make_unique<Optimizer>(c.training, u.stage.params());
   const MemoryStats after = c.stats();
   u.param_bytes = category_delta(before, after, MemCategory::Parameters);
   u.grad_bytes = category_delta(before, after, MemCategory::Gradients);
@@ -152,7 +155,7 @@ UnitStage build_unit(Context& c, int64_t index) {
 
 StageProbe unit_probe(Context& c, UnitStage& u, const char* policy) {
   return StageProbe(u.stage, c.be, parse_recompute_policy(policy, "the profiler"),
-                    executor_config_for(c.split, c.deck.pipeline.timeout_s));
+                    executor_config_for(c.split, c.timeout_s));
 }
 
 MicroBatchProbe probe(Context& c, StageProbe& stage_probe) {
@@ -208,7 +211,7 @@ double time_optimizer_step(Context& c, UnitStage& u) {
   DefaultDeviceGuard on_device(c.be.device());
   c.before_pass();
   const auto start = Clock::now();
-  u.optimizer->step(c.be, static_cast<float>(c.deck.training.lr), 1.f);
+  u.optimizer->step(c.be, static_cast<float>(c.training.lr), 1.f);
   c.be.synchronize();
   return seconds_since(start);
 }
@@ -247,7 +250,7 @@ void time_unit(Context& c, int64_t index, int warmup, int reps,
   // Selective recomputation re-creates attention probabilities inside a
   // block's backward: its cost is that backward's excess over none's. A
   // family without them (the MLP) drops nothing under selective.
-  const bool drops = model_family(c.deck.model).selective_drops;
+  const bool drops = model_family(c.model).selective_drops;
   StageProbe selective = unit_probe(c, u, drops ? "selective" : "none");
   samples.resize(kTimes);
   for (int r = 0; r < warmup + reps; ++r) {
@@ -299,14 +302,14 @@ struct DataBytes {
   double every_stage = 0.0, inputs = 0.0, targets = 0.0;
 };
 
-DataBytes measure_data_bytes(const Deck& deck, int64_t rows) {
+DataBytes measure_data_bytes(const DataSetConfig& config, bool evaluates, int64_t rows) {
   const auto live = [] { return static_cast<double>(memory_stats().live_total); };
   DataBytes d;
   std::vector<Split> splits = {Split::Train};
-  if (deck.training.eval_every > 0) splits.push_back(Split::Eval);
+  if (evaluates) splits.push_back(Split::Eval);
   for (Split split : splits) {
     const double start = live();
-    std::unique_ptr<Dataset> data = make_dataset(deck, split);
+    std::unique_ptr<Dataset> data = make_dataset(config, split);
     const double made = live();
     data->inputs(0, rows);
     const double with_inputs = live();
@@ -405,7 +408,8 @@ ModelProfile profile_memory_at(const Deck& deck, const BatchSplit& split, Backen
   // The loss gradient, kept from F to B under every recompute policy.
   p.units.back().stash_always_bytes = p.units.back().output_bytes;
   if (!options.memory_stats) {
-    const DataBytes data = measure_data_bytes(deck, c.rows);
+    const DataBytes data =
+        measure_data_bytes(data_set_config_for(deck), deck.training.eval_every > 0, c.rows);
     p.stage_data_bytes = data.every_stage;
     p.units.front().data_bytes += data.inputs;
     p.units.back().data_bytes += data.targets;

@@ -10,16 +10,20 @@
 
 namespace pt {
 
-namespace {
-
-RebalanceSettings settings_of(const Deck& deck) {
-  RebalanceSettings s;
-  s.threshold = deck.pipeline.rebalance_threshold;
-  s.margin = deck.pipeline.rebalance_margin;
-  s.objective = deck.pipeline.partition_strategy == PartitionStrategy::Balanced ? PartitionObjective::Balanced
-                                                               : PartitionObjective::Time;
-  return s;
+RebalanceConfig rebalance_config_for(const Deck& deck) {
+  RebalanceConfig c;
+  c.every = deck.pipeline.rebalance_every;
+  c.micro_batches = static_cast<int>(deck.pipeline.micro_batches);
+  c.settings.threshold = deck.pipeline.rebalance_threshold;
+  c.settings.margin = deck.pipeline.rebalance_margin;
+  c.settings.objective = deck.pipeline.partition_strategy == PartitionStrategy::Balanced
+                             ? PartitionObjective::Balanced
+                             : PartitionObjective::Time;
+  c.memory_budget_bytes = deck.pipeline.memory_budget_mb * 1048576.0;
+  return c;
 }
+
+namespace {
 
 // Rank 0's decision as numbers: move, the ratios and gain, then per stage the
 // measured, predicted and speed values and the new counts.
@@ -48,10 +52,9 @@ void unpack(const std::vector<double>& v, size_t stages, RebalanceDecision& d) {
 
 }  // namespace
 
-Rebalancer::Rebalancer(const Deck& deck, ModelProfile profile, PartitionSetup setup)
-    : every_(deck.pipeline.rebalance_every),
-      micro_batches_(static_cast<int>(deck.pipeline.micro_batches)),
-      settings_(settings_of(deck)), profile_(std::move(profile)), setup_(std::move(setup)) {}
+Rebalancer::Rebalancer(const RebalanceConfig& config, ModelProfile profile, PartitionSetup setup)
+    : every_(config.every), micro_batches_(config.micro_batches), settings_(config.settings),
+      profile_(std::move(profile)), setup_(std::move(setup)) {}
 
 void Rebalancer::observe(const std::vector<double>& rank_compute_s) {
   window_.push_back(rank_compute_s);

@@ -28,8 +28,9 @@ namespace pt {
 void Trainer::enable_rebalance(const ModelProfile& profile) {
   std::vector<PlanRecompute> policies;
   for (const RecomputeChoice& c : run_->recompute.choices) policies.push_back(PlanRecompute::parse(c.policy));
-  rebalancer_ = std::make_unique<Rebalancer>(deck_, profile,
-                                             partition_setup_for(deck_, run_->schedules.train, policies));
+  rebalancer_ = std::make_unique<Rebalancer>(
+      rebalance_config_, profile,
+      partition_setup_for(rebalance_config_.memory_budget_bytes, run_->schedules.train, policies));
 }
 
 RebalanceCheck Trainer::rebalance_after(int64_t step) {

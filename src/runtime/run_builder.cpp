@@ -4,6 +4,7 @@
 
 #include "pipetrain/base/error.hpp"
 #include "pipetrain/model/family.hpp"
+#include "pipetrain/runtime/data_set_config.hpp"
 
 namespace pt {
 
@@ -36,6 +37,7 @@ RunSettings run_settings_for(const Deck& deck, const RankPlace& place) {
   RunSettings s;
   s.model = deck.model;
   s.training = deck.training;
+  s.data = data_set_config_for(deck);
   s.executor = executor_config_for(deck);
   s.executor.replica = place.replica;
   if (deck.pipeline.slowdown_rank == place.rank)
@@ -90,14 +92,14 @@ void fill_data_caches(const RunParts& run) {
 
 // This rank's stages of `partition` (built and initialised on the host,
 // then moved to the device), and the data they read.
-void build_stages(RunParts& run, const Deck& deck, const std::vector<int64_t>& partition) {
+void build_stages(RunParts& run, const std::vector<int64_t>& partition) {
   const RunSettings& s = run.settings;
   run.partition = partition_units(model_units(s.model), run.schedules.train.num_stages, partition);
   for (int st : rank_stages(run.schedules.train, run.place.rank))
     run.stages.push_back(build_stage(s.model, run.partition, st));
   check_family_backend(s.model, run.backend);
-  run.data = make_dataset(deck, Split::Train);
-  if (s.training.eval_every > 0) run.eval_data = make_dataset(deck, Split::Eval);
+  run.data = make_dataset(s.data, Split::Train);
+  if (s.training.eval_every > 0) run.eval_data = make_dataset(s.data, Split::Eval);
   fill_data_caches(run);
   run.transport = run.setup.make_transport ? run.setup.make_transport(run.place.pipeline)
                                            : make_mpi_transport(run.place.pipeline);
@@ -147,7 +149,7 @@ std::unique_ptr<RunParts> build_run(const Deck& deck, const std::vector<int64_t>
   build_schedules(*run, deck);
   run->collectives = std::make_unique<StepCollectives>(run->place.pipeline, run->place.replicas,
                                                        run->place.replica_count, run->schedules.train);
-  build_stages(*run, deck, partition);
+  build_stages(*run, partition);
   DefaultDeviceGuard on_device(run->backend.device());
   build_optimizer(*run);
   run->tracer = std::make_unique<Tracer>(run->settings.trace);

@@ -13,7 +13,8 @@ Trainer::Trainer(const Deck& deck, const ProcessGrid& grid, ComputeSetup setup)
 
 Trainer::Trainer(const Deck& deck, const std::vector<int64_t>& partition, const ProcessGrid& grid,
                  ComputeSetup setup)
-    : deck_(deck), run_(build_run(deck_, partition, grid, std::move(setup))) {}
+    : rebalance_config_(rebalance_config_for(deck)),
+      run_(build_run(deck, partition, grid, std::move(setup))) {}
 
 Trainer::~Trainer() = default;
 

@@ -11,13 +11,27 @@
 
 #include <memory>
 #include <optional>
+#include <string>
 
-#include "pipetrain/base/deck.hpp"
+#include "pipetrain/base/deck.hpp"  // DataConfig
+#include "pipetrain/base/model_config.hpp"
 #include "pipetrain/tensor/tensor.hpp"
 
 namespace pt {
 
 enum class Split { Train, Eval };
+
+// What the data sets read of a run's configuration, resolved from the deck
+// in one place (data_set_config_for, runtime/data_set_config.hpp).
+struct DataSetConfig {
+  DataConfig data;             // the deck's [data] section
+  MlpConfig mlp;               // synthetic data: input_dim, output_dim, loss
+  GptDims gpt;                 // token data: vocab_size, seq_len
+  int64_t batch_size = 1;      // samples per optimizer step (global batch)
+  int64_t micro_batches = 1;   // per pipeline and step
+  int64_t replicas = 1;        // data-parallel pipelines D
+  std::string concentration_at;  // deck.where("data.concentration"): message prefix
+};
 
 // The best loss any model can reach on this data (nats per target token).
 struct LossFloor {
@@ -37,7 +51,7 @@ class Dataset {
   virtual std::optional<LossFloor> loss_floor() const { return std::nullopt; }
 };
 
-std::unique_ptr<Dataset> make_dataset(const Deck& deck, Split split);
+std::unique_ptr<Dataset> make_dataset(const DataSetConfig& config, Split split);
 
 // Data that caches itself on first use (synthetic data) does so now, for a
 // stage that reads inputs (`first_stage`) and/or targets (`last_stage`), so
@@ -45,22 +59,22 @@ std::unique_ptr<Dataset> make_dataset(const Deck& deck, Split split);
 void fill_data_cache(const Dataset& data, int64_t rows, bool first_stage, bool last_stage);
 
 // Markov chain data (token_data.cpp).
-std::unique_ptr<Dataset> make_markov_dataset(const Deck& deck, Split split);
+std::unique_ptr<Dataset> make_markov_dataset(const DataSetConfig& config, Split split);
 // HDF5 token file data (token_data.cpp).
-std::unique_ptr<Dataset> make_hdf5_dataset(const Deck& deck, Split split);
+std::unique_ptr<Dataset> make_hdf5_dataset(const DataSetConfig& config, Split split);
 // Opens `path` and checks it fully (the dataset exists, is 1-D integer, every
 // id is < vocab_size, there are enough windows for one batch), reading it in
-// chunks. Throws InputError naming the file and the problem.
-void check_token_file(const Deck& deck, const std::string& path, const std::string& deck_key);
+// chunks. Throws InputError naming the file (as `deck_key`, its deck
+// location) and the problem.
+void check_token_file(const DataSetConfig& config, const std::string& path, const std::string& deck_key);
 
 // First global sample of micro-batch `mb` of step `step`. With D replicas
 // (pipeline.data_parallel) `mb` is the global micro-batch index: replica d's
 // local micro-batch m is d * micro_batches + m, so replica d reads the d-th
 // contiguous slice of the batch (docs/data-parallel.md).
-inline int64_t micro_batch_first_sample(const Deck& deck, int64_t step, int64_t mb) {
-  const int64_t rows =
-      deck.training.batch_size / (deck.pipeline.micro_batches * data_parallel_size(deck));
-  return step * deck.training.batch_size + mb * rows;
+inline int64_t micro_batch_first_sample(const DataSetConfig& config, int64_t step, int64_t mb) {
+  const int64_t rows = config.batch_size / (config.micro_batches * config.replicas);
+  return step * config.batch_size + mb * rows;
 }
 
 }  // namespace pt

@@ -23,6 +23,9 @@ std::vector<PlanRecompute> deck_recompute_policies(const Deck& deck, int stages,
 // recompute policies, pipeline.memory_budget_mb.
 PartitionSetup partition_setup_for(const Deck& deck, const Schedule& schedule,
                                    const std::vector<PlanRecompute>& policies);
+// The same with the budget given in bytes (0 = none).
+PartitionSetup partition_setup_for(double memory_budget_bytes, const Schedule& schedule,
+                                   const std::vector<PlanRecompute>& policies);
 
 // The partition pipeline.partition asks for: explicit counts and "uniform"
 // are evaluated, "time" / "memory" / "balanced" solved. InputError (a

@@ -39,11 +39,20 @@ struct RebalanceCheck {
   MoveReport move;
 };
 
+// What the Rebalancer reads of the deck (rebalance_config_for).
+struct RebalanceConfig {
+  int64_t every = 0;               // pipeline.rebalance_every: steps between checks
+  int micro_batches = 1;           // pipeline.micro_batches
+  RebalanceSettings settings;      // threshold, margin, objective (partition strategy)
+  double memory_budget_bytes = 0;  // pipeline.memory_budget_mb, for the solver's setup
+};
+RebalanceConfig rebalance_config_for(const Deck& deck);
+
 class Rebalancer {
  public:
   // `setup`: the partition solver's setup of the run (its schedule's in-flight
   // counts, recompute policies, memory budget).
-  Rebalancer(const Deck& deck, ModelProfile profile, PartitionSetup setup);
+  Rebalancer(const RebalanceConfig& config, ModelProfile profile, PartitionSetup setup);
   // One step's compute seconds per rank (one stage each when rebalancing), the same on every rank.
   void observe(const std::vector<double>& rank_compute_s);
   bool due(int64_t step) const;

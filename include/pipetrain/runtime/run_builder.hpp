@@ -71,6 +71,7 @@ RankPlace rank_place_of(const ProcessGrid& grid);
 struct RunSettings {
   ModelConfig model;
   TrainingConfig training;   // steps, batch, learning rate, clipping, evaluation, precision
+  DataSetConfig data;        // what the data sets read
   ExecutorConfig executor;   // this rank's (replica, slowdown); build_engine adds
                              // loss scaling and the reduction hooks
   ReductionConfig reduction;

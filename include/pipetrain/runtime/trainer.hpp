@@ -7,8 +7,8 @@
 // the optimizer step, evaluation), what decides each stage's recomputation
 // (recompute_choice.hpp), what moves units (repartition.cpp over
 // unit_mover.hpp, rebuilding the engine through build_engine) and what
-// re-places schedules (schedule_placement.hpp). It keeps the deck for the
-// rebalancer and owns the run's parts.
+// re-places schedules (schedule_placement.hpp). It keeps the deck's
+// RebalanceConfig for the rebalancer, not the deck, and owns the run's parts.
 #pragma once
 
 #include <mpi.h>
@@ -94,7 +94,7 @@ class Trainer {
   const std::vector<int64_t>& partition() const { return run_->partition; }
 
  private:
-  const Deck deck_;               // as given, for the rebalancer: never changed
+  const RebalanceConfig rebalance_config_;  // the deck's, for enable_rebalance
   std::unique_ptr<RunParts> run_;  // everything build_run built
   std::unique_ptr<Rebalancer> rebalancer_;  // null unless enable_rebalance
 };

@@ -1,0 +1,19 @@
+// data_set_config.cpp: a deck's data-set configuration
+// (runtime/data_set_config.hpp).
+#include "pipetrain/runtime/data_set_config.hpp"
+
+namespace pt {
+
+DataSetConfig data_set_config_for(const Deck& deck) {
+  DataSetConfig config;
+  config.data = deck.data;
+  config.mlp = deck.model.mlp;
+  config.gpt = deck.model.gpt;
+  config.batch_size = deck.training.batch_size;
+  config.micro_batches = deck.pipeline.micro_batches;
+  config.replicas = data_parallel_size(deck);
+  config.concentration_at = deck.where("data.concentration");
+  return config;
+}
+
+}  // namespace pt
