@@ -180,18 +180,19 @@ TEST(CudaAttention, GptStepWithFusedAttentionMatchesTheCpuReferenceInBf16) {
   PT_REQUIRE_GPU();
   const ModelConfig fused = small_gpt(AttentionKind::Fused);
   const ModelConfig reference = small_gpt(AttentionKind::Reference);
-  StageModel dev = build_stage(fused, {fused.blocks}, 0);
-  StageModel ref = build_stage(reference, {reference.blocks}, 0);
+  StageModel dev = build_stage(fused, {fused.gpt.blocks}, 0);
+  StageModel ref = build_stage(reference, {reference.gpt.blocks}, 0);
   for (Param* p : dev.params()) {
     p->value = p->value.to(Device::CUDA, MemCategory::Parameters);
     p->grad = p->grad.to(Device::CUDA, MemCategory::Gradients);
   }
   const int64_t mb = 2;
-  Tensor tokens = Tensor::empty({mb, fused.seq_len}, DType::I32, MemCategory::Workspace, Device::CPU);
-  Tensor labels = Tensor::empty({mb, fused.seq_len}, DType::I32, MemCategory::Workspace, Device::CPU);
+  const Shape tokens_shape = {mb, fused.gpt.seq_len};
+  Tensor tokens = Tensor::empty(tokens_shape, DType::I32, MemCategory::Workspace, Device::CPU);
+  Tensor labels = Tensor::empty(tokens_shape, DType::I32, MemCategory::Workspace, Device::CPU);
   for (int64_t i = 0; i < tokens.numel(); ++i) {
-    tokens.i32()[i] = static_cast<int32_t>((i * 13 + i / 7) % fused.vocab_size);
-    labels.i32()[i] = static_cast<int32_t>((i * 13 + i / 7 + 5) % fused.vocab_size);
+    tokens.i32()[i] = static_cast<int32_t>((i * 13 + i / 7) % fused.gpt.vocab_size);
+    labels.i32()[i] = static_cast<int32_t>((i * 13 + i / 7 + 5) % fused.gpt.vocab_size);
   }
   auto be = gpu_backend(Precision::Bf16);
   auto cpu = make_cpu_backend(Precision::Bf16);
