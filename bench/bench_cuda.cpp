@@ -274,8 +274,7 @@ void run_stage(const Options& o, int64_t c, Precision p, double peak,
   cuda::BackendOptions bo;
   bo.precision = p;
   auto be = cuda::make_backend(bo);
-  DefaultDeviceGuard guard(Device::CUDA);
-  TrainingConfig tc;
+  TrainingConfig tc;  // the optimizer's state goes beside the parameters, on the GPU
   tc.optimizer = OptimizerKind::AdamW;
   Optimizer opt(tc, stage.params());
   Tensor x = random_device({o.mb, o.seq, c}, 1), dy = random_device({o.mb, o.seq, c}, 2);

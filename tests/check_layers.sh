@@ -5,7 +5,8 @@
 #   base < tensor < model < schedule < plan < runtime < cuda < io < app
 # cuda (the GPU backend and transports) implements tensor's Backend and
 # runtime's Transport, so it sits above runtime; nothing below app names it.
-# Also fails when a process-wide setting is set below the app layer.
+# Also fails when a process-wide setting is set below the app layer, or when
+# a tensor allocation in src/ leaves its device to the default.
 # Usage: tests/check_layers.sh [REPO_ROOT]
 set -euo pipefail
 cd "${1:-$(dirname "$0")/..}"
@@ -47,6 +48,20 @@ done < <(grep -nE "$setters" -r src --include='*.cpp' --include='*.cu' |
            grep -vE '^src/app/' | grep -vE '^[^:]+:[0-9]+:\s*//' |
            grep -vE '^src/(base/timed_wait|tensor/cpu_gemm)\.cpp:[0-9]+:(void|inline) ' || true)
 
+# Every tensor allocated in src/ names its device (the fourth argument of
+# Tensor::empty / Tensor::zeros): the host default is for tests and host-only
+# code, and a GPU run must not get a host tensor from a call that forgot it.
+while IFS= read -r hit; do
+  echo "check_layers: $hit: allocation without a device"
+  bad=1
+done < <(perl -0777 -ne '
+  while (/Tensor::(?:empty|zeros)\s*(\((?:[^()]++|(?1))*\))/g) {
+    my $line = 1 + (substr($_, 0, $-[0]) =~ tr/\n//);
+    my $args = substr($1, 1, -1); (my $call = $&) =~ s/\s+/ /g;
+    1 while $args =~ s/\([^()]*\)|\{[^{}]*\}//g;  # drop nested calls and braced shapes
+    print "$ARGV:$line: $call\n" if ($args =~ tr/,//) < 3;
+  }' $(find src -type f \( -name '*.cpp' -o -name '*.cu' -o -name '*.hpp' \)) || true)
+
 # Headers directly in include/pipetrain/ or sources directly in src/ have no layer.
 stray=$(find src include/pipetrain -maxdepth 1 -type f | head -5)
 if [[ -n "$stray" ]]; then
@@ -62,4 +77,4 @@ if (( bad )); then
   exit 1
 fi
 echo "check_layers: $checked files, every include points to the same or a lower layer;" \
-  "process-wide settings are set in app only"
+  "process-wide settings are set in app only; every src/ allocation names its device"

@@ -70,10 +70,12 @@ struct Outputs {
 
 // The cuDNN kernels on the GPU, results copied back.
 Outputs run_gpu(FusedAttentionKernels& k, const Shape4& s, const Tensor& qkv, const Tensor& dy) {
-  DefaultDeviceGuard guard(Device::CUDA);
+  const auto on_gpu = [](const Shape& shape) {
+    return Tensor::empty(shape, DType::F32, MemCategory::Workspace, Device::CUDA);
+  };
   Tensor q = gpu(qkv), g = gpu(dy);
-  Tensor y = Tensor::empty({s.mb, s.T, s.C}), stats = Tensor::empty({s.mb, s.H, s.T});
-  Tensor dqkv = Tensor::empty(qkv.shape());
+  Tensor y = on_gpu({s.mb, s.T, s.C}), stats = on_gpu({s.mb, s.H, s.T});
+  Tensor dqkv = on_gpu(qkv.shape());
   k.forward(q, s.H, y, stats);
   k.backward(q, y, stats, g, s.H, dqkv);
   return {host(y), host(stats), host(dqkv)};
@@ -164,10 +166,9 @@ ModelConfig small_gpt(AttentionKind attention) {
 // the gradients in the parameters.
 double loss_and_grads(StageModel& stage, Backend& be, const Tensor& tokens, const Tensor& labels,
                       Tensor& logits) {
-  DefaultDeviceGuard guard(be.device());
   StagePass pass;
   logits = stage_forward(stage, be, tokens, pass);
-  Tensor dy = Tensor::empty(logits.shape());
+  Tensor dy = Tensor::empty(logits.shape(), DType::F32, MemCategory::Workspace, logits.device());
   const double loss = stage.loss->forward_backward(
       be, logits, labels, 1.f / static_cast<float>(tokens.numel()), dy);
   stage_backward(stage, be, pass, dy, false);
@@ -186,8 +187,9 @@ TEST(CudaAttention, GptStepWithFusedAttentionMatchesTheCpuReferenceInBf16) {
     p->grad = p->grad.to(Device::CUDA, MemCategory::Gradients);
   }
   const int64_t mb = 2;
-  Tensor tokens = Tensor::empty({mb, fused.gpt.seq_len}, DType::I32, MemCategory::Workspace, Device::CPU);
-  Tensor labels = Tensor::empty({mb, fused.gpt.seq_len}, DType::I32, MemCategory::Workspace, Device::CPU);
+  const Shape tokens_shape = {mb, fused.gpt.seq_len};
+  Tensor tokens = Tensor::empty(tokens_shape, DType::I32, MemCategory::Workspace, Device::CPU);
+  Tensor labels = Tensor::empty(tokens_shape, DType::I32, MemCategory::Workspace, Device::CPU);
   for (int64_t i = 0; i < tokens.numel(); ++i) {
     tokens.i32()[i] = static_cast<int32_t>((i * 13 + i / 7) % fused.gpt.vocab_size);
     labels.i32()[i] = static_cast<int32_t>((i * 13 + i / 7 + 5) % fused.gpt.vocab_size);

@@ -4,8 +4,8 @@
 // fp32, tf32 and bf16; and fp16 end to end with dynamic loss scaling over a
 // few steps, one of them an injected overflow that must be skipped. The GPU
 // copy is driven exactly as the executor drives it: parameters moved with
-// Tensor::to, activations allocated by the unchanged layers under
-// DefaultDeviceGuard(Device::CUDA). Skips without a GPU (fails under
+// Tensor::to, activations allocated by the unchanged layers on the backend's
+// device, the optimizer's state beside its parameters. Skips without a GPU (fails under
 // PIPETRAIN_REQUIRE_GPU=1).
 #include <gtest/gtest.h>
 
@@ -89,10 +89,9 @@ void move_params(StageModel& stage, Device dev) {
 // Forward, loss, backward and one optimizer step; returns the loss and the logits.
 double train_step(StageModel& stage, Backend& be, const Tensor& tokens, const Tensor& labels,
                   Tensor& logits) {
-  DefaultDeviceGuard guard(be.device());
   StagePass pass;
   logits = stage_forward(stage, be, tokens, pass);  // (mb, T, V)
-  Tensor dy = Tensor::empty(logits.shape());
+  Tensor dy = Tensor::empty(logits.shape(), DType::F32, MemCategory::Workspace, logits.device());
   const float grad_scale = 1.f / static_cast<float>(tokens.numel());
   const double loss = stage.loss->forward_backward(be, logits, labels, grad_scale, dy);
   stage_backward(stage, be, pass, dy, false);
@@ -198,10 +197,9 @@ TEST(CudaGpt, TrainingStepMatchesCpuBf16) {
 // when it says so. Returns the loss.
 double scaled_step(StageModel& stage, Backend& be, Optimizer& opt, LossScaler& scaler,
                    const Tensor& tokens, const Tensor& labels, bool overflow) {
-  DefaultDeviceGuard guard(be.device());
   StagePass pass;
   Tensor logits = stage_forward(stage, be, tokens, pass);
-  Tensor dy = Tensor::empty(logits.shape());
+  Tensor dy = Tensor::empty(logits.shape(), DType::F32, MemCategory::Workspace, logits.device());
   const float grad_scale = 1.f / static_cast<float>(tokens.numel());
   const double loss =
       stage.loss->forward_backward(be, logits, labels, grad_scale * scaler.scale(), dy);
@@ -242,11 +240,8 @@ TEST(CudaGpt, Fp16TrainsWithTheLossScalerAndSkipsAnOverflow) {
   cfg.growth_interval = 2;
   LossScaler ref_scaler(cfg), dev_scaler(cfg);
   Optimizer ref_opt(sgd_config(), ref.params());
-  std::unique_ptr<Optimizer> dev_opt;
-  {
-    DefaultDeviceGuard guard(Device::CUDA);  // optimizer state on the GPU
-    dev_opt = std::make_unique<Optimizer>(sgd_config(), dev.params());
-  }
+  // Its state on the GPU, beside the moved parameters.
+  auto dev_opt = std::make_unique<Optimizer>(sgd_config(), dev.params());
   const float expected_scale[4] = {1024, 512, 512, 1024};  // skip at step 1, grow after 2
   for (int64_t step = 0; step < 4; ++step) {
     const bool overflow = step == 1;
@@ -281,7 +276,6 @@ TEST(CudaGpt, RecomputedProbsGiveTheSameGradients) {
   StageModel stage = build_stage(m, {m.gpt.blocks}, 0);
   move_params(stage, Device::CUDA);
   auto be = cuda::make_backend();
-  DefaultDeviceGuard guard(Device::CUDA);
   Tensor x = gpu(test::random_host({2, m.gpt.seq_len, m.gpt.d_model}, 40));
   Tensor dy = gpu(test::random_host({2, m.gpt.seq_len, m.gpt.d_model}, 41));
   Layer& block = *stage.layers[1];

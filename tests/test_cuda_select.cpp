@@ -96,13 +96,8 @@ TEST(CudaSelect, DeviceTensorBeforeSelectionIsAClearError) {
   }
 }
 
-TEST(CudaSelect, DefaultDeviceGuardRestores) {
-  EXPECT_EQ(default_device(), Device::CPU);
-  {
-    DefaultDeviceGuard guard(Device::CUDA);
-    EXPECT_EQ(default_device(), Device::CUDA);
-  }
-  EXPECT_EQ(default_device(), Device::CPU);
+// No ambient device: a tensor whose device is not named is on the host.
+TEST(CudaSelect, UnnamedDeviceIsTheHost) {
   Tensor t = Tensor::zeros({3});
   EXPECT_EQ(t.device(), Device::CPU);
   EXPECT_EQ(t.to(Device::CPU).raw(), t.raw());  // already there: no copy

@@ -90,8 +90,8 @@ TEST(RebuildStage, MlpKeepsStayingLayersAndBuildsOnlyArrivingOnes) {
   StageModel first = build_stage(m, {4, 4}, 0), last = build_stage(m, {4, 4}, 1);
   const std::vector<const Layer*> first_layers = layer_objects(first), last_layers = layer_objects(last);
   const LayerBuildCounts start = layer_build_counts();
-  StageModel first_next = rebuild_stage(m, {6, 2}, first);
-  StageModel last_next = rebuild_stage(m, {6, 2}, last);
+  StageModel first_next = rebuild_stage(m, {6, 2}, first, Device::CPU);
+  StageModel last_next = rebuild_stage(m, {6, 2}, last, Device::CPU);
   const LayerBuildCounts built = layer_build_counts();
   EXPECT_EQ(built.layers - start.layers, 4);
   EXPECT_EQ(built.random_elements - start.random_elements, 0);
@@ -131,8 +131,8 @@ TEST(RebuildStage, GptKeepsThePinnedLayersInPlace) {
   StageModel first = build_stage(m, {2, 2}, 0), last = build_stage(m, {2, 2}, 1);
   const std::vector<const Layer*> first_layers = layer_objects(first), last_layers = layer_objects(last);
   const LayerBuildCounts start = layer_build_counts();
-  StageModel first_next = rebuild_stage(m, {3, 1}, first);
-  StageModel last_next = rebuild_stage(m, {3, 1}, last);
+  StageModel first_next = rebuild_stage(m, {3, 1}, first, Device::CPU);
+  StageModel last_next = rebuild_stage(m, {3, 1}, last, Device::CPU);
   const LayerBuildCounts built = layer_build_counts();
   EXPECT_EQ(built.layers - start.layers, 1);
   EXPECT_EQ(built.random_elements - start.random_elements, 0);

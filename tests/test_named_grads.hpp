@@ -28,7 +28,6 @@ enum class Field { Grad, Value };
 // or values, copied to the host.
 inline NamedValues local_values(Trainer& trainer, Backend& be, Field field) {
   NamedValues out;
-  DefaultDeviceGuard on_device(be.device());
   for (Param* p : trainer.params()) {
     if (field == Field::Grad) settle_grad(be, *p);
     const Tensor host = (field == Field::Grad ? p->grad : p->value).to(Device::CPU);

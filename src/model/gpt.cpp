@@ -50,8 +50,9 @@ Shape with_last(const Shape& shape, int64_t last) {
   return out;
 }
 
-Tensor activation(const Shape& shape) {
-  return Tensor::empty(shape, DType::F32, MemCategory::Workspace);
+// A workspace tensor on the backend's device.
+Tensor activation(const Backend& be, const Shape& shape) {
+  return Tensor::empty(shape, DType::F32, MemCategory::Workspace, be.device());
 }
 
 // ---- building blocks shared by the layers ----
@@ -70,7 +71,7 @@ struct Dense {
   int64_t out() const { return weight.value.dim(0); }
 
   Tensor forward(Backend& be, const Tensor& x) {
-    Tensor y = activation(with_last(x.shape(), out()));  // (rows, out)
+    Tensor y = activation(be, with_last(x.shape(), out()));  // (rows, out)
     be.matmul(x, false, weight.value, true, y, 1.f, 0.f);
     if (has_bias()) be.add_bias(y, bias.value);
     return y;
@@ -85,7 +86,7 @@ struct Dense {
     } else {
       weights(be, x, dy);
     }
-    Tensor dx = activation(x.shape());
+    Tensor dx = activation(be, x.shape());
     be.matmul(dy, false, weight.value, false, dx, 1.f, 0.f);
     return dx;
   }
@@ -121,9 +122,9 @@ struct LayerNorm {
 
   // Appends y, mean, rstd to `saved` and returns y.
   Tensor forward(Backend& be, const Tensor& x, std::vector<Tensor>& saved) {
-    Tensor y = activation(x.shape());
-    Tensor mean = activation({x.rows()});
-    Tensor rstd = activation({x.rows()});
+    Tensor y = activation(be, x.shape());
+    Tensor mean = activation(be, {x.rows()});
+    Tensor rstd = activation(be, {x.rows()});
     gpt_kernels(be).layernorm_forward(x, weight.value, bias.value, kLayerNormEps, y, mean,
                                       rstd);
     saved.push_back(y);
@@ -134,7 +135,7 @@ struct LayerNorm {
   // Adds dgamma, dbeta; returns dx.
   Tensor backward(Backend& be, const Tensor& x, const Tensor& mean, const Tensor& rstd,
                   const Tensor& dy) {
-    Tensor dx = activation(x.shape());
+    Tensor dx = activation(be, x.shape());
     gpt_kernels(be).layernorm_backward(x, weight.value, mean, rstd, dy, dx, weight.grad,
                                        bias.grad);
     return dx;
@@ -176,7 +177,7 @@ class GptEmbedding final : public Layer {
 
   // x: tokens (mb, T) i32 -> (mb, T, C). Saves nothing.
   Tensor forward(Backend& be, const Tensor& x, std::vector<Tensor>&) override {
-    Tensor y = activation(output_shape(x.shape()));
+    Tensor y = activation(be, output_shape(x.shape()));
     gpt_kernels(be).embedding_forward(x, wte_.value, wpe_.value, y);
     return y;
   }
@@ -284,7 +285,7 @@ class GptBlock final : public Layer {
     saved.push_back(x1);
     Tensor ln2 = ln2_.forward(be, x1, saved);  // (mb, T, C)
     Tensor fc = fc_.forward(be, ln2);          // (mb, T, R*C)
-    Tensor gelu = activation(fc.shape());      // (mb, T, R*C)
+    Tensor gelu = activation(be, fc.shape());      // (mb, T, R*C)
     be.gelu_forward(fc, gelu);
     saved.push_back(fc);
     saved.push_back(gelu);
@@ -314,7 +315,7 @@ class GptBlock final : public Layer {
     const Tensor& x1 = saved[kX1];
     // MLP branch: y = x1 + mlp_proj(gelu(fc(ln2(x1)))).
     Tensor dgelu = mlp_proj_.backward(be, saved[kGeluOut], dy, defer);  // (mb, T, R*C)
-    Tensor dfc = Tensor::empty(dgelu.shape(), DType::F32, MemCategory::Workspace);
+    Tensor dfc = Tensor::empty(dgelu.shape(), DType::F32, MemCategory::Workspace, be.device());
     be.gelu_backward(saved[kFcOut], dgelu, dfc);            // (mb, T, R*C)
     Tensor dln2 = fc_.backward(be, saved[kLn2Out], dfc, defer);  // (mb, T, C)
     Tensor dx1 = ln2_.backward(be, x1, saved[kLn2Mean], saved[kLn2Rstd], dln2);
@@ -337,7 +338,7 @@ class GptBlock final : public Layer {
   bool fused() const { return dims_.attention == AttentionKind::Fused; }
   // probs (mb, H, T, T) of qkv (mb, T, 3C).
   Tensor attention_probs(Backend& be, const Tensor& qkv) const {
-    Tensor probs = activation({qkv.dim(0), dims_.heads, qkv.dim(1), qkv.dim(1)});
+    Tensor probs = activation(be, {qkv.dim(0), dims_.heads, qkv.dim(1), qkv.dim(1)});
     gpt_kernels(be).attention_probs(qkv, dims_.heads, probs);
     return probs;
   }
@@ -346,13 +347,13 @@ class GptBlock final : public Layer {
   Tensor attention_forward(Backend& be, const Tensor& qkv, Tensor& softmax) const {
     const Shape out = {qkv.dim(0), qkv.dim(1), dims_.d_model};
     if (fused()) {
-      Tensor attn = activation(out);
-      softmax = activation({qkv.dim(0), dims_.heads, qkv.dim(1)});
+      Tensor attn = activation(be, out);
+      softmax = activation(be, {qkv.dim(0), dims_.heads, qkv.dim(1)});
       gpt_fused_attention(be).forward(qkv, dims_.heads, attn, softmax);
       return attn;
     }
     softmax = attention_probs(be, qkv);
-    Tensor attn = activation(out);
+    Tensor attn = activation(be, out);
     gpt_kernels(be).attention_values(qkv, softmax, dims_.heads, attn);
     return attn;
   }
@@ -366,7 +367,7 @@ class GptBlock final : public Layer {
   Tensor attention_backward(Backend& be, const std::vector<Tensor>& saved, const Tensor& softmax,
                             const Tensor& dattn) const {
     const Tensor& qkv = saved[kQkv];
-    Tensor dqkv = Tensor::empty(qkv.shape(), DType::F32, MemCategory::Workspace);
+    Tensor dqkv = Tensor::empty(qkv.shape(), DType::F32, MemCategory::Workspace, be.device());
     if (fused())
       gpt_fused_attention(be).backward(qkv, saved[kAttn], softmax, dattn, dims_.heads, dqkv);
     else

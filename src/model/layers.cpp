@@ -49,8 +49,8 @@ LayerBuildCounts layer_build_counts() {
 Param new_param(const std::string& name, const Shape& shape) {
   Param p;
   p.name = name;
-  p.value = Tensor::empty(shape, DType::F32, MemCategory::Parameters);
-  p.grad = Tensor::zeros(shape, DType::F32, MemCategory::Gradients);
+  p.value = Tensor::empty(shape, DType::F32, MemCategory::Parameters, Device::CPU);
+  p.grad = Tensor::zeros(shape, DType::F32, MemCategory::Gradients, Device::CPU);
   return p;
 }
 
@@ -105,7 +105,8 @@ class Linear final : public Layer {
   }
 
   Tensor forward(Backend& be, const Tensor& x, std::vector<Tensor>&) override {
-    Tensor y = Tensor::empty(output_shape(x.shape()), DType::F32, MemCategory::Workspace);
+    Tensor y = Tensor::empty(output_shape(x.shape()), DType::F32, MemCategory::Workspace,
+                             be.device());
     be.matmul(x, false, weight_.value, true, y, 1.f, 0.f);  // (rows, in) x (in, out)
     be.add_bias(y, bias_.value);
     return y;
@@ -136,7 +137,7 @@ class Linear final : public Layer {
     be.accumulate_bias_grad(dy, bias_.grad);
   }
   Tensor input_grad(Backend& be, const Tensor& x, const Tensor& dy) {
-    Tensor dx = Tensor::empty(x.shape(), DType::F32, MemCategory::Workspace);
+    Tensor dx = Tensor::empty(x.shape(), DType::F32, MemCategory::Workspace, be.device());
     be.matmul(dy, false, weight_.value, false, dx, 1.f, 0.f);  // (rows, out) x (out, in)
     return dx;
   }
@@ -155,7 +156,7 @@ class Activation final : public Layer {
     saved.clear();
   }
   Tensor forward(Backend& be, const Tensor& x, std::vector<Tensor>&) override {
-    Tensor y = Tensor::empty(x.shape(), DType::F32, MemCategory::Workspace);
+    Tensor y = Tensor::empty(x.shape(), DType::F32, MemCategory::Workspace, be.device());
     if (gelu_) be.gelu_forward(x, y);
     else be.relu_forward(x, y);
     return y;
@@ -163,7 +164,7 @@ class Activation final : public Layer {
   Tensor backward(Backend& be, const Tensor& x, const std::vector<Tensor>&, const Tensor& dy,
                   bool need_dx) override {
     if (!need_dx) return Tensor();
-    Tensor dx = Tensor::empty(x.shape(), DType::F32, MemCategory::Workspace);
+    Tensor dx = Tensor::empty(x.shape(), DType::F32, MemCategory::Workspace, be.device());
     if (gelu_) be.gelu_backward(x, dy, dx);
     else be.relu_backward(x, dy, dx);
     return dx;

@@ -120,8 +120,22 @@ StageModel build_stage(const ModelConfig& model, const std::vector<int64_t>& uni
   return sm;
 }
 
+namespace {
+
+// Fresh storage on `dev` for parameters constructed with
+// ParamInit::Uninitialised (on the host): values unset, gradients zero.
+void reallocate_unset(const std::vector<Param*>& params, Device dev) {
+  if (dev == Device::CPU) return;
+  for (Param* p : params) {
+    p->value = Tensor::empty(p->value.shape(), DType::F32, MemCategory::Parameters, dev);
+    p->grad = Tensor::zeros(p->grad.shape(), DType::F32, MemCategory::Gradients, dev);
+  }
+}
+
+}  // namespace
+
 StageModel rebuild_stage(const ModelConfig& model, const std::vector<int64_t>& units_per_stage,
-                         StageModel& old) {
+                         StageModel& old, Device dev) {
   PT_CHECK(static_cast<int>(units_per_stage.size()) == old.num_stages,
            "a rebalancing move keeps the stage count");
   const ModelFamily& family = model_family(model);
@@ -140,7 +154,10 @@ StageModel rebuild_stage(const ModelConfig& model, const std::vector<int64_t>& u
   while (front < units.size() && units[front] < 0) take_layer(layers, units, front++, next);
   for (int64_t u = next.first_unit; u < next.first_unit + next.num_units; ++u) {
     const bool held = u >= old.first_unit && u < old.first_unit + old.num_units;
-    if (!held) family.add_unit(model, next, u, ParamInit::Uninitialised);
+    if (!held) {
+      family.add_unit(model, next, u, ParamInit::Uninitialised);
+      reallocate_unset(next.unit_params(u), dev);
+    }
     for (size_t i = front; held && i < units.size(); ++i)
       if (units[i] == u) take_layer(layers, units, i, next);
   }

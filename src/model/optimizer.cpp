@@ -31,7 +31,7 @@ void Optimizer::replace_params(std::vector<Param*> params) {
 
 void Optimizer::allocate_state(Param& p, bool zeroed) const {
   const auto make = zeroed ? Tensor::zeros : Tensor::empty;
-  const Device dev = default_device();
+  const Device dev = p.value.device();  // the state lives with the parameter
   p.state1 = make(p.value.shape(), DType::F32, MemCategory::OptimizerState, dev);
   if (cfg_.optimizer == OptimizerKind::AdamW)
     p.state2 = make(p.value.shape(), DType::F32, MemCategory::OptimizerState, dev);

@@ -272,14 +272,14 @@ void Executor::post_recv(const Action& a, StageRunner& runner) {
   if (a.kind == ActionKind::RECV_F) {
     PT_CHECK(!rx.forward, "second " + to_string(a));
     rx.input = Tensor::empty(stage.input_shape(config_.rows), stage.input_dtype,
-                             MemCategory::Workspace);
+                             MemCategory::Workspace, be_.device());
     rx.forward = posted(a, transport_.irecv(rx.input, peer_rank(a.stage - 1),
                                             tag(a.stage, kActivation, a.mb)));
   } else {
     PT_CHECK(!rx.backward, "second " + to_string(a));
     Tensor& grad_output = runner.state(a.mb).grad_output;
     grad_output = Tensor::empty(stage.output_shape(config_.rows), DType::F32,
-                                MemCategory::Workspace);
+                                MemCategory::Workspace, be_.device());
     rx.backward = posted(a, transport_.irecv(grad_output, peer_rank(a.stage + 1),
                                              tag(a.stage, kGradient, a.mb)));
   }

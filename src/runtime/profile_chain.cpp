@@ -58,13 +58,8 @@ struct ChainSamples {
 void time_chain_pass(const Deck& deck, const BatchSplit& split, Backend& be, const ProfileOptions& options,
                      const std::vector<int64_t>& counts, int stage, int pass, int passes,
                      MPI_Comm comm, ChainSamples& chain) {
-  StageModel model;
-  {
-    DefaultDeviceGuard on_host(Device::CPU);  // parameters are initialised on the host
-    model = build_stage(deck.model, counts, stage);
-  }
+  StageModel model = build_stage(deck.model, counts, stage);  // parameters initialised on the host
   move_parameters(model, be.device());
-  DefaultDeviceGuard on_device(be.device());
   std::unique_ptr<Dataset> data = make_dataset(data_set_config_for(deck), Split::Train);
   const auto stats = options.memory_stats ? options.memory_stats : [] { return memory_stats(); };
   const ExecutorConfig config = executor_config_for(split, deck.pipeline.timeout_s);

@@ -54,8 +54,7 @@ double round_trip(Transport& t, Tensor& buf, double limit_s) {
 double one_way_seconds(Transport& t, Backend& be, double bytes, double limit_s,
                        const ProfileOptions& o) {
   const int64_t floats = std::max<int64_t>(1, static_cast<int64_t>((bytes + 3.0) / 4.0));
-  DefaultDeviceGuard on_device(be.device());
-  Tensor buf = Tensor::zeros({floats}, DType::F32, MemCategory::Workspace);
+  Tensor buf = Tensor::zeros({floats}, DType::F32, MemCategory::Workspace, be.device());
   be.synchronize();
   const int warmup = 3 + o.warmup, rounds = std::max(11, 5 * o.reps);
   std::vector<double> times;

@@ -139,12 +139,8 @@ struct UnitStage {
 UnitStage build_unit(Context& c, int64_t index) {
   UnitStage u;
   const MemoryStats before = c.stats();
-  {
-    DefaultDeviceGuard on_host(Device::CPU);  // parameters are initialised on the host
-    u.stage = build_cost_unit_stage(c.model, index);
-  }
-  move_parameters(u.stage, c.be.device());
-  DefaultDeviceGuard on_device(c.be.device());
+  u.stage = build_cost_unit_stage(c.model, index);  // parameters initialised on the host
+  move_parameters(u.stage, c.be.device());  // the optimizer's state follows them
   u.optimizer = std::make_unique<Optimizer>(c.training, u.stage.params());
   const MemoryStats after = c.stats();
   u.param_bytes = category_delta(before, after, MemCategory::Parameters);
@@ -159,7 +155,6 @@ StageProbe unit_probe(Context& c, UnitStage& u, const char* policy) {
 }
 
 MicroBatchProbe probe(Context& c, StageProbe& stage_probe) {
-  DefaultDeviceGuard on_device(c.be.device());
   return stage_probe.probe_micro_batch(*c.data, c.stats, c.reset_peaks, c.pass_hook());
 }
 
@@ -194,10 +189,9 @@ UnitCost unit_memory(Context& c, int64_t index, const CostUnitInfo& info) {
 // this unit: every layer's forward keeping inputs and saved tensors, no loss
 // (the same layer calls as Executor::recompute_segment).
 double time_forward_rerun(Context& c, StageModel& stage) {
-  DefaultDeviceGuard on_device(c.be.device());
   Tensor x = stage.is_first() ? c.data->inputs(0, c.rows).to(c.be.device())
                               : Tensor::zeros(stage.input_shape(c.rows), stage.input_dtype,
-                                              MemCategory::Workspace);
+                                              MemCategory::Workspace, c.be.device());
   c.be.synchronize();
   StagePass pass;
   c.before_pass();
@@ -208,7 +202,6 @@ double time_forward_rerun(Context& c, StageModel& stage) {
 }
 
 double time_optimizer_step(Context& c, UnitStage& u) {
-  DefaultDeviceGuard on_device(c.be.device());
   c.before_pass();
   const auto start = Clock::now();
   u.optimizer->step(c.be, static_cast<float>(c.training.lr), 1.f);
@@ -220,7 +213,6 @@ double time_optimizer_step(Context& c, UnitStage& u) {
 // zeroing them and their sums of squares for the global norm, left on the
 // device and read once, as StepCollectives::global_grad_norm does.
 double time_gradient_passes(Context& c, UnitStage& u) {
-  DefaultDeviceGuard on_device(c.be.device());
   const std::vector<Param*> params = u.stage.params();
   std::unique_ptr<ScalarBatch> sums = c.be.make_scalar_batch(static_cast<int64_t>(params.size()));
   c.before_pass();

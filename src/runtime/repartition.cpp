@@ -65,7 +65,8 @@ namespace {
 // exchanged; the engine was released (it holds the stage's layers).
 MoveTotals move_stage(RunParts& run, const std::vector<int64_t>& to) {
   StageModel& current = run.stages.front();
-  StageModel next = rebuild_stage(run.settings.model, to, current);  // `current` keeps the leaving layers
+  // `current` keeps the leaving layers; the arriving ones are placed on the backend's device.
+  StageModel next = rebuild_stage(run.settings.model, to, current, run.backend.device());
   run.optimizer->replace_params(next.params());
   const MoveTotals moved = exchange_units(current, next, run.partition, to,
                                           model_units(run.settings.model), run.place.pipeline);
@@ -91,7 +92,6 @@ MoveReport repartition_run(RunParts& run, const std::vector<int64_t>& counts, in
   run.engine.executor.reset();  // both hold the stage's layers
   run.engine.reducer.reset();
   run.backend.release_cached_memory();  // the move's tensors have new sizes; nothing is in flight
-  DefaultDeviceGuard on_device(run.backend.device());  // arriving layers are made there
   const MoveTotals moved = move_stage(run, to);
   if (run.settings.recompute.any_auto)
     run.recompute = choose_recompute(run.settings.recompute, probe_site_of(run), run.place.pipeline);

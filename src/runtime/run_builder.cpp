@@ -150,7 +150,6 @@ std::unique_ptr<RunParts> build_run(const Deck& deck, const std::vector<int64_t>
   run->collectives = std::make_unique<StepCollectives>(run->place.pipeline, run->place.replicas,
                                                        run->place.replica_count, run->schedules.train);
   build_stages(*run, partition);
-  DefaultDeviceGuard on_device(run->backend.device());
   build_optimizer(*run);
   run->tracer = std::make_unique<Tracer>(run->settings.trace);
   if (run->tracer->enabled()) run->clocks = run->tracer->align_clocks(run->place.pipeline);

@@ -42,11 +42,11 @@ int64_t speed_probe_size(Device device) {
 double time_speed_probe(Backend& be, MPI_Comm comm, int reps) {
   be.synchronize();  // no earlier kernel of this rank runs into the probe
   timed_barrier(comm, "the barrier before the speed probe");
-  DefaultDeviceGuard on_device(be.device());
-  const int64_t n = speed_probe_size(be.device());
-  Tensor a = Tensor::empty({n, n});
-  Tensor b = Tensor::empty({n, n});
-  Tensor c = Tensor::empty({n, n});
+  const Device dev = be.device();
+  const int64_t n = speed_probe_size(dev);
+  Tensor a = Tensor::empty({n, n}, DType::F32, MemCategory::Workspace, dev);
+  Tensor b = Tensor::empty({n, n}, DType::F32, MemCategory::Workspace, dev);
+  Tensor c = Tensor::empty({n, n}, DType::F32, MemCategory::Workspace, dev);
   be.fill(a, 0.5f);
   be.fill(b, 0.25f);
   double mine = 0.0;

@@ -29,12 +29,14 @@ MicroBatchProbe StageProbe::probe_micro_batch(const Dataset& data,
   // Timed regions, read at the end: the input fetch (first stage), F, B.
   const size_t fetched = stage.is_first() ? 1 : 0;
   if (fetched) regions_.begin();
-  Tensor x = stage.is_first()
-                 ? data.inputs(0, rows_).to(be_.device())
-                 : Tensor::zeros(stage.input_shape(rows_), stage.input_dtype, MemCategory::Workspace);
+  const Device dev = be_.device();
+  Tensor x = stage.is_first() ? data.inputs(0, rows_).to(dev)
+                              : Tensor::zeros(stage.input_shape(rows_), stage.input_dtype,
+                                              MemCategory::Workspace, dev);
   if (fetched) regions_.end({});
   Tensor dy;
-  if (!stage.is_last()) dy = Tensor::zeros(stage.output_shape(rows_), DType::F32, MemCategory::Workspace);
+  if (!stage.is_last())
+    dy = Tensor::zeros(stage.output_shape(rows_), DType::F32, MemCategory::Workspace, dev);
   const MemoryStats before = stats();
   reset_memory_peaks();
   if (reset_peaks) reset_peaks();

@@ -87,7 +87,7 @@ void StageRunner::compute_loss(int mb, MicroBatchState& state, const Tensor& y) 
   const int64_t terms = stage_.loss_terms_per_sample;
   Tensor target = pass_.data->targets(config_.first_sample(pass_.step, mb), config_.rows)
                       .to(be_.device());
-  state.grad_output = Tensor::empty(y.shape(), DType::F32, MemCategory::Workspace);
+  state.grad_output = Tensor::empty(y.shape(), DType::F32, MemCategory::Workspace, y.device());
   const float grad_scale =
       static_cast<float>(pass_.loss_scale / static_cast<double>(config_.batch_size * terms));
   stage_.loss->forward_backward_to(be_, y, target, grad_scale, state.grad_output, *loss_slots_, mb);

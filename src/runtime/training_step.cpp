@@ -65,7 +65,6 @@ void place_schedule(RunParts& run, int64_t step, StepRecord& rec) {
 StepRecord run_training_step(RunParts& run, int64_t step) {
   reset_memory_peaks();
   if (run.setup.reset_device_memory_peaks) run.setup.reset_device_memory_peaks();
-  DefaultDeviceGuard on_device(run.backend.device());
   const auto start = std::chrono::steady_clock::now();
   run.optimizer->zero_grad(run.backend);
   StepRecord rec;
@@ -91,7 +90,6 @@ StepRecord run_training_step(RunParts& run, int64_t step) {
 }
 
 double run_evaluation(RunParts& run) {
-  DefaultDeviceGuard on_device(run.backend.device());
   PT_CHECK(run.eval_data != nullptr, "evaluation needs training.eval_every > 0");
   const TrainingConfig& t = run.settings.training;
   double sum = 0.0;

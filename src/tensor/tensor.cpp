@@ -38,7 +38,6 @@ HostAllocator& allocator() {
 
 constexpr int kDevices = 2;  // Device::CPU, Device::CUDA
 DeviceMemoryHooks g_device_hooks[kDevices];
-thread_local Device t_default_device = Device::CPU;
 
 const DeviceMemoryHooks& hooks_of(Device dev) {
   const DeviceMemoryHooks& h = g_device_hooks[static_cast<int>(dev)];
@@ -49,9 +48,6 @@ const DeviceMemoryHooks& hooks_of(Device dev) {
 }
 
 }  // namespace
-
-Device default_device() { return t_default_device; }
-void set_default_device(Device dev) { t_default_device = dev; }
 
 const char* device_name(Device dev) { return dev == Device::CPU ? "cpu" : "cuda"; }
 

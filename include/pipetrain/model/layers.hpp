@@ -81,7 +81,7 @@ class Layer {
 
 // How a new layer's parameters start: with their initial values (drawn from
 // the seed, or constants, as each layer documents), or allocated on the
-// default device and left unfilled, for the caller to fill (a rebalancing
+// host and left unfilled, for the caller to place and fill (a rebalancing
 // move receives an arriving unit's values and optimizer state from the stage
 // that held it). Gradients start at zero either way.
 enum class ParamInit { FromSeed, Uninitialised };
@@ -97,8 +97,9 @@ struct LayerBuildCounts {
 LayerBuildCounts layer_build_counts();
 
 // Parameter construction shared by the layers (layers.cpp, gpt.cpp). A new
-// parameter: value allocated on the default device and not filled, gradient
-// zeros of the same shape.
+// parameter: value allocated on the host (where initial values are written)
+// and not filled, gradient zeros of the same shape; move_parameters
+// (model.hpp) places them on the backend's device.
 Param new_param(const std::string& name, const Shape& shape);
 // Initial values, written on the host element by element (each a function of
 // (seed, stream, element), so independent of the partition) and counted:

@@ -61,11 +61,11 @@ StageModel build_stage(const ModelConfig& model, const std::vector<int64_t>& uni
 // previous partition. The layers of units both hold, the pinned embedding
 // and head and the loss are taken over as they are (the same objects: values,
 // gradients and optimizer state untouched, no copy); the layers of arriving
-// units are constructed with ParamInit::Uninitialised (on the default
-// device, nothing drawn), for the caller to fill. `old` is left holding only
+// units are constructed with ParamInit::Uninitialised (nothing drawn) and
+// their parameters placed on `dev`, for the caller to fill. `old` is left holding only
 // the layers of the units that leave it (its unit_params still name them).
 StageModel rebuild_stage(const ModelConfig& model, const std::vector<int64_t>& units_per_stage,
-                         StageModel& old);
+                         StageModel& old, Device dev);
 
 // The units of a cost profile (plan/cost.hpp), in forward order: the
 // partition units, and for the GPT also the embedding before them and the

@@ -19,11 +19,11 @@ double learning_rate(const TrainingConfig& cfg, int64_t step);
 class Optimizer {
  public:
   // Gives every parameter zeroed state (momentum; AdamW's two moments) on
-  // the default device.
+  // the parameter's device.
   Optimizer(const TrainingConfig& cfg, std::vector<Param*> params);
   // A rebalancing move changed the stage's parameters to `params`: those
   // that stayed keep their state; those without state (the arriving layers')
-  // get state of their shape on the default device, left unfilled for the
+  // get state of their shape on their device, left unfilled for the
   // move to receive from the stage that held them.
   void replace_params(std::vector<Param*> params);
   // One update of every parameter with gradients already scaled by `grad_scale`

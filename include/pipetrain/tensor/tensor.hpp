@@ -31,26 +31,6 @@ int64_t shape_numel(const Shape& shape);
 
 struct Storage;  // defined in tensor.cpp
 
-// Device used by Tensor::empty/zeros when the caller names none; CPU unless
-// set. Per thread. Lets layers written with the defaults (src/model/*.cpp)
-// allocate their activations on the GPU: build the model (parameter init
-// writes host memory) with the CPU default, move the parameters with
-// Tensor::to, then run forward/backward under DefaultDeviceGuard(Device::CUDA).
-Device default_device();
-void set_default_device(Device dev);
-class DefaultDeviceGuard {
- public:
-  explicit DefaultDeviceGuard(Device dev) : previous_(default_device()) {
-    set_default_device(dev);
-  }
-  ~DefaultDeviceGuard() { set_default_device(previous_); }
-  DefaultDeviceGuard(const DefaultDeviceGuard&) = delete;
-  DefaultDeviceGuard& operator=(const DefaultDeviceGuard&) = delete;
-
- private:
-  Device previous_;
-};
-
 // Storage of a non-CPU device, registered by the library that drives it.
 struct DeviceMemoryHooks {
   void* (*allocate)(size_t bytes, MemCategory cat) = nullptr;
@@ -70,11 +50,14 @@ const char* device_name(Device dev);  // "cpu" | "cuda"
 class Tensor {
  public:
   Tensor() = default;
-  // Uninitialised storage.
+  // Uninitialised storage. The device defaults to the host for tests and
+  // host-only code; every allocation in src/ names its device (checked by
+  // tests/check_layers.sh), taken from the backend or the tensor it is
+  // shaped like, so none depends on where the caller happens to run.
   static Tensor empty(const Shape& shape, DType dtype = DType::F32,
-                      MemCategory cat = MemCategory::Workspace, Device dev = default_device());
+                      MemCategory cat = MemCategory::Workspace, Device dev = Device::CPU);
   static Tensor zeros(const Shape& shape, DType dtype = DType::F32,
-                      MemCategory cat = MemCategory::Workspace, Device dev = default_device());
+                      MemCategory cat = MemCategory::Workspace, Device dev = Device::CPU);
 
   bool defined() const { return storage_ != nullptr; }
   const Shape& shape() const { return shape_; }
