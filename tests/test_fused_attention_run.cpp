@@ -1,4 +1,4 @@
-// test_fused_attention_run.cpp: training a GPT with model.gpt.attention =
+// test_fused_attention_run.cpp: training a GPT with model.attention =
 // "fused" (the CPU backend's fused attention group) through the real
 // pipeline, on every rank of the world:
 //   - its losses stay within fp32 rounding of the reference attention's
@@ -16,7 +16,6 @@
 
 #include <cmath>
 #include <cstdio>
-#include <cstring>
 #include <string>
 #include <vector>
 
@@ -26,10 +25,15 @@
 #include "pipetrain/model/model.hpp"
 #include "pipetrain/tensor/transformer_kernels.hpp"
 #include "pipetrain/runtime/trainer.hpp"
+#include "training_run.hpp"
 
 namespace pt {
 namespace {
 
+using test::expect_bitwise;
+using test::RunResult;
+using test::train_alone;
+using test::train_on;
 using test::world_rank;
 using test::world_size;
 
@@ -56,31 +60,27 @@ Deck gpt_deck(AttentionKind attention, const std::string& schedule, const std::s
   return d;
 }
 
-struct TrainedRun {
-  std::vector<double> losses;     // (steps)
-  std::vector<float> params;      // rank 0
-  std::vector<double> stash_peak; // per stage, activation bytes of the last step
-  std::vector<int> in_flight;     // per stage
+// The activation stash of the last of `deck`'s steps on every rank of the
+// world: each stage's peak bytes (rank 0 only) and peak in-flight micro-batches.
+struct StashPeaks {
+  std::vector<double> bytes;   // per stage, activation bytes
+  std::vector<int> in_flight;  // per stage
 };
 
-TrainedRun train(const Deck& deck, MPI_Comm comm) {
-  Trainer trainer(deck, comm);
-  TrainedRun run;
+StashPeaks stash_peaks(const Deck& deck) {
+  Trainer trainer(deck, MPI_COMM_WORLD);
   StepRecord rec;
-  for (int64_t s = 0; s < deck.training.steps; ++s) {
-    rec = trainer.train_step(s);
-    run.losses.push_back(rec.loss);
-  }
-  run.params = trainer.gather_parameters();
+  for (int64_t s = 0; s < deck.training.steps; ++s) rec = trainer.train_step(s);
+  StashPeaks peaks;
   for (const auto& stage : rec.rank_peak_bytes)
-    run.stash_peak.push_back(stage[static_cast<int>(MemCategory::Activations)]);
-  run.in_flight = trainer.schedule_report().peak_in_flight;
-  return run;
+    peaks.bytes.push_back(stage[static_cast<int>(MemCategory::Activations)]);
+  peaks.in_flight = trainer.schedule_report().peak_in_flight;
+  return peaks;
 }
 
 TEST(FusedAttentionRun, LossesStayWithinFp32RoundingOfTheReference) {
-  const TrainedRun ref = train(gpt_deck(AttentionKind::Reference, "1f1b", "none"), MPI_COMM_WORLD);
-  const TrainedRun got = train(gpt_deck(AttentionKind::Fused, "1f1b", "none"), MPI_COMM_WORLD);
+  const RunResult ref = train_on(gpt_deck(AttentionKind::Reference, "1f1b", "none"), world_size());
+  const RunResult got = train_on(gpt_deck(AttentionKind::Fused, "1f1b", "none"), world_size());
   if (world_rank() != 0) return;
   ASSERT_EQ(got.losses.size(), ref.losses.size());
   for (size_t s = 0; s < ref.losses.size(); ++s) {
@@ -97,20 +97,12 @@ TEST(FusedAttentionRun, LossesStayWithinFp32RoundingOfTheReference) {
 }
 
 TEST(FusedAttentionRun, EveryPolicyAndScheduleGivesTheSameBitsAsOneProcess) {
-  const Deck alone_deck = gpt_deck(AttentionKind::Fused, "gpipe", "none");
-  TrainedRun alone;
-  if (world_rank() == 0) alone = train(alone_deck, MPI_COMM_SELF);
+  RunResult alone;
+  if (world_rank() == 0) alone = train_alone(gpt_deck(AttentionKind::Fused, "gpipe", "none"));
   for (const char* schedule : {"gpipe", "1f1b"}) {
     for (const char* policy : {"none", "selective", "every:2", "full"}) {
-      const TrainedRun got = train(gpt_deck(AttentionKind::Fused, schedule, policy), MPI_COMM_WORLD);
-      if (world_rank() != 0) continue;
-      const std::string label = std::string(schedule) + " " + policy;
-      ASSERT_EQ(got.params.size(), alone.params.size()) << label;
-      EXPECT_EQ(0, std::memcmp(got.params.data(), alone.params.data(),
-                               got.params.size() * sizeof(float)))
-          << label << ": parameters differ from one process";
-      for (size_t s = 0; s < got.losses.size(); ++s)
-        EXPECT_EQ(got.losses[s], alone.losses[s]) << label << " step " << s;
+      const RunResult got = train_on(gpt_deck(AttentionKind::Fused, schedule, policy), world_size());
+      if (world_rank() == 0) expect_bitwise(got, alone, std::string(schedule) + " " + policy);
     }
   }
 }
@@ -133,13 +125,13 @@ double fused_stash(const Deck& d, int s, int stages) {
 TEST(FusedAttentionRun, StashKeepsRowStatisticsInsteadOfProbabilities) {
   for (const char* policy : {"none", "selective"}) {
     const Deck deck = gpt_deck(AttentionKind::Fused, "1f1b", policy);
-    const TrainedRun got = train(deck, MPI_COMM_WORLD);
+    const StashPeaks got = stash_peaks(deck);
     if (world_rank() != 0) continue;
     for (int s = 0; s < world_size(); ++s) {
       const double per_mb = fused_stash(deck, s, world_size());
       std::printf("  %-9s stage %d: peak stash %8.0f B = %d in flight x %6.0f B\n", policy, s,
-                  got.stash_peak[s], got.in_flight[s], per_mb);
-      EXPECT_EQ(got.stash_peak[s], got.in_flight[s] * per_mb) << policy << " stage " << s;
+                  got.bytes[s], got.in_flight[s], per_mb);
+      EXPECT_EQ(got.bytes[s], got.in_flight[s] * per_mb) << policy << " stage " << s;
     }
   }
 }
