@@ -230,6 +230,11 @@ class NcclTransfer final : public PendingTransfer {
     engine_->check_health(ch_, posted_, what_);
     return false;
   }
+  // The compute stream waits for the transfer's event; the host goes on.
+  bool order_before_compute() override {
+    if (!finished_) CUDA_CHECK(cudaStreamWaitEvent(context().compute, done_, 0));
+    return true;
+  }
 
  private:
   std::shared_ptr<NcclEngine> engine_;

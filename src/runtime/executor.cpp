@@ -80,6 +80,7 @@ StepOutcome Executor::run(const Schedule& schedule, const Dataset& data, int64_t
     poll_receives();
     if (config_.reduction.progress) config_.reduction.progress();
   }
+  wait_for_ordered_receives();
   reap_sends(true);
   return end_pass(start_us);
 }
@@ -103,6 +104,7 @@ void Executor::begin_pass(const Schedule& schedule, const Dataset& data, int64_t
   if (pass == Pass::Train) fault_point("step", step);
   for (StageRunner& r : runners_) r.begin_pass(pass_);
   receives_.clear();
+  ordered_receives_.clear();  // left by a pass that failed
   regions_.restart();
   if (send_order_.ranks != schedule.ranks || send_order_.placement != schedule.placement) {
     send_order_.finish_first = std::move(sends_finished_before(schedule)[transport_.rank()]);
@@ -156,13 +158,13 @@ void Executor::forward(StageRunner& runner, int mb) {
   compute_end(runner, kind, mb, start, compute_start);
 }
 
-// F's input from a peer: waits for its RECV_F (outside F's timed region).
+// F's input from a peer: waits for its RECV_F (outside F's timed region),
+// on the host or, where the transport can, on the compute stream.
 void Executor::receive_forward_input(StageRunner& runner, int mb) {
   if (runner.model().is_first() || runner_of(runner.stage() - 1)) return;
   Receives& rx = receives(runner, mb);
   PT_CHECK(rx.forward, "F of micro-batch " + std::to_string(mb) + " without RECV_F");
-  wait_for(rx.forward);
-  rx.forward = Pending();
+  await_receive(rx.forward);
   finish_sends_first();
 }
 
@@ -192,8 +194,7 @@ void Executor::backward(StageRunner& runner, int mb) {
   } else {
     Receives& rx = receives(runner, mb);
     PT_CHECK(rx.backward, "B of micro-batch " + std::to_string(mb) + " without RECV_B");
-    wait_for(rx.backward);
-    rx.backward = Pending();
+    await_receive(rx.backward);
     finish_sends_first();
   }
   const double compute_start = compute_begin(EventKind::B, runner, mb);
@@ -327,6 +328,34 @@ void Executor::poll_receives() {
     if (rx.forward) poll(rx.forward);
     if (rx.backward) poll(rx.backward);
   }
+  const auto done = [&](Pending& p) { return poll(p); };
+  ordered_receives_.erase(
+      std::remove_if(ordered_receives_.begin(), ordered_receives_.end(), done),
+      ordered_receives_.end());
+}
+
+// Receives are ordered on the device only while no compute is synchronised
+// on the host anyway: a trace (each event ends with its kernels) or a
+// slowdown would then wait for the transfer inside F or B, and the timeline
+// would show it as compute; there the host waits, and the wait is a WAIT.
+bool Executor::orders_receives_on_device() const {
+  return !(tracer_ && tracer_->enabled()) && !slowed();
+}
+
+void Executor::await_receive(Pending& p) {
+  if (!p.done && orders_receives_on_device() && p.transfer->order_before_compute())
+    ordered_receives_.push_back(std::move(p));
+  else
+    wait_for(p);
+  p = Pending();
+}
+
+// The compute stream has waited for these; the host sees them complete
+// (their RECV events, the NCCL ledger) before the pass ends, within the
+// timeout, so a peer that never sends is named with the receive's action.
+void Executor::wait_for_ordered_receives() {
+  for (Pending& p : ordered_receives_) wait_for(p);
+  ordered_receives_.clear();
 }
 
 // The sends the running compute finishes before it starts

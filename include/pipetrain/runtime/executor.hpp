@@ -113,6 +113,11 @@ class Executor {
   void post_recv(const Action& a, StageRunner& runner);
   void post_send(const Action& a, StageRunner& runner);
   Pending posted(const Action& a, std::unique_ptr<PendingTransfer> transfer);
+  // A received buffer is about to be used: the compute stream waits for it
+  // where the transport can order it there, else the host waits. Empties p.
+  void await_receive(Pending& p);
+  bool orders_receives_on_device() const;  // not while computes are synchronised
+  void wait_for_ordered_receives();        // at the end of the pass, bounded
   void wait_for(Pending& p);
   bool poll(Pending& p);      // true once complete; records the transfer window
   void poll_receives();       // progress on every posted receive
@@ -138,6 +143,10 @@ class Executor {
   PassContext pass_;
   std::map<int, Receives> receives_;  // by micro-batch x stages + index of the stage's runner
   std::vector<Send> sends_;
+  // Receives whose consumers the compute stream holds back until they land
+  // (await_receive); the host polls them until done, and waits for the rest
+  // at the end of the pass.
+  std::vector<Pending> ordered_receives_;
   bool reaping_ = false;       // inside reap_sends: its waits do not reap again
   size_t action_index_ = 0;    // in this rank's list, of the running action
   double last_end_us_ = 0.0;   // end of the last wait or compute

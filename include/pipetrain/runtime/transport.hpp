@@ -4,7 +4,10 @@
 // The CPU build uses MPI (MpiTransport); the CUDA build adds NCCL and a
 // host-staged MPI path behind the same interface. Posting never blocks; the
 // executor polls test() and enforces the timeout itself, so a stuck peer is
-// always reported with the action that waits for it.
+// always reported with the action that waits for it. A receive that the
+// transport can order on the device (NCCL) is not waited for by the host:
+// the compute stream waits for it (order_before_compute), and the executor
+// still polls it until it completes, under the same timeout.
 #pragma once
 
 #include <mpi.h>
@@ -20,6 +23,13 @@ class PendingTransfer {
   virtual ~PendingTransfer() = default;
   // True once the transfer has completed (the buffer may be read or reused).
   virtual bool test() = 0;
+  // Makes the work queued on the backend's compute stream from now on wait
+  // for this transfer, without the host waiting, and returns true; false
+  // when the transport cannot (the host must wait with test()). Only a
+  // device whose kernels run asynchronously can: the NCCL transport's
+  // receives (cudaStreamWaitEvent on the transfer's event). test() still
+  // reports completion either way.
+  virtual bool order_before_compute() { return false; }
 };
 
 // A transfer that is one MPI request: complete once MPI_Test says so. The
