@@ -6,6 +6,7 @@
 #include <string>
 
 #include "check.hpp"
+#include "pipetrain/base/timed_wait.hpp"
 #include "pipetrain/cuda/cuda.hpp"
 
 namespace pt::cuda {
@@ -57,9 +58,18 @@ Context& context() {
   return *g_context;
 }
 
+// Bounded: the compute stream may wait on the device for a receive the
+// executor ordered on it (PendingTransfer::order_before_compute), and a
+// peer that never sends would otherwise hold this wait forever.
+void wait_for_compute_stream(const char* what) {
+  DeadlineScope deadline(std::string("the wait for the GPU's compute stream (") + what +
+                         "; it may be held by a receive from a peer that never sent)");
+  CUDA_CHECK(cudaStreamSynchronize(context().compute));
+}
+
 void sync_and_check() {
   Context& ctx = context();
-  CUDA_CHECK(cudaStreamSynchronize(ctx.compute));
+  wait_for_compute_stream("a synchronisation, a host copy or a reduction's result");
   const unsigned bits = *ctx.error_host;
   if (bits == 0) return;
   *ctx.error_host = 0;

@@ -40,6 +40,10 @@ Context& context();
 
 // Synchronises the compute stream, then throws if a kernel flagged bad input.
 void sync_and_check();
+// Waits for the compute stream under a DeadlineScope naming `what`: every
+// host wait for it is bounded, since a receive ordered on the device can
+// hold the stream (context.cpp).
+void wait_for_compute_stream(const char* what);
 
 // Registers the Device::CUDA hooks of pipetrain/tensor/tensor.hpp (device_memory.cpp).
 void install_memory_hooks();

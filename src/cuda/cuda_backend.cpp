@@ -57,7 +57,10 @@ class EventTimer final : public ComputeTimer {
     PT_CHECK(!open_, "ComputeTimer: read() with a region open");
     std::vector<double> seconds;
     if (used_ == 0) return seconds;
-    CUDA_CHECK(cudaEventSynchronize(pairs_[used_ - 1].stop));
+    {
+      DeadlineScope deadline("the read of the step's compute times (the last F, B or W's kernels)");
+      CUDA_CHECK(cudaEventSynchronize(pairs_[used_ - 1].stop));
+    }
     for (size_t i = 0; i < used_; ++i) {
       float ms = 0.f;
       CUDA_CHECK(cudaEventElapsedTime(&ms, pairs_[i].start, pairs_[i].stop));

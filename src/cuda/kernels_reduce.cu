@@ -90,8 +90,8 @@ double reduce(int64_t n, Term term, cudaStream_t s) {
   Context& ctx = context();
   CUDA_CHECK(cudaMemcpyAsync(ctx.readback, out.as<double>(), sizeof(double),
                              cudaMemcpyDeviceToHost, s));
-  CUDA_CHECK(cudaStreamSynchronize(s));
-  sync_and_check();
+  if (s != ctx.compute) CUDA_CHECK(cudaStreamSynchronize(s));  // a caller's own stream
+  sync_and_check();  // the compute stream, bounded
   return ctx.readback[0];
 }
 
