@@ -16,20 +16,12 @@ namespace pt {
 namespace {
 
 using test::expect_close;
+using test::gemm_tol;
 using test::gpu;
 using test::host;
 using test::random_host;
 using test::transformer;
 
-double gemm_tol(Precision p) {
-  switch (p) {
-    case Precision::Fp32: return 1e-5;
-    case Precision::Tf32: return 5e-3;
-    case Precision::Fp16: return 5e-3;
-    case Precision::Bf16: return 2e-2;
-  }
-  return 0;
-}
 
 std::unique_ptr<Backend> backend(Precision p = Precision::Fp32) {
   cuda::BackendOptions o;

@@ -88,6 +88,18 @@ inline double rel_error(const Tensor& got_any, const Tensor& want) {
   return scale > 0 ? diff / scale : diff;
 }
 
+// Relative tolerance of one GEMM on the GPU against the CPU's emulation of
+// the same precision (docs/cuda.md, "Tolerances of the GPU tests").
+inline double gemm_tol(Precision p) {
+  switch (p) {
+    case Precision::Fp32: return 1e-5;
+    case Precision::Tf32: return 5e-3;
+    case Precision::Fp16: return 5e-3;
+    case Precision::Bf16: return 2e-2;
+  }
+  return 0;
+}
+
 inline void expect_close(const Tensor& got, const Tensor& want, double tol,
                          const std::string& what) {
   const double err = rel_error(got, want);

@@ -6,6 +6,7 @@
 // shapes, instead of being written past or short of its end.
 #include <gtest/gtest.h>
 
+#include <cstring>
 #include <functional>
 #include <string>
 
@@ -38,6 +39,32 @@ TEST(KernelShapes, ReluAndGeluBackwardCheckDx) {
                  "gelu_backward: dx (3, 3) has 9 elements, x (2, 3) has 6");
   Tensor good = t({6});  // only the element count matters
   EXPECT_EQ(error_of([&] { be.relu_backward(x, dy, good); }), "");
+}
+
+// linear_forward (a Linear layer's GEMM, bias and GELU in one call, which
+// CUDA fuses): its shapes are checked once, and on the CPU it is the three
+// kernels in turn, bit for bit.
+TEST(KernelShapes, LinearForwardChecksAndComposes) {
+  Backend& be = cpu_backend();
+  Tensor x = t({4, 3}), w = t({5, 3}), bias = t({5}), y = t({4, 5}), g = t({4, 5});
+  expect_refused([&] { be.linear_forward(x, t({5, 2}), &bias, y); },
+                 "linear_forward shapes: x (4, 3), w (5, 2) (out, in), y (4, 5)");
+  Tensor small_gelu = t({4, 4});
+  expect_refused([&] { be.linear_forward(x, w, &bias, y, &small_gelu); },
+                 "linear_forward: gelu (4, 4) has 16 elements, y (4, 5) has 20");
+  Tensor short_bias = t({4});
+  expect_refused([&] { be.linear_forward(x, w, &short_bias, y); },
+                 "linear_forward: bias (4) has 4 elements, expected 5 (the columns of y)");
+  for (int64_t i = 0; i < x.numel(); ++i) x.f32()[i] = 0.25f * static_cast<float>(i) - 1.f;
+  for (int64_t i = 0; i < w.numel(); ++i) w.f32()[i] = 0.1f * static_cast<float>(i % 7) - 0.3f;
+  for (int64_t i = 0; i < bias.numel(); ++i) bias.f32()[i] = 0.5f - 0.2f * static_cast<float>(i);
+  be.linear_forward(x, w, &bias, y, &g);
+  Tensor y2 = t({4, 5}), g2 = t({4, 5});
+  be.matmul(x, false, w, true, y2, 1.f, 0.f);
+  be.add_bias(y2, bias);
+  be.gelu_forward(y2, g2);
+  EXPECT_EQ(0, std::memcmp(y.raw(), y2.raw(), y.bytes()));
+  EXPECT_EQ(0, std::memcmp(g.raw(), g2.raw(), g.bytes()));
 }
 
 TEST(KernelShapes, LossesCheckTheirGradients) {

@@ -18,6 +18,7 @@
 #include "device_memory.hpp"
 #include "cuda_transformer.hpp"
 #include "fused_attention.hpp"
+#include "gemm_epilogue.hpp"
 #include "gemm.hpp"
 #include "kernels.hpp"
 #include "pipetrain/base/timed_wait.hpp"
@@ -168,6 +169,37 @@ class CudaBackend final : public Backend {
     g.alpha = alpha;
     g.beta = beta;
     run_gemm(g, precision_);
+  }
+
+  // cuBLASLt with the bias (and GELU) in the GEMM's epilogue where it
+  // applies (gemm_epilogue.hpp); otherwise the three kernels in turn.
+  void do_linear_forward(const Tensor& x, const Tensor& w, const Tensor* bias, Tensor& y,
+                         Tensor* gelu) override {
+    check_on_gpu(x, "linear_forward x");
+    check_on_gpu(w, "linear_forward w");
+    check_on_gpu(y, "linear_forward y");
+    if (bias) check_on_gpu(*bias, "linear_forward bias");
+    if (gelu) check_on_gpu(*gelu, "linear_forward gelu");
+    LinearEpilogue e;
+    e.rows = x.rows();
+    e.in = x.cols();
+    e.out = w.rows();
+    e.x.type = e.w.type = operand_type(precision_);
+    if (e.x.type == CUDA_R_32F) {  // used in place: their alignment counts
+      e.x.ptr = x.raw();
+      e.w.ptr = w.raw();
+    }
+    e.bias = bias ? bias->f32() : nullptr;
+    e.y = y.f32();
+    e.gelu = gelu ? gelu->f32() : nullptr;
+    if (!linear_epilogue_applies(e, precision_)) {
+      Backend::do_linear_forward(x, w, bias, y, gelu);
+      return;
+    }
+    DeviceBuffer x_low, w_low;  // bf16 / fp16 copies, until the GEMM is queued
+    e.x = as_operand(x.f32(), x.numel(), precision_, x_low);
+    e.w = as_operand(w.f32(), w.numel(), precision_, w_low);
+    run_linear_epilogue(e, precision_);
   }
 
   void do_add_bias(Tensor& y, const Tensor& bias) override {

@@ -53,12 +53,17 @@ Operand Operand::at(int64_t elements) const {
   return o;
 }
 
+cudaDataType_t operand_type(Precision p) {
+  if (p == Precision::Fp32 || p == Precision::Tf32) return CUDA_R_32F;
+  return p == Precision::Bf16 ? CUDA_R_16BF : CUDA_R_16F;
+}
+
 Operand as_operand(const float* x, int64_t n, Precision p, DeviceBuffer& holder) {
   if (p == Precision::Fp32 || p == Precision::Tf32) return {x, CUDA_R_32F};
   const bool bf16 = p == Precision::Bf16;
   holder = DeviceBuffer(static_cast<size_t>(n) * 2);
   kern::cast_to_half(x, holder.get(), n, bf16, context().compute);
-  return {holder.get(), bf16 ? CUDA_R_16BF : CUDA_R_16F};
+  return {holder.get(), operand_type(p)};
 }
 
 void run_gemm(const Gemm& g, Precision p) {

@@ -21,6 +21,8 @@ struct Operand {
   Operand at(int64_t elements) const;
 };
 
+// The element type of a GEMM operand in precision p: fp32 for fp32 and tf32.
+cudaDataType_t operand_type(Precision p);
 // x (n fp32 elements) as an operand of precision p: x itself for fp32/tf32;
 // for bf16/fp16 a rounded copy in `holder`, made on the compute stream.
 Operand as_operand(const float* x, int64_t n, Precision p, DeviceBuffer& holder);

@@ -70,10 +70,11 @@ struct Dense {
   bool has_bias() const { return bias.value.defined(); }
   int64_t out() const { return weight.value.dim(0); }
 
-  Tensor forward(Backend& be, const Tensor& x) {
+  // With `gelu`, also gelu = GELU(y) (the backend may fuse it: cuBLASLt).
+  Tensor forward(Backend& be, const Tensor& x, Tensor* gelu = nullptr) {
     Tensor y = activation(be, with_last(x.shape(), out()));  // (rows, out)
-    be.matmul(x, false, weight.value, true, y, 1.f, 0.f);
-    if (has_bias()) be.add_bias(y, bias.value);
+    if (gelu) *gelu = activation(be, y.shape());               // (rows, out)
+    be.linear_forward(x, weight.value, has_bias() ? &bias.value : nullptr, y, gelu);
     return y;
   }
   // Adds dW = dy^T x and db = column sums of dy, or, with `defer`, appends
@@ -284,9 +285,8 @@ class GptBlock final : public Layer {
     saved.push_back(attn);
     saved.push_back(x1);
     Tensor ln2 = ln2_.forward(be, x1, saved);  // (mb, T, C)
-    Tensor fc = fc_.forward(be, ln2);          // (mb, T, R*C)
-    Tensor gelu = activation(be, fc.shape());      // (mb, T, R*C)
-    be.gelu_forward(fc, gelu);
+    Tensor gelu;                                // (mb, T, R*C)
+    Tensor fc = fc_.forward(be, ln2, &gelu);   // (mb, T, R*C), GELU's input
     saved.push_back(fc);
     saved.push_back(gelu);
     PT_CHECK(saved.size() == kBlockSavedCount, "block saved layout");

@@ -107,8 +107,7 @@ class Linear final : public Layer {
   Tensor forward(Backend& be, const Tensor& x, std::vector<Tensor>&) override {
     Tensor y = Tensor::empty(output_shape(x.shape()), DType::F32, MemCategory::Workspace,
                              be.device());
-    be.matmul(x, false, weight_.value, true, y, 1.f, 0.f);  // (rows, in) x (in, out)
-    be.add_bias(y, bias_.value);
+    be.linear_forward(x, weight_.value, &bias_.value, y);  // (rows, in) x (in, out) + bias
     return y;
   }
 

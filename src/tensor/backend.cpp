@@ -27,6 +27,23 @@ void Backend::matmul(const Tensor& a, bool trans_a, const Tensor& b, bool trans_
   do_matmul(a, trans_a, b, trans_b, c, alpha, beta);
 }
 
+void Backend::linear_forward(const Tensor& x, const Tensor& w, const Tensor* bias, Tensor& y,
+                             Tensor* gelu) {
+  PT_CHECK(x.cols() == w.cols() && y.rows() == x.rows() && y.cols() == w.rows(),
+           "linear_forward shapes: x " + shape_string(x.shape()) + ", w " +
+               shape_string(w.shape()) + " (out, in), y " + shape_string(y.shape()));
+  if (bias) numel_is("linear_forward", "bias", *bias, y.cols(), "the columns of y");
+  if (gelu) same_numel("linear_forward", "gelu", *gelu, "y", y);
+  do_linear_forward(x, w, bias, y, gelu);
+}
+
+void Backend::do_linear_forward(const Tensor& x, const Tensor& w, const Tensor* bias, Tensor& y,
+                                Tensor* gelu) {
+  do_matmul(x, false, w, true, y, 1.f, 0.f);
+  if (bias) do_add_bias(y, *bias);
+  if (gelu) do_gelu_forward(y, *gelu);
+}
+
 void Backend::add_bias(Tensor& y, const Tensor& bias) {
   numel_is("add_bias", "bias", bias, y.cols(), "the columns of y");
   do_add_bias(y, bias);

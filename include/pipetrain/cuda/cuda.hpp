@@ -112,6 +112,14 @@ struct DeviceGemm {
 };
 void start_device_gemm_recording();
 std::vector<DeviceGemm> stop_device_gemm_recording();
+// Linear forwards (Backend::linear_forward) the CUDA backend ran as one
+// cuBLASLt matmul with the bias, or bias and GELU, in its epilogue, and
+// those it ran as separate kernels, since the process started.
+struct LinearEpilogueCounts {
+  int64_t fused = 0;
+  int64_t unfused = 0;
+};
+LinearEpilogueCounts linear_epilogue_counts();
 
 // ---- transports ----
 

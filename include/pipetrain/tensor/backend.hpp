@@ -108,6 +108,13 @@ class Backend {
   // a: (m, k) or (k, m); b: (k, n) or (n, k); c: (m, n), all row-major 2-D views.
   void matmul(const Tensor& a, bool trans_a, const Tensor& b, bool trans_b, Tensor& c,
               float alpha, float beta);
+  // A Linear layer's forward: y (rows, out) = x (rows, in) w^T + bias, with
+  // w (out, in) and bias (out) or null; with `gelu` also gelu (rows, out) =
+  // GELU(y), y kept as GELU's input for the backward. By default matmul,
+  // add_bias and gelu_forward in turn; a backend may fuse them (CUDA:
+  // cuBLASLt's bias and GELU epilogues).
+  void linear_forward(const Tensor& x, const Tensor& w, const Tensor* bias, Tensor& y,
+                      Tensor* gelu = nullptr);
   // y (rows, n) += bias (n)
   void add_bias(Tensor& y, const Tensor& bias);
   // dbias (n) += column sums of dy (rows, n)
@@ -183,6 +190,8 @@ class Backend {
   // The kernels above, called with arguments whose shapes were checked.
   virtual void do_matmul(const Tensor& a, bool trans_a, const Tensor& b, bool trans_b, Tensor& c,
                          float alpha, float beta) = 0;
+  virtual void do_linear_forward(const Tensor& x, const Tensor& w, const Tensor* bias, Tensor& y,
+                                 Tensor* gelu);  // the composition described above
   virtual void do_add_bias(Tensor& y, const Tensor& bias) = 0;
   virtual void do_accumulate_bias_grad(const Tensor& dy, Tensor& dbias) = 0;
   virtual void do_relu_forward(const Tensor& x, Tensor& y) = 0;

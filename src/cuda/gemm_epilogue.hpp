@@ -1,0 +1,34 @@
+// gemm_epilogue.hpp: a Linear layer's forward as one cuBLASLt matmul with
+// its bias, or bias and GELU, applied in the GEMM's epilogue (issue #42):
+// y = x w^T + bias and gelu = GELU(y) without a pass over y of their own
+// (internal to pt_cuda).
+#pragma once
+
+#include <cstdint>
+
+#include "gemm.hpp"
+
+namespace pt::cuda {
+
+struct LinearEpilogue {
+  int64_t rows = 0, in = 0, out = 0;
+  Operand x;                    // (rows, in), row-major
+  Operand w;                    // (out, in), row-major
+  const float* bias = nullptr;  // (out) or null
+  float* y = nullptr;           // (rows, out): x w^T + bias, GELU's input when gelu is set
+  float* gelu = nullptr;        // (rows, out) = GELU(y), or null
+};
+
+// Whether a fused form applies to e's shape, operand types, precision and
+// pointers (x and w: those of the fp32 tensors, or null when the operands
+// are low-precision copies still to be made, which are aligned): a bias or
+// GELU to fuse, 16-byte aligned matrices, an output width GELU's auxiliary
+// output can take (a multiple of 8), and a cuBLASLt
+// algorithm for it. The algorithm is chosen at a shape's first use and
+// kept, so a shape's results are bitwise the same in every call. When it
+// does not apply, the caller runs the unfused kernels (counted here).
+bool linear_epilogue_applies(const LinearEpilogue& e, Precision p);
+// Runs e, for which linear_epilogue_applies said yes, on the compute stream.
+void run_linear_epilogue(const LinearEpilogue& e, Precision p);
+
+}  // namespace pt::cuda
