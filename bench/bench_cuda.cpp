@@ -292,10 +292,12 @@ void run_stage(const Options& o, int64_t c, Precision p, double peak,
     cuda::synchronize();
     times.push_back(std::chrono::duration<double>(Clock::now() - start).count());
   }
+  const cuda::LinearEpilogueCounts before = cuda::linear_epilogue_counts();
   cuda::start_device_gemm_recording();
   forward_backward(stage, *be, x, dy);
   cuda::synchronize();
   const std::vector<cuda::DeviceGemm> gemms = cuda::stop_device_gemm_recording();
+  const cuda::LinearEpilogueCounts after = cuda::linear_epilogue_counts();
   const double t_step = median(times);
   const double t_gemm = replay_seconds(gemms, p, static_cast<int>(o.reps));
   const double flops = stage_flops(o, c), gflops = gemm_flops(gemms);
@@ -317,6 +319,12 @@ void run_stage(const Options& o, int64_t c, Precision p, double peak,
               100 * gflops / t_gemm / (peak * 1e12));
   std::printf("RESULT gemm_share_pct%s_d%lld %.1f\n", tag, d, 100 * t_gemm / t_step);
   std::printf("RESULT matmul_vs_cublas_pct%s_d%lld %.1f\n", tag, d, 100 * mm_plain / mm_backend);
+  // Linear forwards of one forward + backward that ran with cuBLASLt's
+  // bias / GELU epilogue, and those that ran as separate kernels.
+  std::printf("RESULT linear_fused%s_d%lld %lld\n", tag, d,
+              static_cast<long long>(after.fused - before.fused));
+  std::printf("RESULT linear_unfused%s_d%lld %lld\n", tag, d,
+              static_cast<long long>(after.unfused - before.unfused));
   std::fflush(stdout);
 }
 

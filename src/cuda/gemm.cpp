@@ -33,7 +33,9 @@ cublasComputeType_t compute_type(Precision p) {
   return p == Precision::Tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
 }
 
-void record(const Gemm& g) {
+}  // namespace
+
+void record_gemm(const Gemm& g) {
   std::lock_guard<std::mutex> lock(g_record_mutex);
   if (g_recording == nullptr) return;
   DeviceGemm d;
@@ -44,8 +46,6 @@ void record(const Gemm& g) {
   d.stride_c = g.stride_c;
   g_recording->push_back(d);
 }
-
-}  // namespace
 
 Operand Operand::at(int64_t elements) const {
   Operand o = *this;
@@ -69,7 +69,7 @@ Operand as_operand(const float* x, int64_t n, Precision p, DeviceBuffer& holder)
 void run_gemm(const Gemm& g, Precision p) {
   if (g.m == 0 || g.n == 0 || g.batch == 0) return;
   PT_CHECK(g.a.type == g.b.type, "GEMM operands of different types");
-  record(g);
+  record_gemm(g);
   Context& ctx = context();
   const cublasOperation_t op_a = g.ta ? CUBLAS_OP_T : CUBLAS_OP_N;
   const cublasOperation_t op_b = g.tb ? CUBLAS_OP_T : CUBLAS_OP_N;

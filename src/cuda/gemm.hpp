@@ -45,5 +45,8 @@ struct Gemm {
 // Runs g on the compute stream; fp32 accumulation in every precision (TF32
 // tensor cores for Precision::Tf32).
 void run_gemm(const Gemm& g, Precision p);
+// Adds g's shape to the benchmarks' recording, if one is on (run_gemm does;
+// a GEMM run another way, as cuBLASLt's fused Linear, calls it itself).
+void record_gemm(const Gemm& g);
 
 }  // namespace pt::cuda

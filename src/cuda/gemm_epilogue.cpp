@@ -139,6 +139,23 @@ const LtState::Choice& choose(LtState& lt, const LinearEpilogue& e, Precision p,
   return lt.choices.emplace(key, choice).first->second;
 }
 
+// e's GEMM as the row-major matmul(x, w^T) it replaces, for the benchmarks'
+// GEMM recording (replayed there without its epilogue).
+Gemm as_gemm(const LinearEpilogue& e) {
+  Gemm g;
+  g.tb = true;
+  g.m = e.rows;
+  g.n = e.out;
+  g.k = e.in;
+  g.a = e.x;
+  g.lda = e.in;
+  g.b = e.w;
+  g.ldb = e.in;
+  g.c = e.y;
+  g.ldc = e.out;
+  return g;
+}
+
 }  // namespace
 
 bool linear_epilogue_applies(const LinearEpilogue& e, Precision p) {
@@ -169,6 +186,7 @@ void run_linear_epilogue(const LinearEpilogue& e, Precision p) {
                               ds.d, d, ds.d, &choice.algo, lt.workspace, kWorkspaceBytes,
                               context().compute));
   ++g_counts.fused;
+  record_gemm(as_gemm(e));
 }
 
 LinearEpilogueCounts linear_epilogue_counts() {
