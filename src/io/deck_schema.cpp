@@ -188,8 +188,6 @@ const KeySpec* find_spec(const std::string& section, const std::string& name) {
   return nullptr;
 }
 
-const std::vector<MovedKey>& moved_keys() { return kMovedKeys; }
-
 const MovedKey* moved_key(const std::string& old_key) {
   for (const MovedKey& m : kMovedKeys)
     if (old_key == m.old_key) return &m;
@@ -425,7 +423,7 @@ std::string quoted_list(const std::string& allowed) {
 void check_applies(const Deck& deck, const KeySpec& spec) {
   const std::string dotted = std::string(spec.section) + "." + spec.name;
   if (applies(deck, spec) || deck.key_origin.count(dotted) == 0) return;
-  // A key written under its old name hears the rule in old names too.
+  // A key written under its old name gets its rule in old names too.
   const std::string rule = deck.written_as.count(dotted) ? in_old_names(applies_when(spec)) : applies_when(spec);
   throw InputError(deck.where(dotted) + ": only applies with " + rule + "; remove it or change that key");
 }

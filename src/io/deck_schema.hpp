@@ -96,13 +96,12 @@ const std::vector<KeySpec>& keys();
 const std::vector<std::string>& sections();
 bool is_section(const std::string& name);
 const KeySpec* find_spec(const std::string& section, const std::string& name);
-// The one table of moved keys, and its entry for an old dotted key (nullptr
-// when `old_key` is no old name).
-const std::vector<MovedKey>& moved_keys();
+// The entry of the one table of moved keys (kMovedKeys) for an old dotted
+// key; nullptr when `old_key` is no old name.
 const MovedKey* moved_key(const std::string& old_key);
 // `text` with every moved key's new dotted name replaced by its old one
-// ("rebalance.enabled = true" -> "pipeline.rebalance = true"): a message
-// about a key written under its old name speaks in old names throughout.
+// ("rebalance.enabled = true" -> "pipeline.rebalance = true"): the rule in
+// the message about a key written under its old name uses old names too.
 std::string in_old_names(std::string text);
 
 std::string shortest(double x);        // shortest %g text that reads back exactly
