@@ -9,7 +9,7 @@
 # so in the table; they measure correctness of the overlap more than speed).
 # Weak scaling: the batch per replica fixed, the global batch D x B: 1x1,
 # 1x2, then 2x2 and 1x4 oversubscribed. One BLAS thread per rank,
-# dp_reduction = "replica" (the default), the median step time after WARMUP
+# data_parallel.reduction = "replica" (the default), the median step time after WARMUP
 # steps, the best of REPEATS runs. Writes results/bench_data_parallel.md.
 #   jobs/bench_data_parallel.sh                 (the full run, a quiet machine)
 #   TINY=1 jobs/bench_data_parallel.sh          (seconds: proves the script works)
@@ -38,7 +38,7 @@ median_ms() {  # median_ms NP DECK BATCH P D N: best-of-REPEATS median step time
       --set training.steps="$STEPS" --set training.warmup_steps=0 \
       --set training.batch_size="$batch" --set training.blas_threads=1 \
       --set training.eval_every=0 --set pipeline.predict=false \
-      --set pipeline.data_parallel="$d" --set pipeline.micro_batches="$n" \
+      --set data_parallel.replicas="$d" --set pipeline.micro_batches="$n" \
       --set output.log_every=1 --set output.dir=\"$dir\" > "$dir.log" 2>&1 ||
       { tail -20 "$dir.log"; exit 1; }
     t=$(grep '^step ' "$dir.log" | tail -n +"$((WARMUP + 1))" |
@@ -72,7 +72,7 @@ mkdir -p runs "$(dirname "$out")"
   echo
   echo "Command: \`jobs/bench_data_parallel.sh\`${TINY:+ (TINY=1: a proof that the script works, not a measurement)};"
   echo "$STEPS steps, median step time after $WARMUP warm-up steps, best of $REPEATS runs; one BLAS"
-  echo "thread per rank; dp_reduction = \"replica\"; 1F1B."
+  echo "thread per rank; data_parallel.reduction = \"replica\"; 1F1B."
   echo
   tools/.venv/bin/python tools/run_identity.py "$(ls -d runs/bench_dp_*_1x1_* | head -1)/metrics.h5"
   echo

@@ -2,8 +2,8 @@
 # bench_rebalance.sh: dynamic rebalancing against the best static partition
 # (issue #14, docs/rebalance.md). On 2 ranks, for the MLP deck
 # (inputs/bench_mlp.toml) and the GPT deck (inputs/gpt_markov.toml), rank 1
-# is slowed 2x from step S (pipeline.slowdown_*): two runs rebalance
-# (pipeline.rebalance = true), two runs per contiguous partition [k, U - k]
+# is slowed 2x from step S ([slowdown]): two runs rebalance
+# (rebalance.enabled = true), two runs per contiguous partition [k, U - k]
 # train with the slowdown on from the first step and no rebalancing. The
 # report gives throughput before the slowdown, just after it, after the
 # rebalance, and the best static partition; goal: after the rebalance within
@@ -40,7 +40,7 @@ run() {  # model label SETTING...
   echo "bench_rebalance: $model $label"
   mpirun --oversubscribe --bind-to none -np 2 build/pipetrain train "inputs/$model.toml" \
     --set training.eval_every=0 --set output.log_every=1000 --set output.dir=\""$dir"\" \
-    --set pipeline.slowdown_rank=1 --set pipeline.slowdown_factor="$FACTOR" "$@" > "$dir.log" 2>&1 ||
+    --set slowdown.rank=1 --set slowdown.factor="$FACTOR" "$@" > "$dir.log" 2>&1 ||
     { tail -20 "$dir.log"; exit 1; }
   echo "$model $label $dir" >> "$list"
 }
@@ -52,14 +52,14 @@ for model in $MODELS; do
   # Two rebalancing runs: the report details the one less disturbed by other
   # processes (the faster before the slowdown) and lists both.
   for pass in 1 2; do
-    run "$model" "dynamic.$pass" --set training.steps="$steps" --set pipeline.slowdown_from_step="$slow" \
-      --set pipeline.rebalance=true --set pipeline.rebalance_every="$every"
+    run "$model" "dynamic.$pass" --set training.steps="$steps" --set slowdown.from_step="$slow" \
+      --set rebalance.enabled=true --set rebalance.every="$every"
   done
   # Two passes over the partitions: the report keeps each one's faster pass,
   # so a burst of load from other processes rarely spoils both.
   for pass in 1 2; do
     for k in $(seq 1 $((units - 1))); do
-      run "$model" "k$k.$pass" --set training.steps="$static" --set pipeline.slowdown_from_step=0 \
+      run "$model" "k$k.$pass" --set training.steps="$static" --set slowdown.from_step=0 \
         --set pipeline.partition="[$k, $((units - k))]"
     done
   done

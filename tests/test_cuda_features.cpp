@@ -116,7 +116,7 @@ struct Case {
 // weight_grad and the reduction are the case's.
 Deck one_rank_reference(Deck d) {
   d.pipeline.micro_batches *= data_parallel_size(d);
-  d.pipeline.data_parallel = 0;
+  d.data_parallel.replicas = 0;
   d.pipeline.schedule = ScheduleKind::GPipe;
   d.pipeline.virtual_stages = 1;
   d.pipeline.recompute = "none";
@@ -289,9 +289,9 @@ TEST_F(CudaFeatures, ForcedRebalancingMove) {
 TEST_F(CudaFeatures, DataParallelReplicaReduction) {
   check({"data parallel 1x2 replica",
          [](Deck& d) {
-           d.pipeline.data_parallel = 2;
+           d.data_parallel.replicas = 2;
            d.pipeline.micro_batches = 2;
-           d.pipeline.dp_reduction = DpReductionKind::Replica;
+           d.data_parallel.reduction = DpReductionKind::Replica;
          },
          {},
          false});
@@ -299,9 +299,9 @@ TEST_F(CudaFeatures, DataParallelReplicaReduction) {
 
 TEST_F(CudaFeatures, DataParallelOrderedReduction) {
   check({"data parallel 1x2 ordered", [](Deck& d) {
-           d.pipeline.data_parallel = 2;
+           d.data_parallel.replicas = 2;
            d.pipeline.micro_batches = 2;
-           d.pipeline.dp_reduction = DpReductionKind::Ordered;
+           d.data_parallel.reduction = DpReductionKind::Ordered;
          }});
 }
 

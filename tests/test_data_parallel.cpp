@@ -46,8 +46,8 @@ using test::world_size;
 Deck mlp_deck(const std::string& schedule, const std::string& reduction) {
   Deck d = pt_test::tiny_mlp(16);  // clipping uses the global norm of the reduced gradient
   d.pipeline.schedule = kind_named<ScheduleKind>(schedule);
-  d.pipeline.dp_reduction = kind_named<DpReductionKind>(reduction);
-  d.pipeline.dp_bucket_mb = 0.002;  // several buckets per stage
+  d.data_parallel.reduction = kind_named<DpReductionKind>(reduction);
+  d.data_parallel.bucket_mb = 0.002;  // several buckets per stage
   return d;
 }
 
@@ -79,7 +79,7 @@ GridRun train_grid(Deck deck, const Layout& l, int global_mb) {
   GridRun result;
   const int ranks = l.p * l.d;
   if (ranks > world_size()) return result;
-  deck.pipeline.data_parallel = l.d;
+  deck.data_parallel.replicas = l.d;
   deck.pipeline.micro_batches = global_mb / l.d;
   if (deck.pipeline.schedule == ScheduleKind::Interleaved) deck.pipeline.virtual_stages = 2;
   MPI_Comm sub = MPI_COMM_NULL;
@@ -250,7 +250,7 @@ TEST(DataParallel, OneReplicaIsThePlainPipeline) {
 // replica computes on the rows one pipeline gives the same global micro-batches.
 TEST(DataParallel, ReplicasSplitTheGlobalBatchWithoutOverlap) {
   Deck deck = mlp_deck("1f1b", "replica");
-  deck.pipeline.data_parallel = 2;
+  deck.data_parallel.replicas = 2;
   deck.pipeline.micro_batches = 2;
   // Global micro-batch g of step t starts at t * 16 + g * 4.
   for (int g = 0; g < 4; ++g) EXPECT_EQ(micro_batch_first_sample(data_set_config_for(deck), 3, g), 3 * 16 + g * 4);
@@ -297,29 +297,29 @@ std::string layout_error(Deck deck, int ranks) {
 TEST(DataParallel, DeckChecksNameTheProblem) {
   Deck deck = mlp_deck("1f1b", "replica");
   deck.pipeline.micro_batches = 4;
-  deck.pipeline.data_parallel = 3;
-  EXPECT_NE(layout_error(deck, 4).find("pipeline.data_parallel = 3 but the job has 4 MPI ranks"),
+  deck.data_parallel.replicas = 3;
+  EXPECT_NE(layout_error(deck, 4).find("data_parallel.replicas = 3 but the job has 4 MPI ranks"),
             std::string::npos) << layout_error(deck, 4);
-  deck.pipeline.data_parallel = 2;
+  deck.data_parallel.replicas = 2;
   deck.training.batch_size = 12;  // 12 % (2 x 4) != 0
   EXPECT_NE(layout_error(deck, 4).find("training.batch_size = 12: the global batch must be divisible "
                                        "by data_parallel x micro_batches = 2 x 4"),
             std::string::npos) << layout_error(deck, 4);
   deck.training.batch_size = 16;
   deck.pipeline.schedule = ScheduleKind::ZbH1;
-  deck.pipeline.dp_reduction = DpReductionKind::Ordered;
-  EXPECT_NE(layout_error(deck, 4).find("pipeline.dp_reduction = \"ordered\""), std::string::npos);
+  deck.data_parallel.reduction = DpReductionKind::Ordered;
+  EXPECT_NE(layout_error(deck, 4).find("data_parallel.reduction = \"ordered\""), std::string::npos);
   deck.pipeline.schedule = ScheduleKind::OneFOneB;
   deck.pipeline.weight_grad = WeightGradKind::Step;
   EXPECT_NE(layout_error(deck, 4).find("with pipeline.weight_grad = \"step\" splits the backward"),
             std::string::npos) << layout_error(deck, 4);
   deck.pipeline.weight_grad = WeightGradKind::MicroBatch;
-  deck.pipeline.dp_reduction = DpReductionKind::Replica;
-  deck.pipeline.rebalance = true;
+  deck.data_parallel.reduction = DpReductionKind::Replica;
+  deck.rebalance.enabled = true;
   EXPECT_NE(layout_error(deck, 4).find("not supported with 2 data-parallel replicas"), std::string::npos);
-  deck.pipeline.rebalance = false;
+  deck.rebalance.enabled = false;
   // Default: ranks / stages.
-  deck.pipeline.data_parallel = 0;
+  deck.data_parallel.replicas = 0;
   deck.pipeline.stages = 2;
   const DeckLayout layout = resolve_deck_layout(deck, 4);
   EXPECT_EQ(layout.data_parallel, 2);

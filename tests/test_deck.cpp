@@ -122,7 +122,7 @@ TEST(DeckErrors, UnknownSectionSuggestsOrListsSections) {
             "t.toml:3: [trainig]: unknown section; did you mean [training]?");
   EXPECT_HAS(text_error("[optim]\nlr = 1\n"),
              "t.toml:1: [optim]: unknown section; the sections are [model], [data], [training], "
-             "[pipeline], [output]");
+             "[pipeline], [data_parallel], [rebalance], [slowdown], [output]");
 }
 
 TEST(DeckErrors, KeyOutsideAnySection) {
@@ -289,22 +289,23 @@ TEST(DeckErrors, MeasuredScheduleTimesNeedAZeroBubbleScheduleAndNoRebalancing) {
 // "auto" (the default) places a zero-bubble schedule at measured times
 // unless units may move under it; "unit" and "measured" say which.
 TEST(Deck, ScheduleTimesAutoMeansMeasuredForZeroBubbleWithoutRebalancing) {
-  pt::PipelineConfig p;
+  pt::Deck d;
+  pt::PipelineConfig& p = d.pipeline;
   EXPECT_EQ(p.schedule_times, pt::ScheduleTimesKind::Auto);
   p.schedule = pt::ScheduleKind::OneFOneB;
-  EXPECT_FALSE(p.places_at_measured_times());
+  EXPECT_FALSE(pt::places_at_measured_times(d));
   for (const char* zb : {"zb-h1", "zb-v"}) {
     p.schedule = pt::kind_named<pt::ScheduleKind>(zb);
-    p.rebalance = false;
+    d.rebalance.enabled = false;
     p.schedule_times = pt::ScheduleTimesKind::Auto;
-    EXPECT_TRUE(p.places_at_measured_times()) << zb;
+    EXPECT_TRUE(pt::places_at_measured_times(d)) << zb;
     p.schedule_times = pt::ScheduleTimesKind::Unit;
-    EXPECT_FALSE(p.places_at_measured_times()) << zb;
+    EXPECT_FALSE(pt::places_at_measured_times(d)) << zb;
     p.schedule_times = pt::ScheduleTimesKind::Measured;
-    EXPECT_TRUE(p.places_at_measured_times()) << zb;
+    EXPECT_TRUE(pt::places_at_measured_times(d)) << zb;
     p.schedule_times = pt::ScheduleTimesKind::Auto;
-    p.rebalance = true;
-    EXPECT_FALSE(p.places_at_measured_times()) << zb;
+    d.rebalance.enabled = true;
+    EXPECT_FALSE(pt::places_at_measured_times(d)) << zb;
   }
 }
 
@@ -407,7 +408,7 @@ TEST(DeckOverrides, UnknownKeyOrSectionUsesTheSameMessages) {
             "--set pipeline.microbatches=4: pipeline.microbatches: unknown key; did you mean 'micro_batches'?");
   EXPECT_EQ(text_error("", {"pipe.stages=4"}),
             "--set pipe.stages=4: [pipe]: unknown section; the sections are [model], [data], [training], "
-            "[pipeline], [output]");
+            "[pipeline], [data_parallel], [rebalance], [slowdown], [output]");
 }
 
 TEST(DeckOverrides, TypeRangeAndConsistencyErrorsPointAtTheOverride) {
@@ -418,6 +419,120 @@ TEST(DeckOverrides, TypeRangeAndConsistencyErrorsPointAtTheOverride) {
   EXPECT_EQ(text_error("[training]\nbatch_size = 32\n", {"pipeline.micro_batches=3"}),
             "t.toml:2: training.batch_size = 32: must be divisible by pipeline.micro_batches = 3 "
             "(--set pipeline.micro_batches=3)");
+}
+
+// ---- moved keys ------------------------------------------------------------
+// Ten keys left [pipeline] for [data_parallel], [rebalance] and [slowdown]
+// (docs/decks.md, "Moved keys"). The old names set the same fields, each
+// with one notice; messages name a key as the deck wrote it.
+
+// Every moved key, under its old name and under its new one, each on the
+// same line of its text (so the origins agree too).
+const char* const kOldNames =
+    "[pipeline]\ndata_parallel = 2\ndp_reduction = \"ordered\"\ndp_bucket_mb = 0.5\n#\n"
+    "rebalance = true\nrebalance_threshold = 2.5\nrebalance_every = 7\nrebalance_margin = 0.125\n#\n"
+    "slowdown_rank = 1\nslowdown_factor = 3.0\nslowdown_from_step = 4\n";
+const char* const kNewNames =
+    "[data_parallel]\nreplicas = 2\nreduction = \"ordered\"\nbucket_mb = 0.5\n[rebalance]\n"
+    "enabled = true\nthreshold = 2.5\nevery = 7\nmargin = 0.125\n[slowdown]\n"
+    "rank = 1\nfactor = 3.0\nfrom_step = 4\n";
+
+// The deck of `text` and the notices its reading gave.
+pt::Deck read_noting(const std::string& text, Strings& notices, const Strings& overrides = {}) {
+  return pt::parse_deck_text(text, "t.toml", overrides, [&](const std::string& n) { notices.push_back(n); });
+}
+
+TEST(DeckMovedKeys, OldAndNewNamesGiveTheSameDeck) {
+  Strings old_notices, new_notices;
+  const pt::Deck old_deck = read_noting(kOldNames, old_notices);
+  const pt::Deck new_deck = read_noting(kNewNames, new_notices);
+  for (const pt::Deck* d : {&old_deck, &new_deck}) {
+    EXPECT_EQ(d->data_parallel.replicas, 2);
+    EXPECT_EQ(d->data_parallel.reduction, pt::DpReductionKind::Ordered);
+    EXPECT_EQ(d->data_parallel.bucket_mb, 0.5);
+    EXPECT_TRUE(d->rebalance.enabled);
+    EXPECT_EQ(d->rebalance.threshold, 2.5);
+    EXPECT_EQ(d->rebalance.every, 7);
+    EXPECT_EQ(d->rebalance.margin, 0.125);
+    EXPECT_EQ(d->slowdown.rank, 1);
+    EXPECT_EQ(d->slowdown.factor, 3.0);
+    EXPECT_EQ(d->slowdown.from_step, 4);
+  }
+  EXPECT_EQ(pt::deck_to_toml(old_deck), pt::deck_to_toml(new_deck));
+  EXPECT_EQ(old_deck.key_origin, new_deck.key_origin);
+  EXPECT_EQ(old_deck.key_origin.at("rebalance.every"), "t.toml:8");
+  // Only the record of how each key was written differs.
+  EXPECT_EQ(old_deck.written_as.size(), 10u);
+  EXPECT_EQ(old_deck.written_as.at("slowdown.from_step"), "pipeline.slowdown_from_step");
+  EXPECT_TRUE(new_deck.written_as.empty());
+  EXPECT_EQ(new_notices, Strings{});
+}
+
+TEST(DeckMovedKeys, OneNoticePerOldNameNamesFileLineOldAndNewKey) {
+  Strings notices;
+  read_noting(kOldNames, notices, {"pipeline.rebalance_every=9"});
+  ASSERT_EQ(notices.size(), 10u);  // the --set of an old name already read adds none
+  EXPECT_EQ(notices[0], "t.toml:2: pipeline.data_parallel is now data_parallel.replicas; the old name still works");
+  EXPECT_EQ(notices[5], "t.toml:8: pipeline.rebalance_every is now rebalance.every; the old name still works");
+  EXPECT_EQ(notices[9], "t.toml:13: pipeline.slowdown_from_step is now slowdown.from_step; the old name still works");
+}
+
+TEST(DeckMovedKeys, SetTakesTheOldNameToo) {
+  Strings notices;
+  const pt::Deck deck = read_noting("", notices, {"pipeline.rebalance=true", "pipeline.rebalance_every=5"});
+  EXPECT_TRUE(deck.rebalance.enabled);
+  EXPECT_EQ(deck.rebalance.every, 5);
+  EXPECT_EQ(deck.key_origin.at("rebalance.every"), "--set pipeline.rebalance_every=5");
+  EXPECT_EQ(deck.where("rebalance.every"), "--set pipeline.rebalance_every=5: pipeline.rebalance_every");
+  EXPECT_EQ(notices, (Strings{"--set pipeline.rebalance=true: pipeline.rebalance is now rebalance.enabled; the old name still works",
+                              "--set pipeline.rebalance_every=5: pipeline.rebalance_every is now rebalance.every; the old name still works"}));
+  // A --set overrides the file's value under either name.
+  const pt::Deck over = pt::parse_deck_text(kNewNames, "t.toml", {"pipeline.rebalance_every=3"});
+  EXPECT_EQ(over.rebalance.every, 3);
+  EXPECT_EQ(over.where("rebalance.every"), "--set pipeline.rebalance_every=3: pipeline.rebalance_every");
+  const pt::Deck back = pt::parse_deck_text(kOldNames, "t.toml", {"rebalance.every=3"});
+  EXPECT_EQ(back.rebalance.every, 3);
+  EXPECT_EQ(back.where("rebalance.every"), "--set rebalance.every=3: rebalance.every");
+}
+
+TEST(DeckMovedKeys, BothNamesAtOnceAreAnErrorNamingBothPlaces) {
+  EXPECT_EQ(text_error("[pipeline]\nrebalance_every = 5\n[rebalance]\nenabled = true\nevery = 6\n"),
+            "t.toml:5: rebalance.every and pipeline.rebalance_every (t.toml:2) name the same key; write "
+            "it once, as rebalance.every (pipeline.rebalance_every is its old name)");
+  EXPECT_EQ(text_error("[slowdown]\nrank = 0\n[pipeline]\nslowdown_rank = 1\n"),
+            "t.toml:4: pipeline.slowdown_rank and slowdown.rank (t.toml:2) name the same key; write it "
+            "once, as slowdown.rank (pipeline.slowdown_rank is its old name)");
+  EXPECT_EQ(text_error("", {"data_parallel.replicas=2", "pipeline.data_parallel=2"}),
+            "--set pipeline.data_parallel=2: pipeline.data_parallel and data_parallel.replicas "
+            "(--set data_parallel.replicas=2) name the same key; write it once, as "
+            "data_parallel.replicas (pipeline.data_parallel is its old name)");
+}
+
+// A message about a key names it as written, and words its rule in the
+// same names.
+TEST(DeckMovedKeys, MessagesNameTheKeyAsWritten) {
+  EXPECT_EQ(text_error("[pipeline]\nrebalance_every = 4\n"),
+            "t.toml:2: pipeline.rebalance_every: only applies with pipeline.rebalance = true; remove it "
+            "or change that key");
+  EXPECT_EQ(text_error("[rebalance]\nevery = 4\n"),
+            "t.toml:2: rebalance.every: only applies with rebalance.enabled = true; remove it or change "
+            "that key");
+  EXPECT_EQ(text_error("[slowdown]\nfactor = 0.5\nrank = 0\n"),
+            "t.toml:2: slowdown.factor = 0.5: must be >= 1");
+  EXPECT_EQ(text_error("[pipeline]\nslowdown_factor = 0.5\nslowdown_rank = 0\n"),
+            "t.toml:2: pipeline.slowdown_factor = 0.5: must be >= 1");
+  EXPECT_EQ(text_error("", {"pipeline.rebalance_evry=3"}),
+            "--set pipeline.rebalance_evry=3: pipeline.rebalance_evry: unknown key; did you mean "
+            "'rebalance.every' (formerly pipeline.rebalance_every)?");
+}
+
+TEST(DeckMovedKeys, TheEchoWritesTheNewSections) {
+  const std::string text = pt::deck_to_toml(pt::parse_deck_text(kOldNames, "t.toml", {}));
+  for (const char* part : {"\n[data_parallel]\nreplicas = 2 ", "\n[rebalance]\nenabled = true ",
+                           "\nevery = 7 ", "\n[slowdown]\nrank = 1 ", "\nfrom_step = 4 "})
+    EXPECT_HAS(text, part);
+  for (const char* old_name : {"rebalance_every", "dp_reduction", "slowdown_rank", "\nrebalance ="})
+    EXPECT_EQ(text.find(old_name), std::string::npos) << old_name;
 }
 
 // ---- deck_to_toml ----------------------------------------------------------

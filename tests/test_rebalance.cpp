@@ -125,14 +125,14 @@ TEST(Rebalance, GptMovesWithSelectiveRecompute) {
 }
 TEST(Rebalance, GptMovesWithEvery2Recompute) { check_moves_change_nothing(gpt_deck, "gpt", "every:2"); }
 
-// pipeline.dp_reduction = "ordered" keeps the gradient reducer active at
+// data_parallel.reduction = "ordered" keeps the gradient reducer active at
 // D = 1 (it adds the micro-batches' gradients in order itself): a move must
 // give it the new stage's layers (it kept pointers into the destroyed ones:
 // "bucket 0 of stage 0 was never started", or a use-after-free).
 Deck ordered_mlp_deck(const std::string& schedule, const std::string& optimizer,
                       const std::string& recompute) {
   Deck d = mlp_deck(schedule, optimizer, recompute);
-  d.pipeline.dp_reduction = DpReductionKind::Ordered;
+  d.data_parallel.reduction = DpReductionKind::Ordered;
   return d;
 }
 TEST(Rebalance, MovesWithTheOrderedReductionAreBitwiseInvisible) {
@@ -230,9 +230,9 @@ TEST(Rebalance, SlowdownChangesNothing) {
   if (world_size() < 2) GTEST_SKIP() << "needs 2 ranks";
   Deck deck = mlp_deck("1f1b", "adamw", "none");
   const RunResult plain = train_on(deck, 2, false);
-  deck.pipeline.slowdown_rank = 1;
-  deck.pipeline.slowdown_factor = 3.0;
-  deck.pipeline.slowdown_from_step = 2;
+  deck.slowdown.rank = 1;
+  deck.slowdown.factor = 3.0;
+  deck.slowdown.from_step = 2;
   const RunResult slowed = train_on(deck, 2, true);
   if (test::is_root()) expect_same(slowed, plain, "slowed rank 1, two moves");
 }

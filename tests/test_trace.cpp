@@ -370,7 +370,7 @@ TEST(ComputeTiming, TheTrainersStageComputeTimesAreTheBackendTimers) {
   }
 }
 
-// The fault injection's slowdown (pipeline.slowdown_*) waits for the
+// The fault injection's slowdown ([slowdown]) waits for the
 // backend before and after each F, B and W of a slowed step, and never in a
 // step before slowdown_from_step: normal steps are not synchronised.
 TEST(ComputeTiming, TheSlowdownSynchronisesOnlyTheSlowedSteps) {

@@ -45,6 +45,13 @@ def read(path):
         }
 
 
+def deck_key(deck, section, key, old_key):
+    """deck[section][key]; a metrics.h5 written before [rebalance] and
+    [slowdown] left [pipeline] (#41) has it as pipeline.<old_key>."""
+    value = deck.get(section, {}).get(key)
+    return value if value is not None else deck["pipeline"][old_key]
+
+
 def median(values):
     return float(np.median(values)) if len(values) else float("nan")
 
@@ -67,8 +74,9 @@ def phase_rates(r, moves):
 
 
 def dynamic_summary(r, skip):
-    p = r["deck"]["pipeline"]
-    slow, every = int(p["slowdown_from_step"]), int(p["rebalance_every"])
+    deck = r["deck"]
+    slow = int(deck_key(deck, "slowdown", "from_step", "slowdown_from_step"))
+    every = int(deck_key(deck, "rebalance", "every", "rebalance_every"))
     moves = [int(i) for i in np.flatnonzero(np.isfinite(r["predicted_ratio"]))]
     first = moves[0] if moves else len(r["step"]) - 1
     after_from = moves[-1] + 2 if moves else len(r["step"])
@@ -92,8 +100,8 @@ def report(model, dyn_paths, statics, factor, skip):
     p = print
     p(f"\n## {model}\n")
     p(f"Rank 1 slowed {factor:g}x from step {d['slow']}; a check every {d['every']} steps "
-      f"(threshold {r['deck']['pipeline']['rebalance_threshold']}, margin "
-      f"{100 * r['deck']['pipeline']['rebalance_margin']:.0f}%).\n")
+      f"(threshold {deck_key(r['deck'], 'rebalance', 'threshold', 'rebalance_threshold')}, margin "
+      f"{100 * deck_key(r['deck'], 'rebalance', 'margin', 'rebalance_margin'):.0f}%).\n")
     p("| phase | partition | throughput (samples/s) | vs best static |")
     p("|---|---|---:|---:|")
     start = counts(r["partition"][0])
@@ -175,7 +183,7 @@ def main():
           f"{os.cpu_count()} cores; {datetime.date.today().isoformat()}. GEMMs: {first['gemm']}. "
           "1F1B, N = 8, one BLAS thread per rank, 2 ranks. Throughput: batch / step time of rank 0, "
           f"median over the steps of each phase ({args.skip} warm-up steps and the first step after "
-          "a move left out). The slowdown is fault injection (`pipeline.slowdown_*`, rank 1 sleeps "
+          "a move left out). The slowdown is fault injection (`[slowdown]`, rank 1 sleeps "
           "(factor - 1) x the time of each F and B). Plot: `results/bench_rebalance.png`.")
     load = [os.path.join(os.path.dirname(args.runs), f"load_{w}") for w in ("start", "end")]
     if all(os.path.exists(f) for f in load):

@@ -8,7 +8,7 @@
 // after that point end the job through MPI_Abort, so no rank is ever left
 // waiting. Checkpoints are written every output.checkpoint_every steps, and
 // once more when a signal (SIGUSR1, SIGTERM) asks the run to stop early.
-// With pipeline.data_parallel = D the ranks form a P x D grid (runtime/grid.hpp):
+// With data_parallel.replicas = D the ranks form a P x D grid (runtime/grid.hpp):
 // each replica's pipeline trains its share of the batch, replica 0 writes the
 // checkpoints, every replica loads them (docs/data-parallel.md).
 #include "pipetrain/app/driver.hpp"
@@ -74,15 +74,15 @@ bool load_deck(const World& w, const CommandLine& cli, Deck& deck) {
   bool ok = true;
   if (w.rank == 0) {
     try {
-      deck = parse_deck_file(cli.deck_path, cli.overrides);
+      deck = parse_deck_file(cli.deck_path, cli.overrides, warn);  // old key names: one notice each
       set_wait_limit(deck.pipeline.timeout_s);  // the others learn it from the broadcast
       // `plan` without a D or a stage count weighs every P x D grid of the
       // ranks, each checked by the planner; everything else runs one grid.
       const bool every_grid = cli.command == "plan" && deck.pipeline.stages == 0 &&
-                              deck.pipeline.data_parallel == 0;
+                              deck.data_parallel.replicas == 0;
       if (!every_grid) {
         const DeckLayout layout = resolve_deck_layout(deck, cli.ranks > 0 ? cli.ranks : w.size);
-        deck.pipeline.data_parallel = layout.data_parallel;  // resolved: every rank and the outputs see D
+        deck.data_parallel.replicas = layout.data_parallel;  // resolved: every rank and the outputs see D
         validate_schedule(schedule_for_deck(deck, layout.pipeline_ranks), comm_semantics_of(deck.pipeline.transport, deck.training.device));
       }
       // `plan --device` neither reads data nor computes: it plans on a description.
@@ -144,7 +144,7 @@ int run_validate(const World& w, const CommandLine& cli, const Deck& deck) {
   std::printf("%s\n", deck_to_toml(deck).c_str());
   if (cli.print_schedule) std::printf("%s\n%s\n", format_schedule(s).c_str(), format_grid(s).c_str());
   std::printf("%s\n", schedule_summary(s, report).c_str());
-  if (deck.pipeline.places_at_measured_times())
+  if (places_at_measured_times(deck))
     std::printf("schedule %s: this is its unit-time placement; with pipeline.schedule_times = "
                 "\"%s\" a run places it again at the F, B and W times it measures in its "
                 "first steps (docs/schedules.md)\n", s.name.c_str(),
@@ -223,7 +223,7 @@ void print_start(const World& w, const Deck& deck, const Trainer& trainer,
     grid = " (a grid of " + std::to_string(pipeline_ranks) + " pipeline ranks x " +
            std::to_string(trainer.replicas()) + " data-parallel replicas; replica d is world ranks " +
            "d x " + std::to_string(pipeline_ranks) + " + pipeline rank; gradient reduction \"" +
-           kind_name(deck.pipeline.dp_reduction) + "\" in " + std::to_string(trainer.reducer().buckets().size()) +
+           kind_name(deck.data_parallel.reduction) + "\" in " + std::to_string(trainer.reducer().buckets().size()) +
            " bucket(s) on rank 0)";
   std::printf("pipetrain: %d ranks, %s%s\n%s\n", w.size,
               stages == pipeline_ranks ? "one stage per rank"
@@ -343,7 +343,7 @@ int run_train(const World& w, const CommandLine& cli, const Deck& deck) {
   const std::vector<int64_t> partition = share_partition(grid, starting_partition(deck, plan));
   Trainer trainer(deck, partition, grid, compute.setup);
   predict_run(plan, deck, trainer);
-  if (deck.pipeline.rebalance) trainer.enable_rebalance(plan.profile);
+  if (deck.rebalance.enabled) trainer.enable_rebalance(plan.profile);
   const std::string resolved = deck_to_toml(deck);
   MetricsFile metrics(deck.output.dir + "/metrics.h5", resolved);
   if (w.rank == 0) {

@@ -159,12 +159,12 @@ int run_plan(MPI_Comm comm, const CommandLine& cli, const Deck& deck, const std:
   MPI_Comm_rank(comm, &rank);
   MPI_Comm_size(comm, &size);
   set_wait_phase("in the planner");
-  // Data parallelism: with pipeline.data_parallel = 0 and pipeline.stages = 0
+  // Data parallelism: with data_parallel.replicas = 0 and pipeline.stages = 0
   // (the defaults) every P x D grid of the ranks is weighed (request
   // data_parallel = 0 here); else the deck's D on ranks / D stages.
   const int ranks = cli.ranks > 0 ? cli.ranks : size;
   // (Values, not where they were set: every rank sees the same resolved deck.)
-  const bool every_grid = deck.pipeline.data_parallel == 0 && deck.pipeline.stages == 0;
+  const bool every_grid = deck.data_parallel.replicas == 0 && deck.pipeline.stages == 0;
   const int d = every_grid ? 1 : static_cast<int>(data_parallel_size(deck));
   const int stages = every_grid ? ranks : ranks / d;
   PlanRequest request = request_for(deck, cli, stages);

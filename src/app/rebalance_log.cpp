@@ -57,7 +57,7 @@ bool rebalance_after_step(int rank, const Deck& deck, Trainer& trainer, int64_t 
                 at.c_str(), partitions.c_str(), ratio_text(d.measured_ratio).c_str(),
                 static_cast<long long>(c.window_steps), ratio_text(d.predicted_ratio).c_str(),
                 sent.c_str());
-  else if (d.measured_ratio >= deck.pipeline.rebalance_threshold)
+  else if (d.measured_ratio >= deck.rebalance.threshold)
     std::printf("%sno move: %s\n", at.c_str(), d.reason.c_str());
   std::fflush(stdout);
   return moved;

@@ -18,7 +18,7 @@ namespace {
 
 bool needs_profile(const Deck& deck) {
   const PartitionStrategy s = deck.pipeline.partition_strategy;
-  return deck.pipeline.predict || deck.pipeline.rebalance || s == PartitionStrategy::Time ||
+  return deck.pipeline.predict || deck.rebalance.enabled || s == PartitionStrategy::Time ||
          s == PartitionStrategy::Memory || s == PartitionStrategy::Balanced;
 }
 

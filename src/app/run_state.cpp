@@ -85,7 +85,7 @@ int64_t restore(const World& w, const ProcessGrid& grid, const CommandLine& cli,
 void continue_metrics(int64_t first_step, MetricsFile& metrics) {
   const MetricsResume r = metrics.continue_at(first_step);
   if (r.complete()) std::printf("%s\n", r.message().c_str());
-  else std::fprintf(stderr, "pipetrain: warning: %s\n", r.message().c_str());
+  else warn(r.message());
   std::fflush(stdout);
 }
 

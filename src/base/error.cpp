@@ -1,8 +1,10 @@
-// error.cpp: the failure helpers behind PT_CHECK, MPI_CHECK and H5_CHECK.
+// error.cpp: the failure helpers behind PT_CHECK, MPI_CHECK and H5_CHECK,
+// and pt::warn.
 #include "pipetrain/base/error.hpp"
 
 #include <mpi.h>
 
+#include <cstdio>
 #include <string>
 
 namespace pt {
@@ -16,6 +18,11 @@ std::string location(const char* file, int line) {
   return path + ":" + std::to_string(line);
 }
 }  // namespace
+
+void warn(const std::string& text) {
+  std::fprintf(stderr, "pipetrain: warning: %s\n", text.c_str());
+  std::fflush(stderr);
+}
 
 void fail_at(const char* file, int line, const std::string& msg) {
   throw Error(location(file, line) + ": " + msg);

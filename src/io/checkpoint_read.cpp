@@ -66,11 +66,6 @@ Problem attempt(const std::function<void()>& work) {
   return {};
 }
 
-void warn(const std::string& text) {
-  std::fprintf(stderr, "pipetrain: warning: %s\n", text.c_str());
-  std::fflush(stderr);
-}
-
 std::string parent_of(const std::string& path) {
   const size_t slash = path.find_last_of('/');
   return slash == std::string::npos ? "." : path.substr(0, slash);

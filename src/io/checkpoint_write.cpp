@@ -224,7 +224,7 @@ class Pruner {
       try {
         work();
       } catch (const std::exception& e) {
-        std::fprintf(stderr, "pipetrain: warning: removing old checkpoints: %s\n", e.what());
+        warn(std::string("removing old checkpoints: ") + e.what());
       }
     });
   }

@@ -1,5 +1,5 @@
 // deck_layout.cpp: check_deck_layout, the deck checks that need the rank count:
-// the P x D grid (pipeline.data_parallel), stages, partition units (MLP
+// the P x D grid (data_parallel.replicas), stages, partition units (MLP
 // Linear layers, GPT blocks) per stage, the explicit partition, schedule file.
 #include <cerrno>
 #include <cstring>
@@ -144,14 +144,14 @@ void check_generated_schedule(const Deck& deck, int ranks) {
 // Rebalancing moves units between ranks of one stage each; the slowed rank
 // of the fault injection must exist.
 void check_rebalance_layout(const Deck& deck, int num_ranks, int per_rank) {
-  if (deck.pipeline.rebalance && per_rank > 1)
-    throw InputError(deck.where("pipeline.rebalance") + " = true moves units between ranks of one " +
+  if (deck.rebalance.enabled && per_rank > 1)
+    throw InputError(deck.where("rebalance.enabled") + " = true moves units between ranks of one " +
                      "stage each, but " +
                      deck.described("pipeline.schedule", "\"" + std::string(kind_name(deck.pipeline.schedule)) + "\"") +
                      " puts " + std::to_string(per_rank) + " stages on each rank");
-  if (deck.pipeline.slowdown_rank >= num_ranks)
-    throw InputError(deck.where("pipeline.slowdown_rank") + " = " +
-                     std::to_string(deck.pipeline.slowdown_rank) + ": the job has " +
+  if (deck.slowdown.rank >= num_ranks)
+    throw InputError(deck.where("slowdown.rank") + " = " +
+                     std::to_string(deck.slowdown.rank) + ": the job has " +
                      std::to_string(num_ranks) + " ranks (0-" + std::to_string(num_ranks - 1) +
                      "); give one of them, or -1 for none");
 }
@@ -160,10 +160,10 @@ void check_rebalance_layout(const Deck& deck, int num_ranks, int per_rank) {
 // into D x micro_batches equal micro-batches.
 int resolve_data_parallel(const Deck& deck, int world_ranks) {
   const int64_t stages = deck.pipeline.stages;
-  int64_t d = deck.pipeline.data_parallel;
+  int64_t d = deck.data_parallel.replicas;
   if (d == 0) d = stages > 0 && world_ranks % stages == 0 ? world_ranks / stages : 1;
   if (world_ranks % d != 0)
-    throw InputError(deck.where("pipeline.data_parallel") + " = " + std::to_string(d) +
+    throw InputError(deck.where("data_parallel.replicas") + " = " + std::to_string(d) +
                      " but the job has " + plural(world_ranks, "MPI rank") +
                      "; the ranks form a grid of pipeline ranks x data_parallel replicas, so " +
                      "data_parallel must divide the rank count");
@@ -176,17 +176,17 @@ int resolve_data_parallel(const Deck& deck, int world_ranks) {
                      deck.described("pipeline.micro_batches", std::to_string(n)) + ", " +
                      std::to_string(world_ranks) + " ranks as " +
                      std::to_string(world_ranks / d) + " x " + std::to_string(d) + ")");
-  if (d > 1 && deck.pipeline.rebalance)
-    throw InputError(deck.where("pipeline.rebalance") + " = true moves units between the " +
+  if (d > 1 && deck.rebalance.enabled)
+    throw InputError(deck.where("rebalance.enabled") + " = true moves units between the " +
                      "ranks of one pipeline; it is not supported with " +
-                     std::to_string(d) + " data-parallel replicas (pipeline.data_parallel)");
+                     std::to_string(d) + " data-parallel replicas (" + deck.named("data_parallel.replicas") + ")");
   return static_cast<int>(d);
 }
 
 // "ordered" keeps each micro-batch's gradient apart at the end of its B; a
 // split backward adds weight gradients later, in W.
 void check_ordered_reduction(const Deck& deck, int ranks) {
-  if (deck.pipeline.dp_reduction != DpReductionKind::Ordered) return;
+  if (deck.data_parallel.reduction != DpReductionKind::Ordered) return;
   const ScheduleKind s = deck.pipeline.schedule;
   bool split = schedule_takes_times(s) || deck.pipeline.weight_grad == WeightGradKind::Step;
   if (s == ScheduleKind::File)
@@ -194,7 +194,7 @@ void check_ordered_reduction(const Deck& deck, int ranks) {
                                                ranks * static_cast<int>(deck.pipeline.virtual_stages),
                                                static_cast<int>(deck.pipeline.micro_batches)));
   if (split)
-    throw InputError(deck.where("pipeline.dp_reduction") + " = \"ordered\" keeps each " +
+    throw InputError(deck.where("data_parallel.reduction") + " = \"ordered\" keeps each " +
                      "micro-batch's gradient at the end of its backward, but " +
                      deck.described("pipeline.schedule", "\"" + std::string(kind_name(s)) + "\"") +
                      (deck.pipeline.weight_grad == WeightGradKind::Step ? " with pipeline.weight_grad = \"step\"" : "") +

@@ -37,8 +37,8 @@ bool is_synthetic(const Deck& d) { return d.data.type == DataKind::Synthetic; }
 bool is_markov(const Deck& d) { return d.data.type == DataKind::Markov; }
 bool is_hdf5(const Deck& d) { return d.data.type == DataKind::Hdf5; }
 bool is_fp16(const Deck& d) { return d.training.precision == Precision::Fp16; }
-bool is_rebalancing(const Deck& d) { return d.pipeline.rebalance; }
-bool is_slowed(const Deck& d) { return d.pipeline.slowdown_rank >= 0; }
+bool is_rebalancing(const Deck& d) { return d.rebalance.enabled; }
+bool is_slowed(const Deck& d) { return d.slowdown.rank >= 0; }
 bool takes_times(const Deck& d) { return schedule_takes_times(d.pipeline.schedule); }
 bool places_no_w(const Deck& d) {
   const ScheduleKind s = d.pipeline.schedule;
@@ -99,11 +99,11 @@ const std::vector<KeySpec> kDeckKeys = {
     {"training", "precision", PT_FIELD(training.precision), any(), nullptr, "GEMM operand precision (fp32 master weights and accumulation; fp16 uses dynamic loss scaling); on the CPU the rounding is emulated exactly", PT_ALWAYS},
     {"training", "loss_scale", PT_FIELD(training.loss_scale), between(1, 16777216), nullptr, "fp16: the initial dynamic loss scale (halved on overflow, doubled after 2000 finite steps, at most 2^24)", is_fp16, "training.precision = \"fp16\""},
     {"training", "eval_batches", PT_FIELD(training.eval_batches), between(1, 1 << 20), nullptr, "batches per evaluation", PT_ALWAYS},
-    {"pipeline", "stages", PT_FIELD(pipeline.stages), between(0, 1 << 16), nullptr, "pipeline stages, one per rank of a pipeline; 0 = ranks / pipeline.data_parallel", PT_ALWAYS},
+    {"pipeline", "stages", PT_FIELD(pipeline.stages), between(0, 1 << 16), nullptr, "pipeline stages, one per rank of a pipeline; 0 = ranks / data_parallel.replicas", PT_ALWAYS},
     {"pipeline", "micro_batches", PT_FIELD(pipeline.micro_batches), between(1, 1 << 20), nullptr, "micro-batches per step; must divide batch_size", PT_ALWAYS},
     {"pipeline", "schedule", PT_FIELD(pipeline.schedule), any(), nullptr, "pipeline schedule (docs/schedules.md): zb-h1 and zb-v split the backward into B and W", PT_ALWAYS},
     {"pipeline", "virtual_stages", PT_FIELD(pipeline.virtual_stages), between(1, 64), nullptr, "stages per rank: interleaved (rank r owns stages r, r+P, ...) or a schedule file with several stages per rank", has_virtual_stages, "pipeline.schedule = \"interleaved\" or \"file\""},
-    {"pipeline", "schedule_times", PT_FIELD(pipeline.schedule_times), any(), nullptr, "how zb-h1 and zb-v place F, B and W: unit (every action one time unit, as in the papers), measured (placed again after the first 3 steps at each stage's measured F, B and W times when that simulates a bubble at least half a point smaller; results stay bitwise the same; docs/schedules.md) or auto (measured, but unit with pipeline.rebalance = true)", takes_times, "pipeline.schedule = \"zb-h1\" or \"zb-v\""},
+    {"pipeline", "schedule_times", PT_FIELD(pipeline.schedule_times), any(), nullptr, "how zb-h1 and zb-v place F, B and W: unit (every action one time unit, as in the papers), measured (placed again after the first 3 steps at each stage's measured F, B and W times when that simulates a bubble at least half a point smaller; results stay bitwise the same; docs/schedules.md) or auto (measured, but unit with rebalance.enabled = true)", takes_times, "pipeline.schedule = \"zb-h1\" or \"zb-v\""},
     {"pipeline", "weight_grad", PT_FIELD(pipeline.weight_grad), any(), nullptr, "when the weight gradients are computed: micro_batch (in each micro-batch's backward) or step (B computes input gradients only; each stage's weight gradients run once after its last B, one GEMM per weight over all the step's micro-batches: faster at small micro-batches, at the memory of keeping every micro-batch's weight-gradient inputs until then; docs/schedules.md)", places_no_w, "pipeline.schedule = \"gpipe\", \"1f1b\" or \"interleaved\""},
     {"pipeline", "schedule_file", PT_FIELD(pipeline.schedule_file), any(), nullptr, "schedule text file, with schedule = \"file\"", PT_ALWAYS},
     {"pipeline", "partition", [](Deck& d) -> Field { return PartitionRef{&d.pipeline.partition_strategy, &d.pipeline.partition}; }, at_least(1), nullptr, "split of the partition units (Linear layers or blocks) between stages: uniform (by count), time (fastest slowest stage), memory (smallest largest peak), balanced (time within memory_budget_mb), or a list of per-stage counts", PT_ALWAYS},
@@ -113,16 +113,16 @@ const std::vector<KeySpec> kDeckKeys = {
     {"pipeline", "memory_budget_mb", PT_FIELD(pipeline.memory_budget_mb), at_least(0), nullptr, "per-stage memory budget (MiB) for recompute = \"auto\" and partition = \"balanced\"; 0 = none", PT_ALWAYS},
     {"pipeline", "transport", PT_FIELD(pipeline.transport), any(), nullptr, "activation/gradient exchange: cpu: auto = mpi, or nccl_model (MPI with NCCL's semantics); cuda: auto picks nccl unless ranks share a GPU, or mpi_staged", PT_ALWAYS},
     {"pipeline", "timeout_s", PT_FIELD(pipeline.timeout_s), above(0), nullptr, "seconds a rank waits for a peer before aborting", PT_ALWAYS},
-    {"pipeline", "rebalance", PT_FIELD(pipeline.rebalance), any(), nullptr, "move units between running stages when one becomes slow (docs/rebalance.md)", PT_ALWAYS},
-    {"pipeline", "rebalance_threshold", PT_FIELD(pipeline.rebalance_threshold), above(1), nullptr, "slowest / fastest stage median compute time that starts a rebalancing decision", is_rebalancing, "pipeline.rebalance = true"},
-    {"pipeline", "rebalance_every", PT_FIELD(pipeline.rebalance_every), between(1, 1 << 30), nullptr, "steps between rebalancing checks; each check uses the medians over those steps", is_rebalancing, "pipeline.rebalance = true"},
-    {"pipeline", "rebalance_margin", PT_FIELD(pipeline.rebalance_margin), fraction(), nullptr, "smallest predicted gain (fraction of the slowest stage's time) worth a move", is_rebalancing, "pipeline.rebalance = true"},
-    {"pipeline", "slowdown_rank", PT_FIELD(pipeline.slowdown_rank), between(-1, 1 << 16), nullptr, "fault injection: this rank's F and B take slowdown_factor times as long; -1 = none", PT_ALWAYS},
-    {"pipeline", "slowdown_factor", PT_FIELD(pipeline.slowdown_factor), at_least(1), nullptr, "fault injection: how many times as long the slowed rank computes", is_slowed, "pipeline.slowdown_rank >= 0"},
-    {"pipeline", "slowdown_from_step", PT_FIELD(pipeline.slowdown_from_step), at_least(0), nullptr, "fault injection: the first (0-based) step the rank is slowed", is_slowed, "pipeline.slowdown_rank >= 0"},
-    {"pipeline", "data_parallel", PT_FIELD(pipeline.data_parallel), between(0, 1 << 16), nullptr, "data-parallel replicas D of the pipeline (ranks = pipeline ranks x D, docs/data-parallel.md); 0 = ranks / pipeline.stages, or 1 when pipeline.stages = 0", PT_ALWAYS},
-    {"pipeline", "dp_reduction", PT_FIELD(pipeline.dp_reduction), any(), nullptr, "how the replicas' gradients are summed: replica (each replica's sum, added in replica order: bitwise across P at one D) or ordered (each micro-batch's gradient, added in global micro-batch order: bitwise across every P x D with the same micro-batch size; costs micro-batch copies of the gradients)", PT_ALWAYS},
-    {"pipeline", "dp_bucket_mb", PT_FIELD(pipeline.dp_bucket_mb), above(0), nullptr, "gradient MiB per data-parallel reduction bucket; a bucket is reduced as soon as its layers' last backward is done", PT_ALWAYS},
+    {"data_parallel", "replicas", PT_FIELD(data_parallel.replicas), between(0, 1 << 16), nullptr, "data-parallel replicas D of the pipeline (ranks = pipeline ranks x D, docs/data-parallel.md); 0 = ranks / pipeline.stages, or 1 when pipeline.stages = 0", PT_ALWAYS},
+    {"data_parallel", "reduction", PT_FIELD(data_parallel.reduction), any(), nullptr, "how the replicas' gradients are summed: replica (each replica's sum, added in replica order: bitwise across P at one D) or ordered (each micro-batch's gradient, added in global micro-batch order: bitwise across every P x D with the same micro-batch size; costs micro-batch copies of the gradients)", PT_ALWAYS},
+    {"data_parallel", "bucket_mb", PT_FIELD(data_parallel.bucket_mb), above(0), nullptr, "gradient MiB per data-parallel reduction bucket; a bucket is reduced as soon as its layers' last backward is done", PT_ALWAYS},
+    {"rebalance", "enabled", PT_FIELD(rebalance.enabled), any(), nullptr, "move units between running stages when one becomes slow (docs/rebalance.md)", PT_ALWAYS},
+    {"rebalance", "threshold", PT_FIELD(rebalance.threshold), above(1), nullptr, "slowest / fastest stage median compute time that starts a rebalancing decision", is_rebalancing, "rebalance.enabled = true"},
+    {"rebalance", "every", PT_FIELD(rebalance.every), between(1, 1 << 30), nullptr, "steps between rebalancing checks; each check uses the medians over those steps", is_rebalancing, "rebalance.enabled = true"},
+    {"rebalance", "margin", PT_FIELD(rebalance.margin), fraction(), nullptr, "smallest predicted gain (fraction of the slowest stage's time) worth a move", is_rebalancing, "rebalance.enabled = true"},
+    {"slowdown", "rank", PT_FIELD(slowdown.rank), between(-1, 1 << 16), nullptr, "fault injection: this rank's F and B take slowdown.factor times as long; -1 = none", PT_ALWAYS},
+    {"slowdown", "factor", PT_FIELD(slowdown.factor), at_least(1), nullptr, "fault injection: how many times as long the slowed rank computes", is_slowed, "slowdown.rank >= 0"},
+    {"slowdown", "from_step", PT_FIELD(slowdown.from_step), at_least(0), nullptr, "fault injection: the first (0-based) step the rank is slowed", is_slowed, "slowdown.rank >= 0"},
     {"output", "dir", PT_FIELD(output.dir), any(), nullptr, "run directory: metrics.h5, deck.resolved.toml, ...", PT_ALWAYS},
     {"output", "log_every", PT_FIELD(output.log_every), at_least(1), nullptr, "print a step line every k steps", PT_ALWAYS},
     {"output", "trace", PT_FIELD(output.trace), any(), nullptr, "write trace.h5: every rank's timeline of F, B, recompute, communication, waits, optimizer", PT_ALWAYS},
@@ -135,7 +135,24 @@ const std::vector<KeySpec> kDeckKeys = {
 #undef PT_FAMILY
 #undef PT_ALWAYS
 
-const std::vector<std::string> kSections = {"model", "data", "training", "pipeline", "output"};
+const std::vector<std::string> kSections = {"model",         "data",      "training", "pipeline",
+                                            "data_parallel", "rebalance", "slowdown", "output"};
+
+// Keys that moved out of [pipeline] into sections of their own (#41). A deck
+// may still write the old name: it sets the same field, with a notice
+// (deck_toml.cpp); deck_to_toml writes the new one.
+const std::vector<MovedKey> kMovedKeys = {
+    {"pipeline.data_parallel", "data_parallel.replicas"},
+    {"pipeline.dp_reduction", "data_parallel.reduction"},
+    {"pipeline.dp_bucket_mb", "data_parallel.bucket_mb"},
+    {"pipeline.rebalance", "rebalance.enabled"},
+    {"pipeline.rebalance_threshold", "rebalance.threshold"},
+    {"pipeline.rebalance_every", "rebalance.every"},
+    {"pipeline.rebalance_margin", "rebalance.margin"},
+    {"pipeline.slowdown_rank", "slowdown.rank"},
+    {"pipeline.slowdown_factor", "slowdown.factor"},
+    {"pipeline.slowdown_from_step", "slowdown.from_step"},
+};
 
 std::vector<std::string> split_choices(const char* choices) {
   std::vector<std::string> out;
@@ -169,6 +186,37 @@ const KeySpec* find_spec(const std::string& section, const std::string& name) {
     if (section == spec.section && name == spec.name) return &spec;
   }
   return nullptr;
+}
+
+const MovedKey* moved_key(const std::string& old_key) {
+  for (const MovedKey& m : kMovedKeys)
+    if (old_key == m.old_key) return &m;
+  return nullptr;
+}
+
+namespace {
+
+bool is_name_char(char c) { return std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '.'; }
+
+// `text` with every whole `from` replaced by `to`.
+std::string replace_key(std::string text, const std::string& from, const std::string& to) {
+  for (size_t at = text.find(from); at != std::string::npos; at = text.find(from, at)) {
+    const size_t end = at + from.size();
+    if ((at > 0 && is_name_char(text[at - 1])) || (end < text.size() && is_name_char(text[end]))) {
+      at = end;
+      continue;
+    }
+    text.replace(at, from.size(), to);
+    at += to.size();
+  }
+  return text;
+}
+
+}  // namespace
+
+std::string in_old_names(std::string text) {
+  for (const MovedKey& m : kMovedKeys) text = replace_key(text, m.new_key, m.old_key);
+  return text;
 }
 
 // ---- text helpers ----------------------------------------------------------
@@ -275,6 +323,11 @@ std::string key_hint(const std::string& section, const std::string& name) {
       return "; did you mean '" + std::string(spec.name) + "'?";
     }
   }
+  for (const MovedKey& m : kMovedKeys) {
+    const std::string old_key = m.old_key;
+    if (old_key.rfind(section + ".", 0) == 0 && is_close(name, old_key.substr(section.size() + 1)))
+      return "; did you mean '" + std::string(m.new_key) + "' (formerly " + old_key + ")?";
+  }
   for (const KeySpec& spec : kDeckKeys) {
     if (is_close(name, spec.name)) {
       return "; did you mean '" + std::string(spec.section) + "." + spec.name + "'?";
@@ -370,8 +423,9 @@ std::string quoted_list(const std::string& allowed) {
 void check_applies(const Deck& deck, const KeySpec& spec) {
   const std::string dotted = std::string(spec.section) + "." + spec.name;
   if (applies(deck, spec) || deck.key_origin.count(dotted) == 0) return;
-  throw InputError(deck.where(dotted) + ": only applies with " + applies_when(spec) +
-                   "; remove it or change that key");
+  // A key written under its old name gets its rule in old names too.
+  const std::string rule = deck.written_as.count(dotted) ? in_old_names(applies_when(spec)) : applies_when(spec);
+  throw InputError(deck.where(dotted) + ": only applies with " + rule + "; remove it or change that key");
 }
 
 void check_counts(const std::string& at, const std::vector<int64_t>& list, const Range& range) {
@@ -505,10 +559,10 @@ void check_consistency(const Deck& deck) {
                      ": is only used with pipeline.schedule = \"file\", but " +
                      deck.described("pipeline.schedule", toml_string(kind_name(p.schedule))));
   }
-  if (p.schedule_times == ScheduleTimesKind::Measured && p.rebalance) {
+  if (p.schedule_times == ScheduleTimesKind::Measured && deck.rebalance.enabled) {
     throw InputError(deck.where("pipeline.schedule_times") +
                      " = \"measured\": cannot be combined with " +
-                     deck.described("pipeline.rebalance", "true") +
+                     deck.described("rebalance.enabled", "true") +
                      " (a move changes the stage times the schedule was placed at)");
   }
   if (deck.output.dir.empty()) {

@@ -76,7 +76,7 @@ struct KeySpec {
   const char* choices;  // strings: "a|b|c"; nullptr = any string (kinds: their table)
   const char* help;     // the comment deck_to_toml writes
   bool (*applies)(const Deck&);  // nullptr = always
-  const char* applies_when;      // e.g. "pipeline.rebalance = true"
+  const char* applies_when;      // e.g. "rebalance.enabled = true"
   // Choices supplied from above as "a|b|c" (model.type: the registered
   // model families); used when `choices` is nullptr.
   std::string (*choices_of)() = nullptr;
@@ -85,10 +85,24 @@ struct KeySpec {
   bool of_family = false;
 };
 
+// A key that moved to another section (#41): the deck may still write
+// old_key ("pipeline.rebalance_every"); it sets new_key ("rebalance.every").
+struct MovedKey {
+  const char* old_key;
+  const char* new_key;
+};
+
 const std::vector<KeySpec>& keys();
 const std::vector<std::string>& sections();
 bool is_section(const std::string& name);
 const KeySpec* find_spec(const std::string& section, const std::string& name);
+// The entry of the one table of moved keys (kMovedKeys) for an old dotted
+// key; nullptr when `old_key` is no old name.
+const MovedKey* moved_key(const std::string& old_key);
+// `text` with every moved key's new dotted name replaced by its old one
+// ("rebalance.enabled = true" -> "pipeline.rebalance = true"): the rule in
+// the message about a key written under its old name uses old names too.
+std::string in_old_names(std::string text);
 
 std::string shortest(double x);        // shortest %g text that reads back exactly
 std::string toml_float(double x);

@@ -5,6 +5,8 @@
 // and range checks and deck_to_toml: a new deck key is a field in deck.hpp
 // plus one line there. Every user mistake becomes one pt::InputError whose
 // message starts with "file:line: section.key" (or "--set section.key=value:").
+// A key that moved out of [pipeline] is read under its old name too, with
+// one notice per old name; writing both names is an error.
 #include <toml.hpp>
 
 #include <algorithm>
@@ -17,6 +19,7 @@
 #include <filesystem>
 #include <fstream>
 #include <limits>
+#include <set>
 #include <sstream>
 #include <variant>
 
@@ -120,11 +123,14 @@ void read_string_list(const toml::value& v, std::vector<std::string>& out, const
   out = list;
 }
 
-// A deck being read, and the kind values that named no kind (check_deck
-// reports those in key order, with the other value checks).
+// A deck being read, the kind values that named no kind (check_deck
+// reports those in key order, with the other value checks), and where the
+// notices about old key names go (each old name once).
 struct Reading {
   Deck deck;
   UnreadKinds unread;
+  const DeckNotice* notice = nullptr;
+  std::set<std::string> noticed;
 };
 
 // A kind: a string that names one (else kept in `unread` under `dotted`).
@@ -185,14 +191,54 @@ void read_field(const toml::value& v, const Field& field, const std::string& at,
   }
 }
 
-void set_key(Reading& r, const std::string& section, const std::string& name,
-             const toml::value& v, const std::string& origin) {
-  const KeySpec* spec = find_spec(section, name);
-  if (!spec) unknown_key(origin, section, name);
-  std::string dotted = section + "." + name;
-  r.deck.key_origin[dotted] = origin;
-  r.unread.erase(dotted);  // a later value of the key replaces an unread one
-  read_field(v, spec->field(r.deck), r.deck.where(dotted), dotted, r.unread);
+// A key as the deck wrote it: its spec, its dotted name and, when written
+// under an old name (deck_schema.cpp, kMovedKeys), that name.
+struct KeyName {
+  const KeySpec* spec;
+  std::string dotted;
+  std::string old_name;  // "" = written under its own name
+};
+
+KeyName key_named(const std::string& section, const std::string& name, const std::string& origin) {
+  const MovedKey* moved = moved_key(section + "." + name);
+  KeyName key{nullptr, moved ? moved->new_key : section + "." + name, moved ? section + "." + name : ""};
+  const size_t dot = key.dotted.find('.');
+  key.spec = find_spec(key.dotted.substr(0, dot), key.dotted.substr(dot + 1));
+  if (!key.spec) unknown_key(origin, section, name);
+  return key;
+}
+
+bool is_override(const std::string& origin) { return origin.rfind("--set ", 0) == 0; }
+
+// One key written under both its names, in the deck file or in the --set
+// arguments (an override of the file's value under either name is fine).
+void check_one_name(const Deck& deck, const KeyName& key, const std::string& origin) {
+  auto before = deck.key_origin.find(key.dotted);
+  if (before == deck.key_origin.end() || is_override(before->second) != is_override(origin)) return;
+  const std::string written = key.old_name.empty() ? key.dotted : key.old_name;
+  const std::string earlier = deck.named(key.dotted);
+  if (earlier == written) return;
+  const std::string old_name = key.old_name.empty() ? earlier : key.old_name;
+  throw InputError(origin + ": " + written + " and " + earlier + " (" + before->second +
+                   ") name the same key; write it once, as " + key.dotted + " (" + old_name +
+                   " is its old name)");
+}
+
+// The notice for a key written under its old name, once per old name.
+void notice_old_name(Reading& r, const KeyName& key, const std::string& origin) {
+  if (key.old_name.empty() || !r.noticed.insert(key.old_name).second) return;
+  if (r.notice && *r.notice)
+    (*r.notice)(origin + ": " + key.old_name + " is now " + key.dotted + "; the old name still works");
+}
+
+void set_key(Reading& r, const KeyName& key, const toml::value& v, const std::string& origin) {
+  check_one_name(r.deck, key, origin);
+  notice_old_name(r, key, origin);
+  r.deck.key_origin[key.dotted] = origin;
+  if (key.old_name.empty()) r.deck.written_as.erase(key.dotted);
+  else r.deck.written_as[key.dotted] = key.old_name;
+  r.unread.erase(key.dotted);  // a later value of the key replaces an unread one
+  read_field(v, key.spec->field(r.deck), r.deck.where(key.dotted), key.dotted, r.unread);
 }
 
 // The entries of a table in file order (toml11 tables are unordered).
@@ -240,8 +286,9 @@ void read_sections(const toml::value& root, const std::string& file, Reading& r)
     return a.second->location().line() < b.second->location().line();
   });
   for (const auto& [dotted, v] : keys) {
-    size_t dot = dotted.find('.');
-    set_key(r, dotted.substr(0, dot), dotted.substr(dot + 1), *v, origin_at(file, *v));
+    const size_t dot = dotted.find('.');
+    const std::string origin = origin_at(file, *v);
+    set_key(r, key_named(dotted.substr(0, dot), dotted.substr(dot + 1), origin), *v, origin);
   }
 }
 
@@ -272,14 +319,13 @@ void apply_override(const std::string& arg, Reading& r) {
   }
   std::string section = dotted.substr(0, dot), name = dotted.substr(dot + 1);
   if (!is_section(section)) unknown_section(origin, section);
-  const KeySpec* spec = find_spec(section, name);
-  if (!spec) unknown_key(origin, section, name);
+  const KeyName key = key_named(section, name, origin);
   toml::value v = override_value(raw);
   // A string key takes the text as written (e.g. output.dir=2024 is "2024").
-  const Field field = spec->field(r.deck);
+  const Field field = key.spec->field(r.deck);
   const bool text = std::holds_alternative<std::string*>(field) || std::holds_alternative<KindRef>(field);
   if (text && !v.is_string()) v = toml::value(raw);
-  set_key(r, section, name, v, origin);
+  set_key(r, key, v, origin);
 }
 
 }  // namespace
@@ -287,9 +333,10 @@ void apply_override(const std::string& arg, Reading& r) {
 // ---- the deck API ----------------------------------------------------------
 
 Deck parse_deck_text(const std::string& text, const std::string& source_name,
-                     const std::vector<std::string>& overrides) {
+                     const std::vector<std::string>& overrides, const DeckNotice& notice) {
   toml::value root = parse_toml(text, source_name);
   Reading r;
+  r.notice = &notice;
   r.deck.source_file = source_name;
   read_sections(root, source_name, r);
   for (const std::string& arg : overrides) apply_override(arg, r);
@@ -297,14 +344,15 @@ Deck parse_deck_text(const std::string& text, const std::string& source_name,
   return r.deck;
 }
 
-Deck parse_deck_file(const std::string& path, const std::vector<std::string>& overrides) {
+Deck parse_deck_file(const std::string& path, const std::vector<std::string>& overrides,
+                     const DeckNotice& notice) {
   std::error_code ec;
   if (std::filesystem::is_directory(path, ec)) throw InputError(path + ": is a directory, not a deck file");
   std::ifstream in(path, std::ios::binary);
   if (!in) throw InputError(path + ": cannot open the deck file: " + std::strerror(errno));
   std::ostringstream text;
   text << in.rdbuf();
-  return parse_deck_text(text.str(), path, overrides);
+  return parse_deck_text(text.str(), path, overrides, notice);
 }
 
 }  // namespace pt

@@ -236,7 +236,7 @@ void Executor::compute_end(const StageRunner& runner, EventKind kind, int mb, do
                     i + 1 == count ? end_us : start_us + (i + 1) * slice_us);
 }
 
-// Fault injection (pipeline.slowdown_*): a slowed rank's F, B and W each
+// Fault injection ([slowdown]): a slowed rank's F, B and W each
 // take factor x as long. What is stretched is the action's compute alone,
 // from compute_begin to its end, never a wait for a peer's message before it.
 // A backend that computes asynchronously (CUDA) returns from a kernel launch

@@ -25,9 +25,9 @@ std::string format_seconds(double s) {
 
 ReductionConfig reduction_config_for(const Deck& deck) {
   ReductionConfig config;
-  config.ordered = deck.pipeline.dp_reduction == DpReductionKind::Ordered;
+  config.ordered = deck.data_parallel.reduction == DpReductionKind::Ordered;
   config.micro_batches = static_cast<int>(deck.pipeline.micro_batches);
-  config.bucket_bytes = deck.pipeline.dp_bucket_mb * 1048576.0;
+  config.bucket_bytes = deck.data_parallel.bucket_mb * 1048576.0;
   config.timeout_s = deck.pipeline.timeout_s;
   return config;
 }

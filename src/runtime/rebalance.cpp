@@ -12,10 +12,10 @@ namespace pt {
 
 RebalanceConfig rebalance_config_for(const Deck& deck) {
   RebalanceConfig c;
-  c.every = deck.pipeline.rebalance_every;
+  c.every = deck.rebalance.every;
   c.micro_batches = static_cast<int>(deck.pipeline.micro_batches);
-  c.settings.threshold = deck.pipeline.rebalance_threshold;
-  c.settings.margin = deck.pipeline.rebalance_margin;
+  c.settings.threshold = deck.rebalance.threshold;
+  c.settings.margin = deck.rebalance.margin;
   c.settings.objective = deck.pipeline.partition_strategy == PartitionStrategy::Balanced
                              ? PartitionObjective::Balanced
                              : PartitionObjective::Time;

@@ -40,13 +40,13 @@ RunSettings run_settings_for(const Deck& deck, const RankPlace& place) {
   s.data = data_set_config_for(deck);
   s.executor = executor_config_for(deck);
   s.executor.replica = place.replica;
-  if (deck.pipeline.slowdown_rank == place.rank)
-    s.executor.slowdown = {deck.pipeline.slowdown_from_step, deck.pipeline.slowdown_factor};
+  if (deck.slowdown.rank == place.rank)
+    s.executor.slowdown = {deck.slowdown.from_step, deck.slowdown.factor};
   s.reduction = reduction_config_for(deck);
   s.recompute = recompute_settings_for(deck);
   s.semantics = comm_semantics_of(deck.pipeline.transport, deck.training.device);
   s.trace = deck.output.trace;
-  s.measured_placement = deck.pipeline.places_at_measured_times();
+  s.measured_placement = places_at_measured_times(deck);
   return s;
 }
 
@@ -142,7 +142,7 @@ std::unique_ptr<RunParts> build_run(const Deck& deck, const std::vector<int64_t>
                                     const ProcessGrid& grid, ComputeSetup setup) {
   RankPlace place = rank_place_of(grid);
   PT_CHECK(data_parallel_size(deck) == place.replica_count,
-           "pipeline.data_parallel = " + std::to_string(data_parallel_size(deck)) +
+           "data_parallel.replicas = " + std::to_string(data_parallel_size(deck)) +
                " but the process grid has " + std::to_string(place.replica_count) + " replicas");
   RunSettings settings = run_settings_for(deck, place);
   auto run = std::make_unique<RunParts>(std::move(settings), std::move(place), std::move(setup));

@@ -6,9 +6,12 @@
 // (schedule/recompute.hpp parses them).
 //
 // A deck is a TOML file with the sections [model], [data], [training],
-// [pipeline] and [output]. It is parsed (with toml11, in src/io/deck_toml.cpp
-// only) on rank 0, checked strictly, and broadcast to every rank as its
-// resolved TOML text. Nothing in this header depends on toml11.
+// [pipeline], [data_parallel], [rebalance], [slowdown] and [output]; the
+// ten keys the last three took over from [pipeline] are still read under
+// their old names (kMovedKeys in src/io/deck_schema.cpp). It is parsed
+// (with toml11, in src/io/deck_toml.cpp only) on rank 0, checked strictly,
+// and broadcast to every rank as its resolved TOML text. Nothing in this
+// header depends on toml11.
 #pragma once
 
 #include <cstdint>
@@ -68,7 +71,7 @@ struct PipelineConfig {
   // zb-h1 / zb-v: "unit" (the papers' placement: every action one time
   // unit), "measured" (placed again after the first steps at each stage's
   // measured F, B and W times; runtime/schedule_placement.hpp) or "auto"
-  // (measured, unless pipeline.rebalance moves units under the schedule).
+  // (measured, unless rebalance.enabled moves units under the schedule).
   ScheduleTimesKind schedule_times = ScheduleTimesKind::Auto;
   int64_t virtual_stages = 1;      // stages per rank: interleaved and file (zb-v: 2)
   // When gpipe, 1f1b and interleaved compute weight gradients:
@@ -92,37 +95,42 @@ struct PipelineConfig {
   // Activation/gradient exchange. CPU: "auto" (= "mpi") | "mpi" | "nccl_model"
   // (MPI with NCCL's semantics); CUDA: "auto" | "nccl" | "mpi_staged".
   TransportKind transport = TransportKind::Auto;
-  // Dynamic rebalancing (docs/rebalance.md): every rebalance_every steps the
-  // median measured compute time of each stage over those steps is compared;
-  // at slowest / fastest >= rebalance_threshold, units move between the
-  // running stages when the solver predicts a gain of at least rebalance_margin.
-  bool rebalance = false;
-  double rebalance_threshold = 1.5;
-  int64_t rebalance_every = 10;
-  double rebalance_margin = 0.05;
-  // Fault injection (tests, benchmarks): from step slowdown_from_step on,
-  // rank slowdown_rank's F and B take slowdown_factor times as long (it
-  // sleeps after each); -1 = no rank is slowed. Changes no number.
-  int64_t slowdown_rank = -1;
-  double slowdown_factor = 2.0;
-  int64_t slowdown_from_step = 0;
-  // Data parallelism (docs/data-parallel.md): data_parallel = D replicas of
-  // the pipeline, ranks = pipeline ranks x D; 0 = ranks / stages (1 when
-  // pipeline.stages = 0). batch_size stays the global batch; each replica
-  // runs micro_batches micro-batches of batch_size / (D x micro_batches).
-  int64_t data_parallel = 0;
+};
+
+// [data_parallel] (docs/data-parallel.md): replicas = D replicas of the
+// pipeline, ranks = pipeline ranks x D; 0 = ranks / pipeline.stages (1 when
+// pipeline.stages = 0). batch_size stays the global batch; each replica runs
+// micro_batches micro-batches of batch_size / (D x micro_batches).
+struct DataParallelSection {
+  int64_t replicas = 0;
   // How the D replicas' gradients are summed: "replica" (each replica's
   // accumulated gradient, added in replica order: bitwise across P at a
   // given D) or "ordered" (every micro-batch's gradient kept apart and added
   // in global micro-batch order: bitwise across every P x D with the same
   // micro-batch size, at (micro_batches + D x micro_batches) x the gradient
   // memory and D x micro_batches x the traffic).
-  DpReductionKind dp_reduction = DpReductionKind::Replica;
-  double dp_bucket_mb = 4.0;       // gradient bytes per reduction bucket (MiB)
+  DpReductionKind reduction = DpReductionKind::Replica;
+  double bucket_mb = 4.0;          // gradient bytes per reduction bucket (MiB)
+};
 
-  // Whether a zb-h1 or zb-v run places its schedule again at the F, B and W
-  // times it measures: schedule_times "measured", or "auto" without rebalancing.
-  bool places_at_measured_times() const;
+// [rebalance] Dynamic rebalancing (docs/rebalance.md): every `every` steps
+// the median measured compute time of each stage over those steps is
+// compared; at slowest / fastest >= threshold, units move between the
+// running stages when the solver predicts a gain of at least margin.
+struct RebalanceSection {
+  bool enabled = false;
+  double threshold = 1.5;
+  int64_t every = 10;
+  double margin = 0.05;
+};
+
+// [slowdown] Fault injection (tests, benchmarks): from step from_step on,
+// rank `rank`'s F and B take `factor` times as long (it sleeps after each);
+// -1 = no rank is slowed. Changes no number.
+struct SlowdownSection {
+  int64_t rank = -1;
+  double factor = 2.0;
+  int64_t from_step = 0;
 };
 
 struct OutputConfig {
@@ -139,23 +147,38 @@ struct Deck {
   DataConfig data;
   TrainingConfig training;
   PipelineConfig pipeline;
+  DataParallelSection data_parallel;
+  RebalanceSection rebalance;
+  SlowdownSection slowdown;
   OutputConfig output;
 
   // Where each "section.key" was set: "file:line" or "--set". Used to point
   // error messages at the source of a value. Keys left at default are absent.
   std::string source_file;
   std::map<std::string, std::string> key_origin;
+  // Keys whose value was written under an old name (docs/decks.md, "Moved
+  // keys"): "rebalance.every" -> "pipeline.rebalance_every". Messages name
+  // such a key as it was written; absent when written under its own name.
+  std::map<std::string, std::string> written_as;
 
   // "inputs/mlp.toml:12: training.batch_size" style prefix for messages.
   std::string where(const std::string& dotted_key) const;
   // "pipeline.micro_batches = 8 (inputs/mlp.toml:20)": a second key in a
   // message, with the origin of its value ("default" when not set).
   std::string described(const std::string& dotted_key, const std::string& value) const;
+  // The name a message gives `dotted_key`: the old name the deck wrote it
+  // under, else the key itself.
+  std::string named(const std::string& dotted_key) const;
 };
 
-// D of pipeline.data_parallel; 1 before the layout check resolves 0.
+// D of data_parallel.replicas; 1 before the layout check resolves 0.
 inline int64_t data_parallel_size(const Deck& deck) {
-  return deck.pipeline.data_parallel > 0 ? deck.pipeline.data_parallel : 1;
+  return deck.data_parallel.replicas > 0 ? deck.data_parallel.replicas : 1;
 }
+
+// Whether a zb-h1 or zb-v run places its schedule again at the F, B and W
+// times it measures: pipeline.schedule_times "measured", or "auto" without
+// rebalance.enabled.
+bool places_at_measured_times(const Deck& deck);
 
 }  // namespace pt

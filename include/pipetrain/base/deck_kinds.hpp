@@ -33,7 +33,7 @@ enum class WeightGradKind { MicroBatch, Step };                  // pipeline.wei
 // list of per-stage counts ("explicit" is never written as a value).
 enum class PartitionStrategy { Uniform, Time, Memory, Balanced, Explicit };
 enum class TransportKind { Auto, Mpi, NcclModel, Nccl, MpiStaged };  // pipeline.transport
-enum class DpReductionKind { Replica, Ordered };                 // pipeline.dp_reduction
+enum class DpReductionKind { Replica, Ordered };                 // data_parallel.reduction
 
 // The names of a kind, indexed by its enum value.
 struct KindNames {

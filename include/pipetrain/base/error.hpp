@@ -10,6 +10,8 @@
 // the job with a non-zero status (MPI_Abort once ranks can no longer agree).
 // One check macro per library: PT_CHECK (our invariants), MPI_CHECK, H5_CHECK;
 // CUDA_CHECK, CUBLAS_CHECK and NCCL_CHECK live in the CUDA backend.
+// What does not stop the run (a checkpoint fallen back from, an old deck key
+// name) is a warning: pt::warn prints one line, "pipetrain: warning: ...".
 #pragma once
 
 #include <stdexcept>
@@ -32,6 +34,9 @@ class TimeoutError : public Error {
  public:
   using Error::Error;
 };
+
+// "pipetrain: warning: <text>" on stderr, flushed; the caller picks the rank.
+void warn(const std::string& text);
 
 [[noreturn]] void fail_at(const char* file, int line, const std::string& msg);
 [[noreturn]] void fail_mpi(const char* file, int line, const char* call, int code);

@@ -69,7 +69,7 @@ std::unique_ptr<Dataset> make_hdf5_dataset(const DataSetConfig& config, Split sp
 void check_token_file(const DataSetConfig& config, const std::string& path, const std::string& deck_key);
 
 // First global sample of micro-batch `mb` of step `step`. With D replicas
-// (pipeline.data_parallel) `mb` is the global micro-batch index: replica d's
+// (data_parallel.replicas) `mb` is the global micro-batch index: replica d's
 // local micro-batch m is d * micro_batches + m, so replica d reads the d-th
 // contiguous slice of the batch (docs/data-parallel.md).
 inline int64_t micro_batch_first_sample(const DataSetConfig& config, int64_t step, int64_t mb) {

@@ -19,7 +19,7 @@ struct ReductionHooks {
   std::function<void()> progress;
 };
 
-// Fault injection (pipeline.slowdown_*), resolved for one rank: from training
+// Fault injection ([slowdown]), resolved for one rank: from training
 // step `from_step` on, after each F, B and W the rank sleeps (factor - 1) x
 // its compute time, so they take factor x as long and nothing computed
 // changes. factor 1 = off.

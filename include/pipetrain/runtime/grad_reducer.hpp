@@ -2,7 +2,7 @@
 // across their D replicas (docs/data-parallel.md).
 //
 // Each stage's parameters are split into buckets of about
-// pipeline.dp_bucket_mb, in backward order (last layer first). The executor
+// data_parallel.bucket_mb, in backward order (last layer first). The executor
 // reports each layer whose weight gradients of a micro-batch are complete
 // (the end of its B, or of its W with a split backward); a bucket's
 // reduction starts as soon as all its layers have done so for the step's last
@@ -35,7 +35,7 @@
 
 namespace pt {
 
-// What a reducer reads of the deck (pipeline.dp_reduction, micro_batches,
+// What a reducer reads of the deck (data_parallel.reduction, micro_batches,
 // dp_bucket_mb, timeout_s).
 struct ReductionConfig {
   bool ordered = false;        // dp_reduction = "ordered": micro-batch gradients kept apart

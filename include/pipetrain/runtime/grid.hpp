@@ -1,7 +1,7 @@
 // grid.hpp: the P x D process grid of data parallel x pipeline training.
 //
 // ranks = R x D, where R is the ranks of one pipeline (its stages / stages
-// per rank) and D the replicas (pipeline.data_parallel). World rank
+// per rank) and D the replicas (data_parallel.replicas). World rank
 //   w = replica * R + pipeline_rank
 // so the R ranks of one pipeline are consecutive: with mpirun's default
 // by-slot placement (or --map-by core / slot) a pipeline's neighbours share a

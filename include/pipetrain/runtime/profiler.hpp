@@ -46,7 +46,7 @@ struct ProfileOptions {
 };
 
 // Samples per micro-batch: training.batch_size / (pipeline.micro_batches x
-// pipeline.data_parallel).
+// data_parallel.replicas).
 int64_t micro_batch_rows(const Deck& deck);
 // What a profile holds for, in one line: the model, the optimizer (its
 // state bytes), the GEMM precision (its times) and, for data kept in memory,

@@ -1,7 +1,7 @@
 // rebalance.hpp: dynamic rebalancing inside a run (docs/rebalance.md).
 //
 // The Rebalancer keeps every stage's measured compute time (F + B without
-// waits) of the steps since the last check. Every pipeline.rebalance_every
+// waits) of the steps since the last check. Every rebalance.every
 // steps, rank 0 takes each stage's median over those steps, asks
 // decide_rebalance (plan/rebalance.hpp) for a partition and broadcasts the
 // decision, so every rank agrees at the same step boundary; the Trainer then
@@ -41,7 +41,7 @@ struct RebalanceCheck {
 
 // What the Rebalancer reads of the deck (rebalance_config_for).
 struct RebalanceConfig {
-  int64_t every = 0;               // pipeline.rebalance_every: steps between checks
+  int64_t every = 0;               // rebalance.every: steps between checks
   int micro_batches = 1;           // pipeline.micro_batches
   RebalanceSettings settings;      // threshold, margin, objective (partition strategy)
   double memory_budget_bytes = 0;  // pipeline.memory_budget_mb, for the solver's setup

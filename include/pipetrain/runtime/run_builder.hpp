@@ -78,7 +78,7 @@ struct RunSettings {
   RecomputeSettings recompute;
   CommSemantics semantics;   // the transport's message semantics
   bool trace = false;        // output.trace
-  bool measured_placement = false;  // pipeline.places_at_measured_times()
+  bool measured_placement = false;  // places_at_measured_times(deck)
 };
 RunSettings run_settings_for(const Deck& deck, const RankPlace& place);
 
