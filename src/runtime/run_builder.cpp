@@ -8,13 +8,26 @@
 
 namespace pt {
 
+ScheduleSettings schedule_settings_for(const Deck& deck) {
+  ScheduleSettings s;
+  s.kind = deck.pipeline.schedule;
+  s.file = deck.pipeline.schedule_file;
+  s.micro_batches = deck.pipeline.micro_batches;
+  s.virtual_stages = deck.pipeline.virtual_stages;
+  s.weight_grad = deck.pipeline.weight_grad;
+  return s;
+}
+
+Schedule make_schedule(const ScheduleSettings& settings, int ranks) {
+  const int n = static_cast<int>(settings.micro_batches);
+  const int v = static_cast<int>(settings.virtual_stages);
+  if (settings.kind == ScheduleKind::File) return load_schedule_file(settings.file, ranks * v, n);
+  Schedule schedule = generate_schedule(settings.kind, ranks, n, v);
+  return settings.weight_grad == WeightGradKind::Step ? with_step_weight_grads(schedule) : schedule;
+}
+
 Schedule schedule_for_deck(const Deck& deck, int ranks) {
-  const int n = static_cast<int>(deck.pipeline.micro_batches);
-  const int v = static_cast<int>(deck.pipeline.virtual_stages);
-  if (deck.pipeline.schedule == ScheduleKind::File)
-    return load_schedule_file(deck.pipeline.schedule_file, ranks * v, n);
-  Schedule schedule = generate_schedule(deck.pipeline.schedule, ranks, n, v);
-  return deck.pipeline.weight_grad == WeightGradKind::Step ? with_step_weight_grads(schedule) : schedule;
+  return make_schedule(schedule_settings_for(deck), ranks);
 }
 
 MemoryStats stage_memory_stats(const ComputeSetup& setup) {
@@ -34,8 +47,12 @@ RankPlace rank_place_of(const ProcessGrid& grid) {
 }
 
 RunSettings run_settings_for(const Deck& deck, const RankPlace& place) {
+  PT_CHECK(data_parallel_size(deck) == place.replica_count,
+           "data_parallel.replicas = " + std::to_string(data_parallel_size(deck)) +
+               " but the process grid has " + std::to_string(place.replica_count) + " replicas");
   RunSettings s;
   s.model = deck.model;
+  s.schedule = schedule_settings_for(deck);
   s.training = deck.training;
   s.data = data_set_config_for(deck);
   s.executor = executor_config_for(deck);
@@ -63,12 +80,12 @@ std::vector<Param*> RunParts::params() {
 
 namespace {
 
-// The deck's schedule on this pipeline's ranks, validated under the
+// The run's schedule on this pipeline's ranks, validated under the
 // transport's semantics, and its forward-only twin.
-void build_schedules(RunParts& run, const Deck& deck) {
+void build_schedules(RunParts& run) {
   RunSchedules& s = run.schedules;
   const int ranks = run.place.ranks;
-  s.train = schedule_for_deck(deck, ranks);
+  s.train = make_schedule(run.settings.schedule, ranks);
   PT_CHECK(s.train.num_ranks == ranks, "schedule '" + s.train.name + "' has " +
                                            std::to_string(s.train.num_ranks) + " ranks, the job " +
                                            std::to_string(ranks));
@@ -138,15 +155,10 @@ RecomputeProbeSite probe_site_of(RunParts& run) {
           setup.reset_device_memory_peaks};
 }
 
-std::unique_ptr<RunParts> build_run(const Deck& deck, const std::vector<int64_t>& partition,
-                                    const ProcessGrid& grid, ComputeSetup setup) {
-  RankPlace place = rank_place_of(grid);
-  PT_CHECK(data_parallel_size(deck) == place.replica_count,
-           "data_parallel.replicas = " + std::to_string(data_parallel_size(deck)) +
-               " but the process grid has " + std::to_string(place.replica_count) + " replicas");
-  RunSettings settings = run_settings_for(deck, place);
+std::unique_ptr<RunParts> build_run(RunSettings settings, RankPlace place,
+                                    const std::vector<int64_t>& partition, ComputeSetup setup) {
   auto run = std::make_unique<RunParts>(std::move(settings), std::move(place), std::move(setup));
-  build_schedules(*run, deck);
+  build_schedules(*run);
   run->collectives = std::make_unique<StepCollectives>(run->place.pipeline, run->place.replicas,
                                                        run->place.replica_count, run->schedules.train);
   build_stages(*run, partition);

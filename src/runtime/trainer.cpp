@@ -14,7 +14,8 @@ Trainer::Trainer(const Deck& deck, const ProcessGrid& grid, ComputeSetup setup)
 Trainer::Trainer(const Deck& deck, const std::vector<int64_t>& partition, const ProcessGrid& grid,
                  ComputeSetup setup)
     : rebalance_config_(rebalance_config_for(deck)),
-      run_(build_run(deck, partition, grid, std::move(setup))) {}
+      run_(build_run(run_settings_for(deck, rank_place_of(grid)), rank_place_of(grid), partition,
+                     std::move(setup))) {}
 
 Trainer::~Trainer() = default;
 

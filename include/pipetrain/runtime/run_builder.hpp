@@ -38,8 +38,19 @@
 
 namespace pt {
 
-// The deck's schedule on `ranks` ranks: generated, or read from its file;
-// ranks x stages_per_rank stages.
+// What the schedule is made of: [pipeline]'s schedule keys.
+struct ScheduleSettings {
+  ScheduleKind kind = ScheduleKind::OneFOneB;
+  std::string file;             // with kind File
+  int64_t micro_batches = 1;    // N
+  int64_t virtual_stages = 1;   // stages per rank
+  WeightGradKind weight_grad = WeightGradKind::MicroBatch;
+};
+ScheduleSettings schedule_settings_for(const Deck& deck);
+// The schedule on `ranks` ranks: generated, or read from its file; ranks x
+// virtual_stages stages.
+Schedule make_schedule(const ScheduleSettings& settings, int ranks);
+// make_schedule(schedule_settings_for(deck), ranks).
 Schedule schedule_for_deck(const Deck& deck, int ranks);
 
 // Where a rank computes. The defaults are the CPU backend and MPI; the driver
@@ -70,6 +81,7 @@ RankPlace rank_place_of(const ProcessGrid& grid);
 // never changed: every part of RunParts is built from it.
 struct RunSettings {
   ModelConfig model;
+  ScheduleSettings schedule;
   TrainingConfig training;   // steps, batch, learning rate, clipping, evaluation, precision
   DataSetConfig data;        // what the data sets read
   ExecutorConfig executor;   // this rank's (replica, slowdown); build_engine adds
@@ -80,6 +92,8 @@ struct RunSettings {
   bool trace = false;        // output.trace
   bool measured_placement = false;  // places_at_measured_times(deck)
 };
+// The deck read once, for the rank at `place` (its slowdown); checks that
+// the deck's data_parallel.replicas is the grid's.
 RunSettings run_settings_for(const Deck& deck, const RankPlace& place);
 
 // The schedules a run uses, replaced together when they are placed again
@@ -131,11 +145,11 @@ struct RunParts {
   Engine engine;  // last: released before the stages it holds
 };
 
-// The one factory of a run: collective over the grid's pipeline (clock
-// alignment, "auto" recomputation). `partition`: units per stage, as
-// pipeline.partition (empty = uniform).
-std::unique_ptr<RunParts> build_run(const Deck& deck, const std::vector<int64_t>& partition,
-                                    const ProcessGrid& grid, ComputeSetup setup);
+// The one factory of a run, from its settings alone (no deck): collective
+// over the place's pipeline (clock alignment, "auto" recomputation).
+// `partition`: units per stage, as pipeline.partition (empty = uniform).
+std::unique_ptr<RunParts> build_run(RunSettings settings, RankPlace place,
+                                    const std::vector<int64_t>& partition, ComputeSetup setup);
 
 // The one factory of what runs the schedule, over run.stages with
 // run.recompute's policies; at the start and after every rebalancing move.
