@@ -279,6 +279,12 @@ void set_root_attr(const std::string& file, const std::string& name, const std::
   H5Fclose(f);
 }
 
+void delete_root_attr(const std::string& file, const std::string& name) {
+  hid_t f = H5Fopen(file.c_str(), H5F_ACC_RDWR, H5P_DEFAULT);
+  H5Adelete(f, name.c_str());
+  H5Fclose(f);
+}
+
 void set_format_version(const std::string& manifest, int64_t version) {
   set_root_attr(manifest, "format_version", version);
 }
@@ -454,11 +460,44 @@ TEST_F(MismatchedCheckpoint, StageFileOfAnotherRun) {
   expect_refused_and_skipped(newest(last_stage()) + ": written by another save (checkpoint_id ");
 }
 
+// An edited manifest is named as the damaged file (its manifest_crc32, #44)
+// before the stage files it now misdescribes are blamed; a stage file of
+// another step is still named (StageFileOfAnOlderCheckpoint).
 TEST_F(MismatchedCheckpoint, EditedManifestStep) {
   on_root([&] { set_root_attr(newest("manifest.h5"), "step", int64_t{6}); });
-  expect_refused_and_skipped(newest(stage_name(0)) +
-                             ": written for step 4, but manifest.h5 says step 6; the files of "
-                             "this checkpoint were not saved together");
+  expect_refused_and_skipped(newest("manifest.h5") + ": its contents have crc32 0x",
+                             "written for step");
+}
+
+// The byte damage of the review (#44): a dataset name in the manifest's list
+// used to be reported as the stage file holding an unlisted dataset.
+TEST_F(MismatchedCheckpoint, DamagedNameInTheManifestBlamesTheManifest) {
+  on_root([&] { patch_bytes(newest("manifest.h5"), "unit7.linear.weight", "unit7.linear.weigXt"); });
+  expect_refused_and_skipped(newest("manifest.h5") + ": its contents have crc32 0x",
+                             "holds dataset");
+}
+
+// The resolved deck stored in the manifest is covered too.
+TEST_F(MismatchedCheckpoint, DamagedDeckTextInTheManifest) {
+  on_root([&] { patch_bytes(newest("manifest.h5"), "batch_size", "batch_sizf"); });
+  expect_refused_and_skipped(newest("manifest.h5") + ": its contents have crc32 0x");
+}
+
+TEST_F(MismatchedCheckpoint, ManifestWithoutItsChecksum) {
+  on_root([&] { delete_root_attr(newest("manifest.h5"), "manifest_crc32"); });
+  expect_refused_and_skipped(newest("manifest.h5") + ": attribute manifest_crc32 is damaged or missing");
+}
+
+// format_version 2 (before the manifest checked itself) still loads.
+TEST_F(MismatchedCheckpoint, VersionTwoWithoutTheChecksumLoads) {
+  on_root([&] {
+    delete_root_attr(newest("manifest.h5"), "manifest_crc32");
+    set_format_version(newest("manifest.h5"), 2);
+    for (int s = 0; s < stages_here(); ++s) set_format_version(newest(stage_name(s)), 2);
+  });
+  int64_t step = -1;
+  EXPECT_EQ(load_error(deck, tmp / "root/step_00000004", &step), "");
+  EXPECT_EQ(step, 4);
 }
 
 // A damaged name is damage to that file, not a model that differs

@@ -54,4 +54,11 @@ std::string binding_mismatch(hid_t stage_file, const Binding& manifest);
 // for it, each with the listed crc32 attribute; otherwise what differs.
 std::string dataset_mismatch(hid_t stage_file, const std::map<std::string, int64_t>& listed);
 
+// The manifest's check of itself (checkpoint_digest.cpp): the CRC-32 of a
+// canonical text of all it holds, stored as its attribute manifest_crc32
+// (written last, format_version 3 on), and "" when the open manifest still
+// matches it, otherwise what differs.
+void write_manifest_digest(hid_t manifest);
+std::string manifest_digest_mismatch(hid_t manifest);
+
 }  // namespace pt::ckpt

@@ -172,11 +172,12 @@ int64_t read_manifest_version(hid_t m, const std::string& path) {
     unusable(path, "format_version " + std::to_string(version) +
                        " is newer than this pipetrain reads (up to " + here +
                        "); use a newer pipetrain");
-  if (version < kCheckpointFormatVersion)
+  if (version < kOldestReadableCheckpointFormat)
     unusable(path, "format_version " + std::to_string(version) +
                        " was written by an older pipetrain, whose checkpoints do not bind their "
-                       "files to the manifest; this pipetrain reads format_version " + here +
-                       " only (resume it with the pipetrain that wrote it, or rewrite it as "
+                       "files to the manifest; this pipetrain reads format_version " +
+                       std::to_string(kOldestReadableCheckpointFormat) + " to " + here +
+                       " (resume it with the pipetrain that wrote it, or rewrite it as "
                        "docs/checkpoint-format.md describes)");
   return version;
 }
@@ -207,6 +208,12 @@ void read_manifest_state(hid_t m, const std::string& path, Inspection& ins) {
                      ", not \"" + kFormatName + "\" (a damaged manifest, or not a pipetrain checkpoint)");
   Binding& b = ins.binding;
   b.version = read_manifest_version(m, path);
+  // Before anything the manifest lists is trusted: damage to it is named
+  // as damage to it, not to the stage file it now misdescribes.
+  if (b.version >= 3) {
+    const std::string why = manifest_digest_mismatch(m);
+    if (!why.empty()) broken(path, why);
+  }
   if (!read_attr(m, "step", b.step) || b.step < 0)
     broken(path, "attribute step is damaged or missing");
   if (!read_attr(m, "checkpoint_id", b.id) || b.id.empty())

@@ -174,6 +174,7 @@ void write_manifest(const Where& w, const Deck& deck, const std::string& resolve
     write_file_record(g.get(), lists[static_cast<size_t>(r)]);
   }
   files.reset();
+  write_manifest_digest(f);  // last: over everything above
   H5_CHECK(file.reset());
   fsync_path(path);
 }

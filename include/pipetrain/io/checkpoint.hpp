@@ -30,9 +30,13 @@
 
 namespace pt {
 
-// The format this pipetrain writes and reads. Version 1 (without the binding
-// of files to the manifest) is refused with a message saying so.
-constexpr int64_t kCheckpointFormatVersion = 2;
+// The format this pipetrain writes: 3, whose manifest checks itself
+// (manifest_crc32). It reads 3 and 2 (the same without that check, whose
+// manifest damage is found only through the stage files it misdescribes);
+// version 1 (without the binding of files to the manifest) is refused with
+// a message saying so.
+constexpr int64_t kCheckpointFormatVersion = 3;
+constexpr int64_t kOldestReadableCheckpointFormat = 2;
 
 // output.checkpoint_dir, or <output.dir>/checkpoints when that is "".
 std::string checkpoint_root(const Deck& deck);
