@@ -128,6 +128,7 @@ class CudaBackend final : public Backend {
         fused_attention_(make_fused_attention(o.precision)) {}
   const char* name() const override { return "cuda"; }
   Device device() const override { return Device::CUDA; }
+  Precision precision() const override { return precision_; }
   void synchronize() override { cuda::synchronize(); }
   std::unique_ptr<ComputeTimer> make_timer() override { return std::make_unique<EventTimer>(); }
   std::unique_ptr<ScalarBatch> make_scalar_batch(int64_t size) override {
@@ -156,8 +157,8 @@ class CudaBackend final : public Backend {
     g.k = trans_a ? a.rows() : a.cols();
     g.n = trans_b ? b.rows() : b.cols();
     DeviceBuffer a_low, b_low;
-    g.a = as_operand(a.f32(), a.numel(), precision_, a_low);
-    g.b = as_operand(b.f32(), b.numel(), precision_, b_low);
+    g.a = as_operand(a, precision_, a_low);
+    g.b = as_operand(b, precision_, b_low);
     g.lda = a.cols();
     g.ldb = b.cols();
     g.c = c.f32();
@@ -165,6 +166,13 @@ class CudaBackend final : public Backend {
     g.alpha = alpha;
     g.beta = beta;
     run_gemm(g, precision_);
+  }
+
+  // The format is dst's (BF16 or F16): the CPU's round_bits, bit for bit.
+  void do_round_to(const Tensor& src, Tensor& dst) override {
+    check_on_gpu(src, "round_to src");
+    check_on_gpu(dst, "round_to dst");
+    kern::cast_to_half(src.f32(), dst.raw(), src.numel(), dst.dtype() == DType::BF16, stream());
   }
 
   void do_add_bias(Tensor& y, const Tensor& bias) override {
