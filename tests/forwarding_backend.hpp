@@ -14,12 +14,14 @@ class ForwardingBackend : public Backend {
  public:
   explicit ForwardingBackend(Backend& target = cpu_backend()) : target_(target) {}
   Device device() const override { return target_.device(); }
+  Precision precision() const override { return target_.precision(); }
 
  protected:
   void do_matmul(const Tensor& a, bool ta, const Tensor& b, bool tb, Tensor& c, float alpha,
                  float beta) override {
     target_.matmul(a, ta, b, tb, c, alpha, beta);
   }
+  void do_round_to(const Tensor& src, Tensor& dst) override { target_.round_to(src, dst); }
   void do_add_bias(Tensor& y, const Tensor& bias) override { target_.add_bias(y, bias); }
   void do_accumulate_bias_grad(const Tensor& dy, Tensor& db) override {
     target_.accumulate_bias_grad(dy, db);

@@ -3,8 +3,9 @@
 //
 // Each case trains a small GPT (4 blocks) for 2 SGD steps on 2 ranks (GPipe,
 // 1F1B, interleaved, ZB-H1, ZB-V; weight_grad = "step"; selective and full
-// recomputation; bf16 and fp16 GEMMs, fp16 with the loss scaler; a forced
-// rebalancing move after step 0; data parallel D = 2, both reductions) and
+// recomputation; bf16 GEMMs with and without weight copies, fp16 with the
+// loss scaler; a forced rebalancing move after step 0; data parallel D = 2,
+// both reductions) and
 // the same model on rank 0 alone (1 stage, N x D micro-batches of the same
 // size, GPipe, no recomputation, no move), and compares every parameter's
 // gradient of the last step, keyed by name, and every step's loss. On the
@@ -273,6 +274,15 @@ TEST_F(CudaFeatures, FullRecompute) {
 
 TEST_F(CudaFeatures, Bf16) {
   check({"bf16", [](Deck& d) { d.training.precision = Precision::Bf16; }});
+}
+
+// bf16 with every GEMM rounding its weight from the fp32 master (the case
+// above reads the weight copies, training.weight_copies' default).
+TEST_F(CudaFeatures, Bf16WithoutWeightCopies) {
+  check({"bf16, weight copies off", [](Deck& d) {
+           d.training.precision = Precision::Bf16;
+           d.training.weight_copies = false;
+         }});
 }
 
 TEST_F(CudaFeatures, Fp16WithTheLossScaler) {

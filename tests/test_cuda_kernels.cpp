@@ -62,6 +62,53 @@ TEST(CudaKernels, MatmulAllTransposesAndPrecisions) {
   }
 }
 
+// The weight copies (training.weight_copies): the GPU's round_to gives the
+// CPU's bits, on random values at several scales and on edge values (ties,
+// a carry into the exponent, the fp16 range ends and subnormals, inf, quiet
+// and signalling NaNs of either sign).
+TEST(CudaKernels, RoundToGivesTheCpuBits) {
+  PT_REQUIRE_GPU();
+  Tensor x = random_host({4, 500}, 4);
+  for (int64_t i = 0; i < 500; ++i) x.f32()[500 + i] *= 1e-6f;   // fp16 subnormals
+  for (int64_t i = 0; i < 500; ++i) x.f32()[1000 + i] *= 3e4f;   // near fp16's end
+  const uint32_t edges[] = {0x3f808000u, 0x3f818000u, 0x3fffffffu, 0x477fe000u, 0xc77ff000u,
+                            0x33800000u, 0x33000000u, 0x7f7fffffu, 0x7f800000u, 0xff800000u,
+                            0x7fc00000u, 0xffc00000u, 0x7f800001u, 0xff812345u, 0x7fa5a5a5u,
+                            0x00000001u, 0x80000000u};
+  std::memcpy(x.f32() + 1500, edges, sizeof edges);
+  for (Precision p : {Precision::Bf16, Precision::Fp16}) {
+    Tensor want = Tensor::empty(x.shape(), stored_dtype(p));
+    cpu_backend().round_to(x, want);
+    Tensor got = Tensor::empty(x.shape(), stored_dtype(p), MemCategory::Workspace, Device::CUDA);
+    backend(p)->round_to(gpu(x), got);
+    EXPECT_TRUE(same_bits(got, want)) << kind_name(p);
+  }
+}
+
+// A GEMM whose weight operand is a BF16/F16 copy equals, bit for bit on the
+// GPU, the GEMM that casts the fp32 weight per call: cuBLAS gets the same
+// 16-bit operands either way.
+TEST(CudaKernels, GemmOnAWeightCopyEqualsTheCastPerCall) {
+  PT_REQUIRE_GPU();
+  const int64_t m = 37, n = 53, k = 64;
+  for (Precision p : {Precision::Bf16, Precision::Fp16}) {
+    auto be = backend(p);
+    for (int ta = 0; ta < 2; ++ta)
+      for (int tb = 0; tb < 2; ++tb) {
+        const Tensor a = gpu(random_host(ta ? Shape{k, m} : Shape{m, k}, 1));
+        const Tensor w = gpu(random_host(tb ? Shape{n, k} : Shape{k, n}, 2));
+        Tensor copy = Tensor::empty(w.shape(), stored_dtype(p), MemCategory::Parameters, Device::CUDA);
+        be->round_to(w, copy);
+        const Tensor c = random_host({m, n}, 3);
+        Tensor per_call = gpu(c), from_copy = gpu(c);
+        be->matmul(a, ta, w, tb, per_call, 0.5f, 0.75f);
+        be->matmul(a, ta, copy, tb, from_copy, 0.5f, 0.75f);
+        EXPECT_TRUE(same_bits(from_copy, per_call))
+            << kind_name(p) << (ta ? " A^T" : " A") << (tb ? " W^T" : " W");
+      }
+  }
+}
+
 TEST(CudaKernels, BiasAndActivations) {
   PT_REQUIRE_GPU();
   auto be = backend();

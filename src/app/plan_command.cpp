@@ -40,8 +40,10 @@ DeviceSpec device_named(const std::string& name) {
 }
 
 // The deck's GPT as the analytic cost model sees it: activations and working
-// weights in the training precision, fp32 gradients, fp32 master weights
-// when the precision is lower, and the optimizer's fp32 state.
+// weights in the training precision (no working copy in bf16/fp16 with
+// training.weight_copies = false: the GEMMs round the masters), fp32
+// gradients, fp32 master weights when the precision is lower, and the
+// optimizer's fp32 state.
 GptSpec gpt_spec_of(const Deck& deck, const std::string& device) {
   const ModelFamily& family = model_family(deck.model);
   if (!family.analytic_dims)
@@ -56,7 +58,7 @@ GptSpec gpt_spec_of(const Deck& deck, const std::string& device) {
            " vocab_size=" + std::to_string(d.vocab_size);
   const bool half = deck.training.precision == Precision::Bf16 || deck.training.precision == Precision::Fp16;
   g.activation_bytes = half ? 2.0 : 4.0;
-  g.param_bytes = half ? 2.0 : 4.0;
+  g.param_bytes = half ? (deck.training.weight_copies ? 2.0 : 0.0) : 4.0;
   g.grad_bytes = 4.0;
   const double moments = deck.training.optimizer == OptimizerKind::AdamW ? 8.0 : 4.0;
   g.optimizer_bytes = moments + (half ? 4.0 : 0.0);

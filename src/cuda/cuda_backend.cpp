@@ -132,6 +132,7 @@ class CudaBackend final : public Backend {
         fused_attention_(make_fused_attention(o.precision)) {}
   const char* name() const override { return "cuda"; }
   Device device() const override { return Device::CUDA; }
+  Precision precision() const override { return precision_; }
   void synchronize() override { cuda::synchronize(); }
   std::unique_ptr<ComputeTimer> make_timer() override { return std::make_unique<EventTimer>(); }
   std::unique_ptr<ScalarBatch> make_scalar_batch(int64_t size) override {
@@ -160,8 +161,8 @@ class CudaBackend final : public Backend {
     g.k = trans_a ? a.rows() : a.cols();
     g.n = trans_b ? b.rows() : b.cols();
     DeviceBuffer a_low, b_low;
-    g.a = as_operand(a.f32(), a.numel(), precision_, a_low);
-    g.b = as_operand(b.f32(), b.numel(), precision_, b_low);
+    g.a = as_operand(a, precision_, a_low);
+    g.b = as_operand(b, precision_, b_low);
     g.lda = a.cols();
     g.ldb = b.cols();
     g.c = c.f32();
@@ -184,11 +185,10 @@ class CudaBackend final : public Backend {
     e.rows = x.rows();
     e.in = x.cols();
     e.out = w.rows();
-    e.x.type = e.w.type = operand_type(precision_);
-    if (e.x.type == CUDA_R_32F) {  // used in place: their alignment counts
-      e.x.ptr = x.raw();
-      e.w.ptr = w.raw();
-    }
+    // Operands used in place (fp32, or a weight's low-precision copy) keep
+    // their pointers, whose alignment counts; null: a cast copy to be made.
+    e.x = in_place_operand(x);
+    e.w = in_place_operand(w);
     e.bias = bias ? bias->f32() : nullptr;
     e.y = y.f32();
     e.gelu = gelu ? gelu->f32() : nullptr;
@@ -197,9 +197,25 @@ class CudaBackend final : public Backend {
       return;
     }
     DeviceBuffer x_low, w_low;  // bf16 / fp16 copies, until the GEMM is queued
-    e.x = as_operand(x.f32(), x.numel(), precision_, x_low);
-    e.w = as_operand(w.f32(), w.numel(), precision_, w_low);
+    e.x = as_operand(x, precision_, x_low);
+    e.w = as_operand(w, precision_, w_low);
     run_linear_epilogue(e, precision_);
+  }
+
+  // x as a GEMM operand before any cast: its own storage when it is used as
+  // it is (fp32 and tf32, or already in the GEMM's low precision), else a
+  // null pointer of the type its cast copy will have.
+  Operand in_place_operand(const Tensor& t) const {
+    const cudaDataType_t type = operand_type(precision_);
+    const bool as_is = type == CUDA_R_32F || t.dtype() != DType::F32;
+    return {as_is ? t.raw() : nullptr, type};
+  }
+
+  // The format is dst's (BF16 or F16): the CPU's round_bits, bit for bit.
+  void do_round_to(const Tensor& src, Tensor& dst) override {
+    check_on_gpu(src, "round_to src");
+    check_on_gpu(dst, "round_to dst");
+    kern::cast_to_half(src.f32(), dst.raw(), src.numel(), dst.dtype() == DType::BF16, stream());
   }
 
   void do_add_bias(Tensor& y, const Tensor& bias) override {

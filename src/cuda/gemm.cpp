@@ -14,6 +14,7 @@
 #include "check.hpp"
 #include "context.hpp"
 #include "kernels.hpp"
+#include "pipetrain/tensor/precision.hpp"
 
 namespace pt::cuda {
 
@@ -64,6 +65,13 @@ Operand as_operand(const float* x, int64_t n, Precision p, DeviceBuffer& holder)
   holder = DeviceBuffer(static_cast<size_t>(n) * 2);
   kern::cast_to_half(x, holder.get(), n, bf16, context().compute);
   return {holder.get(), operand_type(p)};
+}
+
+Operand as_operand(const Tensor& t, Precision p, DeviceBuffer& holder) {
+  if (t.dtype() == DType::F32) return as_operand(t.f32(), t.numel(), p, holder);
+  PT_CHECK(t.dtype() == stored_dtype(p), std::string("a ") + dtype_name(t.dtype()) +
+                                             " GEMM operand in a " + kind_name(p) + " GEMM");
+  return {t.raw(), t.dtype() == DType::BF16 ? CUDA_R_16BF : CUDA_R_16F};
 }
 
 void run_gemm(const Gemm& g, Precision p) {

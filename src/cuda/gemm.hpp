@@ -1,5 +1,6 @@
 // gemm.hpp: row-major GEMMs on cuBLAS in the backend's precision, the
-// on-the-fly fp32 -> bf16/fp16 operand copies of mixed precision, and the
+// on-the-fly fp32 -> bf16/fp16 operand copies of mixed precision (skipped for
+// an operand stored in bf16/fp16 already, a weight copy), and the
 // recording of GEMM shapes for benchmarks (internal to pt_cuda).
 #pragma once
 
@@ -26,6 +27,10 @@ cudaDataType_t operand_type(Precision p);
 // x (n fp32 elements) as an operand of precision p: x itself for fp32/tf32;
 // for bf16/fp16 a rounded copy in `holder`, made on the compute stream.
 Operand as_operand(const float* x, int64_t n, Precision p, DeviceBuffer& holder);
+// A matmul operand: an F32 tensor as above; a BF16 / F16 one (already in
+// precision p: a weight copy; Backend::matmul checked its dtype) as it is,
+// with no cast.
+Operand as_operand(const Tensor& t, Precision p, DeviceBuffer& holder);
 
 // Row-major C = alpha op(A) op(B) + beta C, C fp32, `batch` GEMMs with
 // element strides stride_* between consecutive ones. Leading dimensions as in

@@ -28,7 +28,8 @@ void sgd_step(float* p, const float* g, float* v, float lr, float momentum, floa
 void adamw_step(float* p, const float* g, float* m, float* v, float beta1, float beta2,
                 float eps, float step_size, float decay, float bias2_sqrt, int64_t n,
                 cudaStream_t s);
-// out[i] = x[i] rounded to nearest even in bf16 (to_bf16) or fp16.
+// out[i] = the bits of x[i] rounded to nearest even in bf16 (to_bf16) or
+// fp16: the CPU's round_bits (tensor/precision.hpp), NaN included.
 void cast_to_half(const float* x, void* out, int64_t n, bool to_bf16, cudaStream_t s);
 // out[i] = x[i] (n bf16 values) as fp32, exactly.
 void bf16_to_float(const void* x, float* out, int64_t n, cudaStream_t s);

@@ -1,7 +1,9 @@
 // kernels_elementwise.cu: elementwise kernels of the CUDA backend: bias,
 // ReLU, GELU (tanh form), residual add, fill, scale, the SGD and AdamW
-// updates, the fp32 -> bf16/fp16 casts of mixed precision and the exact
-// bf16 -> fp32 cast of the fused attention's outputs. The arithmetic
+// updates, the fp32 -> bf16/fp16 casts of mixed precision (per GEMM operand,
+// and the weight copies of Backend::round_to; the CPU's round_bits bit for
+// bit, NaN included) and the exact bf16 -> fp32 cast of the fused
+// attention's outputs. The arithmetic
 // is written in the same order as the CPU backend and built with --fmad=false,
 // so these results equal the CPU's bit for bit (GELU included: same exp).
 #include <cuda_bf16.h>
@@ -90,12 +92,31 @@ __global__ void adamw_kernel(float* p, const float* g, float* m, float* v, float
   }
 }
 
-__global__ void cast_bf16_kernel(const float* x, __nv_bfloat16* out, int64_t n) {
-  for (int64_t i = global_index(); i < n; i += global_stride()) out[i] = __float2bfloat16_rn(x[i]);
+// fp32 -> bf16 bits as the CPU's round_bits (src/tensor/precision.cpp):
+// round to nearest even on the bits; inf kept; a NaN quieted and cut to its
+// top payload bits (where __float2bfloat16_rn would give one canonical NaN).
+__device__ uint16_t bf16_bits(float x) {
+  const uint32_t u = __float_as_uint(x);
+  if ((u & 0x7f800000u) == 0x7f800000u)
+    return static_cast<uint16_t>(((u & 0x007fffffu) ? (u | 0x00400000u) : u) >> 16);
+  return static_cast<uint16_t>((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
 }
 
-__global__ void cast_f16_kernel(const float* x, __half* out, int64_t n) {
-  for (int64_t i = global_index(); i < n; i += global_stride()) out[i] = __float2half_rn(x[i]);
+// fp32 -> fp16 bits as the CPU's round_bits: the hardware's round to nearest
+// even (overflow to inf, gradual underflow) and the CPU's NaN rule.
+__device__ uint16_t f16_bits(float x) {
+  const uint32_t u = __float_as_uint(x);
+  if ((u & 0x7fffffffu) > 0x7f800000u)
+    return static_cast<uint16_t>(((u >> 16) & 0x8000u) | 0x7e00u | ((u & 0x007fffffu) >> 13));
+  return __half_as_ushort(__float2half_rn(x));
+}
+
+__global__ void cast_bf16_kernel(const float* x, uint16_t* out, int64_t n) {
+  for (int64_t i = global_index(); i < n; i += global_stride()) out[i] = bf16_bits(x[i]);
+}
+
+__global__ void cast_f16_kernel(const float* x, uint16_t* out, int64_t n) {
+  for (int64_t i = global_index(); i < n; i += global_stride()) out[i] = f16_bits(x[i]);
 }
 
 __global__ void bf16_to_float_kernel(const __nv_bfloat16* x, float* out, int64_t n) {
@@ -173,9 +194,9 @@ void adamw_step(float* p, const float* g, float* m, float* v, float beta1, float
 void cast_to_half(const float* x, void* out, int64_t n, bool to_bf16, cudaStream_t s) {
   if (n == 0) return;
   if (to_bf16)
-    cast_bf16_kernel<<<grid_for(n, 4), kThreads, 0, s>>>(x, static_cast<__nv_bfloat16*>(out), n);
+    cast_bf16_kernel<<<grid_for(n, 4), kThreads, 0, s>>>(x, static_cast<uint16_t*>(out), n);
   else
-    cast_f16_kernel<<<grid_for(n, 4), kThreads, 0, s>>>(x, static_cast<__half*>(out), n);
+    cast_f16_kernel<<<grid_for(n, 4), kThreads, 0, s>>>(x, static_cast<uint16_t*>(out), n);
   PT_LAUNCH_CHECK();
 }
 

@@ -26,6 +26,7 @@
 #include "pipetrain/io/checkpoint.hpp"
 #include "pipetrain/base/error.hpp"
 #include "pipetrain/base/timed_wait.hpp"
+#include "pipetrain/model/weight_copies.hpp"
 
 namespace pt {
 
@@ -374,6 +375,7 @@ double read_params(const std::string& dir, const std::map<std::string, std::stri
       bytes += read_checked(f, path, base + s.name, *s.tensor);
       if (mode != LoadMode::Resume) break;  // weights only: the value, listed first
     }
+    note_value_written(*p);  // a weight copy is stale until the next pass rounds it
   }
   return bytes;
 }

@@ -37,6 +37,9 @@ bool is_synthetic(const Deck& d) { return d.data.type == DataKind::Synthetic; }
 bool is_markov(const Deck& d) { return d.data.type == DataKind::Markov; }
 bool is_hdf5(const Deck& d) { return d.data.type == DataKind::Hdf5; }
 bool is_fp16(const Deck& d) { return d.training.precision == Precision::Fp16; }
+bool is_half(const Deck& d) {
+  return d.training.precision == Precision::Bf16 || d.training.precision == Precision::Fp16;
+}
 bool is_rebalancing(const Deck& d) { return d.rebalance.enabled; }
 bool is_slowed(const Deck& d) { return d.slowdown.rank >= 0; }
 bool takes_times(const Deck& d) { return schedule_takes_times(d.pipeline.schedule); }
@@ -97,6 +100,7 @@ const std::vector<KeySpec> kDeckKeys = {
     {"training", "init_from", PT_FIELD(training.init_from), any(), nullptr, "checkpoint whose weights (only) initialise the model; \"\" = none", PT_ALWAYS},
     {"training", "device", PT_FIELD(training.device), any(), nullptr, "where each rank computes: cpu, or cuda (one GPU per rank)", PT_ALWAYS},
     {"training", "precision", PT_FIELD(training.precision), any(), nullptr, "GEMM operand precision (fp32 master weights and accumulation; fp16 uses dynamic loss scaling); on the CPU the rounding is emulated exactly", PT_ALWAYS},
+    {"training", "weight_copies", PT_FIELD(training.weight_copies), any(), nullptr, "keep a bf16/fp16 copy of every GEMM weight, rounded once per optimizer step, which the GEMMs read instead of rounding the fp32 master weight each time (2 bytes per weight element; results bitwise the same either way; docs/cuda.md)", is_half, "training.precision = \"bf16\" or \"fp16\""},
     {"training", "loss_scale", PT_FIELD(training.loss_scale), between(1, 16777216), nullptr, "fp16: the initial dynamic loss scale (halved on overflow, doubled after 2000 finite steps, at most 2^24)", is_fp16, "training.precision = \"fp16\""},
     {"training", "eval_batches", PT_FIELD(training.eval_batches), between(1, 1 << 20), nullptr, "batches per evaluation", PT_ALWAYS},
     {"pipeline", "stages", PT_FIELD(pipeline.stages), between(0, 1 << 16), nullptr, "pipeline stages, one per rank of a pipeline; 0 = ranks / data_parallel.replicas", PT_ALWAYS},

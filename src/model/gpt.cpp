@@ -8,6 +8,7 @@
 #include <cmath>
 
 #include "pipetrain/base/error.hpp"
+#include "pipetrain/model/weight_copies.hpp"
 
 namespace pt {
 
@@ -57,7 +58,9 @@ Tensor activation(const Backend& be, const Shape& shape) {
 
 // ---- building blocks shared by the layers ----
 
-// y = x W^T + b, W: (out, in), b: (out) or absent.
+// y = x W^T + b, W: (out, in), b: (out) or absent. W is a GEMM weight: the
+// forward and input-gradient GEMMs read its low-precision copy when it has a
+// current one (model/weight_copies.hpp).
 struct Dense {
   Param weight;
   Param bias;  // value undefined when the layer has no bias
@@ -65,6 +68,7 @@ struct Dense {
   Dense(const std::string& name, int64_t in, int64_t out, float std, uint64_t seed, bool has_bias,
         ParamInit init)
       : weight(normal_param(name + ".weight", {out, in}, std, seed, init)) {
+    weight.gemm_weight = true;
     if (has_bias) bias = constant_param(name + ".bias", {out}, 0.f, init);
   }
   bool has_bias() const { return bias.value.defined(); }
@@ -74,7 +78,7 @@ struct Dense {
   Tensor forward(Backend& be, const Tensor& x, Tensor* gelu = nullptr) {
     Tensor y = activation(be, with_last(x.shape(), out()));  // (rows, out)
     if (gelu) *gelu = activation(be, y.shape());               // (rows, out)
-    be.linear_forward(x, weight.value, has_bias() ? &bias.value : nullptr, y, gelu);
+    be.linear_forward(x, weight_operand(be, weight), has_bias() ? &bias.value : nullptr, y, gelu);
     return y;
   }
   // Adds dW = dy^T x and db = column sums of dy, or, with `defer`, appends
@@ -88,7 +92,7 @@ struct Dense {
       weights(be, x, dy);
     }
     Tensor dx = activation(be, x.shape());
-    be.matmul(dy, false, weight.value, false, dx, 1.f, 0.f);
+    be.matmul(dy, false, weight_operand(be, weight), false, dx, 1.f, 0.f);
     return dx;
   }
   void weights(Backend& be, const Tensor& x, const Tensor& dy) {

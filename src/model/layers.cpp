@@ -7,6 +7,7 @@
 
 #include "pipetrain/base/error.hpp"
 #include "pipetrain/base/rng.hpp"
+#include "pipetrain/model/weight_copies.hpp"
 
 namespace pt {
 
@@ -89,6 +90,7 @@ class Linear final : public Layer {
       : in_(in), out_(out), weight_(new_param(name + ".weight", {out, in})),
         bias_(new_param(name + ".bias", {out})) {
     weight_.zero_by_overwrite = true;
+    weight_.gemm_weight = true;
     if (init == ParamInit::Uninitialised) return;
     fill_uniform(weight_.value, gain * std::sqrt(3.f / static_cast<float>(in)), seed, stream);
     fill_constant(bias_.value, 0.f);
@@ -107,7 +109,7 @@ class Linear final : public Layer {
   Tensor forward(Backend& be, const Tensor& x, std::vector<Tensor>&) override {
     Tensor y = Tensor::empty(output_shape(x.shape()), DType::F32, MemCategory::Workspace,
                              be.device());
-    be.linear_forward(x, weight_.value, &bias_.value, y);  // (rows, in) x (in, out) + bias
+    be.linear_forward(x, weight_operand(be, weight_), &bias_.value, y);  // (rows, in) x (in, out) + bias
     return y;
   }
 
@@ -137,7 +139,7 @@ class Linear final : public Layer {
   }
   Tensor input_grad(Backend& be, const Tensor& x, const Tensor& dy) {
     Tensor dx = Tensor::empty(x.shape(), DType::F32, MemCategory::Workspace, be.device());
-    be.matmul(dy, false, weight_.value, false, dx, 1.f, 0.f);  // (rows, out) x (out, in)
+    be.matmul(dy, false, weight_operand(be, weight_), false, dx, 1.f, 0.f);  // (rows, out) x (out, in)
     return dx;
   }
 

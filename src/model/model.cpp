@@ -200,6 +200,7 @@ void move_parameters(StageModel& stage, Device dev) {
   for (Param* p : stage.params()) {
     p->value = p->value.to(dev, MemCategory::Parameters);
     p->grad = p->grad.to(dev, MemCategory::Gradients);
+    if (p->copy.defined()) p->copy = p->copy.to(dev, MemCategory::Parameters);  // still current
   }
 }
 

@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "pipetrain/base/error.hpp"
+#include "pipetrain/model/weight_copies.hpp"
 
 namespace pt {
 
@@ -62,6 +63,8 @@ void Optimizer::step(Backend& be, float lr, float grad_scale) {
                     static_cast<float>(cfg_.eps), static_cast<float>(cfg_.weight_decay),
                     static_cast<long>(updates_));
     }
+    note_value_written(*p);
+    refresh_weight_copy(be, *p);  // a GEMM weight's low-precision copy, if it keeps one
   }
 }
 

@@ -16,6 +16,7 @@
 #include "pipetrain/model/family.hpp"
 #include "pipetrain/model/model.hpp"
 #include "pipetrain/model/optimizer.hpp"
+#include "pipetrain/model/weight_copies.hpp"
 #include "pipetrain/runtime/data_set_config.hpp"
 #include "pipetrain/runtime/stage_probe.hpp"
 #include "pipetrain/tensor/blas_info.hpp"
@@ -142,6 +143,8 @@ UnitStage build_unit(Context& c, int64_t index) {
   u.stage = build_cost_unit_stage(c.model, index);  // parameters initialised on the host
   move_parameters(u.stage, c.be.device());  // the optimizer's state follows them
   u.optimizer = std::make_unique<Optimizer>(c.training, u.stage.params());
+  // bf16/fp16 weight copies (counted as parameters), as the run keeps them.
+  if (c.training.weight_copies) make_weight_copies(c.be, u.stage.params());
   const MemoryStats after = c.stats();
   u.param_bytes = category_delta(before, after, MemCategory::Parameters);
   u.grad_bytes = category_delta(before, after, MemCategory::Gradients);

@@ -6,6 +6,7 @@
 #include <string>
 
 #include "pipetrain/base/error.hpp"
+#include "pipetrain/model/weight_copies.hpp"
 
 namespace pt {
 
@@ -22,6 +23,9 @@ void StageRunner::begin_pass(const PassContext& pass) {
   const int slots = std::max(1, pass.micro_batches);  // a probe's pass has none: micro-batch 0
   if (stage_.is_last() && (!loss_slots_ || loss_slots_->size() != slots))
     loss_slots_ = be_.make_scalar_batch(slots);
+  // Weights change only between passes; a weight copy that fell behind (a
+  // checkpoint load, a move) is rounded again before any GEMM reads it.
+  refresh_weight_copies(be_, stage_.params());
 }
 
 // The losses come back in one read; they are added in the order they were

@@ -15,8 +15,30 @@ void throw_missing_kernels(const Backend& be, const char* group, const std::stri
                    "\" does not provide");
 }
 
+namespace {
+
+// An operand of `kernel` is F32, or stored in the backend's GEMM precision
+// p (BF16 for bf16, F16 for fp16); anything else names the operand, its
+// type and the backend's.
+void operand_dtype_ok(const char* kernel, const char* name, const Tensor& t, const Backend& be) {
+  if (t.dtype() == DType::F32) return;
+  const Precision p = be.precision();
+  if (t.dtype() == stored_dtype(p)) return;
+  PT_FAIL(std::string(kernel) + ": operand " + name + " " + shape_string(t.shape()) + " is " +
+          dtype_name(t.dtype()) + ", but backend \"" + be.name() + "\" computes GEMMs in " +
+          kind_name(p) + ", which takes f32 operands" +
+          (stored_dtype(p) == DType::F32 ? std::string()
+                                         : std::string(" or ") + dtype_name(stored_dtype(p))));
+}
+
+}  // namespace
+
 void Backend::matmul(const Tensor& a, bool trans_a, const Tensor& b, bool trans_b, Tensor& c,
                      float alpha, float beta) {
+  operand_dtype_ok("matmul", "a", a, *this);
+  operand_dtype_ok("matmul", "b", b, *this);
+  PT_CHECK(c.dtype() == DType::F32, std::string("matmul: output c is ") + dtype_name(c.dtype()) +
+                                        ", not f32");
   const int64_t m = trans_a ? a.cols() : a.rows();
   const int64_t k = trans_a ? a.rows() : a.cols();
   const int64_t kb = trans_b ? b.cols() : b.rows();
@@ -29,6 +51,8 @@ void Backend::matmul(const Tensor& a, bool trans_a, const Tensor& b, bool trans_
 
 void Backend::linear_forward(const Tensor& x, const Tensor& w, const Tensor* bias, Tensor& y,
                              Tensor* gelu) {
+  operand_dtype_ok("linear_forward", "x", x, *this);
+  operand_dtype_ok("linear_forward", "w", w, *this);
   PT_CHECK(x.cols() == w.cols() && y.rows() == x.rows() && y.cols() == w.rows(),
            "linear_forward shapes: x " + shape_string(x.shape()) + ", w " +
                shape_string(w.shape()) + " (out, in), y " + shape_string(y.shape()));
@@ -42,6 +66,16 @@ void Backend::do_linear_forward(const Tensor& x, const Tensor& w, const Tensor* 
   do_matmul(x, false, w, true, y, 1.f, 0.f);
   if (bias) do_add_bias(y, *bias);
   if (gelu) do_gelu_forward(y, *gelu);
+}
+
+void Backend::round_to(const Tensor& src, Tensor& dst) {
+  PT_CHECK(src.dtype() == DType::F32, std::string("round_to: src ") + shape_string(src.shape()) +
+                                          " is " + dtype_name(src.dtype()) + ", not f32");
+  PT_CHECK(dst.dtype() == DType::BF16 || dst.dtype() == DType::F16,
+           std::string("round_to: dst ") + shape_string(dst.shape()) + " is " +
+               dtype_name(dst.dtype()) + ", not bf16 or f16");
+  same_numel("round_to", "dst", dst, "src", src);
+  do_round_to(src, dst);
 }
 
 void Backend::add_bias(Tensor& y, const Tensor& bias) {

@@ -53,6 +53,7 @@ class CpuBackend final : public Backend {
         fused_attention_(make_cpu_fused_attention(precision)) {}
   const char* name() const override { return "cpu"; }
   Device device() const override { return Device::CPU; }
+  Precision precision() const override { return precision_; }
   KernelGroup* kernel_group(const std::string& group) override {
     if (group == TransformerKernels::kGroup) return transformer_.get();
     if (group == FusedAttentionKernels::kGroup) return fused_attention_.get();
@@ -66,8 +67,14 @@ class CpuBackend final : public Backend {
     const int64_t k = trans_a ? a.rows() : a.cols();
     const int64_t n = trans_b ? b.rows() : b.cols();
     if (m == 0 || n == 0) return;
-    cpu::gemm(precision_, trans_a, trans_b, m, n, k, alpha, a.f32(), a.cols(), b.f32(), b.cols(),
-              beta, c.f32(), c.cols());
+    cpu::gemm(precision_, trans_a, trans_b, m, n, k, alpha, {a.raw(), a.dtype(), a.cols()},
+              {b.raw(), b.dtype(), b.cols()}, beta, c.f32(), c.cols());
+  }
+
+  // The format is dst's (BF16 or F16), whatever this backend's precision.
+  void do_round_to(const Tensor& src, Tensor& dst) override {
+    const Precision p = dst.dtype() == DType::BF16 ? Precision::Bf16 : Precision::Fp16;
+    round_to_bits(src.f32(), src.numel(), p, dst.bits16());
   }
 
   void do_add_bias(Tensor& y, const Tensor& bias) override {
@@ -265,22 +272,48 @@ class HostTimer final : public ComputeTimer {
 
 std::unique_ptr<ComputeTimer> Backend::make_timer() { return std::make_unique<HostTimer>(); }
 
+namespace {
+
+// The stored rows x cols block of `op` in precision p, as fp32 values in
+// `out` (row pitch cols): rounded from F32, or widened from BF16 / F16.
+void operand_values(const cpu::GemmOperand& op, int64_t rows, int64_t cols, Precision p,
+                    std::vector<float>& out) {
+  out.resize(static_cast<size_t>(rows * cols));
+  if (op.dtype == DType::F32) {
+    round_block(static_cast<const float*>(op.data), op.ld, rows, cols, p, out.data(), cols);
+    return;
+  }
+  PT_CHECK(op.dtype == stored_dtype(p), std::string("a ") + dtype_name(op.dtype) +
+                                            " GEMM operand in a " + kind_name(p) + " GEMM");
+  widen_block(static_cast<const uint16_t*>(op.data), op.ld, rows, cols, p, out.data(), cols);
+}
+
+}  // namespace
+
 namespace cpu {
-// Rounded copies of op(A) and op(B)'s stored blocks, in per-thread scratch.
 void gemm(Precision p, bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha,
           const float* a, int64_t lda, const float* b, int64_t ldb, float beta, float* c,
           int64_t ldc) {
+  gemm(p, ta, tb, m, n, k, alpha, GemmOperand{a, DType::F32, lda}, GemmOperand{b, DType::F32, ldb},
+       beta, c, ldc);
+}
+
+// Rounded (or widened) copies of op(A) and op(B)'s stored blocks, in
+// per-thread scratch; both kinds of operand land in the same buffers, so
+// the sgemm call is the same.
+void gemm(Precision p, bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha,
+          const GemmOperand& a, const GemmOperand& b, float beta, float* c, int64_t ldc) {
   if (p == Precision::Fp32) {
-    sgemm(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+    PT_CHECK(a.dtype == DType::F32 && b.dtype == DType::F32, "an fp32 GEMM takes f32 operands");
+    sgemm(ta, tb, m, n, k, alpha, static_cast<const float*>(a.data), a.ld,
+          static_cast<const float*>(b.data), b.ld, beta, c, ldc);
     return;
   }
   thread_local std::vector<float> a_rounded, b_rounded;
   const int64_t a_rows = ta ? k : m, a_cols = ta ? m : k;  // A as stored
   const int64_t b_rows = tb ? n : k, b_cols = tb ? k : n;  // B as stored
-  a_rounded.resize(static_cast<size_t>(a_rows * a_cols));
-  b_rounded.resize(static_cast<size_t>(b_rows * b_cols));
-  round_block(a, lda, a_rows, a_cols, p, a_rounded.data(), a_cols);
-  round_block(b, ldb, b_rows, b_cols, p, b_rounded.data(), b_cols);
+  operand_values(a, a_rows, a_cols, p, a_rounded);
+  operand_values(b, b_rows, b_cols, p, b_rounded);
   sgemm(ta, tb, m, n, k, alpha, a_rounded.data(), std::max<int64_t>(a_cols, 1), b_rounded.data(),
         std::max<int64_t>(b_cols, 1), beta, c, ldc);
 }

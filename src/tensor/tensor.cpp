@@ -82,8 +82,20 @@ size_t dtype_size(DType dtype) {
   switch (dtype) {
     case DType::F32: return 4;
     case DType::I32: return 4;
+    case DType::BF16: return 2;
+    case DType::F16: return 2;
   }
   return 0;
+}
+
+const char* dtype_name(DType dtype) {
+  switch (dtype) {
+    case DType::F32: return "f32";
+    case DType::I32: return "i32";
+    case DType::BF16: return "bf16";
+    case DType::F16: return "f16";
+  }
+  return "?";
 }
 
 const char* category_name(MemCategory cat) {
@@ -156,6 +168,17 @@ int32_t* Tensor::i32() {
 const int32_t* Tensor::i32() const {
   PT_CHECK(dtype_ == DType::I32, "tensor is not i32");
   return static_cast<const int32_t*>(raw());
+}
+
+uint16_t* Tensor::bits16() {
+  PT_CHECK(dtype_ == DType::BF16 || dtype_ == DType::F16,
+           std::string("tensor is ") + dtype_name(dtype_) + ", not bf16 or f16");
+  return static_cast<uint16_t*>(raw());
+}
+const uint16_t* Tensor::bits16() const {
+  PT_CHECK(dtype_ == DType::BF16 || dtype_ == DType::F16,
+           std::string("tensor is ") + dtype_name(dtype_) + ", not bf16 or f16");
+  return static_cast<const uint16_t*>(raw());
 }
 
 Tensor Tensor::reshaped(const Shape& shape) const {

@@ -61,6 +61,9 @@ struct TrainingConfig {
   DeviceKind device = DeviceKind::Cpu;  // cuda: one GPU per rank
   Precision precision = Precision::Fp32;  // of GEMM operands (emulated on the CPU)
   double loss_scale = 65536.0;     // fp16: initial dynamic loss scale
+  // bf16, fp16: each GEMM weight keeps a copy in that precision, rounded once
+  // per optimizer step (model/weight_copies.hpp); false: rounded in every GEMM.
+  bool weight_copies = true;
 };
 
 struct PipelineConfig {

@@ -27,6 +27,14 @@ struct Param {
   // The gradient reads as zero whatever its buffer holds: zero_grad set it,
   // the first accumulation clears it.
   bool grad_zero_pending = false;
+  // A GEMM weight (a Linear's, a GPT dense layer's, the LM head's): matmul
+  // reads it in the forward and in the input-gradient backward. In bf16 and
+  // fp16 it may keep a low-precision copy (model/weight_copies.hpp). Set by
+  // the layer that owns it.
+  bool gemm_weight = false;
+  Tensor copy;                // same shape, BF16 or F16: value rounded; undefined: none
+  uint64_t version = 1;       // of value: advanced by every write (note_value_written)
+  uint64_t copy_version = 0;  // the version of value that `copy` was rounded from
 };
 
 // Makes p.grad hold what it reads as: zeros it when its zeroing is still

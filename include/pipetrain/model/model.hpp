@@ -81,7 +81,8 @@ std::vector<CostUnitInfo> cost_units(const ModelConfig& model);
 // pipeline: first (input from the data) when nothing precedes it, last (with
 // the loss) when nothing follows it, a middle stage otherwise.
 StageModel build_cost_unit_stage(const ModelConfig& model, int64_t index);
-// Moves the stage's parameters and gradients to `dev` (built on the host).
+// Moves the stage's parameters and gradients to `dev` (built on the host),
+// with their weight copies, if any (model/weight_copies.hpp).
 void move_parameters(StageModel& stage, Device dev);
 
 // One micro-batch through a stage outside the executor (benchmarks and

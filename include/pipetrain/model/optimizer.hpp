@@ -29,7 +29,9 @@ class Optimizer {
   // One update of every parameter with gradients already scaled by `grad_scale`
   // (the clip factor, 1 when not clipping). AdamW's bias correction counts
   // the updates applied so far, not the training steps: an fp16 step skipped
-  // for overflow applies no update and does not advance it.
+  // for overflow applies no update and does not advance it. A parameter
+  // that keeps a low-precision weight copy has it rounded again right after
+  // its update (model/weight_copies.hpp): one cast per weight per applied step.
   void step(Backend& be, float lr, float grad_scale);
   void zero_grad(Backend& be);
 

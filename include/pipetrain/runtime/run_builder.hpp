@@ -158,6 +158,13 @@ Engine build_engine(RunParts& run);
 // Where "auto" recomputation measures on this rank (one stage per rank).
 RecomputeProbeSite probe_site_of(RunParts& run);
 
+// With training.weight_copies (bf16, fp16): a low-precision copy of every
+// GEMM weight of this rank's stages that has none (model/weight_copies.hpp),
+// where parameters come into being: the build, after moving them to the
+// device, and a rebalancing move, for the units that arrived. Made there,
+// not at the first pass, so every memory figure counts them from the start.
+void make_run_weight_copies(RunParts& run);
+
 // Collective (repartition.cpp): the stages hold `counts` units from now on.
 // Each unit that changes stage is sent by its old rank to its new one
 // (values and optimizer state); "auto" recomputation is decided again and

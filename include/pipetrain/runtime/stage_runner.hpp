@@ -65,7 +65,9 @@ class StageRunner {
   int stage() const { return stage_.stage; }
   const RecomputePolicy& policy() const { return policy_; }
 
-  // Starts a pass, forgetting the micro-batches of the last one.
+  // Starts a pass, forgetting the micro-batches of the last one, and rounds
+  // again every low-precision weight copy of the stage whose master changed
+  // since it was made (model/weight_copies.hpp: the invariant's last guard).
   void begin_pass(const PassContext& pass);
   // Reads the pass's micro-batch losses (last stage: one wait for all of
   // them) and checks them; throws on a non-finite one unless fp16 loss

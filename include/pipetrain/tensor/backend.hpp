@@ -94,6 +94,9 @@ class Backend {
   virtual ~Backend() = default;
   virtual const char* name() const = 0;
   virtual Device device() const = 0;
+  // The precision of this backend's GEMM operands (training.precision);
+  // fp32 unless the backend says otherwise.
+  virtual Precision precision() const { return Precision::Fp32; }
 
   // The group K of this backend, or nullptr when it does not provide it.
   template <class K>
@@ -106,6 +109,11 @@ class Backend {
 
   // c = alpha * op(a) * op(b) + beta * c, op = transpose when the flag is set.
   // a: (m, k) or (k, m); b: (k, n) or (n, k); c: (m, n), all row-major 2-D views.
+  // c is F32. a and b are F32 (rounded to precision() inside the GEMM), or,
+  // when precision() is bf16 or fp16, already stored in it (BF16 / F16, e.g.
+  // a weight copy made by round_to): used as they are, which gives bitwise
+  // what the F32 operand they were rounded from gives, since rounding a
+  // rounded value changes nothing.
   void matmul(const Tensor& a, bool trans_a, const Tensor& b, bool trans_b, Tensor& c,
               float alpha, float beta);
   // A Linear layer's forward: y (rows, out) = x (rows, in) w^T + bias, with
@@ -115,6 +123,10 @@ class Backend {
   // cuBLASLt's bias and GELU epilogues).
   void linear_forward(const Tensor& x, const Tensor& w, const Tensor* bias, Tensor& y,
                       Tensor* gelu = nullptr);
+  // dst = src rounded to dst's dtype, BF16 or F16 (round_bits of
+  // precision.hpp: round to nearest even, fp16 overflowing to inf). src: F32,
+  // dst: the same number of elements.
+  void round_to(const Tensor& src, Tensor& dst);
   // y (rows, n) += bias (n)
   void add_bias(Tensor& y, const Tensor& bias);
   // dbias (n) += column sums of dy (rows, n)
@@ -192,6 +204,7 @@ class Backend {
                          float alpha, float beta) = 0;
   virtual void do_linear_forward(const Tensor& x, const Tensor& w, const Tensor* bias, Tensor& y,
                                  Tensor* gelu);  // the composition described above
+  virtual void do_round_to(const Tensor& src, Tensor& dst) = 0;
   virtual void do_add_bias(Tensor& y, const Tensor& bias) = 0;
   virtual void do_accumulate_bias_grad(const Tensor& dy, Tensor& dbias) = 0;
   virtual void do_relu_forward(const Tensor& x, Tensor& y) = 0;
@@ -270,6 +283,20 @@ void sgemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, const
 void gemm(Precision p, bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha,
           const float* a, int64_t lda, const float* b, int64_t ldb, float beta, float* c,
           int64_t ldc);
+// A GEMM operand as stored, row-major with row pitch ld (in elements): F32
+// values, rounded to the GEMM's precision on the way in, or a BF16 / F16
+// operand already in that precision, widened to fp32 exactly.
+struct GemmOperand {
+  const void* data = nullptr;
+  DType dtype = DType::F32;
+  int64_t ld = 0;
+};
+// gemm on stored operands: each F32 one rounded to `p`, each BF16 / F16 one
+// (whose dtype must be stored_dtype(p)) widened, into the same scratch, then
+// the same sgemm call, so an operand rounded ahead gives the bits of its
+// F32 original.
+void gemm(Precision p, bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha,
+          const GemmOperand& a, const GemmOperand& b, float beta, float* c, int64_t ldc);
 }  // namespace cpu
 
 // The library behind cpu::sgemm (src/tensor/cpu_gemm.cpp): auto (default:

@@ -19,6 +19,7 @@
 #include <string>
 
 #include "pipetrain/base/deck_kinds.hpp"
+#include "pipetrain/tensor/tensor.hpp"
 
 namespace pt {
 
@@ -30,6 +31,23 @@ Precision parse_precision(const std::string& name);
 float round_operand(float x, Precision p);
 // dst[i * ld_dst + j] = round_operand(src[i * ld_src + j]) for a rows x cols block.
 void round_block(const float* src, int64_t ld_src, int64_t rows, int64_t cols, Precision p,
+                 float* dst, int64_t ld_dst);
+
+// Stored low-precision operands (the weight copies of model/weight_copies.hpp).
+// The dtype that holds an operand of precision p: BF16 for bf16, F16 for
+// fp16, F32 for fp32 and tf32 (tf32 is a tensor-core mode over fp32
+// storage: nothing to store).
+DType stored_dtype(Precision p);
+// The 2-byte bits of round_operand(x, p), p = bf16 or fp16, and back:
+// widen_bits(round_bits(x, p), p) == round_operand(x, p) bit for bit, for
+// every x (inf and NaN included; a NaN keeps its sign and the top bits of
+// its payload, quieted). Widening is exact.
+uint16_t round_bits(float x, Precision p);
+float widen_bits(uint16_t bits, Precision p);
+// dst[i] = round_bits(src[i], p) for n elements.
+void round_to_bits(const float* src, int64_t n, Precision p, uint16_t* dst);
+// dst[i * ld_dst + j] = widen_bits(src[i * ld_src + j], p) for a rows x cols block.
+void widen_block(const uint16_t* src, int64_t ld_src, int64_t rows, int64_t cols, Precision p,
                  float* dst, int64_t ld_dst);
 
 }  // namespace pt

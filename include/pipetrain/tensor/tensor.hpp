@@ -19,10 +19,13 @@
 namespace pt {
 
 enum class Device { CPU, CUDA };
-enum class DType { F32, I32 };
+// BF16 and F16 hold the raw 2-byte bits of a bfloat16 or IEEE half value:
+// the low-precision weight copies of mixed precision (model/weight_copies.hpp).
+enum class DType { F32, I32, BF16, F16 };
 enum class MemCategory { Parameters, Gradients, OptimizerState, Activations, Workspace, Count };
 
 size_t dtype_size(DType dtype);
+const char* dtype_name(DType dtype);  // "f32" | "i32" | "bf16" | "f16"
 const char* category_name(MemCategory cat);
 
 using Shape = std::vector<int64_t>;
@@ -77,6 +80,9 @@ class Tensor {
   const float* f32() const;
   int32_t* i32();
   const int32_t* i32() const;
+  // The 2-byte elements of a BF16 or F16 tensor.
+  uint16_t* bits16();
+  const uint16_t* bits16() const;
   void* raw();
   const void* raw() const;
 
