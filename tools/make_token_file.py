@@ -357,10 +357,16 @@ def train_tokenizer(files, total_bytes, args):
     trainer = trainers.BpeTrainer(vocab_size=args.vocab_size, show_progress=False, special_tokens=specials,
                                   initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
     progress = Progress("train tokenizer", total_bytes, args.quiet)
-    texts = (text for split, text in corpus_pieces(files, total_bytes, args.eval_fraction, progress)
-             if split == "train" and text)
+
+    def texts():  # the training part, which comes first
+        for split, text in corpus_pieces(files, total_bytes, args.eval_fraction, progress):
+            if split != "train":
+                return
+            if text:
+                yield text
+
     tok = new_bpe_tokenizer()
-    tok.train_from_iterator(texts, trainer=trainer)
+    tok.train_from_iterator(texts(), trainer=trainer)
     progress.finish(f"{tok.get_vocab_size()} tokens")
     return tok.to_str().encode("utf-8")
 
