@@ -875,6 +875,31 @@ TEST_F(Hdf5BadShards, DamagedStoredTokenizer) {
                                    sha256_hex(json).substr(0, 16) + "..., not that of its tokenizer_sha256 attribute");
 }
 
+TEST_F(Hdf5BadShards, NewerFormatVersion) {
+  auto set_format = [](const std::string& path, int64_t version) {
+    hid_t file = H5Fopen(path.c_str(), H5F_ACC_RDWR, H5P_DEFAULT);
+    hid_t scalar = H5Screate(H5S_SCALAR);
+    hid_t type = H5Tcopy(H5T_C_S1);
+    H5Tset_size(type, 16);
+    hid_t attr = H5Acreate2(file, "format", type, scalar, H5P_DEFAULT, H5P_DEFAULT);
+    const std::string text = "pipetrain-tokens";  // 16 characters: fixed length, no terminator
+    H5Awrite(attr, type, text.data());
+    H5Aclose(attr);
+    attr = H5Acreate2(file, "format_version", H5T_STD_I64LE, scalar, H5P_DEFAULT, H5P_DEFAULT);
+    H5Awrite(attr, H5T_NATIVE_INT64, &version);
+    H5Aclose(attr);
+    H5Tclose(type);
+    H5Sclose(scalar);
+    H5Fclose(file);
+  };
+  set_format(paths[0], 2);
+  EXPECT_NO_THROW(check_token_data(data_set_config_for(deck)));
+  set_format(paths[2], 3);
+  EXPECT_EQ(data_error(deck), "deck: data.path entry 2 = \"" + paths[2] +
+                                  "\": is a token file of format_version 3, newer than this pipetrain reads (up "
+                                  "to 2); update pipetrain or remake the file");
+}
+
 TEST_F(Hdf5BadShards, TooShortCountsEveryFile) {
   deck.training.batch_size = 32;
   deck.pipeline.micro_batches = 2;

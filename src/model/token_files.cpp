@@ -29,6 +29,7 @@ namespace {
 
 constexpr uint64_t kShuffleStream = 14;  // window permutation (as before shards)
 constexpr size_t kOpenFiles = 16;        // files a sequence keeps open at once
+constexpr int64_t kFormatVersion = 2;    // the newest token-file format read (docs/data.md)
 
 std::string quoted(const std::string& s) { return "\"" + s + "\""; }
 
@@ -150,6 +151,15 @@ class TokenFile {
   const std::string& path() const { return path_; }
   IntType type() const { return type_; }
   bool is_unsigned() const { return type_.is_unsigned; }  // uint64 ids may exceed INT64_MAX
+
+  // The file's format_version when it says it is a token file of a newer
+  // format than this reader knows; 0 otherwise.
+  int64_t newer_format() const {
+    QuietHdf5 quiet;
+    const std::optional<std::string> format = string_attribute(file_, "format");
+    const std::optional<int64_t> version = int_attribute(file_, "format_version");
+    return format && *format == "pipetrain-tokens" && version && *version > kFormatVersion ? *version : 0;
+  }
 
   TokenizerTag tokenizer() const {
     QuietHdf5 quiet;
@@ -369,6 +379,10 @@ void check_file(const DataSetConfig& config, const TokenFileRef& ref, const Toke
                 std::optional<TokenizerReference>& reference) {
   const std::string prefix = ref.at + ": ";
   const int64_t vocab = config.gpt.vocab_size;
+  if (const int64_t version = file.newer_format())
+    throw InputError(prefix + "is a token file of format_version " + std::to_string(version) +
+                     ", newer than this pipetrain reads (up to " + std::to_string(kFormatVersion) +
+                     "); update pipetrain or remake the file");
   const TokenizerTag tag = file.tokenizer();
   if (tag.sha256 && tag.stored_sha256 && *tag.sha256 != *tag.stored_sha256)
     throw InputError(prefix + "its stored tokenizer_json has SHA-256 " + tag.stored_sha256->substr(0, 16) +
