@@ -15,6 +15,8 @@
 #                   oneDNN at most AVX2, OpenBLAS's Haswell kernels (CI runs it)
 #   make test-slurm the batch scripts under a real single-node Slurm started
 #                   for the test (installs slurm-wlm and munge; root; CI runs it)
+#   make corpus     the quick start's tokenizer and token shards in runs/corpus,
+#                   from CORPUS (default: /usr/share/common-licenses; docs/data.md)
 BUILD    ?= build
 NP       ?= 4
 DECK     ?= inputs/gpt_markov.toml
@@ -27,7 +29,7 @@ export OMPI_ALLOW_RUN_AS_ROOT_CONFIRM := 1
 MPIRUN := mpirun --oversubscribe --bind-to none
 
 .PHONY: all deps configure build test test-avx2 test-slurm run bench cuda gpu-bundle test-gpu-bundle \
-        tools test-sanitize clean
+        tools corpus test-sanitize clean
 
 all: build
 
@@ -62,6 +64,13 @@ run: build
 
 tools:
 	@scripts/setup-tools-venv.sh
+
+# The quick start's data (inputs/gpt_corpus.toml): a 1024-token byte-level
+# BPE trained on CORPUS (files, folders or globs), its last 10% held out.
+CORPUS ?= /usr/share/common-licenses
+corpus: tools
+	tools/.venv/bin/python tools/make_token_file.py --out-dir runs/corpus --vocab-size 1024 \
+	    --eval-fraction 0.1 $(CORPUS)
 
 bench: build tools
 	jobs/bench_speedup.sh

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # setup-tools-venv.sh: creates tools/.venv with tools/requirements.txt
-# (h5py, numpy, matplotlib) unless it is already up to date.
+# (h5py, numpy, matplotlib, tokenizers) unless it is already up to date.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 venv=tools/.venv

@@ -6,6 +6,8 @@
 // split properties. HDF5: small token files written here with the HDF5 C API
 // are read back window by window (exact values), with and without the seeded
 // shuffle, and every kind of bad file is checked for its specific message.
+// Shards (several files, a list or a glob pattern) read as one sequence:
+// every window equals the same window of one file holding all their tokens.
 #include <gtest/gtest.h>
 #include <hdf5.h>
 #include <unistd.h>
@@ -24,6 +26,7 @@
 #include "pipetrain/model/data.hpp"
 #include "pipetrain/runtime/data_set_config.hpp"
 #include "pipetrain/base/error.hpp"
+#include "pipetrain/base/sha256.hpp"
 
 namespace pt {
 namespace {
@@ -614,6 +617,294 @@ TEST(Hdf5BadData, TooShortForOneBatch) {
   // Exactly one batch of windows is enough.
   write_i32(path, iota_tokens(33, 256));
   EXPECT_NO_THROW(check_token_file(data_set_config_for(hdf5_deck(path, 256, 4, 8)), path, "data.path"));
+}
+
+
+// ---- shards: several files read as one sequence ----------------------------
+
+TEST(Sha256, KnownAnswers) {  // FIPS 180-4 examples
+  EXPECT_EQ(sha256_hex(""), "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855");
+  EXPECT_EQ(sha256_hex("abc"), "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
+  EXPECT_EQ(sha256_hex("abcdbcdecdefdefgefghfghighijhijkijkljklmklmnlmnomnopnopq"),
+            "248d6a61d20638b8e5c026930c3e6039a33ce45964ff2167f6ecedd419db06c1");
+  EXPECT_EQ(sha256_hex(std::string(1000000, 'a')),
+            "cdc76e5c9914fb9281a1c7e284d73e67f1809a48a497200e046d39ccc7112cd0");
+  Sha256 pieces;  // fed in uneven pieces: the same digest
+  const std::string text(1000, 'q');
+  for (size_t at = 0, n = 1; at < text.size(); at += n, n = n * 3 % 97 + 1)
+    pieces.update(text.data() + at, std::min(n, text.size() - at));
+  EXPECT_EQ(pieces.hex_digest(), sha256_hex(text));
+}
+
+// Writes tokens[begin..end) as a uint16 file.
+void write_u16(const std::string& path, const std::vector<int32_t>& tokens, size_t begin, size_t end) {
+  std::vector<uint16_t> v(tokens.begin() + begin, tokens.begin() + end);
+  write_h5(path, "tokens", H5T_STD_U16LE, H5T_NATIVE_UINT16, v);
+}
+
+// Splits `tokens` into files of the given sizes (an empty one included) named
+// by `names`; returns their paths in order.
+std::vector<std::string> write_shards(const TempDir& dir, const std::vector<int32_t>& tokens,
+                                      const std::vector<size_t>& sizes, const std::vector<std::string>& names) {
+  std::vector<std::string> paths;
+  size_t at = 0;
+  for (size_t i = 0; i < sizes.size(); ++i) {
+    paths.push_back(dir.file(names[i]));
+    write_u16(paths.back(), tokens, at, at + sizes[i]);
+    at += sizes[i];
+  }
+  EXPECT_EQ(at, tokens.size());
+  return paths;
+}
+
+void expect_same_samples(const Dataset& a, const Dataset& b, int64_t samples, const std::string& label) {
+  for (int64_t first = 0; first < samples; first += 7) {
+    Tensor xa = a.inputs(first, 7), xb = b.inputs(first, 7), ya = a.targets(first, 7), yb = b.targets(first, 7);
+    ASSERT_EQ(xa.numel(), xb.numel());
+    for (int64_t i = 0; i < xa.numel(); ++i) {
+      ASSERT_EQ(xa.i32()[i], xb.i32()[i]) << label << ": inputs of sample " << first + i / a.inputs(0, 1).numel();
+      ASSERT_EQ(ya.i32()[i], yb.i32()[i]) << label << ": targets of sample " << first + i / a.inputs(0, 1).numel();
+    }
+  }
+}
+
+// Windows cross file boundaries: the shards give exactly the samples of one
+// file with all their tokens, in order and shuffled, listed or by pattern.
+TEST(Hdf5Shards, ReadAsOneSequence) {
+  TempDir dir;
+  const int64_t T = 5, N = 123;  // (123 - 1) / 5 = 24 windows, 2 tokens left over
+  const auto tokens = iota_tokens(N, 1000, 17);
+  write_u16(dir.file("all.h5"), tokens, 0, tokens.size());
+  // Sizes that cut windows anywhere: mid-window, at a window's shared last
+  // token, an empty file, a file shorter than one window.
+  const auto shards = write_shards(dir, tokens, {7, 0, 3, 40, 1, 72},
+                                   {"s_0.h5", "s_1.h5", "s_2.h5", "s_3.h5", "s_4.h5", "s_5.h5"});
+  for (bool shuffle : {false, true}) {
+    Deck one = hdf5_deck(dir.file("all.h5"), 1000, T);
+    one.data.shuffle = shuffle;
+    Deck listed = one;
+    listed.data.path = "";
+    listed.data.path_list = shards;
+    Deck pattern = one;
+    pattern.data.path = dir.file("s_?.h5");
+    auto whole = dataset_of(one, Split::Train);
+    const std::string label = shuffle ? "shuffled" : "in order";
+    expect_same_samples(*dataset_of(listed, Split::Train), *whole, 3 * 24 + 5, "list, " + label);
+    expect_same_samples(*dataset_of(pattern, Split::Train), *whole, 3 * 24 + 5, "pattern, " + label);
+    ASSERT_NO_THROW(check_token_data(data_set_config_for(listed)));
+    ASSERT_NO_THROW(check_token_data(data_set_config_for(pattern)));
+  }
+  // Explicit values: window 1 (tokens 5..10) spans s_0 (0..6) and s_2 (7..9) and s_3.
+  Deck listed = hdf5_deck("", 1000, T);
+  listed.data.path_list = shards;
+  Tensor x = dataset_of(listed, Split::Train)->inputs(1, 1), y = dataset_of(listed, Split::Train)->targets(1, 1);
+  EXPECT_EQ(std::vector<int32_t>(x.i32(), x.i32() + T), (std::vector<int32_t>{22, 23, 24, 25, 26}));
+  EXPECT_EQ(std::vector<int32_t>(y.i32(), y.i32() + T), (std::vector<int32_t>{23, 24, 25, 26, 27}));
+}
+
+// A pattern's matches are read in byte order of their paths; list entries in
+// list order, each pattern expanded in place.
+TEST(Hdf5Shards, PatternOrderIsByteOrderAndListsKeepTheirOrder) {
+  TempDir dir;
+  const int64_t T = 4;
+  const auto tokens = iota_tokens(4 * 10 + 1, 1000);
+  // Byte order: "B.h5" < "a10.h5" < "a9.h5" (not numeric, not case-folded).
+  const auto paths = write_shards(dir, tokens, {10, 10, 21}, {"B.h5", "a10.h5", "a9.h5"});
+  Deck whole = hdf5_deck(dir.file("whole.h5"), 1000, T);
+  write_u16(dir.file("whole.h5"), tokens, 0, tokens.size());
+  Deck pattern = hdf5_deck(dir.file("[aB]*.h5"), 1000, T);
+  const auto files = token_files(data_set_config_for(pattern), Split::Train);
+  ASSERT_EQ(files.size(), 3u);
+  for (size_t i = 0; i < 3; ++i) EXPECT_EQ(files[i].path, paths[i]);
+  EXPECT_EQ(files[1].at, "deck: data.path = \"" + dir.file("[aB]*.h5") + "\" (match \"" + paths[1] + "\")");
+  expect_same_samples(*dataset_of(pattern, Split::Train), *dataset_of(whole, Split::Train), 10, "pattern");
+  // A list: its own order, patterns expanded where they stand.
+  Deck listed = hdf5_deck("", 1000, T);
+  listed.data.path_list = {paths[2], dir.file("a1*.h5"), paths[0]};
+  const auto order = token_files(data_set_config_for(listed), Split::Train);
+  ASSERT_EQ(order.size(), 3u);
+  EXPECT_EQ(order[0].path, paths[2]);
+  EXPECT_EQ(order[1].path, paths[1]);
+  EXPECT_EQ(order[2].path, paths[0]);
+  EXPECT_EQ(order[2].at, "deck: data.path entry 2 = \"" + paths[0] + "\"");
+}
+
+// Writes the attributes a tokenizer run leaves on a token file.
+void tag_tokenizer(const std::string& path, const std::string& kind, const std::string& json, int64_t vocab,
+                   const std::string& sha = "") {
+  hid_t file = H5Fopen(path.c_str(), H5F_ACC_RDWR, H5P_DEFAULT);
+  ASSERT_GE(file, 0);
+  hid_t dset = H5Dopen2(file, "tokens", H5P_DEFAULT);
+  for (const char* name : {"tokenizer", "tokenizer_sha256", "vocab_size"})
+    if (H5Aexists(dset, name) > 0) H5Adelete(dset, name);
+  if (H5Lexists(file, "tokenizer_json", H5P_DEFAULT) > 0) H5Ldelete(file, "tokenizer_json", H5P_DEFAULT);
+  hid_t scalar = H5Screate(H5S_SCALAR);
+  auto put_string = [&](const char* name, const std::string& value) {
+    hid_t type = H5Tcopy(H5T_C_S1);
+    H5Tset_size(type, H5T_VARIABLE);
+    H5Tset_cset(type, H5T_CSET_UTF8);
+    hid_t attr = H5Acreate2(dset, name, type, scalar, H5P_DEFAULT, H5P_DEFAULT);
+    const char* text = value.c_str();
+    H5Awrite(attr, type, &text);
+    H5Aclose(attr);
+    H5Tclose(type);
+  };
+  put_string("tokenizer", kind);
+  if (!json.empty()) put_string("tokenizer_sha256", sha.empty() ? sha256_hex(json) : sha);
+  hid_t attr = H5Acreate2(dset, "vocab_size", H5T_STD_I64LE, scalar, H5P_DEFAULT, H5P_DEFAULT);
+  H5Awrite(attr, H5T_NATIVE_INT64, &vocab);
+  H5Aclose(attr);
+  if (!json.empty()) {
+    hsize_t n = json.size();
+    hid_t space = H5Screate_simple(1, &n, nullptr);
+    hid_t j = H5Dcreate2(file, "tokenizer_json", H5T_STD_U8LE, space, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
+    H5Dwrite(j, H5T_NATIVE_UINT8, H5S_ALL, H5S_ALL, H5P_DEFAULT, json.data());
+    H5Dclose(j);
+    H5Sclose(space);
+  }
+  H5Sclose(scalar);
+  H5Dclose(dset);
+  H5Fclose(file);
+}
+
+std::string data_error(const Deck& deck) {
+  std::string msg = input_error([&] { check_token_data(data_set_config_for(deck)); });
+  std::printf("  %s\n", msg.c_str());
+  return msg;
+}
+
+class Hdf5BadShards : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    tokens = iota_tokens(4 * 20 + 1, 300);
+    paths = write_shards(dir, tokens, {30, 30, 21}, {"t_0.h5", "t_1.h5", "t_2.h5"});
+    for (const auto& p : paths) tag_tokenizer(p, "bpe", json, 300);
+    deck = hdf5_deck("", 300, 4);
+    deck.data.path_list = paths;
+  }
+  TempDir dir;
+  std::vector<int32_t> tokens;
+  std::vector<std::string> paths;
+  const std::string json = "{\"model\": {\"type\": \"BPE\"}}";
+  Deck deck;
+};
+
+TEST_F(Hdf5BadShards, GoodShardsPassWithAndWithoutTheDeckTokenizer) {
+  EXPECT_NO_THROW(check_token_data(data_set_config_for(deck)));
+  std::ofstream(dir.file("tokenizer.json"), std::ios::binary) << json;
+  deck.data.tokenizer = dir.file("tokenizer.json");
+  EXPECT_NO_THROW(check_token_data(data_set_config_for(deck)));
+  deck.data.eval_path = paths[2];  // eval files carry the same tokenizer
+  EXPECT_NO_THROW(check_token_data(data_set_config_for(deck)));
+}
+
+TEST_F(Hdf5BadShards, MissingShard) {
+  std::filesystem::remove(paths[1]);
+  EXPECT_EQ(data_error(deck), "deck: data.path entry 1 = \"" + paths[1] + "\": no such file");
+  EXPECT_HAS(input_error([&] { dataset_of(deck, Split::Train); }), "data.path entry 1 = \"" + paths[1] + "\": no such file");
+}
+
+TEST_F(Hdf5BadShards, PatternMatchingNothingAndEmptyList) {
+  deck.data.path_list = {paths[0], dir.file("nope_*.h5")};
+  EXPECT_EQ(data_error(deck), "deck: data.path entry 1 = \"" + dir.file("nope_*.h5") + "\": matches no file");
+  deck.data.path_list.clear();
+  deck.data.path = dir.file("nope_*.h5");
+  EXPECT_EQ(data_error(deck), "deck: data.path = \"" + dir.file("nope_*.h5") + "\": matches no file");
+  deck.data.path = "";
+  EXPECT_HAS(data_error(deck), "deck: data.path: names no token file");
+}
+
+TEST_F(Hdf5BadShards, MixedIntegerTypes) {
+  std::vector<int32_t> part(tokens.begin() + 30, tokens.begin() + 60);
+  write_i32(paths[1], part);
+  EXPECT_HAS(data_error(deck), "data.path entry 1 = \"" + paths[1] + "\": holds int32 token ids, but deck: "
+                               "data.path entry 0 = \"" + paths[0] + "\" holds uint16");
+}
+
+TEST_F(Hdf5BadShards, MixedTokenizers) {
+  tag_tokenizer(paths[2], "bpe", json + " ", 300);  // another tokenizer.json
+  const std::string msg = data_error(deck);
+  EXPECT_HAS(msg, "data.path entry 2 = \"" + paths[2] + "\": was tokenized with the tokenizer of SHA-256 " +
+                      sha256_hex(json + " ").substr(0, 16) + "..., but deck: data.path entry 0 = \"" + paths[0] +
+                      "\" with the tokenizer of SHA-256 " + sha256_hex(json).substr(0, 16));
+  EXPECT_HAS(msg, "all token files of a run must come from one tokenizer");
+  // Byte files and files with no tokenizer recorded differ from it too.
+  write_u16(paths[2], tokens, 60, 81);
+  EXPECT_HAS(data_error(deck), "was tokenized with no tokenizer recorded (no tokenizer attribute)");
+  tag_tokenizer(paths[2], "bytes", "", 256);
+  EXPECT_HAS(data_error(deck), "was tokenized with the byte tokenizer (tokenizer = \"bytes\")");
+}
+
+TEST_F(Hdf5BadShards, EvalFilesOfAnotherTokenizer) {
+  write_u16(dir.file("eval.h5"), tokens, 0, 41);
+  tag_tokenizer(dir.file("eval.h5"), "bytes", "", 256);
+  deck.data.eval_path = dir.file("eval.h5");
+  EXPECT_HAS(data_error(deck), "deck: data.eval_path = \"" + dir.file("eval.h5") +
+                                   "\": was tokenized with the byte tokenizer");
+}
+
+TEST_F(Hdf5BadShards, TokenizerDiffersFromTheDecks) {
+  std::ofstream(dir.file("other.json"), std::ios::binary) << "{}";
+  deck.data.tokenizer = dir.file("other.json");
+  deck.key_origin["data.tokenizer"] = "d.toml:9";
+  EXPECT_HAS(data_error(deck), "deck: data.path entry 0 = \"" + paths[0] + "\": was tokenized with the tokenizer of SHA-256 " +
+                                   sha256_hex(json).substr(0, 16) + "..., but d.toml:9: data.tokenizer = \"" +
+                                   dir.file("other.json") + "\" is the tokenizer of SHA-256 " +
+                                   sha256_hex("{}").substr(0, 16));
+  deck.data.tokenizer = "bytes";
+  EXPECT_HAS(data_error(deck), "but d.toml:9: data.tokenizer = \"bytes\" is the byte tokenizer");
+  deck.data.tokenizer = dir.file("missing.json");
+  EXPECT_HAS(data_error(deck), "d.toml:9: data.tokenizer = \"" + dir.file("missing.json") + "\": no such file");
+}
+
+TEST_F(Hdf5BadShards, VocabularyLargerThanTheModel) {
+  for (const auto& p : paths) tag_tokenizer(p, "bpe", json, 4096);
+  EXPECT_EQ(data_error(deck), "deck: data.path entry 0 = \"" + paths[0] +
+                                  "\": its tokenizer has 4096 tokens (its vocab_size attribute), more than "
+                                  "model.vocab_size = 300: set model.vocab_size to at least 4096");
+  // An id beyond the model's vocabulary says so, with the tokenizer's size.
+  deck.model.gpt.vocab_size = 20;
+  EXPECT_EQ(data_error(deck), "deck: data.path entry 0 = \"" + paths[0] +
+                                  "\": token 20 is 20, outside 0..model.vocab_size-1 = 0..19; the file's tokenizer "
+                                  "has 4096 tokens (its vocab_size attribute): set model.vocab_size to at least that");
+}
+
+TEST_F(Hdf5BadShards, DamagedStoredTokenizer) {
+  tag_tokenizer(paths[1], "bpe", json, 300, sha256_hex("something else"));
+  EXPECT_HAS(data_error(deck), "data.path entry 1 = \"" + paths[1] + "\": its stored tokenizer_json has SHA-256 " +
+                                   sha256_hex(json).substr(0, 16) + "..., not that of its tokenizer_sha256 attribute");
+}
+
+TEST_F(Hdf5BadShards, NewerFormatVersion) {
+  auto set_format = [](const std::string& path, int64_t version) {
+    hid_t file = H5Fopen(path.c_str(), H5F_ACC_RDWR, H5P_DEFAULT);
+    hid_t scalar = H5Screate(H5S_SCALAR);
+    hid_t type = H5Tcopy(H5T_C_S1);
+    H5Tset_size(type, 16);
+    hid_t attr = H5Acreate2(file, "format", type, scalar, H5P_DEFAULT, H5P_DEFAULT);
+    const std::string text = "pipetrain-tokens";  // 16 characters: fixed length, no terminator
+    H5Awrite(attr, type, text.data());
+    H5Aclose(attr);
+    attr = H5Acreate2(file, "format_version", H5T_STD_I64LE, scalar, H5P_DEFAULT, H5P_DEFAULT);
+    H5Awrite(attr, H5T_NATIVE_INT64, &version);
+    H5Aclose(attr);
+    H5Tclose(type);
+    H5Sclose(scalar);
+    H5Fclose(file);
+  };
+  set_format(paths[0], 2);
+  EXPECT_NO_THROW(check_token_data(data_set_config_for(deck)));
+  set_format(paths[2], 3);
+  EXPECT_EQ(data_error(deck), "deck: data.path entry 2 = \"" + paths[2] +
+                                  "\": is a token file of format_version 3, newer than this pipetrain reads (up "
+                                  "to 2); update pipetrain or remake the file");
+}
+
+TEST_F(Hdf5BadShards, TooShortCountsEveryFile) {
+  deck.training.batch_size = 32;
+  deck.pipeline.micro_batches = 2;
+  EXPECT_EQ(data_error(deck), "deck: data.path (3 files): too short: 81 tokens in 3 files make 20 windows of "
+                              "model.seq_len + 1 = 5 tokens, but one batch needs training.batch_size = 32");
 }
 
 }  // namespace

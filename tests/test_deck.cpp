@@ -594,6 +594,51 @@ TEST(DeckPartition, StrategyNameOrCountList) {
             "memory each stage may use");
 }
 
+// data.path and data.eval_path: a string (a file or a glob pattern) or a
+// list; the resolved deck writes each form back as it was given.
+TEST(DeckData, TokenPathIsAStringOrAList) {
+  const std::string head = "[model]\ntype = \"gpt\"\n[data]\ntype = \"hdf5\"\n";
+  pt::Deck one = pt::parse_deck_text(head + "path = \"runs/c/train_*.h5\"\ntokenizer = \"runs/c/tokenizer.json\"\n",
+                                     "t.toml", {});
+  EXPECT_EQ(one.data.path, "runs/c/train_*.h5");
+  EXPECT_TRUE(one.data.path_list.empty());
+  EXPECT_EQ(one.data.tokenizer, "runs/c/tokenizer.json");
+  pt::Deck listed = pt::parse_deck_text(
+      head + "path = [\"a.h5\", \"b_*.h5\"]\neval_path = [\"e.h5\"]\n[training]\neval_every = 2\n", "t.toml", {});
+  EXPECT_TRUE(listed.data.path.empty());
+  EXPECT_EQ(listed.data.path_list, (Strings{"a.h5", "b_*.h5"}));
+  EXPECT_EQ(listed.data.eval_path_list, (Strings{"e.h5"}));
+  for (const pt::Deck& d : {one, listed}) {
+    const std::string text = pt::deck_to_toml(d);
+    const pt::Deck back = pt::parse_deck_text(text, "resolved.toml", {});
+    EXPECT_EQ(back.data.path, d.data.path);
+    EXPECT_EQ(back.data.path_list, d.data.path_list);
+    EXPECT_EQ(back.data.eval_path_list, d.data.eval_path_list);
+    EXPECT_EQ(pt::deck_to_toml(back), text);
+  }
+  EXPECT_HAS(pt::deck_to_toml(listed), "path = [\"a.h5\", \"b_*.h5\"]");
+  // --set takes either form; a later string replaces a list and the other way round.
+  pt::Deck set = pt::parse_deck_text(head + "path = [\"a.h5\"]\n", "t.toml", {"data.path=x.h5"});
+  EXPECT_EQ(set.data.path, "x.h5");
+  EXPECT_TRUE(set.data.path_list.empty());
+  set = pt::parse_deck_text(head + "path = \"a.h5\"\n", "t.toml", {"data.path=[\"x.h5\", \"y.h5\"]"});
+  EXPECT_EQ(set.data.path_list, (Strings{"x.h5", "y.h5"}));
+  EXPECT_TRUE(set.data.path.empty());
+  // Wrong types and empty values.
+  EXPECT_EQ(text_error(head + "path = 3\n"),
+            "t.toml:5: data.path: expected a string (a file or a glob pattern) or an array of strings, got an "
+            "integer (3)");
+  EXPECT_HAS(text_error(head + "path = [\"a.h5\", 2]\n"), "t.toml:5: data.path entry 1");
+  EXPECT_EQ(text_error(head + "path = []\n"),
+            "t.toml:5: data.path: names no token file (an empty string or list); give a file, a glob pattern or "
+            "a list of them");
+  EXPECT_EQ(text_error(head + "path = \"a.h5\"\neval_path = []\n[training]\neval_every = 2\n"),
+            "t.toml:6: data.eval_path: names no token file (an empty string or list); give a file, a glob "
+            "pattern or a list of them");
+  EXPECT_HAS(text_error("[model]\ntype = \"gpt\"\n[data]\ntype = \"markov\"\ntokenizer = \"bytes\"\n"),
+             "t.toml:5: data.tokenizer: only applies with data.type = \"hdf5\"");
+}
+
 TEST(DeckToToml, DefaultsRoundTripAndEveryKeyIsWritten) {
   pt::Deck deck;
   std::string text = pt::deck_to_toml(deck);

@@ -60,12 +60,24 @@ std::string broadcast_text(const World& w, std::string text, bool& ok) {
   return text;
 }
 
-void check_data_files(const Deck& deck) {
+// Checks the token files, then writes the files that glob patterns and
+// lists named into the deck, in reading order: every rank, the run's
+// deck.resolved.toml and its checkpoints see the same list (a resume warns
+// when the list it finds differs, checkpoint-format.md).
+void check_data_files(Deck& deck) {
   if (deck.data.type != DataKind::Hdf5) return;
   const DataSetConfig config = data_set_config_for(deck);
-  check_token_file(config, deck.data.path, deck.where("data.path"));
-  if (!deck.data.eval_path.empty())
-    check_token_file(config, deck.data.eval_path, deck.where("data.eval_path"));
+  check_token_data(config);
+  auto resolve = [&](Split split, std::string& one, std::vector<std::string>& list) {
+    if (one.empty() && list.empty()) return;
+    const std::vector<TokenFileRef> files = token_files(config, split);
+    if (list.empty() && files.size() == 1 && files[0].path == one) return;  // one file, as written
+    list.clear();
+    for (const TokenFileRef& f : files) list.push_back(f.path);
+    one.clear();
+  };
+  resolve(Split::Train, deck.data.path, deck.data.path_list);
+  resolve(Split::Eval, deck.data.eval_path, deck.data.eval_path_list);
 }
 
 // Returns false (after rank 0 printed the message) when the deck is bad.

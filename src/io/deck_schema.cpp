@@ -77,10 +77,11 @@ const std::vector<KeySpec> kDeckKeys = {
     {"data", "seed", PT_FIELD(data.seed), at_least(0), nullptr, "data seed (teacher, Markov chain, shuffle)", PT_ALWAYS},
     {"data", "markov_order", PT_FIELD(data.markov_order), between(1, 8), nullptr, "Markov chain order k: tokens of context", is_markov, "data.type = \"markov\""},
     {"data", "concentration", PT_FIELD(data.concentration), above(0), nullptr, "Dirichlet concentration of each transition row (small = predictable)", is_markov, "data.type = \"markov\""},
-    {"data", "path", PT_FIELD(data.path), any(), nullptr, "HDF5 token file for training", is_hdf5, "data.type = \"hdf5\""},
+    {"data", "path", [](Deck& d) -> Field { return PathsRef{&d.data.path, &d.data.path_list}; }, any(), nullptr, "HDF5 token file(s) for training: a file, a glob pattern (matches in byte order of their paths) or a list of files and patterns, read as one token sequence (docs/data.md)", is_hdf5, "data.type = \"hdf5\""},
     {"data", "dataset", PT_FIELD(data.dataset), any(), nullptr, "1-D integer dataset of token ids in the HDF5 files", is_hdf5, "data.type = \"hdf5\""},
-    {"data", "eval_path", PT_FIELD(data.eval_path), any(), nullptr, "HDF5 token file for held-out evaluation (\"\" = none)", is_hdf5, "data.type = \"hdf5\""},
+    {"data", "eval_path", [](Deck& d) -> Field { return PathsRef{&d.data.eval_path, &d.data.eval_path_list}; }, any(), nullptr, "HDF5 token file(s) for held-out evaluation, as data.path (\"\" = none)", is_hdf5, "data.type = \"hdf5\""},
     {"data", "shuffle", PT_FIELD(data.shuffle), any(), nullptr, "seeded shuffle of the training windows", is_hdf5, "data.type = \"hdf5\""},
+    {"data", "tokenizer", PT_FIELD(data.tokenizer), any(), nullptr, "tokenizer every token file must carry: \"\" = any, the same in every file; \"bytes\" = the byte tokenizer; or a tokenizer.json, whose SHA-256 the files must record (docs/data.md)", is_hdf5, "data.type = \"hdf5\""},
     {"training", "steps", PT_FIELD(training.steps), at_least(1), nullptr, "optimizer steps", PT_ALWAYS},
     {"training", "batch_size", PT_FIELD(training.batch_size), between(1, 1 << 30), nullptr, "samples per optimizer step (global batch)", PT_ALWAYS},
     {"training", "optimizer", PT_FIELD(training.optimizer), any(), nullptr, "optimizer", PT_ALWAYS},
@@ -283,6 +284,8 @@ std::string toml_text(const Field& field) {
     return text + "]";
   }
   if (auto p = std::get_if<KindRef>(&field)) return toml_string(p->name());
+  if (auto p = std::get_if<PathsRef>(&field))
+    return p->list->empty() ? toml_string(*p->one) : toml_text(Field(p->list));
   if (auto p = std::get_if<PartitionRef>(&field))
     return *p->strategy == PartitionStrategy::Explicit ? toml_text(Field(p->counts))
                                                        : toml_string(kind_name(*p->strategy));
@@ -489,9 +492,20 @@ void check_model_data(const Deck& deck) {
                        " transition probabilities; at most 2^24 (16777216) are allowed with " +
                        deck.described("model.vocab_size", std::to_string(m.gpt.vocab_size)));
   }
-  if (d.type == DataKind::Hdf5 && d.path.empty())
+  if (d.type != DataKind::Hdf5) return;
+  // An empty list names no file: said as such, whether or not it is needed.
+  for (const char* key : {"data.path", "data.eval_path"}) {
+    const bool train = std::strcmp(key, "data.path") == 0;
+    const std::string& one = train ? d.path : d.eval_path;
+    const std::vector<std::string>& list = train ? d.path_list : d.eval_path_list;
+    if (one.empty() && list.empty() && deck.key_origin.count(key) && (train || deck.training.eval_every > 0))
+      throw InputError(deck.where(key) +
+                       ": names no token file (an empty string or list); give a file, a glob pattern or a "
+                       "list of them");
+  }
+  if (d.path.empty() && d.path_list.empty())
     throw InputError(deck.where("data.type") + " = \"hdf5\": needs data.path (the token file)");
-  if (d.type == DataKind::Hdf5 && deck.training.eval_every > 0 && d.eval_path.empty())
+  if (deck.training.eval_every > 0 && d.eval_path.empty() && d.eval_path_list.empty())
     throw InputError(deck.where("training.eval_every") + " = " + std::to_string(deck.training.eval_every) +
                      ": needs data.eval_path (held-out token file) with data.type = \"hdf5\"");
 }

@@ -36,8 +36,15 @@ struct KindRef {
   std::string choices() const { return names.joined(); }  // "a|b|c"
 };
 
+// data.path and data.eval_path: one string (a file or a glob pattern) or a
+// list of them; a string clears the list, a list clears the string.
+struct PathsRef {
+  std::string* one;
+  std::vector<std::string>* list;
+};
+
 using Field = std::variant<int64_t*, uint64_t*, double*, bool*, std::string*, std::vector<int64_t>*,
-                           std::vector<std::string>*, PartitionRef, KindRef>;
+                           std::vector<std::string>*, PartitionRef, KindRef, PathsRef>;
 using FieldOf = Field (*)(Deck&);
 
 // The Field of a deck member: a KindRef for an enum, else the pointer.

@@ -186,6 +186,15 @@ void read_field(const toml::value& v, const Field& field, const std::string& at,
     read_kind(v, *p, at, dotted, unread);
   } else if (auto p = std::get_if<PartitionRef>(&field)) {
     read_partition(v, *p, at, dotted, unread);
+  } else if (auto p = std::get_if<PathsRef>(&field)) {
+    if (v.is_string()) {
+      *p->one = v.as_string().str;
+      p->list->clear();
+    } else {
+      if (!v.is_array()) type_error(at, "a string (a file or a glob pattern) or an array of strings", v);
+      read_string_list(v, *p->list, at);
+      p->one->clear();
+    }
   } else {
     read_list(v, *std::get<std::vector<int64_t>*>(field), at);
   }
@@ -323,7 +332,8 @@ void apply_override(const std::string& arg, Reading& r) {
   toml::value v = override_value(raw);
   // A string key takes the text as written (e.g. output.dir=2024 is "2024").
   const Field field = key.spec->field(r.deck);
-  const bool text = std::holds_alternative<std::string*>(field) || std::holds_alternative<KindRef>(field);
+  const bool text = std::holds_alternative<std::string*>(field) || std::holds_alternative<KindRef>(field) ||
+                    (std::holds_alternative<PathsRef>(field) && !v.is_array());
   if (text && !v.is_string()) v = toml::value(raw);
   set_key(r, key, v, origin);
 }

@@ -13,6 +13,9 @@ DataSetConfig data_set_config_for(const Deck& deck) {
   config.micro_batches = deck.pipeline.micro_batches;
   config.replicas = data_parallel_size(deck);
   config.concentration_at = deck.where("data.concentration");
+  config.path_at = deck.where("data.path");
+  config.eval_path_at = deck.where("data.eval_path");
+  config.tokenizer_at = deck.where("data.tokenizer");
   return config;
 }
 

@@ -33,10 +33,20 @@ struct DataConfig {
   uint64_t seed = 42;              // data seed (teacher, chain, shuffle)
   int64_t markov_order = 2;        // markov: tokens of context (k)
   double concentration = 0.1;      // markov: Dirichlet concentration of each row
-  std::string path;                // hdf5: training token file
+  // hdf5: the training token files. The deck's data.path is a string (one
+  // file or one glob pattern), kept in `path`, or a list of files and
+  // patterns, kept in `path_list` (then `path` is ""); the files are read as
+  // one token sequence (model/data.hpp, token_file_entries).
+  std::string path;
+  std::vector<std::string> path_list;
   std::string dataset = "tokens";  // hdf5: 1-D integer dataset in the files
-  std::string eval_path;           // hdf5: held-out token file ("" = none)
+  std::string eval_path;           // hdf5: held-out token file(s) ("" = none), as data.path
+  std::vector<std::string> eval_path_list;
   bool shuffle = false;            // hdf5: seeded shuffle of the windows
+  // hdf5: the tokenizer every token file must carry: "" = any, as long as
+  // all files carry the same; "bytes" = the byte tokenizer; else the path of
+  // a tokenizer.json (files must carry its SHA-256).
+  std::string tokenizer;
 };
 
 struct TrainingConfig {

@@ -31,6 +31,11 @@ struct DataSetConfig {
   int64_t micro_batches = 1;   // per pipeline and step
   int64_t replicas = 1;        // data-parallel pipelines D
   std::string concentration_at;  // deck.where("data.concentration"): message prefix
+  // deck.where of data.path, data.eval_path and data.tokenizer: the start of
+  // every message about a token file ("deck.toml:7: data.path").
+  std::string path_at = "data.path";
+  std::string eval_path_at = "data.eval_path";
+  std::string tokenizer_at = "data.tokenizer";
 };
 
 // The best loss any model can reach on this data (nats per target token).
@@ -60,12 +65,49 @@ void fill_data_cache(const Dataset& data, int64_t rows, bool first_stage, bool l
 
 // Markov chain data (token_data.cpp).
 std::unique_ptr<Dataset> make_markov_dataset(const DataSetConfig& config, Split split);
-// HDF5 token file data (token_data.cpp).
+
+// ---- token files (data.type = "hdf5", token_files.cpp, docs/data.md) ------
+//
+// A split's token files (data.path for training, data.eval_path for
+// evaluation) are read as ONE token sequence: the files' datasets
+// concatenated in the order below. Windows of T + 1 tokens are cut from that
+// sequence exactly as from a single file, so a window may begin in one file
+// and end in the next, and the same tokens give the same samples however
+// they are split into files.
+
+// One file of a split, and the text naming it in messages, e.g.
+// `deck.toml:7: data.path entry 2 = "a.h5"` or
+// `deck.toml:7: data.path = "runs/train_*.h5" (match "runs/train_00001.h5")`.
+struct TokenFileRef {
+  std::string path;
+  std::string at;
+};
+
+// The split's files in reading order. The deck's value is a string or a list
+// of strings (DataConfig::path / path_list); each string in turn names an
+// existing file (taken as written), or, when it holds *, ? or [, is a glob
+// pattern whose matches are taken in byte order of their paths (as
+// `LC_ALL=C ls`); a string naming neither is kept, for the file check to
+// report as missing. Throws InputError for a pattern that matches nothing
+// and for an empty value.
+std::vector<TokenFileRef> token_files(const DataSetConfig& config, Split split);
+
+// The split's files as one sequence (hyperslab reads of only the windows
+// asked for; at most a few files open at once).
 std::unique_ptr<Dataset> make_hdf5_dataset(const DataSetConfig& config, Split split);
-// Opens `path` and checks it fully (the dataset exists, is 1-D integer, every
-// id is < vocab_size, there are enough windows for one batch), reading it in
-// chunks. Throws InputError naming the file (as `deck_key`, its deck
-// location) and the problem.
+
+// Checks the run's token data completely, before step 0, reading every file
+// in chunks: each file of data.path (and data.eval_path, when given) exists,
+// is HDF5 and has the dataset data.dataset, a 1-D integer array; the files of
+// a split share one integer type; every file of both splits carries the same
+// tokenizer (data.tokenizer's, when set) and a tokenizer vocabulary (its
+// vocab_size attribute) of at most model.vocab_size; every id is in
+// 0..model.vocab_size-1; and each split has windows for one batch. Throws one
+// InputError naming the key, the file and the problem.
+void check_token_data(const DataSetConfig& config);
+
+// check_token_data for one file `path` standing for a whole split, named
+// `deck_key` in messages (as `deck_key = "path": ...`).
 void check_token_file(const DataSetConfig& config, const std::string& path, const std::string& deck_key);
 
 // First global sample of micro-batch `mb` of step `step`. With D replicas
