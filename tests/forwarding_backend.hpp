@@ -37,8 +37,9 @@ class ForwardingBackend : public Backend {
   double do_mse_loss(const Tensor& p, const Tensor& t, float s, Tensor& dp) override {
     return target_.mse_loss(p, t, s, dp);
   }
-  double do_softmax_cross_entropy(const Tensor& l, const Tensor& y, float s, Tensor& dl) override {
-    return target_.softmax_cross_entropy(l, y, s, dl);
+  double do_softmax_cross_entropy(const Tensor& l, const Tensor& y, int64_t classes, float s,
+                                  Tensor& dl) override {
+    return target_.softmax_cross_entropy(l, y, classes, s, dl);
   }
   void do_fill(Tensor& x, float v) override { target_.fill(x, v); }
   void do_copy(const Tensor& src, Tensor& dst) override { target_.copy(src, dst); }

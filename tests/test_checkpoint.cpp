@@ -440,6 +440,24 @@ TEST_F(BadCheckpoint, NotACheckpoint) {
   EXPECT_TRUE(has(load_error(mlp_deck(), tmp / "bad"), "no manifest.h5"));
 }
 
+// A padded vocabulary (model.vocab_multiple) is part of the shapes saved:
+// it resumes bit for bit (the padded rows and their moments stay zero), and
+// a deck padding otherwise is refused naming the key and both values; no
+// re-padding on load.
+TEST(Checkpoint, PaddedVocabularyResumesAndOtherPaddingIsRefused) {
+  Deck padded = gpt_deck();
+  padded.model.gpt.vocab_multiple = 24;  // 16 tokens in 24 rows
+  const int p = stages_here();
+  check_resume(padded, p, p, "gpt, padded vocabulary, P=" + std::to_string(p));
+  TempDir tmp;
+  train(padded, p, 0, 1, "", LoadMode::Resume, tmp / "ckpt");
+  const std::string e = load_error(gpt_deck(), tmp / "ckpt");
+  EXPECT_TRUE(has(e, "params/embed.wte/value has shape (24, 16) but the deck's model needs (16, 16) "
+                     "(the deck's [model] differs from the checkpoint's: it was saved with "
+                     "model.vocab_multiple = 24, the deck has 1; a checkpoint loads only with the "
+                     "vocabulary padding it was saved with)")) << e;
+}
+
 // latest: a broken newest checkpoint (or a half-written .tmp one, as a
 // crash leaves) is skipped for the previous good one; all broken is an error.
 TEST(Checkpoint, LatestFallsBackToPreviousGood) {

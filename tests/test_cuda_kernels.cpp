@@ -163,6 +163,37 @@ TEST(CudaKernels, Losses) {
   expect_close(gdl, dl, 1e-6, "cross-entropy dlogits");
 }
 
+// A padded vocabulary (model.vocab_multiple): 300 classes in rows of 384.
+// The padding holds values that would take all the probability if the
+// kernel counted them; the GPU kernel must match the CPU one over the real
+// classes and write exact zeros in the padding, immediate and deferred.
+TEST(CudaKernels, CrossEntropyOverPaddedRows) {
+  PT_REQUIRE_GPU();
+  auto be = backend();
+  const int64_t rows = 21, classes = 300, width = 384;
+  Tensor logits = random_host({rows, width}, 10, 3.f);
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t j = classes; j < width; ++j) logits.f32()[r * width + j] = 50.f;
+  Tensor labels = Tensor::empty({rows}, DType::I32, MemCategory::Workspace, Device::CPU);
+  for (int64_t i = 0; i < rows; ++i) labels.i32()[i] = static_cast<int32_t>((i * 37) % classes);
+  Tensor dl = Tensor::empty(logits.shape(), DType::F32, MemCategory::Workspace, Device::CPU);
+  const double ce = cpu_backend().softmax_cross_entropy(logits, labels, classes, 0.5f, dl);
+  Tensor gdl = Tensor::empty(logits.shape(), DType::F32, MemCategory::Workspace, Device::CUDA);
+  be->fill(gdl, 7.f);  // every element must be written
+  const Tensor glogits = gpu(logits), glabels = gpu(labels);
+  const double gce = be->softmax_cross_entropy(glogits, glabels, classes, 0.5f, gdl);
+  EXPECT_NEAR(gce, ce, 1e-9 * ce);
+  expect_close(gdl, dl, 1e-6, "padded cross-entropy dlogits");
+  const Tensor got = host(gdl);
+  int64_t nonzero = 0;
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t j = classes; j < width; ++j) nonzero += got.f32()[r * width + j] != 0.f;
+  EXPECT_EQ(nonzero, 0) << "padded columns' gradient";
+  std::unique_ptr<ScalarBatch> batch = be->make_scalar_batch(1);
+  be->softmax_cross_entropy_to(glogits, glabels, classes, 0.5f, gdl, *batch, 0);
+  EXPECT_TRUE(test::same_bits(batch->read()[0], gce));
+}
+
 // The deferred forms (#42) leave their results in a device ScalarBatch: one
 // read returns, bit for bit, what the immediate kernels return, in slot order.
 TEST(CudaKernels, DeferredScalarsAreTheImmediateOnesReadOnce) {

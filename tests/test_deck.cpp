@@ -377,6 +377,30 @@ TEST(DeckErrors, FusedAttentionIsAGptKeyAndNeedsBf16OnCuda) {
   EXPECT_EQ(pt::parse_deck_text(text, "resolved.toml", {}).model.gpt.attention, pt::AttentionKind::Fused);
 }
 
+// model.vocab_multiple (#42): a GPT key, a whole number from 1 (no padding)
+// up; 0, a negative or an absurd multiple is refused naming file, line and
+// the range; written by deck_to_toml, and read back.
+TEST(DeckErrors, VocabMultipleIsAPositiveGptKey) {
+  const std::string gpt = "[model]\ntype = \"gpt\"\n";
+  const std::string markov = "[data]\ntype = \"markov\"\n";
+  EXPECT_EQ(text_error(gpt + "vocab_multiple = 0\n" + markov),
+            "t.toml:3: model.vocab_multiple = 0: must be in [1, 65536]");
+  EXPECT_EQ(text_error(gpt + "vocab_multiple = -128\n" + markov),
+            "t.toml:3: model.vocab_multiple = -128: must be in [1, 65536]");
+  EXPECT_EQ(text_error(gpt + "vocab_multiple = 131072\n" + markov),
+            "t.toml:3: model.vocab_multiple = 131072: must be in [1, 65536]");
+  EXPECT_HAS(text_error(gpt + "vocab_multiple = 1.5\n" + markov), "model.vocab_multiple");
+  EXPECT_EQ(text_error("[model]\nvocab_multiple = 128\n"),
+            "t.toml:2: model.vocab_multiple: only applies with model.type = \"gpt\"; remove it or change that key");
+  const pt::Deck deck = pt::parse_deck_text(gpt + "vocab_size = 200\nvocab_multiple = 128\n" + markov, "t.toml", {});
+  EXPECT_EQ(deck.model.gpt.vocab_multiple, 128);
+  EXPECT_EQ(deck.model.gpt.padded_vocab(), 256);
+  EXPECT_EQ(pt::parse_deck_text(gpt + markov, "t.toml", {}).model.gpt.vocab_multiple, 1);  // default: none
+  const std::string text = pt::deck_to_toml(deck);
+  EXPECT_HAS(text, "vocab_multiple = 128");
+  EXPECT_EQ(pt::parse_deck_text(text, "resolved.toml", {}).model.gpt.padded_vocab(), 256);
+}
+
 TEST(DeckErrors, BooleanKeysNeedBooleans) {
   EXPECT_EQ(text_error("[model]\ntype = \"gpt\"\n[data]\ntype = \"hdf5\"\npath = \"a.h5\"\nshuffle = 1\n"),
             "t.toml:6: data.shuffle: expected a boolean (true or false), got an integer (1)");

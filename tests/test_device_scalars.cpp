@@ -63,8 +63,9 @@ class CountingBackend final : public test::ForwardingBackend {
   double do_mse_loss(const Tensor& p, const Tensor& t, float s, Tensor& dp) override {
     return ++counts.immediate, target_.mse_loss(p, t, s, dp);
   }
-  double do_softmax_cross_entropy(const Tensor& l, const Tensor& y, float s, Tensor& dl) override {
-    return ++counts.immediate, target_.softmax_cross_entropy(l, y, s, dl);
+  double do_softmax_cross_entropy(const Tensor& l, const Tensor& y, int64_t classes, float s,
+                                  Tensor& dl) override {
+    return ++counts.immediate, target_.softmax_cross_entropy(l, y, classes, s, dl);
   }
   void do_sum_squares_to(const Tensor& x, ScalarBatch& b, int64_t slot) override {
     write(b, slot, target_.sum_squares(x));
@@ -76,9 +77,9 @@ class CountingBackend final : public test::ForwardingBackend {
                       int64_t slot) override {
     write(b, slot, target_.mse_loss(p, t, s, dp));
   }
-  void do_softmax_cross_entropy_to(const Tensor& l, const Tensor& y, float s, Tensor& dl,
-                                   ScalarBatch& b, int64_t slot) override {
-    write(b, slot, target_.softmax_cross_entropy(l, y, s, dl));
+  void do_softmax_cross_entropy_to(const Tensor& l, const Tensor& y, int64_t classes, float s,
+                                   Tensor& dl, ScalarBatch& b, int64_t slot) override {
+    write(b, slot, target_.softmax_cross_entropy(l, y, classes, s, dl));
   }
 
  private:

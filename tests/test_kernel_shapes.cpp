@@ -78,6 +78,14 @@ TEST(KernelShapes, LossesCheckTheirGradients) {
   Tensor few_labels = Tensor::zeros({1}, DType::I32);
   expect_refused([&] { be.softmax_cross_entropy(pred, few_labels, 1.f, pred); },
                  "softmax_cross_entropy: labels (1) has 1 elements, expected 2 (the rows of logits)");
+  // A padded row (model.vocab_multiple): 1 <= classes <= the columns.
+  Tensor dpred3 = t({2, 3});
+  expect_refused([&] { be.softmax_cross_entropy(pred, labels, 4, 1.f, dpred3); },
+                 "softmax_cross_entropy: classes 4 outside [1, 3] (the columns of logits (2, 3))");
+  std::unique_ptr<ScalarBatch> batch = be.make_scalar_batch(1);
+  expect_refused([&] { be.softmax_cross_entropy_to(pred, labels, 0, 1.f, dpred3, *batch, 0); },
+                 "softmax_cross_entropy: classes 0 outside [1, 3] (the columns of logits (2, 3))");
+  EXPECT_EQ(error_of([&] { be.softmax_cross_entropy(pred, labels, 2, 1.f, dpred3); }), "");
 }
 
 TEST(KernelShapes, OptimizerStepsCheckTheirState) {

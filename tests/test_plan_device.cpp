@@ -43,12 +43,7 @@ TEST(Device, H200Description) {
 pt::ModelConfig gpt_config(const GptSpec& g) {
   pt::ModelConfig m;
   m.type = "gpt";
-  m.gpt.vocab_size = g.dims.vocab_size;
-  m.gpt.seq_len = g.dims.seq_len;
-  m.gpt.d_model = g.dims.d_model;
-  m.gpt.heads = g.dims.heads;
-  m.gpt.blocks = g.dims.blocks;
-  m.gpt.mlp_ratio = g.dims.mlp_ratio;
+  m.gpt = g.dims;
   return m;
 }
 
@@ -69,7 +64,8 @@ TEST(GptProfile, FlopsMatchTheRuntimeCount) {
   EXPECT_DOUBLE_EQ(block.backward_s, 2.0 * block.forward_s);
   EXPECT_DOUBLE_EQ(block.recompute_s, block.forward_s);
   // About 175 billion parameters, 18 bytes each.
-  const double params = pt::gpt_parameter_count(g);
+  const double params = pt::gpt_parameter_count(g).model;
+  EXPECT_EQ(pt::gpt_parameter_count(g).stored, params);  // no padding
   EXPECT_GT(params, 174e9);
   EXPECT_LT(params, 176e9);
   double persistent = 0.0;
@@ -77,8 +73,7 @@ TEST(GptProfile, FlopsMatchTheRuntimeCount) {
   EXPECT_NEAR(persistent, 18.0 * params, 1e-9 * persistent);
 }
 
-// Per-unit parameter counts equal those of the runtime's GPT layers.
-TEST(GptProfile, ParametersMatchTheRuntimeLayers) {
+GptSpec tiny_gpt(int64_t vocab_multiple = 1, pt::AttentionKind attention = pt::AttentionKind::Reference) {
   GptSpec g;
   g.name = "tiny";
   g.dims.blocks = 2;
@@ -86,15 +81,121 @@ TEST(GptProfile, ParametersMatchTheRuntimeLayers) {
   g.dims.heads = 2;
   g.dims.seq_len = 8;
   g.dims.vocab_size = 50;
+  g.dims.vocab_multiple = vocab_multiple;
   g.dims.mlp_ratio = 3;
-  const pt::ModelProfile p = pt::gpt_profile(g, pt::h200_device(), 1);
-  pt::StageModel stage = pt::build_stage(gpt_config(g), {2}, 0);
-  ASSERT_EQ(stage.layers.size(), p.units.size());
-  for (size_t i = 0; i < p.units.size(); ++i) {
-    double count = 0.0;
-    for (pt::Param* param : stage.layers[i]->params()) count += static_cast<double>(param->value.numel());
-    EXPECT_DOUBLE_EQ(p.units[i].param_bytes, 2.0 * count) << p.units[i].name;
+  g.dims.attention = attention;
+  return g;
+}
+
+// Per-unit parameter counts equal those of the runtime's GPT layers, with a
+// padded vocabulary too (the padded rows are stored).
+TEST(GptProfile, ParametersMatchTheRuntimeLayers) {
+  for (int64_t multiple : {1, 64}) {
+    const GptSpec g = tiny_gpt(multiple);
+    const pt::ModelProfile p = pt::gpt_profile(g, pt::h200_device(), 1);
+    pt::StageModel stage = pt::build_stage(gpt_config(g), {2}, 0);
+    ASSERT_EQ(stage.layers.size(), p.units.size());
+    double total = 0.0;
+    for (size_t i = 0; i < p.units.size(); ++i) {
+      double count = 0.0;
+      for (pt::Param* param : stage.layers[i]->params()) count += static_cast<double>(param->value.numel());
+      EXPECT_DOUBLE_EQ(p.units[i].param_bytes, 2.0 * count) << p.units[i].name << " x" << multiple;
+      total += count;
+    }
+    EXPECT_DOUBLE_EQ(pt::gpt_parameter_count(g).stored, total) << multiple;
   }
+}
+
+// A vocabulary of 50 padded to 64 (model.vocab_multiple): the hardware's
+// time and memory count the 64 rows, the model FLOPs (MFU) and the model's
+// parameter count the 50; the description says both.
+TEST(GptProfile, PaddedVocabularyCostsTimeAndMemoryNotModelFlops) {
+  const double b = 3, t = 8, c = 16, v = 50, vp = 64, e = 2;
+  const GptSpec plain = tiny_gpt(1), padded = tiny_gpt(64);
+  const pt::ModelProfile p = pt::gpt_profile(padded, pt::h200_device(), 3);
+  const pt::ModelProfile q = pt::gpt_profile(plain, pt::h200_device(), 3);
+  const pt::UnitCost& head = p.units.back();
+  EXPECT_DOUBLE_EQ(head.forward_flops, b * 2 * t * c * vp);
+  EXPECT_DOUBLE_EQ(head.forward_s, head.forward_flops / (989e12 * 0.45));
+  EXPECT_DOUBLE_EQ(head.backward_s, 2 * head.forward_s);
+  EXPECT_DOUBLE_EQ(head.stash_always_bytes, 4 * b * t * vp);  // the fp32 loss gradient
+  EXPECT_DOUBLE_EQ(head.stash_none_bytes, 2 * e * b * t * c + 2 * 4 * b * t + 4 * b * t * vp);
+  EXPECT_DOUBLE_EQ(head.param_bytes, 2 * (vp * c + 2 * c));
+  EXPECT_DOUBLE_EQ(p.units.front().param_bytes, 2 * (vp + t) * c);
+  EXPECT_DOUBLE_EQ(q.units.back().forward_flops, b * 2 * t * c * v);
+  for (size_t i = 1; i + 1 < p.units.size(); ++i)
+    EXPECT_DOUBLE_EQ(p.units[i].forward_s, q.units[i].forward_s) << "blocks are not padded";
+  // Model FLOPs count V; the padding is counted apart.
+  EXPECT_DOUBLE_EQ(pt::model_train_flops_per_sample(gpt_config(padded)),
+                   pt::model_train_flops_per_sample(gpt_config(plain)));
+  EXPECT_DOUBLE_EQ(pt::model_padding_flops_per_sample(gpt_config(padded)), 3 * 2 * t * c * (vp - v));
+  EXPECT_DOUBLE_EQ(pt::model_padding_flops_per_sample(gpt_config(plain)), 0.0);
+  double forward = 0.0;
+  for (const pt::UnitCost& u : p.units) forward += u.forward_flops;
+  EXPECT_NEAR(3.0 * forward / b, pt::model_train_flops_per_sample(gpt_config(padded)) +
+                                     pt::model_padding_flops_per_sample(gpt_config(padded)),
+              1e-9 * forward);
+  const pt::GptParameterCount count = pt::gpt_parameter_count(padded);
+  EXPECT_DOUBLE_EQ(count.stored - count.model, 2 * (vp - v) * c);  // embedding and LM head
+  EXPECT_EQ(count.model, pt::gpt_parameter_count(plain).model);
+  EXPECT_THAT(p.model, HasSubstr("vocab 50 padded to 64"));
+  EXPECT_THAT(p.model, HasSubstr("parameters, 0.000448M more stored in the padded vocabulary rows"));
+  EXPECT_THAT(q.model, testing::Not(HasSubstr("padded")));
+}
+
+// Fused attention, priced against hand-computed formulas for a small GPT
+// (b 3 sequences, T 8, C 16, H 2, R 3, bf16 activations e = 2): the same
+// forward FLOPs (the full T x T of the MFU convention); a backward that
+// recomputes the scores, 2 T^2 C per sequence more; each row's fp32
+// log-sum-exp kept instead of the probabilities; selective equal to none;
+// a workspace without the probability gradient.
+TEST(GptProfile, FusedAttentionPrices) {
+  const double b = 3, t = 8, c = 16, h = 2, r = 3, e = 2;
+  const double rate = 989e12 * 0.45;
+  const pt::ModelProfile ref = pt::gpt_profile(tiny_gpt(), pt::h200_device(), 3);
+  const pt::ModelProfile fused = pt::gpt_profile(tiny_gpt(1, pt::AttentionKind::Fused), pt::h200_device(), 3);
+  const pt::UnitCost& block = fused.units[1];
+  const pt::UnitCost& reference = ref.units[1];
+  const double forward = b * ((8 + 4 * r) * t * c * c + 4 * t * t * c);
+  EXPECT_DOUBLE_EQ(block.forward_flops, forward);
+  EXPECT_DOUBLE_EQ(block.forward_s, forward / rate);
+  EXPECT_DOUBLE_EQ(block.backward_s, (2 * forward + b * 2 * t * t * c) / rate);
+  EXPECT_DOUBLE_EQ(reference.backward_s, 2 * forward / rate);
+  EXPECT_DOUBLE_EQ(block.recompute_s, forward / rate);
+  EXPECT_DOUBLE_EQ(block.recompute_selective_s, 0.0);
+  EXPECT_DOUBLE_EQ(reference.recompute_selective_s, b * 2 * t * t * c / rate);
+  const double kept = e * b * (8 + 2 * r) * t * c + 16 * b * t;
+  EXPECT_DOUBLE_EQ(block.stash_none_bytes, kept + 4 * b * h * t);
+  EXPECT_DOUBLE_EQ(block.stash_selective_bytes, block.stash_none_bytes);
+  EXPECT_DOUBLE_EQ(reference.stash_none_bytes, kept + e * b * h * t * t);
+  EXPECT_DOUBLE_EQ(reference.stash_selective_bytes, kept);
+  EXPECT_DOUBLE_EQ(block.workspace_bytes, e * b * 4 * t * c);
+  EXPECT_DOUBLE_EQ(reference.workspace_bytes, e * b * (h * t * t + 4 * t * c));
+  EXPECT_DOUBLE_EQ(block.param_bytes, reference.param_bytes);
+  // The head and embedding do not change; the model FLOPs neither.
+  EXPECT_DOUBLE_EQ(fused.units.back().stash_none_bytes, ref.units.back().stash_none_bytes);
+  EXPECT_DOUBLE_EQ(pt::model_train_flops_per_sample(gpt_config(tiny_gpt(1, pt::AttentionKind::Fused))),
+                   pt::model_train_flops_per_sample(gpt_config(tiny_gpt())));
+  EXPECT_THAT(fused.model, HasSubstr("fused attention"));
+  // The planner's stage: selective costs and keeps what none does.
+  auto stage = [&](const pt::ModelProfile& p, const std::string& policy) {
+    return pt::stage_costs(p, {2}, {pt::PlanRecompute::parse(policy)}).front();
+  };
+  EXPECT_DOUBLE_EQ(stage(fused, "selective").stash_bytes, stage(fused, "none").stash_bytes);
+  EXPECT_DOUBLE_EQ(stage(fused, "selective").backward_s, stage(fused, "none").backward_s);
+  EXPECT_LT(stage(fused, "none").stash_bytes, stage(ref, "none").stash_bytes);
+}
+
+// At GPT-3's scale the stash a fused block saves under none is
+// e b H T^2 - 4 b H T, the probabilities less the statistics.
+TEST(GptProfile, FusedAttentionSavesTheProbabilitiesAtScale) {
+  GptSpec g = pt::gpt3_175b();
+  const pt::UnitCost reference = pt::gpt_profile(g, pt::h200_device(), 2).units[1];
+  g.dims.attention = pt::AttentionKind::Fused;
+  const pt::UnitCost fused = pt::gpt_profile(g, pt::h200_device(), 2).units[1];
+  const double b = 2, t = 2048, h = 96;
+  EXPECT_DOUBLE_EQ(reference.stash_none_bytes - fused.stash_none_bytes, 2 * b * h * t * t - 4 * b * h * t);
+  EXPECT_DOUBLE_EQ(fused.stash_selective_bytes, reference.stash_selective_bytes + 4 * b * h * t);
 }
 
 // At pipetrain's fp32 (4-byte) activations the stash is docs/memory.md's

@@ -169,6 +169,19 @@ int run_validate(const World& w, const CommandLine& cli, const Deck& deck) {
   return 0;
 }
 
+// The model's training FLOPs (what GFLOP/s and MFU count) and, with a padded
+// vocabulary, the work on its padded columns, which they leave out.
+void print_model_flops(const ModelConfig& model) {
+  const double flops = model_train_flops_per_sample(model);
+  const double padding = model_padding_flops_per_sample(model);
+  const double tokens = static_cast<double>(tokens_per_sample(model));
+  std::printf("model: %.4g training FLOPs per token (%.4g per sample)", flops / tokens, flops);
+  if (padding > 0.0)
+    std::printf("; the padded vocabulary columns add %.4g per token, computed but not counted",
+                padding / tokens);
+  std::printf("\n");
+}
+
 void print_step(const Deck& deck, const StepRecord& rec, double samples_per_s,
                 double elapsed_s, int64_t first_step, double predicted_step_s) {
   const int64_t total = deck.training.steps;
@@ -251,9 +264,7 @@ void print_start(const World& w, const Deck& deck, const Trainer& trainer,
                                    .c_str()
                              : "training.blas_threads");
   std::printf("%s\n", schedule_summary(trainer.schedule(), trainer.schedule_report()).c_str());
-  std::printf("model: %.4g training FLOPs per token (%.4g per sample)\n",
-              model_train_flops_per_sample(deck.model) / tokens_per_sample(deck.model),
-              model_train_flops_per_sample(deck.model));
+  print_model_flops(deck.model);
   print_floor(trainer.loss_floor());
   const auto& choices = trainer.recompute_choices();
   for (size_t s = 0; s < choices.size(); ++s) {

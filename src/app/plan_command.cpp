@@ -88,8 +88,9 @@ PlanRequest request_for(const Deck& deck, const CommandLine& cli, int stages) {
   }
   if (deck.pipeline.schedule == ScheduleKind::Interleaved)
     r.virtual_stages = static_cast<int>(deck.pipeline.virtual_stages);
-  // Selective recomputation drops attention probabilities; an MLP has none.
-  if (!model_family(deck.model).selective_drops) r.recompute = {"none", "full"};
+  // Selective recomputation drops attention probabilities; an MLP has none,
+  // nor does a GPT with fused attention (it keeps only row statistics).
+  if (!selective_recompute_drops(deck.model)) r.recompute = {"none", "full"};
   for (int n : r.micro_batch_counts)
     if (deck.training.batch_size % n != 0)
       throw InputError("plan --micro-batches " + std::to_string(n) + ": does not divide " +
@@ -134,24 +135,33 @@ PlanTable plan_measured(const Deck& deck, const CommandLine& cli, const PlanRequ
   return rank_plans(profile_for, links, r);
 }
 
+// The deck's recompute policy as the plans name it: "selective" is weighed
+// as "none" where it drops nothing (request_for), and said so.
+std::string planned_recompute(const Deck& deck, std::string* text) {
+  const std::string& policy = deck.pipeline.recompute;
+  const bool same_as_none = policy == "selective" && !selective_recompute_drops(deck.model);
+  *text = policy + (same_as_none ? " (= none for this model)" : "");
+  return same_as_none ? "none" : policy;
+}
+
 // The deck's own point in the table: its schedule, N, recompute and partition.
 std::string deck_rank(const Deck& deck, const PlanTable& table) {
   const PartitionStrategy strategy = deck.pipeline.partition_strategy;
+  std::string recompute_text;
+  const std::string recompute = planned_recompute(deck, &recompute_text);
+  const std::string point = std::string("the deck as written (") + kind_name(deck.pipeline.schedule) +
+                            ", N=" + std::to_string(deck.pipeline.micro_batches) + ", recompute " +
+                            recompute_text + ", partition " + kind_name(strategy) + ")";
   for (size_t i = 0; i < table.rows.size(); ++i) {
     const PlanRow& r = table.rows[i];
     const bool same_partition = strategy == PartitionStrategy::Explicit
                                     ? r.units_per_stage == deck.pipeline.partition
                                     : strategy_of(r.partition) == strategy;
     if (r.data_parallel == data_parallel_size(deck) && r.schedule == kind_name(deck.pipeline.schedule) &&
-        r.micro_batches == deck.pipeline.micro_batches &&
-        r.recompute == deck.pipeline.recompute && same_partition)
-      return "the deck as written (" + r.schedule + ", N=" + std::to_string(r.micro_batches) +
-             ", recompute " + r.recompute + ", partition " + kind_name(strategy) + ") ranks " +
-             std::to_string(i + 1) + " of " + std::to_string(table.rows.size());
+        r.micro_batches == deck.pipeline.micro_batches && r.recompute == recompute && same_partition)
+      return point + " ranks " + std::to_string(i + 1) + " of " + std::to_string(table.rows.size());
   }
-  return std::string("the deck as written (") + kind_name(deck.pipeline.schedule) + ", N=" +
-         std::to_string(deck.pipeline.micro_batches) + ", recompute " + deck.pipeline.recompute +
-         ", partition " + kind_name(strategy) + ") is not among the plans weighed";
+  return point + " is not among the plans weighed";
 }
 
 }  // namespace

@@ -260,15 +260,15 @@ class CudaBackend final : public Backend {
                             stream());
   }
 
-  double do_softmax_cross_entropy(const Tensor& logits, const Tensor& labels, float grad_scale,
-                                  Tensor& dlogits) override {
+  double do_softmax_cross_entropy(const Tensor& logits, const Tensor& labels, int64_t classes,
+                                  float grad_scale, Tensor& dlogits) override {
     check_on_gpu(logits, "logits");
     check_on_gpu(labels, "labels");
     check_on_gpu(dlogits, "dlogits");
-    const int64_t rows = logits.rows(), classes = logits.cols();
+    const int64_t rows = logits.rows();
     DeviceBuffer row_loss(static_cast<size_t>(rows) * sizeof(double));
     kern::softmax_xent(logits.f32(), labels.i32(), grad_scale, dlogits.f32(),
-                       row_loss.as<double>(), rows, classes, stream());
+                       row_loss.as<double>(), rows, classes, logits.cols(), stream());
     return kern::reduce_sum(row_loss.as<double>(), rows, stream());
   }
 
@@ -309,15 +309,16 @@ class CudaBackend final : public Backend {
                           device_batch(batch).slot(slot), stream());
   }
 
-  void do_softmax_cross_entropy_to(const Tensor& logits, const Tensor& labels, float grad_scale,
-                                   Tensor& dlogits, ScalarBatch& batch, int64_t slot) override {
+  void do_softmax_cross_entropy_to(const Tensor& logits, const Tensor& labels, int64_t classes,
+                                   float grad_scale, Tensor& dlogits, ScalarBatch& batch,
+                                   int64_t slot) override {
     check_on_gpu(logits, "logits");
     check_on_gpu(labels, "labels");
     check_on_gpu(dlogits, "dlogits");
-    const int64_t rows = logits.rows(), classes = logits.cols();
+    const int64_t rows = logits.rows();
     DeviceBuffer row_loss(static_cast<size_t>(rows) * sizeof(double));  // freed in stream order
     kern::softmax_xent(logits.f32(), labels.i32(), grad_scale, dlogits.f32(),
-                       row_loss.as<double>(), rows, classes, stream());
+                       row_loss.as<double>(), rows, classes, logits.cols(), stream());
     kern::reduce_sum_into(row_loss.as<double>(), rows, device_batch(batch).slot(slot), stream());
   }
 

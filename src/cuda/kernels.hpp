@@ -56,9 +56,12 @@ void layernorm_forward(const float* x, const float* gamma, const float* beta, fl
 void layernorm_backward(const float* x, const float* gamma, const float* mean,
                         const float* rstd, const float* dy, float* dx, float* dgamma,
                         float* dbeta, int64_t rows, int64_t C, cudaStream_t s);
-// Per-row loss into row_loss (rows, double); dlogits = (softmax - onehot) * grad_scale.
+// logits, dlogits: (rows, width); the first `classes` columns of a row are
+// its classes, the rest padding. Per-row loss into row_loss (rows, double);
+// dlogits = (softmax - onehot) * grad_scale over the classes, 0 in the padding.
 void softmax_xent(const float* logits, const int32_t* labels, float grad_scale, float* dlogits,
-                  double* row_loss, int64_t rows, int64_t classes, cudaStream_t s);
+                  double* row_loss, int64_t rows, int64_t classes, int64_t width,
+                  cudaStream_t s);
 // s: rows of length T, row r being query position r % T of its (T, T) block.
 // In place: softmax over columns j <= i, exactly 0 above the diagonal.
 void causal_softmax_forward(float* scores, int64_t rows, int64_t T, cudaStream_t s);

@@ -95,13 +95,15 @@ __global__ void add_column_sums_kernel(const float* part, int64_t chunks, int64_
   out[j] += s;
 }
 
-// logits, dlogits: (rows, classes); one block per row.
+// logits, dlogits: (rows, width), the first `classes` columns classes, the
+// rest padding (dlogits 0, no probability); one block per row.
 __global__ void softmax_xent_kernel(const float* logits, const int32_t* labels, float grad_scale,
                                     float* dlogits, double* row_loss, int64_t classes,
-                                    unsigned* error_word) {
+                                    int64_t width, unsigned* error_word) {
   const int64_t r = blockIdx.x;
-  const float* row = logits + r * classes;
-  float* drow = dlogits + r * classes;
+  const float* row = logits + r * width;
+  float* drow = dlogits + r * width;
+  for (int64_t j = classes + threadIdx.x; j < width; j += blockDim.x) drow[j] = 0.f;
   const int32_t label = labels[r];
   if (label < 0 || label >= classes) {  // the whole block leaves together
     if (threadIdx.x == 0) {
@@ -199,10 +201,11 @@ void layernorm_backward(const float* x, const float* gamma, const float* mean,
 }
 
 void softmax_xent(const float* logits, const int32_t* labels, float grad_scale, float* dlogits,
-                  double* row_loss, int64_t rows, int64_t classes, cudaStream_t s) {
+                  double* row_loss, int64_t rows, int64_t classes, int64_t width,
+                  cudaStream_t s) {
   if (rows == 0) return;
   softmax_xent_kernel<<<row_grid(rows), kThreads, 0, s>>>(logits, labels, grad_scale, dlogits,
-                                                            row_loss, classes,
+                                                            row_loss, classes, width,
                                                             context().error_word);
   PT_LAUNCH_CHECK();
 }

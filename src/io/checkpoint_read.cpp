@@ -268,6 +268,39 @@ void index_file(const std::string& dir, const std::string& name, const FileRecor
   index_params(file.get(), path, name, ins);
 }
 
+// "section.key" -> value text of the [model], [data] and [training] lines of
+// a resolved deck (a manifest's deck attribute).
+std::map<std::string, std::string> deck_values(const std::string& text) {
+  std::map<std::string, std::string> out;
+  std::string section;
+  std::istringstream lines(text);
+  for (std::string line; std::getline(lines, line);) {
+    if (!line.empty() && line[0] == '[') section = line.substr(1, line.find(']') - 1);
+    const size_t eq = line.find(" = ");
+    if (eq == std::string::npos || line[0] == '#') continue;
+    if (section != "model" && section != "data" && section != "training") continue;
+    std::string value = line.substr(eq + 3);
+    value = value.substr(0, value.find(" #"));
+    while (!value.empty() && value.back() == ' ') value.pop_back();
+    out[section + "." + line.substr(0, eq)] = value;
+  }
+  return out;
+}
+
+// When the checkpoint was saved with another model.vocab_multiple than the
+// deck's (absent: 1, no padding), why its vocabulary tables have other
+// shapes; else "". A checkpoint is not re-padded on load: the padded rows
+// are part of its shapes, and the deck must pad as it did.
+std::string padding_note(const std::string& saved_deck, const Deck& deck) {
+  const auto saved = deck_values(saved_deck);
+  const auto it = saved.find("model.vocab_multiple");
+  const std::string before = it == saved.end() ? "1" : it->second;
+  const std::string now = std::to_string(deck.model.gpt.vocab_multiple);
+  if (before == now) return "";
+  return ": it was saved with model.vocab_multiple = " + before + ", the deck has " + now +
+         "; a checkpoint loads only with the vocabulary padding it was saved with";
+}
+
 // The checkpoint's parameters against the model the deck builds here.
 void match_model(const std::string& dir, const Inspection& ins, const std::vector<ParamShape>& want,
                  LoadMode mode, const Deck& deck) {
@@ -292,7 +325,8 @@ void match_model(const std::string& dir, const Inspection& ins, const std::vecto
     if (e.shape != p.shape)
       unusable(file, "params/" + p.name + "/value has shape " + shape_string(e.shape) +
                          " but the deck's model needs " + shape_string(p.shape) +
-                         " (the deck's [model] differs from the checkpoint's)");
+                         " (the deck's [model] differs from the checkpoint's" +
+                         padding_note(ins.deck_text, deck) + ")");
     if (mode == LoadMode::Resume && (!e.state1 || (adamw && !e.state2)))
       unusable(file, "params/" + p.name + " has no " + (e.state1 ? "state2" : "state1") +
                          ": the checkpoint lacks the optimizer state of training.optimizer = \"" +
@@ -431,23 +465,7 @@ std::map<std::string, std::string> parse_index(const std::string& text) {
 
 // Deck lines of [model], [data] and [training] that differ, for a warning.
 std::string deck_differences(const std::string& saved, const std::string& current) {
-  auto values = [](const std::string& text) {
-    std::map<std::string, std::string> out;
-    std::string section;
-    std::istringstream lines(text);
-    for (std::string line; std::getline(lines, line);) {
-      if (!line.empty() && line[0] == '[') section = line.substr(1, line.find(']') - 1);
-      const size_t eq = line.find(" = ");
-      if (eq == std::string::npos || line[0] == '#') continue;
-      if (section != "model" && section != "data" && section != "training") continue;
-      std::string value = line.substr(eq + 3);
-      value = value.substr(0, value.find(" #"));
-      while (!value.empty() && value.back() == ' ') value.pop_back();
-      out[section + "." + line.substr(0, eq)] = value;
-    }
-    return out;
-  };
-  const auto before = values(saved), now = values(current);
+  const auto before = deck_values(saved), now = deck_values(current);
   std::string diff;
   for (const auto& [key, value] : now) {
     auto it = before.find(key);

@@ -65,6 +65,7 @@ const std::vector<KeySpec> kDeckKeys = {
     {"model", "activation", PT_FIELD(model.mlp.activation), any(), nullptr, "activation between Linear layers", PT_FAMILY},
     {"model", "loss", PT_FIELD(model.mlp.loss), any(), nullptr, "training loss", PT_FAMILY},
     {"model", "vocab_size", PT_FIELD(model.gpt.vocab_size), between(2, 1 << 24), nullptr, "vocabulary size V (token ids 0..V-1)", PT_FAMILY},
+    {"model", "vocab_multiple", PT_FIELD(model.gpt.vocab_multiple), between(1, 1 << 16), nullptr, "pad the vocabulary of the embedding and the LM head to a multiple of this (1 = none; 128 on GPUs, for aligned GEMMs); token ids stay 0..V-1 and the padded logits get no probability and zero gradient, so the padded rows stay zero", PT_FAMILY},
     {"model", "seq_len", PT_FIELD(model.gpt.seq_len), between(1, 1 << 16), nullptr, "tokens per sample T", PT_FAMILY},
     {"model", "d_model", PT_FIELD(model.gpt.d_model), between(1, 1 << 16), nullptr, "model width C", PT_FAMILY},
     {"model", "heads", PT_FIELD(model.gpt.heads), between(1, 1 << 12), nullptr, "attention heads; must divide d_model", PT_FAMILY},

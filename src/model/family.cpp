@@ -58,6 +58,11 @@ const ModelFamily& model_family(const ModelConfig& model) {
   return *f;
 }
 
+bool selective_recompute_drops(const ModelConfig& model) {
+  const ModelFamily& f = model_family(model);
+  return f.selective_drops && f.selective_drops(model);
+}
+
 void check_family_backend(const ModelConfig& model, Backend& be) {
   const ModelFamily& f = model_family(model);
   if (f.check_backend) f.check_backend(model, be);

@@ -9,8 +9,9 @@ namespace pt {
 
 namespace {
 
-// The family's keys: model.vocab_size, seq_len, d_model, heads, mlp_ratio
-// and blocks, read from the deck into ModelConfig::gpt.
+// The family's keys: model.vocab_size, vocab_multiple, seq_len, d_model,
+// heads, mlp_ratio, blocks and attention, read from the deck into
+// ModelConfig::gpt.
 GptDims dims(const ModelConfig& m) { return m.gpt; }
 
 int64_t units(const ModelConfig& m) { return m.gpt.blocks; }
@@ -36,7 +37,7 @@ void add_unit(const ModelConfig& m, StageModel& sm, int64_t u, ParamInit init) {
 void end_stage(const ModelConfig& m, StageModel& sm) {
   sm.layers.push_back(make_gpt_head(dims(m), m.init_seed));
   sm.layer_unit.push_back(-1);
-  sm.loss = make_loss(LossKind::CrossEntropy);
+  sm.loss = make_cross_entropy_loss(m.gpt.vocab_size);  // of the padded_vocab() logits
   sm.loss_terms_per_sample = m.gpt.seq_len;
 }
 
@@ -49,26 +50,37 @@ double block_flops(const GptDims& g) {
   return t * per_token;
 }
 
+// The LM head: 2 T C V of useful work (what MFU counts), and 2 T C (Vp - V)
+// on the padded vocabulary columns, which take time but do nothing.
+CostUnitInfo head_cost(const GptDims& g) {
+  const double per_column = 2.0 * static_cast<double>(g.seq_len * g.d_model);
+  const double padded = static_cast<double>(g.padded_vocab() - g.vocab_size);
+  return {"head", false, per_column * static_cast<double>(g.vocab_size), per_column * padded};
+}
+
 std::vector<CostUnitInfo> costs(const ModelConfig& m) {
   const GptDims& g = m.gpt;
   std::vector<CostUnitInfo> out;
   out.push_back({"embedding", false, 0.0});  // a gather, no matmul
   for (int64_t b = 0; b < g.blocks; ++b) out.push_back({"block" + std::to_string(b), true, block_flops(g)});
-  out.push_back({"head", false, 2.0 * static_cast<double>(g.seq_len * g.d_model * g.vocab_size)});
+  out.push_back(head_cost(g));
   return out;
 }
 
 // W's share of a backward without recompute, by matmul FLOPs: the backward
 // of a weight product is two products (dx, dW) and W is one of them; the
 // attention products (scores, weighted values: 4 T C per token forward, no
-// weights) have a backward of twice their FLOPs, all in B.
+// weights) have a backward of twice their FLOPs, all in B; fused attention's
+// backward first recomputes the scores (2 T C per token), half as much again.
+// The LM head counts its padded columns: the share is one of time.
 double weight_grad_share(const ModelConfig& m) {
   const GptDims& g = m.gpt;
-  const double c = g.d_model, t = g.seq_len, r = g.mlp_ratio, v = g.vocab_size;
+  const double c = g.d_model, t = g.seq_len, r = g.mlp_ratio, v = g.padded_vocab();
   const double blocks = static_cast<double>(g.blocks);
   const double weights = blocks * (8.0 * c * c + 4.0 * r * c * c) * t + 2.0 * t * c * v;
   const double attention = blocks * 4.0 * t * c * t;
-  return weights / (2.0 * weights + 2.0 * attention);
+  const double attention_backward = (g.attention == AttentionKind::Fused ? 2.5 : 2.0) * attention;
+  return weights / (2.0 * weights + attention_backward);
 }
 
 std::string describe(const ModelConfig& m) {
@@ -76,6 +88,7 @@ std::string describe(const ModelConfig& m) {
   return " vocab_size=" + std::to_string(g.vocab_size) + " seq_len=" + std::to_string(g.seq_len) +
          " d_model=" + std::to_string(g.d_model) + " heads=" + std::to_string(g.heads) +
          " blocks=" + std::to_string(g.blocks) + " mlp_ratio=" + std::to_string(g.mlp_ratio) +
+         (g.vocab_multiple == 1 ? "" : " vocab_multiple=" + std::to_string(g.vocab_multiple)) +
          (g.attention == AttentionKind::Reference ? "" : std::string(" attention=") + kind_name(g.attention));
 }
 
@@ -111,6 +124,10 @@ void check(const Deck& deck) {
   check_fused_attention(deck);
 }
 
+// Selective recomputation drops the attention probabilities; fused
+// attention keeps none (only row statistics), so there it drops nothing.
+bool selective_drops(const ModelConfig& m) { return m.gpt.attention != AttentionKind::Fused; }
+
 // The layers compute with the backend's transformer kernels, and with fused
 // attention with its fused attention kernels.
 void check_backend(const ModelConfig& m, Backend& be) {
@@ -124,7 +141,7 @@ ModelFamily gpt_family() {
   ModelFamily f;
   f.name = "gpt";
   f.summary = "decoder-only transformer (Markov or HDF5 token data)";
-  f.keys = {"vocab_size", "seq_len", "d_model", "heads", "blocks", "mlp_ratio", "attention"};
+  f.keys = {"vocab_size", "vocab_multiple", "seq_len", "d_model", "heads", "blocks", "mlp_ratio", "attention"};
   f.data_types = {DataKind::Markov, DataKind::Hdf5};
   f.data_rule = "needs token data, data.type = \"markov\" or \"hdf5\"";
   f.check = check;
@@ -141,7 +158,7 @@ ModelFamily gpt_family() {
   f.cost_units = costs;
   f.pinned_front = 1;
   f.pinned_back = 1;
-  f.selective_drops = true;
+  f.selective_drops = selective_drops;
   f.weight_grad_share = weight_grad_share;
   f.analytic_dims = dims;
   return f;

@@ -5,6 +5,7 @@
 // attention group (gpt_fused_attention).
 #include "pipetrain/model/gpt.hpp"
 
+#include <algorithm>
 #include <cmath>
 
 #include "pipetrain/base/error.hpp"
@@ -43,6 +44,14 @@ Param constant_param(const std::string& name, const Shape& shape, float value, P
   Param p = new_param(name, shape);
   if (init == ParamInit::FromSeed) fill_constant(p.value, value);
   return p;
+}
+
+// Zeroes the rows of a (Vp, C) vocabulary parameter past the V real ones
+// (GptDims::padded_vocab), on the host where parameters are made. The loss
+// gives their logits zero gradient, so they stay zero.
+void zero_padded_rows(Param& p, const GptDims& dims) {
+  float* v = p.value.f32();
+  std::fill(v + dims.vocab_size * p.value.cols(), v + p.value.numel(), 0.f);
 }
 
 Shape with_last(const Shape& shape, int64_t last) {
@@ -165,10 +174,12 @@ class GptEmbedding final : public Layer {
  public:
   GptEmbedding(const GptDims& dims, uint64_t seed)
       : dims_(dims),
-        wte_(normal_param("embed.wte", {dims.vocab_size, dims.d_model}, kInitStd, seed,
+        wte_(normal_param("embed.wte", {dims.padded_vocab(), dims.d_model}, kInitStd, seed,
                           ParamInit::FromSeed)),
         wpe_(normal_param("embed.wpe", {dims.seq_len, dims.d_model}, kInitStd, seed,
-                          ParamInit::FromSeed)) {}
+                          ParamInit::FromSeed)) {
+    zero_padded_rows(wte_, dims);  // no token id reaches them: no gradient either
+  }
   std::string kind() const override { return "gpt_embedding"; }
   Shape output_shape(const Shape& input) const override {
     check_tokens_shape(input, dims_);
@@ -205,7 +216,7 @@ class GptEmbedding final : public Layer {
 
  private:
   GptDims dims_;
-  Param wte_;  // (V, C)
+  Param wte_;  // (Vp, C): rows V..Vp-1 zero padding
   Param wpe_;  // (T, C)
 };
 
@@ -396,18 +407,20 @@ class GptHead final : public Layer {
   GptHead(const GptDims& dims, uint64_t seed)
       : dims_(dims),
         ln_f_("head.ln_f", dims.d_model, ParamInit::FromSeed),
-        lm_head_("head.lm_head", dims.d_model, dims.vocab_size, kInitStd, seed, false,
-                 ParamInit::FromSeed) {}
+        lm_head_("head.lm_head", dims.d_model, dims.padded_vocab(), kInitStd, seed, false,
+                 ParamInit::FromSeed) {
+    zero_padded_rows(lm_head_.weight, dims);
+  }
   std::string kind() const override { return "gpt_head"; }
   Shape output_shape(const Shape& input) const override {
     check_hidden_shape(input, dims_);
-    return with_last(input, dims_.vocab_size);
+    return with_last(input, dims_.padded_vocab());
   }
   std::vector<Param*> params() override {
     return {&ln_f_.weight, &ln_f_.bias, &lm_head_.weight};
   }
 
-  // x (mb, T, C) -> logits (mb, T, V).
+  // x (mb, T, C) -> logits (mb, T, Vp); the loss reads the first V columns.
   Tensor forward(Backend& be, const Tensor& x, std::vector<Tensor>& saved) override {
     check_hidden_shape(x.shape(), dims_);
     saved.clear();
@@ -445,7 +458,7 @@ class GptHead final : public Layer {
 
   GptDims dims_;
   LayerNorm ln_f_;
-  Dense lm_head_;  // (V, C), no bias
+  Dense lm_head_;  // (Vp, C), no bias; rows V..Vp-1 zero padding
 };
 
 }  // namespace

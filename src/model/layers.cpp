@@ -4,6 +4,7 @@
 
 #include <atomic>
 #include <cmath>
+#include <optional>
 
 #include "pipetrain/base/error.hpp"
 #include "pipetrain/base/rng.hpp"
@@ -189,18 +190,25 @@ class MseLoss final : public Loss {
   }
 };
 
+// Over the first classes_ columns of pred, or every column when unset.
 class CrossEntropyLoss final : public Loss {
  public:
+  explicit CrossEntropyLoss(std::optional<int64_t> classes) : classes_(classes) {}
   std::string kind() const override { return "cross_entropy"; }
   double forward_backward(Backend& be, const Tensor& pred, const Tensor& target,
                           float grad_scale, Tensor& dpred) override {
-    return be.softmax_cross_entropy(pred, target, grad_scale, dpred);
+    return be.softmax_cross_entropy(pred, target, classes(pred), grad_scale, dpred);
   }
   void forward_backward_to(Backend& be, const Tensor& pred, const Tensor& target,
                            float grad_scale, Tensor& dpred, ScalarBatch& batch,
                            int64_t slot) override {
-    be.softmax_cross_entropy_to(pred, target, grad_scale, dpred, batch, slot);
+    be.softmax_cross_entropy_to(pred, target, classes(pred), grad_scale, dpred, batch, slot);
   }
+
+ private:
+  int64_t classes(const Tensor& pred) const { return classes_ ? *classes_ : pred.cols(); }
+
+  std::optional<int64_t> classes_;  // real classes; pred's columns after them are padding
 };
 
 }  // namespace
@@ -218,7 +226,11 @@ std::unique_ptr<Layer> make_activation(ActivationKind kind) {
 
 std::unique_ptr<Loss> make_loss(LossKind kind) {
   if (kind == LossKind::Mse) return std::make_unique<MseLoss>();
-  return std::make_unique<CrossEntropyLoss>();
+  return std::make_unique<CrossEntropyLoss>(std::nullopt);
+}
+
+std::unique_ptr<Loss> make_cross_entropy_loss(int64_t classes) {
+  return std::make_unique<CrossEntropyLoss>(classes);
 }
 
 }  // namespace pt

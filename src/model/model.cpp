@@ -41,6 +41,12 @@ double model_train_flops_per_sample(const ModelConfig& m) {
   return 3.0 * forward;
 }
 
+double model_padding_flops_per_sample(const ModelConfig& m) {
+  double padding = 0.0;
+  for (const CostUnitInfo& unit : cost_units(m)) padding += unit.padding_flops;
+  return 3.0 * padding;
+}
+
 Shape StageModel::input_shape(int64_t rows) const {
   Shape shape{rows};
   shape.insert(shape.end(), sample_input_shape.begin(), sample_input_shape.end());

@@ -171,7 +171,7 @@ UnitCost unit_memory(Context& c, int64_t index, const CostUnitInfo& info) {
   cost.name = info.name;
   cost.partitionable = info.partitionable;
   cost.layers = static_cast<int64_t>(u.stage.layers.size());  // every:K counts these
-  cost.forward_flops = info.forward_flops * static_cast<double>(c.rows);
+  cost.forward_flops = info.computed_flops() * static_cast<double>(c.rows);  // padding included
   cost.param_bytes = u.param_bytes;
   cost.grad_bytes = u.grad_bytes;
   cost.optimizer_bytes = u.optimizer_bytes;
@@ -245,7 +245,7 @@ void time_unit(Context& c, int64_t index, int warmup, int reps,
   // Selective recomputation re-creates attention probabilities inside a
   // block's backward: its cost is that backward's excess over none's. A
   // family without them (the MLP) drops nothing under selective.
-  const bool drops = model_family(c.model).selective_drops;
+  const bool drops = selective_recompute_drops(c.model);
   StageProbe selective = unit_probe(c, u, drops ? "selective" : "none");
   samples.resize(kTimes);
   for (int r = 0; r < warmup + reps; ++r) {

@@ -117,11 +117,31 @@ double Backend::mse_loss(const Tensor& pred, const Tensor& target, float grad_sc
   return do_mse_loss(pred, target, grad_scale, dpred);
 }
 
-double Backend::softmax_cross_entropy(const Tensor& logits, const Tensor& labels,
-                                      float grad_scale, Tensor& dlogits) {
+namespace {
+
+// The arguments of softmax_cross_entropy(_to): labels one per row of logits,
+// dlogits logits' size, 1 <= classes <= logits' columns.
+void check_cross_entropy(const Tensor& logits, const Tensor& labels, int64_t classes,
+                         const Tensor& dlogits) {
   numel_is("softmax_cross_entropy", "labels", labels, logits.rows(), "the rows of logits");
   same_numel("softmax_cross_entropy", "dlogits", dlogits, "logits", logits);
-  return do_softmax_cross_entropy(logits, labels, grad_scale, dlogits);
+  PT_CHECK(classes >= 1 && classes <= logits.cols(),
+           "softmax_cross_entropy: classes " + std::to_string(classes) + " outside [1, " +
+               std::to_string(logits.cols()) + "] (the columns of logits " +
+               shape_string(logits.shape()) + ")");
+}
+
+}  // namespace
+
+double Backend::softmax_cross_entropy(const Tensor& logits, const Tensor& labels,
+                                      int64_t classes, float grad_scale, Tensor& dlogits) {
+  check_cross_entropy(logits, labels, classes, dlogits);
+  return do_softmax_cross_entropy(logits, labels, classes, grad_scale, dlogits);
+}
+
+double Backend::softmax_cross_entropy(const Tensor& logits, const Tensor& labels,
+                                      float grad_scale, Tensor& dlogits) {
+  return softmax_cross_entropy(logits, labels, logits.cols(), grad_scale, dlogits);
 }
 
 void Backend::fill(Tensor& x, float value) { do_fill(x, value); }
@@ -181,12 +201,17 @@ void Backend::mse_loss_to(const Tensor& pred, const Tensor& target, float grad_s
 }
 
 void Backend::softmax_cross_entropy_to(const Tensor& logits, const Tensor& labels,
+                                       int64_t classes, float grad_scale, Tensor& dlogits,
+                                       ScalarBatch& batch, int64_t slot) {
+  check_cross_entropy(logits, labels, classes, dlogits);
+  check_slot("softmax_cross_entropy_to", batch, slot);
+  do_softmax_cross_entropy_to(logits, labels, classes, grad_scale, dlogits, batch, slot);
+}
+
+void Backend::softmax_cross_entropy_to(const Tensor& logits, const Tensor& labels,
                                        float grad_scale, Tensor& dlogits, ScalarBatch& batch,
                                        int64_t slot) {
-  numel_is("softmax_cross_entropy", "labels", labels, logits.rows(), "the rows of logits");
-  same_numel("softmax_cross_entropy", "dlogits", dlogits, "logits", logits);
-  check_slot("softmax_cross_entropy_to", batch, slot);
-  do_softmax_cross_entropy_to(logits, labels, grad_scale, dlogits, batch, slot);
+  softmax_cross_entropy_to(logits, labels, logits.cols(), grad_scale, dlogits, batch, slot);
 }
 
 void Backend::do_sum_squares_to(const Tensor& x, ScalarBatch& batch, int64_t slot) {
@@ -203,10 +228,10 @@ void Backend::do_mse_loss_to(const Tensor& pred, const Tensor& target, float gra
 }
 
 void Backend::do_softmax_cross_entropy_to(const Tensor& logits, const Tensor& labels,
-                                          float grad_scale, Tensor& dlogits, ScalarBatch& batch,
-                                          int64_t slot) {
+                                          int64_t classes, float grad_scale, Tensor& dlogits,
+                                          ScalarBatch& batch, int64_t slot) {
   host_slot("softmax_cross_entropy_to", batch, slot) =
-      do_softmax_cross_entropy(logits, labels, grad_scale, dlogits);
+      do_softmax_cross_entropy(logits, labels, classes, grad_scale, dlogits);
 }
 
 void Backend::add(const Tensor& a, const Tensor& b, Tensor& out) {

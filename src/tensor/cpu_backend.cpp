@@ -128,16 +128,19 @@ class CpuBackend final : public Backend {
     return sum;
   }
 
-  double do_softmax_cross_entropy(const Tensor& logits, const Tensor& labels, float grad_scale,
-                                  Tensor& dlogits) override {
-    const int64_t rows = logits.rows(), classes = logits.cols();
+  // Rows of `width` floats, the first `classes` of them classes, the rest
+  // padding (dlogits 0); the loops over the classes are those of an
+  // unpadded row, so the results are bitwise the same.
+  double do_softmax_cross_entropy(const Tensor& logits, const Tensor& labels, int64_t classes,
+                                  float grad_scale, Tensor& dlogits) override {
+    const int64_t rows = logits.rows(), width = logits.cols();
     const float* pl = logits.f32();
     const int32_t* py = labels.i32();
     float* pd = dlogits.f32();
     double sum = 0.0;
     for (int64_t r = 0; r < rows; ++r) {
-      const float* row = pl + r * classes;
-      float* drow = pd + r * classes;
+      const float* row = pl + r * width;
+      float* drow = pd + r * width;
       int32_t label = py[r];
       PT_CHECK(label >= 0 && label < classes, "label out of range");
       float maxv = row[0];
@@ -150,6 +153,7 @@ class CpuBackend final : public Backend {
         float prob = static_cast<float>(std::exp(static_cast<double>(row[j] - maxv) - log_denom));
         drow[j] = (prob - (j == label ? 1.f : 0.f)) * grad_scale;
       }
+      for (int64_t j = classes; j < width; ++j) drow[j] = 0.f;
     }
     return sum;
   }

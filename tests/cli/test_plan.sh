@@ -6,9 +6,10 @@
 # profile's micro-batch size, and from a training run's profile.h5 it
 # predicts that run's step again; on the H200 description it plans GPT-3 175B at
 # 8 stages (nothing fits) and 64 (1F1B, selective, balanced, as
-# test_plan_device finds); --schedules weighs interleaved and the zero-bubble
-# schedules, and pipeline.weight_grad = "step" its pass of weight
-# gradients; bad inputs get their message.
+# test_plan_device finds), and with fused attention at a smaller peak;
+# --schedules weighs interleaved and the zero-bubble schedules, and
+# pipeline.weight_grad = "step" its pass of weight gradients; bad inputs
+# get their message.
 #   tests/cli/test_plan.sh BUILD_DIR
 source "$(dirname "$0")/lib.sh" "$1"
 
@@ -70,6 +71,20 @@ run 1 plan inputs/gpt3_175b.toml --device h200 --ranks 8 --micro-batches 1536
 check "GPT-3 175B on 8 H200s: nothing fits" output_has "best: none of the 24 plans fits the budget"
 run 1 plan inputs/gpt3_175b.toml --device h200 --ranks 64 --micro-batches 1536
 check "GPT-3 175B on 64 H200s: 1F1B, selective, balanced" output_has "best: rank 11, P x D = 64 x 1, 1f1b N=1536 recompute selective, balanced partition [1 x19, 2 x32, 1 x13]"
+# Fused attention keeps each row's statistics, not the H x T x T
+# probabilities: the same point (1F1B, N = 1536, recompute none, uniform)
+# predicts a smaller peak, and selective, which then drops nothing, is
+# weighed as none (docs/planner.md).
+peak_of_none() { grep -E '^ +[0-9]+ +64x1 +[0-9.e+-]+ +1f1b +1536 +1 +none +uniform ' "$tmp/out" | awk '{print $12, $13}'; }
+run 1 plan inputs/gpt3_175b.toml --device h200 --ranks 64 --micro-batches 1536 --top 1000
+reference_peak=$(peak_of_none)
+run 1 plan inputs/gpt3_175b.toml --device h200 --ranks 64 --micro-batches 1536 --top 1000 --set model.attention=\"fused\"
+check "GPT-3 175B, fused attention: the model line says so, and the padded vocabulary" output_has "vocab 50257 padded to 50304, fused attention;"
+fused_peak=$(peak_of_none)
+check "... a smaller peak at 1f1b, none, uniform ($fused_peak against $reference_peak)" \
+  awk -v f="$fused_peak" -v r="$reference_peak" 'BEGIN { split(f, a, " "); split(r, b, " "); exit !(a[2] == "GiB" && b[2] == "GiB" && a[1] > 0 && a[1] < b[1]) }'
+check "... selective is not weighed apart from none" bash -c "! grep -qE '^ +[0-9]+ +[0-9]+x[0-9]+ .* selective ' '$tmp/out'"
+check "... and the deck's selective ranks as none" output_has "recompute selective (= none for this model), partition uniform) ranks "
 # More ranks than blocks: only grids with D > 1 are plans (docs/data-parallel.md).
 run 1 plan inputs/gpt3_175b.toml --device h200 --ranks 512 --micro-batches 64,128,256
 check "GPT-3 175B on 512 H200s: grids of at most 96 stages" output_has "on 512 x H200 SXM (bf16) as every P x D grid"

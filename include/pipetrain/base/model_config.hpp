@@ -29,6 +29,12 @@ struct MlpConfig {
 // planner's analytic cost model prices them (plan/device.hpp, GptSpec).
 struct GptDims {
   int64_t vocab_size = 256;  // V: token ids 0..V-1
+  // The embedding table and the LM head have padded_vocab() rows, V
+  // rounded up to a multiple of this (1: none; 128 on GPUs, so the LM
+  // head's GEMMs have an N that tensor cores tile without a ragged edge).
+  // The padded rows start at zero and stay there: the loss gives the
+  // padded logits no probability and zero gradient.
+  int64_t vocab_multiple = 1;  // model.vocab_multiple
   int64_t seq_len = 64;      // T: tokens per sample
   int64_t d_model = 128;     // C
   int64_t heads = 4;         // H: attention heads; C % H == 0
@@ -38,6 +44,12 @@ struct GptDims {
   // materialised in fp32, the reference path) or "fused" (one kernel each
   // way, nothing of size T x T kept; on CUDA cuDNN's SDPA in bf16).
   AttentionKind attention = AttentionKind::Reference;  // model.attention
+
+  // Vp: the rows of embed.wte and head.lm_head, V rounded up to a multiple
+  // of vocab_multiple (V itself when that is 1).
+  int64_t padded_vocab() const {
+    return (vocab_size + vocab_multiple - 1) / vocab_multiple * vocab_multiple;
+  }
 };
 
 struct ModelConfig {

@@ -75,9 +75,11 @@ struct ModelFamily {
   std::vector<CostUnitInfo> (*cost_units)(const ModelConfig& model) = nullptr;
   int pinned_front = 0;
   int pinned_back = 0;
-  // Selective recomputation drops something in this family's layers
-  // (attention probabilities); when false it is the same as "none".
-  bool selective_drops = false;
+  // Whether selective recomputation drops something in this family's
+  // layers as the model configures them (the GPT's attention probabilities,
+  // which fused attention does not keep); nullptr or false: "selective" is
+  // the same as "none".
+  bool (*selective_drops)(const ModelConfig& model) = nullptr;
   // W's share of a backward without recompute (zero-bubble schedules).
   double (*weight_grad_share)(const ModelConfig& model) = nullptr;
   // The transformer dimensions of the analytic cost model (plan --device);
@@ -91,6 +93,8 @@ struct ModelFamily {
 // The family of model.type; InputError naming the families when there is
 // none of that name.
 const ModelFamily& model_family(const ModelConfig& model);
+// The family's selective_drops for `model` (false without the hook).
+bool selective_recompute_drops(const ModelConfig& model);
 // Before a run computes on `be`: the family's check_backend, once.
 void check_family_backend(const ModelConfig& model, Backend& be);
 // nullptr when no family has that name.

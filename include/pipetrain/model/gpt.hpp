@@ -4,17 +4,21 @@
 // embedding, the last stage also the head (final LayerNorm + LM head, untied
 // from the token embedding) and the softmax cross-entropy over the vocabulary.
 // Shapes: tokens (mb, T) i32 -> embedding (mb, T, C) -> blocks (mb, T, C) ->
-// head logits (mb, T, V). No dropout.
+// head logits (mb, T, Vp). No dropout. Vp = GptDims::padded_vocab(), the
+// vocabulary V rounded up to model.vocab_multiple (V itself by default):
+// the rows V..Vp-1 of embed.wte and head.lm_head are initialised to zero,
+// no token id reaches them, and the loss (over the first V logits) gives
+// them zero gradient, so they stay zero.
 //
 // Parameter names (shared with tests/reference/gpt_reference.py):
-//   embed.wte (V, C), embed.wpe (T, C)
+//   embed.wte (Vp, C), embed.wpe (T, C)
 //   block{i}.ln1.weight (C), block{i}.ln1.bias (C)
 //   block{i}.attn.qkv.weight (3C, C), block{i}.attn.qkv.bias (3C)
 //   block{i}.attn.proj.weight (C, C), block{i}.attn.proj.bias (C)
 //   block{i}.ln2.weight (C), block{i}.ln2.bias (C)
 //   block{i}.mlp.fc.weight (R*C, C), block{i}.mlp.fc.bias (R*C)
 //   block{i}.mlp.proj.weight (C, R*C), block{i}.mlp.proj.bias (C)
-//   head.ln_f.weight (C), head.ln_f.bias (C), head.lm_head.weight (V, C)
+//   head.ln_f.weight (C), head.ln_f.bias (C), head.lm_head.weight (Vp, C)
 // Initialisation (GPT-2 style, from counter-based RNG keyed by the seed and
 // the parameter's name, so independent of the partition): weights N(0, 0.02),
 // the two residual projections N(0, 0.02 / sqrt(2 * n_blocks)), biases 0,
@@ -54,7 +58,7 @@ std::unique_ptr<Layer> make_gpt_embedding(const GptDims& dims, uint64_t seed);
 // `init`: see ParamInit (layers.hpp).
 std::unique_ptr<Layer> make_gpt_block(const GptDims& dims, int64_t index, uint64_t seed,
                                       ParamInit init = ParamInit::FromSeed);
-// (mb, T, C) -> logits (mb, T, V): ln_f then lm_head (no bias).
+// (mb, T, C) -> logits (mb, T, Vp): ln_f then lm_head (no bias).
 std::unique_ptr<Layer> make_gpt_head(const GptDims& dims, uint64_t seed);
 
 }  // namespace pt

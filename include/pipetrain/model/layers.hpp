@@ -143,6 +143,11 @@ class Loss {
                                    float grad_scale, Tensor& dpred, ScalarBatch& batch,
                                    int64_t slot) = 0;
 };
+// Over every column of the predictions (for cross-entropy, every column a class).
 std::unique_ptr<Loss> make_loss(LossKind kind);
+// Softmax cross-entropy over the first `classes` columns of the predictions;
+// the columns after them are padding (a GPT's padded vocabulary): they take
+// no probability and get a gradient of exactly 0.
+std::unique_ptr<Loss> make_cross_entropy_loss(int64_t classes);
 
 }  // namespace pt

@@ -26,7 +26,10 @@ std::vector<int64_t> partition_units(int64_t total_units, int num_stages,
 int64_t model_units(const ModelConfig& model);
 // Training FLOPs (forward + backward = 3 x forward matmul FLOPs) per sample,
 // and the tokens in one sample (1 for the MLP, seq_len for GPT).
+// Useful work only: a padded vocabulary's extra columns are left out (they
+// are model_padding_flops_per_sample, 3 x the forward's padding FLOPs).
 double model_train_flops_per_sample(const ModelConfig& model);
+double model_padding_flops_per_sample(const ModelConfig& model);
 int64_t tokens_per_sample(const ModelConfig& model);
 
 class StageModel {
@@ -71,10 +74,16 @@ StageModel rebuild_stage(const ModelConfig& model, const std::vector<int64_t>& u
 // partition units, and for the GPT also the embedding before them and the
 // head (final LayerNorm + LM head + loss) after them, which are pinned to the
 // first and last stage (partitionable = false).
+// forward_flops is the model's useful work, what MFU counts; padding_flops
+// is the work the kernels do on top of it that the model does not need (a
+// GPT's LM head over its padded vocabulary columns, model.vocab_multiple),
+// which takes time all the same: time is shared out by their sum.
 struct CostUnitInfo {
   std::string name;            // "linear3" | "embedding" | "block2" | "head"
   bool partitionable = true;
   double forward_flops = 0.0;  // matmul FLOPs of the forward, per sample
+  double padding_flops = 0.0;  // matmul FLOPs of the forward's padding, per sample
+  double computed_flops() const { return forward_flops + padding_flops; }
 };
 std::vector<CostUnitInfo> cost_units(const ModelConfig& model);
 // A stage holding cost unit `index` alone, placed as the unit sits in any

@@ -33,7 +33,9 @@ struct UnitCost {
   double recompute_end_s = 0.0;  // the same when the unit ends its recompute segment (its
                                  // last layer only refills what its backward needs)
   double optimizer_s = 0.0;    // the optimizer step of the unit's parameters (once per batch)
-  double forward_flops = 0.0;  // matmul FLOPs of the forward (device descriptions scale by it)
+  double forward_flops = 0.0;  // matmul FLOPs the forward computes, a padded vocabulary's
+                               // columns included (CostUnitInfo::computed_flops): what
+                               // takes time, by which a stage's time is shared out
   // Bytes per micro-batch.
   double input_bytes = 0.0;            // the unit's input (kept at a recompute segment start)
   double output_bytes = 0.0;           // its output: the message when a stage ends here

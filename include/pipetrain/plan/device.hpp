@@ -34,7 +34,8 @@ DeviceSpec h200_device();
 std::vector<LinkCost> stage_links(const DeviceSpec& device, int num_stages);
 
 // A GPT as the analytic cost model sees it: its widths (the runtime's
-// GptDims) and the bytes each kind of element takes.
+// GptDims, with the vocabulary padding and the attention kind, which change
+// its costs) and the bytes each kind of element takes.
 struct GptSpec {
   std::string name;
   GptDims dims;
@@ -52,13 +53,21 @@ GptSpec gpt3_175b();
 
 // Unit costs for micro-batches of `micro_batch_sequences` sequences: the
 // embedding (pinned first), one unit per block, the head (final LayerNorm,
-// LM head, loss; pinned last). Times are FLOPs / device.achieved_flops();
+// LM head, loss; pinned last). Times are FLOPs / device.achieved_flops(),
+// the padded vocabulary columns included;
 // the optimizer step is memory-bound (bytes / memory bandwidth). The link
 // is device.inter_node (stage_links gives per-link costs).
 ModelProfile gpt_profile(const GptSpec& gpt, const DeviceSpec& device,
                          int64_t micro_batch_sequences);
 
-// Parameters of the model (embedding, blocks, head), for reports.
-double gpt_parameter_count(const GptSpec& gpt);
+// Parameters of the model (embedding, blocks, head), for reports: the
+// model's own, with the vocabulary V, and the ones stored, with the padded
+// rows of embed.wte and head.lm_head (Vp; the same without padding), which
+// the memory and the optimizer step count.
+struct GptParameterCount {
+  double model = 0.0;
+  double stored = 0.0;
+};
+GptParameterCount gpt_parameter_count(const GptSpec& gpt);
 
 }  // namespace pt

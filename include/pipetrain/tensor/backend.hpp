@@ -142,9 +142,17 @@ class Backend {
   // Mean-squared error. pred, target, dpred: (rows, n). Returns sum
   // (pred-target)^2 over the tensor; writes dpred = 2 * (pred - target) * grad_scale.
   double mse_loss(const Tensor& pred, const Tensor& target, float grad_scale, Tensor& dpred);
-  // Softmax cross-entropy. logits, dlogits: (rows, classes); labels: (rows) i32.
-  // Returns the sum over rows of -log softmax[label]; writes
-  // dlogits = (softmax - onehot) * grad_scale.
+  // Softmax cross-entropy over the first `classes` columns of each row.
+  // logits, dlogits: (rows, width), 1 <= classes <= width; labels: (rows) i32
+  // in [0, classes). Returns the sum over rows of -log softmax[label];
+  // writes dlogits = (softmax - onehot) * grad_scale in the first `classes`
+  // columns and exactly 0 in the others, which are padding (a vocabulary
+  // rounded up for aligned GEMMs): they take no probability. The loss and the
+  // real columns' gradient are bitwise those of the same kernel on a tensor
+  // of the real columns alone.
+  double softmax_cross_entropy(const Tensor& logits, const Tensor& labels, int64_t classes,
+                               float grad_scale, Tensor& dlogits);
+  // The same with every column a class (classes = width).
   double softmax_cross_entropy(const Tensor& logits, const Tensor& labels, float grad_scale,
                                Tensor& dlogits);
 
@@ -176,6 +184,9 @@ class Backend {
   void nonfinite_to(const Tensor& x, ScalarBatch& batch, int64_t slot);
   void mse_loss_to(const Tensor& pred, const Tensor& target, float grad_scale, Tensor& dpred,
                    ScalarBatch& batch, int64_t slot);
+  void softmax_cross_entropy_to(const Tensor& logits, const Tensor& labels, int64_t classes,
+                                float grad_scale, Tensor& dlogits, ScalarBatch& batch,
+                                int64_t slot);
   void softmax_cross_entropy_to(const Tensor& logits, const Tensor& labels, float grad_scale,
                                 Tensor& dlogits, ScalarBatch& batch, int64_t slot);
   // A batch of `size` slots for this backend's *_to kernels; by default one
@@ -214,7 +225,8 @@ class Backend {
   virtual double do_mse_loss(const Tensor& pred, const Tensor& target, float grad_scale,
                              Tensor& dpred) = 0;
   virtual double do_softmax_cross_entropy(const Tensor& logits, const Tensor& labels,
-                                          float grad_scale, Tensor& dlogits) = 0;
+                                          int64_t classes, float grad_scale,
+                                          Tensor& dlogits) = 0;
   virtual void do_fill(Tensor& x, float value) = 0;
   virtual void do_copy(const Tensor& src, Tensor& dst) = 0;
   virtual double do_sum_squares(const Tensor& x) = 0;
@@ -233,8 +245,8 @@ class Backend {
   virtual void do_mse_loss_to(const Tensor& pred, const Tensor& target, float grad_scale,
                               Tensor& dpred, ScalarBatch& batch, int64_t slot);
   virtual void do_softmax_cross_entropy_to(const Tensor& logits, const Tensor& labels,
-                                           float grad_scale, Tensor& dlogits, ScalarBatch& batch,
-                                           int64_t slot);
+                                           int64_t classes, float grad_scale, Tensor& dlogits,
+                                           ScalarBatch& batch, int64_t slot);
 };
 
 [[noreturn]] void throw_missing_kernels(const Backend& be, const char* group,
