@@ -25,16 +25,11 @@ namespace pt {
 namespace {
 
 using test::expect_close;
+using test::cuda_backend;
 using test::gemm_tol;
 using test::gpu;
 using test::host;
 using test::random_host;
-
-std::unique_ptr<Backend> cuda_backend(Precision p) {
-  cuda::BackendOptions o;
-  o.precision = p;
-  return cuda::make_backend(o);
-}
 
 Tensor device_empty(const Shape& shape) {
   return Tensor::empty(shape, DType::F32, MemCategory::Workspace, Device::CUDA);

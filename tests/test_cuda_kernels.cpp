@@ -16,18 +16,13 @@ namespace pt {
 namespace {
 
 using test::expect_close;
+using test::cuda_backend;
 using test::gemm_tol;
 using test::gpu;
 using test::host;
 using test::random_host;
 using test::transformer;
 
-
-std::unique_ptr<Backend> backend(Precision p = Precision::Fp32) {
-  cuda::BackendOptions o;
-  o.precision = p;
-  return cuda::make_backend(o);
-}
 
 // Bitwise equal, wherever the tensors live.
 bool same_bits(const Tensor& a, const Tensor& b) { return test::same_bits(host(a), host(b)); }
@@ -45,7 +40,7 @@ TEST(CudaKernels, MatmulAllTransposesAndPrecisions) {
   const int64_t m = 37, n = 53, k = 64;
   for (Precision p : {Precision::Fp32, Precision::Tf32,
                             Precision::Bf16, Precision::Fp16}) {
-    auto be = backend(p);
+    auto be = cuda_backend(p);
     for (int ta = 0; ta < 2; ++ta) {
       for (int tb = 0; tb < 2; ++tb) {
         Tensor a = random_host(ta ? Shape{k, m} : Shape{m, k}, 1);
@@ -80,7 +75,7 @@ TEST(CudaKernels, RoundToGivesTheCpuBits) {
     Tensor want = Tensor::empty(x.shape(), stored_dtype(p));
     cpu_backend().round_to(x, want);
     Tensor got = Tensor::empty(x.shape(), stored_dtype(p), MemCategory::Workspace, Device::CUDA);
-    backend(p)->round_to(gpu(x), got);
+    cuda_backend(p)->round_to(gpu(x), got);
     EXPECT_TRUE(same_bits(got, want)) << kind_name(p);
   }
 }
@@ -92,7 +87,7 @@ TEST(CudaKernels, GemmOnAWeightCopyEqualsTheCastPerCall) {
   PT_REQUIRE_GPU();
   const int64_t m = 37, n = 53, k = 64;
   for (Precision p : {Precision::Bf16, Precision::Fp16}) {
-    auto be = backend(p);
+    auto be = cuda_backend(p);
     for (int ta = 0; ta < 2; ++ta)
       for (int tb = 0; tb < 2; ++tb) {
         const Tensor a = gpu(random_host(ta ? Shape{k, m} : Shape{m, k}, 1));
@@ -111,7 +106,7 @@ TEST(CudaKernels, GemmOnAWeightCopyEqualsTheCastPerCall) {
 
 TEST(CudaKernels, BiasAndActivations) {
   PT_REQUIRE_GPU();
-  auto be = backend();
+  auto be = cuda_backend();
   Tensor y = random_host({33, 70}, 4), bias = random_host({70}, 5), dy = random_host({33, 70}, 6);
   Tensor gy = gpu(y);
   cpu_backend().add_bias(y, bias);
@@ -144,7 +139,7 @@ TEST(CudaKernels, BiasAndActivations) {
 
 TEST(CudaKernels, Losses) {
   PT_REQUIRE_GPU();
-  auto be = backend();
+  auto be = cuda_backend();
   Tensor pred = random_host({19, 13}, 8), target = random_host({19, 13}, 9);
   Tensor d = Tensor::empty(pred.shape(), DType::F32, MemCategory::Workspace, Device::CPU);
   Tensor gd = Tensor::empty(pred.shape(), DType::F32, MemCategory::Workspace, Device::CUDA);
@@ -169,7 +164,7 @@ TEST(CudaKernels, Losses) {
 // classes and write exact zeros in the padding, immediate and deferred.
 TEST(CudaKernels, CrossEntropyOverPaddedRows) {
   PT_REQUIRE_GPU();
-  auto be = backend();
+  auto be = cuda_backend();
   const int64_t rows = 21, classes = 300, width = 384;
   Tensor logits = random_host({rows, width}, 10, 3.f);
   for (int64_t r = 0; r < rows; ++r)
@@ -198,7 +193,7 @@ TEST(CudaKernels, CrossEntropyOverPaddedRows) {
 // read returns, bit for bit, what the immediate kernels return, in slot order.
 TEST(CudaKernels, DeferredScalarsAreTheImmediateOnesReadOnce) {
   PT_REQUIRE_GPU();
-  auto be = backend();
+  auto be = cuda_backend();
   Tensor x = gpu(random_host({1000, 37}, 11));
   Tensor bad = random_host({50}, 12);
   bad.f32()[7] = std::numeric_limits<float>::infinity();
@@ -227,7 +222,7 @@ TEST(CudaKernels, DeferredScalarsAreTheImmediateOnesReadOnce) {
 
 TEST(CudaKernels, FillCopyScaleReductions) {
   PT_REQUIRE_GPU();
-  auto be = backend();
+  auto be = cuda_backend();
   Tensor x = random_host({1000, 37}, 11);
   Tensor gx = gpu(x);
   const double ss = cpu_backend().sum_squares(x);
@@ -254,7 +249,7 @@ TEST(CudaKernels, FillCopyScaleReductions) {
 
 TEST(CudaKernels, LayerNorm) {
   PT_REQUIRE_GPU();
-  auto be = backend();
+  auto be = cuda_backend();
   const int64_t rows = 70, C = 96;  // 3 backward chunks, the last partial
   Tensor x = random_host({rows, C}, 14, 2.f), gamma = random_host({C}, 15);
   Tensor beta = random_host({C}, 16), dy = random_host({rows, C}, 17);
@@ -283,7 +278,7 @@ TEST(CudaKernels, LayerNorm) {
 
 TEST(CudaKernels, EmbeddingExact) {
   PT_REQUIRE_GPU();
-  auto be = backend();
+  auto be = cuda_backend();
   const int64_t mb = 3, T = 9, V = 17, C = 300, Tmax = 12;
   Tensor tok = tokens_host(mb, T, V);
   Tensor wte = random_host({V, C}, 20), wpe = random_host({Tmax, C}, 21);
@@ -304,7 +299,7 @@ TEST(CudaKernels, EmbeddingExact) {
 
 TEST(CudaKernels, BadTokenIsReportedAtTheNextSync) {
   PT_REQUIRE_GPU();
-  auto be = backend();
+  auto be = cuda_backend();
   Tensor tok = tokens_host(1, 4, 5);
   tok.i32()[2] = 5;  // == V
   Tensor gy = Tensor::empty({1, 4, 8}, DType::F32, MemCategory::Workspace, Device::CUDA);
@@ -331,7 +326,7 @@ TEST(CudaKernels, AttentionAllPrecisions) {
   transformer(cpu_backend()).attention_values(qkv, probs, H, y);
   transformer(cpu_backend()).attention_backward(qkv, probs, dy, H, dqkv);
   for (Precision p : {Precision::Fp32, Precision::Tf32, Precision::Bf16}) {
-    auto be = backend(p);
+    auto be = cuda_backend(p);
     Tensor gq = gpu(qkv), gp = gpu(probs), gy = gpu(y), gd = gpu(dqkv);
     transformer(*be).attention_probs(gq, H, gp);
     transformer(*be).attention_values(gq, gp, H, gy);
@@ -351,7 +346,7 @@ TEST(CudaKernels, AttentionAllPrecisions) {
 
 TEST(CudaKernels, OptimizerStepsExact) {
   PT_REQUIRE_GPU();
-  auto be = backend();
+  auto be = cuda_backend();
   Tensor p = random_host({1234}, 29), g = random_host({1234}, 30);
   Tensor m = random_host({1234}, 31, 0.1f), v = random_host({1234}, 32, 0.1f);
   for (int64_t i = 0; i < v.numel(); ++i) v.f32()[i] = std::fabs(v.f32()[i]);
@@ -369,7 +364,7 @@ TEST(CudaKernels, OptimizerStepsExact) {
 
 TEST(CudaKernels, RepeatedCallsAreBitwiseIdentical) {
   PT_REQUIRE_GPU();
-  auto be = backend(Precision::Bf16);
+  auto be = cuda_backend(Precision::Bf16);
   const int64_t mb = 2, T = 33, H = 2, C = 64;
   Tensor gq = gpu(random_host({mb, T, 3 * C}, 33)), gdy = gpu(random_host({mb, T, C}, 34));
   Tensor gp = Tensor::empty({mb, H, T, T}, DType::F32, MemCategory::Workspace, Device::CUDA);

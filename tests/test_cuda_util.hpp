@@ -11,6 +11,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <memory>
 #include <string>
 
 #include "pipetrain/cuda/cuda.hpp"
@@ -71,6 +72,13 @@ inline Tensor random_host(const Shape& shape, uint64_t stream, float std = 1.f) 
 // The transformer kernel group of a backend (both backends provide it).
 inline TransformerKernels& transformer(Backend& be) {
   return require_kernels<TransformerKernels>(be, "the GPU kernel tests");
+}
+
+// The CUDA backend in precision p (device 0, initialised by PT_REQUIRE_GPU).
+inline std::unique_ptr<Backend> cuda_backend(Precision p = Precision::Fp32) {
+  cuda::BackendOptions o;
+  o.precision = p;
+  return cuda::make_backend(o);
 }
 
 inline Tensor gpu(const Tensor& t) { return t.to(Device::CUDA, t.category()); }

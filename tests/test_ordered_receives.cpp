@@ -20,6 +20,7 @@
 #include "pipetrain/base/timed_wait.hpp"
 #include "pipetrain/runtime/trainer.hpp"
 #include "pipetrain/runtime/transport.hpp"
+#include "test_decks.hpp"
 #include "training_run.hpp"
 
 namespace pt {
@@ -84,17 +85,9 @@ class OrderingTransport final : public Transport {
   int lost_rank_, lost_tag_;
 };
 
+// The tests' tiny MLP (test_decks.hpp), 24 samples a step.
 Deck small_deck(const std::string& schedule, int micro_batches) {
-  Deck d;
-  d.model.mlp.input_dim = 12;
-  d.model.mlp.hidden_dim = 24;
-  d.model.mlp.output_dim = 5;
-  d.model.mlp.depth = 6;
-  d.data.samples = 192;
-  d.training.steps = 3;
-  d.training.batch_size = 24;
-  d.training.lr = 1e-2;
-  d.training.blas_threads = 1;
+  Deck d = pt_test::tiny_mlp(24);
   d.pipeline.micro_batches = micro_batches;
   d.pipeline.schedule = kind_named<ScheduleKind>(schedule);
   d.pipeline.timeout_s = 30;
