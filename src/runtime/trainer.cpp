@@ -11,11 +11,22 @@ Trainer::Trainer(const Deck& deck, MPI_Comm comm, ComputeSetup setup)
 Trainer::Trainer(const Deck& deck, const ProcessGrid& grid, ComputeSetup setup)
     : Trainer(deck, deck.pipeline.partition, grid, std::move(setup)) {}
 
+namespace {
+
+// The deck read once into this rank's settings, then the run built from them.
+std::unique_ptr<RunParts> build_run_of(const Deck& deck, const std::vector<int64_t>& partition,
+                                       const ProcessGrid& grid, ComputeSetup setup) {
+  RankPlace place = rank_place_of(grid);
+  RunSettings settings = run_settings_for(deck, place);
+  return build_run(std::move(settings), std::move(place), partition, std::move(setup));
+}
+
+}  // namespace
+
 Trainer::Trainer(const Deck& deck, const std::vector<int64_t>& partition, const ProcessGrid& grid,
                  ComputeSetup setup)
     : rebalance_config_(rebalance_config_for(deck)),
-      run_(build_run(run_settings_for(deck, rank_place_of(grid)), rank_place_of(grid), partition,
-                     std::move(setup))) {}
+      run_(build_run_of(deck, partition, grid, std::move(setup))) {}
 
 Trainer::~Trainer() = default;
 
