@@ -192,14 +192,13 @@ class CudaBackend final : public Backend {
     e.bias = bias ? bias->f32() : nullptr;
     e.y = y.f32();
     e.gelu = gelu ? gelu->f32() : nullptr;
-    if (!linear_epilogue_applies(e, precision_)) {
-      Backend::do_linear_forward(x, w, bias, y, gelu);
-      return;
-    }
     DeviceBuffer x_low, w_low;  // bf16 / fp16 copies, until the GEMM is queued
-    e.x = as_operand(x, precision_, x_low);
-    e.w = as_operand(w, precision_, w_low);
-    run_linear_epilogue(e, precision_);
+    const auto make_operands = [&](LinearEpilogue& fused) {
+      fused.x = as_operand(x, precision_, x_low);
+      fused.w = as_operand(w, precision_, w_low);
+    };
+    if (!run_linear_epilogue(e, precision_, make_operands))
+      Backend::do_linear_forward(x, w, bias, y, gelu);
   }
 
   // x as a GEMM operand before any cast: its own storage when it is used as

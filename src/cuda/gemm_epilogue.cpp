@@ -21,6 +21,7 @@
 #include <cublasLt.h>
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <mutex>
 #include <tuple>
@@ -122,7 +123,7 @@ const LtState::Choice& choose(LtState& lt, const LinearEpilogue& e, Precision p,
   const uint64_t bytes = kWorkspaceBytes;
   CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(
       pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &bytes, sizeof(bytes)));
-  // Algorithms valid for any 16-byte aligned matrices (linear_epilogue_applies
+  // Algorithms valid for any 16-byte aligned matrices (run_linear_epilogue
   // checks the pointers), so one choice serves every call of the shape.
   const uint32_t align = kAlignment;
   for (auto attr : {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
@@ -158,35 +159,33 @@ Gemm as_gemm(const LinearEpilogue& e) {
 
 }  // namespace
 
-bool linear_epilogue_applies(const LinearEpilogue& e, Precision p) {
+bool run_linear_epilogue(LinearEpilogue e, Precision p,
+                         const std::function<void(LinearEpilogue&)>& make_operands) {
   std::lock_guard<std::mutex> lock(g_lt_mutex);
   LtState& lt = lt_state();
-  bool applies = (e.bias || e.gelu) && e.rows > 0 && (!e.gelu || e.out % 8 == 0) &&
-                 e.x.type == e.w.type && aligned(e.x.ptr) && aligned(e.w.ptr) &&
-                 aligned(e.bias) && aligned(e.y) && aligned(e.gelu);
-  if (applies) {
-    Descriptors ds;
+  const bool fusable = (e.bias || e.gelu) && e.rows > 0 && (!e.gelu || e.out % 8 == 0) &&
+                       e.x.type == e.w.type && aligned(e.x.ptr) && aligned(e.w.ptr) &&
+                       aligned(e.bias) && aligned(e.y) && aligned(e.gelu);
+  Descriptors ds;  // of the shape, types and epilogue: the operands' pointers do not enter
+  const LtState::Choice* choice = nullptr;
+  if (fusable) {
     describe(e, p, ds);
-    applies = choose(lt, e, p, ds).found;
+    const LtState::Choice& c = choose(lt, e, p, ds);
+    if (c.found) choice = &c;
   }
-  if (!applies) ++g_counts.unfused;
-  return applies;
-}
-
-void run_linear_epilogue(const LinearEpilogue& e, Precision p) {
-  std::lock_guard<std::mutex> lock(g_lt_mutex);
-  LtState& lt = lt_state();
-  Descriptors ds;
-  describe(e, p, ds);
-  const LtState::Choice& choice = choose(lt, e, p, ds);
-  PT_CHECK(choice.found, "run_linear_epilogue without an algorithm for the shape");
+  if (choice == nullptr) {
+    ++g_counts.unfused;
+    return false;
+  }
+  make_operands(e);
   const float alpha = 1.f, beta = 0.f;
   float* d = e.gelu ? e.gelu : e.y;
   CUBLAS_CHECK(cublasLtMatmul(lt.handle, ds.op, &alpha, e.w.ptr, ds.a, e.x.ptr, ds.b, &beta, d,
-                              ds.d, d, ds.d, &choice.algo, lt.workspace, kWorkspaceBytes,
+                              ds.d, d, ds.d, &choice->algo, lt.workspace, kWorkspaceBytes,
                               context().compute));
   ++g_counts.fused;
   record_gemm(as_gemm(e));
+  return true;
 }
 
 LinearEpilogueCounts linear_epilogue_counts() {

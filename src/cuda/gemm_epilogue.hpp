@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 
 #include "gemm.hpp"
 
@@ -19,16 +20,17 @@ struct LinearEpilogue {
   float* gelu = nullptr;        // (rows, out) = GELU(y), or null
 };
 
-// Whether a fused form applies to e's shape, operand types, precision and
-// pointers (x and w: those of the fp32 tensors, or null when the operands
-// are low-precision copies still to be made, which are aligned): a bias or
-// GELU to fuse, 16-byte aligned matrices, an output width GELU's auxiliary
-// output can take (a multiple of 8), and a cuBLASLt
-// algorithm for it. The algorithm is chosen at a shape's first use and
-// kept, so a shape's results are bitwise the same in every call. When it
-// does not apply, the caller runs the unfused kernels (counted here).
-bool linear_epilogue_applies(const LinearEpilogue& e, Precision p);
-// Runs e, for which linear_epilogue_applies said yes, on the compute stream.
-void run_linear_epilogue(const LinearEpilogue& e, Precision p);
+// Runs e on the compute stream and returns true when a fused form applies
+// to its shape, operand types, precision and pointers (x and w: those of
+// the fp32 tensors, or null when the operands are low-precision copies
+// still to be made, which are aligned): a bias or GELU to fuse, 16-byte
+// aligned matrices, an output width GELU's auxiliary output can take (a
+// multiple of 8), and a cuBLASLt algorithm for it. `make_operands` is
+// called once it applies, to set e.x and e.w (making the casts); the
+// algorithm is chosen at a shape's first use and kept, so a shape's results
+// are bitwise the same in every call. Otherwise returns false, having run
+// nothing (counted): the caller runs the unfused kernels.
+bool run_linear_epilogue(LinearEpilogue e, Precision p,
+                         const std::function<void(LinearEpilogue&)>& make_operands);
 
 }  // namespace pt::cuda
