@@ -12,6 +12,7 @@
 // each replica's pipeline trains its share of the batch, replica 0 writes the
 // checkpoints, every replica loads them (docs/data-parallel.md).
 #include "pipetrain/app/driver.hpp"
+#include "pipetrain/app/auto_plan.hpp"
 #include "pipetrain/app/blas_report.hpp"
 #include "pipetrain/app/run_plan.hpp"
 #include "pipetrain/app/run_state.hpp"
@@ -90,8 +91,8 @@ bool load_deck(const World& w, const CommandLine& cli, Deck& deck) {
       set_wait_limit(deck.pipeline.timeout_s);  // the others learn it from the broadcast
       // `plan` without a D or a stage count weighs every P x D grid of the
       // ranks, each checked by the planner; everything else runs one grid.
-      const bool every_grid = cli.command == "plan" && deck.pipeline.stages == 0 &&
-                              deck.data_parallel.replicas == 0;
+      const bool every_grid = cli.command == "plan" && !deck.pipeline.auto_plan &&
+                              deck.pipeline.stages == 0 && deck.data_parallel.replicas == 0;
       if (!every_grid) {
         const DeckLayout layout = resolve_deck_layout(deck, cli.ranks > 0 ? cli.ranks : w.size);
         deck.data_parallel.replicas = layout.data_parallel;  // resolved: every rank and the outputs see D
@@ -350,17 +351,45 @@ void log_step(const Deck& deck, const StepRecord& rec, bool last, Progress& p, M
   }
 }
 
-int run_train(const World& w, const CommandLine& cli, const Deck& deck) {
+// pipeline.auto's choice, for metrics.h5.
+struct AutoRecord {
+  std::string choice;            // plan_choice_text, or how a resume kept it
+  double predicted_step_s = 0.0;  // 0 on a resume (nothing measured)
+  int64_t plans_weighed = 0;
+};
+
+// The deck the run trains: as written, or with pipeline.auto's choice in it
+// (app/auto_plan.hpp; a resume keeps the choice the run's deck.resolved.toml holds).
+Deck deck_to_run(const World& w, const CommandLine& cli, const Deck& written, const ProcessGrid& grid,
+                 const ComputeResources& compute, AutoRecord& record) {
+  if (!written.pipeline.auto_plan) return written;
+  const std::string earlier = cli.resume.empty() ? "" : written.output.dir + "/deck.resolved.toml";
+  AutoChoice choice;
+  Deck deck = choose_auto_plan(written, w.comm, grid.pipeline(), compute, earlier, &choice);
+  if (choice.chosen >= 0) {
+    const PlanRow& row = choice.table.rows[static_cast<size_t>(choice.chosen)];
+    record.choice = plan_choice_text(row);
+    record.predicted_step_s = row.step_time_s;
+    record.plans_weighed = static_cast<int64_t>(choice.table.rows.size());
+  } else {
+    record.choice = "kept on resume from " + earlier;
+  }
+  return deck;
+}
+
+int run_train(const World& w, const CommandLine& cli, const Deck& written) {
   // A stop signal is recorded from the start of main (block_stop_signals):
   // one that arrives during the start-up (profile, restore) stops the run
   // after its first step.
-  BlasThreadsChoice blas = choose_blas_threads(deck.training.blas_threads, w.comm);
-  set_cpu_gemm(deck.training.cpu_gemm);
+  BlasThreadsChoice blas = choose_blas_threads(written.training.blas_threads, w.comm);
+  set_cpu_gemm(written.training.cpu_gemm);
   set_blas_threads(blas.threads);
   choose_wait_mode();
   const BlasReport blas_report = gather_blas_report(w.comm, w.blas_note);
-  ComputeResources compute = make_compute_resources(deck, w.comm);
-  const ProcessGrid grid(w.comm, static_cast<int>(data_parallel_size(deck)));
+  ComputeResources compute = make_compute_resources(written, w.comm);
+  const ProcessGrid grid(w.comm, static_cast<int>(data_parallel_size(written)));
+  AutoRecord auto_record;
+  const Deck deck = deck_to_run(w, cli, written, grid, compute, auto_record);
   RunPlan plan = prepare_run_plan(deck, grid.pipeline(), compute);
   // A named strategy's counts, the same in every replica (the deck keeps the name).
   const std::vector<int64_t> partition = share_partition(grid, starting_partition(deck, plan));
@@ -388,6 +417,11 @@ int run_train(const World& w, const CommandLine& cli, const Deck& deck) {
     std::string policies;
     for (const auto& c : trainer.recompute_choices()) policies += (policies.empty() ? "" : ",") + c.policy;
     metrics.set_attribute("recompute", policies);
+    if (written.pipeline.auto_plan) {
+      metrics.set_attribute("auto_choice", auto_record.choice);
+      metrics.set_attribute("auto_predicted_step_s", auto_record.predicted_step_s);
+      metrics.set_attribute("auto_plans_weighed", std::vector<int64_t>{auto_record.plans_weighed});
+    }
     print_run_plan(plan, deck);
     record_run_plan(plan, deck, trainer.partition(), metrics);
     save_run_profile(plan, deck, resolved);

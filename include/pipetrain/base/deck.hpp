@@ -108,6 +108,10 @@ struct PipelineConfig {
   // Activation/gradient exchange. CPU: "auto" (= "mpi") | "mpi" | "nccl_model"
   // (MPI with NCCL's semantics); CUDA: "auto" | "nccl" | "mpi_staged".
   TransportKind transport = TransportKind::Auto;
+  // pipeline.auto: at start, the run takes the planner's fastest plan within
+  // the memory budget for the keys above the deck does not set (schedule,
+  // micro_batches, recompute, partition; docs/planner.md).
+  bool auto_plan = false;
 };
 
 // [data_parallel] (docs/data-parallel.md): replicas = D replicas of the
