@@ -1,0 +1,609 @@
+#!/usr/bin/env python3
+"""hf_gpt2.py: a pipetrain GPT checkpoint to a Hugging Face GPT-2 model
+directory and back (docs/interop.md).
+
+    tools/.venv/bin/python tools/hf_gpt2.py export CHECKPOINT OUT_DIR [--tokenizer FILE]
+    tools/.venv/bin/python tools/hf_gpt2.py import HF_DIR OUT_DIR [--data PATTERN]
+                                             [--vocab-multiple M]
+
+export: CHECKPOINT is a checkpoint directory, its manifest.h5 or a
+checkpoint root (its `latest`). Writes OUT_DIR/config.json and
+OUT_DIR/model.safetensors (float32), which transformers'
+GPT2LMHeadModel.from_pretrained loads, and, when the run's tokenizer is
+found (--tokenizer, the deck's data.tokenizer, or the tokenizer_json that
+BPE token files carry), tokenizer.json and tokenizer_config.json for
+AutoTokenizer.
+
+import: HF_DIR holds config.json and model.safetensors (or a sharded
+model.safetensors.index.json) of a GPT-2. Writes OUT_DIR/checkpoint (a
+format-3 pipetrain checkpoint of the weights, for training.init_from),
+OUT_DIR/deck.toml (a deck whose [model] matches it) and, when HF_DIR has
+one, OUT_DIR/tokenizer.json. What pipetrain's GPT cannot represent is
+refused, naming the config key or tensor.
+
+No PyTorch: safetensors is read and written here with NumPy (an 8-byte
+little-endian header length, a JSON header, the raw tensors). Every
+checkpoint read is verified as pipetrain verifies it (the manifest's own
+CRC-32, each file's binding to it, each dataset's CRC-32).
+"""
+import argparse
+import datetime
+import json
+import math
+import os
+import shutil
+import sys
+import tomllib
+import uuid
+import zlib
+
+import h5py
+import numpy as np
+
+FORMAT_VERSION = 3  # the checkpoint format this writes (docs/checkpoint-format.md)
+READABLE_VERSIONS = (2, 3)
+EOT = "<|endoftext|>"
+# GPT-2 as pipetrain computes it: LayerNorm eps of torch.nn.LayerNorm, the
+# tanh form of GELU, attention scaled by 1/sqrt(head size).
+LAYER_NORM_EPS = 1e-5
+TANH_GELUS = ("gelu_new", "gelu_pytorch_tanh")
+# Non-parameter buffers older transformers versions saved with GPT-2.
+BUFFERS = ("attn.bias", "attn.masked_bias")
+SAFETENSORS_DTYPES = {"F32": "<f4", "F16": "<f2", "BF16": None, "F64": "<f8"}
+
+
+class InteropError(Exception):
+    """A bad input: the message names the file and the key."""
+
+
+# ---- safetensors, with NumPy ----
+
+def write_safetensors(path, tensors, metadata):
+    """tensors: {name: float32 array}; written in name order, so the same
+    tensors give the same bytes."""
+    header, offset = {"__metadata__": metadata}, 0
+    names = sorted(tensors)
+    for name in names:
+        n = tensors[name].nbytes
+        header[name] = {"dtype": "F32", "shape": list(tensors[name].shape),
+                        "data_offsets": [offset, offset + n]}
+        offset += n
+    text = json.dumps(header, separators=(",", ":"), sort_keys=True).encode()
+    text += b" " * (-len(text) % 8)  # the data starts 8-byte aligned
+    with open(path, "wb") as f:
+        f.write(len(text).to_bytes(8, "little"))
+        f.write(text)
+        for name in names:
+            f.write(np.ascontiguousarray(tensors[name], dtype="<f4").tobytes())
+
+
+def read_safetensors(path):
+    """{name: float32 array} of a safetensors file (F32, F16, BF16, F64)."""
+    with open(path, "rb") as f:
+        blob = f.read()
+    if len(blob) < 8:
+        raise InteropError(f"{path}: too short for a safetensors file")
+    n = int.from_bytes(blob[:8], "little")
+    try:
+        header = json.loads(blob[8:8 + n])
+    except (ValueError, UnicodeDecodeError):
+        raise InteropError(f"{path}: its header is not the JSON of a safetensors file")
+    data = memoryview(blob)[8 + n:]
+    out = {}
+    for name, info in header.items():
+        if name == "__metadata__":
+            continue
+        dtype, shape = info.get("dtype"), tuple(info.get("shape", ()))
+        begin, end = info.get("data_offsets", (0, -1))
+        if dtype not in SAFETENSORS_DTYPES:
+            raise InteropError(f"{path}: tensor {name} has dtype {dtype}; pipetrain reads "
+                               f"floating-point weights ({', '.join(SAFETENSORS_DTYPES)})")
+        count = math.prod(shape)
+        width = 2 if dtype in ("F16", "BF16") else (8 if dtype == "F64" else 4)
+        if end - begin != count * width or end > len(data):
+            raise InteropError(f"{path}: tensor {name}: data_offsets {begin}..{end} do not hold "
+                               f"{dtype} {list(shape)} (damaged or truncated file)")
+        raw = data[begin:end]
+        if dtype == "BF16":
+            bits = np.frombuffer(raw, "<u2").astype("<u4") << 16
+            values = bits.view("<f4")
+        else:
+            values = np.frombuffer(raw, SAFETENSORS_DTYPES[dtype]).astype("<f4")
+        out[name] = values.reshape(shape)
+    return out
+
+
+# ---- the checkpoint format (docs/checkpoint-format.md) ----
+
+def _numbers_text(values):
+    """As checkpoint_digest.cpp: "i:n:v," for integers, "f:n:v," (%.17g) for floats."""
+    a = np.asarray(values)
+    flat = a.reshape(-1)
+    if a.dtype.kind in "iu":
+        return f"i:{flat.size}:" + "".join(f"{int(x)}," for x in flat)
+    if a.dtype.kind == "f":
+        return f"f:{flat.size}:" + "".join("%.17g," % float(x) for x in flat)
+    return "?"
+
+
+def _attribute_text(obj, name):
+    value = obj.attrs[name]
+    if isinstance(value, bytes):
+        value = value.decode("utf-8")
+    if isinstance(value, str):
+        return f"s:{len(value.encode('utf-8'))}:{value}"
+    return _numbers_text(value)
+
+
+def _dataset_text(dset):
+    if h5py.check_string_dtype(dset.dtype) is not None:
+        values = list(dset.asstr()[...].reshape(-1))
+        return f"s:{len(values)}:" + "".join(f"{len(v.encode('utf-8'))}:{v}," for v in values)
+    return _numbers_text(dset[...])
+
+
+def _contents_text(group, path, out):
+    """The canonical text of checkpoint_digest.cpp: attributes, then members,
+    each in name order, groups recursively."""
+    for name in sorted(group.attrs.keys(), key=lambda s: s.encode()):
+        if path == "" and name == "manifest_crc32":
+            continue
+        out.append(f"{path}@{name}={_attribute_text(group, name)}\n")
+    for name in sorted(group.keys(), key=lambda s: s.encode()):
+        member = f"{path}/{name}"
+        obj = group[name]
+        if isinstance(obj, h5py.Group):
+            out.append(member + "/\n")
+            _contents_text(obj, member, out)
+        else:
+            out.append(f"{member}={_dataset_text(obj)}\n")
+
+
+def manifest_crc32(manifest):
+    out = []
+    _contents_text(manifest, "", out)
+    return zlib.crc32("".join(out).encode("utf-8"))
+
+
+def checkpoint_directory(spec):
+    """The checkpoint directory `spec` names: itself, its manifest.h5's
+    directory, or the one a checkpoint root's `latest` names."""
+    if os.path.basename(spec) == "manifest.h5":
+        spec = os.path.dirname(spec) or "."
+    if not os.path.exists(spec):
+        raise InteropError(f"checkpoint {spec}: no such file or directory")
+    if os.path.exists(os.path.join(spec, "manifest.h5")):
+        return spec
+    latest = os.path.join(spec, "latest")
+    if os.path.exists(latest):
+        with open(latest) as f:
+            name = f.read().strip()
+        if os.path.exists(os.path.join(spec, name, "manifest.h5")):
+            return os.path.join(spec, name)
+    raise InteropError(f"checkpoint {spec}: no manifest.h5 (not a checkpoint, or its write "
+                       "never finished)")
+
+
+def read_checkpoint(spec):
+    """(directory, {name: float32 value}, deck text) of a checkpoint, verified."""
+    ckpt = checkpoint_directory(spec)
+    mpath = os.path.join(ckpt, "manifest.h5")
+    try:
+        m = h5py.File(mpath, "r")
+    except OSError:
+        raise InteropError(f"checkpoint {mpath}: cannot be opened as an HDF5 file")
+    with m:
+        if m.attrs.get("format") != "pipetrain-checkpoint":
+            raise InteropError(f"checkpoint {mpath}: attribute format is not "
+                               "\"pipetrain-checkpoint\"")
+        version = int(m.attrs.get("format_version", -1))
+        if version not in READABLE_VERSIONS:
+            raise InteropError(f"checkpoint {mpath}: format_version {version}; this tool reads "
+                               f"{READABLE_VERSIONS[0]} to {READABLE_VERSIONS[-1]}")
+        if version >= 3:
+            stored, actual = int(m.attrs.get("manifest_crc32", -1)), manifest_crc32(m)
+            if stored != actual:
+                raise InteropError(f"checkpoint {mpath}: its contents have crc32 0x{actual:08x}, "
+                                   f"but it records manifest_crc32 0x{stored & 0xffffffff:08x}: "
+                                   "the manifest was damaged or edited after the save")
+        step, save = int(m.attrs["step"]), m.attrs["checkpoint_id"]
+        deck_text = m.attrs.get("deck", "")
+        listed = {name: dict(zip(g["datasets"].asstr()[...], (int(c) for c in g["crc32"][...])))
+                  for name, g in m["files"].items()}
+    weights = {}
+    for name, crcs in listed.items():
+        path = os.path.join(ckpt, name)
+        if not os.path.exists(path):
+            raise InteropError(f"checkpoint {path}: missing (listed in manifest.h5)")
+        with h5py.File(path, "r") as f:
+            if int(f.attrs.get("step", -1)) != step or f.attrs.get("checkpoint_id") != save:
+                raise InteropError(f"checkpoint {path}: not saved together with manifest.h5 "
+                                   "(another step or checkpoint_id)")
+            for dpath, crc in crcs.items():
+                if not dpath.endswith("/value"):
+                    continue
+                v = f[dpath][...].astype("<f4")
+                if zlib.crc32(v.tobytes()) != crc:
+                    raise InteropError(f"checkpoint {path}: {dpath} checksum mismatch")
+                weights[dpath[len("params/"):-len("/value")]] = v
+    return ckpt, weights, deck_text
+
+
+def write_checkpoint(path, weights, deck_text, step=0):
+    """A format-3 checkpoint of `weights` ({name: float32}, in pipetrain's
+    global order) in one stage file, as save_checkpoint writes it."""
+    os.makedirs(path)
+    save = uuid.uuid4().hex
+    stage_name = "stage_000.h5"
+    paths, crcs = [], []
+    with h5py.File(os.path.join(path, stage_name), "w") as f:
+        f.attrs["format"] = "pipetrain-checkpoint-stage"
+        f.attrs["format_version"] = FORMAT_VERSION
+        f.attrs["step"] = step
+        f.attrs["stage"] = 0
+        f.attrs["checkpoint_id"] = save
+        for name, v in weights.items():
+            d = f.create_dataset(f"params/{name}/value", data=np.ascontiguousarray(v, "<f4"))
+            crc = zlib.crc32(d[...].tobytes())
+            d.attrs["crc32"] = crc
+            paths.append(f"params/{name}/value")
+            crcs.append(crc)
+    with h5py.File(os.path.join(path, "manifest.h5"), "w") as m:
+        m.attrs["format"] = "pipetrain-checkpoint"
+        m.attrs["format_version"] = FORMAT_VERSION
+        m.attrs["step"] = step
+        m.attrs["checkpoint_id"] = save
+        m.attrs["next_sample"] = 0
+        m.attrs["optimizer_updates"] = step
+        m.attrs["stages"] = 1
+        m.attrs["created_utc"] = datetime.datetime.now(datetime.timezone.utc).strftime(
+            "%Y-%m-%dT%H:%M:%SZ")
+        m.attrs["deck"] = deck_text
+        g = m.create_group(f"files/{stage_name}")
+        g.attrs["bytes"] = os.path.getsize(os.path.join(path, stage_name))
+        g.attrs["stage"] = 0
+        g["datasets"] = np.array(paths, dtype=h5py.string_dtype())
+        g["crc32"] = np.array(crcs, dtype="<i8")
+        m.attrs["manifest_crc32"] = manifest_crc32(m)  # last: it covers everything else
+
+
+# ---- the mapping ----
+
+def pipetrain_names(blocks):
+    """pipetrain's GPT parameter names in its global order."""
+    names = ["embed.wte", "embed.wpe"]
+    for k in range(blocks):
+        names += [f"block{k}.{p}" for p in (
+            "ln1.weight", "ln1.bias", "attn.qkv.weight", "attn.qkv.bias", "attn.proj.weight",
+            "attn.proj.bias", "ln2.weight", "ln2.bias", "mlp.fc.weight", "mlp.fc.bias",
+            "mlp.proj.weight", "mlp.proj.bias")]
+    return names + ["head.ln_f.weight", "head.ln_f.bias", "head.lm_head.weight"]
+
+
+# pipetrain block parameter -> (GPT-2 name, transposed). pipetrain's Linear
+# weights are (out, in) (y = x W^T + b); GPT-2's Conv1D weights are (in, out)
+# (y = x W + b). The fused q, k, v order and the head split inside each
+# (head h: columns h*D..h*D+D-1 of its third) are the same in both.
+BLOCK_MAP = {
+    "ln1.weight": ("ln_1.weight", False), "ln1.bias": ("ln_1.bias", False),
+    "attn.qkv.weight": ("attn.c_attn.weight", True), "attn.qkv.bias": ("attn.c_attn.bias", False),
+    "attn.proj.weight": ("attn.c_proj.weight", True), "attn.proj.bias": ("attn.c_proj.bias", False),
+    "ln2.weight": ("ln_2.weight", False), "ln2.bias": ("ln_2.bias", False),
+    "mlp.fc.weight": ("mlp.c_fc.weight", True), "mlp.fc.bias": ("mlp.c_fc.bias", False),
+    "mlp.proj.weight": ("mlp.c_proj.weight", True), "mlp.proj.bias": ("mlp.c_proj.bias", False),
+}
+
+
+def hf_name(pt_name):
+    """(GPT-2 state-dict name, transposed) of a pipetrain parameter name."""
+    fixed = {"embed.wte": "transformer.wte.weight", "embed.wpe": "transformer.wpe.weight",
+             "head.ln_f.weight": "transformer.ln_f.weight",
+             "head.ln_f.bias": "transformer.ln_f.bias", "head.lm_head.weight": "lm_head.weight"}
+    if pt_name in fixed:
+        return fixed[pt_name], False
+    block, rest = pt_name.split(".", 1)
+    name, transposed = BLOCK_MAP[rest]
+    return f"transformer.h.{block[len('block'):]}.{name}", transposed
+
+
+# ---- export ----
+
+def deck_model(deck_text, where):
+    """The [model] table of a resolved deck, with pipetrain's defaults."""
+    try:
+        deck = tomllib.loads(deck_text)
+    except tomllib.TOMLDecodeError as e:
+        raise InteropError(f"{where}: its deck is not TOML ({e})")
+    model = {"type": "mlp", "vocab_size": 256, "vocab_multiple": 1, "seq_len": 64,
+             "d_model": 128, "heads": 4, "mlp_ratio": 4, "blocks": 4}
+    model.update(deck.get("model", {}))
+    return deck, model
+
+
+def find_tokenizer(deck, explicit):
+    """(tokenizer.json bytes or None, where it came from)."""
+    if explicit:
+        with open(explicit, "rb") as f:
+            return f.read(), explicit
+    data = deck.get("data", {})
+    tok = data.get("tokenizer", "")
+    if tok and tok != "bytes" and os.path.exists(tok):
+        with open(tok, "rb") as f:
+            return f.read(), tok
+    paths = data.get("path", [])
+    for path in [paths] if isinstance(paths, str) else paths:
+        if os.path.exists(path):
+            with h5py.File(path, "r") as f:
+                if "tokenizer_json" in f:
+                    return bytes(f["tokenizer_json"][...]), path
+    return None, ("the run's token files carry no tokenizer (byte tokens?)"
+                  if tok == "bytes" else "no tokenizer found (give --tokenizer FILE)")
+
+
+def gpt2_config(model, eot_id):
+    C, V = int(model["d_model"]), int(model["vocab_size"])
+    return {
+        "architectures": ["GPT2LMHeadModel"],
+        "model_type": "gpt2",
+        "vocab_size": V,
+        "n_positions": int(model["seq_len"]),
+        "n_ctx": int(model["seq_len"]),
+        "n_embd": C,
+        "n_layer": int(model["blocks"]),
+        "n_head": int(model["heads"]),
+        "n_inner": int(model["mlp_ratio"]) * C,
+        "activation_function": "gelu_new",
+        "layer_norm_epsilon": LAYER_NORM_EPS,
+        "resid_pdrop": 0.0, "embd_pdrop": 0.0, "attn_pdrop": 0.0,
+        "initializer_range": 0.02,
+        "scale_attn_weights": True,
+        "scale_attn_by_inverse_layer_idx": False,
+        "reorder_and_upcast_attn": False,
+        "add_cross_attention": False,
+        "tie_word_embeddings": False,
+        "use_cache": True,
+        "bos_token_id": eot_id,
+        "eos_token_id": eot_id,
+        "torch_dtype": "float32",
+    }
+
+
+def export(spec, out_dir, tokenizer=None):
+    ckpt, weights, deck_text = read_checkpoint(spec)
+    deck, model = deck_model(deck_text, os.path.join(ckpt, "manifest.h5"))
+    if model["type"] != "gpt":
+        raise InteropError(f"checkpoint {ckpt}: model.type = \"{model['type']}\"; only a GPT "
+                           "(model.type = \"gpt\") maps to GPT-2")
+    names = pipetrain_names(int(model["blocks"]))
+    missing = [n for n in names if n not in weights]
+    extra = [n for n in weights if n not in names]
+    if missing or extra:
+        raise InteropError(f"checkpoint {ckpt}: its parameters do not match its deck's [model] "
+                           f"(missing {missing[:3]}, unexpected {extra[:3]})")
+    V, C = int(model["vocab_size"]), int(model["d_model"])
+    tensors = {}
+    for name in names:
+        v = weights[name]
+        if name in ("embed.wte", "head.lm_head.weight"):
+            v = v[:V]  # the padded rows of model.vocab_multiple are not the model's
+        hname, transposed = hf_name(name)
+        tensors[hname] = np.ascontiguousarray(v.T if transposed else v)
+    if tensors["transformer.wte.weight"].shape != (V, C):
+        raise InteropError(f"checkpoint {ckpt}: embed.wte has shape "
+                           f"{weights['embed.wte'].shape}, not ({V}+, {C}) as its deck says")
+    tok_json, tok_from = find_tokenizer(deck, tokenizer)
+    eot_id = None
+    if tok_json is not None:
+        vocab = json.loads(tok_json).get("model", {}).get("vocab", {})
+        eot_id = vocab.get(EOT) if isinstance(vocab, dict) else None
+    os.makedirs(out_dir, exist_ok=True)
+    write_safetensors(os.path.join(out_dir, "model.safetensors"), tensors, {"format": "pt"})
+    with open(os.path.join(out_dir, "config.json"), "w") as f:
+        json.dump(gpt2_config(model, eot_id), f, indent=2, sort_keys=True)
+        f.write("\n")
+    if tok_json is not None:
+        with open(os.path.join(out_dir, "tokenizer.json"), "wb") as f:
+            f.write(tok_json)
+        tok_config = {"tokenizer_class": "PreTrainedTokenizerFast",
+                      "model_max_length": int(model["seq_len"])}
+        if eot_id is not None:
+            tok_config.update(bos_token=EOT, eos_token=EOT, unk_token=EOT)
+        with open(os.path.join(out_dir, "tokenizer_config.json"), "w") as f:
+            json.dump(tok_config, f, indent=2, sort_keys=True)
+            f.write("\n")
+        print(f"{out_dir}: tokenizer.json from {tok_from}")
+    else:
+        print(f"{out_dir}: no tokenizer written: {tok_from}")
+    print(f"{out_dir}: GPT-2 with {len(tensors)} tensors from {ckpt} "
+          f"(n_layer {model['blocks']}, n_embd {C}, n_head {model['heads']}, vocab {V})")
+
+
+# ---- import ----
+
+def refuse(where, key, value, why):
+    raise InteropError(f"{where}: {key} = {json.dumps(value)}: {why}")
+
+
+def check_config(config, where):
+    """The pipetrain [model] values of a GPT-2 config.json; refuses what
+    pipetrain's GPT does not compute."""
+    def get(key, default):
+        return config.get(key, default)
+    if get("model_type", None) != "gpt2":
+        refuse(where, "model_type", get("model_type", None),
+               "pipetrain imports GPT-2 (\"gpt2\") models only")
+    act = get("activation_function", "gelu_new")
+    if act not in TANH_GELUS:
+        refuse(where, "activation_function", act, "pipetrain's GPT uses the tanh form of GELU "
+               "(\"gelu_new\" or \"gelu_pytorch_tanh\")")
+    eps = get("layer_norm_epsilon", 1e-5)
+    if eps != LAYER_NORM_EPS:
+        refuse(where, "layer_norm_epsilon", eps, f"pipetrain's LayerNorm uses {LAYER_NORM_EPS}")
+    if not get("scale_attn_weights", True):
+        refuse(where, "scale_attn_weights", False,
+               "pipetrain scales attention scores by 1/sqrt(head size)")
+    if get("scale_attn_by_inverse_layer_idx", False):
+        refuse(where, "scale_attn_by_inverse_layer_idx", True,
+               "pipetrain does not scale attention by the layer index")
+    if get("add_cross_attention", False):
+        refuse(where, "add_cross_attention", True, "pipetrain's GPT is decoder-only")
+    C, H = int(get("n_embd", 768)), int(get("n_head", 12))
+    if C % H:
+        refuse(where, "n_head", H, f"it must divide n_embd = {C}")
+    inner = get("n_inner", None)
+    inner = 4 * C if inner is None else int(inner)
+    if inner % C:
+        refuse(where, "n_inner", inner, f"pipetrain's MLP width is model.mlp_ratio x d_model, "
+               f"a multiple of n_embd = {C}")
+    return {"type": "gpt", "vocab_size": int(get("vocab_size", 50257)),
+            "seq_len": int(get("n_positions", 1024)), "d_model": C, "heads": H,
+            "mlp_ratio": inner // C, "blocks": int(get("n_layer", 12))}
+
+
+def read_hf_tensors(hf_dir):
+    single = os.path.join(hf_dir, "model.safetensors")
+    index = os.path.join(hf_dir, "model.safetensors.index.json")
+    if os.path.exists(single):
+        return read_safetensors(single), single
+    if os.path.exists(index):
+        with open(index) as f:
+            files = sorted(set(json.load(f).get("weight_map", {}).values()))
+        tensors = {}
+        for name in files:
+            tensors.update(read_safetensors(os.path.join(hf_dir, name)))
+        return tensors, index
+    raise InteropError(f"{hf_dir}: no model.safetensors (a pytorch_model.bin needs PyTorch to "
+                       "read: load it in transformers and save_pretrained it, which writes "
+                       "safetensors)")
+
+
+def hf_to_pipetrain(tensors, model, config, where, vocab_multiple):
+    """{pipetrain name: float32} from GPT-2 tensors; refuses a missing,
+    misshapen or unknown tensor, naming it."""
+    # Accept the bare GPT2Model names ("h.0.ln_1.weight") as well.
+    named = {}
+    for name, v in tensors.items():
+        key = name if name.startswith(("transformer.", "lm_head.")) else "transformer." + name
+        if any(key.endswith(b) for b in BUFFERS):
+            continue
+        named[key] = v
+    C, V, T = model["d_model"], model["vocab_size"], model["seq_len"]
+    R = model["mlp_ratio"]
+    tied = config.get("tie_word_embeddings", True)
+    if "lm_head.weight" not in named or tied:
+        # Tied: GPT-2 uses wte as the head; pipetrain's head is its own copy.
+        named["lm_head.weight"] = named.get("transformer.wte.weight")
+    shapes = {"embed.wte": (V, C), "embed.wpe": (T, C), "head.ln_f.weight": (C,),
+              "head.ln_f.bias": (C,), "head.lm_head.weight": (V, C)}
+    block_shapes = {"ln1.weight": (C,), "ln1.bias": (C,), "attn.qkv.weight": (3 * C, C),
+                    "attn.qkv.bias": (3 * C,), "attn.proj.weight": (C, C),
+                    "attn.proj.bias": (C,), "ln2.weight": (C,), "ln2.bias": (C,),
+                    "mlp.fc.weight": (R * C, C), "mlp.fc.bias": (R * C,),
+                    "mlp.proj.weight": (C, R * C), "mlp.proj.bias": (C,)}
+    weights, used = {}, set()
+    Vp = -(-V // vocab_multiple) * vocab_multiple
+    for name in pipetrain_names(model["blocks"]):
+        hname, transposed = hf_name(name)
+        v = named.get(hname)
+        if v is None:
+            raise InteropError(f"{where}: no tensor {hname}; pipetrain's GPT needs it (for "
+                               f"{name}: every Linear layer has a bias, every LayerNorm a "
+                               "weight and a bias)")
+        used.add(hname)
+        want = shapes.get(name) or block_shapes[name.split(".", 1)[1]]
+        got = v.T if transposed else v
+        if got.shape != want:
+            hwant = want[::-1] if transposed else want
+            raise InteropError(f"{where}: tensor {hname} has shape {list(v.shape)}, but "
+                               f"config.json's sizes need {list(hwant)}")
+        got = np.ascontiguousarray(got, "<f4")
+        if name in ("embed.wte", "head.lm_head.weight") and Vp > V:
+            got = np.concatenate([got, np.zeros((Vp - V, C), "<f4")])  # zero padding rows
+        weights[name] = got
+    unknown = sorted(set(named) - used)
+    if unknown:
+        raise InteropError(f"{where}: tensor {unknown[0]} has no counterpart in pipetrain's GPT"
+                           + (f" (and {len(unknown) - 1} more)" if len(unknown) > 1 else ""))
+    return weights
+
+
+def deck_text_for(model, vocab_multiple, init_from, data, tokenizer):
+    lines = [
+        "# deck.toml: written by tools/hf_gpt2.py import; [model] matches the imported",
+        "# GPT-2. Make token files with its tokenizer (tools/make_token_file.py",
+        "# --tokenizer ... --out-dir ...), point data.path at them, then",
+        "#   mpirun -np 2 --oversubscribe build/pipetrain train THIS_DECK",
+        "",
+        "[model]",
+        'type = "gpt"',
+    ]
+    for key in ("vocab_size", "seq_len", "d_model", "heads", "mlp_ratio", "blocks"):
+        lines.append(f"{key} = {model[key]}")
+    lines += [f"vocab_multiple = {vocab_multiple}", "", "[data]", 'type = "hdf5"',
+              f"path = {json.dumps(data)}"]
+    if tokenizer:
+        lines.append(f"tokenizer = {json.dumps(tokenizer)}")
+    lines += ["", "[training]", f"init_from = {json.dumps(init_from)}", "steps = 100",
+              "batch_size = 8", 'optimizer = "adamw"', "lr = 1e-4", "", "[pipeline]",
+              "stages = 0", "micro_batches = 4", "", "[output]", 'dir = "runs/finetune"', ""]
+    return "\n".join(lines)
+
+
+def import_(hf_dir, out_dir, data="runs/finetune/train_*.h5", vocab_multiple=1):
+    cpath = os.path.join(hf_dir, "config.json")
+    if not os.path.exists(cpath):
+        raise InteropError(f"{hf_dir}: no config.json (not a Hugging Face model directory)")
+    with open(cpath) as f:
+        config = json.load(f)
+    model = check_config(config, cpath)
+    if vocab_multiple < 1:
+        raise InteropError(f"--vocab-multiple {vocab_multiple}: must be at least 1")
+    tensors, where = read_hf_tensors(hf_dir)
+    weights = hf_to_pipetrain(tensors, model, config, where, vocab_multiple)
+    if os.path.exists(out_dir):
+        raise InteropError(f"{out_dir}: exists; give a new directory")
+    os.makedirs(out_dir)
+    ckpt = os.path.abspath(os.path.join(out_dir, "checkpoint"))
+    tokenizer = ""
+    if os.path.exists(os.path.join(hf_dir, "tokenizer.json")):
+        tokenizer = os.path.abspath(os.path.join(out_dir, "tokenizer.json"))
+        shutil.copyfile(os.path.join(hf_dir, "tokenizer.json"), tokenizer)
+    deck = deck_text_for(model, vocab_multiple, ckpt, data, tokenizer)
+    write_checkpoint(ckpt, weights, deck)
+    with open(os.path.join(out_dir, "deck.toml"), "w") as f:
+        f.write(deck)
+    print(f"{out_dir}: checkpoint (training.init_from = \"{ckpt}\"), deck.toml"
+          + (", tokenizer.json" if tokenizer else "") + "; [model] "
+          + " ".join(f"{k}={model[k]}" for k in ("vocab_size", "seq_len", "d_model", "heads",
+                                                 "mlp_ratio", "blocks")))
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = ap.add_subparsers(dest="command", required=True)
+    ex = sub.add_parser("export", help="a pipetrain GPT checkpoint to a GPT-2 directory")
+    ex.add_argument("checkpoint")
+    ex.add_argument("out_dir")
+    ex.add_argument("--tokenizer", help="tokenizer.json to save beside the model")
+    im = sub.add_parser("import", help="a GPT-2 directory to a pipetrain checkpoint and deck")
+    im.add_argument("hf_dir")
+    im.add_argument("out_dir")
+    im.add_argument("--data", default="runs/finetune/train_*.h5",
+                    help="data.path of the deck written (token files made with its tokenizer)")
+    im.add_argument("--vocab-multiple", type=int, default=1,
+                    help="model.vocab_multiple: pad the vocabulary rows with zeros")
+    args = ap.parse_args(argv)
+    try:
+        if args.command == "export":
+            export(args.checkpoint, args.out_dir, args.tokenizer)
+        else:
+            import_(args.hf_dir, args.out_dir, args.data, args.vocab_multiple)
+    except InteropError as e:
+        print(f"hf_gpt2.py: error: {e}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
