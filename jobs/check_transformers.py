@@ -86,6 +86,7 @@ warmup_steps = 5
 blas_threads = 1
 [pipeline]
 micro_batches = 4
+predict = false
 [output]
 dir = "{tmp}/run"
 checkpoint_every = {STEPS}

@@ -254,7 +254,10 @@ def write_checkpoint(path, weights, deck_text, step=0):
         m.attrs["step"] = step
         m.attrs["checkpoint_id"] = save
         m.attrs["next_sample"] = 0
-        m.attrs["optimizer_updates"] = step
+        m.attrs["optimizer_updates"] = step  # with the loss scaler's counters, as pipetrain
+        m.attrs["loss_scale"] = 0.0           # writes them (0: no fp16 loss scaler state)
+        m.attrs["loss_scale_run"] = 0
+        m.attrs["skipped_steps"] = 0
         m.attrs["stages"] = 1
         m.attrs["created_utc"] = datetime.datetime.now(datetime.timezone.utc).strftime(
             "%Y-%m-%dT%H:%M:%SZ")
@@ -404,8 +407,10 @@ def export(spec, out_dir, tokenizer=None):
     if tok_json is not None:
         with open(os.path.join(out_dir, "tokenizer.json"), "wb") as f:
             f.write(tok_json)
+        # Byte-level BPE decodes to the text itself: no clean-up of spaces.
         tok_config = {"tokenizer_class": "PreTrainedTokenizerFast",
-                      "model_max_length": int(model["seq_len"])}
+                      "model_max_length": int(model["seq_len"]),
+                      "clean_up_tokenization_spaces": False}
         if eot_id is not None:
             tok_config.update(bos_token=EOT, eos_token=EOT, unk_token=EOT)
         with open(os.path.join(out_dir, "tokenizer_config.json"), "w") as f:
@@ -484,7 +489,7 @@ def hf_to_pipetrain(tensors, model, config, where, vocab_multiple):
     named = {}
     for name, v in tensors.items():
         key = name if name.startswith(("transformer.", "lm_head.")) else "transformer." + name
-        if any(key.endswith(b) for b in BUFFERS):
+        if any(key.endswith("." + b) for b in BUFFERS):
             continue
         named[key] = v
     C, V, T = model["d_model"], model["vocab_size"], model["seq_len"]

@@ -16,7 +16,9 @@ the import writes trains from the imported weights (training.init_from).
 Each input pipetrain's GPT cannot represent is refused with its message.
 Prints one line per check and "N passed, M failed"; exits 1 on failure.
 """
+import contextlib
 import glob
+import io
 import json
 import os
 import shutil
@@ -32,8 +34,8 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 sys.path.insert(0, os.path.join(ROOT, "tools"))
 
 import hf_gpt2 as tool  # noqa: E402
+import make_token_file  # noqa: E402
 
-PY = sys.executable
 CORPUS = [f"/usr/share/common-licenses/{n}" for n in ("Apache-2.0", "Artistic", "BSD")]
 V, VOCAB_MULTIPLE, T, C, H, BLOCKS = 300, 8, 16, 32, 4, 2
 TOLERANCE = 1e-4
@@ -48,6 +50,16 @@ def sh(*argv, expect=0):
     out = p.stdout + p.stderr
     assert p.returncode == expect, f"{argv[:3]}: status {p.returncode}, not {expect}:\n{out}"
     return out
+
+
+def hf(*argv, expect=0):
+    """Runs tools/hf_gpt2.py in this process (a second each saved); returns
+    its output; its status must be `expect`."""
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(out):
+        status = tool.main([str(a) for a in argv])
+    assert status == expect, f"hf_gpt2.py {argv[:2]}: status {status}, not {expect}:\n{out.getvalue()}"
+    return out.getvalue()
 
 
 # ---- GPT-2 in NumPy, from the safetensors file alone ----
@@ -117,8 +129,9 @@ class Env:
 def setup(build):
     e = Env()
     e.build, e.tmp = build, tempfile.mkdtemp(prefix="hf_gpt2_")
-    sh(PY, "tools/make_token_file.py", "--quiet", "--out-dir", f"{e.tmp}/corpus", "--vocab-size",
-       V, "--eval-fraction", "0.2", *CORPUS)
+    with contextlib.redirect_stdout(io.StringIO()):
+        assert make_token_file.main(["--quiet", "--out-dir", f"{e.tmp}/corpus", "--vocab-size",
+                                     str(V), "--eval-fraction", "0.2", *CORPUS]) == 0
     e.tokenizer = f"{e.tmp}/corpus/tokenizer.json"
     e.deck = f"{e.tmp}/deck.toml"
     with open(e.deck, "w") as f:
@@ -141,6 +154,7 @@ lr = 1e-2
 blas_threads = 1
 [pipeline]
 micro_batches = 2
+predict = false
 [output]
 dir = "{e.tmp}/run"
 checkpoint_every = 3
@@ -153,7 +167,8 @@ checkpoint_every = 3
     e.tokens_txt = f"{e.tmp}/tokens.txt"
     np.savetxt(e.tokens_txt, e.tokens, fmt="%d")
     e.hf = f"{e.tmp}/hf"
-    sh(PY, "tools/hf_gpt2.py", "export", e.ckpt, e.hf)
+    hf("export", e.ckpt, e.hf)
+    e.logits = pipetrain_logits(e, e.ckpt)  # (2, T, V): the trained checkpoint's
     return e
 
 
@@ -201,7 +216,7 @@ def check_files(e):
 
 def check_numpy_forward_matches_pipetrain(e):
     mine = gpt2_logits(e.hf, e.tokens)
-    theirs = pipetrain_logits(e, e.ckpt)
+    theirs = e.logits
     diff = np.abs(mine - theirs).max()
     assert diff < TOLERANCE, f"max |difference| {diff}"
     assert np.abs(theirs).max() > 0.1, "logits of a trained model are not all near zero"
@@ -210,17 +225,17 @@ def check_numpy_forward_matches_pipetrain(e):
 
 
 def check_import_and_round_trip(e):
-    sh(PY, "tools/hf_gpt2.py", "import", e.hf, f"{e.tmp}/imp", "--data",
+    hf("import", e.hf, f"{e.tmp}/imp", "--data",
        f"{e.tmp}/corpus/train_*.h5")
     assert sorted(os.listdir(f"{e.tmp}/imp")) == ["checkpoint", "deck.toml", "tokenizer.json"]
-    before = pipetrain_logits(e, e.ckpt)
+    before = e.logits
     # The imported vocabulary is unpadded: the deck it wrote says so.
     after = pipetrain_logits(e, f"{e.tmp}/imp/checkpoint", deck=f"{e.tmp}/imp/deck.toml")
     assert np.array_equal(before.view("<u4"), after.view("<u4")), "imported weights' logits bitwise"
-    sh(PY, "tools/hf_gpt2.py", "export", f"{e.tmp}/imp/checkpoint", f"{e.tmp}/hf2")
+    hf("export", f"{e.tmp}/imp/checkpoint", f"{e.tmp}/hf2")
     assert tree_bytes(e.hf) == tree_bytes(f"{e.tmp}/hf2"), "export -> import -> export bitwise"
     # Padded again on import: the same logits with the run's own deck.
-    sh(PY, "tools/hf_gpt2.py", "import", e.hf, f"{e.tmp}/imp8", "--vocab-multiple",
+    hf("import", e.hf, f"{e.tmp}/imp8", "--vocab-multiple",
        VOCAB_MULTIPLE)
     padded = pipetrain_logits(e, f"{e.tmp}/imp8/checkpoint")
     assert np.array_equal(before.view("<u4"), padded.view("<u4"))
@@ -229,7 +244,8 @@ def check_import_and_round_trip(e):
 def check_emitted_deck_trains_from_import(e):
     out = sh(f"{e.build}/pipetrain", "train", f"{e.tmp}/imp/deck.toml", "--set",
              "training.steps=1", "--set", f"output.dir=\"{e.tmp}/ft\"", "--set",
-             "pipeline.micro_batches=1", "--set", "training.batch_size=2")
+             "pipeline.micro_batches=1", "--set", "training.batch_size=2", "--set",
+             "pipeline.predict=false")
     assert f"weights initialised from {e.tmp}/imp/checkpoint (step 0)" in out, out
 
 
@@ -252,7 +268,7 @@ def edited_hf(e, name, config=None, drop=(), add=None):
 
 
 def import_fails(e, d, expected):
-    out = sh(PY, "tools/hf_gpt2.py", "import", d, f"{d}.imported", expect=2)
+    out = hf("import", d, f"{d}.imported", expect=2)
     assert expected in out, out
     assert not os.path.exists(f"{d}.imported"), "nothing written"
 
@@ -280,7 +296,7 @@ def check_refusals(e):
 
 def check_tied_head_is_copied(e):
     d = edited_hf(e, "tied", {"tie_word_embeddings": True}, drop=("lm_head.weight",))
-    sh(PY, "tools/hf_gpt2.py", "import", d, f"{d}.imported")
+    hf("import", d, f"{d}.imported")
     _, w, _ = tool.read_checkpoint(f"{d}.imported/checkpoint")
     assert np.array_equal(w["head.lm_head.weight"], w["embed.wte"])
 
@@ -289,13 +305,13 @@ def check_export_refusals(e):
     mlp = f"{e.tmp}/mlp_ckpt"
     tool.write_checkpoint(mlp, {"unit0.linear.weight": np.zeros((2, 2), "<f4")},
                           '[model]\ntype = "mlp"\n')
-    out = sh(PY, "tools/hf_gpt2.py", "export", mlp, f"{e.tmp}/mlp_hf", expect=2)
+    out = hf("export", mlp, f"{e.tmp}/mlp_hf", expect=2)
     assert 'model.type = "mlp"; only a GPT (model.type = "gpt") maps to GPT-2' in out, out
     bad = f"{e.tmp}/edited_ckpt"
     shutil.copytree(e.ckpt, bad)
     with h5py.File(f"{bad}/manifest.h5", "a") as m:
         m.attrs["step"] = 7
-    out = sh(PY, "tools/hf_gpt2.py", "export", bad, f"{e.tmp}/edited_hf", expect=2)
+    out = hf("export", bad, f"{e.tmp}/edited_hf", expect=2)
     assert "manifest.h5: its contents have crc32" in out and "damaged or edited" in out, out
 
 
