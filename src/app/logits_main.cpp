@@ -91,7 +91,8 @@ pt::Tensor read_tokens(const std::string& path, const pt::GptDims& dims) {
   if (lines.empty()) throw pt::InputError(path + ": no tokens");
   const int64_t rows = static_cast<int64_t>(lines.size());
   const int64_t T = static_cast<int64_t>(lines[0].size());
-  pt::Tensor tokens = pt::Tensor::empty({rows, T}, pt::DType::I32);  // (rows, T)
+  pt::Tensor tokens = pt::Tensor::empty({rows, T}, pt::DType::I32, pt::MemCategory::Workspace,
+                                        pt::Device::CPU);  // (rows, T)
   for (int64_t r = 0; r < rows; ++r)
     for (int64_t t = 0; t < T; ++t) tokens.i32()[r * T + t] = static_cast<int32_t>(lines[r][t]);
   return tokens;
@@ -134,10 +135,16 @@ void run(const Args& a) {
 int main(int argc, char** argv) {
   MPI_Init(&argc, &argv);
   int status = 0;
+  int ranks = 1, rank = 0;
+  MPI_Comm_size(MPI_COMM_WORLD, &ranks);
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   try {
+    if (ranks != 1)
+      throw pt::InputError("runs as one process, not on " + std::to_string(ranks) +
+                           " ranks (checkpoints are layout-free: any checkpoint loads on one)");
     run(parse_args(argc, argv));
   } catch (const pt::InputError& e) {
-    std::fprintf(stderr, "pipetrain_logits: error: %s\n", e.what());
+    if (rank == 0) std::fprintf(stderr, "pipetrain_logits: error: %s\n", e.what());
     status = 2;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "pipetrain_logits: internal error: %s\n", e.what());
