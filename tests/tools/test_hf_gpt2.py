@@ -321,6 +321,9 @@ def check_logits_tool_bad_token(e):
         f.write("1 2 300\n")
     out = sh(f"{e.build}/pipetrain_logits", e.deck, e.ckpt, bad, f"{e.tmp}/x.f32", expect=2)
     assert f'{bad}:1: token "300" is not an id in 0..model.vocab_size-1 = 0..299' in out, out
+    out = sh("mpirun", "--bind-to", "none", "-np", 2, f"{e.build}/pipetrain_logits", e.deck,
+             e.ckpt, e.tokens_txt, f"{e.tmp}/x.f32", expect=2)
+    assert out.count("pipetrain_logits: error: runs as one process, not on 2 ranks") == 1, out
 
 
 def main():
