@@ -23,6 +23,8 @@ import sys
 import tempfile
 
 import numpy as np
+import safetensors
+import safetensors.numpy
 import torch
 import transformers
 from tokenizers import Tokenizer
@@ -31,7 +33,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "tools"))
 import hf_gpt2  # noqa: E402
 
-V, T, C, H, BLOCKS, STEPS = 512, 64, 64, 4, 2, 30
+V, T, C, H, BLOCKS, STEPS = 512, 64, 64, 4, 2, 150
 TOLERANCE = 1e-4
 PROMPT = "Permission is hereby granted"
 ENV = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
@@ -105,6 +107,12 @@ checkpoint_every = {STEPS}
     theirs = pipetrain_logits(build, deck, ckpt, tokens_txt, tokens.shape, tmp)
 
     rows = []
+    official = safetensors.numpy.load_file(f"{hf}/model.safetensors")
+    ours = hf_gpt2.read_safetensors(f"{hf}/model.safetensors")
+    same = sorted(official) == sorted(ours) and all(
+        official[k].dtype == np.float32 and np.array_equal(official[k], ours[k]) for k in ours)
+    rows.append((f"safetensors.numpy.load_file reads the {len(official)} tensors written",
+                 str(same), same))
     model, info = transformers.GPT2LMHeadModel.from_pretrained(hf, output_loading_info=True)
     model.eval()
     loading_clean = not any(info[k] for k in ("missing_keys", "unexpected_keys",
@@ -150,7 +158,7 @@ checkpoint_every = {STEPS}
                 "`tests/tools/test_hf_gpt2.py`; [docs/interop.md](../docs/interop.md)).\n\n")
         f.write(f"- CPU: {cpu_model()}, {os.cpu_count()} cores; Python {platform.python_version()}\n")
         f.write(f"- torch {torch.__version__} (CPU), transformers {transformers.__version__}, "
-                f"numpy {np.__version__}\n")
+                f"safetensors {safetensors.__version__}, numpy {np.__version__}\n")
         f.write(f"- model: GPT, {BLOCKS} blocks, d_model {C}, {H} heads, seq_len {T}, "
                 f"vocab {V} (BPE on /usr/share/common-licenses, model.vocab_multiple 128), "
                 f"{STEPS} steps on 2 ranks; pipetrain logits: `build/pipetrain_logits` (CPU, fp32)\n\n")

@@ -14,7 +14,7 @@ cd "$(dirname "$0")/.."
 build=${1:-build}
 venv=${VENV:-$build/venv-transformers}
 [ -x "$venv/bin/python" ] || python3 -m venv "$venv"
-"$venv/bin/pip" install -q torch transformers h5py tokenizers
+"$venv/bin/pip" install -q torch==2.15.0 transformers==5.25.0 h5py tokenizers
 cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release > /dev/null
 cmake --build "$build" -j2 --target pipetrain pipetrain_logits
 OMP_NUM_THREADS=1 "$venv/bin/python" jobs/check_transformers.py "$build" results/check_transformers.md
