@@ -33,6 +33,7 @@ import numpy as np
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, os.path.join(ROOT, "tools"))
 
+import checkpoint_io  # noqa: E402
 import hf_gpt2 as tool  # noqa: E402
 import make_token_file  # noqa: E402
 
@@ -187,7 +188,7 @@ def tree_bytes(d):
 
 def check_python_digest_is_pipetrains(e):
     with h5py.File(f"{e.ckpt}/manifest.h5") as m:
-        assert int(m.attrs["manifest_crc32"]) == tool.manifest_crc32(m)
+        assert int(m.attrs["manifest_crc32"]) == checkpoint_io.manifest_crc32(m)
         assert len(m["files"]) == 2, "2 stage files: the export reads every one"
 
 
@@ -205,7 +206,7 @@ def check_files(e):
     assert w["transformer.h.0.attn.c_attn.weight"].shape == (C, 3 * C), "Conv1D (in, out)"
     assert w["transformer.h.1.mlp.c_proj.weight"].shape == (4 * C, C)
     assert len(w) == 2 + 12 * BLOCKS + 3, sorted(w)
-    _, weights, _ = tool.read_checkpoint(e.ckpt)
+    _, weights, _ = checkpoint_io.read_checkpoint(e.ckpt)
     assert np.array_equal(w["transformer.h.1.mlp.c_fc.weight"], weights["block1.mlp.fc.weight"].T)
     with open(e.tokenizer, "rb") as a, open(f"{e.hf}/tokenizer.json", "rb") as b:
         assert a.read() == b.read(), "the run's tokenizer, byte for byte"
@@ -297,13 +298,13 @@ def check_refusals(e):
 def check_tied_head_is_copied(e):
     d = edited_hf(e, "tied", {"tie_word_embeddings": True}, drop=("lm_head.weight",))
     hf("import", d, f"{d}.imported")
-    _, w, _ = tool.read_checkpoint(f"{d}.imported/checkpoint")
+    _, w, _ = checkpoint_io.read_checkpoint(f"{d}.imported/checkpoint")
     assert np.array_equal(w["head.lm_head.weight"], w["embed.wte"])
 
 
 def check_export_refusals(e):
     mlp = f"{e.tmp}/mlp_ckpt"
-    tool.write_checkpoint(mlp, {"unit0.linear.weight": np.zeros((2, 2), "<f4")},
+    checkpoint_io.write_checkpoint(mlp, {"unit0.linear.weight": np.zeros((2, 2), "<f4")},
                           '[model]\ntype = "mlp"\n')
     out = hf("export", mlp, f"{e.tmp}/mlp_hf", expect=2)
     assert 'model.type = "mlp"; only a GPT (model.type = "gpt") maps to GPT-2' in out, out
