@@ -243,7 +243,8 @@ def check_import_and_round_trip(e):
 
 
 def check_emitted_deck_trains_from_import(e):
-    out = sh(f"{e.build}/pipetrain", "train", f"{e.tmp}/imp/deck.toml", "--set",
+    out = sh("mpirun", "--bind-to", "none", "-np", 1, f"{e.build}/pipetrain", "train",
+             f"{e.tmp}/imp/deck.toml", "--set",
              "training.steps=1", "--set", f"output.dir=\"{e.tmp}/ft\"", "--set",
              "pipeline.micro_batches=1", "--set", "training.batch_size=2", "--set",
              "pipeline.predict=false")
@@ -302,6 +303,20 @@ def check_tied_head_is_copied(e):
     assert np.array_equal(w["head.lm_head.weight"], w["embed.wte"])
 
 
+def check_half_precision_weights_are_read(e):
+    values = np.array([1.5, -2.0, 0.375], "<f4")  # exact in bf16 and fp16
+    bf16 = (values.view("<u4") >> 16).astype("<u2").tobytes()
+    f16 = values.astype("<f2").tobytes()
+    header = json.dumps({"a": {"dtype": "BF16", "shape": [3], "data_offsets": [0, 6]},
+                         "b": {"dtype": "F16", "shape": [3], "data_offsets": [6, 12]}}).encode()
+    path = f"{e.tmp}/half.safetensors"
+    with open(path, "wb") as f:
+        f.write(len(header).to_bytes(8, "little") + header + bf16 + f16)
+    got = tool.read_safetensors(path)
+    assert got["a"].dtype == np.float32 and np.array_equal(got["a"], values)
+    assert got["b"].dtype == np.float32 and np.array_equal(got["b"], values)
+
+
 def check_export_refusals(e):
     mlp = f"{e.tmp}/mlp_ckpt"
     checkpoint_io.write_checkpoint(mlp, {"unit0.linear.weight": np.zeros((2, 2), "<f4")},
@@ -336,7 +351,8 @@ def main():
         for check in (check_python_digest_is_pipetrains, check_files,
                       check_numpy_forward_matches_pipetrain, check_import_and_round_trip,
                       check_emitted_deck_trains_from_import, check_refusals,
-                      check_tied_head_is_copied, check_export_refusals,
+                      check_tied_head_is_copied, check_half_precision_weights_are_read,
+                      check_export_refusals,
                       check_logits_tool_bad_token):
             try:
                 check(e)
