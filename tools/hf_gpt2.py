@@ -3,6 +3,7 @@
 directory and back (docs/interop.md).
 
     tools/.venv/bin/python tools/hf_gpt2.py export CHECKPOINT OUT_DIR [--tokenizer FILE]
+                                             [--deck DECK]
     tools/.venv/bin/python tools/hf_gpt2.py import HF_DIR OUT_DIR [--data PATTERN]
                                              [--vocab-multiple M]
 
@@ -211,9 +212,16 @@ def gpt2_config(model, eot_id):
     }
 
 
-def export(spec, out_dir, tokenizer=None):
+def export(spec, out_dir, tokenizer=None, deck_path=None):
     ckpt, weights, deck_text = read_checkpoint(spec)
-    deck, model = deck_model(deck_text, os.path.join(ckpt, "manifest.h5"))
+    where = os.path.join(ckpt, "manifest.h5")
+    if deck_path:  # a checkpoint written by hand may record no deck
+        with open(deck_path) as f:
+            deck_text, where = f.read(), deck_path
+    elif not deck_text:
+        raise InteropError(f"checkpoint {where}: records no deck, so the model's sizes "
+                           "(model.heads) are unknown: give --deck DECK")
+    deck, model = deck_model(deck_text, where)
     if model["type"] != "gpt":
         raise InteropError(f"checkpoint {ckpt}: model.type = \"{model['type']}\"; only a GPT "
                            "(model.type = \"gpt\") maps to GPT-2")
@@ -431,6 +439,7 @@ def main(argv=None):
     ex.add_argument("checkpoint")
     ex.add_argument("out_dir")
     ex.add_argument("--tokenizer", help="tokenizer.json to save beside the model")
+    ex.add_argument("--deck", help="the deck of the model, when the checkpoint records none")
     im = sub.add_parser("import", help="a GPT-2 directory to a pipetrain checkpoint and deck")
     im.add_argument("hf_dir")
     im.add_argument("out_dir")
@@ -441,7 +450,7 @@ def main(argv=None):
     args = ap.parse_args(argv)
     try:
         if args.command == "export":
-            export(args.checkpoint, args.out_dir, args.tokenizer)
+            export(args.checkpoint, args.out_dir, args.tokenizer, args.deck)
         else:
             import_(args.hf_dir, args.out_dir, args.data, args.vocab_multiple)
     except (InteropError, CheckpointError) as e:

@@ -323,6 +323,16 @@ def check_export_refusals(e):
                           '[model]\ntype = "mlp"\n')
     out = hf("export", mlp, f"{e.tmp}/mlp_hf", expect=2)
     assert 'model.type = "mlp"; only a GPT (model.type = "gpt") maps to GPT-2' in out, out
+    nodeck = f"{e.tmp}/nodeck_ckpt"
+    _, weights, _ = checkpoint_io.read_checkpoint(e.ckpt)
+    checkpoint_io.write_checkpoint(nodeck, weights, "")
+    out = hf("export", nodeck, f"{e.tmp}/nodeck_hf", expect=2)
+    assert "records no deck, so the model's sizes (model.heads) are unknown: give --deck DECK" \
+        in out, out
+    hf("export", nodeck, f"{e.tmp}/nodeck_hf", "--deck", e.deck)
+    with open(f"{e.hf}/model.safetensors", "rb") as a, \
+            open(f"{e.tmp}/nodeck_hf/model.safetensors", "rb") as b:
+        assert a.read() == b.read(), "--deck gives the same export"
     bad = f"{e.tmp}/edited_ckpt"
     shutil.copytree(e.ckpt, bad)
     with h5py.File(f"{bad}/manifest.h5", "a") as m:
