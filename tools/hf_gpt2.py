@@ -138,6 +138,21 @@ BLOCK_MAP = {
 }
 
 
+def pipetrain_shapes(model):
+    """{pipetrain name: shape} of the GPT of `model` ([model] values), with
+    the real vocabulary V (model.vocab_multiple's padding rows left out)."""
+    V, T, C = int(model["vocab_size"]), int(model["seq_len"]), int(model["d_model"])
+    RC = int(model["mlp_ratio"]) * C
+    block = {"ln1.weight": (C,), "ln1.bias": (C,), "attn.qkv.weight": (3 * C, C),
+             "attn.qkv.bias": (3 * C,), "attn.proj.weight": (C, C), "attn.proj.bias": (C,),
+             "ln2.weight": (C,), "ln2.bias": (C,), "mlp.fc.weight": (RC, C),
+             "mlp.fc.bias": (RC,), "mlp.proj.weight": (C, RC), "mlp.proj.bias": (C,)}
+    fixed = {"embed.wte": (V, C), "embed.wpe": (T, C), "head.ln_f.weight": (C,),
+             "head.ln_f.bias": (C,), "head.lm_head.weight": (V, C)}
+    return {name: fixed[name] if name in fixed else block[name.split(".", 1)[1]]
+            for name in pipetrain_names(int(model["blocks"]))}
+
+
 def hf_name(pt_name):
     """(GPT-2 state-dict name, transposed) of a pipetrain parameter name."""
     fixed = {"embed.wte": "transformer.wte.weight", "embed.wpe": "transformer.wpe.weight",
@@ -167,6 +182,8 @@ def deck_model(deck_text, where):
 def find_tokenizer(deck, explicit):
     """(tokenizer.json bytes or None, where it came from)."""
     if explicit:
+        if not os.path.isfile(explicit):
+            raise InteropError(f"--tokenizer {explicit}: no such file")
         with open(explicit, "rb") as f:
             return f.read(), explicit
     data = deck.get("data", {})
@@ -216,6 +233,8 @@ def export(spec, out_dir, tokenizer=None, deck_path=None):
     ckpt, weights, deck_text = read_checkpoint(spec)
     where = os.path.join(ckpt, "manifest.h5")
     if deck_path:  # a checkpoint written by hand may record no deck
+        if not os.path.isfile(deck_path):
+            raise InteropError(f"--deck {deck_path}: no such file")
         with open(deck_path) as f:
             deck_text, where = f.read(), deck_path
     elif not deck_text:
@@ -233,15 +252,15 @@ def export(spec, out_dir, tokenizer=None, deck_path=None):
                            f"(missing {missing[:3]}, unexpected {extra[:3]})")
     V, C = int(model["vocab_size"]), int(model["d_model"])
     tensors = {}
-    for name in names:
+    for name, want in pipetrain_shapes(model).items():
         v = weights[name]
         if name in ("embed.wte", "head.lm_head.weight"):
             v = v[:V]  # the padded rows of model.vocab_multiple are not the model's
+        if v.shape != want:
+            raise InteropError(f"checkpoint {ckpt}: {name} has shape {list(weights[name].shape)}"
+                               f", but its deck's [model] gives {list(want)}")
         hname, transposed = hf_name(name)
         tensors[hname] = np.ascontiguousarray(v.T if transposed else v)
-    if tensors["transformer.wte.weight"].shape != (V, C):
-        raise InteropError(f"checkpoint {ckpt}: embed.wte has shape "
-                           f"{weights['embed.wte'].shape}, not ({V}+, {C}) as its deck says")
     tok_json, tok_from = find_tokenizer(deck, tokenizer)
     eot_id = None
     if tok_json is not None:
@@ -340,30 +359,24 @@ def hf_to_pipetrain(tensors, model, config, where, vocab_multiple):
         if any(key.endswith("." + b) for b in BUFFERS):
             continue
         named[key] = v
-    C, V, T = model["d_model"], model["vocab_size"], model["seq_len"]
-    R = model["mlp_ratio"]
+    C, V = model["d_model"], model["vocab_size"]
     tied = config.get("tie_word_embeddings", True)
     if "lm_head.weight" not in named or tied:
         # Tied: GPT-2 uses wte as the head; pipetrain's head is its own copy.
         named["lm_head.weight"] = named.get("transformer.wte.weight")
-    shapes = {"embed.wte": (V, C), "embed.wpe": (T, C), "head.ln_f.weight": (C,),
-              "head.ln_f.bias": (C,), "head.lm_head.weight": (V, C)}
-    block_shapes = {"ln1.weight": (C,), "ln1.bias": (C,), "attn.qkv.weight": (3 * C, C),
-                    "attn.qkv.bias": (3 * C,), "attn.proj.weight": (C, C),
-                    "attn.proj.bias": (C,), "ln2.weight": (C,), "ln2.bias": (C,),
-                    "mlp.fc.weight": (R * C, C), "mlp.fc.bias": (R * C,),
-                    "mlp.proj.weight": (C, R * C), "mlp.proj.bias": (C,)}
+    shapes = pipetrain_shapes(model)
     weights, used = {}, set()
     Vp = -(-V // vocab_multiple) * vocab_multiple
     for name in pipetrain_names(model["blocks"]):
         hname, transposed = hf_name(name)
         v = named.get(hname)
         if v is None:
-            raise InteropError(f"{where}: no tensor {hname}; pipetrain's GPT needs it (for "
-                               f"{name}: every Linear layer has a bias, every LayerNorm a "
-                               "weight and a bias)")
+            why = (" (every Linear layer but the LM head has a bias, every LayerNorm a weight "
+                   "and a bias)" if name.endswith(".bias") else "")
+            raise InteropError(f"{where}: no tensor {hname}; pipetrain's GPT needs it for "
+                               f"{name}{why}")
         used.add(hname)
-        want = shapes.get(name) or block_shapes[name.split(".", 1)[1]]
+        want = shapes[name]
         got = v.T if transposed else v
         if got.shape != want:
             hwant = want[::-1] if transposed else want

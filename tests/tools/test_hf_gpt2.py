@@ -286,7 +286,8 @@ def check_refusals(e):
         ({"scale_attn_by_inverse_layer_idx": True}, (), "scale_attn_by_inverse_layer_idx = true"),
         ({"model_type": "llama"}, (), 'model_type = "llama": pipetrain imports GPT-2'),
         ({}, ("transformer.h.1.attn.c_attn.bias",),
-         "model.safetensors: no tensor transformer.h.1.attn.c_attn.bias; pipetrain's GPT needs it"),
+         "model.safetensors: no tensor transformer.h.1.attn.c_attn.bias; pipetrain's GPT needs "
+         "it for block1.attn.qkv.bias (every Linear layer but the LM head has a bias"),
         ({"n_positions": 32}, (), "tensor transformer.wpe.weight has shape [16, 32], but "
          "config.json's sizes need [32, 32]"),
     ]
@@ -333,6 +334,12 @@ def check_export_refusals(e):
     with open(f"{e.hf}/model.safetensors", "rb") as a, \
             open(f"{e.tmp}/nodeck_hf/model.safetensors", "rb") as b:
         assert a.read() == b.read(), "--deck gives the same export"
+    wide = f"{e.tmp}/wide_deck.toml"
+    with open(e.deck) as f, open(wide, "w") as g:
+        g.write(f.read().replace("heads = 4", "heads = 4\nmlp_ratio = 2"))
+    out = hf("export", nodeck, f"{e.tmp}/wide_hf", "--deck", wide, expect=2)
+    assert "block0.mlp.fc.weight has shape [128, 32], but its deck's [model] gives [64, 32]" \
+        in out, out
     bad = f"{e.tmp}/edited_ckpt"
     shutil.copytree(e.ckpt, bad)
     with h5py.File(f"{bad}/manifest.h5", "a") as m:
