@@ -166,11 +166,12 @@ int run_sample(const World& w, const CommandLine& cli, const Deck& deck) {
     return 2;
   }
   if (w.rank == 0) {
+    char draw[64] = "greedy";
+    if (cli.temperature != 0.0) std::snprintf(draw, sizeof draw, "temperature %g", cli.temperature);
     std::fprintf(stderr, "pipetrain sample: %s (step %lld) on %d rank%s; %s; %s, top-k %lld, seed %llu\n",
                  read.path.c_str(), static_cast<long long>(read.step), w.size, w.size == 1 ? "" : "s",
-                 tok.describe().c_str(),
-                 cli.temperature == 0.0 ? "greedy" : ("temperature " + std::to_string(cli.temperature)).c_str(),
-                 static_cast<long long>(cli.top_k), static_cast<unsigned long long>(cli.seed));
+                 tok.describe().c_str(), draw, static_cast<long long>(cli.top_k),
+                 static_cast<unsigned long long>(cli.seed));
     std::printf("%s", tok.decode(prompt).c_str());
     std::fflush(stdout);
   }

@@ -50,7 +50,7 @@ sample() {  # sample NP ARGS...: stdout in $tmp/text, everything in $tmp/out
 }
 sample 1 --prompt "1 2 3" --tokens 20 --seed 5
 check "sample on 1 rank succeeds" status_is 0
-check "it names the checkpoint and the draw" output_has "pipetrain sample: $ckpt/step_00000004 (step 4) on 1 rank; no tokenizer (text is token ids); temperature 1.000000, top-k 0, seed 5"
+check "it names the checkpoint and the draw" output_has "pipetrain sample: $ckpt/step_00000004 (step 4) on 1 rank; no tokenizer (text is token ids); temperature 1, top-k 0, seed 5"
 text > "$tmp/a1"
 check "it prints the prompt and 20 ids" bash -c "grep -Eq '^1 2 3( [0-9]+){20}\$' '$tmp/a1'"
 sample 1 --prompt "1 2 3" --tokens 20 --seed 5
