@@ -21,7 +21,7 @@ const char* const kUsage =
     "       pipetrain plan DECK [--set section.key=value]... [--ranks P] [--profile FILE | --device h200]\n"
     "                      [--micro-batches N,...] [--reps K] [--top K]\n"
     "       pipetrain sample DECK [--set section.key=value]... [--resume PATH] [--prompt TEXT]\n"
-    "                      [--tokens N] [--temperature T] [--top-k K] [--seed S] [--tokenizer FILE|bytes]\n"
+    "                      [--tokens N] [--temperature T] [--top-k K] [--seed S] [--tokenizer FILE|bytes] [--ids]\n"
     "       pipetrain --help";
 
 CLI::App* add_deck_command(CLI::App& app, const char* name, const char* what, CommandLine& cl) {
@@ -95,6 +95,8 @@ CommandLine parse_command_line(int argc, char** argv) {
   sample->add_option("--top-k", cl.top_k, "sample among the K most likely tokens; 0 = all (default)")
       ->check(CLI::Range(0, 1 << 24));
   sample->add_option("--seed", cl.seed, "seed of the draws: the same seed, the same text (default 1)");
+  sample->add_flag("--ids", cl.print_ids,
+                   "print token ids (the prompt's, then the new ones) instead of text");
   sample->add_option("--tokenizer", cl.tokenizer,
                      "a tokenizer.json, or bytes (default: data.tokenizer, else the one the "
                      "training token files store)");

@@ -112,6 +112,12 @@ std::string token_text(const TextTokenizer& tok, int32_t id) {
   return (tok.kind() == TextTokenizer::Kind::Ids ? " " : "") + tok.decode({id});
 }
 
+std::string ids_text(const std::vector<int32_t>& ids) {
+  std::string out;
+  for (size_t i = 0; i < ids.size(); ++i) out += (i ? " " : "") + std::to_string(ids[i]);
+  return out;
+}
+
 std::vector<int64_t> sample_partition(const Deck& deck, int ranks) {
   const int64_t units = model_units(deck.model);
   if (units < ranks)
@@ -172,7 +178,7 @@ int run_sample(const World& w, const CommandLine& cli, const Deck& deck) {
                  read.path.c_str(), static_cast<long long>(read.step), w.size, w.size == 1 ? "" : "s",
                  tok.describe().c_str(), draw, static_cast<long long>(cli.top_k),
                  static_cast<unsigned long long>(cli.seed));
-    std::printf("%s", tok.decode(prompt).c_str());
+    std::printf("%s", cli.print_ids ? ids_text(prompt).c_str() : tok.decode(prompt).c_str());
     std::fflush(stdout);
   }
   const std::unique_ptr<Transport> transport =
@@ -193,7 +199,7 @@ int run_sample(const World& w, const CommandLine& cli, const Deck& deck) {
   set_wait_phase("while sampling");
   generate(p, prompt, settings, [&](int32_t id) {
     if (w.rank != 0) return;
-    std::printf("%s", token_text(tok, id).c_str());
+    std::printf("%s", cli.print_ids ? (" " + std::to_string(id)).c_str() : token_text(tok, id).c_str());
     std::fflush(stdout);
   });
   if (w.rank == 0) std::printf("\n");

@@ -29,6 +29,7 @@ struct CommandLine {
   int64_t top_k = 0;                   // sample --top-k K (0 = every token)
   uint64_t seed = 1;                   // sample --seed S
   std::string tokenizer;               // sample --tokenizer FILE|bytes ("" = the deck's)
+  bool print_ids = false;              // sample --ids: token ids instead of text
   std::string help_text;               // filled for "help"
 };
 
