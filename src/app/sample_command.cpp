@@ -112,6 +112,22 @@ std::string token_text(const TextTokenizer& tok, int32_t id) {
   return (tok.kind() == TextTokenizer::Kind::Ids ? " " : "") + tok.decode({id});
 }
 
+// `text` on one line of a log: newlines and tabs as \n and \t, other
+// control bytes as \xHH (the terminal sees no control sequence).
+std::string one_line(const std::string& text) {
+  std::string out;
+  for (unsigned char c : text) {
+    if (c == '\n') out += "\\n";
+    else if (c == '\t') out += "\\t";
+    else if (c < 0x20 || c == 0x7F) {
+      char hex[8];
+      std::snprintf(hex, sizeof hex, "\\x%02X", c);
+      out += hex;
+    } else out += static_cast<char>(c);
+  }
+  return out;
+}
+
 std::string ids_text(const std::vector<int32_t>& ids) {
   std::string out;
   for (size_t i = 0; i < ids.size(); ++i) out += (i ? " " : "") + std::to_string(ids[i]);
@@ -232,7 +248,7 @@ void print_training_sample(const World& w, const Deck& deck, Trainer& trainer,
   if (w.rank != 0) return;
   std::string text = samples.tokenizer.decode(samples.prompt);
   for (int32_t id : ids) text += token_text(samples.tokenizer, id);
-  std::printf("sample after step %lld: %s\n", static_cast<long long>(step + 1), text.c_str());
+  std::printf("sample after step %lld: %s\n", static_cast<long long>(step + 1), one_line(text).c_str());
   std::fflush(stdout);
 }
 
