@@ -1,5 +1,6 @@
 // driver.cpp: the `train` and `validate` commands, and the start of every
-// command (`profile` runs in src/app/profile_command.cpp).
+// command (`profile` runs in src/app/profile_command.cpp, `sample` in
+// src/app/sample_command.cpp).
 //
 // Rank 0 reads and checks the deck, creates the output directory and
 // broadcasts either the resolved deck or the error text, so every rank agrees
@@ -17,6 +18,7 @@
 #include "pipetrain/app/run_plan.hpp"
 #include "pipetrain/app/run_state.hpp"
 #include "pipetrain/app/rebalance_log.hpp"
+#include "pipetrain/app/sample_command.hpp"
 #include "pipetrain/runtime/speed_probe.hpp"
 
 #include <algorithm>
@@ -93,14 +95,16 @@ bool load_deck(const World& w, const CommandLine& cli, Deck& deck) {
       // ranks, each checked by the planner; everything else runs one grid.
       const bool every_grid = cli.command == "plan" && !deck.pipeline.auto_plan &&
                               deck.pipeline.stages == 0 && deck.data_parallel.replicas == 0;
-      if (!every_grid) {
+      // `sample` runs one stage per rank, whatever the deck's layout, and reads no data.
+      const bool sample = cli.command == "sample";
+      if (!every_grid && !sample) {
         const DeckLayout layout = resolve_deck_layout(deck, cli.ranks > 0 ? cli.ranks : w.size);
         deck.data_parallel.replicas = layout.data_parallel;  // resolved: every rank and the outputs see D
         validate_schedule(schedule_for_deck(deck, layout.pipeline_ranks), comm_semantics_of(deck.pipeline.transport, deck.training.device));
       }
       // `plan --device` neither reads data nor computes: it plans on a description.
       const bool runs_here = !(cli.command == "plan" && !cli.device.empty());
-      if (runs_here) check_data_files(deck);
+      if (runs_here && !sample) check_data_files(deck);
       if (runs_here && deck.training.device == DeviceKind::Cuda && !cuda_available_in_build())
         throw InputError(deck.where("training.device") +
                          " = \"cuda\": this build has no CUDA backend; build with `make cuda` "
@@ -440,6 +444,8 @@ int run_train(const World& w, const CommandLine& cli, const Deck& written) {
                 plan.prediction.step_time_s * 1e3);
   progress.first_step = restore(w, grid, cli, deck, resolved, trainer);
   if (progress.first_step < 0) return 2;
+  TrainingSamples samples;  // output.sample_every: the tokenizer and prompt
+  if (!prepare_training_samples(w, deck, samples)) return 2;
   if (progress.first_step >= deck.training.steps) {
     if (w.rank == 0) std::printf("nothing to train: the checkpoint is at step %lld of training.steps = %lld\n",
                                  static_cast<long long>(progress.first_step),
@@ -461,6 +467,7 @@ int run_train(const World& w, const CommandLine& cli, const Deck& written) {
     const bool moved = rebalance_after_step(w.rank, deck, trainer, step, rec);
     if (rec.schedule_placed) report_schedule_placement(w.rank, plan, deck, trainer, rec, metrics);
     if (w.rank == 0) log_step(deck, rec, last, progress, metrics);  // beside the prediction it ran under
+    print_training_sample(w, deck, trainer, samples, step);
     if (rec.schedule_placed && plan.measured) {
       progress.predicted_step_s = plan.prediction.step_time_s;
       count_from_placement(progress);
@@ -517,6 +524,7 @@ int run_command(const World& w, const CommandLine& cli) {
     if (cli.command == "validate") return run_validate(w, cli, deck);
     if (cli.command == "profile") return run_profile(w.comm, cli, deck, w.blas_note);
     if (cli.command == "plan") return run_plan(w.comm, cli, deck, w.blas_note);
+    if (cli.command == "sample") return run_sample(w, cli, deck);
     return run_train(w, cli, deck);
   } catch (const std::exception& e) {
     abort_job(w, e.what());

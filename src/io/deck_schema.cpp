@@ -36,6 +36,7 @@ std::string family_choices() {
 bool is_synthetic(const Deck& d) { return d.data.type == DataKind::Synthetic; }
 bool is_markov(const Deck& d) { return d.data.type == DataKind::Markov; }
 bool is_hdf5(const Deck& d) { return d.data.type == DataKind::Hdf5; }
+bool is_gpt(const Deck& d) { return d.model.type == "gpt"; }
 bool is_fp16(const Deck& d) { return d.training.precision == Precision::Fp16; }
 bool is_half(const Deck& d) {
   return d.training.precision == Precision::Bf16 || d.training.precision == Precision::Fp16;
@@ -136,6 +137,9 @@ const std::vector<KeySpec> kDeckKeys = {
     {"output", "checkpoint_every", PT_FIELD(output.checkpoint_every), at_least(0), nullptr, "checkpoint every k steps and at the end; 0 = off", PT_ALWAYS},
     {"output", "checkpoint_keep", PT_FIELD(output.checkpoint_keep), between(1, 1000000), nullptr, "newest checkpoints kept", PT_ALWAYS},
     {"output", "checkpoint_dir", PT_FIELD(output.checkpoint_dir), any(), nullptr, "checkpoint directory; \"\" = <dir>/checkpoints", PT_ALWAYS},
+    {"output", "sample_every", PT_FIELD(output.sample_every), at_least(0), nullptr, "print text the model generates from output.sample_prompt every k steps (docs/sampling.md); 0 = off", is_gpt, "model.type = \"gpt\""},
+    {"output", "sample_prompt", PT_FIELD(output.sample_prompt), any(), nullptr, "the prompt of those samples; \"\" = \"The\" (token 0 for a deck without a tokenizer)", is_gpt, "model.type = \"gpt\""},
+    {"output", "sample_tokens", PT_FIELD(output.sample_tokens), between(1, 1 << 16), nullptr, "tokens generated per sample", is_gpt, "model.type = \"gpt\""},
 };
 
 #undef PT_FIELD
