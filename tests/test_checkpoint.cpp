@@ -211,7 +211,9 @@ TEST(Checkpoint, ResumeOverTokenShardsIsBitwise) {
   const Segment whole = train(token_deck(tmp / "whole.h5"), p, 0, 6);
   const Segment sharded = train(listed, p, 0, 6);
   expect_bitwise(sharded, whole, "shards vs one file");
-  if (world_rank() == 0) EXPECT_EQ(sharded.losses, whole.losses);
+  if (world_rank() == 0) {
+    EXPECT_EQ(sharded.losses, whole.losses);
+  }
   check_resume(listed, p, p, "gpt on listed shards P=" + std::to_string(p));
   check_resume(token_deck(tmp / "train_*.h5"), p, p, "gpt on a shard pattern P=" + std::to_string(p));
 }
