@@ -147,7 +147,14 @@ TEST(AutoPlan, TheDeckToRunHoldsTheChoice) {
   row.micro_batches = 4;
   row.recompute = "full";
   row.units_per_stage = {2, 2, 2, 2};
+  row.weight_grad = WeightGradKind::Step;
   const Deck chosen = deck_with_plan(deck, row, 2);
+  EXPECT_EQ(chosen.pipeline.weight_grad, WeightGradKind::Step);
+  // A weight_grad the deck sets is kept.
+  EXPECT_EQ(deck_with_plan(deck_with({"pipeline.weight_grad=\"micro_batch\""}), row, 2).pipeline.weight_grad,
+            WeightGradKind::MicroBatch);
+  EXPECT_TRUE(weight_grad_open(deck));
+  EXPECT_FALSE(weight_grad_open(deck_with({"pipeline.weight_grad=\"step\""})));
   EXPECT_FALSE(chosen.pipeline.auto_plan);
   EXPECT_EQ(chosen.pipeline.schedule, ScheduleKind::Interleaved);
   EXPECT_EQ(chosen.pipeline.virtual_stages, 2);

@@ -14,6 +14,7 @@
 #include <cmath>
 #include <cstdio>
 #include <limits>
+#include <map>
 #include <sstream>
 
 #include "pipetrain/base/error.hpp"
@@ -32,7 +33,7 @@ constexpr double kMiB = 1024.0 * 1024.0;
 
 // The keys auto leaves alone when the deck sets them, in broadcast order.
 const char* const kOpenKeys[] = {"pipeline.schedule", "pipeline.micro_batches", "pipeline.recompute",
-                                 "pipeline.partition", "pipeline.virtual_stages"};
+                                 "pipeline.partition", "pipeline.virtual_stages", "pipeline.weight_grad"};
 constexpr int kOpenKeyCount = sizeof(kOpenKeys) / sizeof(kOpenKeys[0]);
 
 bool deck_sets(const Deck& deck, const std::string& key) { return deck.key_origin.count(key) > 0; }
@@ -123,7 +124,8 @@ PlanRow share_row(const PlanRow* row_on_rank0, MPI_Comm comm) {
   if (rank == 0) {
     const PlanRow& r = *row_on_rank0;
     text = r.schedule + " " + std::to_string(r.micro_batches) + " " + r.recompute + " " +
-           std::to_string(static_cast<int>(r.partition)) + " " + (r.fixed_partition ? "1" : "0");
+           std::to_string(static_cast<int>(r.partition)) + " " + (r.fixed_partition ? "1" : "0") + " " +
+           std::to_string(static_cast<int>(r.weight_grad));
     for (int64_t u : r.units_per_stage) text += " " + std::to_string(u);
   }
   long long size = static_cast<long long>(text.size());
@@ -133,9 +135,10 @@ PlanRow share_row(const PlanRow* row_on_rank0, MPI_Comm comm) {
   if (rank == 0) return *row_on_rank0;
   PlanRow row;
   std::istringstream in(text);
-  int objective = 0, fixed = 0;
-  in >> row.schedule >> row.micro_batches >> row.recompute >> objective >> fixed;
+  int objective = 0, fixed = 0, weight_grad = 0;
+  in >> row.schedule >> row.micro_batches >> row.recompute >> objective >> fixed >> weight_grad;
   row.partition = static_cast<PartitionObjective>(objective);
+  row.weight_grad = static_cast<WeightGradKind>(weight_grad);
   row.fixed_partition = fixed == 1;
   for (int64_t u = 0; in >> u;) row.units_per_stage.push_back(u);
   return row;
@@ -148,6 +151,7 @@ PlanRow choice_in(const std::string& resolved_path) {
   row.schedule = kind_name(d.pipeline.schedule);
   row.micro_batches = static_cast<int>(d.pipeline.micro_batches);
   row.recompute = d.pipeline.recompute;
+  row.weight_grad = d.pipeline.weight_grad;
   row.fixed_partition = true;
   row.units_per_stage = d.pipeline.partition;
   if (d.pipeline.partition_strategy != PartitionStrategy::Explicit || row.units_per_stage.empty())
@@ -168,7 +172,7 @@ void print_choice(const Deck& deck, const AutoChoice& c) {
   // objectives often find the same counts).
   std::vector<const PlanRow*> shown_rows = {&best};
   const auto same_plan = [](const PlanRow& a, const PlanRow& b) {
-    return a.schedule == b.schedule && a.micro_batches == b.micro_batches &&
+    return a.schedule == b.schedule && a.micro_batches == b.micro_batches && a.weight_grad == b.weight_grad &&
            a.recompute == b.recompute && a.units_per_stage == b.units_per_stage;
   };
   int shown = 0;
@@ -232,24 +236,48 @@ PlanRequest auto_plan_request(const Deck& deck, int stages, double budget_bytes)
 }
 
 PlanTable measure_plans(const Deck& deck, const PlanRequest& request, MPI_Comm comm,
-                        const ComputeResources& compute, const ProfileOptions& options) {
+                        const ComputeResources& compute, const ProfileOptions& options,
+                        bool both_weight_grads) {
   Backend& be = compute.setup.backend ? *compute.setup.backend : cpu_backend();
   std::vector<LinkCost> links(1);
+  // One profile per micro-batch size, measured at its first use: every rank
+  // asks for the same sizes in the same order (collective).
+  std::map<int64_t, ModelProfile> measured;
   const auto profile_for = [&](int64_t rows) {
-    BatchSplit split;  // `rows` is already one replica's micro-batch
-    split.batch_size = deck.training.batch_size;
-    split.micro_batches = deck.training.batch_size / rows;
-    ModelProfile p = profile_model(deck, split, be, comm, options);
-    links[0] = p.link;
-    return p;
+    auto it = measured.find(rows);
+    if (it == measured.end()) {
+      BatchSplit split;  // `rows` is already one replica's micro-batch
+      split.batch_size = deck.training.batch_size;
+      split.micro_batches = deck.training.batch_size / rows;
+      it = measured.emplace(rows, profile_model(deck, split, be, comm, options)).first;
+    }
+    links[0] = it->second.link;
+    return it->second;
   };
-  if (request.data_parallel == 0)  // every P x D grid of the ranks, replicas over the measured link
-    return rank_grid_plans(profile_for, [&](int) { return links; },
-                           [&](int, int) { return links[0]; }, request, request.num_stages);
-  PlanRequest r = request;  // a fixed D: the replicas' link is the measured one
-  r.replica_link = links[0];
-  return rank_plans(profile_for, links, r);
+  const auto rank_for = [&](const PlanRequest& r) {
+    if (r.data_parallel == 0)  // every P x D grid of the ranks, replicas over the measured link
+      return rank_grid_plans(profile_for, [&](int) { return links; },
+                             [&](int, int) { return links[0]; }, r, r.num_stages);
+    PlanRequest fixed = r;  // a fixed D: the replicas' link is the measured one
+    fixed.replica_link = links[0];
+    return rank_plans(profile_for, links, fixed);
+  };
+  if (!both_weight_grads) return rank_for(request);
+  // pipeline.weight_grad open: the schedules without W of their own once
+  // more with one weight-gradient pass per step.
+  PlanRequest per_micro_batch = request, per_step = request;
+  per_micro_batch.weight_grad = WeightGradKind::MicroBatch;
+  per_step.weight_grad = WeightGradKind::Step;
+  per_step.schedules.clear();
+  for (const std::string& name : request.schedules)
+    if (name == "gpipe" || name == "1f1b" || name == "interleaved") per_step.schedules.push_back(name);
+  std::vector<PlanTable> tables;
+  tables.push_back(rank_for(per_micro_batch));
+  if (!per_step.schedules.empty()) tables.push_back(rank_for(per_step));
+  return merge_plan_tables(std::move(tables));
 }
+
+bool weight_grad_open(const Deck& deck) { return !deck_sets(deck, "pipeline.weight_grad"); }
 
 int auto_pick(const PlanTable& table, const Deck& deck) {
   if (table.best >= 0) return table.best;
@@ -279,6 +307,7 @@ Deck deck_with_plan(const Deck& deck, const PlanRow& row, int stages) {
   p.recompute = row.recompute;
   p.partition_strategy = PartitionStrategy::Explicit;
   p.partition = row.units_per_stage;
+  if (!deck_sets(deck, "pipeline.weight_grad")) p.weight_grad = row.weight_grad;
   const int64_t stage_count = static_cast<int64_t>(row.units_per_stage.size());
   if (p.schedule == ScheduleKind::Interleaved) p.virtual_stages = stage_count / std::max(1, stages);
   p.auto_plan = false;
@@ -313,7 +342,7 @@ Deck choose_auto_plan(const Deck& deck, MPI_Comm world, MPI_Comm pipeline,
     options.reset_memory_peaks = compute.setup.reset_device_memory_peaks;
     options.make_transport = compute.setup.make_transport;
     options.kernels = compute.kernels;
-    c.table = measure_plans(deck, request, pipeline, compute, options);
+    c.table = measure_plans(deck, request, pipeline, compute, options, weight_grad_open(open));
     if (rank == 0) c.chosen = auto_pick(c.table, open);  // InputError: MPI_Abort ends every rank
     row = share_row(rank == 0 ? &c.table.rows[static_cast<size_t>(c.chosen)] : nullptr, world);
     if (rank == 0) print_choice(open, c);
@@ -328,7 +357,8 @@ Deck choose_auto_plan(const Deck& deck, MPI_Comm world, MPI_Comm pipeline,
 
 std::string plan_choice_text(const PlanRow& row) {
   return row.schedule + " N=" + std::to_string(row.micro_batches) + " recompute " + row.recompute +
-         ", partition " + partition_text(row);
+         (row.weight_grad == WeightGradKind::Step ? " weight_grad step" : "") + ", partition " +
+         partition_text(row);
 }
 
 std::string deck_rank_text(const Deck& deck, const PlanTable& table) {
@@ -347,7 +377,11 @@ std::string deck_rank_text(const Deck& deck, const PlanTable& table) {
     const bool same_partition = strategy == PartitionStrategy::Explicit
                                     ? r.units_per_stage == deck.pipeline.partition
                                     : !r.fixed_partition && strategy_of(r.partition) == strategy;
+    const bool step = deck.pipeline.weight_grad == WeightGradKind::Step &&
+                      (r.schedule == "gpipe" || r.schedule == "1f1b" || r.schedule == "interleaved");
+    const WeightGradKind weight_grad = step ? WeightGradKind::Step : WeightGradKind::MicroBatch;
     if (r.data_parallel == data_parallel_size(deck) && r.schedule == kind_name(deck.pipeline.schedule) &&
+        r.weight_grad == weight_grad &&
         r.micro_batches == deck.pipeline.micro_batches && r.recompute == recompute && same_partition) {
       char step[48];
       std::snprintf(step, sizeof step, ": predicted %.2f ms", r.step_time_s * 1e3);

@@ -154,7 +154,8 @@ int run_plan(MPI_Comm comm, const CommandLine& cli, const Deck& deck, const std:
     if (!cli.profile_path.empty() && request.data_parallel == 0) request.data_parallel = 1;
     if (cli.profile_path.empty()) {
       table = measure_plans(deck, request, comm, compute,
-                            options_for(cli, compute, ProfileOptions::brief()));
+                            options_for(cli, compute, ProfileOptions::brief()),
+                            auto_plan && weight_grad_open(open));
       source = "brief profiles measured now on " + std::to_string(size) + " rank" +
                (size == 1 ? "" : "s") + ", one per micro-batch size (" +
                (compute.kernels.empty() ? blas_info().describe() : compute.kernels) + ")";

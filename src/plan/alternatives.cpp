@@ -129,6 +129,7 @@ PlanRow plan_point(const ModelProfile& profile, const Schedule& schedule,
   row.micro_batch_size = replica_batch(request) / schedule.num_micro_batches;
   row.recompute = recompute;
   row.partition = objective;
+  row.weight_grad = schedule.step_weight_grads ? WeightGradKind::Step : WeightGradKind::MicroBatch;
   // Only balanced partitions take the budget as a constraint; the others
   // are marked infeasible below when their peak is over it.
   const double budget = objective == PartitionObjective::Balanced ? request.memory_budget_bytes : 0.0;
@@ -253,6 +254,15 @@ PlanTable rank_plans(const ProfileForMicroBatch& profile_for, const std::vector<
   }
   rank_rows(table);
   return table;
+}
+
+PlanTable merge_plan_tables(std::vector<PlanTable> tables) {
+  if (tables.empty()) return {};
+  PlanTable merged = std::move(tables.front());
+  for (size_t i = 1; i < tables.size(); ++i)
+    for (PlanRow& row : tables[i].rows) merged.rows.push_back(std::move(row));
+  rank_rows(merged);
+  return merged;
 }
 
 double replica_reduction_s(double grad_bytes, int replicas, int slots, const LinkCost& link) {

@@ -20,7 +20,9 @@
 
 namespace pt {
 
-// The plans auto weighs for `deck` on `stages` pipeline stages: every
+// The plans auto weighs for `deck` on `stages` pipeline stages (the
+// deck's pipeline.weight_grad; measure_plans adds the other when it is
+// open): every
 // micro-batch count dividing the replica batch, the generated schedules
 // (gpipe, 1f1b, zb-h1; interleaved and zb-v where the model has units for
 // two stages per rank), recompute none / selective / full (none / full
@@ -43,8 +45,14 @@ Deck with_open_keys_of_rank0(const Deck& deck, MPI_Comm comm);
 // Collective over the pipeline's ranks (a brief profile per micro-batch
 // size; every rank ranks the same measured table): the table of the
 // request, measured on this backend.
+// With `both_weight_grads` (pipeline.weight_grad open: weight_grad_open),
+// the schedules without W of their own (gpipe, 1f1b, interleaved) are also
+// weighed with one weight-gradient pass per step, the rows ranked together.
 PlanTable measure_plans(const Deck& deck, const PlanRequest& request, MPI_Comm comm,
-                        const ComputeResources& compute, const ProfileOptions& options);
+                        const ComputeResources& compute, const ProfileOptions& options,
+                        bool both_weight_grads = false);
+// Whether pipeline.weight_grad is left to auto (with_open_keys_of_rank0's deck).
+bool weight_grad_open(const Deck& deck);
 
 struct AutoChoice {
   PlanTable table;  // every plan weighed, fastest first
@@ -57,7 +65,7 @@ struct AutoChoice {
 int auto_pick(const PlanTable& table, const Deck& deck);
 
 // `deck` with row's choices written in (schedule, micro_batches, recompute,
-// an explicit partition; virtual_stages for interleaved) and pipeline.auto
+// an explicit partition, weight_grad; virtual_stages for interleaved) and pipeline.auto
 // cleared, each chosen key's origin "pipeline.auto".
 Deck deck_with_plan(const Deck& deck, const PlanRow& row, int stages);
 

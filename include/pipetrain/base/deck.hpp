@@ -110,7 +110,7 @@ struct PipelineConfig {
   TransportKind transport = TransportKind::Auto;
   // pipeline.auto: at start, the run takes the planner's fastest plan within
   // the memory budget for the keys above the deck does not set (schedule,
-  // micro_batches, recompute, partition; docs/planner.md).
+  // micro_batches, recompute, partition, weight_grad; docs/planner.md).
   bool auto_plan = false;
 };
 

@@ -62,6 +62,7 @@ struct PlanRow {
   std::string recompute;
   PartitionObjective partition = PartitionObjective::Uniform;
   bool fixed_partition = false;          // the request's fixed_partition, not an objective's
+  WeightGradKind weight_grad = WeightGradKind::MicroBatch;  // the request's
   std::vector<int64_t> units_per_stage;  // empty when no partition was found
   double step_time_s = 0.0;              // +infinity when no partition was found
   double throughput_samples_per_s = 0.0;
@@ -92,6 +93,10 @@ using ProfileForMicroBatch = std::function<ModelProfile(int64_t micro_batch_size
 // divide the batch, more stages than partitionable units, ...).
 PlanTable rank_plans(const ProfileForMicroBatch& profile_for, const std::vector<LinkCost>& links,
                      const PlanRequest& request);
+
+// The rows of several tables of the same grid (e.g. one per
+// pipeline.weight_grad), ranked together as rank_plans ranks its own.
+PlanTable merge_plan_tables(std::vector<PlanTable> tables);
 
 // The data-parallel reduction of one stage's gradient (grad_bytes, fp32) as
 // pipetrain runs it (grad_reducer.hpp): an all-to-all of `slots` chunks of
