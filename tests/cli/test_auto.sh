@@ -18,7 +18,7 @@ check "... and where the deck as written ranks" output_has "auto: the deck as wr
 chosen=$(sed -n 's/^auto: chose \(.*\): predicted.*/\1/p' "$tmp/out")
 check "deck.resolved.toml holds the choice as explicit values ($chosen)" bash -c "
   grep -qE '^auto = false' '$tmp/a/deck.resolved.toml' &&
-  grep -qE '^partition = \[[0-9]+, [0-9]+\]' '$tmp/a/deck.resolved.toml' &&
+  grep -qE '^partition = \[[0-9]+(, [0-9]+)+\]' '$tmp/a/deck.resolved.toml' &&
   n=\$(sed -n 's/^micro_batches = \([0-9]*\).*/\1/p' '$tmp/a/deck.resolved.toml') &&
   case '$chosen' in *\" N=\$n \"*) true ;; *) false ;; esac"
 check "metrics.h5 records the choice" "$py" -c "
