@@ -155,8 +155,8 @@ TEST(MessageFault, IsCaughtAndNamed) {
     if (world_rank() != faulty_rank) return;  // its peer times out waiting
     const std::string what = faulty_rank == 0
         ? "non-finite values in step 1: the activation that F of micro-batch 0 on stage 0 (rank 0) "
-          "computed holds 1 inf/NaN of 144 elements; its inputs were finite, so they first appear "
-          "in the forward of stage 0"
+          "computed holds 1 inf/NaN of 144 elements; they first appear in the forward of stage 0 "
+          "or in its input batch"
         : "non-finite values in step 1: the input gradient that B of micro-batch 0 on stage 1 "
           "(rank 1) computed holds 1 inf/NaN of 144 elements; its inputs were finite, so they "
           "first appear in the backward of stage 1";

@@ -68,15 +68,20 @@ PayloadDigest Executor::check_output(const StageRunner& runner, int mb, const ch
   const PayloadDigest digest = be_.payload_digest(x);
   if (digest.nonfinite == 0 || config_.loss_scaling) return digest;
   const bool forward_dir = action[0] == 'F';
+  // Every input from another stage was checked finite when it was produced;
+  // the first stage's forward also reads the data set's batch, unchecked.
+  const std::string here = std::string(forward_dir ? "the forward" : "the backward") + " of stage " +
+                           std::to_string(runner.stage());
+  const std::string origin = forward_dir && runner.model().is_first()
+                                 ? "they first appear in " + here + " or in its input batch"
+                                 : "its inputs were finite, so they first appear in " + here;
   throw Error(std::string("non-finite values in ") +
               (pass_.pass == Pass::Train ? "step " : "evaluation batch ") +
               std::to_string(pass_.step) + ": the " + (forward_dir ? "activation" : "input gradient") +
               " that " + action + " of micro-batch " + std::to_string(mb) + " on stage " +
               std::to_string(runner.stage()) + " (rank " + std::to_string(transport_.rank()) +
               ") computed holds " + std::to_string(digest.nonfinite) + " inf/NaN of " +
-              std::to_string(x.numel()) + " elements; its inputs were finite, so they first appear in " +
-              (forward_dir ? "the forward" : "the backward") + " of stage " +
-              std::to_string(runner.stage()) + " (pipeline.check_messages)");
+              std::to_string(x.numel()) + " elements; " + origin + " (pipeline.check_messages)");
 }
 
 void Executor::check_length(const Action& a, int64_t received_bytes, const Tensor& buf) const {
