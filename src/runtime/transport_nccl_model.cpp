@@ -9,7 +9,10 @@
 //    the k-th send on a channel meets the k-th receive. Here messages travel
 //    with their position on the channel as MPI tag, the executor's tag goes
 //    alongside, and a receive whose tag differs is an error (under NCCL the
-//    payloads would be silently exchanged).
+//    payloads would be silently exchanged), as is a message longer than its
+//    receive. A shorter one (a truncated message) is delivered with its size
+//    (received_bytes), which the executor compares with the buffer and the
+//    message check with the envelope (docs/reliability.md).
 //  - Rendezvous. A send completes only once its receive is posted
 //    (MPI_Issend), and the transfers of one channel complete in posting
 //    order (one stream).
