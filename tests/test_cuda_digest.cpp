@@ -43,7 +43,9 @@ TEST(CudaDigest, MatchesTheHostBitwise) {
       const PayloadDigest got = be->payload_digest(test::gpu(h));
       EXPECT_EQ(got.checksum, want.checksum) << dtype_name(dtype) << " n=" << n;
       EXPECT_EQ(got.nonfinite, want.nonfinite) << dtype_name(dtype) << " n=" << n;
-      if (dtype == DType::F32 && n >= 262147) EXPECT_GT(want.nonfinite, 0) << "random bits hold some inf/NaN";
+      if (dtype == DType::F32 && n >= 262147) {
+        EXPECT_GT(want.nonfinite, 0) << "random bits hold some inf/NaN";
+      }
     }
 }
 
