@@ -10,7 +10,10 @@
 // The executor times every F, B and W on the backend's clock
 // (compute_regions.hpp), records the trace and applies the fault
 // injection's slowdown. A wait longer than the configured timeout throws a
-// TimeoutError naming the rank, the step and the action waited for.
+// TimeoutError naming the rank, the step and the action waited for. With
+// pipeline.check_messages every message between ranks is followed by an
+// envelope the receiver verifies, and every stage output is checked for
+// inf/NaN (executor_checks.cpp, message_check.hpp).
 //
 // Everything it is built with is fixed (executor_config.hpp); what changes
 // per step (the batch, the fp16 loss scale) is an argument of run().
