@@ -16,7 +16,7 @@
 // near-zero gradient whose sign is noise moves it by lr one way or the other.
 // The same comparison with P = 1 runs GPipe, and N = 1 < P, on the mpi_staged
 // transport: the schedules whose first receive is posted long before its
-// send. A checkpoint of device parameters and AdamW state, saved by the
+// send. With pipeline.check_messages, the same run changes no bit. A checkpoint of device parameters and AdamW state, saved by the
 // checkpoint code and loaded back over overwritten values, must restore every
 // bit, on the device.
 #include <gtest/gtest.h>
@@ -32,6 +32,7 @@
 #include "pipetrain/cuda/cuda.hpp"
 #include "pipetrain/io/checkpoint.hpp"
 #include "pipetrain/io/deck_io.hpp"
+#include "pipetrain/runtime/message_check.hpp"
 #include "test_cuda_util.hpp"
 #include "test_named_grads.hpp"
 #include "test_decks.hpp"
@@ -120,6 +121,25 @@ std::vector<Tensor> checkpointed(const std::vector<Param*>& params) {
     for (const Tensor* t : {&p->value, &p->state1, &p->state2})
       if (t->defined()) out.push_back(t->to(Device::CPU, MemCategory::Workspace));
   return out;
+}
+
+// pipeline.check_messages on the GPU (#44): the envelopes' checksums are
+// computed on the device; checked training is bitwise unchecked training,
+// and every rank verified messages.
+TEST(CudaPipeline, CheckedMessagesChangeNoBit) {
+  PT_REQUIRE_GPU_ON_EVERY_RANK(MPI_COMM_WORLD);
+  if (test::world_size() < 2) GTEST_SKIP() << "needs 2 ranks";
+  Deck deck = gpu_deck();
+  const Trained plain = train(deck, MPI_COMM_WORLD);
+  deck.pipeline.check_messages = true;
+  const int64_t before = message_check_counts().verified;
+  const Trained checked = train(deck, MPI_COMM_WORLD);
+  EXPECT_GT(message_check_counts().verified, before);
+  if (test::world_rank() != 0) return;
+  ASSERT_EQ(plain.losses.size(), checked.losses.size());
+  for (size_t s = 0; s < plain.losses.size(); ++s)
+    EXPECT_EQ(std::memcmp(&plain.losses[s], &checked.losses[s], sizeof(double)), 0) << "step " << s;
+  test::expect_named_close(checked.grads, plain.grads, 0.0, "checked vs unchecked");
 }
 
 TEST(CudaPipeline, CheckpointOfDeviceTensorsRestoresEveryBit) {

@@ -501,6 +501,24 @@ TEST(DeckMovedKeys, OneNoticePerOldNameNamesFileLineOldAndNewKey) {
   EXPECT_EQ(notices[9], "t.toml:13: pipeline.slowdown_from_step is now slowdown.from_step; the old name still works");
 }
 
+// The name of the replica check (#44) is an old name of
+// data_parallel.check_every; the message check is a [pipeline] key.
+TEST(DeckMovedKeys, ReplicaCheckEveryIsDataParallelCheckEvery) {
+  Strings notices;
+  const pt::Deck deck = read_noting("[pipeline]\nreplica_check_every = 7\ncheck_messages = true\n", notices);
+  EXPECT_EQ(deck.data_parallel.check_every, 7);
+  EXPECT_TRUE(deck.pipeline.check_messages);
+  EXPECT_EQ(notices, (Strings{"t.toml:2: pipeline.replica_check_every is now data_parallel.check_every; the old name still works"}));
+  EXPECT_EQ(pt::parse_deck_text("", "t.toml", {}).data_parallel.check_every, 100);
+  EXPECT_FALSE(pt::parse_deck_text("", "t.toml", {}).pipeline.check_messages);
+  try {
+    pt::parse_deck_text("[data_parallel]\ncheck_every = -1\n", "t.toml", {});
+    FAIL() << "a negative check_every was accepted";
+  } catch (const pt::InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("t.toml:2: data_parallel.check_every"), std::string::npos) << e.what();
+  }
+}
+
 TEST(DeckMovedKeys, SetTakesTheOldNameToo) {
   Strings notices;
   const pt::Deck deck = read_noting("", notices, {"pipeline.rebalance=true", "pipeline.rebalance_every=5"});

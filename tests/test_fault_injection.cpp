@@ -21,7 +21,7 @@ std::string refusal(FaultHook hook, const std::string& value) {
 
 TEST(FaultInjection, TheTableIsInHookOrderWithOneVariableEach) {
   const auto& hooks = fault_hooks();
-  ASSERT_EQ(hooks.size(), 8u);
+  ASSERT_EQ(hooks.size(), 10u);
   for (size_t i = 0; i < hooks.size(); ++i) {
     EXPECT_EQ(static_cast<size_t>(hooks[i].hook), i);
     EXPECT_EQ(std::string(hooks[i].variable).rfind("PIPETRAIN_TEST_", 0), 0u) << hooks[i].variable;
@@ -42,6 +42,11 @@ TEST(FaultInjection, EachDocumentedFormatParses) {
   const FaultRequest move = parse_fault_hook(FaultHook::Rebalance, "2:7,1");
   EXPECT_EQ(move.step, 2);
   EXPECT_EQ(move.counts, (std::vector<int64_t>{7, 1}));
+  const FaultRequest message = parse_fault_hook(FaultHook::MessageFault, "1:2:wrong_mb");
+  EXPECT_EQ(message.rank, 1);
+  EXPECT_EQ(message.step, 2);
+  EXPECT_EQ(message.point, "wrong_mb");
+  EXPECT_EQ(parse_fault_hook(FaultHook::CorruptReplica, "3:0").rank, 3);
 }
 
 TEST(FaultInjection, AMalformedValueIsRefusedWithVariableValueAndFormat) {
@@ -57,6 +62,10 @@ TEST(FaultInjection, AMalformedValueIsRefusedWithVariableValueAndFormat) {
   EXPECT_NE(refusal(FaultHook::Rebalance, "2:7,").find("unit count '' is not"), std::string::npos);
   EXPECT_NE(refusal(FaultHook::Signal, "0:1:999").find("not a signal number"), std::string::npos);
   EXPECT_EQ(refusal(FaultHook::BlasForced, "anything"), "");
+  EXPECT_NE(refusal(FaultHook::MessageFault, "0:1:flip").find(
+                "KIND 'flip' is not one of bitflip, wrong_mb, truncate, nan"),
+            std::string::npos);
+  EXPECT_NE(refusal(FaultHook::MessageFault, "0:1").find("three fields"), std::string::npos);
 }
 
 // The environment is parsed once per process: this is the only case that sets it.

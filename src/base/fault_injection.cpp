@@ -18,7 +18,8 @@ namespace {
 
 const char* const kStallPoints[] = {"step",   "loss",       "grad_norm", "bubble",
                                     "memory", "eval",       "checkpoint", "resume",
-                                    "trace",  "startup",    "rebalance", "reduction"};
+                                    "trace",  "startup",    "rebalance", "reduction",
+                                    "replica_check"};
 
 std::vector<std::string> split(const std::string& text, char sep) {
   std::vector<std::string> parts;
@@ -73,6 +74,21 @@ FaultRequest parse_stall(const FaultHookInfo& info, const std::string& value) {
   return r;
 }
 
+const char* const kMessageFaults[] = {"bitflip", "wrong_mb", "truncate", "nan"};
+
+FaultRequest parse_message_fault(const FaultHookInfo& info, const std::string& value) {
+  const auto f = split(value, ':');
+  if (f.size() != 3) malformed(info, value, "three fields separated by ':' are needed");
+  FaultRequest r;
+  r.rank = static_cast<int>(number_field(info, value, f[0], "RANK"));
+  r.step = number_field(info, value, f[1], "STEP");
+  r.point = f[2];
+  if (std::find(std::begin(kMessageFaults), std::end(kMessageFaults), r.point) ==
+      std::end(kMessageFaults))
+    malformed(info, value, "KIND '" + r.point + "' is not one of bitflip, wrong_mb, truncate, nan");
+  return r;
+}
+
 FaultRequest parse_signal(const FaultHookInfo& info, const std::string& value) {
   const auto f = split(value, ':');
   if (f.size() < 2 || f.size() > 3) malformed(info, value, "two or three fields separated by ':' are needed");
@@ -100,6 +116,7 @@ FaultRequest parse(const FaultHookInfo& info, const std::string& value) {
     case FaultHook::Stall: return parse_stall(info, value);
     case FaultHook::Signal: return parse_signal(info, value);
     case FaultHook::Rebalance: return parse_rebalance(info, value);
+    case FaultHook::MessageFault: return parse_message_fault(info, value);
     case FaultHook::BlasForced: return {};
     default: return parse_rank_step(info, value);
   }
@@ -150,6 +167,11 @@ const std::vector<FaultHookInfo>& fault_hooks() {
        "after 0-based step STEP the stages move to these unit counts, whatever was measured"},
       {FaultHook::BlasForced, "PIPETRAIN_TEST_BLAS_FORCED", "any value",
        "OPENBLAS_CORETYPE was set by a test, not the user: pipetrain may replace it"},
+      {FaultHook::MessageFault, "PIPETRAIN_TEST_MESSAGE_FAULT", "RANK:STEP:KIND",
+       "world rank RANK damages the first inter-stage message it sends in step STEP (KIND: "
+       "bitflip, wrong_mb, truncate or nan)"},
+      {FaultHook::CorruptReplica, "PIPETRAIN_TEST_CORRUPT_REPLICA", "RANK:STEP",
+       "world rank RANK flips one bit of one of its parameters after the update of step STEP"},
   };
   return table;
 }
@@ -195,6 +217,20 @@ void fault_point(const char* point, long long step) {
 
 bool nonfinite_gradient_requested(long long step) {
   return fault_due(FaultHook::NonFinite, world_rank(), step);
+}
+
+std::string message_fault_due(long long step) {
+  static bool fired = false;
+  if (fired || !fault_due(FaultHook::MessageFault, world_rank(), step)) return "";
+  fired = true;
+  return fault_request(FaultHook::MessageFault)->point;
+}
+
+bool replica_corruption_due(long long step) {
+  static bool fired = false;
+  if (fired || !fault_due(FaultHook::CorruptReplica, world_rank(), step)) return false;
+  fired = true;
+  return true;
 }
 
 void kill_if_due(FaultHook hook, int rank, long long step, const std::string& detail) {

@@ -352,6 +352,17 @@ class CudaBackend final : public Backend {
     return kern::reduce_count_nonfinite(x.f32(), x.numel(), stream()) == 0;
   }
 
+  // On the device (kernels_digest.cu), so a message is not copied to the
+  // host to be checked; a host tensor is digested by the host.
+  PayloadDigest do_payload_digest(const Tensor& x) override {
+    if (x.device() == Device::CPU) return Backend::do_payload_digest(x);
+    PayloadDigest d;
+    kern::payload_digest(x.raw(), static_cast<int64_t>(x.bytes()),
+                         static_cast<int>(float_kind_of(x.dtype())), &d.checksum, &d.nonfinite,
+                         stream());
+    return d;
+  }
+
   void do_scale(Tensor& x, float s) override {
     check_on_gpu(x, "scale");
     kern::scale(x.f32(), s, x.numel(), stream());

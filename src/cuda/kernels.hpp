@@ -34,6 +34,11 @@ void cast_to_half(const float* x, void* out, int64_t n, bool to_bf16, cudaStream
 // out[i] = x[i] (n bf16 values) as fp32, exactly.
 void bf16_to_float(const void* x, float* out, int64_t n, cudaStream_t s);
 
+// ---- payload digest (kernels_digest.cu; tensor/payload_digest.hpp); synchronises ----
+// float_kind: digest::FloatKind of the elements.
+void payload_digest(const void* data, int64_t bytes, int float_kind, uint64_t* checksum,
+                    int64_t* nonfinite, cudaStream_t s);
+
 // ---- reductions (kernels_reduce.cu); each synchronises and returns, except *_into ----
 double reduce_sum_squares(const float* x, int64_t n, cudaStream_t s);
 int64_t reduce_count_nonfinite(const float* x, int64_t n, cudaStream_t s);

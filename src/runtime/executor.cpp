@@ -10,12 +10,14 @@
 #include "pipetrain/base/fault_injection.hpp"
 #include "pipetrain/base/error.hpp"
 #include "pipetrain/base/timed_wait.hpp"
+#include "pipetrain/runtime/message_check.hpp"
 
 namespace pt {
 
 namespace {
 constexpr int kActivation = 0;  // direction in message tags
 constexpr int kGradient = 1;
+constexpr int kEnvelopeTag = 2;  // an envelope's tag: its payload's + 2 (check_messages)
 
 std::vector<StageRunner> make_runners(const std::vector<StageModel*>& stages,
                                       const std::vector<RecomputePolicy>& policies,
@@ -63,8 +65,11 @@ Executor::Receives& Executor::receives(const StageRunner& runner, int mb) {
   return receives_[mb * static_cast<int>(runners_.size()) + index];
 }
 
+// With check_messages each (micro-batch, stage) has four tags: activation,
+// gradient, and their envelopes.
 int Executor::tag(int dst_stage, int direction, int mb) const {
-  return (mb * schedule_->num_stages + dst_stage) * 2 + direction;
+  const int kinds = config_.check_messages ? 4 : 2;
+  return (mb * schedule_->num_stages + dst_stage) * kinds + direction;
 }
 
 StepOutcome Executor::run(const Schedule& schedule, const Dataset& data, int64_t step, Pass pass,
@@ -90,7 +95,8 @@ void Executor::begin_pass(const Schedule& schedule, const Dataset& data, int64_t
   PT_CHECK(schedule.forward_only == (pass == Pass::Evaluate),
            "an evaluation pass runs a forward-only schedule, training a full one");
   schedule_ = &schedule;
-  PT_CHECK(tag(schedule.num_stages - 1, kGradient, schedule.num_micro_batches - 1) <=
+  PT_CHECK(tag(schedule.num_stages - 1, kGradient, schedule.num_micro_batches - 1) +
+                   (config_.check_messages ? kEnvelopeTag : 0) <=
                transport_.max_tag(),
            "micro-batch count too large for MPI tags");
   pass_ = PassContext();
@@ -164,7 +170,12 @@ void Executor::receive_forward_input(StageRunner& runner, int mb) {
   if (runner.model().is_first() || runner_of(runner.stage() - 1)) return;
   Receives& rx = receives(runner, mb);
   PT_CHECK(rx.forward, "F of micro-batch " + std::to_string(mb) + " without RECV_F");
-  await_receive(rx.forward);
+  const int64_t arrived = await_receive(rx.forward);
+  if (config_.check_messages)
+    verify_receive(runner, mb, kActivation, rx.forward_envelope, rx.forward_envelope_buf, rx.input,
+                   arrived);
+  else
+    check_length({runner.stage(), ActionKind::RECV_F, mb}, arrived, rx.input);
   finish_sends_first();
 }
 
@@ -175,6 +186,7 @@ Tensor Executor::forward_input(StageRunner& runner, int mb) {
     PT_CHECK(from.output.defined(), "F of micro-batch " + std::to_string(mb) + " on stage " +
                                         std::to_string(runner.stage()) +
                                         " before the previous stage's F");
+    if (config_.check_messages) check_output(*prev, mb, "F", from.output);
     return std::move(from.output);
   }
   return std::move(receives(runner, mb).input);  // received by receive_forward_input
@@ -190,11 +202,17 @@ void Executor::backward(StageRunner& runner, int mb) {
     PT_CHECK(from.grad_input.defined(), "B of micro-batch " + std::to_string(mb) + " on stage " +
                                             std::to_string(runner.stage()) +
                                             " before the next stage's B");
+    if (config_.check_messages) check_output(*next, mb, "B", from.grad_input);
     state.grad_output = std::move(from.grad_input);
   } else {
     Receives& rx = receives(runner, mb);
     PT_CHECK(rx.backward, "B of micro-batch " + std::to_string(mb) + " without RECV_B");
-    await_receive(rx.backward);
+    const int64_t arrived = await_receive(rx.backward);
+    if (config_.check_messages)
+      verify_receive(runner, mb, kGradient, rx.backward_envelope, rx.backward_envelope_buf,
+                     state.grad_output, arrived);
+    else
+      check_length({runner.stage(), ActionKind::RECV_B, mb}, arrived, state.grad_output);
     finish_sends_first();
   }
   const double compute_start = compute_begin(EventKind::B, runner, mb);
@@ -276,6 +294,10 @@ void Executor::post_recv(const Action& a, StageRunner& runner) {
                              MemCategory::Workspace, be_.device());
     rx.forward = posted(a, transport_.irecv(rx.input, peer_rank(a.stage - 1),
                                             tag(a.stage, kActivation, a.mb)));
+    if (config_.check_messages)
+      rx.forward_envelope =
+          post_envelope_recv(a, peer_rank(a.stage - 1),
+                             tag(a.stage, kActivation, a.mb) + kEnvelopeTag, rx.forward_envelope_buf);
   } else {
     PT_CHECK(!rx.backward, "second " + to_string(a));
     Tensor& grad_output = runner.state(a.mb).grad_output;
@@ -283,24 +305,36 @@ void Executor::post_recv(const Action& a, StageRunner& runner) {
                                 MemCategory::Workspace, be_.device());
     rx.backward = posted(a, transport_.irecv(grad_output, peer_rank(a.stage + 1),
                                              tag(a.stage, kGradient, a.mb)));
+    if (config_.check_messages)
+      rx.backward_envelope =
+          post_envelope_recv(a, peer_rank(a.stage + 1),
+                             tag(a.stage, kGradient, a.mb) + kEnvelopeTag, rx.backward_envelope_buf);
   }
 }
 
 void Executor::post_send(const Action& a, StageRunner& runner) {
   MicroBatchState& state = runner.state(a.mb);
+  const bool forward_dir = a.kind == ActionKind::SEND_F;
+  Tensor& produced = forward_dir ? state.output : state.grad_input;
+  PT_CHECK(produced.defined(), to_string(a) + (forward_dir ? " before its F" : " before its B"));
+  const int peer_stage = forward_dir ? a.stage + 1 : a.stage - 1;
+  const int direction = forward_dir ? kActivation : kGradient;
+  const int message_tag = tag(peer_stage, direction, a.mb);
+  // The fault injection's damage (PIPETRAIN_TEST_MESSAGE_FAULT), with or
+  // without the check: a NaN is the stage's own output, the rest happens in flight.
+  const std::string fault = pass_.pass == Pass::Train ? message_fault_due(pass_.step) : "";
+  if (fault == "nan") produced = damage_payload(fault, produced);
   Send send;
-  if (a.kind == ActionKind::SEND_F) {
-    PT_CHECK(state.output.defined(), to_string(a) + " before its F");
-    send.buffer = std::move(state.output);
-    send.pending = posted(a, transport_.isend(send.buffer, peer_rank(a.stage + 1),
-                                              tag(a.stage + 1, kActivation, a.mb)));
-  } else {
-    PT_CHECK(state.grad_input.defined(), to_string(a) + " before its B");
-    send.buffer = std::move(state.grad_input);
-    send.pending = posted(a, transport_.isend(send.buffer, peer_rank(a.stage - 1),
-                                              tag(a.stage - 1, kGradient, a.mb)));
-  }
+  send.buffer = std::move(produced);
+  const Tensor payload = send.buffer;  // what the stage produced
+  if (fault == "bitflip" || fault == "truncate") send.buffer = damage_payload(fault, payload);
+  send.pending = posted(a, transport_.isend(send.buffer, peer_rank(peer_stage), message_tag));
   sends_.push_back(std::move(send));
+  if (config_.check_messages) {
+    const PayloadDigest digest = check_output(runner, a.mb, forward_dir ? "F" : "B", payload);
+    post_envelope_send(a, payload, digest, peer_rank(peer_stage), message_tag + kEnvelopeTag,
+                       fault);
+  }
 }
 
 Executor::Pending Executor::posted(const Action& a, std::unique_ptr<PendingTransfer> transfer) {
@@ -315,7 +349,7 @@ bool Executor::poll(Pending& p) {
   if (p.done) return true;
   if (!p.transfer->test()) return false;
   p.done = true;
-  if (tracer_) {
+  if (tracer_ && p.traced) {
     const bool send = p.action.kind == ActionKind::SEND_F || p.action.kind == ActionKind::SEND_B;
     tracer_->record(send ? EventKind::Send : EventKind::Recv, pass_.step, p.action.stage,
                     p.action.mb, p.posted_us, tracer_->now_us());
@@ -327,6 +361,8 @@ void Executor::poll_receives() {
   for (auto& [k, rx] : receives_) {
     if (rx.forward) poll(rx.forward);
     if (rx.backward) poll(rx.backward);
+    if (rx.forward_envelope) poll(rx.forward_envelope);
+    if (rx.backward_envelope) poll(rx.backward_envelope);
   }
   const auto done = [&](Pending& p) { return poll(p); };
   ordered_receives_.erase(
@@ -338,16 +374,22 @@ void Executor::poll_receives() {
 // on the host anyway: a trace (each event ends with its kernels) or a
 // slowdown would then wait for the transfer inside F or B, and the timeline
 // would show it as compute; there the host waits, and the wait is a WAIT.
+// With check_messages the host reads every envelope and payload digest, so
+// it waits for the receive itself.
 bool Executor::orders_receives_on_device() const {
-  return !(tracer_ && tracer_->enabled()) && !slowed();
+  return !(tracer_ && tracer_->enabled()) && !slowed() && !config_.check_messages;
 }
 
-void Executor::await_receive(Pending& p) {
-  if (!p.done && orders_receives_on_device() && p.transfer->order_before_compute())
+int64_t Executor::await_receive(Pending& p) {
+  int64_t arrived = -1;
+  if (!p.done && orders_receives_on_device() && p.transfer->order_before_compute()) {
     ordered_receives_.push_back(std::move(p));
-  else
+  } else {
     wait_for(p);
+    arrived = p.transfer->received_bytes();
+  }
   p = Pending();
+  return arrived;
 }
 
 // The compute stream has waited for these; the host sees them complete

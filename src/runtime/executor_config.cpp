@@ -25,7 +25,9 @@ ExecutorConfig executor_config_for(const BatchSplit& split, double timeout_s) {
 }
 
 ExecutorConfig executor_config_for(const Deck& deck) {
-  return executor_config_for(batch_split_of(deck), deck.pipeline.timeout_s);
+  ExecutorConfig config = executor_config_for(batch_split_of(deck), deck.pipeline.timeout_s);
+  config.check_messages = deck.pipeline.check_messages;
+  return config;
 }
 
 }  // namespace pt

@@ -65,6 +65,8 @@ RunSettings run_settings_for(const Deck& deck, const RankPlace& place) {
   s.semantics = comm_semantics_of(deck.pipeline.transport, deck.training.device);
   s.trace = deck.output.trace;
   s.measured_placement = places_at_measured_times(deck);
+  s.replica_check_every = deck.data_parallel.check_every;
+  s.checkpoint_every = deck.output.checkpoint_every;
   return s;
 }
 

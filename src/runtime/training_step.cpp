@@ -6,6 +6,7 @@
 
 #include "pipetrain/base/error.hpp"
 #include "pipetrain/base/fault_injection.hpp"
+#include "pipetrain/runtime/replica_check.hpp"
 
 namespace pt {
 
@@ -41,6 +42,18 @@ void apply_update(RunParts& run, int64_t step, StepRecord& rec) {
   run.backend.synchronize();
   tracer.record(EventKind::Optimizer, step, run.stages.front().stage, -1, optimizer_start, tracer.now_us());
   run.backend.trim_cached_memory();  // a step boundary: cached blocks this step did not reuse go back
+}
+
+// Data parallelism: the replicas' parameters, compared by digest when the
+// check is due (replica_check.hpp), after the fault injection's corruption.
+void check_replicas(RunParts& run, int64_t step) {
+  if (replica_corruption_due(step)) corrupt_one_parameter(run.stages, run.backend);
+  const RunSettings& s = run.settings;
+  if (!replica_check_due(step, s.replica_check_every, s.checkpoint_every, s.training.steps,
+                         run.place.replica_count))
+    return;
+  fault_point("replica_check", step);
+  check_replicas_agree(run.stages, run.backend, run.place.replicas, step);
 }
 
 // Collective: the schedule placed again at the times every rank agreed on;
@@ -86,6 +99,10 @@ StepRecord run_training_step(RunParts& run, int64_t step) {
   if (run.placement && run.placement->observe(engine.executor->action_times()) &&
       step + 1 < run.settings.training.steps)
     place_schedule(run, step, rec);
+  // Last: the step's collectives are all done, so replicas that disagree
+  // end the run with no other stage left inside one of them; the
+  // checkpoint, if one follows, is written after the step returns.
+  check_replicas(run, step);
   return rec;
 }
 

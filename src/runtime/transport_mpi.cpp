@@ -51,6 +51,7 @@ class MpiTransport final : public Transport {
   }
   std::unique_ptr<PendingTransfer> irecv(Tensor& buf, int peer, int tag) override {
     auto t = std::make_unique<MpiTransfer>(buf, false);
+    t->counts_bytes_ = true;
     MPI_CHECK(MPI_Irecv(buf.raw(), checked_count(buf), MPI_BYTE, peer, tag, comm_, &t->request_));
     return t;
   }
@@ -65,8 +66,14 @@ class MpiTransport final : public Transport {
 bool MpiRequestTransfer::test() {
   if (done_) return true;
   int flag = 0;
-  MPI_CHECK(MPI_Test(&request_, &flag, MPI_STATUS_IGNORE));
+  MPI_Status status;
+  MPI_CHECK(MPI_Test(&request_, &flag, &status));
   done_ = flag != 0;
+  if (done_ && counts_bytes_) {
+    int count = 0;
+    MPI_CHECK(MPI_Get_count(&status, MPI_BYTE, &count));
+    received_ = count;
+  }
   return done_;
 }
 

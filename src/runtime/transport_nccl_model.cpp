@@ -9,7 +9,10 @@
 //    the k-th send on a channel meets the k-th receive. Here messages travel
 //    with their position on the channel as MPI tag, the executor's tag goes
 //    alongside, and a receive whose tag differs is an error (under NCCL the
-//    payloads would be silently exchanged).
+//    payloads would be silently exchanged), as is a message longer than its
+//    receive. A shorter one (a truncated message) is delivered with its size
+//    (received_bytes), which the executor compares with the buffer and the
+//    message check with the envelope (docs/reliability.md).
 //  - Rendezvous. A send completes only once its receive is posted
 //    (MPI_Issend), and the transfers of one channel complete in posting
 //    order (one stream).
@@ -63,6 +66,7 @@ struct Transfer {
   long long expected[2] = {};
   MPI_Request data = MPI_REQUEST_NULL, meta = MPI_REQUEST_NULL;
   bool complete = false;
+  long long received = -1;  // a completed receive: the bytes its sender sent
   ~Transfer() {
     const bool data_free = drop_request(data, send);
     // The 16-byte header (and the connection messages) go eagerly: a send
@@ -88,6 +92,7 @@ class ModelPending final : public PendingTransfer {
   ModelPending(NcclModelTransport& owner, Channel& channel, std::shared_ptr<Transfer> transfer)
       : owner_(owner), channel_(channel), transfer_(std::move(transfer)) {}
   bool test() override;
+  int64_t received_bytes() const override { return transfer_->received; }
 
  private:
   NcclModelTransport& owner_;
@@ -235,8 +240,12 @@ class NcclModelTransport final : public Transport {
     ch.connected = true;
   }
 
-  void check_header(const Channel& ch, const Transfer& t) const {
-    if (t.header[0] == t.expected[0] && t.header[1] == t.expected[1]) return;
+  // A message shorter than its receive (a truncated message) has the right
+  // tag: it is let through with its size (received_bytes), as a transport
+  // that does not compare sizes would, and the executor names it.
+  void check_header(const Channel& ch, Transfer& t) const {
+    t.received = t.header[1];
+    if (t.header[0] == t.expected[0] && t.header[1] <= t.expected[1]) return;
     throw Error("nccl_model transport: message " + std::to_string(t.position) +
                 " on the channel from rank " + std::to_string(ch.peer) + " to rank " +
                 std::to_string(rank_) + " was sent with tag " + std::to_string(t.header[0]) +

@@ -112,6 +112,11 @@ struct PipelineConfig {
   // the memory budget for the keys above the deck does not set (schedule,
   // micro_batches, recompute, partition, weight_grad; docs/planner.md).
   bool auto_plan = false;
+  // Every activation and gradient sent between ranks carries an envelope the
+  // receiver verifies (step, micro-batch, stages, kind, element count,
+  // checksum), and every stage output is checked for inf/NaN
+  // (docs/reliability.md, "Checks on the data between stages").
+  bool check_messages = false;
 };
 
 // [data_parallel] (docs/data-parallel.md): replicas = D replicas of the
@@ -128,6 +133,10 @@ struct DataParallelSection {
   // memory and D x micro_batches x the traffic).
   DpReductionKind reduction = DpReductionKind::Replica;
   double bucket_mb = 4.0;          // gradient bytes per reduction bucket (MiB)
+  // Every check_every steps (and before every checkpoint) each stage's
+  // parameters are compared across its replicas by digest; a difference
+  // ends the run (docs/reliability.md, "Replicas that disagree"). 0 = off.
+  int64_t check_every = 100;
 };
 
 // [rebalance] Dynamic rebalancing (docs/rebalance.md): every `every` steps

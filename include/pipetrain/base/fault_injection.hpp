@@ -28,6 +28,8 @@ enum class FaultHook {
   Signal,             // PIPETRAIN_TEST_SIGNAL=RANK:STEP[:SIGNAL]: a signal before the step
   Rebalance,          // PIPETRAIN_TEST_REBALANCE=STEP:C0,C1,...: a forced move after the step
   BlasForced,         // PIPETRAIN_TEST_BLAS_FORCED=<any>: OPENBLAS_CORETYPE is the test's, not the user's
+  MessageFault,       // PIPETRAIN_TEST_MESSAGE_FAULT=RANK:STEP:KIND: one damaged inter-stage message
+  CorruptReplica,     // PIPETRAIN_TEST_CORRUPT_REPLICA=RANK:STEP: one parameter bit flipped
 };
 
 struct FaultHookInfo {
@@ -42,7 +44,8 @@ const std::vector<FaultHookInfo>& fault_hooks();
 const FaultHookInfo& fault_hook_info(FaultHook hook);
 
 // A hook's parsed value. rank and step are -1 where the format has none (or
-// STEP was left out: any step); point for Stall, signo for Signal (SIGUSR1
+// STEP was left out: any step); point for Stall (and KIND for
+// MessageFault), signo for Signal (SIGUSR1
 // by default), counts for Rebalance.
 struct FaultRequest {
   int rank = -1;
@@ -74,11 +77,19 @@ std::vector<std::string> active_fault_hooks();
 // it reaches the named point (in step STEP, or the first time), so that its
 // peers' timeouts fire there. Points: step, loss, grad_norm, bubble, memory,
 // eval, checkpoint, resume, trace, startup, rebalance, reduction (the first
-// data-parallel bucket of a step is due; docs/reliability.md).
+// data-parallel bucket of a step is due; docs/reliability.md), replica_check
+// (the replicas' parameter digests are about to be compared).
 void fault_point(const char* point, long long step = -1);
 // NonFinite: true on world rank RANK in step STEP; the trainer then poisons
 // one gradient with inf, so that the non-finite check is tested end to end.
 bool nonfinite_gradient_requested(long long step);
+// MessageFault: the KIND ("bitflip", "wrong_mb", "truncate" or "nan") to
+// apply to the first message world rank RANK sends in step STEP, once per
+// process; "" otherwise (runtime/message_check.hpp says what each does).
+std::string message_fault_due(long long step);
+// CorruptReplica: true on world rank RANK after the optimizer step of step
+// STEP (once); the trainer then flips one bit of one of its parameters.
+bool replica_corruption_due(long long step);
 // KillBeforePublish, KillAfterPublish, CrashInCheckpoint: when due for this
 // rank and step, prints which hook killed the rank (and `detail`) and
 // raises SIGKILL.

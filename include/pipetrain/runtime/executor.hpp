@@ -10,7 +10,10 @@
 // The executor times every F, B and W on the backend's clock
 // (compute_regions.hpp), records the trace and applies the fault
 // injection's slowdown. A wait longer than the configured timeout throws a
-// TimeoutError naming the rank, the step and the action waited for.
+// TimeoutError naming the rank, the step and the action waited for. With
+// pipeline.check_messages every message between ranks is followed by an
+// envelope the receiver verifies, and every stage output is checked for
+// inf/NaN (executor_checks.cpp, message_check.hpp).
 //
 // Everything it is built with is fixed (executor_config.hpp); what changes
 // per step (the batch, the fp16 loss scale) is an argument of run().
@@ -66,12 +69,16 @@ class Executor {
     Action action;
     double posted_us = 0.0;
     bool done = false;
+    bool traced = true;  // false: an envelope (no SEND/RECV event of its own)
     explicit operator bool() const { return transfer != nullptr; }
   };
   // The receives of one micro-batch on one stage.
   struct Receives {
     Pending forward, backward;
     Tensor input;  // (rows, in) buffer of RECV_F, until its F
+    // pipeline.check_messages: the envelopes that follow each payload.
+    Pending forward_envelope, backward_envelope;
+    Tensor forward_envelope_buf, backward_envelope_buf;  // (16) int32: 64 bytes
   };
   struct Send {
     Tensor buffer;
@@ -115,7 +122,8 @@ class Executor {
   Pending posted(const Action& a, std::unique_ptr<PendingTransfer> transfer);
   // A received buffer is about to be used: the compute stream waits for it
   // where the transport can order it there, else the host waits. Empties p.
-  void await_receive(Pending& p);
+  // Returns the bytes that arrived (-1: not known).
+  int64_t await_receive(Pending& p);
   bool orders_receives_on_device() const;  // not while computes are synchronised
   void wait_for_ordered_receives();        // at the end of the pass, bounded
   void wait_for(Pending& p);
@@ -127,6 +135,23 @@ class Executor {
   void reap_sends(bool wait_all);
   void finish_sends_first();  // the running compute's sends_finished_before
   int tag(int dst_stage, int direction, int mb) const;
+  // pipeline.check_messages (executor.cpp, message_check.hpp).
+  Pending post_envelope_recv(const Action& a, int peer, int tag, Tensor& buf);
+  // Sends the envelope of `payload` and its `digest`; `fault`: the fault
+  // injection's damage to the envelope ("" none).
+  void post_envelope_send(const Action& a, const Tensor& payload, const PayloadDigest& digest,
+                          int peer, int tag, const std::string& fault);
+  // Waits for a receive's envelope and checks it against the payload that
+  // arrived (received_bytes of it; -1: unknown).
+  void verify_receive(StageRunner& runner, int mb, int direction, Pending& envelope,
+                      const Tensor& envelope_buf, const Tensor& payload, int64_t received_bytes);
+  // Throws naming the stage and micro-batch when `x` (the output of `action`
+  // on a stage) holds inf or NaN, unless fp16 loss scaling handles them;
+  // returns x's digest.
+  PayloadDigest check_output(const StageRunner& runner, int mb, const char* action,
+                             const Tensor& x);
+  // A received payload of a size other than its buffer (without envelopes).
+  void check_length(const Action& a, int64_t received_bytes, const Tensor& buf) const;
   int peer_rank(int stage) const { return stage_rank(*schedule_, stage); }
   std::string describe(const Action& a) const;
 

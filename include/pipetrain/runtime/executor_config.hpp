@@ -36,6 +36,10 @@ struct ExecutorConfig {
   int replica = 0;            // data-parallel replica of this pipeline (docs/data-parallel.md)
   double timeout_s = 0.0;     // the longest wait for a peer (pipeline.timeout_s)
   bool loss_scaling = false;  // fp16: an overflowing loss is the loss scaler's, not an error
+  // pipeline.check_messages: every message between ranks carries an envelope
+  // the receiver verifies, and every stage output is checked for inf/NaN
+  // (runtime/message_check.hpp).
+  bool check_messages = false;
   ComputeSlowdown slowdown;
   ReductionHooks reduction;
 

@@ -91,6 +91,8 @@ struct RunSettings {
   CommSemantics semantics;   // the transport's message semantics
   bool trace = false;        // output.trace
   bool measured_placement = false;  // places_at_measured_times(deck)
+  int64_t replica_check_every = 0;  // data_parallel.check_every (replica_check.hpp)
+  int64_t checkpoint_every = 0;     // output.checkpoint_every: the replica check precedes each save
 };
 // The deck read once, for the rank at `place` (its slowdown); checks that
 // the deck's data_parallel.replicas is the grid's.

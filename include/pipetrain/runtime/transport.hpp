@@ -30,6 +30,10 @@ class PendingTransfer {
   // receives (cudaStreamWaitEvent on the transfer's event). test() still
   // reports completion either way.
   virtual bool order_before_compute() { return false; }
+  // A completed receive: the bytes that arrived, which may be fewer than the
+  // buffer holds (a truncated message); -1 where the transport cannot tell
+  // (NCCL) or for a send.
+  virtual int64_t received_bytes() const { return -1; }
 };
 
 // A transfer that is one MPI request: complete once MPI_Test says so. The
@@ -37,10 +41,13 @@ class PendingTransfer {
 class MpiRequestTransfer : public PendingTransfer {
  public:
   bool test() override;
+  int64_t received_bytes() const override { return received_; }
   MPI_Request request_ = MPI_REQUEST_NULL;
+  bool counts_bytes_ = false;  // a receive: its status's byte count is kept
 
  protected:
   bool done_ = false;
+  int64_t received_ = -1;
 };
 
 class Transport {

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "pipetrain/base/deck_kinds.hpp"
+#include "pipetrain/tensor/payload_digest.hpp"
 #include "pipetrain/tensor/precision.hpp"
 #include "pipetrain/tensor/tensor.hpp"
 
@@ -196,6 +197,11 @@ class Backend {
                                 int64_t slot);
   void softmax_cross_entropy_to(const Tensor& logits, const Tensor& labels, float grad_scale,
                                 Tensor& dlogits, ScalarBatch& batch, int64_t slot);
+  // The checksum and non-finite count of x's bytes (payload_digest.hpp),
+  // computed where x lives (a GPU backend: on the device, one 16-byte read
+  // back, which waits for x's producers). Bitwise the same on every backend.
+  PayloadDigest payload_digest(const Tensor& x);
+
   // A batch of `size` slots for this backend's *_to kernels; by default one
   // in host memory (a backend that computes synchronously).
   virtual std::unique_ptr<ScalarBatch> make_scalar_batch(int64_t size);
@@ -256,7 +262,12 @@ class Backend {
   virtual void do_softmax_cross_entropy_to(const Tensor& logits, const Tensor& labels,
                                            int64_t classes, float grad_scale, Tensor& dlogits,
                                            ScalarBatch& batch, int64_t slot);
+  // By default the host's digest of a tensor in host memory.
+  virtual PayloadDigest do_payload_digest(const Tensor& x);
 };
+
+// The element kind payload_digest counts non-finite values of.
+digest::FloatKind float_kind_of(DType dtype);
 
 [[noreturn]] void throw_missing_kernels(const Backend& be, const char* group,
                                        const std::string& user);
