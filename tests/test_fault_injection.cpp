@@ -21,7 +21,7 @@ std::string refusal(FaultHook hook, const std::string& value) {
 
 TEST(FaultInjection, TheTableIsInHookOrderWithOneVariableEach) {
   const auto& hooks = fault_hooks();
-  ASSERT_EQ(hooks.size(), 8u);
+  ASSERT_EQ(hooks.size(), 9u);
   for (size_t i = 0; i < hooks.size(); ++i) {
     EXPECT_EQ(static_cast<size_t>(hooks[i].hook), i);
     EXPECT_EQ(std::string(hooks[i].variable).rfind("PIPETRAIN_TEST_", 0), 0u) << hooks[i].variable;
@@ -42,6 +42,10 @@ TEST(FaultInjection, EachDocumentedFormatParses) {
   const FaultRequest move = parse_fault_hook(FaultHook::Rebalance, "2:7,1");
   EXPECT_EQ(move.step, 2);
   EXPECT_EQ(move.counts, (std::vector<int64_t>{7, 1}));
+  const FaultRequest save = parse_fault_hook(FaultHook::AsyncSave, "1:4:fsynced");
+  EXPECT_EQ(save.rank, 1);
+  EXPECT_EQ(save.step, 4);
+  EXPECT_EQ(save.point, "fsynced");
 }
 
 TEST(FaultInjection, AMalformedValueIsRefusedWithVariableValueAndFormat) {
@@ -57,6 +61,10 @@ TEST(FaultInjection, AMalformedValueIsRefusedWithVariableValueAndFormat) {
   EXPECT_NE(refusal(FaultHook::Rebalance, "2:7,").find("unit count '' is not"), std::string::npos);
   EXPECT_NE(refusal(FaultHook::Signal, "0:1:999").find("not a signal number"), std::string::npos);
   EXPECT_EQ(refusal(FaultHook::BlasForced, "anything"), "");
+  const std::string phase = refusal(FaultHook::AsyncSave, "1:4:synced");
+  EXPECT_NE(phase.find("PHASE 'synced' is not one of staged, written, fsynced, bound, published, write_error"),
+            std::string::npos) << phase;
+  EXPECT_NE(refusal(FaultHook::AsyncSave, "1:4").find("three fields"), std::string::npos);
 }
 
 // The environment is parsed once per process: this is the only case that sets it.

@@ -135,6 +135,7 @@ const std::vector<KeySpec> kDeckKeys = {
     {"output", "checkpoint_every", PT_FIELD(output.checkpoint_every), at_least(0), nullptr, "checkpoint every k steps and at the end; 0 = off", PT_ALWAYS},
     {"output", "checkpoint_keep", PT_FIELD(output.checkpoint_keep), between(1, 1000000), nullptr, "newest checkpoints kept", PT_ALWAYS},
     {"output", "checkpoint_dir", PT_FIELD(output.checkpoint_dir), any(), nullptr, "checkpoint directory; \"\" = <dir>/checkpoints", PT_ALWAYS},
+    {"output", "checkpoint_async", PT_FIELD(output.checkpoint_async), any(), nullptr, "copy each checkpoint into host memory and write it on a background thread while training goes on", PT_ALWAYS},
 };
 
 #undef PT_FIELD

@@ -153,6 +153,7 @@ struct OutputConfig {
   int64_t checkpoint_every = 0;      // checkpoint every k steps (and at the end); 0 = off
   int64_t checkpoint_keep = 3;       // newest checkpoints kept
   std::string checkpoint_dir;        // "" = <dir>/checkpoints
+  bool checkpoint_async = false;     // stage to host memory, write in the background
 };
 
 struct Deck {
