@@ -114,10 +114,11 @@ void report_published(const World& w, const std::optional<AsyncCheckpointDone>& 
   if (!done) return;
   kill_if_due(FaultHook::KillAfterPublish, w.rank, done->step, at_checkpoint(done->step));
   if (w.rank != 0) return;
-  char extra[160];
+  char extra[200];
   std::snprintf(extra, sizeof extra,
-                "; asynchronous: training blocked %.3f s for the host copy and %.3f s waiting for the write",
-                done->stage_s, done->wait_s);
+                "; asynchronous: training blocked %.3f s (host copy %.3f s, waiting for the write %.3f s, "
+                "publishing %.3f s)",
+                done->stage_s + done->wait_s + done->publish_s, done->stage_s, done->wait_s, done->publish_s);
   print_checkpoint(done->step, done->write, extra);
 }
 

@@ -132,12 +132,13 @@ std::optional<AsyncCheckpointDone> AsyncCheckpointer::publish(Trainer& trainer, 
   (void)trainer;
   Save& s = *save_;
   s.writer.join();
+  const auto begin = Clock::now();
   const CheckpointWrite w =
       ckpt::finish_save(s.target, deck_, resolved_, s.step, s.counters, s.partition, s.problem, s.file,
                         phase_hook(s.step, "while publishing the checkpoint of step " + std::to_string(s.step)));
   async_save_fault(world_rank(), s.step, "published",
                    "after `latest` named the checkpoint of step " + std::to_string(s.step));
-  AsyncCheckpointDone done{s.step, w, s.stage_s, wait_s};
+  AsyncCheckpointDone done{s.step, w, s.stage_s, wait_s, seconds_since(begin)};
   save_.reset();  // the host copy goes back to the allocator, on this thread
   return done;
 }

@@ -33,6 +33,7 @@ struct AsyncCheckpointDone {
   CheckpointWrite write;
   double stage_s = 0.0;  // the host copy, at the checkpoint step
   double wait_s = 0.0;   // waiting for the background write to finish
+  double publish_s = 0.0;  // the publication (manifest.h5, renames, `latest`, their fsyncs)
 };
 
 class AsyncCheckpointer {
