@@ -57,6 +57,7 @@ async_parts() {  # median host copy, wait, publication (ms) of every save but th
 saves=$(( (STEPS + EVERY - 1) / EVERY ))
 cost_ms() { echo "1000 * ($(cat "$OUT/$1.wall") - $(cat "$OUT/$2.wall")) / $saves" | bc -l | xargs printf '%.0f'; }
 
+[ -n "${TABLE_ONLY:-}" ] || cut -d' ' -f1 /proc/loadavg > "$OUT/load"  # other jobs on the machine
 rows=()
 for np in 1 2; do
   if [ -z "${TABLE_ONLY:-}" ]; then  # TABLE_ONLY=1: the table again from the logs in $OUT
@@ -80,7 +81,8 @@ disk=$(df --output=source,fstype "$OUT" | tail -1 | awk '{print $1 " (" $2 ")"}'
   echo "parameters; AdamW, so a checkpoint holds the weights and two moments in float32). $STEPS steps, a"
   echo "save every $EVERY steps and after the last ($saves saves), the newest 2 kept. Disk: $disk."
   echo
-  echo "Machine: $(hostname -s 2>/dev/null || echo vm), $cpu, $(nproc) cores; $(date -u +%Y-%m-%d)."
+  echo "Machine: $(hostname -s 2>/dev/null || echo vm), $cpu, $(nproc) cores; $(date -u +%Y-%m-%d);"
+  echo "load average $(cat "$OUT/load" 2>/dev/null || echo '?') when the script started (other jobs on the machine)."
   echo "BLAS and GEMM: $blas."
   echo
   echo "| ranks | MB | step, no saves (ms) | step, sync saves (ms) | step, async saves (ms) | sync stall per save (ms) | async stall per save (ms; host copy / wait / publication) | async / sync stall | cost per save, sync (ms) | cost per save, async (ms) |"
@@ -90,5 +92,28 @@ disk=$(df --output=source,fstype "$OUT" | tail -1 | awk '{print $1 " (" $2 ")"}'
   echo "Stalls: medians over the saves before the last (the last is waited for in"
   echo "both modes). Step times: medians of steps 2 on, the saves excluded. Cost per"
   echo "save: (wall time of the run - wall time of the run without saves) / saves."
+  echo
+  cat <<'NOTES'
+Reading the table.
+- The goal of issue #44 is the stall: the time a save stops training. An
+  asynchronous save stops it for the copy into host memory (a memcpy of the
+  rank's share of the checkpoint; the first copy of a run also maps fresh
+  pages), the publication at a later step boundary (manifest.h5, renames,
+  `latest` and their fsyncs) and, when the next save comes before the write
+  has finished, the wait for it. Here no save had to wait: a write of a
+  few seconds fits in the 3 steps between saves.
+- Training is not free while the background thread writes: on this 2-core
+  VM the writer (HDF5, CRC-32, the kernel's page-cache copy and fsync) takes
+  CPU time and memory bandwidth from the ranks, so the steps a write
+  overlaps are slower, and the cost per save, all of it counted, is not
+  smaller than a synchronous save's. With as many ranks as cores there is
+  no idle core for the writer. On GPU nodes, where the host's cores are
+  mostly idle during training, the overlap is the point; there the copy is
+  a device-to-host copy (not yet into pinned memory, docs/reliability.md).
+- Step times and costs move with the machine's load (other jobs shared its
+  2 cores while this ran; the load average is above): compare the stall
+  columns, which are what a save itself blocks, and rerun the script on an
+  idle machine for the step and cost columns.
+NOTES
 } > results/bench_checkpoint_async.md
 cat results/bench_checkpoint_async.md
