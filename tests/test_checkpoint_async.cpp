@@ -19,6 +19,7 @@
 #include "pipetrain/io/checkpoint.hpp"
 #include "pipetrain/io/checkpoint_async.hpp"
 #include "pipetrain/io/deck_io.hpp"
+#include "pipetrain/runtime/deck_plan.hpp"
 #include "pipetrain/runtime/trainer.hpp"
 #include "test_decks.hpp"
 
@@ -163,6 +164,31 @@ TEST(AsyncCheckpoint, PollPublishesOnceEveryWriteFinished) {
   Trainer resumed(deck, MPI_COMM_WORLD);
   EXPECT_EQ(load_checkpoint("latest", LoadMode::Resume, deck, deck_to_toml(deck), resumed,
                             MPI_COMM_WORLD).step, 1);
+}
+
+// The planner counts the host copy: with checkpoint_async each stage's
+// predicted peak grows by its parameters and optimizer state, nothing else.
+TEST(AsyncCheckpoint, ThePlannerCountsTheHostCopy) {
+  ModelProfile profile;
+  for (int i = 1; i <= 4; ++i) {
+    UnitCost u;
+    u.name = "u" + std::to_string(i);
+    u.forward_s = i;
+    u.backward_s = 2.0 * i;
+    u.stash_none_bytes = 1000.0 * i;
+    u.workspace_bytes = 7.0 * i;
+    u.param_bytes = 10000.0 * i;
+    u.grad_bytes = 10000.0 * i;
+    u.optimizer_bytes = 20000.0 * i;
+    profile.units.push_back(u);
+  }
+  Deck deck = small_deck("unused");
+  deck.pipeline.stages = 1;
+  deck.output.checkpoint_async = false;
+  const double without = choose_partition(deck, profile, 1).max_peak_bytes;
+  deck.output.checkpoint_async = true;
+  const double with = choose_partition(deck, profile, 1).max_peak_bytes;
+  EXPECT_EQ(with - without, 30000.0 * (1 + 2 + 3 + 4));
 }
 
 }  // namespace
