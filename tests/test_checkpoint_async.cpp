@@ -2,8 +2,8 @@
 // output.checkpoint_async) holds exactly the state of its step, although
 // training changes the parameters while it is written; at most one save is
 // in flight (a second start completes the first, and the trace shows the
-// wait); the host copy is counted as checkpoint_staging memory while in
-// flight and released after publication. Runs at 1 and 2 ranks.
+// wait); the host copy is counted as checkpoint_staging memory, reused by
+// the next save and released with the checkpointer. Runs at 1 and 2 ranks.
 // Kills at every phase of the background write are in
 // tests/cli/test_checkpoint_async.sh (they need a real process to die).
 #include <gtest/gtest.h>
@@ -13,6 +13,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <memory>
 #include <thread>
 
 #include "mpi_test_util.hpp"
@@ -111,9 +112,10 @@ TEST(AsyncCheckpoint, HoldsItsStepWhileTrainingGoesOn) {
   const auto [want2, want4] = synchronous_digests(small_deck(tmp / "sync"));
   const Deck deck = small_deck(tmp / "async");
   Trainer trainer(deck, MPI_COMM_WORLD);
-  AsyncCheckpointer saver(deck, deck_to_toml(deck), MPI_COMM_WORLD);
-  for (int64_t s = 0; s < 2; ++s) trainer.train_step(s);
   const size_t before = staging_live();
+  auto saver_scope = std::make_unique<AsyncCheckpointer>(deck, deck_to_toml(deck), MPI_COMM_WORLD);
+  AsyncCheckpointer& saver = *saver_scope;
+  for (int64_t s = 0; s < 2; ++s) trainer.train_step(s);
   EXPECT_FALSE(saver.start(trainer, 2).has_value());
   EXPECT_TRUE(saver.in_flight());
   EXPECT_EQ(staging_live() - before, state_bytes(trainer)) << "the host copy is counted as staging";
@@ -125,13 +127,15 @@ TEST(AsyncCheckpoint, HoldsItsStepWhileTrainingGoesOn) {
   EXPECT_EQ(first->step, 2);
   EXPECT_EQ(first->write.digest, want2) << "the save of step 2 holds the state after step 2";
   EXPECT_EQ(events_of(trainer, EventKind::CheckpointWait), 1) << "the wait is in the trace";
+  EXPECT_EQ(staging_live() - before, state_bytes(trainer)) << "the second save reuses the host copy";
   const std::optional<AsyncCheckpointDone> second = saver.complete(trainer, 3);
   ASSERT_TRUE(second.has_value());
   EXPECT_EQ(second->step, 4);
   EXPECT_EQ(second->write.digest, want4);
   EXPECT_FALSE(saver.in_flight());
-  EXPECT_EQ(staging_live(), before) << "the host copy is released after publication";
   EXPECT_FALSE(saver.complete(trainer, 3).has_value()) << "nothing left in flight";
+  saver_scope.reset();
+  EXPECT_EQ(staging_live(), before) << "the host copy is released with the checkpointer";
   if (world_rank() != 0) return;
   wait_for_checkpoint_pruning();
   std::ifstream latest(tmp / "async/latest");

@@ -3,8 +3,9 @@
 // written on a background thread, publication on the training thread once
 // every rank's file is durable.
 //
-// Threads: the background writer touches only its Save (the host copy, which
-// the training thread neither changes nor frees until the writer is joined),
+// Threads: the background writer touches only its Save and the host copy,
+// which the training thread neither changes nor frees until the writer is
+// joined (the next copy into it waits for the save in flight),
 // the file system and HDF5 under Hdf5Lock; it reports through `done` and a
 // condition variable. MPI calls and allocations stay on the training thread.
 #include "pipetrain/io/checkpoint_async.hpp"
@@ -33,12 +34,18 @@ double seconds_since(Clock::time_point t) {
 
 }  // namespace
 
+// The host copy, kept from one save to the next: a copy into buffers already
+// mapped costs a memcpy, a fresh one also the page faults of a new mapping.
+struct AsyncCheckpointer::HostCopy {
+  std::vector<ckpt::StagedParam> params;
+};
+
 struct AsyncCheckpointer::Save {
   ckpt::SaveTarget target;
   int64_t step = 0;
   TrainingCounters counters;
   std::vector<int64_t> partition;
-  std::vector<ckpt::StagedParam> staged;  // the host copy; freed by the training thread
+  const std::vector<ckpt::StagedParam>* staged = nullptr;  // the host copy (AsyncCheckpointer::copy_)
   double stage_s = 0.0;
   std::thread writer;
   // Set by the writer before `done`.
@@ -83,7 +90,13 @@ std::optional<AsyncCheckpointDone> AsyncCheckpointer::start(Trainer& trainer, in
   auto s = std::make_unique<Save>();
   s->step = step;
   s->target = ckpt::begin_save(deck_, step, comm_);
-  s->staged = ckpt::stage_params(trainer.params(), true);
+  const std::vector<Param*> params = trainer.params();
+  if (!copy_ || !ckpt::stage_into(copy_->params, params)) {  // the first save, or after a move
+    copy_.reset();  // the old buffers go before the new ones come
+    copy_ = std::make_unique<HostCopy>();
+    copy_->params = ckpt::stage_params(params, true);
+  }
+  s->staged = &copy_->params;
   s->counters = ckpt::counters_of(trainer);
   s->partition = trainer.partition();
   s->stage_s = seconds_since(begin);
@@ -139,7 +152,7 @@ std::optional<AsyncCheckpointDone> AsyncCheckpointer::publish(Trainer& trainer, 
   async_save_fault(world_rank(), s.step, "published",
                    "after `latest` named the checkpoint of step " + std::to_string(s.step));
   AsyncCheckpointDone done{s.step, w, s.stage_s, wait_s, seconds_since(begin)};
-  save_.reset();  // the host copy goes back to the allocator, on this thread
+  save_.reset();
   return done;
 }
 
@@ -150,7 +163,7 @@ void write_in_background(AsyncCheckpointer::Save* s) {
     if (async_save_fault(world_rank(), s->step, "write_error"))
       throw Error("cannot write " + s->file_path() +
                   ": write failed (injected by PIPETRAIN_TEST_ASYNC_SAVE_FAULT, as a full disk would)");
-    s->file = ckpt::write_stage_file(s->target, s->staged, s->step,
+    s->file = ckpt::write_stage_file(s->target, *s->staged, s->step,
                                      phase_hook(s->step, "in the background write of " + s->file_path()));
   } catch (const std::exception& e) {
     s->problem = ckpt::Problem{1, e.what()};

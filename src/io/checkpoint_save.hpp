@@ -47,6 +47,10 @@ struct StagedParam {
 // copy = true: a snapshot in host memory counted as
 // MemCategory::CheckpointStaging (an asynchronous save).
 std::vector<StagedParam> stage_params(const std::vector<Param*>& params, bool copy);
+// Copies `params` into an earlier snapshot of the same parameters (names,
+// state tensors and shapes); false, copying nothing, when they differ (a
+// rebalancing move changed the stage's parameters).
+bool stage_into(std::vector<StagedParam>& staged, const std::vector<Param*>& params);
 // Bytes a snapshot of `params` takes (values and optimizer state).
 int64_t staged_bytes(const std::vector<StagedParam>& staged);
 

@@ -118,6 +118,32 @@ std::vector<StagedParam> stage_params(const std::vector<Param*>& params, bool co
   return staged;
 }
 
+namespace {
+
+bool same_layout(const std::vector<StagedParam>& staged, const std::vector<Param*>& params) {
+  if (staged.size() != params.size()) return false;
+  for (size_t i = 0; i < params.size(); ++i) {
+    const std::vector<ParamState> states = param_state(*params[i]);
+    if (staged[i].name != params[i]->name || staged[i].tensors.size() != states.size()) return false;
+    for (size_t k = 0; k < states.size(); ++k)
+      if (staged[i].tensors[k].name != states[k].name ||
+          staged[i].tensors[k].tensor.shape() != states[k].tensor->shape())
+        return false;
+  }
+  return true;
+}
+
+}  // namespace
+
+bool stage_into(std::vector<StagedParam>& staged, const std::vector<Param*>& params) {
+  if (!same_layout(staged, params)) return false;
+  for (size_t i = 0; i < params.size(); ++i) {
+    const std::vector<ParamState> states = param_state(*params[i]);
+    for (size_t k = 0; k < states.size(); ++k) copy_tensor(*states[k].tensor, staged[i].tensors[k].tensor);
+  }
+  return true;
+}
+
 int64_t staged_bytes(const std::vector<StagedParam>& staged) {
   int64_t bytes = 0;
   for (const StagedParam& p : staged)

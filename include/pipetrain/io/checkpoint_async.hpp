@@ -2,7 +2,9 @@
 // (output.checkpoint_async = true; docs/reliability.md, checkpoint-format.md).
 //
 // At a checkpoint step each rank copies its parameters and optimizer state
-// into host memory (MemCategory::CheckpointStaging) and returns to training;
+// into host memory (MemCategory::CheckpointStaging; the buffers are kept
+// for the next save, so the copy is a memcpy into mapped pages) and returns
+// to training;
 // a background thread writes, checksums and fsyncs the rank's stage file from
 // that copy. Publishing needs every rank's file durable, so it happens on the
 // training thread at a later step boundary: poll() asks every rank (a timed
@@ -59,7 +61,8 @@ class AsyncCheckpointer {
   // `after_step`: the 0-based step after which it waits (for the trace).
   std::optional<AsyncCheckpointDone> complete(Trainer& trainer, int64_t after_step);
 
-  struct Save;  // one save in flight (checkpoint_async.cpp)
+  struct Save;      // one save in flight (checkpoint_async.cpp)
+  struct HostCopy;  // the host copy, reused by every save
 
  private:
   std::optional<AsyncCheckpointDone> publish(Trainer& trainer, double wait_s);
@@ -67,7 +70,8 @@ class AsyncCheckpointer {
   const Deck& deck_;
   const std::string resolved_;
   MPI_Comm comm_;
-  std::unique_ptr<Save> save_;  // the save in flight, or null
+  std::unique_ptr<HostCopy> copy_;  // from the first save on, or null
+  std::unique_ptr<Save> save_;      // the save in flight, or null
 };
 
 }  // namespace pt
