@@ -97,11 +97,14 @@ disk=$(df --output=source,fstype "$OUT" | tail -1 | awk '{print $1 " (" $2 ")"}'
 Reading the table.
 - The goal of issue #44 is the stall: the time a save stops training. An
   asynchronous save stops it for the copy into host memory (a memcpy of the
-  rank's share of the checkpoint; the first copy of a run also maps fresh
-  pages), the publication at a later step boundary (manifest.h5, renames,
-  `latest` and their fsyncs) and, when the next save comes before the write
-  has finished, the wait for it. Here no save had to wait: a write of a
-  few seconds fits in the 3 steps between saves.
+  rank's share of the checkpoint into buffers kept from save to save; the
+  first copy of a run also maps their pages, and rank 0 first waits for
+  the deletion of the oldest checkpoint, which the previous publication
+  started), the publication at a later step boundary (manifest.h5,
+  renames, `latest` and their fsyncs) and, when the next save comes before
+  the write has finished, the wait for it. Here no save had to wait: a
+  write of a few seconds fits in the 3 steps between saves. The run logs
+  (runs/bench_checkpoint_async/*.log) have every save's line.
 - Training is not free while the background thread writes: on this 2-core
   VM the writer (HDF5, CRC-32, the kernel's page-cache copy and fsync) takes
   CPU time and memory bandwidth from the ranks, so the steps a write

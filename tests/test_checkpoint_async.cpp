@@ -153,11 +153,11 @@ TEST(AsyncCheckpoint, PollPublishesOnceEveryWriteFinished) {
   Trainer trainer(deck, MPI_COMM_WORLD);
   AsyncCheckpointer saver(deck, deck_to_toml(deck), MPI_COMM_WORLD);
   trainer.train_step(0);
-  EXPECT_FALSE(saver.poll(trainer).has_value()) << "nothing in flight";
+  EXPECT_FALSE(saver.poll().has_value()) << "nothing in flight";
   saver.start(trainer, 1);
   std::optional<AsyncCheckpointDone> done;
   for (int i = 0; i < 60000 && !done; ++i) {  // up to a minute: a hung writer fails, never hangs
-    done = saver.poll(trainer);
+    done = saver.poll();
     if (!done) std::this_thread::sleep_for(std::chrono::milliseconds(1));
   }
   ASSERT_TRUE(done.has_value());

@@ -434,7 +434,7 @@ int run_train(const World& w, const CommandLine& cli, const Deck& deck) {
     }
     if (moved) count_until_move(progress, step);
     set_wait_phase("in the checkpoint poll after step " + std::to_string(step));
-    poll_checkpoint(w, async.get(), trainer);
+    poll_checkpoint(w, async.get());
     if (checkpoint_due(deck, step)) {
       set_wait_phase("in the checkpoint save after step " + std::to_string(step));
       checkpoint(w, grid, deck, resolved, trainer, step + 1, metrics, async.get(), last);

@@ -156,8 +156,8 @@ void checkpoint(const World& w, const ProcessGrid& grid, const Deck& deck,
   if (w.rank == 0) print_checkpoint(steps_done, c, "");
 }
 
-void poll_checkpoint(const World& w, AsyncCheckpointer* async, Trainer& trainer) {
-  if (async) report_published(w, async->poll(trainer));
+void poll_checkpoint(const World& w, AsyncCheckpointer* async) {
+  if (async) report_published(w, async->poll());
 }
 
 void finish_checkpoints(const World& w, const ProcessGrid& grid, AsyncCheckpointer* async,

@@ -110,13 +110,13 @@ std::optional<AsyncCheckpointDone> AsyncCheckpointer::start(Trainer& trainer, in
   return previous;
 }
 
-std::optional<AsyncCheckpointDone> AsyncCheckpointer::poll(Trainer& trainer) {
+std::optional<AsyncCheckpointDone> AsyncCheckpointer::poll() {
   if (!save_) return std::nullopt;
   int mine = save_->is_done() ? 1 : 0, all = 0;
   timed_allreduce(&mine, &all, 1, MPI_INT, MPI_MIN, comm_,
                   "the poll of the background checkpoint writes (step " + std::to_string(save_->step) + ")");
   if (all == 0) return std::nullopt;
-  return publish(trainer, 0.0);
+  return publish(0.0);
 }
 
 std::optional<AsyncCheckpointDone> AsyncCheckpointer::complete(Trainer& trainer, int64_t after_step) {
@@ -135,14 +135,13 @@ std::optional<AsyncCheckpointDone> AsyncCheckpointer::complete(Trainer& trainer,
                          " (the checkpoint of step " + std::to_string(save_->step) +
                          "); see pipeline.timeout_s");
   }
-  std::optional<AsyncCheckpointDone> done = publish(trainer, seconds_since(begin));
+  std::optional<AsyncCheckpointDone> done = publish(seconds_since(begin));
   trainer.tracer().record(EventKind::CheckpointWait, after_step, trainer.stage().stage, -1, begin_us,
                           trainer.tracer().now_us());
   return done;
 }
 
-std::optional<AsyncCheckpointDone> AsyncCheckpointer::publish(Trainer& trainer, double wait_s) {
-  (void)trainer;
+std::optional<AsyncCheckpointDone> AsyncCheckpointer::publish(double wait_s) {
   Save& s = *save_;
   s.writer.join();
   const auto begin = Clock::now();

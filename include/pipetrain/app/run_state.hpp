@@ -50,7 +50,7 @@ void checkpoint(const World& w, const ProcessGrid& grid, const Deck& deck,
                 MetricsFile& metrics, AsyncCheckpointer* async = nullptr, bool final = false);
 // Collective at each step boundary (after 0-based step `step`): publishes an
 // asynchronous checkpoint whose background writes have all finished.
-void poll_checkpoint(const World& w, AsyncCheckpointer* async, Trainer& trainer);
+void poll_checkpoint(const World& w, AsyncCheckpointer* async);
 // Collective: an asynchronous checkpoint still in flight is waited for and
 // published (before the run ends, after 0-based step `step`).
 void finish_checkpoints(const World& w, const ProcessGrid& grid, AsyncCheckpointer* async,

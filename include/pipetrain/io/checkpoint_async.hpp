@@ -55,7 +55,7 @@ class AsyncCheckpointer {
   std::optional<AsyncCheckpointDone> start(Trainer& trainer, int64_t step);
   // Collective, at a step boundary: publishes the save in flight when every
   // rank's write has finished; nothing otherwise (or with none in flight).
-  std::optional<AsyncCheckpointDone> poll(Trainer& trainer);
+  std::optional<AsyncCheckpointDone> poll();
   // Collective: waits for this rank's write (bounded by pipeline.timeout_s),
   // then publishes it; nothing when none is in flight.
   // `after_step`: the 0-based step after which it waits (for the trace).
@@ -65,7 +65,9 @@ class AsyncCheckpointer {
   struct HostCopy;  // the host copy, reused by every save
 
  private:
-  std::optional<AsyncCheckpointDone> publish(Trainer& trainer, double wait_s);
+  // Collective: the synchronous save's last phase for the save in flight,
+  // whose writer has finished on every rank.
+  std::optional<AsyncCheckpointDone> publish(double wait_s);
 
   const Deck& deck_;
   const std::string resolved_;
