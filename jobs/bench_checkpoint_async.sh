@@ -83,7 +83,7 @@ disk=$(df --output=source,fstype "$OUT" | tail -1 | awk '{print $1 " (" $2 ")"}'
   echo
   echo "Machine: $(hostname -s 2>/dev/null || echo vm), $cpu, $(nproc) cores; $(date -u +%Y-%m-%d);"
   echo "load average $(cat "$OUT/load" 2>/dev/null || echo '?') when the script started (other jobs on the machine)."
-  echo "BLAS and GEMM: $blas."
+  echo "BLAS and GEMM (the 2-rank runs; BLAS threads per rank: node cores / ranks, so 2 at 1 rank): $blas."
   echo
   echo "| ranks | MB | step, no saves (ms) | step, sync saves (ms) | step, async saves (ms) | sync stall per save (ms) | async stall per save (ms; host copy / wait / publication) | async / sync stall | cost per save, sync (ms) | cost per save, async (ms) |"
   echo "|---|---|---|---|---|---|---|---|---|---|"
@@ -108,8 +108,8 @@ Reading the table.
 - Training is not free while the background thread writes: on this 2-core
   VM the writer (HDF5, CRC-32, the kernel's page-cache copy and fsync) takes
   CPU time and memory bandwidth from the ranks, so the steps a write
-  overlaps are slower, and the cost per save, all of it counted, is not
-  smaller than a synchronous save's. With as many ranks as cores there is
+  overlaps are slower, and the cost per save, all of it counted, stays of
+  the order of a synchronous save's (the last two columns). With as many ranks as cores there is
   no idle core for the writer. On GPU nodes, where the host's cores are
   mostly idle during training, the overlap is the point; there the copy is
   a device-to-host copy (not yet into pinned memory, docs/reliability.md).
