@@ -3,8 +3,8 @@
 # end to end under mpirun.
 #   tests/cli/test_checkpoint_async.sh BUILD_DIR
 # An asynchronous run saves bitwise what a synchronous one saves (the same
-# digests), and its trace shows each host copy (CKPT_STAGE) and the waits
-# (CKPT_WAIT). A rank killed at each phase of the background write
+# digests), its trace shows each host copy (CKPT_STAGE) and the waits
+# (CKPT_WAIT), and metrics.h5 counts the host copy (checkpoint_staging). A rank killed at each phase of the background write
 # (PIPETRAIN_TEST_ASYNC_SAVE_FAULT=RANK:STEP:PHASE: staged, written, fsynced
 # on rank 1; bound and published on rank 0, whose phases they are) leaves `latest` on the previous checkpoint (or, once
 # published, on this one), and --resume continues bit for bit with a complete
@@ -52,6 +52,16 @@ for r, ev in enumerate(t.events):
 PY
 }
 check "the trace holds each host copy and the final wait" trace_counts
+staging_rows() {
+  "$py" - "$tmp/async/metrics.h5" "$tmp/sync/metrics.h5" > "$tmp/py.out" 2>&1 <<'PY'
+import sys, h5py, numpy as np
+with h5py.File(sys.argv[1]) as a, h5py.File(sys.argv[2]) as s:
+    staged = a["peak_bytes_checkpoint_staging"][:]
+    assert np.all(staged[:2] == 0) and np.all(staged[2:] > 0), f"async staging bytes {staged}"
+    assert np.all(s["peak_bytes_checkpoint_staging"][:] == 0), "sync saves stage nothing"
+PY
+}
+check "metrics.h5 counts the host copy from the first save on" staging_rows
 
 # A kill at each phase of the background write of the step-4 checkpoint.
 for fault in 1:staged 1:written 1:fsynced 0:bound 0:published; do
