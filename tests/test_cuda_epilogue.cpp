@@ -1,7 +1,8 @@
 // test_cuda_epilogue.cpp: the CUDA backend's linear_forward, one cuBLASLt
-// matmul with the bias, or bias and GELU, in its epilogue (issue #42;
-// src/cuda/gemm_epilogue.cpp), against the CPU backend in the same
-// precision. Prints each comparison's relative error and tolerance; fails
+// matmul with the bias, or bias and GELU, in its epilogue, and its
+// linear_backward_input through a GELU, one matmul with the DGELU epilogue
+// (issue #42; src/cuda/gemm_epilogue.cpp), against the CPU backend in the
+// same precision. Prints each comparison's relative error and tolerance; fails
 // without a GPU only under PIPETRAIN_REQUIRE_GPU=1 (the GPU check).
 //
 // What is asserted: y (x w^T + bias, GELU's input) within one GEMM's
@@ -11,6 +12,9 @@
 // that a shape it does not apply to (an output width that is no multiple of
 // 8, with GELU) runs the separate kernels, bitwise; and that a shape's
 // results are bitwise the same from call to call (one cached algorithm).
+// For the backward: dx = GELU'(u) * (dy w) within one GEMM's tolerance of
+// the CPU, the DGELU form counted where it applies, and an input width that
+// is no multiple of 8 bitwise the GEMM followed by gelu_backward.
 #include <gtest/gtest.h>
 
 #include <memory>
@@ -110,6 +114,65 @@ TEST(CudaEpilogue, UnalignedWidthRunsTheSeparateKernelsBitwise) {
   be->gelu_forward(y2, g2);
   EXPECT_TRUE(test::same_bits(host(y), host(y2)));
   EXPECT_TRUE(test::same_bits(host(g), host(g2)));
+}
+
+struct GradCase {
+  int64_t rows, in, out;
+};
+
+// dx = GELU'(u) * (dy w) on the GPU against the CPU's composition.
+void compare_grad_with_cpu(const GradCase& c, Precision p) {
+  const Tensor dy = random_host({c.rows, c.out}, 21), w = random_host({c.out, c.in}, 22, 0.1f);
+  const Tensor u = random_host({c.rows, c.in}, 23);
+  Tensor dx = host_empty({c.rows, c.in});
+  make_cpu_backend(p)->linear_backward_input(dy, w, dx, &u);
+  auto be = cuda_backend(p);
+  const Tensor gdy = gpu(dy), gw = gpu(w), gu = gpu(u);
+  Tensor gdx = device_empty(dx.shape());
+  be->linear_backward_input(gdy, gw, gdx, &gu);
+  expect_close(gdx, dx, gemm_tol(p),
+               std::string("dgelu ") + kind_name(p) + " " + std::to_string(c.rows) + "x" +
+                   std::to_string(c.out) + "->" + std::to_string(c.in));
+}
+
+TEST(CudaEpilogue, GeluInputGradientAgainstTheCpuInEveryPrecision) {
+  PT_REQUIRE_GPU();
+  for (Precision p : {Precision::Fp32, Precision::Tf32, Precision::Bf16, Precision::Fp16})
+    for (const GradCase& c : {GradCase{37, 96, 64}, GradCase{64, 256, 128}, GradCase{33, 70, 40}})
+      compare_grad_with_cpu(c, p);
+}
+
+TEST(CudaEpilogue, GeluInputGradientFusedWhereItApplies) {
+  PT_REQUIRE_GPU();
+  auto be = cuda_backend(Precision::Bf16);
+  const Tensor dy = gpu(random_host({64, 128}, 24)), w = gpu(random_host({128, 256}, 25, 0.1f));
+  const Tensor u = gpu(random_host({64, 256}, 26));
+  Tensor dx = device_empty({64, 256});
+  const cuda::LinearEpilogueCounts before = cuda::linear_epilogue_counts();
+  be->linear_backward_input(dy, w, dx, &u);
+  const cuda::LinearEpilogueCounts after = cuda::linear_epilogue_counts();
+  std::printf("  dgelu fused %lld, unfused %lld (of 1 aligned call)\n",
+              static_cast<long long>(after.dgelu_fused - before.dgelu_fused),
+              static_cast<long long>(after.dgelu_unfused - before.dgelu_unfused));
+  EXPECT_EQ(after.dgelu_fused - before.dgelu_fused, 1)
+      << "cuBLASLt offered no DGELU form for bf16 64x128->256";
+}
+
+// In = 70: the auxiliary input's leading dimension is no multiple of 8, so
+// the backend runs the GEMM and gelu_backward.
+TEST(CudaEpilogue, GeluInputGradientUnalignedRunsTheSeparateKernelsBitwise) {
+  PT_REQUIRE_GPU();
+  auto be = cuda_backend(Precision::Fp32);
+  const Tensor dy = gpu(random_host({33, 40}, 27)), w = gpu(random_host({40, 70}, 28, 0.1f));
+  const Tensor u = gpu(random_host({33, 70}, 29));
+  Tensor dx = device_empty({33, 70});
+  const cuda::LinearEpilogueCounts before = cuda::linear_epilogue_counts();
+  be->linear_backward_input(dy, w, dx, &u);
+  EXPECT_EQ(cuda::linear_epilogue_counts().dgelu_unfused - before.dgelu_unfused, 1);
+  Tensor dgelu = device_empty({33, 70}), dx2 = device_empty({33, 70});
+  be->matmul(dy, false, w, false, dgelu, 1.f, 0.f);
+  be->gelu_backward(u, dgelu, dx2);
+  EXPECT_TRUE(test::same_bits(host(dx), host(dx2)));
 }
 
 TEST(CudaEpilogue, RepeatedCallsAreBitwiseIdentical) {

@@ -67,6 +67,29 @@ TEST(KernelShapes, LinearForwardChecksAndComposes) {
   EXPECT_EQ(0, std::memcmp(g.raw(), g2.raw(), g.bytes()));
 }
 
+// linear_backward_input (a Linear layer's input gradient, through a GELU
+// when given its input, which CUDA fuses): shapes checked once; on the CPU
+// the GEMM and gelu_backward in turn, bit for bit.
+TEST(KernelShapes, LinearBackwardInputChecksAndComposes) {
+  Backend& be = cpu_backend();
+  Tensor dy = t({4, 5}), w = t({5, 3}), dx = t({4, 3}), u = t({4, 3});
+  expect_refused([&] { be.linear_backward_input(dy, t({5, 2}), dx); },
+                 "linear_backward_input shapes: dy (4, 5), w (5, 2) (out, in), dx (4, 3)");
+  Tensor small_u = t({4, 2});
+  expect_refused([&] { be.linear_backward_input(dy, w, dx, &small_u); },
+                 "linear_backward_input: gelu_input (4, 2) has 8 elements, dx (4, 3) has 12");
+  for (int64_t i = 0; i < dy.numel(); ++i) dy.f32()[i] = 0.25f * static_cast<float>(i) - 2.f;
+  for (int64_t i = 0; i < w.numel(); ++i) w.f32()[i] = 0.1f * static_cast<float>(i % 7) - 0.3f;
+  for (int64_t i = 0; i < u.numel(); ++i) u.f32()[i] = 0.4f * static_cast<float>(i) - 2.f;
+  be.linear_backward_input(dy, w, dx, &u);
+  Tensor dgelu = t({4, 3}), dx2 = t({4, 3}), plain = t({4, 3});
+  be.matmul(dy, false, w, false, dgelu, 1.f, 0.f);
+  be.gelu_backward(u, dgelu, dx2);
+  EXPECT_EQ(0, std::memcmp(dx.raw(), dx2.raw(), dx.bytes()));
+  be.linear_backward_input(dy, w, plain);
+  EXPECT_EQ(0, std::memcmp(plain.raw(), dgelu.raw(), plain.bytes()));
+}
+
 TEST(KernelShapes, LossesCheckTheirGradients) {
   Backend& be = cpu_backend();
   Tensor pred = t({2, 3}), target = t({2, 3}), dpred = t({2, 4});

@@ -1,5 +1,6 @@
 // driver.cpp: the `train` and `validate` commands, and the start of every
-// command (`profile` runs in src/app/profile_command.cpp).
+// command (`profile` runs in src/app/profile_command.cpp, `sample` in
+// src/app/sample_command.cpp).
 //
 // Rank 0 reads and checks the deck, creates the output directory and
 // broadcasts either the resolved deck or the error text, so every rank agrees
@@ -12,10 +13,12 @@
 // each replica's pipeline trains its share of the batch, replica 0 writes the
 // checkpoints, every replica loads them (docs/data-parallel.md).
 #include "pipetrain/app/driver.hpp"
+#include "pipetrain/app/auto_plan.hpp"
 #include "pipetrain/app/blas_report.hpp"
 #include "pipetrain/app/run_plan.hpp"
 #include "pipetrain/app/run_state.hpp"
 #include "pipetrain/app/rebalance_log.hpp"
+#include "pipetrain/app/sample_command.hpp"
 #include "pipetrain/runtime/speed_probe.hpp"
 
 #include <algorithm>
@@ -90,16 +93,18 @@ bool load_deck(const World& w, const CommandLine& cli, Deck& deck) {
       set_wait_limit(deck.pipeline.timeout_s);  // the others learn it from the broadcast
       // `plan` without a D or a stage count weighs every P x D grid of the
       // ranks, each checked by the planner; everything else runs one grid.
-      const bool every_grid = cli.command == "plan" && deck.pipeline.stages == 0 &&
-                              deck.data_parallel.replicas == 0;
-      if (!every_grid) {
+      const bool every_grid = cli.command == "plan" && !deck.pipeline.auto_plan &&
+                              deck.pipeline.stages == 0 && deck.data_parallel.replicas == 0;
+      // `sample` runs one stage per rank, whatever the deck's layout, and reads no data.
+      const bool sample = cli.command == "sample";
+      if (!every_grid && !sample) {
         const DeckLayout layout = resolve_deck_layout(deck, cli.ranks > 0 ? cli.ranks : w.size);
         deck.data_parallel.replicas = layout.data_parallel;  // resolved: every rank and the outputs see D
         validate_schedule(schedule_for_deck(deck, layout.pipeline_ranks), comm_semantics_of(deck.pipeline.transport, deck.training.device));
       }
       // `plan --device` neither reads data nor computes: it plans on a description.
       const bool runs_here = !(cli.command == "plan" && !cli.device.empty());
-      if (runs_here) check_data_files(deck);
+      if (runs_here && !sample) check_data_files(deck);
       if (runs_here && deck.training.device == DeviceKind::Cuda && !cuda_available_in_build())
         throw InputError(deck.where("training.device") +
                          " = \"cuda\": this build has no CUDA backend; build with `make cuda` "
@@ -350,17 +355,45 @@ void log_step(const Deck& deck, const StepRecord& rec, bool last, Progress& p, M
   }
 }
 
-int run_train(const World& w, const CommandLine& cli, const Deck& deck) {
+// pipeline.auto's choice, for metrics.h5.
+struct AutoRecord {
+  std::string choice;            // plan_choice_text, or how a resume kept it
+  double predicted_step_s = 0.0;  // 0 on a resume (nothing measured)
+  int64_t plans_weighed = 0;
+};
+
+// The deck the run trains: as written, or with pipeline.auto's choice in it
+// (app/auto_plan.hpp; a resume keeps the choice the run's deck.resolved.toml holds).
+Deck deck_to_run(const World& w, const CommandLine& cli, const Deck& written, const ProcessGrid& grid,
+                 const ComputeResources& compute, AutoRecord& record) {
+  if (!written.pipeline.auto_plan) return written;
+  const std::string earlier = cli.resume.empty() ? "" : written.output.dir + "/deck.resolved.toml";
+  AutoChoice choice;
+  Deck deck = choose_auto_plan(written, w.comm, grid.pipeline(), compute, earlier, &choice);
+  if (choice.chosen >= 0) {
+    const PlanRow& row = choice.table.rows[static_cast<size_t>(choice.chosen)];
+    record.choice = plan_choice_text(row);
+    record.predicted_step_s = row.step_time_s;
+    record.plans_weighed = static_cast<int64_t>(choice.table.rows.size());
+  } else {
+    record.choice = "kept on resume from " + earlier;
+  }
+  return deck;
+}
+
+int run_train(const World& w, const CommandLine& cli, const Deck& written) {
   // A stop signal is recorded from the start of main (block_stop_signals):
   // one that arrives during the start-up (profile, restore) stops the run
   // after its first step.
-  BlasThreadsChoice blas = choose_blas_threads(deck.training.blas_threads, w.comm);
-  set_cpu_gemm(deck.training.cpu_gemm);
+  BlasThreadsChoice blas = choose_blas_threads(written.training.blas_threads, w.comm);
+  set_cpu_gemm(written.training.cpu_gemm);
   set_blas_threads(blas.threads);
   choose_wait_mode();
   const BlasReport blas_report = gather_blas_report(w.comm, w.blas_note);
-  ComputeResources compute = make_compute_resources(deck, w.comm);
-  const ProcessGrid grid(w.comm, static_cast<int>(data_parallel_size(deck)));
+  ComputeResources compute = make_compute_resources(written, w.comm);
+  const ProcessGrid grid(w.comm, static_cast<int>(data_parallel_size(written)));
+  AutoRecord auto_record;
+  const Deck deck = deck_to_run(w, cli, written, grid, compute, auto_record);
   RunPlan plan = prepare_run_plan(deck, grid.pipeline(), compute);
   // A named strategy's counts, the same in every replica (the deck keeps the name).
   const std::vector<int64_t> partition = share_partition(grid, starting_partition(deck, plan));
@@ -388,6 +421,11 @@ int run_train(const World& w, const CommandLine& cli, const Deck& deck) {
     std::string policies;
     for (const auto& c : trainer.recompute_choices()) policies += (policies.empty() ? "" : ",") + c.policy;
     metrics.set_attribute("recompute", policies);
+    if (written.pipeline.auto_plan) {
+      metrics.set_attribute("auto_choice", auto_record.choice);
+      metrics.set_attribute("auto_predicted_step_s", auto_record.predicted_step_s);
+      metrics.set_attribute("auto_plans_weighed", std::vector<int64_t>{auto_record.plans_weighed});
+    }
     print_run_plan(plan, deck);
     record_run_plan(plan, deck, trainer.partition(), metrics);
     save_run_profile(plan, deck, resolved);
@@ -406,6 +444,8 @@ int run_train(const World& w, const CommandLine& cli, const Deck& deck) {
                 plan.prediction.step_time_s * 1e3);
   progress.first_step = restore(w, grid, cli, deck, resolved, trainer);
   if (progress.first_step < 0) return 2;
+  TrainingSamples samples;  // output.sample_every: the tokenizer and prompt
+  if (!prepare_training_samples(w, deck, samples)) return 2;
   if (progress.first_step >= deck.training.steps) {
     if (w.rank == 0) std::printf("nothing to train: the checkpoint is at step %lld of training.steps = %lld\n",
                                  static_cast<long long>(progress.first_step),
@@ -428,6 +468,7 @@ int run_train(const World& w, const CommandLine& cli, const Deck& deck) {
     const bool moved = rebalance_after_step(w.rank, deck, trainer, step, rec);
     if (rec.schedule_placed) report_schedule_placement(w.rank, plan, deck, trainer, rec, metrics);
     if (w.rank == 0) log_step(deck, rec, last, progress, metrics);  // beside the prediction it ran under
+    print_training_sample(w, deck, trainer, samples, step);
     if (rec.schedule_placed && plan.measured) {
       progress.predicted_step_s = plan.prediction.step_time_s;
       count_from_placement(progress);
@@ -486,6 +527,7 @@ int run_command(const World& w, const CommandLine& cli) {
     if (cli.command == "validate") return run_validate(w, cli, deck);
     if (cli.command == "profile") return run_profile(w.comm, cli, deck, w.blas_note);
     if (cli.command == "plan") return run_plan(w.comm, cli, deck, w.blas_note);
+    if (cli.command == "sample") return run_sample(w, cli, deck);
     return run_train(w, cli, deck);
   } catch (const std::exception& e) {
     abort_job(w, e.what());

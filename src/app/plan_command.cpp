@@ -17,6 +17,7 @@
 #include <algorithm>
 #include <cstdio>
 
+#include "pipetrain/app/auto_plan.hpp"
 #include "pipetrain/app/blas_report.hpp"
 #include "pipetrain/app/profile_command.hpp"
 #include "pipetrain/base/error.hpp"
@@ -65,11 +66,6 @@ GptSpec gpt_spec_of(const Deck& deck, const std::string& device) {
   return g;
 }
 
-double node_memory_bytes() {
-  const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGE_SIZE);
-  return pages > 0 && page > 0 ? static_cast<double>(pages) * static_cast<double>(page) : 0.0;
-}
-
 PlanRequest request_for(const Deck& deck, const CommandLine& cli, int stages) {
   PlanRequest r;
   r.num_stages = stages;
@@ -112,58 +108,6 @@ PlanTable plan_from_file(const Deck& deck, const CommandLine& cli, PlanRequest r
   return rank_plans([&](int64_t) { return profile; }, {profile.link}, request);
 }
 
-// Collective: one brief profile per micro-batch size, on every rank at once.
-// Each profile's link goes into `links` before rank_plans simulates with it
-// (it asks for a micro-batch count's profile before planning its points).
-PlanTable plan_measured(const Deck& deck, const CommandLine& cli, const PlanRequest& request,
-                        MPI_Comm comm, const ComputeResources& compute, Backend& be) {
-  const ProfileOptions options = options_for(cli, compute, ProfileOptions::brief());
-  std::vector<LinkCost> links(1);
-  const auto profile_for = [&](int64_t rows) {
-    BatchSplit split;  // `rows` is already one replica's micro-batch
-    split.batch_size = deck.training.batch_size;
-    split.micro_batches = deck.training.batch_size / rows;
-    ModelProfile p = profile_model(deck, split, be, comm, options);
-    links[0] = p.link;
-    return p;
-  };
-  if (request.data_parallel == 0)  // every P x D grid of the ranks, replicas over the measured link
-    return rank_grid_plans(profile_for, [&](int) { return links; },
-                           [&](int, int) { return links[0]; }, request, request.num_stages);
-  PlanRequest r = request;  // a fixed D: the replicas' link is the measured one
-  r.replica_link = links[0];
-  return rank_plans(profile_for, links, r);
-}
-
-// The deck's recompute policy as the plans name it: "selective" is weighed
-// as "none" where it drops nothing (request_for), and said so.
-std::string planned_recompute(const Deck& deck, std::string* text) {
-  const std::string& policy = deck.pipeline.recompute;
-  const bool same_as_none = policy == "selective" && !selective_recompute_drops(deck.model);
-  *text = policy + (same_as_none ? " (= none for this model)" : "");
-  return same_as_none ? "none" : policy;
-}
-
-// The deck's own point in the table: its schedule, N, recompute and partition.
-std::string deck_rank(const Deck& deck, const PlanTable& table) {
-  const PartitionStrategy strategy = deck.pipeline.partition_strategy;
-  std::string recompute_text;
-  const std::string recompute = planned_recompute(deck, &recompute_text);
-  const std::string point = std::string("the deck as written (") + kind_name(deck.pipeline.schedule) +
-                            ", N=" + std::to_string(deck.pipeline.micro_batches) + ", recompute " +
-                            recompute_text + ", partition " + kind_name(strategy) + ")";
-  for (size_t i = 0; i < table.rows.size(); ++i) {
-    const PlanRow& r = table.rows[i];
-    const bool same_partition = strategy == PartitionStrategy::Explicit
-                                    ? r.units_per_stage == deck.pipeline.partition
-                                    : strategy_of(r.partition) == strategy;
-    if (r.data_parallel == data_parallel_size(deck) && r.schedule == kind_name(deck.pipeline.schedule) &&
-        r.micro_batches == deck.pipeline.micro_batches && r.recompute == recompute && same_partition)
-      return point + " ranks " + std::to_string(i + 1) + " of " + std::to_string(table.rows.size());
-  }
-  return point + " is not among the plans weighed";
-}
-
 }  // namespace
 
 int run_plan(MPI_Comm comm, const CommandLine& cli, const Deck& deck, const std::string& blas_note) {
@@ -176,10 +120,16 @@ int run_plan(MPI_Comm comm, const CommandLine& cli, const Deck& deck, const std:
   // data_parallel = 0 here); else the deck's D on ranks / D stages.
   const int ranks = cli.ranks > 0 ? cli.ranks : size;
   // (Values, not where they were set: every rank sees the same resolved deck.)
-  const bool every_grid = deck.data_parallel.replicas == 0 && deck.pipeline.stages == 0;
+  // pipeline.auto keeps the grid (the run does), so its plans are on one.
+  const bool every_grid = !deck.pipeline.auto_plan && deck.data_parallel.replicas == 0 &&
+                          deck.pipeline.stages == 0;
   const int d = every_grid ? 1 : static_cast<int>(data_parallel_size(deck));
   const int stages = every_grid ? ranks : ranks / d;
-  PlanRequest request = request_for(deck, cli, stages);
+  // pipeline.auto: the request a run would weigh, and the choice it would take.
+  const bool auto_plan = deck.pipeline.auto_plan && !every_grid;
+  const Deck open = auto_plan ? with_open_keys_of_rank0(deck, comm) : deck;
+  PlanRequest request = auto_plan ? auto_plan_request(open, stages, 1.0) : request_for(deck, cli, stages);
+  if (auto_plan) request.memory_budget_bytes = deck.pipeline.memory_budget_mb * 1024.0 * 1024.0;
   request.data_parallel = every_grid ? 0 : d;
   PlanTable table;
   std::string source;
@@ -200,10 +150,11 @@ int run_plan(MPI_Comm comm, const CommandLine& cli, const Deck& deck, const std:
     const BlasReport report = gather_blas_report(comm, blas_note);
     ComputeResources compute = make_compute_resources(deck, comm);
     Backend& be = compute.setup.backend ? *compute.setup.backend : cpu_backend();
-    if (request.memory_budget_bytes == 0.0) request.memory_budget_bytes = node_memory_bytes() / stages;
+    if (request.memory_budget_bytes == 0.0) request.memory_budget_bytes = plan_budget_bytes(deck, stages);
     if (!cli.profile_path.empty() && request.data_parallel == 0) request.data_parallel = 1;
     if (cli.profile_path.empty()) {
-      table = plan_measured(deck, cli, request, comm, compute, be);
+      table = measure_plans(deck, request, comm, compute,
+                            options_for(cli, compute, ProfileOptions::brief()));
       source = "brief profiles measured now on " + std::to_string(size) + " rank" +
                (size == 1 ? "" : "s") + ", one per micro-batch size (" +
                (compute.kernels.empty() ? blas_info().describe() : compute.kernels) + ")";
@@ -225,7 +176,12 @@ int run_plan(MPI_Comm comm, const CommandLine& cli, const Deck& deck, const std:
                 "gpipe, 1f1b and interleaved; each stage's pass timed at a whole replica batch's "
                 "rows\n");
   std::printf("%s", format_plan_table(table, static_cast<size_t>(cli.top)).c_str());
-  std::printf("%s\n", deck_rank(deck, table).c_str());
+  std::printf("%s\n", deck_rank_text(deck, table).c_str());
+  if (auto_plan && table.best >= 0)
+    std::printf("pipeline.auto: a run of this deck chooses rank %d, %s (on its own profiles)\n",
+                table.best + 1, plan_choice_text(table.rows[static_cast<size_t>(table.best)]).c_str());
+  else if (auto_plan)
+    std::printf("pipeline.auto: a run of this deck stops: no plan fits the budget\n");
   std::fflush(stdout);
   return 0;
 }

@@ -201,6 +201,32 @@ class CudaBackend final : public Backend {
       Backend::do_linear_forward(x, w, bias, y, gelu);
   }
 
+  // With a GELU to differentiate, cuBLASLt's DGELU epilogue where it
+  // applies (gemm_epilogue.hpp); otherwise the GEMM and GELU's backward.
+  void do_linear_backward_input(const Tensor& dy, const Tensor& w, Tensor& dx,
+                                const Tensor* gelu_input) override {
+    if (!gelu_input) {
+      Backend::do_linear_backward_input(dy, w, dx, nullptr);
+      return;
+    }
+    check_on_gpu({&dy, &w, &dx, gelu_input}, "linear_backward_input");
+    GeluInputGradEpilogue e;
+    e.rows = dy.rows();
+    e.in = w.cols();
+    e.out = w.rows();
+    e.dy = in_place_operand(dy);
+    e.w = in_place_operand(w);
+    e.gelu_input = gelu_input->f32();
+    e.dx = dx.f32();
+    DeviceBuffer dy_low, w_low;  // bf16 / fp16 copies, until the GEMM is queued
+    const auto make_operands = [&](GeluInputGradEpilogue& fused) {
+      fused.dy = as_operand(dy, precision_, dy_low);
+      fused.w = as_operand(w, precision_, w_low);
+    };
+    if (!run_gelu_input_grad_epilogue(e, precision_, make_operands))
+      Backend::do_linear_backward_input(dy, w, dx, gelu_input);
+  }
+
   // x as a GEMM operand before any cast: its own storage when it is used as
   // it is (fp32 and tf32, or already in the GEMM's low precision), else a
   // null pointer of the type its cast copy will have.

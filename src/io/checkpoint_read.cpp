@@ -305,6 +305,14 @@ std::string padding_note(const std::string& saved_deck, const Deck& deck) {
 // The checkpoint's parameters against the model the deck builds here.
 void match_model(const std::string& dir, const Inspection& ins, const std::vector<ParamShape>& want,
                  LoadMode mode, const Deck& deck) {
+  // A checkpoint of another model family (an MLP's for a GPT deck) says so
+  // first, not as a list of missing layers.
+  const auto saved = deck_values(ins.deck_text);
+  const auto type = saved.find("model.type");
+  const std::string now = "\"" + deck.model.type + "\"";
+  if (type != saved.end() && type->second != now)
+    unusable(dir, "a checkpoint of a model.type = " + type->second + " model, but the deck's model.type is " +
+                      now + ": load it with the deck it was trained with");
   std::vector<std::string> missing, extra;
   std::map<std::string, bool> wanted;
   for (const ParamShape& p : want) {

@@ -36,6 +36,7 @@ std::string family_choices() {
 bool is_synthetic(const Deck& d) { return d.data.type == DataKind::Synthetic; }
 bool is_markov(const Deck& d) { return d.data.type == DataKind::Markov; }
 bool is_hdf5(const Deck& d) { return d.data.type == DataKind::Hdf5; }
+bool is_gpt(const Deck& d) { return d.model.type == "gpt"; }
 bool is_fp16(const Deck& d) { return d.training.precision == Precision::Fp16; }
 bool is_half(const Deck& d) {
   return d.training.precision == Precision::Bf16 || d.training.precision == Precision::Fp16;
@@ -118,6 +119,7 @@ const std::vector<KeySpec> kDeckKeys = {
     {"pipeline", "recompute_stages", PT_FIELD(pipeline.recompute_stages), any(), nullptr, "per-stage recompute policies, one per stage; [] = pipeline.recompute everywhere", PT_ALWAYS},
     {"pipeline", "memory_budget_mb", PT_FIELD(pipeline.memory_budget_mb), at_least(0), nullptr, "per-stage memory budget (MiB) for recompute = \"auto\" and partition = \"balanced\"; 0 = none", PT_ALWAYS},
     {"pipeline", "transport", PT_FIELD(pipeline.transport), any(), nullptr, "activation/gradient exchange: cpu: auto = mpi, or nccl_model (MPI with NCCL's semantics); cuda: auto picks nccl unless ranks share a GPU, or mpi_staged", PT_ALWAYS},
+    {"pipeline", "auto", PT_FIELD(pipeline.auto_plan), any(), nullptr, "choose at start, from brief profiles, the fastest plan within the memory budget for what the deck leaves open: schedule, micro_batches, recompute, partition (docs/planner.md); keys the deck sets are kept", PT_ALWAYS},
     {"pipeline", "timeout_s", PT_FIELD(pipeline.timeout_s), above(0), nullptr, "seconds a rank waits for a peer before aborting", PT_ALWAYS},
     {"data_parallel", "replicas", PT_FIELD(data_parallel.replicas), between(0, 1 << 16), nullptr, "data-parallel replicas D of the pipeline (ranks = pipeline ranks x D, docs/data-parallel.md); 0 = ranks / pipeline.stages, or 1 when pipeline.stages = 0", PT_ALWAYS},
     {"data_parallel", "reduction", PT_FIELD(data_parallel.reduction), any(), nullptr, "how the replicas' gradients are summed: replica (each replica's sum, added in replica order: bitwise across P at one D) or ordered (each micro-batch's gradient, added in global micro-batch order: bitwise across every P x D with the same micro-batch size; costs micro-batch copies of the gradients)", PT_ALWAYS},
@@ -136,6 +138,9 @@ const std::vector<KeySpec> kDeckKeys = {
     {"output", "checkpoint_keep", PT_FIELD(output.checkpoint_keep), between(1, 1000000), nullptr, "newest checkpoints kept", PT_ALWAYS},
     {"output", "checkpoint_dir", PT_FIELD(output.checkpoint_dir), any(), nullptr, "checkpoint directory; \"\" = <dir>/checkpoints", PT_ALWAYS},
     {"output", "checkpoint_async", PT_FIELD(output.checkpoint_async), any(), nullptr, "copy each checkpoint into host memory and write it on a background thread while training goes on", PT_ALWAYS},
+    {"output", "sample_every", PT_FIELD(output.sample_every), at_least(0), nullptr, "print text the model generates from output.sample_prompt every k steps (docs/sampling.md); 0 = off", is_gpt, "model.type = \"gpt\""},
+    {"output", "sample_prompt", PT_FIELD(output.sample_prompt), any(), nullptr, "the prompt of those samples; \"\" = \"The\" (token 0 for a deck without a tokenizer)", is_gpt, "model.type = \"gpt\""},
+    {"output", "sample_tokens", PT_FIELD(output.sample_tokens), between(1, 1 << 16), nullptr, "tokens generated per sample", is_gpt, "model.type = \"gpt\""},
 };
 
 #undef PT_FIELD

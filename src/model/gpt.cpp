@@ -91,9 +91,11 @@ struct Dense {
     return y;
   }
   // Adds dW = dy^T x and db = column sums of dy, or, with `defer`, appends
-  // x and dy to it for weights(); returns dx (rows, in).
+  // x and dy to it for weights(); returns dx (rows, in). When x = GELU(u),
+  // `gelu_input` = u (rows, in) makes it return the gradient at u instead
+  // (the backend may fuse GELU's backward into the GEMM: cuBLASLt).
   Tensor backward(Backend& be, const Tensor& x, const Tensor& dy,
-                  std::vector<Tensor>* defer = nullptr) {
+                  std::vector<Tensor>* defer = nullptr, const Tensor* gelu_input = nullptr) {
     if (defer) {
       defer->push_back(x);
       defer->push_back(dy);
@@ -101,7 +103,7 @@ struct Dense {
       weights(be, x, dy);
     }
     Tensor dx = activation(be, x.shape());
-    be.matmul(dy, false, weight_operand(be, weight), false, dx, 1.f, 0.f);
+    be.linear_backward_input(dy, weight_operand(be, weight), dx, gelu_input);
     return dx;
   }
   void weights(Backend& be, const Tensor& x, const Tensor& dy) {
@@ -329,9 +331,7 @@ class GptBlock final : public Layer {
     PT_CHECK(saved.size() == kBlockSavedCount, "block backward needs forward's saved tensors");
     const Tensor& x1 = saved[kX1];
     // MLP branch: y = x1 + mlp_proj(gelu(fc(ln2(x1)))).
-    Tensor dgelu = mlp_proj_.backward(be, saved[kGeluOut], dy, defer);  // (mb, T, R*C)
-    Tensor dfc = Tensor::empty(dgelu.shape(), DType::F32, MemCategory::Workspace, be.device());
-    be.gelu_backward(saved[kFcOut], dgelu, dfc);            // (mb, T, R*C)
+    Tensor dfc = mlp_proj_.backward(be, saved[kGeluOut], dy, defer, &saved[kFcOut]);  // (mb, T, R*C)
     Tensor dln2 = fc_.backward(be, saved[kLn2Out], dfc, defer);  // (mb, T, C)
     Tensor dx1 = ln2_.backward(be, x1, saved[kLn2Mean], saved[kLn2Rstd], dln2);
     be.add(dx1, dy, dx1);  // + the residual path

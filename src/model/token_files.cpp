@@ -171,19 +171,27 @@ class TokenFile {
     tag.kind = string_attribute(dset_, "tokenizer");
     tag.sha256 = string_attribute(dset_, "tokenizer_sha256");
     tag.vocab_size = int_attribute(dset_, "vocab_size");
-    if (H5Lexists(file_, "tokenizer_json", H5P_DEFAULT) > 0) {
-      hid_t json = H5Dopen2(file_, "tokenizer_json", H5P_DEFAULT);
-      if (json >= 0) {
-        hid_t space = H5Dget_space(json);
-        const hssize_t n = H5Sget_simple_extent_npoints(space);
-        std::string bytes(static_cast<size_t>(std::max<hssize_t>(n, 0)), '\0');
-        if (n >= 0 && (n == 0 || H5Dread(json, H5T_NATIVE_UINT8, H5S_ALL, H5S_ALL, H5P_DEFAULT, bytes.data()) >= 0))
-          tag.stored_sha256 = sha256_hex(bytes);
-        H5Sclose(space);
-        H5Dclose(json);
-      }
-    }
+    if (const std::optional<std::string> bytes = tokenizer_json()) tag.stored_sha256 = sha256_hex(*bytes);
     return tag;
+  }
+
+  // The bytes of the file's tokenizer_json dataset; none when it has none
+  // (or it cannot be read).
+  std::optional<std::string> tokenizer_json() const {
+    Hdf5Lock lock;
+    QuietHdf5 quiet;
+    if (H5Lexists(file_, "tokenizer_json", H5P_DEFAULT) <= 0) return std::nullopt;
+    hid_t json = H5Dopen2(file_, "tokenizer_json", H5P_DEFAULT);
+    if (json < 0) return std::nullopt;
+    std::optional<std::string> out;
+    hid_t space = H5Dget_space(json);
+    const hssize_t n = H5Sget_simple_extent_npoints(space);
+    std::string bytes(static_cast<size_t>(std::max<hssize_t>(n, 0)), '\0');
+    if (n >= 0 && (n == 0 || H5Dread(json, H5T_NATIVE_UINT8, H5S_ALL, H5S_ALL, H5P_DEFAULT, bytes.data()) >= 0))
+      out = std::move(bytes);
+    H5Sclose(space);
+    H5Dclose(json);
+    return out;
   }
 
   void read(int64_t start, int64_t count, int32_t* out) const { read_as(start, count, H5T_NATIVE_INT32, out); }
@@ -491,6 +499,17 @@ void check_token_data(const DataSetConfig& config) {
   if (config.data.eval_path.empty() && config.data.eval_path_list.empty()) return;
   const std::vector<TokenFileRef> eval = token_files(config, Split::Eval);
   check_split(config, eval, split_label(config, Split::Eval, eval.size()), reference);
+}
+
+StoredTokenizer stored_tokenizer(const DataSetConfig& config) {
+  const std::vector<TokenFileRef> files = token_files(config, Split::Train);
+  const TokenFile file(files.front().path, config.data.dataset, files.front().at);
+  const TokenizerTag tag = file.tokenizer();
+  StoredTokenizer out;
+  out.kind = tag.kind.value_or("");
+  out.json = file.tokenizer_json().value_or("");
+  out.at = files.front().at;
+  return out;
 }
 
 void check_token_file(const DataSetConfig& config, const std::string& path, const std::string& deck_key) {

@@ -134,8 +134,10 @@ PlanRow plan_point(const ModelProfile& profile, const Schedule& schedule,
   const double budget = objective == PartitionObjective::Balanced ? request.memory_budget_bytes : 0.0;
   PartitionSetup setup{schedule.num_stages, in_flight, {PlanRecompute::parse(recompute)}, budget, {}};
   PartitionResult part;
+  row.fixed_partition = !request.fixed_partition.empty();
   try {
-    part = solve_partition(profile, objective, setup);
+    part = row.fixed_partition ? evaluate_partition(profile, request.fixed_partition, setup)
+                               : solve_partition(profile, objective, setup);
   } catch (const MemoryBudgetError& e) {
     row.step_time_s = std::numeric_limits<double>::infinity();
     row.note = e.what();
@@ -200,7 +202,7 @@ std::string row_text(const PlanRow& r, size_t rank) {
   std::snprintf(buf, sizeof buf, "%4zu %4dx%-4d %9.4g  %-11s %5d %5lld  %-9s %-8s %12.5g %10.5g %6.3f %12s  %-4s %6.3f  ",
                 rank + 1, r.num_stages, r.data_parallel, r.reduction_s * 1e3, r.schedule.c_str(), r.micro_batches,
                 static_cast<long long>(r.micro_batch_size), r.recompute.c_str(),
-                objective_name(r.partition), r.step_time_s * 1e3, r.throughput_samples_per_s,
+                r.fixed_partition ? "explicit" : objective_name(r.partition), r.step_time_s * 1e3, r.throughput_samples_per_s,
                 r.bubble, plan_text::size(r.max_peak_bytes).c_str(), r.fits ? "yes" : "no", r.plan_s);
   return buf + (r.units_per_stage.empty() ? std::string("-") : plan_text::list(r.units_per_stage));
 }
@@ -229,6 +231,9 @@ PlanTable rank_plans(const ProfileForMicroBatch& profile_for, const std::vector<
       const std::clock_t generation_cpu = std::clock();
       if (!schedule_accepts(name, request.num_stages, n)) continue;
       Schedule schedule = generate_schedule(name, request.num_stages, n, request.virtual_stages);
+      if (!request.fixed_partition.empty() &&
+          request.fixed_partition.size() != static_cast<size_t>(schedule.num_stages))
+        continue;  // the fixed counts are for another number of stages
       const bool step = request.weight_grad == WeightGradKind::Step && !splits_backward(schedule);
       if (step) schedule = with_step_weight_grads(schedule);
       const std::vector<int> in_flight = schedule_in_flight(schedule);

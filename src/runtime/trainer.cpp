@@ -3,6 +3,8 @@
 // is repartition.cpp.
 #include "pipetrain/runtime/trainer.hpp"
 
+#include "pipetrain/runtime/sampler.hpp"
+
 namespace pt {
 
 Trainer::Trainer(const Deck& deck, MPI_Comm comm, ComputeSetup setup)
@@ -44,6 +46,20 @@ std::vector<std::vector<TraceEvent>> Trainer::gather_trace() {
 
 std::vector<float> Trainer::gather_parameters() {
   return run_->collectives->gather_parameters(run_->stages);
+}
+
+std::vector<int32_t> Trainer::sample(const std::vector<int32_t>& prompt, const SampleSettings& settings,
+                                     int64_t vocab) {
+  SamplePipeline p;
+  for (StageModel& st : run_->stages) p.stages.push_back(&st);
+  const Schedule& s = run_->schedules.train;
+  for (int st = 0; st < s.num_stages; ++st) p.stage_rank.push_back(stage_rank(s, st));
+  p.backend = &run_->backend;
+  p.transport = run_->transport.get();
+  p.comm = run_->place.pipeline;
+  p.seq_len = run_->settings.model.gpt.seq_len;
+  p.vocab = vocab;
+  return generate(p, prompt, settings);
 }
 
 }  // namespace pt

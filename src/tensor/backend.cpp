@@ -68,6 +68,28 @@ void Backend::do_linear_forward(const Tensor& x, const Tensor& w, const Tensor* 
   if (gelu) do_gelu_forward(y, *gelu);
 }
 
+void Backend::linear_backward_input(const Tensor& dy, const Tensor& w, Tensor& dx,
+                                    const Tensor* gelu_input) {
+  operand_dtype_ok("linear_backward_input", "dy", dy, *this);
+  operand_dtype_ok("linear_backward_input", "w", w, *this);
+  PT_CHECK(dy.cols() == w.rows() && dx.rows() == dy.rows() && dx.cols() == w.cols(),
+           "linear_backward_input shapes: dy " + shape_string(dy.shape()) + ", w " +
+               shape_string(w.shape()) + " (out, in), dx " + shape_string(dx.shape()));
+  if (gelu_input) same_numel("linear_backward_input", "gelu_input", *gelu_input, "dx", dx);
+  do_linear_backward_input(dy, w, dx, gelu_input);
+}
+
+void Backend::do_linear_backward_input(const Tensor& dy, const Tensor& w, Tensor& dx,
+                                       const Tensor* gelu_input) {
+  if (!gelu_input) {
+    do_matmul(dy, false, w, false, dx, 1.f, 0.f);
+    return;
+  }
+  Tensor dgelu = Tensor::empty(dx.shape(), DType::F32, MemCategory::Workspace, device());
+  do_matmul(dy, false, w, false, dgelu, 1.f, 0.f);  // the gradient at the GELU's output
+  do_gelu_backward(*gelu_input, dgelu, dx);
+}
+
 void Backend::round_to(const Tensor& src, Tensor& dst) {
   PT_CHECK(src.dtype() == DType::F32, std::string("round_to: src ") + shape_string(src.shape()) +
                                           " is " + dtype_name(src.dtype()) + ", not f32");

@@ -1,4 +1,4 @@
-// driver.hpp: the commands of the pipetrain executable (train, validate, profile).
+// driver.hpp: the commands of the pipetrain executable (train, validate, profile, plan, sample).
 #pragma once
 
 #include <mpi.h>

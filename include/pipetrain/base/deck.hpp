@@ -108,6 +108,10 @@ struct PipelineConfig {
   // Activation/gradient exchange. CPU: "auto" (= "mpi") | "mpi" | "nccl_model"
   // (MPI with NCCL's semantics); CUDA: "auto" | "nccl" | "mpi_staged".
   TransportKind transport = TransportKind::Auto;
+  // pipeline.auto: at start, the run takes the planner's fastest plan within
+  // the memory budget for the keys above the deck does not set (schedule,
+  // micro_batches, recompute, partition; docs/planner.md).
+  bool auto_plan = false;
 };
 
 // [data_parallel] (docs/data-parallel.md): replicas = D replicas of the
@@ -154,6 +158,9 @@ struct OutputConfig {
   int64_t checkpoint_keep = 3;       // newest checkpoints kept
   std::string checkpoint_dir;        // "" = <dir>/checkpoints
   bool checkpoint_async = false;     // stage to host memory, write in the background
+  int64_t sample_every = 0;          // GPT: print a generated sample every k steps; 0 = off
+  std::string sample_prompt;         // its prompt; "" = "The" (token 0 without a tokenizer)
+  int64_t sample_tokens = 32;        // tokens per sample
 };
 
 struct Deck {

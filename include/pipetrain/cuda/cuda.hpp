@@ -114,10 +114,15 @@ void start_device_gemm_recording();
 std::vector<DeviceGemm> stop_device_gemm_recording();
 // Linear forwards (Backend::linear_forward) the CUDA backend ran as one
 // cuBLASLt matmul with the bias, or bias and GELU, in its epilogue, and
-// those it ran as separate kernels, since the process started.
+// those it ran as separate kernels, since the process started; likewise the
+// input gradients through a GELU (Backend::linear_backward_input with a
+// gelu_input) run with cuBLASLt's DGELU epilogue, or as a GEMM and GELU's
+// backward kernel.
 struct LinearEpilogueCounts {
   int64_t fused = 0;
   int64_t unfused = 0;
+  int64_t dgelu_fused = 0;
+  int64_t dgelu_unfused = 0;
 };
 LinearEpilogueCounts linear_epilogue_counts();
 

@@ -110,6 +110,15 @@ void check_token_data(const DataSetConfig& config);
 // `deck_key` in messages (as `deck_key = "path": ...`).
 void check_token_file(const DataSetConfig& config, const std::string& path, const std::string& deck_key);
 
+// The tokenizer the first training file records (sampling decodes with it,
+// docs/sampling.md): its tokenizer attribute ("bytes", "bpe"; "" when none),
+// its stored tokenizer_json ("" when none), and the text naming that file.
+struct StoredTokenizer {
+  std::string kind;
+  std::string json;
+  std::string at;
+};
+StoredTokenizer stored_tokenizer(const DataSetConfig& config);
 // First global sample of micro-batch `mb` of step `step`. With D replicas
 // (data_parallel.replicas) `mb` is the global micro-batch index: replica d's
 // local micro-batch m is d * micro_batches + m, so replica d reads the d-th

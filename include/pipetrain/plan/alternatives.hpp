@@ -33,6 +33,10 @@ struct PlanRequest {
   std::vector<PartitionObjective> partitions{PartitionObjective::Uniform, PartitionObjective::Time,
                                              PartitionObjective::Memory,
                                              PartitionObjective::Balanced};
+  // Units per stage to evaluate as given instead of solving an objective
+  // (a deck's explicit partition); a schedule with another stage count is
+  // not weighed. Empty: solve each of `partitions`.
+  std::vector<int64_t> fixed_partition;
   double memory_budget_bytes = 0.0;  // > 0 (plan_alternatives: 0 = the device's memory)
   // Data parallelism (docs/data-parallel.md): D replicas of the num_stages
   // pipeline; batch_size stays the global batch, each replica runs N
@@ -57,6 +61,7 @@ struct PlanRow {
   int64_t micro_batch_size = 0;
   std::string recompute;
   PartitionObjective partition = PartitionObjective::Uniform;
+  bool fixed_partition = false;          // the request's fixed_partition, not an objective's
   std::vector<int64_t> units_per_stage;  // empty when no partition was found
   double step_time_s = 0.0;              // +infinity when no partition was found
   double throughput_samples_per_s = 0.0;

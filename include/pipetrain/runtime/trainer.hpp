@@ -22,6 +22,7 @@
 #include "pipetrain/runtime/grid.hpp"
 #include "pipetrain/runtime/rebalance.hpp"
 #include "pipetrain/runtime/run_builder.hpp"
+#include "pipetrain/runtime/sampler.hpp"
 #include "pipetrain/runtime/training_step.hpp"
 
 namespace pt {
@@ -44,6 +45,12 @@ class Trainer {
   double evaluate();                    // collective over comm
   // The data's best achievable loss, when known (Markov data).
   std::optional<LossFloor> loss_floor() const { return run_->data->loss_floor(); }
+  // Collective over comm: a GPT's text generation from `prompt` with the
+  // weights as they are now, forward only (runtime/sampler.hpp); ids drawn
+  // from 0..vocab-1. Changes nothing that training reads: no parameter,
+  // optimizer state, data position, counter or random stream of training.
+  std::vector<int32_t> sample(const std::vector<int32_t>& prompt, const SampleSettings& settings,
+                              int64_t vocab);
   // Every parameter in global order, on rank 0 of comm (empty elsewhere).
   std::vector<float> gather_parameters();
 

@@ -123,6 +123,13 @@ class Backend {
   // cuBLASLt's bias and GELU epilogues).
   void linear_forward(const Tensor& x, const Tensor& w, const Tensor* bias, Tensor& y,
                       Tensor* gelu = nullptr);
+  // A Linear layer's input gradient: dx (rows, in) = dy (rows, out) w, with
+  // w (out, in); with `gelu_input` (rows, in), the input of a GELU that fed
+  // this layer, dx = GELU'(gelu_input) * (dy w) instead, the gradient at the
+  // GELU's input. By default matmul, then gelu_backward through a scratch
+  // tensor; a backend may fuse them (CUDA: cuBLASLt's DGELU epilogue).
+  void linear_backward_input(const Tensor& dy, const Tensor& w, Tensor& dx,
+                             const Tensor* gelu_input = nullptr);
   // dst = src rounded to dst's dtype, BF16 or F16 (round_bits of
   // precision.hpp: round to nearest even, fp16 overflowing to inf). src: F32,
   // dst: the same number of elements.
@@ -215,6 +222,8 @@ class Backend {
                          float alpha, float beta) = 0;
   virtual void do_linear_forward(const Tensor& x, const Tensor& w, const Tensor* bias, Tensor& y,
                                  Tensor* gelu);  // the composition described above
+  virtual void do_linear_backward_input(const Tensor& dy, const Tensor& w, Tensor& dx,
+                                        const Tensor* gelu_input);  // likewise
   virtual void do_round_to(const Tensor& src, Tensor& dst) = 0;
   virtual void do_add_bias(Tensor& y, const Tensor& bias) = 0;
   virtual void do_accumulate_bias_grad(const Tensor& dy, Tensor& dbias) = 0;

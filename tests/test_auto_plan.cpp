@@ -1,0 +1,178 @@
+// test_auto_plan.cpp: pipeline.auto's choice (app/auto_plan.hpp) on a
+// synthetic profile, with no ranks or timings: the request it weighs opens
+// exactly the keys the deck leaves to it, the row it takes is the fastest
+// that fits (the one `pipetrain plan` names: the same functions), a deck's
+// explicit partition is evaluated as given, a budget nothing fits names the
+// smallest feasible one, and the deck it runs holds the choice as explicit
+// values. The end-to-end run (resolved deck bitwise, resume) is
+// tests/cli/test_auto.sh.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <string>
+
+#include "error_of.hpp"
+#include "pipetrain/app/auto_plan.hpp"
+#include "pipetrain/io/deck_io.hpp"
+
+namespace pt {
+namespace {
+
+const char* const kDeck = R"(
+[model]
+input_dim = 16
+hidden_dim = 64
+output_dim = 4
+depth = 8
+[training]
+steps = 2
+batch_size = 16
+[pipeline]
+auto = true
+)";
+
+Deck deck_with(const std::vector<std::string>& overrides) {
+  return parse_deck_text(kDeck, "auto.toml", overrides);
+}
+
+// Eight MLP units; unit 5 three times the others' time and the last one's
+// activations large, so partitions and recompute differ in time and memory.
+ModelProfile profile_of(int64_t rows) {
+  ModelProfile p;
+  p.model = "synthetic";
+  p.backend = "cpu";
+  p.micro_batch_rows = rows;
+  const double r = static_cast<double>(rows);
+  for (int i = 0; i < 8; ++i) {
+    UnitCost u;
+    u.name = "linear" + std::to_string(i);
+    u.layers = 2;
+    const double weight = i == 5 ? 3.0 : 1.0;
+    u.forward_s = 1e-4 * weight * (0.2 + r / 16.0);
+    u.backward_s = 2.0 * u.forward_s;
+    u.recompute_s = u.forward_s;
+    u.recompute_selective_s = u.forward_s;
+    u.recompute_end_s = u.forward_s;
+    u.input_bytes = 256.0 * r;
+    u.output_bytes = 256.0 * r;
+    u.stash_none_bytes = (i == 7 ? 4096.0 : 512.0) * r;
+    u.stash_selective_bytes = u.stash_none_bytes;
+    u.param_bytes = u.grad_bytes = 16384.0;
+    u.optimizer_bytes = 32768.0;
+    p.units.push_back(u);
+  }
+  p.link = {1e-5, 1e9};
+  return p;
+}
+
+PlanTable rank(const PlanRequest& request) {
+  return rank_plans([](int64_t rows) { return profile_of(rows); }, {profile_of(1).link}, request);
+}
+
+TEST(AutoPlan, OpensWhatTheDeckLeavesOpen) {
+  const PlanRequest r = auto_plan_request(deck_with({}), 2, 1e9);
+  EXPECT_EQ(r.schedules, (std::vector<std::string>{"gpipe", "1f1b", "zb-h1", "interleaved", "zb-v"}));
+  EXPECT_TRUE(r.micro_batch_counts.empty());  // every divisor of the batch
+  EXPECT_EQ(r.recompute, (std::vector<std::string>{"none", "full"}));  // an MLP: selective drops nothing
+  EXPECT_EQ(r.partitions.size(), 4u);
+  EXPECT_TRUE(r.fixed_partition.empty());
+}
+
+TEST(AutoPlan, KeepsTheKeysTheDeckSets) {
+  const PlanRequest r = auto_plan_request(
+      deck_with({"pipeline.schedule=\"gpipe\"", "pipeline.micro_batches=4", "pipeline.recompute=\"full\"",
+                 "pipeline.partition=\"memory\""}),
+      2, 1e9);
+  EXPECT_EQ(r.schedules, std::vector<std::string>{"gpipe"});
+  EXPECT_EQ(r.micro_batch_counts, std::vector<int>{4});
+  EXPECT_EQ(r.recompute, std::vector<std::string>{"full"});
+  EXPECT_EQ(r.partitions, std::vector<PartitionObjective>{PartitionObjective::Memory});
+}
+
+TEST(AutoPlan, TakesTheFastestPlanThatFits) {
+  const Deck deck = deck_with({});
+  PlanRequest r = auto_plan_request(deck, 2, 0.0);
+  // A budget between the smallest and the largest peak, so that some fit.
+  PlanTable all = rank([&] { PlanRequest big = r; big.memory_budget_bytes = 1e12; return big; }());
+  double lo = 1e300, hi = 0.0;
+  for (const PlanRow& row : all.rows)
+    if (!row.units_per_stage.empty()) lo = std::min(lo, row.max_peak_bytes), hi = std::max(hi, row.max_peak_bytes);
+  ASSERT_LT(lo, hi);
+  r.memory_budget_bytes = (lo + hi) / 2.0;
+  const PlanTable table = rank(r);
+  const int chosen = auto_pick(table, deck);
+  ASSERT_GE(chosen, 0);
+  const PlanRow& best = table.rows[static_cast<size_t>(chosen)];
+  EXPECT_TRUE(best.fits);
+  EXPECT_EQ(chosen, table.best);  // what `plan` names as its best
+  size_t faster_unfit = 0;
+  for (const PlanRow& row : table.rows) {
+    if (row.step_time_s < best.step_time_s) {
+      EXPECT_FALSE(row.fits) << plan_choice_text(row) << " is faster and fits";
+      ++faster_unfit;
+    }
+  }
+  std::printf("  chose %s of %zu plans (%zu faster ones over the budget)\n",
+              plan_choice_text(best).c_str(), table.rows.size(), faster_unfit);
+}
+
+TEST(AutoPlan, EvaluatesAnExplicitPartitionAsGiven) {
+  const Deck deck = deck_with({"pipeline.partition=[3, 5]"});
+  const PlanTable table = rank(auto_plan_request(deck, 2, 1e12));
+  ASSERT_FALSE(table.rows.empty());
+  for (const PlanRow& row : table.rows) {
+    EXPECT_TRUE(row.fixed_partition);
+    if (row.schedule == "interleaved" || row.schedule == "zb-v") ADD_FAILURE() << "4 stages weighed for a 2-stage partition";
+    EXPECT_EQ(row.units_per_stage, (std::vector<int64_t>{3, 5}));
+  }
+}
+
+TEST(AutoPlan, ABudgetNothingFitsNamesTheSmallestFeasible) {
+  const Deck deck = deck_with({"pipeline.memory_budget_mb=0.001"});
+  const PlanTable table = rank(auto_plan_request(deck, 2, plan_budget_bytes(deck, 2)));
+  double smallest = 1e300;
+  for (const PlanRow& row : table.rows)
+    if (!row.units_per_stage.empty()) smallest = std::min(smallest, row.max_peak_bytes);
+  char mib[48];
+  std::snprintf(mib, sizeof mib, "%.1f MiB", smallest / (1024.0 * 1024.0));
+  const std::string message = test::error_of([&] { auto_pick(table, deck); });
+  EXPECT_NE(message.find("fits the memory budget of 0.0 MiB (pipeline.memory_budget_mb = 0.001"), std::string::npos) << message;
+  EXPECT_NE(message.find(std::string("the smallest feasible budget is ") + mib), std::string::npos) << message;
+}
+
+TEST(AutoPlan, TheDeckToRunHoldsTheChoice) {
+  const Deck deck = deck_with({"pipeline.micro_batches=4"});
+  PlanRow row;
+  row.schedule = "interleaved";
+  row.micro_batches = 4;
+  row.recompute = "full";
+  row.units_per_stage = {2, 2, 2, 2};
+  const Deck chosen = deck_with_plan(deck, row, 2);
+  EXPECT_FALSE(chosen.pipeline.auto_plan);
+  EXPECT_EQ(chosen.pipeline.schedule, ScheduleKind::Interleaved);
+  EXPECT_EQ(chosen.pipeline.virtual_stages, 2);
+  EXPECT_EQ(chosen.pipeline.recompute, "full");
+  EXPECT_EQ(chosen.pipeline.partition_strategy, PartitionStrategy::Explicit);
+  EXPECT_EQ(chosen.pipeline.partition, (std::vector<int64_t>{2, 2, 2, 2}));
+  EXPECT_EQ(chosen.where("pipeline.schedule"), "pipeline.auto: pipeline.schedule");
+  EXPECT_NE(chosen.where("pipeline.micro_batches"), "pipeline.auto: pipeline.micro_batches");
+  // The resolved deck repeats it: parsed back, the same values, no auto.
+  const Deck again = parse_deck_text(deck_to_toml(chosen), "resolved", {});
+  EXPECT_FALSE(again.pipeline.auto_plan);
+  EXPECT_EQ(again.pipeline.partition, chosen.pipeline.partition);
+  EXPECT_EQ(again.pipeline.schedule, chosen.pipeline.schedule);
+}
+
+TEST(AutoPlan, RefusesWhatItCannotKeep) {
+  EXPECT_NE(test::error_of([] {
+              auto_plan_request(deck_with({"pipeline.recompute_stages=[\"none\", \"full\"]"}), 2, 1e9);
+            }).find("pipeline.recompute_stages: pipeline.auto chooses one recompute policy for every stage"),
+            std::string::npos);
+  EXPECT_NE(test::error_of([] {
+              auto_plan_request(deck_with({"pipeline.recompute=\"auto\"", "pipeline.memory_budget_mb=10"}), 2, 1e9);
+            }).find("pipeline.recompute = \"auto\": pipeline.auto chooses the recompute policy itself"),
+            std::string::npos);
+}
+
+}  // namespace
+}  // namespace pt
