@@ -21,7 +21,7 @@ std::string refusal(FaultHook hook, const std::string& value) {
 
 TEST(FaultInjection, TheTableIsInHookOrderWithOneVariableEach) {
   const auto& hooks = fault_hooks();
-  ASSERT_EQ(hooks.size(), 10u);
+  ASSERT_EQ(hooks.size(), 11u);
   for (size_t i = 0; i < hooks.size(); ++i) {
     EXPECT_EQ(static_cast<size_t>(hooks[i].hook), i);
     EXPECT_EQ(std::string(hooks[i].variable).rfind("PIPETRAIN_TEST_", 0), 0u) << hooks[i].variable;
@@ -47,6 +47,10 @@ TEST(FaultInjection, EachDocumentedFormatParses) {
   EXPECT_EQ(message.step, 2);
   EXPECT_EQ(message.point, "wrong_mb");
   EXPECT_EQ(parse_fault_hook(FaultHook::CorruptReplica, "3:0").rank, 3);
+  const FaultRequest save = parse_fault_hook(FaultHook::AsyncSave, "1:4:fsynced");
+  EXPECT_EQ(save.rank, 1);
+  EXPECT_EQ(save.step, 4);
+  EXPECT_EQ(save.point, "fsynced");
 }
 
 TEST(FaultInjection, AMalformedValueIsRefusedWithVariableValueAndFormat) {
@@ -66,6 +70,10 @@ TEST(FaultInjection, AMalformedValueIsRefusedWithVariableValueAndFormat) {
                 "KIND 'flip' is not one of bitflip, wrong_mb, truncate, nan"),
             std::string::npos);
   EXPECT_NE(refusal(FaultHook::MessageFault, "0:1").find("three fields"), std::string::npos);
+  const std::string phase = refusal(FaultHook::AsyncSave, "1:4:synced");
+  EXPECT_NE(phase.find("PHASE 'synced' is not one of staged, written, fsynced, bound, published, write_error"),
+            std::string::npos) << phase;
+  EXPECT_NE(refusal(FaultHook::AsyncSave, "1:4").find("three fields"), std::string::npos);
 }
 
 // The environment is parsed once per process: this is the only case that sets it.

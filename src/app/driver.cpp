@@ -453,6 +453,7 @@ int run_train(const World& w, const CommandLine& cli, const Deck& written) {
     return 0;
   }
   if (progress.first_step > 0 && w.rank == 0) continue_metrics(progress.first_step, metrics);
+  const std::unique_ptr<AsyncCheckpointer> async = make_async_checkpointer(grid, deck, resolved);
   StepRecord rec;
   const int64_t eval_every = deck.training.eval_every;
   for (int64_t step = progress.first_step; step < deck.training.steps; ++step) {
@@ -473,15 +474,17 @@ int run_train(const World& w, const CommandLine& cli, const Deck& written) {
       count_from_placement(progress);
     }
     if (moved) count_until_move(progress, step);
+    set_wait_phase("in the checkpoint poll after step " + std::to_string(step));
+    poll_checkpoint(w, async.get());
     if (checkpoint_due(deck, step)) {
       set_wait_phase("in the checkpoint save after step " + std::to_string(step));
-      checkpoint(w, grid, deck, resolved, trainer, step + 1, metrics);
+      checkpoint(w, grid, deck, resolved, trainer, step + 1, metrics, async.get(), last);
     }
     if (last) break;
     set_wait_phase("after step " + std::to_string(step));
     const int signo = agree_on_stop(w.comm, "the stop-signal agreement");
     if (signo != 0) {
-      stop_after_step(w, grid, deck, resolved, trainer, step, signo, metrics);
+      stop_after_step(w, grid, deck, resolved, trainer, step, signo, metrics, async.get());
       return kStopExitStatus;
     }
   }

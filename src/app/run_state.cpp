@@ -101,29 +101,70 @@ std::string at_checkpoint(int64_t steps_done) {
   return "at the checkpoint of step " + std::to_string(steps_done);
 }
 
+void print_checkpoint(int64_t steps_done, const CheckpointWrite& c, const std::string& extra) {
+  std::printf("checkpoint step %lld: %s, %.1f MB in %.2f s (%.0f MB/s), digest %08x%s\n",
+              static_cast<long long>(steps_done), c.path.c_str(), c.bytes / 1e6, c.seconds,
+              c.bytes / 1e6 / std::max(c.seconds, 1e-9), c.digest, extra.c_str());
+  std::fflush(stdout);
+}
+
+// An asynchronous checkpoint was published: the same line as a synchronous
+// one, with how long training was blocked, and the after-publish kill hook.
+void report_published(const World& w, const std::optional<AsyncCheckpointDone>& done) {
+  if (!done) return;
+  kill_if_due(FaultHook::KillAfterPublish, w.rank, done->step, at_checkpoint(done->step));
+  if (w.rank != 0) return;
+  char extra[200];
+  std::snprintf(extra, sizeof extra,
+                "; asynchronous: training blocked %.3f s (host copy %.3f s, waiting for the write %.3f s, "
+                "publishing %.3f s)",
+                done->stage_s + done->wait_s + done->publish_s, done->stage_s, done->wait_s, done->publish_s);
+  print_checkpoint(done->step, done->write, extra);
+}
+
 }  // namespace
 
-// Collective: training waits for the whole write (see docs/checkpoint-format.md).
+std::unique_ptr<AsyncCheckpointer> make_async_checkpointer(const ProcessGrid& grid, const Deck& deck,
+                                                           const std::string& resolved) {
+  if (!deck.output.checkpoint_async || grid.replica() != 0)
+    return nullptr;
+  return std::make_unique<AsyncCheckpointer>(deck, resolved, grid.pipeline());
+}
+
+// Collective: training waits for the whole write (see docs/checkpoint-format.md),
+// or, with `async`, for the host copy (docs/reliability.md).
 // metrics.h5 is flushed first, so it holds every step of each published
 // checkpoint and a resume from it finds the whole history.
 // Data parallelism: the replicas hold the same state, so replica 0's
 // pipeline alone writes (one file per rank of it, layout-free); the others
-// wait for it.
+// wait for it (for an asynchronous save: at the end of the run).
 void checkpoint(const World& w, const ProcessGrid& grid, const Deck& deck,
                 const std::string& resolved, Trainer& trainer, int64_t steps_done,
-                MetricsFile& metrics) {
+                MetricsFile& metrics, AsyncCheckpointer* async, bool final) {
   if (w.rank == 0) metrics.flush();
   kill_if_due(FaultHook::KillBeforePublish, w.rank, steps_done, at_checkpoint(steps_done));
+  if (deck.output.checkpoint_async) {
+    if (async) report_published(w, async->start(trainer, steps_done));
+    if (final) finish_checkpoints(w, grid, async, trainer, steps_done - 1);
+    return;
+  }
   CheckpointWrite c;
   if (grid.replica() == 0) c = save_checkpoint(deck, resolved, trainer, steps_done, grid.pipeline());
   if (grid.data_parallel() > 1)
     timed_barrier(grid.world(), "the end of replica 0's checkpoint write");
   kill_if_due(FaultHook::KillAfterPublish, w.rank, steps_done, at_checkpoint(steps_done));
-  if (w.rank != 0) return;
-  std::printf("checkpoint step %lld: %s, %.1f MB in %.2f s (%.0f MB/s), digest %08x\n",
-              static_cast<long long>(steps_done), c.path.c_str(), c.bytes / 1e6, c.seconds,
-              c.bytes / 1e6 / std::max(c.seconds, 1e-9), c.digest);
-  std::fflush(stdout);
+  if (w.rank == 0) print_checkpoint(steps_done, c, "");
+}
+
+void poll_checkpoint(const World& w, AsyncCheckpointer* async) {
+  if (async) report_published(w, async->poll());
+}
+
+void finish_checkpoints(const World& w, const ProcessGrid& grid, AsyncCheckpointer* async,
+                        Trainer& trainer, int64_t step) {
+  if (async) report_published(w, async->complete(trainer, step));
+  if (grid.data_parallel() > 1)
+    timed_barrier(grid.world(), "the end of replica 0's asynchronous checkpoint write");
 }
 
 // Fault hook PIPETRAIN_TEST_SIGNAL=<rank>:<step>[:<signal number>]: that rank
@@ -140,14 +181,15 @@ void test_signal_point(int rank, int64_t step) {
 // kStopExitStatus so that a job script can requeue the job.
 void stop_after_step(const World& w, const ProcessGrid& grid, const Deck& deck,
                      const std::string& resolved, Trainer& trainer, int64_t step, int signo,
-                     MetricsFile& metrics) {
+                     MetricsFile& metrics, AsyncCheckpointer* async) {
   const std::string why = signal_name(signo) + " received; every rank stopped after step " +
                           std::to_string(step + 1) + " of " + std::to_string(deck.training.steps);
   if (w.rank == 0) metrics.set_attribute("stop_reason", why);
   if (!checkpoint_due(deck, step)) {
     set_wait_phase("in the checkpoint save on " + signal_name(signo) + " after step " + std::to_string(step));
-    checkpoint(w, grid, deck, resolved, trainer, step + 1, metrics);
+    checkpoint(w, grid, deck, resolved, trainer, step + 1, metrics, async);
   }
+  if (deck.output.checkpoint_async) finish_checkpoints(w, grid, async, trainer, step);  // before the exit
   write_trace(w, deck, trainer);
   if (w.rank != 0) return;
   metrics.flush();

@@ -100,6 +100,22 @@ FaultRequest parse_signal(const FaultHookInfo& info, const std::string& value) {
   return r;
 }
 
+FaultRequest parse_async_save(const FaultHookInfo& info, const std::string& value) {
+  const auto f = split(value, ':');
+  if (f.size() != 3) malformed(info, value, "three fields separated by ':' are needed");
+  FaultRequest r;
+  r.rank = static_cast<int>(number_field(info, value, f[0], "RANK"));
+  r.step = number_field(info, value, f[1], "STEP");
+  r.point = f[2];
+  const auto& phases = async_save_phases();
+  if (std::find(phases.begin(), phases.end(), r.point) == phases.end()) {
+    std::string names;
+    for (const std::string& p : phases) names += (names.empty() ? "" : ", ") + p;
+    malformed(info, value, "PHASE '" + r.point + "' is not one of " + names);
+  }
+  return r;
+}
+
 FaultRequest parse_rebalance(const FaultHookInfo& info, const std::string& value) {
   const size_t colon = value.find(':');
   if (colon == std::string::npos) malformed(info, value, "no ':' after STEP");
@@ -118,6 +134,7 @@ FaultRequest parse(const FaultHookInfo& info, const std::string& value) {
     case FaultHook::Rebalance: return parse_rebalance(info, value);
     case FaultHook::MessageFault: return parse_message_fault(info, value);
     case FaultHook::BlasForced: return {};
+    case FaultHook::AsyncSave: return parse_async_save(info, value);
     default: return parse_rank_step(info, value);
   }
 }
@@ -172,6 +189,9 @@ const std::vector<FaultHookInfo>& fault_hooks() {
        "bitflip, wrong_mb, truncate or nan)"},
       {FaultHook::CorruptReplica, "PIPETRAIN_TEST_CORRUPT_REPLICA", "RANK:STEP",
        "world rank RANK flips one bit of one of its parameters after the update of step STEP"},
+      {FaultHook::AsyncSave, "PIPETRAIN_TEST_ASYNC_SAVE_FAULT", "RANK:STEP:PHASE",
+       "world rank RANK is killed (or, for PHASE write_error, its write fails) at that phase of "
+       "the asynchronous checkpoint of STEP steps"},
   };
   return table;
 }
@@ -237,6 +257,23 @@ void kill_if_due(FaultHook hook, int rank, long long step, const std::string& de
   if (!fault_due(hook, rank, step)) return;
   std::fprintf(stderr, "pipetrain: rank %d: %s: killed %s\n", rank, fault_hook_info(hook).variable,
                detail.c_str());
+  std::fflush(stderr);
+  std::raise(SIGKILL);
+  std::abort();
+}
+
+const std::vector<std::string>& async_save_phases() {
+  static const std::vector<std::string> phases = {"staged", "written", "fsynced",
+                                                  "bound", "published", "write_error"};
+  return phases;
+}
+
+bool async_save_fault(int rank, long long step, const char* phase, const std::string& detail) {
+  const auto& r = requests().at(static_cast<size_t>(FaultHook::AsyncSave));
+  if (!r || r->rank != rank || r->step != step || r->point != phase) return false;
+  if (r->point == "write_error") return true;
+  std::fprintf(stderr, "pipetrain: rank %d: PIPETRAIN_TEST_ASYNC_SAVE_FAULT: killed at phase '%s' %s\n",
+               rank, phase, detail.c_str());
   std::fflush(stderr);
   std::raise(SIGKILL);
   std::abort();

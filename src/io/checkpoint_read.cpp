@@ -22,6 +22,7 @@
 #include <sstream>
 
 #include "checkpoint_bind.hpp"
+#include "pipetrain/base/hdf5_lock.hpp"
 #include "checkpoint_h5.hpp"
 #include "pipetrain/io/checkpoint.hpp"
 #include "pipetrain/base/error.hpp"
@@ -488,6 +489,7 @@ std::string deck_differences(const std::string& saved, const std::string& curren
 CheckpointRead load_checkpoint(const std::string& spec, LoadMode mode, const Deck& deck,
                                const std::string& resolved_deck,
                                const std::vector<Param*>& params, MPI_Comm comm) {
+  Hdf5Lock lock;  // see hdf5_lock.hpp (a load runs before any save is in flight)
   const auto start = std::chrono::steady_clock::now();
   int rank = 0;
   MPI_CHECK(MPI_Comm_rank(comm, &rank));

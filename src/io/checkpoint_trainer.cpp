@@ -2,13 +2,13 @@
 // stage's parameters with their optimizer state, and the training counters
 // (AdamW's update count, the fp16 loss scaler) -- on top of the
 // parameter-level save_checkpoint and load_checkpoint.
+#include "checkpoint_save.hpp"
 #include "pipetrain/io/checkpoint.hpp"
 
 namespace pt {
 
-namespace {
+namespace ckpt {
 
-// AdamW's update count and the fp16 loss scaler, saved beside the weights.
 TrainingCounters counters_of(Trainer& trainer) {
   TrainingCounters c;
   c.optimizer_updates = trainer.optimizer().updates();
@@ -19,6 +19,10 @@ TrainingCounters counters_of(Trainer& trainer) {
   }
   return c;
 }
+
+}  // namespace ckpt
+
+namespace {
 
 void apply_counters(const TrainingCounters& c, Trainer& trainer) {
   trainer.optimizer().set_updates(c.optimizer_updates);
@@ -31,7 +35,7 @@ void apply_counters(const TrainingCounters& c, Trainer& trainer) {
 CheckpointWrite save_checkpoint(const Deck& deck, const std::string& resolved_deck,
                                 Trainer& trainer, int64_t step, MPI_Comm comm) {
   // The manifest records the partition in use (it changes when rebalancing).
-  return save_checkpoint(deck, resolved_deck, trainer.params(), step, comm, counters_of(trainer),
+  return save_checkpoint(deck, resolved_deck, trainer.params(), step, comm, ckpt::counters_of(trainer),
                          trainer.partition());
 }
 

@@ -10,6 +10,8 @@
 //    root, then replaces `latest` (temp + fsync + rename);
 // 4. a thread of rank 0 deletes old checkpoints while training goes on (the
 //    next save, or the end of the process, waits for it).
+// The phases are shared with the asynchronous save (checkpoint_save.hpp,
+// checkpoint_async.cpp); every HDF5 call here holds Hdf5Lock.
 // A job killed anywhere before the last rename leaves `latest` on the previous
 // checkpoint; the stale .tmp directory is removed by the next save.
 #include <signal.h>
@@ -25,7 +27,9 @@
 
 #include "checkpoint_bind.hpp"
 #include "checkpoint_h5.hpp"
+#include "checkpoint_save.hpp"
 #include "pipetrain/base/fault_injection.hpp"
+#include "pipetrain/base/hdf5_lock.hpp"
 #include "pipetrain/io/checkpoint.hpp"
 #include "pipetrain/base/error.hpp"
 #include "pipetrain/base/timed_wait.hpp"
@@ -40,16 +44,11 @@ std::string checkpoint_root(const Deck& deck) {
                                             : deck.output.checkpoint_dir;
 }
 
+namespace ckpt {
+
 namespace {
 
-using namespace ckpt;
-
-struct Where {
-  MPI_Comm comm;
-  int rank = 0, size = 1;
-  std::string root, name, final_dir, tmp_dir;
-  std::string id;  // checkpoint_id: the same on every rank, new for every save
-};
+using Where = SaveTarget;
 
 // Runs `work`; a failure becomes a Problem for agree().
 Problem attempt(const std::function<void()>& work) {
@@ -77,53 +76,113 @@ void prepare_directory(const Where& w) {
 }
 
 // A tensor's bytes on the host (a copy only when it lives on a device).
-uint32_t write_tensor(hid_t group, const char* name, const Tensor& t) {
+uint32_t write_tensor(hid_t group, const std::string& name, const Tensor& t) {
   const Tensor host = t.to(Device::CPU);
   return write_f32(group, name, host.f32(), host.shape());
 }
 
-struct StageFile {
-  int64_t bytes = 0;
-  std::vector<DatasetCrc> datasets;  // per parameter: value, then state1, state2 when present
-};
-
-// One parameter's datasets, recorded in `out`.
-void write_param(hid_t params_group, Param& p, StageFile& out) {
+// One parameter's datasets, recorded in `out`; HDF5 held for this parameter only.
+void write_param(hid_t params_group, const StagedParam& p, StageFile& out) {
+  Hdf5Lock lock;
   H5Id g = create_group(params_group, p.name);
-  for (const ParamState& s : param_state(p))
-    out.datasets.push_back(
-        {"params/" + p.name + "/" + s.name, write_tensor(g.get(), s.name, *s.tensor)});
+  for (const StagedTensor& t : p.tensors)
+    out.datasets.push_back({"params/" + p.name + "/" + t.name, write_tensor(g.get(), t.name, t.tensor)});
 }
 
-StageFile write_stage_file(const Where& w, const std::vector<Param*>& params, int64_t step) {
+// The stage file's root attributes and /params group.
+H5Id create_stage_file(const Where& w, const std::string& path, int64_t step, H5Id& group) {
+  Hdf5Lock lock;
+  H5Id file(H5Fcreate(path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT), H5Fclose);
+  if (!file.valid()) throw Error("cannot create " + path);
+  write_attr(file.get(), "format", std::string(kStageFormatName));
+  write_attr(file.get(), "format_version", kCheckpointFormatVersion);
+  write_attr(file.get(), "step", step);
+  write_attr(file.get(), "stage", static_cast<int64_t>(w.rank));
+  write_attr(file.get(), "checkpoint_id", w.id);
+  group = create_group(file.get(), "params");
+  return file;
+}
+
+}  // namespace
+
+std::vector<StagedParam> stage_params(const std::vector<Param*>& params, bool copy) {
+  std::vector<StagedParam> staged;
+  staged.reserve(params.size());
+  for (Param* p : params) {
+    StagedParam s{p->name, {}};
+    for (const ParamState& state : param_state(*p))
+      s.tensors.push_back({state.name, copy ? state.tensor->to(Device::CPU, MemCategory::CheckpointStaging)
+                                            : *state.tensor});
+    staged.push_back(std::move(s));
+  }
+  return staged;
+}
+
+namespace {
+
+bool same_layout(const std::vector<StagedParam>& staged, const std::vector<Param*>& params) {
+  if (staged.size() != params.size()) return false;
+  for (size_t i = 0; i < params.size(); ++i) {
+    const std::vector<ParamState> states = param_state(*params[i]);
+    if (staged[i].name != params[i]->name || staged[i].tensors.size() != states.size()) return false;
+    for (size_t k = 0; k < states.size(); ++k)
+      if (staged[i].tensors[k].name != states[k].name ||
+          staged[i].tensors[k].tensor.shape() != states[k].tensor->shape())
+        return false;
+  }
+  return true;
+}
+
+}  // namespace
+
+bool stage_into(std::vector<StagedParam>& staged, const std::vector<Param*>& params) {
+  if (!same_layout(staged, params)) return false;
+  for (size_t i = 0; i < params.size(); ++i) {
+    const std::vector<ParamState> states = param_state(*params[i]);
+    for (size_t k = 0; k < states.size(); ++k) copy_tensor(*states[k].tensor, staged[i].tensors[k].tensor);
+  }
+  return true;
+}
+
+int64_t staged_bytes(const std::vector<StagedParam>& staged) {
+  int64_t bytes = 0;
+  for (const StagedParam& p : staged)
+    for (const StagedTensor& t : p.tensors) bytes += static_cast<int64_t>(t.tensor.bytes());
+  return bytes;
+}
+
+StageFile write_stage_file(const Where& w, const std::vector<StagedParam>& params, int64_t step,
+                           const PhaseHook& at_phase) {
   const std::string path = join_path(w.tmp_dir, stage_file_name(w.rank));
   const bool crash = fault_due(FaultHook::CrashInCheckpoint, w.rank, step);
   StageFile out;
   {
-    H5Id file(H5Fcreate(path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT), H5Fclose);
-    if (!file.valid()) throw Error("cannot create " + path);
-    write_attr(file.get(), "format", std::string(kStageFormatName));
-    write_attr(file.get(), "format_version", kCheckpointFormatVersion);
-    write_attr(file.get(), "step", step);
-    write_attr(file.get(), "stage", static_cast<int64_t>(w.rank));
-    write_attr(file.get(), "checkpoint_id", w.id);
-    H5Id group = create_group(file.get(), "params");
+    H5Id group;
+    H5Id file = create_stage_file(w, path, step, group);
     for (size_t i = 0; i < params.size(); ++i) {
       if (i == params.size() / 2) fault_point("checkpoint", step);  // tests: a stall mid-write
       if (crash && i == params.size() / 2) {
-        H5Fflush(file.get(), H5F_SCOPE_LOCAL);
+        {
+          Hdf5Lock lock;
+          H5Fflush(file.get(), H5F_SCOPE_LOCAL);
+        }
         kill_if_due(FaultHook::CrashInCheckpoint, w.rank, step,
                     "while writing " + path + " (checkpoint of step " + std::to_string(step) + ")");
       }
-      write_param(group.get(), *params[i], out);
+      write_param(group.get(), params[i], out);
     }
+    Hdf5Lock lock;
     group.reset();
     H5_CHECK(file.reset());
   }
+  if (at_phase) at_phase("written");
   fsync_path(path);
   out.bytes = file_bytes(path);
+  if (at_phase) at_phase("fsynced");
   return out;
 }
+
+namespace {
 
 std::string utc_now() {
   const std::time_t now = std::time(nullptr);
@@ -137,6 +196,7 @@ void write_manifest(const Where& w, const Deck& deck, const std::string& resolve
                     const std::vector<int64_t>& partition, int64_t step, const TrainingCounters& counters,
                     const std::vector<int64_t>& bytes,
                     const std::vector<std::vector<DatasetCrc>>& lists) {
+  Hdf5Lock lock;
   const std::string path = join_path(w.tmp_dir, kManifest);
   H5Id file(H5Fcreate(path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT), H5Fclose);
   if (!file.valid()) throw Error("cannot create " + path);
@@ -270,8 +330,11 @@ uint32_t digest_of(const std::vector<std::vector<DatasetCrc>>& lists) {
   return crc32_of(crcs.data(), crcs.size() * sizeof(uint32_t));
 }
 
-Where locate(const Deck& deck, int64_t step, MPI_Comm comm) {
+}  // namespace
+
+Where begin_save(const Deck& deck, int64_t step, MPI_Comm comm) {
   Where w;
+  w.start = std::chrono::steady_clock::now();
   w.comm = comm;
   MPI_CHECK(MPI_Comm_rank(comm, &w.rank));
   MPI_CHECK(MPI_Comm_size(comm, &w.size));
@@ -280,43 +343,53 @@ Where locate(const Deck& deck, int64_t step, MPI_Comm comm) {
   w.final_dir = join_path(w.root, w.name);
   w.tmp_dir = w.final_dir + ".tmp";
   w.id = broadcast_text(comm, w.rank == 0 ? new_checkpoint_id() : "");
+  if (w.rank == 0) pruner().wait();
+  agree_or_throw(comm, w.rank == 0 ? attempt([&] { prepare_directory(w); }) : Problem{});
   return w;
 }
 
-}  // namespace
-
-void wait_for_checkpoint_pruning() { pruner().wait(); }
-
-CheckpointWrite save_checkpoint(const Deck& deck, const std::string& resolved_deck,
-                                const std::vector<Param*>& params, int64_t step, MPI_Comm comm,
-                                const TrainingCounters& counters, const std::vector<int64_t>& partition) {
-  const auto start = std::chrono::steady_clock::now();
-  const Where w = locate(deck, step, comm);
-  if (w.rank == 0) pruner().wait();
-  agree_or_throw(comm, w.rank == 0 ? attempt([&] { prepare_directory(w); }) : Problem{});
-  StageFile mine;
-  agree_or_throw(comm, attempt([&] { mine = write_stage_file(w, params, step); }));
+CheckpointWrite finish_save(const Where& w, const Deck& deck, const std::string& resolved_deck,
+                            int64_t step, const TrainingCounters& counters,
+                            const std::vector<int64_t>& partition, const Problem& mine_problem,
+                            const StageFile& mine, const PhaseHook& at_phase) {
+  agree_or_throw(w.comm, mine_problem);
   std::vector<int64_t> bytes;
   std::vector<std::vector<DatasetCrc>> lists;
   gather_results(w, mine, bytes, lists);
+  if (at_phase && w.rank != 0) at_phase("bound");
   double summary[3] = {0.0, 0.0, 0.0};  // bytes, seconds, digest
-  agree_or_throw(comm, w.rank != 0 ? Problem{} : attempt([&] {
+  agree_or_throw(w.comm, w.rank != 0 ? Problem{} : attempt([&] {
     write_manifest(w, deck, resolved_deck, partition.empty() ? deck.pipeline.partition : partition, step,
                    counters, bytes, lists);
     summary[0] = static_cast<double>(file_bytes(join_path(w.tmp_dir, kManifest)));
     for (int64_t b : bytes) summary[0] += static_cast<double>(b);
+    if (at_phase) at_phase("bound");
     commit(w);
     pruner().start([w, step, keep = deck.output.checkpoint_keep] { prune(w, step, keep); });
     summary[2] = digest_of(lists);
-    summary[1] = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    summary[1] = std::chrono::duration<double>(std::chrono::steady_clock::now() - w.start).count();
   }));
-  timed_bcast(summary, 3, MPI_DOUBLE, 0, comm, "the checkpoint summary broadcast");
+  timed_bcast(summary, 3, MPI_DOUBLE, 0, w.comm, "the checkpoint summary broadcast");
   CheckpointWrite out;
   out.path = w.final_dir;
   out.bytes = summary[0];
   out.seconds = summary[1];
   out.digest = static_cast<uint32_t>(summary[2]);
   return out;
+}
+
+}  // namespace ckpt
+
+void wait_for_checkpoint_pruning() { ckpt::pruner().wait(); }
+
+CheckpointWrite save_checkpoint(const Deck& deck, const std::string& resolved_deck,
+                                const std::vector<Param*>& params, int64_t step, MPI_Comm comm,
+                                const TrainingCounters& counters, const std::vector<int64_t>& partition) {
+  using namespace ckpt;
+  const SaveTarget w = begin_save(deck, step, comm);
+  StageFile mine;
+  const Problem written = attempt([&] { mine = write_stage_file(w, stage_params(params, false), step); });
+  return finish_save(w, deck, resolved_deck, step, counters, partition, written, mine);
 }
 
 }  // namespace pt

@@ -139,6 +139,7 @@ const std::vector<KeySpec> kDeckKeys = {
     {"output", "checkpoint_every", PT_FIELD(output.checkpoint_every), at_least(0), nullptr, "checkpoint every k steps and at the end; 0 = off", PT_ALWAYS},
     {"output", "checkpoint_keep", PT_FIELD(output.checkpoint_keep), between(1, 1000000), nullptr, "newest checkpoints kept", PT_ALWAYS},
     {"output", "checkpoint_dir", PT_FIELD(output.checkpoint_dir), any(), nullptr, "checkpoint directory; \"\" = <dir>/checkpoints", PT_ALWAYS},
+    {"output", "checkpoint_async", PT_FIELD(output.checkpoint_async), any(), nullptr, "copy each checkpoint into host memory and write it on a background thread while training goes on", PT_ALWAYS},
     {"output", "sample_every", PT_FIELD(output.sample_every), at_least(0), nullptr, "print text the model generates from output.sample_prompt every k steps (docs/sampling.md); 0 = off", is_gpt, "model.type = \"gpt\""},
     {"output", "sample_prompt", PT_FIELD(output.sample_prompt), any(), nullptr, "the prompt of those samples; \"\" = \"The\" (token 0 for a deck without a tokenizer)", is_gpt, "model.type = \"gpt\""},
     {"output", "sample_tokens", PT_FIELD(output.sample_tokens), between(1, 1 << 16), nullptr, "tokens generated per sample", is_gpt, "model.type = \"gpt\""},

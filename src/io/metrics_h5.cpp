@@ -2,6 +2,7 @@
 // checks that the output directories can take the run's files, and the
 // atomic file helpers used for every output.
 #include "pipetrain/io/metrics.hpp"
+#include "pipetrain/base/hdf5_lock.hpp"
 
 #include <fcntl.h>
 #include <hdf5.h>
@@ -279,6 +280,7 @@ void write_matrix(hid_t file, const std::string& name, const std::vector<std::ve
 }  // namespace
 
 void MetricsFile::write() {
+  Hdf5Lock lock;  // see hdf5_lock.hpp
   const std::string tmp = path_ + ".tmp";
   hid_t file = H5Fcreate(tmp.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
   if (file < 0) throw Error("cannot create " + tmp);
@@ -298,6 +300,7 @@ void MetricsFile::write() {
 }
 
 void MetricsFile::flush() {
+  Hdf5Lock lock;  // see hdf5_lock.hpp
   if (dirty_) write();
 }
 
@@ -369,6 +372,7 @@ std::string ranges_text(const std::vector<int64_t>& pairs) {
 // Reads every series of an earlier metrics.h5 in place of this one's; a
 // series the file lacks (or holds with another length) reads as NaN.
 void MetricsFile::load(const std::string& path) {
+  Hdf5Lock lock;  // see hdf5_lock.hpp
   QuietHdf5 quiet;
   hid_t file = H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT);
   if (file < 0) throw Error("not an HDF5 file");

@@ -2,6 +2,7 @@
 // link, group `units` with one column per UnitCost field; docs/profile.md),
 // and choosing between a profile and a trace when loading one for a plan.
 #include "pipetrain/io/profile_io.hpp"
+#include "pipetrain/base/hdf5_lock.hpp"
 
 #include <hdf5.h>
 
@@ -183,6 +184,7 @@ H5Id open_hdf5(const std::string& path, const std::string& expected) {
 
 void write_profile_file(const std::string& path, const ModelProfile& profile,
                         const ProfileProvenance& provenance) {
+  Hdf5Lock lock;  // see hdf5_lock.hpp
   const std::string tmp = path + ".tmp";
   {
     H5Id file(H5Fcreate(tmp.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT), H5Fclose);
@@ -210,6 +212,7 @@ void write_profile_file(const std::string& path, const ModelProfile& profile,
 }
 
 ModelProfile read_profile_file(const std::string& path) {
+  Hdf5Lock lock;  // see hdf5_lock.hpp
   QuietHdf5 quiet;
   H5Id file = open_hdf5(path, kExpected);
   check_format(file.get(), path);

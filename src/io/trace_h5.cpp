@@ -8,6 +8,7 @@
 #include <cstring>
 
 #include "checkpoint_h5.hpp"
+#include "pipetrain/base/hdf5_lock.hpp"
 #include "pipetrain/base/error.hpp"
 #include "pipetrain/base/quiet_hdf5.hpp"
 #include "pipetrain/io/trace_io.hpp"
@@ -104,6 +105,7 @@ void write_trace_file(const std::string& path, const std::string& resolved_deck,
                       const Schedule& schedule,
                       const std::vector<std::vector<TraceEvent>>& events_per_rank,
                       const ClockAlignment& clocks, int64_t schedule_first_step) {
+  Hdf5Lock lock;  // see hdf5_lock.hpp
   const std::string tmp = path + ".tmp";
   hid_t file = H5Fcreate(tmp.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
   if (file < 0) throw Error("cannot create " + tmp);
@@ -181,6 +183,7 @@ std::vector<TraceEvent> read_events(hid_t group, const std::string& name, const 
 }  // namespace
 
 RunTrace read_trace_file(const std::string& path) {
+  Hdf5Lock lock;  // see hdf5_lock.hpp
   QuietHdf5 quiet;
   if (!ckpt::is_regular_file(path)) refuse_trace(path, "no such file");
   H5Id file(H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT), H5Fclose);
@@ -189,8 +192,11 @@ RunTrace read_trace_file(const std::string& path) {
   trace.source = path;
   std::string kinds;
   int64_t stages = 0, mbs = 0;
-  if (!ckpt::read_attr(file.get(), "kind_names", kinds) || kinds != kEventKindNames)
-    refuse_trace(path, "attribute kind_names is not \"" + std::string(kEventKindNames) + "\"");
+  // A trace written before kinds were added lists a prefix of today's names.
+  const std::string names = kEventKindNames;
+  if (!ckpt::read_attr(file.get(), "kind_names", kinds) ||
+      !(kinds == names || (!kinds.empty() && names.compare(0, kinds.size() + 1, kinds + ",") == 0)))
+    refuse_trace(path, "attribute kind_names is not \"" + names + "\" (or its start)");
   if (!ckpt::read_attr(file.get(), "deck", trace.deck) ||
       !ckpt::read_attr(file.get(), "num_stages", stages) ||
       !ckpt::read_attr(file.get(), "num_micro_batches", mbs) || stages < 1)

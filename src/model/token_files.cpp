@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "pipetrain/base/error.hpp"
+#include "pipetrain/base/hdf5_lock.hpp"
 #include "pipetrain/base/quiet_hdf5.hpp"
 #include "pipetrain/base/rng.hpp"
 #include "pipetrain/base/sha256.hpp"
@@ -118,6 +119,7 @@ std::string describe_tokenizer(const std::string& key) {
 class TokenFile {
  public:
   TokenFile(const std::string& path, const std::string& dataset, const std::string& at) : path_(path) {
+    Hdf5Lock lock;  // token reads go on while an asynchronous checkpoint writes (hdf5_lock.hpp)
     QuietHdf5 quiet;
     const std::string prefix = at + ": ";
     check_is_file(path, prefix);
@@ -155,6 +157,7 @@ class TokenFile {
   // The file's format_version when it says it is a token file of a newer
   // format than this reader knows; 0 otherwise.
   int64_t newer_format() const {
+    Hdf5Lock lock;
     QuietHdf5 quiet;
     const std::optional<std::string> format = string_attribute(file_, "format");
     const std::optional<int64_t> version = int_attribute(file_, "format_version");
@@ -162,6 +165,7 @@ class TokenFile {
   }
 
   TokenizerTag tokenizer() const {
+    Hdf5Lock lock;
     QuietHdf5 quiet;
     TokenizerTag tag;
     tag.kind = string_attribute(dset_, "tokenizer");
@@ -174,6 +178,7 @@ class TokenFile {
   // The bytes of the file's tokenizer_json dataset; none when it has none
   // (or it cannot be read).
   std::optional<std::string> tokenizer_json() const {
+    Hdf5Lock lock;
     QuietHdf5 quiet;
     if (H5Lexists(file_, "tokenizer_json", H5P_DEFAULT) <= 0) return std::nullopt;
     hid_t json = H5Dopen2(file_, "tokenizer_json", H5P_DEFAULT);
@@ -203,6 +208,7 @@ class TokenFile {
   }
 
   void read_as(int64_t start, int64_t count, hid_t mem_type, void* out) const {
+    Hdf5Lock lock;
     hsize_t offset[1] = {static_cast<hsize_t>(start)}, size[1] = {static_cast<hsize_t>(count)};
     hid_t file_space = H5Dget_space(dset_);
     H5_CHECK(H5Sselect_hyperslab(file_space, H5S_SELECT_SET, offset, nullptr, size, nullptr));
@@ -215,6 +221,7 @@ class TokenFile {
   }
 
   void close() {
+    Hdf5Lock lock;
     if (dset_ >= 0) H5Dclose(dset_);
     if (file_ >= 0) H5Fclose(file_);
     dset_ = file_ = -1;

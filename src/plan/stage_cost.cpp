@@ -74,7 +74,9 @@ UnitRanges::UnitRanges(const ModelProfile& profile)
   stash_selective_ = prefix_of(u, [](const UnitCost& c) { return c.stash_selective_bytes; });
   stash_always_ = prefix_of(u, [](const UnitCost& c) { return c.stash_always_bytes; });
   persistent_ = prefix_of(
-      u, [](const UnitCost& c) { return c.param_bytes + c.grad_bytes + c.optimizer_bytes; });
+      u, [](const UnitCost& c) {
+        return c.param_bytes + c.grad_bytes + c.optimizer_bytes + c.checkpoint_staging_bytes;
+      });
   data_ = prefix_of(u, [](const UnitCost& c) { return c.data_bytes; });
   stage_data_ = profile.stage_data_bytes;
   input_bytes_ = values_of(u, [](const UnitCost& c) { return c.input_bytes; });

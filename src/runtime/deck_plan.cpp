@@ -36,7 +36,20 @@ PartitionSetup partition_setup_for(double memory_budget_bytes, const Schedule& s
   return setup;
 }
 
-PartitionResult choose_partition(const Deck& deck, const ModelProfile& profile, int ranks) {
+// The profile with the deck's asynchronous-checkpoint staging added to each
+// unit's persistent memory (its parameters and optimizer state once more).
+namespace {
+
+ModelProfile with_checkpoint_staging(const Deck& deck, ModelProfile profile) {
+  if (!deck.output.checkpoint_async) return profile;
+  for (UnitCost& u : profile.units) u.checkpoint_staging_bytes = u.param_bytes + u.optimizer_bytes;
+  return profile;
+}
+
+}  // namespace
+
+PartitionResult choose_partition(const Deck& deck, const ModelProfile& deck_profile, int ranks) {
+  const ModelProfile profile = with_checkpoint_staging(deck, deck_profile);
   const Schedule schedule = schedule_for_deck(deck, ranks);
   const int stages = schedule.num_stages;
   const PartitionSetup setup =
@@ -68,7 +81,7 @@ SimulationResult predict_step(const Deck& deck, const ModelProfile& profile,
                               const std::vector<PlanRecompute>& policies,
                               const ModelProfile* pass_profile) {
   SimulationInput input;
-  input.stages = stage_costs(profile, units_per_stage, policies);
+  input.stages = stage_costs(with_checkpoint_staging(deck, profile), units_per_stage, policies);
   input.links = {profile.link};
   input.step_overhead_s = profile.step_overhead_s;
   input.batch_size = deck.training.batch_size;

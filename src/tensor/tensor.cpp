@@ -105,6 +105,7 @@ const char* category_name(MemCategory cat) {
     case MemCategory::OptimizerState: return "optimizer_state";
     case MemCategory::Activations: return "activations";
     case MemCategory::Workspace: return "workspace";
+    case MemCategory::CheckpointStaging: return "checkpoint_staging";
     case MemCategory::Count: break;
   }
   return "?";

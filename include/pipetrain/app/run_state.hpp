@@ -7,9 +7,11 @@
 #include <mpi.h>
 
 #include <cstdint>
+#include <memory>
 #include <string>
 
 #include "pipetrain/base/deck.hpp"
+#include "pipetrain/io/checkpoint_async.hpp"
 #include "pipetrain/io/metrics.hpp"
 #include "pipetrain/runtime/grid.hpp"
 #include "pipetrain/runtime/trainer.hpp"
@@ -36,15 +38,28 @@ int64_t restore(const World& w, const ProcessGrid& grid, const CommandLine& cli,
 void continue_metrics(int64_t first_step, MetricsFile& metrics);
 // Whether the deck's checkpoint is due after `step` (0-based).
 bool checkpoint_due(const Deck& deck, int64_t step);
-// Collective: writes the checkpoint of `steps_done` steps.
+// The writer of asynchronous checkpoints (output.checkpoint_async) on the
+// ranks that write them (replica 0's pipeline); null elsewhere and when off.
+std::unique_ptr<AsyncCheckpointer> make_async_checkpointer(const ProcessGrid& grid, const Deck& deck,
+                                                           const std::string& resolved);
+// Collective: writes the checkpoint of `steps_done` steps; with `async`,
+// stages it and returns while it is written in the background (`final`:
+// waits for it and publishes it before returning).
 void checkpoint(const World& w, const ProcessGrid& grid, const Deck& deck,
                 const std::string& resolved, Trainer& trainer, int64_t steps_done,
-                MetricsFile& metrics);
+                MetricsFile& metrics, AsyncCheckpointer* async = nullptr, bool final = false);
+// Collective at each step boundary (after 0-based step `step`): publishes an
+// asynchronous checkpoint whose background writes have all finished.
+void poll_checkpoint(const World& w, AsyncCheckpointer* async);
+// Collective: an asynchronous checkpoint still in flight is waited for and
+// published (before the run ends, after 0-based step `step`).
+void finish_checkpoints(const World& w, const ProcessGrid& grid, AsyncCheckpointer* async,
+                        Trainer& trainer, int64_t step);
 // Test hook PIPETRAIN_TEST_SIGNAL (see run_state.cpp).
 void test_signal_point(int rank, int64_t step);
 // Collective: every rank agreed to stop after `step` on signal `signo`.
 void stop_after_step(const World& w, const ProcessGrid& grid, const Deck& deck,
                      const std::string& resolved, Trainer& trainer, int64_t step, int signo,
-                     MetricsFile& metrics);
+                     MetricsFile& metrics, AsyncCheckpointer* async = nullptr);
 
 }  // namespace pt

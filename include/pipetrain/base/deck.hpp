@@ -166,6 +166,7 @@ struct OutputConfig {
   int64_t checkpoint_every = 0;      // checkpoint every k steps (and at the end); 0 = off
   int64_t checkpoint_keep = 3;       // newest checkpoints kept
   std::string checkpoint_dir;        // "" = <dir>/checkpoints
+  bool checkpoint_async = false;     // stage to host memory, write in the background
   int64_t sample_every = 0;          // GPT: print a generated sample every k steps; 0 = off
   std::string sample_prompt;         // its prompt; "" = "The" (token 0 without a tokenizer)
   int64_t sample_tokens = 32;        // tokens per sample

@@ -30,6 +30,8 @@ enum class FaultHook {
   BlasForced,         // PIPETRAIN_TEST_BLAS_FORCED=<any>: OPENBLAS_CORETYPE is the test's, not the user's
   MessageFault,       // PIPETRAIN_TEST_MESSAGE_FAULT=RANK:STEP:KIND: one damaged inter-stage message
   CorruptReplica,     // PIPETRAIN_TEST_CORRUPT_REPLICA=RANK:STEP: one parameter bit flipped
+  AsyncSave,          // PIPETRAIN_TEST_ASYNC_SAVE_FAULT=RANK:STEP:PHASE: SIGKILL (or a write error)
+                      // at a phase of an asynchronous checkpoint
 };
 
 struct FaultHookInfo {
@@ -72,6 +74,14 @@ bool fault_due(FaultHook hook, int rank, long long step);
 // when none is set.
 std::vector<std::string> active_fault_hooks();
 
+// The phases of an asynchronous checkpoint (output.checkpoint_async) that
+// PIPETRAIN_TEST_ASYNC_SAVE_FAULT names: "staged" (host copy taken, writer not
+// started), "written" (stage file closed, not fsynced), "fsynced" (stage file
+// durable, not yet bound), "bound" (rank 0: manifest.h5 durable, not renamed;
+// other ranks: results gathered), "published" (`latest` names it), and
+// "write_error" (the rank's stage-file write fails as a full disk would).
+const std::vector<std::string>& async_save_phases();
+
 // The hooks' actions.
 // Stall: world rank RANK stops itself (SIGSTOP, as `kill -STOP` would) when
 // it reaches the named point (in step STEP, or the first time), so that its
@@ -94,5 +104,9 @@ bool replica_corruption_due(long long step);
 // rank and step, prints which hook killed the rank (and `detail`) and
 // raises SIGKILL.
 void kill_if_due(FaultHook hook, int rank, long long step, const std::string& detail = "");
+// AsyncSave: true when the hook names this rank, step and phase; the
+// kill phases then kill the rank (SIGKILL, printing `detail`) inside this
+// call, from whichever thread reached the phase; "write_error" returns true.
+bool async_save_fault(int rank, long long step, const char* phase, const std::string& detail = "");
 
 }  // namespace pt

@@ -51,6 +51,10 @@ struct UnitCost {
   double param_bytes = 0.0;
   double grad_bytes = 0.0;
   double optimizer_bytes = 0.0;
+  // The host copy an asynchronous checkpoint holds while it is written
+  // (output.checkpoint_async): parameters and optimizer state again. Not
+  // measured: the deck's plan sets it (deck_plan.cpp), 0 otherwise.
+  double checkpoint_staging_bytes = 0.0;
   double data_bytes = 0.0;  // training data cached for the unit's stage in host memory:
                             // the inputs on the first unit, the targets on the last
 };

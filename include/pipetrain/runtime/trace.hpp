@@ -23,9 +23,14 @@ namespace pt {
 // Codes stored in trace.h5 (kind_names attribute, same order).
 // REBALANCE: a move of units between stages after a step (docs/rebalance.md);
 // W: the deferred weight gradients of a split backward (docs/schedules.md).
-enum class EventKind : int32_t { F, B, Recompute, Wait, Send, Recv, Optimizer, Reduction, EvalF, Rebalance, W };
+// CKPT_STAGE: an asynchronous checkpoint's copy into host memory (training
+// blocked); CKPT_WAIT: training waiting for a background checkpoint write to
+// finish (the next save came first, or the run ends) and for its publication
+// (docs/reliability.md). Both after step `step`, with mb = -1.
+enum class EventKind : int32_t { F, B, Recompute, Wait, Send, Recv, Optimizer, Reduction, EvalF, Rebalance, W,
+                                 CheckpointStage, CheckpointWait };
 constexpr const char* kEventKindNames =
-    "F,B,RECOMPUTE,WAIT,SEND,RECV,OPTIMIZER,REDUCTION,EVAL_F,REBALANCE,W";
+    "F,B,RECOMPUTE,WAIT,SEND,RECV,OPTIMIZER,REDUCTION,EVAL_F,REBALANCE,W,CKPT_STAGE,CKPT_WAIT";
 
 struct TraceEvent {
   int64_t step;

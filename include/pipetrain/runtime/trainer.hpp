@@ -74,6 +74,9 @@ class Trainer {
   // Collective (output.trace): every rank's events on rank 0, on rank 0's clock.
   std::vector<std::vector<TraceEvent>> gather_trace();
   const ClockAlignment& clock_alignment() const { return run_->clocks; }
+  // This rank's event recorder (records nothing unless output.trace), for
+  // events outside a step: an asynchronous checkpoint's staging and waits.
+  Tracer& tracer() { return *run_->tracer; }
   // Every stage's recompute policy, on every rank (stage order).
   const std::vector<RecomputeChoice>& recompute_choices() const {
     return run_->recompute.choices;

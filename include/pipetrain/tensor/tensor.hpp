@@ -22,7 +22,9 @@ enum class Device { CPU, CUDA };
 // BF16 and F16 hold the raw 2-byte bits of a bfloat16 or IEEE half value:
 // the low-precision weight copies of mixed precision (model/weight_copies.hpp).
 enum class DType { F32, I32, BF16, F16 };
-enum class MemCategory { Parameters, Gradients, OptimizerState, Activations, Workspace, Count };
+// CheckpointStaging: the host copy of an asynchronous checkpoint while its
+// background write is in flight (output.checkpoint_async).
+enum class MemCategory { Parameters, Gradients, OptimizerState, Activations, Workspace, CheckpointStaging, Count };
 
 size_t dtype_size(DType dtype);
 const char* dtype_name(DType dtype);  // "f32" | "i32" | "bf16" | "f16"
