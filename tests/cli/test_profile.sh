@@ -53,7 +53,7 @@ check "a bad deck is refused with its message" output_has "must be divisible by 
 run 1 profile
 check "a missing deck is refused" status_not
 run 1 frobnicate inputs/mlp_small.toml
-check "an unknown command names profile and plan among the commands" output_has "expected train, validate, profile or plan"
+check "an unknown command names every command" output_has "expected train, validate, profile, plan or sample"
 
 echo "$passed passed, $failed failed"
 [ "$failed" -eq 0 ]
