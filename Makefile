@@ -12,7 +12,8 @@
 #   make test-sanitize  ASan + UBSan build in build-asan: every test, then a
 #                   short training run and its resume; fails on any report
 #   make test-avx2  the GoogleTests again under a second CPU personality:
-#                   oneDNN at most AVX2, OpenBLAS's Haswell kernels (CI runs it)
+#                   oneDNN at most AVX2, OpenBLAS's Haswell kernels (CI runs it);
+#                   those labelled kernel_free (no CPU kernel runs) are skipped
 #   make test-slurm the batch scripts under a real single-node Slurm started
 #                   for the test (installs slurm-wlm and munge; root; CI runs it)
 #   make corpus     the quick start's tokenizer and token shards in runs/corpus,
@@ -52,7 +53,7 @@ test: build tools
 # depend on AVX-512 kernels (or on the default's rounding). docs/ci.md.
 CPU_PERSONALITY_AVX2 := ONEDNN_MAX_CPU_ISA=AVX2 OPENBLAS_CORETYPE=Haswell
 test-avx2: build
-	cd $(BUILD) && $(CPU_PERSONALITY_AVX2) ctest -L gtest --output-on-failure -j 1
+	cd $(BUILD) && $(CPU_PERSONALITY_AVX2) ctest -L gtest -LE kernel_free --output-on-failure -j 1
 
 # Starts its own munged, slurmctld and slurmd (docs/cluster.md), stops them by PID.
 test-slurm: build tools
