@@ -28,8 +28,8 @@ mkdir -p "$root" results
 case_spec() {
   case $1 in
     mlp-loose)       echo "2 inputs/mlp_auto.toml --set model.hidden_dim=512 --set training.batch_size=64 --set data.samples=1024" ;;
-    mlp-tight)       echo "2 inputs/mlp_auto.toml --set model.hidden_dim=512 --set training.batch_size=64 --set data.samples=1024 --set pipeline.memory_budget_mb=9" ;;
-    mlp-wide)        echo "2 inputs/mlp_wide_input.toml --set pipeline.auto=true --set pipeline.partition=\"uniform\" --set training.batch_size=64" ;;
+    mlp-tight)       echo "2 inputs/mlp_auto.toml --set model.hidden_dim=512 --set training.batch_size=64 --set data.samples=1024 --set pipeline.memory_budget_mb=13" ;;
+    mlp-wide)        echo "2 inputs/mlp_auto.toml --set model.input_dim=8192 --set model.hidden_dim=512 --set training.batch_size=64 --set data.samples=512" ;;
     gpt-loose)       echo "2 inputs/gpt_balanced.toml --set pipeline.auto=true --set training.warmup_steps=1" ;;
     gpt-heavy-tight) echo "2 inputs/gpt_heavy_head.toml --set pipeline.auto=true --set training.warmup_steps=1 --set pipeline.memory_budget_mb=160" ;;
     mlp-1rank)       echo "1 inputs/mlp_auto.toml --set model.hidden_dim=512 --set training.batch_size=64 --set data.samples=1024" ;;
@@ -37,10 +37,8 @@ case_spec() {
   esac
 }
 
-# The open keys of a deck as the bench fixes them: any the deck sets itself
-# stay (mlp_wide_input's schedule and micro_batches are removed by --set of
-# the same value, which auto then keeps: the sweep holds them fixed too).
-train() {  # train NP DIR DECK ARGS...
+# train NP DIR DECK ARGS...: one run of STEPS steps (its first 2 are not timed).
+train() {
   local np=$1 dir=$2; shift 2
   timeout 900 mpirun --oversubscribe --bind-to none -np "$np" build/pipetrain train "$@" \
     --set training.steps=$STEPS --set training.eval_every=0 --set output.log_every=1000 \
@@ -56,18 +54,31 @@ run_case() {
   timeout 900 mpirun --oversubscribe --bind-to none -np "$np" build/pipetrain plan "$deck" "${args[@]}" \
     --set pipeline.auto=true --top 100000 > "$dir/plan.txt" 2>&1
   # Distinct plans: schedule N recompute units (the partition objectives often agree).
-  awk '$2 ~ /^[0-9]+x[0-9]+$/ && $4 ~ /^(gpipe|1f1b|interleaved|zb-h1|zb-v)$/ {
-         units = ""; for (i = 16; i <= NF; i++) units = units $i;
-         key = $4 " " $5 " " $7 " " units; if (!(key in seen)) { seen[key] = 1; print key } }' \
+  # The table writes repeated counts as "[2 x4]": written out again here. Its
+  # rows do not show pipeline.weight_grad, so gpipe, 1f1b and interleaved
+  # are trained both ways (auto weighs both when the deck leaves it open).
+  awk '$2 ~ /^[0-9]+x[0-9]+$/ && $4 ~ /^(gpipe|1f1b|interleaved|zb-h1|zb-v)$/ && $NF != "-" {
+         units = ""; for (i = 16; i <= NF; i++) units = units " " $i;
+         gsub(/[][,]/, " ", units); n = split(units, parts, " "); list = "";
+         for (i = 1; i <= n; i++) {
+           if (parts[i] ~ /^x[0-9]+$/) { reps = substr(parts[i], 2); for (r = 1; r < reps; r++) list = list "," last; continue }
+           last = parts[i]; list = list (list == "" ? "" : ",") parts[i] }
+         key = $4 " " $5 " " $7 " [" list "]"; if (key in seen) next; seen[key] = 1
+         if ($4 == "zb-h1" || $4 == "zb-v") print key " micro_batch"
+         else { print key " micro_batch"; print key " step" } }' \
     "$dir/plan.txt" > "$dir/configs.txt"
   echo "bench_auto: $name: $(wc -l < "$dir/configs.txt") distinct plans to train"
   local i=0
-  while read -r schedule n recompute units; do
+  while read -r schedule n recompute units weight_grad; do
     i=$((i + 1))
-    train "$np" "$dir/sweep_$i" "$deck" "${args[@]}" --set pipeline.auto=false \
+    local extra=()  # weight_grad (not for zb-*); interleaved: the counts list every stage of every rank
+    case $schedule in zb-*) ;; *) extra+=(--set pipeline.weight_grad=\"$weight_grad\") ;; esac
+    if [ "$schedule" = interleaved ]; then
+      extra+=(--set pipeline.virtual_stages=$(( ($(tr -cd , <<< "$units" | wc -c) + 1) / np )))
+    fi
+    train "$np" "$dir/sweep_$i" "$deck" "${args[@]}" "${extra[@]}" --set pipeline.auto=false \
       --set pipeline.schedule=\"$schedule\" --set pipeline.micro_batches="$n" \
-      --set pipeline.recompute=\"$recompute\" --set pipeline.partition="$units" \
-      || true
+      --set pipeline.recompute=\"$recompute\" --set pipeline.partition="$units" || true
   done < "$dir/configs.txt"
   train "$np" "$dir/auto" "$deck" "${args[@]}"
 }

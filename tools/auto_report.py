@@ -39,9 +39,13 @@ def config_of(run_dir):
     with open(os.path.join(run_dir, "deck.resolved.toml")) as f:
         text = f.read()
     pipeline = text[text.index("[pipeline]"):]
-    pick = lambda key: re.search(r"^%s = (.*?)\s+#" % key, pipeline, re.M).group(1).strip('"')
-    return "%s N=%s recompute %s, partition %s" % (
-        pick("schedule"), pick("micro_batches"), pick("recompute"), pick("partition").replace(" ", ""))
+    def pick(key):  # None: the resolved deck leaves the key out (weight_grad under zb-h1, zb-v)
+        m = re.search(r"^%s = (.*?)\s+#" % key, pipeline, re.M)
+        return m.group(1).strip('"') if m else None
+    step = pick("weight_grad") == "step" and pick("schedule") in ("gpipe", "1f1b", "interleaved")
+    return "%s N=%s recompute %s%s, partition %s" % (
+        pick("schedule"), pick("micro_batches"), pick("recompute"), " weight_grad step" if step else "",
+        pick("partition").replace(" ", ""))
 
 
 def report_case(root, case):
@@ -60,10 +64,15 @@ def report_case(root, case):
     budget = float(re.search(r"\(budget ([0-9.]+) MiB", log).group(1)) * 2**20
     ranks = re.search(r"pipetrain: (\d+) rank", log)
     chosen = config_of(os.path.join(d, "auto"))
-    best = min(sweep)
+    # The best measured configuration is the fastest that stayed within the budget.
+    within = [s for s in sweep if s[1] <= budget]
+    if not within:
+        sys.exit("auto_report: %s: no configuration of the sweep stayed within the budget" % case)
+    best = min(within)
     same = [s for s in sweep if s[2] == chosen]
     return {
         "case": case, "ranks": ranks.group(1) if ranks else "?", "budget": budget, "plans": len(sweep),
+        "within": len(within),
         "chosen": chosen, "auto_s": auto[0], "auto_peak": auto[1],
         "chosen_in_sweep_s": same[0][0] if same else float("nan"),
         "best": best[2], "best_s": best[0],
@@ -94,15 +103,16 @@ def main():
     lines = ["# pipeline.auto against the best measured configuration (jobs/bench_auto.sh)", "",
              machine(a.root, a.cases[0]) + ".", "",
              "Each case: every distinct plan auto weighs trained with auto off (the sweep), then a run "
-             "with `pipeline.auto = true`; step times are medians after the first 2 steps. "
+             "with `pipeline.auto = true`; step times are medians after the first 2 steps; the best "
+             "measured configuration is the fastest whose measured peak stayed within the budget. "
              "Goal: auto within %d%% of the best, never over the budget." % round(GOAL * 100), "",
-             "| case | ranks | budget | plans trained | auto's choice | auto (ms) | its plan in the sweep (ms) "
+             "| case | ranks | budget | plans trained (within budget) | auto's choice | auto (ms) | its plan in the sweep (ms) "
              "| best measured | best (ms) | auto's gap | auto's peak | within budget | goal met |",
              "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         met = r["gap"] <= GOAL and r["fits"]
-        lines.append("| %s | %s | %s | %d | %s | %.2f | %.2f | %s | %.2f | %+.1f%% | %s | %s | %s |" % (
-            r["case"], r["ranks"], mib(r["budget"]), r["plans"], r["chosen"], r["auto_s"] * 1e3,
+        lines.append("| %s | %s | %s | %d (%d) | %s | %.2f | %.2f | %s | %.2f | %+.1f%% | %s | %s | %s |" % (
+            r["case"], r["ranks"], mib(r["budget"]), r["plans"], r["within"], r["chosen"], r["auto_s"] * 1e3,
             r["chosen_in_sweep_s"] * 1e3, r["best"], r["best_s"] * 1e3, 100 * r["gap"], mib(r["auto_peak"]),
             "yes" if r["fits"] else "no", "yes" if met else "no"))
     with open(a.out, "w") as f:
