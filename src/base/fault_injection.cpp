@@ -74,20 +74,25 @@ FaultRequest parse_stall(const FaultHookInfo& info, const std::string& value) {
   return r;
 }
 
-const char* const kMessageFaults[] = {"bitflip", "wrong_mb", "truncate", "nan"};
-
-FaultRequest parse_message_fault(const FaultHookInfo& info, const std::string& value) {
+// RANK:STEP:NAME, NAME one of `names` (a message fault's KIND, an
+// asynchronous save's PHASE): `label` names that field in the message.
+FaultRequest parse_rank_step_named(const FaultHookInfo& info, const std::string& value,
+                                   const char* label, const std::vector<std::string>& names) {
   const auto f = split(value, ':');
   if (f.size() != 3) malformed(info, value, "three fields separated by ':' are needed");
   FaultRequest r;
   r.rank = static_cast<int>(number_field(info, value, f[0], "RANK"));
   r.step = number_field(info, value, f[1], "STEP");
   r.point = f[2];
-  if (std::find(std::begin(kMessageFaults), std::end(kMessageFaults), r.point) ==
-      std::end(kMessageFaults))
-    malformed(info, value, "KIND '" + r.point + "' is not one of bitflip, wrong_mb, truncate, nan");
+  if (std::find(names.begin(), names.end(), r.point) == names.end()) {
+    std::string listed;
+    for (const std::string& n : names) listed += (listed.empty() ? "" : ", ") + n;
+    malformed(info, value, std::string(label) + " '" + r.point + "' is not one of " + listed);
+  }
   return r;
 }
+
+const std::vector<std::string> kMessageFaults = {"bitflip", "wrong_mb", "truncate", "nan"};
 
 FaultRequest parse_signal(const FaultHookInfo& info, const std::string& value) {
   const auto f = split(value, ':');
@@ -97,22 +102,6 @@ FaultRequest parse_signal(const FaultHookInfo& info, const std::string& value) {
   r.step = number_field(info, value, f[1], "STEP");
   r.signo = f.size() == 3 ? static_cast<int>(number_field(info, value, f[2], "SIGNAL")) : SIGUSR1;
   if (r.signo < 1 || r.signo >= NSIG) malformed(info, value, "SIGNAL is not a signal number");
-  return r;
-}
-
-FaultRequest parse_async_save(const FaultHookInfo& info, const std::string& value) {
-  const auto f = split(value, ':');
-  if (f.size() != 3) malformed(info, value, "three fields separated by ':' are needed");
-  FaultRequest r;
-  r.rank = static_cast<int>(number_field(info, value, f[0], "RANK"));
-  r.step = number_field(info, value, f[1], "STEP");
-  r.point = f[2];
-  const auto& phases = async_save_phases();
-  if (std::find(phases.begin(), phases.end(), r.point) == phases.end()) {
-    std::string names;
-    for (const std::string& p : phases) names += (names.empty() ? "" : ", ") + p;
-    malformed(info, value, "PHASE '" + r.point + "' is not one of " + names);
-  }
   return r;
 }
 
@@ -132,9 +121,9 @@ FaultRequest parse(const FaultHookInfo& info, const std::string& value) {
     case FaultHook::Stall: return parse_stall(info, value);
     case FaultHook::Signal: return parse_signal(info, value);
     case FaultHook::Rebalance: return parse_rebalance(info, value);
-    case FaultHook::MessageFault: return parse_message_fault(info, value);
+    case FaultHook::MessageFault: return parse_rank_step_named(info, value, "KIND", kMessageFaults);
     case FaultHook::BlasForced: return {};
-    case FaultHook::AsyncSave: return parse_async_save(info, value);
+    case FaultHook::AsyncSave: return parse_rank_step_named(info, value, "PHASE", async_save_phases());
     default: return parse_rank_step(info, value);
   }
 }

@@ -4,6 +4,7 @@
 // pairs included, are decoded). Numbers keep their text and a double.
 #pragma once
 
+#include <cstdint>
 #include <map>
 #include <memory>
 #include <string>
@@ -28,5 +29,9 @@ struct JsonValue {
 // Parses `text` whole; throws InputError "<where>: JSON error at byte N: ..."
 // on malformed input.
 JsonValue parse_json(const std::string& text, const std::string& where);
+
+// Appends the UTF-8 encoding of `code_point` (<= 0x10FFFF) to `out`; JSON's
+// \u escapes and the byte-level tokenizer's byte table both need it.
+void append_utf8(std::string& out, uint32_t code_point);
 
 }  // namespace pt
