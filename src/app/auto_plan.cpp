@@ -17,6 +17,7 @@
 #include <map>
 #include <sstream>
 
+#include "pipetrain/app/profile_command.hpp"
 #include "pipetrain/base/error.hpp"
 #include "pipetrain/base/timed_wait.hpp"
 #include "pipetrain/io/deck_io.hpp"
@@ -337,12 +338,8 @@ Deck choose_auto_plan(const Deck& deck, MPI_Comm world, MPI_Comm pipeline,
   } else {
     set_wait_phase("in pipeline.auto's profiles");
     const PlanRequest request = auto_plan_request(open, stages, plan_budget_bytes(deck, stages));
-    ProfileOptions options = ProfileOptions::brief();
-    options.memory_stats = compute.setup.device_memory_stats;
-    options.reset_memory_peaks = compute.setup.reset_device_memory_peaks;
-    options.make_transport = compute.setup.make_transport;
-    options.kernels = compute.kernels;
-    c.table = measure_plans(deck, request, pipeline, compute, options, weight_grad_open(open));
+    c.table = measure_plans(deck, request, pipeline, compute, options_on(compute, ProfileOptions::brief()),
+                            weight_grad_open(open));
     if (rank == 0) c.chosen = auto_pick(c.table, open);  // InputError: MPI_Abort ends every rank
     row = share_row(rank == 0 ? &c.table.rows[static_cast<size_t>(c.chosen)] : nullptr, world);
     if (rank == 0) print_choice(open, c);

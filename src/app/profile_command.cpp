@@ -26,14 +26,18 @@ BlasThreadsChoice profile_blas_threads(const Deck& deck, MPI_Comm comm, int plan
   return c;
 }
 
-ProfileOptions options_for(const CommandLine& cli, const ComputeResources& compute,
-                           ProfileOptions o) {
-  if (cli.reps > 0) o.reps = cli.reps;
+ProfileOptions options_on(const ComputeResources& compute, ProfileOptions o) {
   o.memory_stats = compute.setup.device_memory_stats;
   o.reset_memory_peaks = compute.setup.reset_device_memory_peaks;
   o.make_transport = compute.setup.make_transport;
   o.kernels = compute.kernels;
   return o;
+}
+
+ProfileOptions options_for(const CommandLine& cli, const ComputeResources& compute,
+                           ProfileOptions o) {
+  if (cli.reps > 0) o.reps = cli.reps;
+  return options_on(compute, o);
 }
 
 namespace {

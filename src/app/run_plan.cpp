@@ -1,5 +1,6 @@
 // run_plan.cpp: the planner inside a training run (app/run_plan.hpp).
 #include "pipetrain/app/run_plan.hpp"
+#include "pipetrain/app/profile_command.hpp"
 
 #include <chrono>
 #include <cstdio>
@@ -23,12 +24,7 @@ bool needs_profile(const Deck& deck) {
 }
 
 ProfileOptions brief_options(const ComputeResources& compute) {
-  ProfileOptions o = ProfileOptions::brief();
-  o.memory_stats = compute.setup.device_memory_stats;
-  o.reset_memory_peaks = compute.setup.reset_device_memory_peaks;
-  o.make_transport = compute.setup.make_transport;
-  o.kernels = compute.kernels;
-  return o;
+  return options_on(compute, ProfileOptions::brief());
 }
 
 Backend& run_backend(const ComputeResources& compute) {

@@ -16,7 +16,10 @@ namespace pt {
 // The deck's BLAS threads for a run of `planned_ranks` ranks on this node
 // (when more than the ranks measuring now): cores / planned ranks.
 BlasThreadsChoice profile_blas_threads(const Deck& deck, MPI_Comm comm, int planned_ranks);
-// `base` with the command line's --reps and the compute set-up's hooks.
+// `base` with the compute set-up's hooks (device memory statistics, the
+// transport, the kernels' description): every profile a command or run takes.
+ProfileOptions options_on(const ComputeResources& compute, ProfileOptions base);
+// The same, with the command line's --reps.
 ProfileOptions options_for(const CommandLine& cli, const ComputeResources& compute,
                            ProfileOptions base);
 
