@@ -10,9 +10,14 @@
 // takes it per parameter, so a token read waits at most for one parameter's
 // datasets (docs/reliability.md). The lock is recursive: a locked function
 // may call another. Uncontended (no save in flight) it costs one atomic.
+// A contended wait is bounded like every other: it runs under a
+// DeadlineScope, so a writer stuck inside HDF5 (a hung file system) ends the
+// job with the lock named instead of holding the other thread forever.
 #pragma once
 
 #include <mutex>
+
+#include "pipetrain/base/timed_wait.hpp"
 
 namespace pt {
 
@@ -23,12 +28,16 @@ inline std::recursive_mutex& hdf5_mutex() {
 
 class Hdf5Lock {
  public:
-  Hdf5Lock() : guard_(hdf5_mutex()) {}
+  Hdf5Lock() : guard_(hdf5_mutex(), std::defer_lock) {
+    if (guard_.try_lock()) return;
+    DeadlineScope deadline("the HDF5 lock, held by another thread (an asynchronous checkpoint's writer)");
+    guard_.lock();
+  }
   Hdf5Lock(const Hdf5Lock&) = delete;
   Hdf5Lock& operator=(const Hdf5Lock&) = delete;
 
  private:
-  std::lock_guard<std::recursive_mutex> guard_;
+  std::unique_lock<std::recursive_mutex> guard_;
 };
 
 }  // namespace pt
