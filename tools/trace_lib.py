@@ -20,7 +20,7 @@ import numpy as np
 
 DEFAULT_KIND_NAMES = ["F", "B", "RECOMPUTE", "WAIT", "SEND", "RECV",
                       "OPTIMIZER", "REDUCTION", "EVAL_F", "REBALANCE", "W",
-                      "CKPT_STAGE", "CKPT_WAIT"]
+                      "CKPT_STAGE", "CKPT_WAIT", "REPLAN"]
 EVENT_FIELDS = ["step", "stage", "mb", "kind", "start_us", "end_us"]
 EVENT_DTYPE = np.dtype([("step", "<i8"), ("stage", "<i4"), ("mb", "<i4"),
                         ("kind", "<i4"), ("start_us", "<f8"), ("end_us", "<f8")])

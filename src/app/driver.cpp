@@ -18,6 +18,7 @@
 #include "pipetrain/app/run_plan.hpp"
 #include "pipetrain/app/run_state.hpp"
 #include "pipetrain/app/rebalance_log.hpp"
+#include "pipetrain/app/replan.hpp"
 #include "pipetrain/app/sample_command.hpp"
 #include "pipetrain/runtime/speed_probe.hpp"
 
@@ -310,13 +311,33 @@ void count_from_placement(Progress& p) {
   p.window = " (from the placement at measured times on)";
 }
 
-// Units moved after step `step` (already in step_times): the prediction is
-// for the partition before the move, so the error counts the steps up to it.
-void count_until_move(Progress& p, int64_t step) {
+// Units moved, or the run switched plans, after step `step` (already in
+// step_times): the prediction is for the plan before, so the error counts
+// the steps up to it. `what`: "the rebalancing move", "the re-planning switch".
+void count_until_move(Progress& p, int64_t step, const std::string& what = "the rebalancing move") {
   if (p.counted_end != SIZE_MAX) return;  // an earlier move ended the window
   p.counted_end = p.step_times.size();
-  p.window = " (up to the rebalancing move after step " + std::to_string(step + 1) +
-             ": the prediction is for the partition before it)";
+  p.window = " (up to " + what + " after step " + std::to_string(step + 1) +
+             ": the prediction is for the " +
+             (what == "the rebalancing move" ? "partition" : "plan") + " before it)";
+}
+
+// The re-planning check after `step` (when one is due), its values in the
+// step's record (rank 0's).
+ReplanCheck replan_after_step(Replanner* replanner, const Deck& deck, const Trainer& trainer,
+                              int64_t step, bool first_of_plan, StepRecord& rec) {
+  rec.micro_batches = trainer.schedule().num_micro_batches;
+  if (!replanner) return {};
+  replanner->observe(rec, first_of_plan);
+  if (!replanner->due(step, deck.training.steps)) return {};
+  set_wait_phase("in the re-planning check after step " + std::to_string(step));
+  ReplanCheck c = replanner->check(step, deck, trainer.partition());
+  if (c.checked && !c.decision.reason.empty()) {  // world rank 0 decided
+    rec.replan_deviation = c.decision.deviation;
+    if (c.decision.ranked) rec.replan_gain = c.decision.gain;
+  }
+  rec.replan_switched = c.decision.change;
+  return c;
 }
 
 // The planner's predicted step against the median measured one over the
@@ -393,17 +414,20 @@ int run_train(const World& w, const CommandLine& cli, const Deck& written) {
   ComputeResources compute = make_compute_resources(written, w.comm);
   const ProcessGrid grid(w.comm, static_cast<int>(data_parallel_size(written)));
   AutoRecord auto_record;
-  const Deck deck = deck_to_run(w, cli, written, grid, compute, auto_record);
+  Deck deck = deck_to_run(w, cli, written, grid, compute, auto_record);  // a re-planning switch changes it
   RunPlan plan = prepare_run_plan(deck, grid.pipeline(), compute);
   // A named strategy's counts, the same in every replica (the deck keeps the name).
   const std::vector<int64_t> partition = share_partition(grid, starting_partition(deck, plan));
-  Trainer trainer(deck, partition, grid, compute.setup);
-  predict_run(plan, deck, trainer);
-  if (deck.rebalance.enabled) trainer.enable_rebalance(plan.profile);
-  const std::string resolved = deck_to_toml(deck);
+  auto trainer = std::make_unique<Trainer>(deck, partition, grid, compute.setup);
+  predict_run(plan, deck, *trainer);
+  if (deck.rebalance.enabled) trainer->enable_rebalance(plan.profile);
+  std::unique_ptr<Replanner> replanner;  // pipeline.auto_replan_every (collective)
+  if (written.pipeline.auto_plan && written.pipeline.auto_replan_every > 0)
+    replanner = std::make_unique<Replanner>(written, grid, compute);
+  std::string resolved = deck_to_toml(deck);  // what checkpoints store: the plan in force
   MetricsFile metrics(deck.output.dir + "/metrics.h5", resolved);
   if (w.rank == 0) {
-    print_start(w, deck, trainer, blas);
+    print_start(w, deck, *trainer, blas);
     std::printf("%s", blas_report.lines.c_str());
     if (blas_report.any_fallback)
       std::printf("BLAS: warning: some ranks run fallback kernels (see above); figures from this "
@@ -414,12 +438,12 @@ int run_train(const World& w, const CommandLine& cli, const Deck& written) {
     metrics.set_attribute("cpu", blas_report.rank0.cpu);
     metrics.set_attribute("gemm", blas_report.rank0.gemm);
     write_file_atomic(deck.output.dir + "/deck.resolved.toml", resolved);
-    metrics.set_attribute("schedule", format_schedule(trainer.schedule()));
-    const auto& peaks = trainer.schedule_report().peak_in_flight;
+    metrics.set_attribute("schedule", format_schedule(trainer->schedule()));
+    const auto& peaks = trainer->schedule_report().peak_in_flight;
     metrics.set_attribute("peak_in_flight", std::vector<int64_t>(peaks.begin(), peaks.end()));
     metrics.set_attribute("blas_threads", std::vector<int64_t>{blas.threads});
     std::string policies;
-    for (const auto& c : trainer.recompute_choices()) policies += (policies.empty() ? "" : ",") + c.policy;
+    for (const auto& c : trainer->recompute_choices()) policies += (policies.empty() ? "" : ",") + c.policy;
     metrics.set_attribute("recompute", policies);
     if (written.pipeline.auto_plan) {
       metrics.set_attribute("auto_choice", auto_record.choice);
@@ -427,9 +451,9 @@ int run_train(const World& w, const CommandLine& cli, const Deck& written) {
       metrics.set_attribute("auto_plans_weighed", std::vector<int64_t>{auto_record.plans_weighed});
     }
     print_run_plan(plan, deck);
-    record_run_plan(plan, deck, trainer.partition(), metrics);
+    record_run_plan(plan, deck, trainer->partition(), metrics);
     save_run_profile(plan, deck, resolved);
-    if (auto floor = trainer.loss_floor()) {
+    if (auto floor = trainer->loss_floor()) {
       metrics.set_attribute("loss_floor", floor->window);
       metrics.set_attribute("entropy_rate", floor->entropy_rate);
     }
@@ -442,8 +466,14 @@ int run_train(const World& w, const CommandLine& cli, const Deck& written) {
                 "(%.1f ms) assumes a core per rank, so the step lines do not compare with it\n",
                 blas.ranks_on_node, blas.node_cores, blas.node_cores == 1 ? "" : "s",
                 plan.prediction.step_time_s * 1e3);
-  progress.first_step = restore(w, grid, cli, deck, resolved, trainer);
+  CheckpointRead loaded;
+  progress.first_step = restore(w, grid, cli, deck, resolved, *trainer, &loaded);
   if (progress.first_step < 0) return 2;
+  if (replanner && progress.first_step > 0) {  // a switch before the checkpoint: its plan
+    trainer = resume_in_checkpoint_plan(w, grid, compute.setup, *replanner, std::move(trainer), loaded,
+                                        progress.first_step, deck);
+    resolved = deck_to_toml(deck);
+  }
   TrainingSamples samples;  // output.sample_every: the tokenizer and prompt
   if (!prepare_training_samples(w, deck, samples)) return 2;
   if (progress.first_step >= deck.training.steps) {
@@ -453,22 +483,25 @@ int run_train(const World& w, const CommandLine& cli, const Deck& written) {
     return 0;
   }
   if (progress.first_step > 0 && w.rank == 0) continue_metrics(progress.first_step, metrics);
-  const std::unique_ptr<AsyncCheckpointer> async = make_async_checkpointer(grid, deck, resolved);
+  std::unique_ptr<AsyncCheckpointer> async = make_async_checkpointer(grid, deck, resolved);
   StepRecord rec;
   const int64_t eval_every = deck.training.eval_every;
+  int64_t plan_first_step = progress.first_step;  // the first step of the plan in force
   for (int64_t step = progress.first_step; step < deck.training.steps; ++step) {
     test_signal_point(w.rank, step);
     set_wait_phase("in step " + std::to_string(step));
-    rec = trainer.train_step(step);
+    rec = trainer->train_step(step);
     const bool last = step + 1 == deck.training.steps;
     if (eval_every > 0 && ((step + 1) % eval_every == 0 || last)) {
       set_wait_phase("in the evaluation after step " + std::to_string(step));
-      rec.eval_loss = trainer.evaluate();
+      rec.eval_loss = trainer->evaluate();
     }
-    const bool moved = rebalance_after_step(w.rank, deck, trainer, step, rec);
-    if (rec.schedule_placed) report_schedule_placement(w.rank, plan, deck, trainer, rec, metrics);
+    const bool moved = rebalance_after_step(w.rank, deck, *trainer, step, rec);
+    const ReplanCheck replan = replan_after_step(replanner.get(), deck, *trainer, step,
+                                                 step == plan_first_step, rec);
+    if (rec.schedule_placed) report_schedule_placement(w.rank, plan, deck, *trainer, rec, metrics);
     if (w.rank == 0) log_step(deck, rec, last, progress, metrics);  // beside the prediction it ran under
-    print_training_sample(w, deck, trainer, samples, step);
+    print_training_sample(w, deck, *trainer, samples, step);
     if (rec.schedule_placed && plan.measured) {
       progress.predicted_step_s = plan.prediction.step_time_s;
       count_from_placement(progress);
@@ -476,19 +509,29 @@ int run_train(const World& w, const CommandLine& cli, const Deck& written) {
     if (moved) count_until_move(progress, step);
     set_wait_phase("in the checkpoint poll after step " + std::to_string(step));
     poll_checkpoint(w, async.get());
-    if (checkpoint_due(deck, step)) {
+    if (replan.decision.change) {  // saves the checkpoint of this step, in the new plan
+      if (async) finish_checkpoints(w, grid, async.get(), *trainer, step);
+      trainer = switch_plan(w, grid, compute.setup, std::move(trainer), replan.next, step, metrics);
+      deck = replan.next;
+      resolved = deck_to_toml(deck);
+      async = make_async_checkpointer(grid, deck, resolved);
+      plan_first_step = step + 1;
+      count_until_move(progress, step, "the re-planning switch");
+      if (!progress.oversubscribed && w.rank == 0)  // the step lines compare with the new plan's
+        progress.predicted_step_s = replan.decision.best.step_time_s;
+    } else if (checkpoint_due(deck, step)) {
       set_wait_phase("in the checkpoint save after step " + std::to_string(step));
-      checkpoint(w, grid, deck, resolved, trainer, step + 1, metrics, async.get(), last);
+      checkpoint(w, grid, deck, resolved, *trainer, step + 1, metrics, async.get(), last);
     }
     if (last) break;
     set_wait_phase("after step " + std::to_string(step));
     const int signo = agree_on_stop(w.comm, "the stop-signal agreement");
     if (signo != 0) {
-      stop_after_step(w, grid, deck, resolved, trainer, step, signo, metrics, async.get());
+      stop_after_step(w, grid, deck, resolved, *trainer, step, signo, metrics, async.get());
       return kStopExitStatus;
     }
   }
-  write_trace(w, deck, trainer);
+  write_trace(w, deck, *trainer);
   probe_after_steps(plan, grid.pipeline(), compute);
   if (w.rank == 0) {
     metrics.set_attribute("stop_reason", "trained to the end: step " + std::to_string(deck.training.steps) +
@@ -496,7 +539,7 @@ int run_train(const World& w, const CommandLine& cli, const Deck& written) {
     metrics.flush();
     print_plan_error(progress);
     report_speed_probes(plan, metrics);
-    print_summary(deck, rec, progress.elapsed, progress.first_step, trainer.loss_floor());
+    print_summary(deck, rec, progress.elapsed, progress.first_step, trainer->loss_floor());
   }
   return 0;
 }

@@ -39,7 +39,7 @@ void write_trace(const World& w, const Deck& deck, Trainer& trainer) {
 // or training.init_from (weights only). Returns the first step, or -1 after a
 // bad checkpoint (every rank has the same error; rank 0 printed it).
 int64_t restore(const World& w, const ProcessGrid& grid, const CommandLine& cli, const Deck& deck,
-                const std::string& resolved, Trainer& trainer) {
+                const std::string& resolved, Trainer& trainer, CheckpointRead* loaded) {
   bool resume = !cli.resume.empty();
   std::string spec = resume ? cli.resume : deck.training.init_from;
   if (resume && spec == "auto") {  // latest if there is any checkpoint, else a fresh start
@@ -72,6 +72,7 @@ int64_t restore(const World& w, const ProcessGrid& grid, const CommandLine& cli,
                   resume ? "resuming from" : "weights initialised from", r.path.c_str(),
                   static_cast<long long>(r.step), r.bytes / 1e6, r.seconds,
                   r.bytes / 1e6 / std::max(r.seconds, 1e-9));
+    if (loaded && resume) *loaded = r;
     return resume ? r.step : 0;
   } catch (const InputError& e) {
     if (w.rank == 0) std::fprintf(stderr, "pipetrain: error: %s\n", e.what());

@@ -3,6 +3,7 @@
 #include "pipetrain/base/fault_injection.hpp"
 
 #include <algorithm>
+#include <cmath>
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
@@ -116,11 +117,25 @@ FaultRequest parse_rebalance(const FaultHookInfo& info, const std::string& value
   return r;
 }
 
+FaultRequest parse_replan_speed(const FaultHookInfo& info, const std::string& value) {
+  FaultRequest r;
+  for (const std::string& f : split(value, ',')) {
+    char* end = nullptr;
+    const double x = std::strtod(f.c_str(), &end);
+    if (f.empty() || *end != '\0' || !(x > 0.0) || !std::isfinite(x))
+      malformed(info, value, "factor '" + f + "' is not a number > 0");
+    r.factors.push_back(x);
+  }
+  if (r.factors.empty()) malformed(info, value, "no factors");
+  return r;
+}
+
 FaultRequest parse(const FaultHookInfo& info, const std::string& value) {
   switch (info.hook) {
     case FaultHook::Stall: return parse_stall(info, value);
     case FaultHook::Signal: return parse_signal(info, value);
     case FaultHook::Rebalance: return parse_rebalance(info, value);
+    case FaultHook::ReplanSpeed: return parse_replan_speed(info, value);
     case FaultHook::MessageFault: return parse_rank_step_named(info, value, "KIND", kMessageFaults);
     case FaultHook::BlasForced: return {};
     case FaultHook::AsyncSave: return parse_rank_step_named(info, value, "PHASE", async_save_phases());
@@ -181,6 +196,9 @@ const std::vector<FaultHookInfo>& fault_hooks() {
       {FaultHook::AsyncSave, "PIPETRAIN_TEST_ASYNC_SAVE_FAULT", "RANK:STEP:PHASE",
        "world rank RANK is killed (or, for PHASE write_error, its write fails) at that phase of "
        "the asynchronous checkpoint of STEP steps"},
+      {FaultHook::ReplanSpeed, "PIPETRAIN_TEST_REPLAN_SPEED", "F0,F1,...",
+       "re-planning (pipeline.auto_replan_every) takes as measured the plan's predicted times "
+       "with pipeline rank r computing F_r times as slow, not the clock"},
   };
   return table;
 }

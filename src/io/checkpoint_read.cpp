@@ -516,6 +516,7 @@ CheckpointRead load_checkpoint(const std::string& spec, LoadMode mode, const Dec
       out.step = ins.binding.step;
       timed_bcast(&out.step, 1, MPI_INT64_T, 0, comm, "the checkpoint step broadcast");
       out.counters = ins.counters;
+      out.deck_text = ins.deck_text;  // read on rank 0
       long long ints[3] = {out.counters.optimizer_updates, out.counters.loss_scale_run,
                            out.counters.skipped_steps};
       timed_bcast(ints, 3, MPI_LONG_LONG, 0, comm, "the training counters broadcast");
@@ -539,6 +540,10 @@ CheckpointRead load_checkpoint(const std::string& spec, LoadMode mode, const Dec
     throw InputError(p.message + (cands.fallback && p.kind == kBroken ? " (and no older good checkpoint)" : ""));
   }
   PT_FAIL("unreachable: no checkpoint candidate");
+}
+
+std::string checkpoint_dir(const Deck& deck, int64_t steps_done) {
+  return join_path(checkpoint_root(deck), step_dir_name(steps_done));
 }
 
 bool any_checkpoint_in(const std::string& root) {

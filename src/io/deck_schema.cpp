@@ -42,6 +42,8 @@ bool is_half(const Deck& d) {
   return d.training.precision == Precision::Bf16 || d.training.precision == Precision::Fp16;
 }
 bool is_rebalancing(const Deck& d) { return d.rebalance.enabled; }
+bool is_auto(const Deck& d) { return d.pipeline.auto_plan; }
+bool is_replanning(const Deck& d) { return d.pipeline.auto_plan && d.pipeline.auto_replan_every > 0; }
 bool is_slowed(const Deck& d) { return d.slowdown.rank >= 0; }
 bool takes_times(const Deck& d) { return schedule_takes_times(d.pipeline.schedule); }
 bool places_no_w(const Deck& d) {
@@ -120,6 +122,8 @@ const std::vector<KeySpec> kDeckKeys = {
     {"pipeline", "memory_budget_mb", PT_FIELD(pipeline.memory_budget_mb), at_least(0), nullptr, "per-stage memory budget (MiB) for recompute = \"auto\" and partition = \"balanced\"; 0 = none", PT_ALWAYS},
     {"pipeline", "transport", PT_FIELD(pipeline.transport), any(), nullptr, "activation/gradient exchange: cpu: auto = mpi, or nccl_model (MPI with NCCL's semantics); cuda: auto picks nccl unless ranks share a GPU, or mpi_staged", PT_ALWAYS},
     {"pipeline", "auto", PT_FIELD(pipeline.auto_plan), any(), nullptr, "choose at start, from brief profiles, the fastest plan within the memory budget for what the deck leaves open: schedule, micro_batches, recompute, partition, weight_grad (docs/planner.md); keys the deck sets are kept", PT_ALWAYS},
+    {"pipeline", "auto_replan_every", PT_FIELD(pipeline.auto_replan_every), between(0, 1 << 30), nullptr, "with pipeline.auto: every k steps compare the measured step time (median of the steps since the last check) with the prediction; past auto_replan_margin, plan again at the measured stage speeds and switch plans at the step boundary when the new one is predicted faster by more than the margin (docs/planner.md); 0 = off", is_auto, "pipeline.auto = true"},
+    {"pipeline", "auto_replan_margin", PT_FIELD(pipeline.auto_replan_margin), Range{0.0, 1.0, true, true}, nullptr, "re-planning: the measured step must leave the prediction by more than this fraction before the run plans again, and a new plan must be predicted this fraction faster than the one in force before the run switches", is_replanning, "pipeline.auto_replan_every > 0"},
     {"pipeline", "timeout_s", PT_FIELD(pipeline.timeout_s), above(0), nullptr, "seconds a rank waits for a peer before aborting", PT_ALWAYS},
     {"pipeline", "check_messages", PT_FIELD(pipeline.check_messages), any(), nullptr, "every activation and gradient sent between ranks carries an envelope (step, micro-batch, stages, kind, element count, checksum) that the receiver verifies, and every stage output is checked for inf/NaN; a mismatch ends the run naming the link and the message (docs/reliability.md)", PT_ALWAYS},
     {"data_parallel", "replicas", PT_FIELD(data_parallel.replicas), between(0, 1 << 16), nullptr, "data-parallel replicas D of the pipeline (ranks = pipeline ranks x D, docs/data-parallel.md); 0 = ranks / pipeline.stages, or 1 when pipeline.stages = 0", PT_ALWAYS},
@@ -592,6 +596,13 @@ void check_consistency(const Deck& deck) {
                      " = \"measured\": cannot be combined with " +
                      deck.described("rebalance.enabled", "true") +
                      " (a move changes the stage times the schedule was placed at)");
+  }
+  if (is_replanning(deck) && deck.rebalance.enabled) {
+    throw InputError(deck.where("pipeline.auto_replan_every") + " = " +
+                     std::to_string(p.auto_replan_every) + ": cannot be combined with " +
+                     deck.described("rebalance.enabled", "true") +
+                     " (re-planning solves the partition again at the measured stage speeds "
+                     "itself); use one of them");
   }
   if (deck.output.dir.empty()) {
     throw InputError(deck.where("output.dir") + " = \"\": must name a directory");

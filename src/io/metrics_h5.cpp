@@ -148,7 +148,8 @@ MetricsFile::MetricsFile(std::string path, std::string resolved_deck)
     : path_(std::move(path)), deck_(std::move(resolved_deck)) {
   for (const char* name : {"loss", "lr", "grad_norm", "step_time_s", "samples_per_s", "eval_loss",
                            "bubble", "loss_scale", "skipped", "rebalance_ratio",
-                           "rebalance_predicted_ratio"})
+                           "rebalance_predicted_ratio", "micro_batches", "replan_deviation",
+                           "replan_gain", "replan_switched"})
     series_[name] = {};
   for (const std::string& name : stage_series_names()) stage_series_[name] = {};
   stage_series_["partition"] = {};
@@ -188,6 +189,10 @@ void MetricsFile::add_step(const StepRecord& rec, double samples_per_s) {
   series_["skipped"].push_back(rec.skipped ? 1.0 : 0.0);
   series_["rebalance_ratio"].push_back(rec.rebalance_ratio);
   series_["rebalance_predicted_ratio"].push_back(rec.rebalance_predicted_ratio);
+  series_["micro_batches"].push_back(static_cast<double>(rec.micro_batches));
+  series_["replan_deviation"].push_back(rec.replan_deviation);
+  series_["replan_gain"].push_back(rec.replan_gain);
+  series_["replan_switched"].push_back(rec.replan_switched ? 1.0 : 0.0);
   stage_series_["partition"].emplace_back(rec.partition.begin(), rec.partition.end());
   stage_series_["stage_compute_s"].push_back(rec.rank_compute_s);
   const std::vector<std::string> names = stage_series_names();

@@ -116,6 +116,30 @@ void check_request(const PlanRequest& request) {
     throw InputError("plan request: give at least one schedule, recompute policy and partition");
 }
 
+// Each stage's factor: its rank's request.rank_time_scale (empty: none).
+std::vector<double> stage_time_scales(const PlanRequest& request, const Schedule& schedule) {
+  if (request.rank_time_scale.empty()) return {};
+  if (static_cast<int>(request.rank_time_scale.size()) != schedule.num_ranks)
+    throw InputError("plan request: " + std::to_string(request.rank_time_scale.size()) +
+                     " rank time scales for " + std::to_string(schedule.num_ranks) + " ranks");
+  std::vector<double> k;
+  for (int st = 0; st < schedule.num_stages; ++st)
+    k.push_back(request.rank_time_scale[static_cast<size_t>(stage_rank(schedule, st))]);
+  return k;
+}
+
+// The stages' compute times times their factors (none: unchanged).
+void scale_stage_times(std::vector<StageCost>& stages, const std::vector<double>& k) {
+  for (size_t st = 0; st < stages.size() && st < k.size(); ++st) {
+    StageCost& c = stages[st];
+    c.forward_s *= k[st];
+    c.backward_s *= k[st];
+    c.recompute_s *= k[st];
+    if (c.weight_s >= 0.0) c.weight_s *= k[st];
+    c.optimizer_s *= k[st];
+  }
+}
+
 // One (recompute, partition) point of a generated schedule.
 PlanRow plan_point(const ModelProfile& profile, const Schedule& schedule,
                    const std::vector<int>& in_flight, const std::vector<LinkCost>& links,
@@ -133,7 +157,8 @@ PlanRow plan_point(const ModelProfile& profile, const Schedule& schedule,
   // Only balanced partitions take the budget as a constraint; the others
   // are marked infeasible below when their peak is over it.
   const double budget = objective == PartitionObjective::Balanced ? request.memory_budget_bytes : 0.0;
-  PartitionSetup setup{schedule.num_stages, in_flight, {PlanRecompute::parse(recompute)}, budget, {}};
+  PartitionSetup setup{schedule.num_stages, in_flight, {PlanRecompute::parse(recompute)}, budget,
+                       stage_time_scales(request, schedule)};
   PartitionResult part;
   row.fixed_partition = !request.fixed_partition.empty();
   try {
@@ -144,6 +169,7 @@ PlanRow plan_point(const ModelProfile& profile, const Schedule& schedule,
     row.note = e.what();
     return row;
   }
+  scale_stage_times(part.stages, setup.stage_time_scale);
   SimulationInput sim{part.stages, stage_pair_links(links, schedule), profile.step_overhead_s,
                       replica_batch(request), false};
   sim.receiver_progress = receiver_driven_links(profile);
@@ -151,6 +177,8 @@ PlanRow plan_point(const ModelProfile& profile, const Schedule& schedule,
   if (schedule.step_weight_grads)
     sim.step_weight_s = step_weight_seconds(pass_profile, sim.weight_grad_share, part.units_per_stage,
                                             {PlanRecompute::parse(recompute)});
+  for (size_t st = 0; st < sim.step_weight_s.size() && st < setup.stage_time_scale.size(); ++st)
+    sim.step_weight_s[st] *= setup.stage_time_scale[st];
   SimulationResult result = simulate_schedule(schedule, sim);
   row.units_per_stage = part.units_per_stage;
   // Data parallelism: stage s's reduction starts at the end of its last
@@ -170,6 +198,7 @@ PlanRow plan_point(const ModelProfile& profile, const Schedule& schedule,
   row.step_time_s = result.step_time_s + row.reduction_s;
   row.throughput_samples_per_s = static_cast<double>(request.batch_size) / row.step_time_s;
   row.bubble = result.bubble;
+  row.rank_busy_s = result.busy_s;
   // A rank holding several stages (interleaved, ZB-V) holds all their
   // memory: the sum of their peaks (an upper bound: their transients do not
   // coincide). The row names the rank's first stage.

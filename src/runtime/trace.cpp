@@ -171,6 +171,21 @@ ClockAlignment Tracer::align_clocks(MPI_Comm comm) {
   return clocks;
 }
 
+void Tracer::add_earlier(const std::vector<TraceEvent>& earlier,
+                         std::chrono::steady_clock::time_point origin) {
+  if (!enabled_ || earlier.empty()) return;
+  const double shift_us = std::chrono::duration<double, std::micro>(origin - origin_).count();
+  std::vector<TraceEvent> all;
+  all.reserve(earlier.size() + events_.size());
+  for (TraceEvent e : earlier) {
+    e.start_us += shift_us;
+    e.end_us += shift_us;
+    all.push_back(e);
+  }
+  all.insert(all.end(), events_.begin(), events_.end());
+  events_.swap(all);
+}
+
 std::vector<std::vector<TraceEvent>> Tracer::gather(MPI_Comm comm, const ClockAlignment& clocks) const {
   int rank = 0, size = 1;
   MPI_CHECK(MPI_Comm_rank(comm, &rank));

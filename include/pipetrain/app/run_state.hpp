@@ -11,6 +11,7 @@
 #include <string>
 
 #include "pipetrain/base/deck.hpp"
+#include "pipetrain/io/checkpoint.hpp"
 #include "pipetrain/io/checkpoint_async.hpp"
 #include "pipetrain/io/metrics.hpp"
 #include "pipetrain/runtime/grid.hpp"
@@ -32,8 +33,9 @@ void write_trace(const World& w, const Deck& deck, Trainer& trainer);
 // state, step; "auto": latest when there is a checkpoint, else step 0) or
 // training.init_from (weights only). Returns the first step, or -1 after a
 // bad checkpoint (every rank has the same error; rank 0 printed it).
+// `loaded`: when given, what a resume loaded (its directory and stored deck).
 int64_t restore(const World& w, const ProcessGrid& grid, const CommandLine& cli, const Deck& deck,
-                const std::string& resolved, Trainer& trainer);
+                const std::string& resolved, Trainer& trainer, CheckpointRead* loaded = nullptr);
 // A resumed run continues metrics.h5 (rank 0).
 void continue_metrics(int64_t first_step, MetricsFile& metrics);
 // Whether the deck's checkpoint is due after `step` (0-based).

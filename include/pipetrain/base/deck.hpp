@@ -112,6 +112,14 @@ struct PipelineConfig {
   // the memory budget for the keys above the deck does not set (schedule,
   // micro_batches, recompute, partition, weight_grad; docs/planner.md).
   bool auto_plan = false;
+  // pipeline.auto_replan_every = k (with auto): every k steps the run
+  // compares its measured step time with its prediction and, past
+  // auto_replan_margin, plans again at the measured stage speeds and
+  // switches at the step boundary when the new plan is predicted faster by
+  // more than the margin (docs/planner.md, "Re-planning during training").
+  // 0 = off.
+  int64_t auto_replan_every = 0;
+  double auto_replan_margin = 0.1;  // fraction, in (0, 1)
   // Every activation and gradient sent between ranks carries an envelope the
   // receiver verifies (step, micro-batch, stages, kind, element count,
   // checksum), and every stage output is checked for inf/NaN

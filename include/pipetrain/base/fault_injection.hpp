@@ -32,6 +32,8 @@ enum class FaultHook {
   CorruptReplica,     // PIPETRAIN_TEST_CORRUPT_REPLICA=RANK:STEP: one parameter bit flipped
   AsyncSave,          // PIPETRAIN_TEST_ASYNC_SAVE_FAULT=RANK:STEP:PHASE: SIGKILL (or a write error)
                       // at a phase of an asynchronous checkpoint
+  ReplanSpeed,        // PIPETRAIN_TEST_REPLAN_SPEED=F0,F1,...: re-planning's measured times are
+                      // the plan's prediction with pipeline rank r computing F_r times as slow
 };
 
 struct FaultHookInfo {
@@ -48,13 +50,14 @@ const FaultHookInfo& fault_hook_info(FaultHook hook);
 // A hook's parsed value. rank and step are -1 where the format has none (or
 // STEP was left out: any step); point for Stall (and KIND for
 // MessageFault), signo for Signal (SIGUSR1
-// by default), counts for Rebalance.
+// by default), counts for Rebalance, factors for ReplanSpeed.
 struct FaultRequest {
   int rank = -1;
   long long step = -1;
   std::string point;
   int signo = 0;
   std::vector<int64_t> counts;
+  std::vector<double> factors;  // ReplanSpeed: one per pipeline rank
 };
 
 // Parses one hook's value; InputError naming the variable, the value and

@@ -40,6 +40,9 @@ constexpr int64_t kOldestReadableCheckpointFormat = 2;
 
 // output.checkpoint_dir, or <output.dir>/checkpoints when that is "".
 std::string checkpoint_root(const Deck& deck);
+// The directory the checkpoint of `steps_done` steps is written to:
+// <checkpoint_root>/step_<steps_done, 8 digits>.
+std::string checkpoint_dir(const Deck& deck, int64_t steps_done);
 // True when `root` holds anything a resume from "latest" would try: a
 // `latest` pointer or a step_* directory (good or not: a broken one is still
 // refused by load_checkpoint, never silently skipped to step 0).
@@ -94,6 +97,7 @@ struct CheckpointRead {
   double bytes = 0.0;    // bytes read by all ranks
   double seconds = 0.0;  // wall time of the call
   TrainingCounters counters;  // Resume: the counters saved (optimizer_updates resolved)
+  std::string deck_text;      // rank 0 only: the resolved deck the checkpoint stores
 };
 
 // `spec` is "latest" (the newest good checkpoint under checkpoint_root), a

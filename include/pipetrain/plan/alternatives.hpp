@@ -50,6 +50,11 @@ struct PlanRequest {
   // without W (gpipe, 1f1b, interleaved) once per step (with_step_weight_grads),
   // each stage's pass timed from the profile at a whole replica batch's rows.
   WeightGradKind weight_grad = WeightGradKind::MicroBatch;
+  // Per pipeline rank, a factor on the compute time of whatever stages it
+  // holds (re-planning at measured speeds, plan/replan.hpp): each stage's F,
+  // B, W and optimizer times are multiplied by its rank's factor, for the
+  // partition solver and the simulation alike. Empty = 1 on every rank.
+  std::vector<double> rank_time_scale;
 };
 
 struct PlanRow {
@@ -67,6 +72,7 @@ struct PlanRow {
   double step_time_s = 0.0;              // +infinity when no partition was found
   double throughput_samples_per_s = 0.0;
   double bubble = 0.0;
+  std::vector<double> rank_busy_s;  // (ranks) simulated F + B (+ W) seconds per step
   double max_peak_bytes = 0.0;
   int largest_stage = 0;
   bool fits = false;   // every stage peak within the budget

@@ -27,10 +27,12 @@ namespace pt {
 // blocked); CKPT_WAIT: training waiting for a background checkpoint write to
 // finish (the next save came first, or the run ends) and for its publication
 // (docs/reliability.md). Both after step `step`, with mb = -1.
+// REPLAN: a re-planning switch after step `step` (mb = -1; docs/planner.md):
+// the checkpoint of the state and the run rebuilt in the new plan from it.
 enum class EventKind : int32_t { F, B, Recompute, Wait, Send, Recv, Optimizer, Reduction, EvalF, Rebalance, W,
-                                 CheckpointStage, CheckpointWait };
+                                 CheckpointStage, CheckpointWait, Replan };
 constexpr const char* kEventKindNames =
-    "F,B,RECOMPUTE,WAIT,SEND,RECV,OPTIMIZER,REDUCTION,EVAL_F,REBALANCE,W,CKPT_STAGE,CKPT_WAIT";
+    "F,B,RECOMPUTE,WAIT,SEND,RECV,OPTIMIZER,REDUCTION,EVAL_F,REBALANCE,W,CKPT_STAGE,CKPT_WAIT,REPLAN";
 
 struct TraceEvent {
   int64_t step;
@@ -90,6 +92,11 @@ class Tracer {
     if (enabled_) events_.push_back({step, stage, mb, static_cast<int32_t>(kind), start_us, end_us});
   }
   const std::vector<TraceEvent>& events() const { return events_; }
+  std::chrono::steady_clock::time_point origin() const { return origin_; }
+  // Events an earlier tracer of this process recorded (origin: its origin),
+  // placed before this one's on this tracer's clock: a run rebuilt at a
+  // re-planning switch keeps the events of the steps before it.
+  void add_earlier(const std::vector<TraceEvent>& earlier, std::chrono::steady_clock::time_point origin);
   // Collective: a common origin (rank 0's) and each rank's clock offset,
   // estimated by ping-pong with rank 0 (best of several round trips).
   ClockAlignment align_clocks(MPI_Comm comm);

@@ -60,6 +60,9 @@ class Trainer {
   // placed at (empty before).
   int64_t schedule_first_step() const { return run_->schedules.first_step; }
   const StageActionTimes& placement_times() const { return run_->schedules.placed_at; }
+  // A run rebuilt in a new plan at a re-planning switch runs schedule() from
+  // 0-based step `step` on (what schedule_first_step() then reports).
+  void runs_schedule_from(int64_t step) { run_->schedules.first_step = step; }
   const ScheduleReport& schedule_report() const { return run_->schedules.report; }
   // This rank's first stage, and all of them (ascending).
   const StageModel& stage() const { return run_->stages.front(); }

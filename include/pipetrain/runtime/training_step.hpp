@@ -42,6 +42,16 @@ struct StepRecord {
   // of the partition moved to (NaN: no move).
   double rebalance_ratio = std::nan("");
   double rebalance_predicted_ratio = std::nan("");
+  // Re-planning (pipeline.auto_replan_every; set by the driver): the
+  // micro-batch count the step ran with; at a check, the measured step's
+  // deviation from the prediction (measured / predicted - 1; NaN: no check)
+  // and, when the plans were ranked again, the predicted gain of the best
+  // one over the plan in force (NaN: not ranked); whether the run switched
+  // plans after this step.
+  int64_t micro_batches = 0;
+  double replan_deviation = std::nan("");
+  double replan_gain = std::nan("");
+  bool replan_switched = false;
   // pipeline.schedule_times = "measured": after this step the schedule was
   // placed again at the measured action times (Trainer::placement_times);
   // its bubble simulated at those times before and after, and the best
