@@ -288,6 +288,9 @@ struct Progress {
   int64_t first_step = 0;
   double elapsed = 0.0, last_write = 0.0;
   double predicted_step_s = 0.0;   // the planner's, 0 = none
+  // After a re-planning switch: the new plan's prediction at the measured
+  // speeds, which the step lines show (the end-of-run error stays the first plan's).
+  double switched_prediction_s = 0.0;
   // More ranks than cores on a node: the prediction assumes a core per rank,
   // so the step lines leave it out and the end-of-run line says why.
   bool oversubscribed = false;
@@ -369,7 +372,8 @@ void log_step(const Deck& deck, const StepRecord& rec, bool last, Progress& p, M
   metrics.add_step(rec, rate);
   const bool evaluated = !std::isnan(rec.eval_loss);
   if ((rec.step + 1) % deck.output.log_every == 0 || last || evaluated)
-    print_step(deck, rec, rate, p.elapsed, p.first_step, p.oversubscribed ? 0.0 : p.predicted_step_s);
+    print_step(deck, rec, rate, p.elapsed, p.first_step,
+               p.oversubscribed ? 0.0 : p.switched_prediction_s > 0.0 ? p.switched_prediction_s : p.predicted_step_s);
   if (last || p.elapsed - p.last_write > 5.0) {
     metrics.flush();
     p.last_write = p.elapsed;
@@ -517,8 +521,7 @@ int run_train(const World& w, const CommandLine& cli, const Deck& written) {
       async = make_async_checkpointer(grid, deck, resolved);
       plan_first_step = step + 1;
       count_until_move(progress, step, "the re-planning switch");
-      if (!progress.oversubscribed && w.rank == 0)  // the step lines compare with the new plan's
-        progress.predicted_step_s = replan.decision.best.step_time_s;
+      if (w.rank == 0) progress.switched_prediction_s = replan.decision.best.step_time_s;
     } else if (checkpoint_due(deck, step)) {
       set_wait_phase("in the checkpoint save after step " + std::to_string(step));
       checkpoint(w, grid, deck, resolved, *trainer, step + 1, metrics, async.get(), last);
