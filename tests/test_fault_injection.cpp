@@ -21,7 +21,7 @@ std::string refusal(FaultHook hook, const std::string& value) {
 
 TEST(FaultInjection, TheTableIsInHookOrderWithOneVariableEach) {
   const auto& hooks = fault_hooks();
-  ASSERT_EQ(hooks.size(), 11u);
+  ASSERT_EQ(hooks.size(), 12u);
   for (size_t i = 0; i < hooks.size(); ++i) {
     EXPECT_EQ(static_cast<size_t>(hooks[i].hook), i);
     EXPECT_EQ(std::string(hooks[i].variable).rfind("PIPETRAIN_TEST_", 0), 0u) << hooks[i].variable;
@@ -51,6 +51,7 @@ TEST(FaultInjection, EachDocumentedFormatParses) {
   EXPECT_EQ(save.rank, 1);
   EXPECT_EQ(save.step, 4);
   EXPECT_EQ(save.point, "fsynced");
+  EXPECT_EQ(parse_fault_hook(FaultHook::ReplanSpeed, "1,2.5").factors, (std::vector<double>{1.0, 2.5}));
 }
 
 TEST(FaultInjection, AMalformedValueIsRefusedWithVariableValueAndFormat) {
@@ -74,6 +75,10 @@ TEST(FaultInjection, AMalformedValueIsRefusedWithVariableValueAndFormat) {
   EXPECT_NE(phase.find("PHASE 'synced' is not one of staged, written, fsynced, bound, published, write_error"),
             std::string::npos) << phase;
   EXPECT_NE(refusal(FaultHook::AsyncSave, "1:4").find("three fields"), std::string::npos);
+  const std::string speed = refusal(FaultHook::ReplanSpeed, "1,-2");
+  EXPECT_NE(speed.find("PIPETRAIN_TEST_REPLAN_SPEED"), std::string::npos) << speed;
+  EXPECT_NE(speed.find("factor '-2' is not a number > 0"), std::string::npos) << speed;
+  EXPECT_NE(refusal(FaultHook::ReplanSpeed, "1,,2").find("factor '' is not"), std::string::npos);
 }
 
 // The environment is parsed once per process: this is the only case that sets it.

@@ -4,7 +4,7 @@
 // it, no re-planning within the margin, a switch past it to the fastest plan
 // at the measured speeds (the expected configuration, found by ranking every
 // plan independently), no switch when the best plan gains no more than the
-// margin; the deck keys' messages and the hook's parsing. The end-to-end
+// margin; the deck keys' messages (the hook's parsing: test_fault_injection). The end-to-end
 // run (bitwise below the margin, one switch, resume across it) is
 // tests/cli/test_replan.sh.
 #include <gtest/gtest.h>
@@ -13,7 +13,6 @@
 
 #include "error_of.hpp"
 #include "pipetrain/app/auto_plan.hpp"
-#include "pipetrain/base/fault_injection.hpp"
 #include "pipetrain/io/deck_io.hpp"
 #include "pipetrain/plan/replan.hpp"
 
@@ -182,13 +181,6 @@ TEST(Replan, DeckKeysNameTheirMistakes) {
   const std::string rebalance = message({"rebalance.enabled=true"});
   EXPECT_NE(rebalance.find("cannot be combined with rebalance.enabled = true"), std::string::npos) << rebalance;
   EXPECT_EQ(message({"pipeline.auto_replan_margin=0.25"}), "");
-}
-
-TEST(Replan, TheSpeedHookParses) {
-  EXPECT_EQ(parse_fault_hook(FaultHook::ReplanSpeed, "1,2.5").factors, (std::vector<double>{1.0, 2.5}));
-  const std::string bad = error_of([] { parse_fault_hook(FaultHook::ReplanSpeed, "1,-2"); });
-  EXPECT_NE(bad.find("PIPETRAIN_TEST_REPLAN_SPEED"), std::string::npos) << bad;
-  EXPECT_NE(bad.find("'-2' is not a number > 0"), std::string::npos) << bad;
 }
 
 }  // namespace
