@@ -201,7 +201,13 @@ ReplanCheck Replanner::check(int64_t step, const Deck& running, const std::vecto
       }
     }
     if (c.forced_speeds || !step_times_.empty()) {
-      c.decision = decide_replan(profile, links_, in);
+      try {
+        c.decision = decide_replan(profile, links_, in);
+      } catch (const InputError& e) {  // e.g. the plan in force cannot be simulated: keep it
+        c.decision = {};
+        c.decision.measured_step_s = in.measured_step_s;
+        c.decision.reason = e.what();
+      }
       print_check(step, c, in.current);
     } else {
       c.checked = false;  // no step measured since the last check (the first of a plan)
