@@ -3,7 +3,9 @@
 # hand (issue #45). For each case (a deck, its rank count and a memory
 # budget), in the same benchmark run on the same machine:
 #   1. `pipetrain plan` with pipeline.auto = true lists the plans auto weighs;
-#      every distinct one (schedule, N, recompute, units per stage) is trained
+#      every distinct one (schedule, N, recompute, units per stage, and the
+#      P x D grid: auto weighs every grid of the ranks when the deck sets
+#      none) is trained
 #      with auto off, its median step time and largest stage peak measured;
 #   2. a run with pipeline.auto = true trains the plan it chooses itself.
 # The table gives auto's choice, its measured step time, the best measured
@@ -63,22 +65,24 @@ run_case() {
          for (i = 1; i <= n; i++) {
            if (parts[i] ~ /^x[0-9]+$/) { reps = substr(parts[i], 2); for (r = 1; r < reps; r++) list = list "," last; continue }
            last = parts[i]; list = list (list == "" ? "" : ",") parts[i] }
-         key = $4 " " $5 " " $7 " [" list "]"; if (key in seen) next; seen[key] = 1
+         split($2, grid, "x")
+         key = $4 " " $5 " " $7 " [" list "] " grid[2]; if (key in seen) next; seen[key] = 1
          if ($4 == "zb-h1" || $4 == "zb-v") print key " micro_batch"
          else { print key " micro_batch"; print key " step" } }' \
     "$dir/plan.txt" > "$dir/configs.txt"
   echo "bench_auto: $name: $(wc -l < "$dir/configs.txt") distinct plans to train"
   local i=0
-  while read -r schedule n recompute units weight_grad; do
+  while read -r schedule n recompute units replicas weight_grad; do
     i=$((i + 1))
     local extra=()  # weight_grad (not for zb-*); interleaved: the counts list every stage of every rank
     case $schedule in zb-*) ;; *) extra+=(--set pipeline.weight_grad=\"$weight_grad\") ;; esac
     if [ "$schedule" = interleaved ]; then
-      extra+=(--set pipeline.virtual_stages=$(( ($(tr -cd , <<< "$units" | wc -c) + 1) / np )))
+      extra+=(--set pipeline.virtual_stages=$(( ($(tr -cd , <<< "$units" | wc -c) + 1) / (np / replicas) )))
     fi
     train "$np" "$dir/sweep_$i" "$deck" "${args[@]}" "${extra[@]}" --set pipeline.auto=false \
       --set pipeline.schedule=\"$schedule\" --set pipeline.micro_batches="$n" \
-      --set pipeline.recompute=\"$recompute\" --set pipeline.partition="$units" || true
+      --set pipeline.recompute=\"$recompute\" --set pipeline.partition="$units" \
+      --set data_parallel.replicas="$replicas" || true
   done < "$dir/configs.txt"
   train "$np" "$dir/auto" "$deck" "${args[@]}"
 }

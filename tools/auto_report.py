@@ -35,7 +35,7 @@ def measured(run_dir):
 
 
 def config_of(run_dir):
-    """schedule N recompute units, as the run's resolved deck gives them."""
+    """schedule N recompute units (and D when > 1), as the run's resolved deck gives them."""
     with open(os.path.join(run_dir, "deck.resolved.toml")) as f:
         text = f.read()
     pipeline = text[text.index("[pipeline]"):]
@@ -43,9 +43,11 @@ def config_of(run_dir):
         m = re.search(r"^%s = (.*?)\s+#" % key, pipeline, re.M)
         return m.group(1).strip('"') if m else None
     step = pick("weight_grad") == "step" and pick("schedule") in ("gpipe", "1f1b", "interleaved")
-    return "%s N=%s recompute %s%s, partition %s" % (
+    m = re.search(r"^replicas = (\d+)", text[text.index("[data_parallel]"):], re.M)
+    replicas = int(m.group(1)) if m else 1
+    return "%s N=%s recompute %s%s, partition %s%s" % (
         pick("schedule"), pick("micro_batches"), pick("recompute"), " weight_grad step" if step else "",
-        pick("partition").replace(" ", ""))
+        pick("partition").replace(" ", ""), " x %d replicas" % replicas if replicas > 1 else "")
 
 
 def report_case(root, case):

@@ -29,6 +29,7 @@
 #include <cstdlib>
 #include <iostream>
 #include <sstream>
+#include <utility>
 
 #include "pipetrain/base/fault_injection.hpp"
 #include "pipetrain/io/checkpoint.hpp"
@@ -83,6 +84,33 @@ void check_data_files(Deck& deck) {
   resolve(Split::Eval, deck.data.eval_path, deck.data.eval_path_list);
 }
 
+// The deck's layout on `ranks`, checked with its schedule's validator. When
+// pipeline.auto chooses the grid (auto_chooses_grid) the deck is accepted if
+// one grid of the ranks passes (the first failure is reported if none does),
+// and the run starts as one pipeline of every rank (D = 1), on which auto
+// profiles; it splits the grid it chooses (grid_to_run).
+DeckLayout checked_layout(const Deck& deck, int ranks) {
+  const auto check = [&](const Deck& d) {
+    const DeckLayout layout = resolve_deck_layout(d, ranks);
+    validate_schedule(schedule_for_deck(d, layout.pipeline_ranks),
+                      comm_semantics_of(d.pipeline.transport, d.training.device));
+    return layout;
+  };
+  if (!deck.pipeline.auto_plan || !auto_chooses_grid(deck, ranks)) return check(deck);
+  for (int replicas = ranks; replicas >= 1; --replicas) {
+    if (ranks % replicas != 0) continue;
+    Deck at = deck;
+    at.data_parallel.replicas = replicas;
+    try {
+      check(at);
+      return DeckLayout{ranks, 1};
+    } catch (const InputError&) {
+      if (replicas == 1) throw;  // no grid passes: the one-pipeline message
+    }
+  }
+  return check(deck);
+}
+
 // Returns false (after rank 0 printed the message) when the deck is bad.
 bool load_deck(const World& w, const CommandLine& cli, Deck& deck) {
   std::string text;
@@ -98,9 +126,8 @@ bool load_deck(const World& w, const CommandLine& cli, Deck& deck) {
       // `sample` runs one stage per rank, whatever the deck's layout, and reads no data.
       const bool sample = cli.command == "sample";
       if (!every_grid && !sample) {
-        const DeckLayout layout = resolve_deck_layout(deck, cli.ranks > 0 ? cli.ranks : w.size);
+        const DeckLayout layout = checked_layout(deck, cli.ranks > 0 ? cli.ranks : w.size);
         deck.data_parallel.replicas = layout.data_parallel;  // resolved: every rank and the outputs see D
-        validate_schedule(schedule_for_deck(deck, layout.pipeline_ranks), comm_semantics_of(deck.pipeline.transport, deck.training.device));
       }
       // `plan --device` neither reads data nor computes: it plans on a description.
       const bool runs_here = !(cli.command == "plan" && !cli.device.empty());
@@ -381,6 +408,14 @@ Deck deck_to_run(const World& w, const CommandLine& cli, const Deck& written, co
   return deck;
 }
 
+// The grid the run trains on: the written deck's, unless pipeline.auto chose
+// another number of data-parallel replicas (then split again; collective).
+ProcessGrid grid_to_run(const World& w, ProcessGrid written_grid, const Deck& deck) {
+  const int replicas = static_cast<int>(data_parallel_size(deck));
+  if (written_grid.data_parallel() == replicas) return written_grid;
+  return ProcessGrid(w.comm, replicas);
+}
+
 int run_train(const World& w, const CommandLine& cli, const Deck& written) {
   // A stop signal is recorded from the start of main (block_stop_signals):
   // one that arrives during the start-up (profile, restore) stops the run
@@ -391,9 +426,10 @@ int run_train(const World& w, const CommandLine& cli, const Deck& written) {
   choose_wait_mode();
   const BlasReport blas_report = gather_blas_report(w.comm, w.blas_note);
   ComputeResources compute = make_compute_resources(written, w.comm);
-  const ProcessGrid grid(w.comm, static_cast<int>(data_parallel_size(written)));
+  ProcessGrid written_grid(w.comm, static_cast<int>(data_parallel_size(written)));
   AutoRecord auto_record;
-  const Deck deck = deck_to_run(w, cli, written, grid, compute, auto_record);
+  const Deck deck = deck_to_run(w, cli, written, written_grid, compute, auto_record);
+  const ProcessGrid grid = grid_to_run(w, std::move(written_grid), deck);
   RunPlan plan = prepare_run_plan(deck, grid.pipeline(), compute);
   // A named strategy's counts, the same in every replica (the deck keeps the name).
   const std::vector<int64_t> partition = share_partition(grid, starting_partition(deck, plan));
