@@ -267,7 +267,7 @@ PlanRequest auto_plan_request(const Deck& deck, int stages, double budget_bytes)
 
 PlanTable measure_plans(const Deck& deck, const PlanRequest& request, MPI_Comm comm,
                         const ComputeResources& compute, const ProfileOptions& options,
-                        bool both_weight_grads) {
+                        bool both_weight_grads, std::map<int64_t, ModelProfile>* profiles) {
   Backend& be = compute.setup.backend ? *compute.setup.backend : cpu_backend();
   std::vector<LinkCost> links(1);
   // One profile per micro-batch size, measured at its first use: every rank
@@ -292,7 +292,14 @@ PlanTable measure_plans(const Deck& deck, const PlanRequest& request, MPI_Comm c
     fixed.replica_link = links[0];
     return rank_plans(profile_for, links, fixed);
   };
-  if (!both_weight_grads) return rank_for(request);
+  const auto keep_profiles = [&] {
+    if (profiles) *profiles = measured;
+  };
+  if (!both_weight_grads) {
+    PlanTable table = rank_for(request);
+    keep_profiles();
+    return table;
+  }
   // pipeline.weight_grad open: the schedules without W of their own once
   // more with one weight-gradient pass per step.
   PlanRequest per_micro_batch = request, per_step = request;
@@ -304,6 +311,7 @@ PlanTable measure_plans(const Deck& deck, const PlanRequest& request, MPI_Comm c
   std::vector<PlanTable> tables;
   tables.push_back(rank_for(per_micro_batch));
   if (!per_step.schedules.empty()) tables.push_back(rank_for(per_step));
+  keep_profiles();
   return merge_plan_tables(std::move(tables));
 }
 
@@ -373,7 +381,7 @@ Deck choose_auto_plan(const Deck& deck, MPI_Comm world, MPI_Comm pipeline,
     set_wait_phase("in pipeline.auto's profiles");
     const PlanRequest request = auto_plan_request(open, stages, plan_budget_bytes(deck, stages));
     c.table = measure_plans(deck, request, pipeline, compute, options_on(compute, ProfileOptions::brief()),
-                            weight_grad_open(open));
+                            weight_grad_open(open), &c.profiles);
     if (rank == 0) c.chosen = auto_pick(c.table, open);  // InputError: MPI_Abort ends every rank
     row = share_row(rank == 0 ? &c.table.rows[static_cast<size_t>(c.chosen)] : nullptr, world);
     if (rank == 0) print_choice(open, c);

@@ -28,6 +28,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <iostream>
+#include <map>
 #include <sstream>
 #include <utility>
 
@@ -382,11 +383,22 @@ void log_step(const Deck& deck, const StepRecord& rec, bool last, Progress& p, M
   }
 }
 
-// pipeline.auto's choice, for metrics.h5.
+// pipeline.auto's choice, for metrics.h5, and its profiles for the run's plan.
 struct AutoRecord {
   std::string choice;            // plan_choice_text, or how a resume kept it
   double predicted_step_s = 0.0;  // 0 on a resume (nothing measured)
   int64_t plans_weighed = 0;
+  std::map<int64_t, ModelProfile> profiles;  // auto's brief profiles, by micro-batch rows
+
+  // auto's profile at the run's micro-batch size when it was measured on the
+  // run's pipeline ranks (the grid was not split again), else nullptr.
+  const ModelProfile* profile_for(const Deck& deck, const ProcessGrid& grid) const {
+    if (grid_split) return nullptr;
+    const int64_t rows = deck.training.batch_size / (grid.data_parallel() * deck.pipeline.micro_batches);
+    const auto it = profiles.find(rows);
+    return it == profiles.end() ? nullptr : &it->second;
+  }
+  bool grid_split = false;
 };
 
 // The deck the run trains: as written, or with pipeline.auto's choice in it
@@ -402,9 +414,10 @@ Deck deck_to_run(const World& w, const CommandLine& cli, const Deck& written, co
     record.choice = plan_choice_text(row);
     record.predicted_step_s = row.step_time_s;
     record.plans_weighed = static_cast<int64_t>(choice.table.rows.size());
-  } else {
+  } else {  // (the other ranks: their record is not written)
     record.choice = "kept on resume from " + earlier;
   }
+  record.profiles = std::move(choice.profiles);  // every rank: each takes the same path
   return deck;
 }
 
@@ -429,8 +442,9 @@ int run_train(const World& w, const CommandLine& cli, const Deck& written) {
   ProcessGrid written_grid(w.comm, static_cast<int>(data_parallel_size(written)));
   AutoRecord auto_record;
   const Deck deck = deck_to_run(w, cli, written, written_grid, compute, auto_record);
+  auto_record.grid_split = written_grid.data_parallel() != data_parallel_size(deck);
   const ProcessGrid grid = grid_to_run(w, std::move(written_grid), deck);
-  RunPlan plan = prepare_run_plan(deck, grid.pipeline(), compute);
+  RunPlan plan = prepare_run_plan(deck, grid.pipeline(), compute, auto_record.profile_for(deck, grid));
   // A named strategy's counts, the same in every replica (the deck keeps the name).
   const std::vector<int64_t> partition = share_partition(grid, starting_partition(deck, plan));
   Trainer trainer(deck, partition, grid, compute.setup);

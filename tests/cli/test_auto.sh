@@ -15,6 +15,7 @@ deck=inputs/mlp_auto.toml
 run 2 train $deck --set output.dir=\"$tmp/a\"
 check "a run with pipeline.auto trains" status_is 0
 check "it prints its choice" output_has "auto: chose "
+check "the run's plan takes auto's profile, not a second one" output_has "plan: brief profile of every unit in 0.00 s, pipeline.auto's at this micro-batch size"
 check "... and where the deck as written ranks" output_has "auto: the deck as written (1f1b, N=4, recompute none, partition uniform) ranks "
 chosen=$(sed -n 's/^auto: chose \(.*\): predicted.*/\1/p' "$tmp/out")
 check "deck.resolved.toml holds the choice as explicit values ($chosen)" bash -c "
@@ -50,6 +51,7 @@ run 2 train $deck --set model.depth=1 --set output.dir=\"$tmp/g\"
 check "auto chooses the grid (one unit on 2 ranks: 1 x 2)" output_has "auto: grid P x D = 1 x 2 of the 2 ranks"
 check "... the resolved deck holds D = 2" grep -q '^replicas = 2 ' "$tmp/g/deck.resolved.toml"
 check "... and the run trained on it" output_has "a grid of 1 pipeline ranks x 2 data-parallel replicas"
+check "... profiled again on its own pipeline" bash -c "! grep -q \"pipeline.auto's at this micro-batch size\" '$tmp/out'"
 run 2 train "$tmp/g/deck.resolved.toml" --set output.dir=\"$tmp/h\"
 check "... which repeats it without auto, bitwise" same_history "$tmp/h" "$tmp/g"
 run 2 plan $deck --set model.depth=1

@@ -10,6 +10,7 @@
 
 #include <mpi.h>
 
+#include <map>
 #include <string>
 #include <vector>
 
@@ -56,15 +57,20 @@ Deck with_open_keys_of_rank0(const Deck& deck, MPI_Comm comm);
 // With `both_weight_grads` (pipeline.weight_grad open: weight_grad_open),
 // the schedules without W of their own (gpipe, 1f1b, interleaved) are also
 // weighed with one weight-gradient pass per step, the rows ranked together.
+// `profiles` (optional) receives the profiles measured, by micro-batch rows.
 PlanTable measure_plans(const Deck& deck, const PlanRequest& request, MPI_Comm comm,
                         const ComputeResources& compute, const ProfileOptions& options,
-                        bool both_weight_grads = false);
+                        bool both_weight_grads = false,
+                        std::map<int64_t, ModelProfile>* profiles = nullptr);
 // Whether pipeline.weight_grad is left to auto (with_open_keys_of_rank0's deck).
 bool weight_grad_open(const Deck& deck);
 
 struct AutoChoice {
   PlanTable table;  // every plan weighed, fastest first
   int chosen = -1;  // table.best
+  // The brief profiles measured, by micro-batch rows (the same on every rank
+  // of a pipeline); empty on a resume, which measures nothing.
+  std::map<int64_t, ModelProfile> profiles;
 };
 
 // The row auto takes from a ranked table: the fastest that fits (table.best).
