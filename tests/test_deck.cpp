@@ -196,7 +196,7 @@ TEST(DeckErrors, BadChoiceListsTheAllowedValues) {
   EXPECT_HAS(text_error("[model]\nloss = \"l1\""), "must be one of \"mse\", \"cross_entropy\"");
   EXPECT_HAS(text_error("[model]\ntype = \"rnn\""), "model.type = \"rnn\": must be one of \"mlp\", \"gpt\"");
   EXPECT_HAS(text_error("[data]\ntype = \"mnist\""),
-             "data.type = \"mnist\": must be one of \"synthetic\", \"markov\", \"hdf5\"");
+             "data.type = \"mnist\": must be one of \"synthetic\", \"markov\", \"hdf5\", \"images\"");
 }
 
 // training.cpu_gemm is read through its kind table (the one parser of CPU
