@@ -330,6 +330,17 @@ TEST(DeckErrors, KeysOfAnotherModelOrDataTypeAreRejected) {
              "t.toml:5: data.path: only applies with data.type = \"hdf5\"");
 }
 
+TEST(DeckErrors, CnnNeedsImagesAndGroupsDividingWidth) {
+  EXPECT_EQ(text_error("[model]\ntype = \"cnn\"\n"),
+            "t.toml:2: model.type = \"cnn\": trains on data.type = \"images\", not "
+            "data.type = \"synthetic\" (default)");
+  EXPECT_EQ(text_error("[model]\ntype = \"cnn\"\nwidth = 6\nnorm_groups = 4\n[data]\ntype = \"images\"\n"),
+            "t.toml:4: model.norm_groups = 4: must divide model.width = 6 (t.toml:3) (every stage's "
+            "width is a multiple of it)");
+  EXPECT_EQ(text_error("[model]\ntype = \"gpt\"\nstage_blocks = 2\n[data]\ntype = \"markov\"\n"),
+            "t.toml:3: model.stage_blocks: only applies with model.type = \"cnn\"; remove it or change that key");
+}
+
 TEST(DeckErrors, GptNeedsTokenDataAndHeadsDividingWidth) {
   EXPECT_EQ(text_error("[model]\ntype = \"gpt\"\n"),
             "t.toml:2: model.type = \"gpt\": needs token data, data.type = \"markov\" or \"hdf5\", not "
