@@ -30,6 +30,7 @@
 #include "forwarding_backend.hpp"
 #include "pipetrain/base/error.hpp"
 #include "pipetrain/model/conv_layers.hpp"
+#include "pipetrain/model/family.hpp"
 
 namespace pt {
 namespace {
@@ -230,6 +231,21 @@ TEST(CnnLayers, BackendWithoutConvKernelsIsNamed) {
     EXPECT_EQ(std::string(e.what()),
               "convolutional layer \"stem\" needs the conv kernels, which backend \"core-only\" "
               "does not provide");
+  }
+}
+
+// The cnn family refuses such a backend before a run, with the same message.
+TEST(CnnLayers, CnnFamilyRefusesABackendWithoutConvKernels) {
+  NoConvBackend be;
+  ModelConfig model;
+  model.type = "cnn";
+  try {
+    check_family_backend(model, be);
+    FAIL() << "the cnn family accepted a backend without the conv kernels";
+  } catch (const InputError& e) {
+    EXPECT_EQ(std::string(e.what()),
+              "model family \"cnn\" needs the conv kernels, which backend \"core-only\" does not "
+              "provide");
   }
 }
 
