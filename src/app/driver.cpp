@@ -247,6 +247,10 @@ void print_step(const Deck& deck, const StepRecord& rec, double samples_per_s,
 
 void print_floor(const std::optional<LossFloor>& floor) {
   if (!floor) return;
+  if (!floor->summary.empty()) {
+    std::printf("%s: %.6f nats/image\n", floor->summary.c_str(), floor->window);
+    return;
+  }
   std::printf("data: Markov chain entropy rate %.6f nats/token; loss floor of a window "
               "(early positions see less context) %.6f nats/token\n",
               floor->entropy_rate, floor->window);
