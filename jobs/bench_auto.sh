@@ -3,7 +3,9 @@
 # hand (issue #45). For each case (a deck, its rank count and a memory
 # budget), in the same benchmark run on the same machine:
 #   1. `pipetrain plan` with pipeline.auto = true lists the plans auto weighs;
-#      every distinct one (schedule, N, recompute, units per stage) is trained
+#      every distinct one (schedule, N, recompute, units per stage, and the
+#      P x D grid: auto weighs every grid of the ranks when the deck sets
+#      none) is trained
 #      with auto off, its median step time and largest stage peak measured;
 #   2. a run with pipeline.auto = true trains the plan it chooses itself.
 # The table gives auto's choice, its measured step time, the best measured
@@ -14,11 +16,15 @@
 #   jobs/bench_auto.sh                 (needs build/ and tools/.venv: make build tools)
 #   CASES="mlp-loose mlp-tight" jobs/bench_auto.sh   (a subset)
 #   STEPS=12 jobs/bench_auto.sh        (steps per run; the first 2 are not timed)
+#   REPS=3 TOP=5 jobs/bench_auto.sh    (auto and the 5 fastest of the sweep run 3 times, in
+#                                       rounds; each one's median over its runs is tabulated)
 #   REPORT_ONLY=1 jobs/bench_auto.sh   (the table again from runs/bench_auto)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 STEPS=${STEPS:-10}
+REPS=${REPS:-3}   # runs of auto and of the TOP fastest configurations of the sweep
+TOP=${TOP:-5}
 CASES=${CASES:-"mlp-loose mlp-tight mlp-wide gpt-loose gpt-heavy-tight mlp-1rank"}
 PY=tools/.venv/bin/python
 root=runs/bench_auto
@@ -63,24 +69,41 @@ run_case() {
          for (i = 1; i <= n; i++) {
            if (parts[i] ~ /^x[0-9]+$/) { reps = substr(parts[i], 2); for (r = 1; r < reps; r++) list = list "," last; continue }
            last = parts[i]; list = list (list == "" ? "" : ",") parts[i] }
-         key = $4 " " $5 " " $7 " [" list "]"; if (key in seen) next; seen[key] = 1
+         split($2, grid, "x")
+         key = $4 " " $5 " " $7 " [" list "] " grid[2]; if (key in seen) next; seen[key] = 1
          if ($4 == "zb-h1" || $4 == "zb-v") print key " micro_batch"
          else { print key " micro_batch"; print key " step" } }' \
     "$dir/plan.txt" > "$dir/configs.txt"
   echo "bench_auto: $name: $(wc -l < "$dir/configs.txt") distinct plans to train"
-  local i=0
-  while read -r schedule n recompute units weight_grad; do
-    i=$((i + 1))
-    local extra=()  # weight_grad (not for zb-*); interleaved: the counts list every stage of every rank
-    case $schedule in zb-*) ;; *) extra+=(--set pipeline.weight_grad=\"$weight_grad\") ;; esac
-    if [ "$schedule" = interleaved ]; then
-      extra+=(--set pipeline.virtual_stages=$(( ($(tr -cd , <<< "$units" | wc -c) + 1) / np )))
+  local i count; count=$(wc -l < "$dir/configs.txt")
+  for i in $(seq 1 "$count"); do train_config "$np" "$dir" "$i" "$dir/sweep_$i" "$deck" "${args[@]}" || true; done
+  # Repetitions: auto, and the TOP fastest configurations of the sweep within
+  # the budget, REPS times in rounds (so that a drift of the host's speed
+  # hits them alike); the report takes each one's median over its runs.
+  local top; top=$($PY tools/auto_report.py --fastest "$TOP" "$dir")
+  local r
+  for r in $(seq 1 "$REPS"); do
+    if [ "$r" -gt 1 ]; then
+      for i in $top; do train_config "$np" "$dir" "$i" "$dir/sweep_$i.r$r" "$deck" "${args[@]}" || true; done
     fi
-    train "$np" "$dir/sweep_$i" "$deck" "${args[@]}" "${extra[@]}" --set pipeline.auto=false \
-      --set pipeline.schedule=\"$schedule\" --set pipeline.micro_batches="$n" \
-      --set pipeline.recompute=\"$recompute\" --set pipeline.partition="$units" || true
-  done < "$dir/configs.txt"
-  train "$np" "$dir/auto" "$deck" "${args[@]}"
+    train "$np" "$dir/auto.r$r" "$deck" "${args[@]}"
+  done
+}
+
+# train_config NP CASE_DIR I OUT DECK ARGS...: the I-th line of configs.txt, auto off.
+train_config() {
+  local np=$1 dir=$2 i=$3 out=$4 deck=$5; shift 5
+  local schedule n recompute units replicas weight_grad
+  read -r schedule n recompute units replicas weight_grad < <(sed -n "${i}p" "$dir/configs.txt")
+  local extra=()  # weight_grad (not for zb-*); interleaved: the counts list every stage of every rank
+  case $schedule in zb-*) ;; *) extra+=(--set pipeline.weight_grad=\"$weight_grad\") ;; esac
+  if [ "$schedule" = interleaved ]; then
+    extra+=(--set pipeline.virtual_stages=$(( ($(tr -cd , <<< "$units" | wc -c) + 1) / (np / replicas) )))
+  fi
+  train "$np" "$out" "$deck" "$@" "${extra[@]}" --set pipeline.auto=false \
+    --set pipeline.schedule=\"$schedule\" --set pipeline.micro_batches="$n" \
+    --set pipeline.recompute=\"$recompute\" --set pipeline.partition="$units" \
+    --set data_parallel.replicas="$replicas"
 }
 
 if [ -z "${REPORT_ONLY:-}" ]; then

@@ -65,8 +65,14 @@ ModelProfile profile_of(int64_t rows) {
   return p;
 }
 
+// As measure_plans ranks: a request with data_parallel 0 over every P x D grid.
 PlanTable rank(const PlanRequest& request) {
-  return rank_plans([](int64_t rows) { return profile_of(rows); }, {profile_of(1).link}, request);
+  const auto profile_for = [](int64_t rows) { return profile_of(rows); };
+  const std::vector<LinkCost> links = {profile_of(1).link};
+  if (request.data_parallel == 0)
+    return rank_grid_plans(profile_for, [&](int) { return links; }, [&](int, int) { return links[0]; },
+                           request, request.num_stages);
+  return rank_plans(profile_for, links, request);
 }
 
 TEST(AutoPlan, OpensWhatTheDeckLeavesOpen) {
@@ -168,6 +174,50 @@ TEST(AutoPlan, TheDeckToRunHoldsTheChoice) {
   EXPECT_FALSE(again.pipeline.auto_plan);
   EXPECT_EQ(again.pipeline.partition, chosen.pipeline.partition);
   EXPECT_EQ(again.pipeline.schedule, chosen.pipeline.schedule);
+}
+
+// The P x D grid is auto's when the deck sets neither data_parallel.replicas
+// nor pipeline.stages (and rebalancing, which needs D = 1, is off): the
+// request weighs every grid of the ranks, the pick may be any of them, and
+// the deck to run writes the chosen D (stages left to follow from it).
+TEST(AutoPlan, ChoosesTheGridWhenTheDeckLeavesIt) {
+  const Deck open = deck_with({});
+  EXPECT_TRUE(auto_chooses_grid(open, 2));
+  EXPECT_FALSE(auto_chooses_grid(open, 1));
+  EXPECT_FALSE(auto_chooses_grid(deck_with({"data_parallel.replicas=1"}), 2));
+  EXPECT_FALSE(auto_chooses_grid(deck_with({"pipeline.stages=2"}), 2));
+  EXPECT_FALSE(auto_chooses_grid(deck_with({"rebalance.enabled=true"}), 2));
+  EXPECT_FALSE(auto_chooses_grid(deck_with({"pipeline.partition=[3, 5]"}), 2)) << "counts fix the stages";
+  EXPECT_TRUE(auto_chooses_grid(deck_with({"pipeline.partition=\"time\""}), 2));
+  EXPECT_EQ(auto_plan_request(deck_with({"data_parallel.replicas=1"}), 2, 1e9).data_parallel, 1);
+  const PlanRequest r = auto_plan_request(open, 4, 1e12);
+  EXPECT_EQ(r.data_parallel, 0);
+  const PlanTable table = rank(r);
+  std::vector<int> grids;
+  for (const PlanRow& row : table.rows)
+    if (std::find(grids.begin(), grids.end(), row.data_parallel) == grids.end()) grids.push_back(row.data_parallel);
+  std::sort(grids.begin(), grids.end());
+  EXPECT_EQ(grids, (std::vector<int>{1, 2, 4})) << "P x D = 4 x 1, 2 x 2 and 1 x 4 weighed";
+  const int pick = auto_pick(table, open);
+  for (const PlanRow& row : table.rows)
+    if (row.fits) EXPECT_GE(row.step_time_s, table.rows[static_cast<size_t>(pick)].step_time_s);
+  // A choice of 2 x 2 on 4 ranks: D written, stages follow (0 = ranks / D).
+  PlanRow row;
+  row.schedule = "interleaved";
+  row.micro_batches = 2;
+  row.recompute = "none";
+  row.data_parallel = 2;
+  row.num_stages = 2;
+  row.units_per_stage = {2, 2, 2, 2};
+  const Deck chosen = deck_with_plan(open, row, 4);
+  EXPECT_EQ(chosen.data_parallel.replicas, 2);
+  EXPECT_EQ(chosen.pipeline.stages, 0);
+  EXPECT_EQ(chosen.pipeline.virtual_stages, 2) << "4 stages on a pipeline of 4 / 2 ranks";
+  EXPECT_EQ(chosen.where("data_parallel.replicas"), "pipeline.auto: data_parallel.replicas");
+  EXPECT_NE(plan_choice_text(row).find("2 data-parallel replicas"), std::string::npos);
+  // A deck that sets D keeps it, whatever the row says.
+  const Deck fixed = deck_with_plan(deck_with({"data_parallel.replicas=1"}), row, 4);
+  EXPECT_EQ(fixed.data_parallel.replicas, 1);
 }
 
 TEST(AutoPlan, RefusesWhatItCannotKeep) {

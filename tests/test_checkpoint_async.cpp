@@ -170,6 +170,50 @@ TEST(AsyncCheckpoint, PollPublishesOnceEveryWriteFinished) {
                             MPI_COMM_WORLD).step, 1);
 }
 
+// Stand-in for the CUDA library's page-locked memory: ordinary blocks, counted.
+struct FakePinned {
+  static inline size_t obtained = 0, live = 0;
+  static void* allocate(size_t bytes) {
+    obtained += bytes;
+    live += bytes;
+    return std::aligned_alloc(64, bytes);
+  }
+  static void release(void* ptr, size_t bytes) {
+    live -= bytes;
+    std::free(ptr);
+  }
+};
+
+// With page-locked host memory registered (as the CUDA library does), the
+// host copy of an asynchronous save comes from it, still counted as
+// checkpoint_staging; a synchronous save and every other host tensor do not
+// use it; the published checkpoint is bitwise the synchronous one.
+TEST(AsyncCheckpoint, TheHostCopyIsPageLockedWhenTheDeviceOffersIt) {
+  TempDir tmp;
+  const auto [want2, want4] = synchronous_digests(small_deck(tmp / "sync"));
+  (void)want4;
+  const Deck deck = small_deck(tmp / "pinned");
+  Trainer trainer(deck, MPI_COMM_WORLD);
+  const size_t before = staging_live();
+  register_pinned_host_memory({FakePinned::allocate, FakePinned::release});
+  {
+    AsyncCheckpointer saver(deck, deck_to_toml(deck), MPI_COMM_WORLD);
+    for (int64_t s = 0; s < 2; ++s) trainer.train_step(s);
+    EXPECT_EQ(FakePinned::obtained, 0u) << "training allocates no page-locked memory";
+    EXPECT_FALSE(saver.start(trainer, 2).has_value());
+    EXPECT_EQ(pinned_host_bytes_live(), state_bytes(trainer)) << "the whole host copy is page-locked";
+    EXPECT_EQ(staging_live() - before, state_bytes(trainer)) << "and counted as staging";
+    const std::optional<AsyncCheckpointDone> done = saver.complete(trainer, 2);
+    ASSERT_TRUE(done.has_value());
+    EXPECT_EQ(done->write.digest, want2);
+  }
+  EXPECT_EQ(pinned_host_bytes_live(), 0u);
+  EXPECT_EQ(staging_live(), before);
+  register_pinned_host_memory({});  // the cached blocks go back to the fake
+  EXPECT_EQ(FakePinned::live, 0u) << "every page-locked block given back";
+  EXPECT_GE(FakePinned::obtained, state_bytes(trainer));
+}
+
 // The planner counts the host copy: with checkpoint_async each stage's
 // predicted peak grows by its parameters and optimizer state, nothing else.
 TEST(AsyncCheckpoint, ThePlannerCountsTheHostCopy) {

@@ -9,6 +9,10 @@
 //       a request larger than the GPU fails with the "out of GPU memory"
 //       Error naming the bytes, and the step-boundary trim gives back exactly
 //       the blocks idle since the previous trim.
+// And issue #44's pinned staging: an asynchronous checkpoint's host copy
+// (MemCategory::CheckpointStaging) is page-locked memory from cudaHostAlloc,
+// other host tensors are not, and a device tensor copied into it arrives
+// bitwise.
 // Single process, device 0. Sizes derive from cudaMemGetInfo at the start, so
 // memory used by others on the device is tolerated; the test gives back all
 // it took. Timing checks have wide margins (factors of 2 to 4). Skips without
@@ -20,6 +24,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <memory>
 #include <string>
 #include <vector>
@@ -347,6 +352,35 @@ TEST(CudaCachingAllocator, ReleasesTheCacheAndRetriesThenTrimsAtStepBoundaries) 
   std::printf("  at the end: %s free (%s at the start); %.2f s\n", mib(f_end).c_str(),
               mib(f0).c_str(), now_s() - t_start);
   EXPECT_GE(f_end + 256 * kMiB, f0);
+}
+
+// ---- #44: the host copy of an asynchronous checkpoint is page-locked ----
+
+cudaMemoryType host_memory_type(const void* ptr) {
+  cudaPointerAttributes attr{};
+  EXPECT_EQ(cudaPointerGetAttributes(&attr, ptr), cudaSuccess);
+  return attr.type;
+}
+
+TEST(CudaPinnedStaging, CheckpointStagingIsPageLockedAndExact) {
+  PT_REQUIRE_GPU();
+  std::unique_ptr<Backend> be = cuda::make_backend();  // selects the device: hooks registered
+  ASSERT_TRUE(pinned_host_memory_registered());
+  const int64_t n = 3 * 1000 * 1000 + 7;
+  Tensor host = Tensor::empty({n}, DType::F32, MemCategory::Workspace, Device::CPU);
+  for (int64_t i = 0; i < n; ++i) host.f32()[i] = static_cast<float>(i % 9973) * 0.125f - 3.f;
+  const Tensor dev = host.to(Device::CUDA, MemCategory::Parameters);
+  const size_t live_before = pinned_host_bytes_live();
+  {
+    const Tensor staged = dev.to(Device::CPU, MemCategory::CheckpointStaging);
+    EXPECT_TRUE(staged.pinned());
+    EXPECT_EQ(host_memory_type(staged.raw()), cudaMemoryTypeHost) << "cudaHostAlloc memory";
+    EXPECT_EQ(pinned_host_bytes_live() - live_before, staged.bytes());
+    EXPECT_EQ(std::memcmp(staged.raw(), host.raw(), host.bytes()), 0) << "the copy is exact";
+  }
+  EXPECT_EQ(pinned_host_bytes_live(), live_before);
+  EXPECT_FALSE(host.pinned());
+  EXPECT_NE(host_memory_type(host.raw()), cudaMemoryTypeHost) << "ordinary host tensors stay pageable";
 }
 
 }  // namespace

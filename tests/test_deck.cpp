@@ -196,7 +196,7 @@ TEST(DeckErrors, BadChoiceListsTheAllowedValues) {
   EXPECT_HAS(text_error("[model]\nloss = \"l1\""), "must be one of \"mse\", \"cross_entropy\"");
   EXPECT_HAS(text_error("[model]\ntype = \"rnn\""), "model.type = \"rnn\": must be one of \"mlp\", \"gpt\"");
   EXPECT_HAS(text_error("[data]\ntype = \"mnist\""),
-             "data.type = \"mnist\": must be one of \"synthetic\", \"markov\", \"hdf5\"");
+             "data.type = \"mnist\": must be one of \"synthetic\", \"markov\", \"hdf5\", \"images\"");
 }
 
 // training.cpu_gemm is read through its kind table (the one parser of CPU
@@ -328,6 +328,17 @@ TEST(DeckErrors, KeysOfAnotherModelOrDataTypeAreRejected) {
             "t.toml:2: model.d_model: only applies with model.type = \"gpt\"; remove it or change that key");
   EXPECT_HAS(text_error("[model]\ntype = \"gpt\"\n[data]\ntype = \"markov\"\npath = \"x.h5\"\n"),
              "t.toml:5: data.path: only applies with data.type = \"hdf5\"");
+}
+
+TEST(DeckErrors, CnnNeedsImagesAndGroupsDividingWidth) {
+  EXPECT_EQ(text_error("[model]\ntype = \"cnn\"\n"),
+            "t.toml:2: model.type = \"cnn\": trains on data.type = \"images\", not "
+            "data.type = \"synthetic\" (default)");
+  EXPECT_EQ(text_error("[model]\ntype = \"cnn\"\nwidth = 6\nnorm_groups = 4\n[data]\ntype = \"images\"\n"),
+            "t.toml:4: model.norm_groups = 4: must divide model.width = 6 (t.toml:3) (every stage's "
+            "width is a multiple of it)");
+  EXPECT_EQ(text_error("[model]\ntype = \"gpt\"\nstage_blocks = 2\n[data]\ntype = \"markov\"\n"),
+            "t.toml:3: model.stage_blocks: only applies with model.type = \"cnn\"; remove it or change that key");
 }
 
 TEST(DeckErrors, GptNeedsTokenDataAndHeadsDividingWidth) {

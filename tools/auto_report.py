@@ -5,6 +5,11 @@ of the sweep trained in the same benchmark run, and auto's largest stage
 peak against the memory budget.
 
     tools/auto_report.py runs/bench_auto CASE... --out results/bench_auto.md --plot results/bench_auto.png
+    tools/auto_report.py --fastest K runs/bench_auto/CASE   (the K fastest sweep runs within the
+                                                             plan's budget: their config numbers)
+
+A configuration run several times (sweep_I, sweep_I.r2, ...; auto.r1, auto.r2, ...)
+counts with the median of its runs' medians.
 """
 import argparse
 import os
@@ -35,7 +40,7 @@ def measured(run_dir):
 
 
 def config_of(run_dir):
-    """schedule N recompute units, as the run's resolved deck gives them."""
+    """schedule N recompute units (and D when > 1), as the run's resolved deck gives them."""
     with open(os.path.join(run_dir, "deck.resolved.toml")) as f:
         text = f.read()
     pipeline = text[text.index("[pipeline]"):]
@@ -43,27 +48,72 @@ def config_of(run_dir):
         m = re.search(r"^%s = (.*?)\s+#" % key, pipeline, re.M)
         return m.group(1).strip('"') if m else None
     step = pick("weight_grad") == "step" and pick("schedule") in ("gpipe", "1f1b", "interleaved")
-    return "%s N=%s recompute %s%s, partition %s" % (
+    m = re.search(r"^replicas = (\d+)", text[text.index("[data_parallel]"):], re.M)
+    replicas = int(m.group(1)) if m else 1
+    return "%s N=%s recompute %s%s, partition %s%s" % (
         pick("schedule"), pick("micro_batches"), pick("recompute"), " weight_grad step" if step else "",
-        pick("partition").replace(" ", ""))
+        pick("partition").replace(" ", ""), " x %d replicas" % replicas if replicas > 1 else "")
+
+
+RUN = re.compile(r"^(sweep_(\d+)|auto)(\.r(\d+))?$")
+
+
+def runs_of(d):
+    """{config number (0 = auto): [run dirs]} of a case directory."""
+    runs = {}
+    for name in sorted(os.listdir(d)):
+        m = RUN.match(name)
+        if m and os.path.isdir(os.path.join(d, name)):
+            runs.setdefault(int(m.group(2)) if m.group(2) else 0, []).append(os.path.join(d, name))
+    return runs
+
+
+def summary(dirs):
+    """(median step s over the runs' medians, largest peak, runs, configs chosen) of finished runs."""
+    done = [(measured(r), config_of(r)) for r in dirs]
+    done = [(m, c) for m, c in done if m]
+    if not done:
+        return None
+    return (float(np.median([m[0] for m, _ in done])), max(m[1] for m, _ in done), len(done),
+            [c for _, c in done])
+
+
+def plan_budget(d):
+    """The per-stage budget the plan table names ("memory budget 12.64 GB (...)"), in bytes."""
+    with open(os.path.join(d, "plan.txt")) as f:
+        m = re.search(r"memory budget ([0-9.eE+]+) GB", f.read())
+    return float(m.group(1)) * 1e9 if m else float("inf")
+
+
+def fastest(d, k):
+    budget = plan_budget(d)
+    rows = []
+    for i, dirs in runs_of(d).items():
+        first = measured(dirs[0]) if i > 0 else None
+        if first and first[1] <= budget:
+            rows.append((first[0], i))
+    return [i for _, i in sorted(rows)[:k]]
 
 
 def report_case(root, case):
     d = os.path.join(root, case)
+    runs = runs_of(d)
     sweep = []
-    for name in sorted(os.listdir(d)):
-        if name.startswith("sweep_") and os.path.isdir(os.path.join(d, name)):
-            m = measured(os.path.join(d, name))
+    for i, dirs in runs.items():
+        if i > 0:
+            m = summary(dirs)
             if m:
-                sweep.append((m[0], m[1], config_of(os.path.join(d, name))))
-    auto = measured(os.path.join(d, "auto"))
+                sweep.append((m[0], m[1], m[3][0], m[2]))
+    auto = summary(runs.get(0, []))
     if not sweep or auto is None:
         sys.exit("auto_report: %s: no finished sweep or auto run in %s" % (case, d))
-    with open(os.path.join(d, "auto.log")) as f:
+    logs = sorted(f for f in os.listdir(d) if re.match(r"^auto(\.r\d+)?\.log$", f))
+    with open(os.path.join(d, logs[0])) as f:
         log = f.read()
     budget = float(re.search(r"\(budget ([0-9.]+) MiB", log).group(1)) * 2**20
     ranks = re.search(r"pipetrain: (\d+) rank", log)
-    chosen = config_of(os.path.join(d, "auto"))
+    choices = auto[3]
+    chosen = max(set(choices), key=choices.count)  # the choice most auto runs made
     # The best measured configuration is the fastest that stayed within the budget.
     within = [s for s in sweep if s[1] <= budget]
     if not within:
@@ -72,10 +122,10 @@ def report_case(root, case):
     same = [s for s in sweep if s[2] == chosen]
     return {
         "case": case, "ranks": ranks.group(1) if ranks else "?", "budget": budget, "plans": len(sweep),
-        "within": len(within),
+        "within": len(within), "auto_runs": auto[2], "auto_choices": len(set(choices)),
         "chosen": chosen, "auto_s": auto[0], "auto_peak": auto[1],
         "chosen_in_sweep_s": same[0][0] if same else float("nan"),
-        "best": best[2], "best_s": best[0],
+        "best": best[2], "best_s": best[0], "best_runs": best[3],
         "gap": auto[0] / best[0] - 1.0,
         "sweep_gap": (same[0][0] / best[0] - 1.0) if same else float("nan"),
         "fits": auto[1] <= budget,
@@ -83,7 +133,8 @@ def report_case(root, case):
 
 
 def machine(root, case):
-    with h5py.File(os.path.join(root, case, "auto", "metrics.h5"), "r") as f:
+    first = runs_of(os.path.join(root, case))[0][0]
+    with h5py.File(os.path.join(first, "metrics.h5"), "r") as f:
         return "CPU %s; BLAS %s (core %s); GEMMs %s" % (
             text_attr(f, "cpu"), text_attr(f, "blas"), text_attr(f, "blas_core"), text_attr(f, "gemm"))
 
@@ -95,26 +146,36 @@ def mib(b):
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("root")
-    ap.add_argument("cases", nargs="+")
-    ap.add_argument("--out", required=True)
+    ap.add_argument("cases", nargs="*")
+    ap.add_argument("--out")
     ap.add_argument("--plot")
+    ap.add_argument("--fastest", type=int, help="print the K fastest sweep configurations of the case dir ROOT")
     a = ap.parse_args()
+    if a.fastest is not None:
+        print(" ".join(str(i) for i in fastest(a.root, a.fastest)))
+        return
+    if not a.cases or not a.out:
+        ap.error("CASE... and --out are needed for the table")
     rows = [report_case(a.root, c) for c in a.cases]
     lines = ["# pipeline.auto against the best measured configuration (jobs/bench_auto.sh)", "",
              machine(a.root, a.cases[0]) + ".", "",
              "Each case: every distinct plan auto weighs trained with auto off (the sweep), then a run "
-             "with `pipeline.auto = true`; step times are medians after the first 2 steps; the best "
+             "with `pipeline.auto = true`; step times are medians after the first 2 steps; auto and the "
+             "fastest configurations of the sweep ran several times in rounds, each counted with the median "
+             "of its runs (the runs column: auto's runs, the best configuration's runs); the best "
              "measured configuration is the fastest whose measured peak stayed within the budget. "
              "Goal: auto within %d%% of the best, never over the budget." % round(GOAL * 100), "",
              "| case | ranks | budget | plans trained (within budget) | auto's choice | auto (ms) | its plan in the sweep (ms) "
-             "| best measured | best (ms) | auto's gap | auto's peak | within budget | goal met |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+             "| best measured | best (ms) | runs | auto's gap | auto's peak | within budget | goal met |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         met = r["gap"] <= GOAL and r["fits"]
-        lines.append("| %s | %s | %s | %d (%d) | %s | %.2f | %.2f | %s | %.2f | %+.1f%% | %s | %s | %s |" % (
-            r["case"], r["ranks"], mib(r["budget"]), r["plans"], r["within"], r["chosen"], r["auto_s"] * 1e3,
-            r["chosen_in_sweep_s"] * 1e3, r["best"], r["best_s"] * 1e3, 100 * r["gap"], mib(r["auto_peak"]),
-            "yes" if r["fits"] else "no", "yes" if met else "no"))
+        choice = r["chosen"] + (" (%d different choices over its runs)" % r["auto_choices"]
+                                if r["auto_choices"] > 1 else "")
+        lines.append("| %s | %s | %s | %d (%d) | %s | %.2f | %.2f | %s | %.2f | %d, %d | %+.1f%% | %s | %s | %s |" % (
+            r["case"], r["ranks"], mib(r["budget"]), r["plans"], r["within"], choice, r["auto_s"] * 1e3,
+            r["chosen_in_sweep_s"] * 1e3, r["best"], r["best_s"] * 1e3, r["auto_runs"], r["best_runs"],
+            100 * r["gap"], mib(r["auto_peak"]), "yes" if r["fits"] else "no", "yes" if met else "no"))
     with open(a.out, "w") as f:
         f.write("\n".join(lines) + "\n")
     print("\n".join(lines))

@@ -33,8 +33,9 @@ namespace {
 constexpr double kMiB = 1024.0 * 1024.0;
 
 // The keys auto leaves alone when the deck sets them, in broadcast order.
-const char* const kOpenKeys[] = {"pipeline.schedule", "pipeline.micro_batches", "pipeline.recompute",
-                                 "pipeline.partition", "pipeline.virtual_stages", "pipeline.weight_grad"};
+const char* const kOpenKeys[] = {"pipeline.schedule",       "pipeline.micro_batches", "pipeline.recompute",
+                                 "pipeline.partition",      "pipeline.virtual_stages", "pipeline.weight_grad",
+                                 "data_parallel.replicas", "pipeline.stages"};
 constexpr int kOpenKeyCount = sizeof(kOpenKeys) / sizeof(kOpenKeys[0]);
 
 bool deck_sets(const Deck& deck, const std::string& key) { return deck.key_origin.count(key) > 0; }
@@ -126,7 +127,8 @@ PlanRow share_row(const PlanRow* row_on_rank0, MPI_Comm comm) {
     const PlanRow& r = *row_on_rank0;
     text = r.schedule + " " + std::to_string(r.micro_batches) + " " + r.recompute + " " +
            std::to_string(static_cast<int>(r.partition)) + " " + (r.fixed_partition ? "1" : "0") + " " +
-           std::to_string(static_cast<int>(r.weight_grad));
+           std::to_string(static_cast<int>(r.weight_grad)) + " " + std::to_string(r.data_parallel) + " " +
+           std::to_string(r.num_stages);
     for (int64_t u : r.units_per_stage) text += " " + std::to_string(u);
   }
   long long size = static_cast<long long>(text.size());
@@ -137,7 +139,8 @@ PlanRow share_row(const PlanRow* row_on_rank0, MPI_Comm comm) {
   PlanRow row;
   std::istringstream in(text);
   int objective = 0, fixed = 0, weight_grad = 0;
-  in >> row.schedule >> row.micro_batches >> row.recompute >> objective >> fixed >> weight_grad;
+  in >> row.schedule >> row.micro_batches >> row.recompute >> objective >> fixed >> weight_grad >>
+      row.data_parallel >> row.num_stages;
   row.partition = static_cast<PartitionObjective>(objective);
   row.weight_grad = static_cast<WeightGradKind>(weight_grad);
   row.fixed_partition = fixed == 1;
@@ -153,6 +156,7 @@ PlanRow choice_in(const std::string& resolved_path) {
   row.micro_batches = static_cast<int>(d.pipeline.micro_batches);
   row.recompute = d.pipeline.recompute;
   row.weight_grad = d.pipeline.weight_grad;
+  row.data_parallel = static_cast<int>(data_parallel_size(d));
   row.fixed_partition = true;
   row.units_per_stage = d.pipeline.partition;
   if (d.pipeline.partition_strategy != PartitionStrategy::Explicit || row.units_per_stage.empty())
@@ -173,7 +177,8 @@ void print_choice(const Deck& deck, const AutoChoice& c) {
   // objectives often find the same counts).
   std::vector<const PlanRow*> shown_rows = {&best};
   const auto same_plan = [](const PlanRow& a, const PlanRow& b) {
-    return a.schedule == b.schedule && a.micro_batches == b.micro_batches && a.weight_grad == b.weight_grad &&
+    return a.data_parallel == b.data_parallel && a.schedule == b.schedule &&
+           a.micro_batches == b.micro_batches && a.weight_grad == b.weight_grad &&
            a.recompute == b.recompute && a.units_per_stage == b.units_per_stage;
   };
   int shown = 0;
@@ -186,8 +191,24 @@ void print_choice(const Deck& deck, const AutoChoice& c) {
     std::printf("auto: runner-up %d: %s: %.2f ms (+%.1f%%)\n", ++shown, plan_choice_text(r).c_str(),
                 r.step_time_s * 1e3, 100.0 * (r.step_time_s / best.step_time_s - 1.0));
   }
+  if (t.num_stages == 0)  // the rows hold several grids
+    std::printf("auto: grid P x D = %d x %d of the %d ranks (every grid of them weighed)\n",
+                best.num_stages, best.data_parallel, t.total_ranks);
   std::printf("auto: %s\n", deck_rank_text(deck, t).c_str());
   std::fflush(stdout);
+}
+
+// The chosen deck passes the checks a deck written by hand does (layout,
+// divisibility, the schedule's validator with the transport's semantics);
+// a failure is a defect of auto, named as such.
+void check_chosen_layout(const Deck& chosen, int ranks) {
+  try {
+    const DeckLayout layout = resolve_deck_layout(chosen, ranks);
+    validate_schedule(schedule_for_deck(chosen, layout.pipeline_ranks),
+                      comm_semantics_of(chosen.pipeline.transport, chosen.training.device));
+  } catch (const Error& e) {
+    PT_FAIL(std::string("pipeline.auto chose a plan the deck checks refuse (a defect): ") + e.what());
+  }
 }
 
 }  // namespace
@@ -207,6 +228,13 @@ std::string plan_budget_name(const Deck& deck) {
   return "this node's memory over the stages, pipeline.memory_budget_mb being 0";
 }
 
+bool auto_chooses_grid(const Deck& deck, int ranks) {
+  const bool counts_given =
+      deck_sets(deck, "pipeline.partition") && deck.pipeline.partition_strategy == PartitionStrategy::Explicit;
+  return ranks > 1 && !deck_sets(deck, "data_parallel.replicas") && !deck_sets(deck, "pipeline.stages") &&
+         !deck.rebalance.enabled && !counts_given;
+}
+
 PlanRequest auto_plan_request(const Deck& deck, int stages, double budget_bytes) {
   const PipelineConfig& p = deck.pipeline;
   if (!p.recompute_stages.empty())
@@ -216,7 +244,8 @@ PlanRequest auto_plan_request(const Deck& deck, int stages, double budget_bytes)
   PlanRequest r;
   r.num_stages = stages;
   r.batch_size = deck.training.batch_size;
-  r.data_parallel = static_cast<int>(data_parallel_size(deck));
+  // 0: every P x D grid of the `stages` ranks (measure_plans, rank_grid_plans).
+  r.data_parallel = auto_chooses_grid(deck, stages) ? 0 : static_cast<int>(data_parallel_size(deck));
   r.memory_budget_bytes = budget_bytes;
   r.weight_grad_share = weight_grad_share(deck.model);
   r.weight_grad = p.weight_grad;
@@ -238,7 +267,7 @@ PlanRequest auto_plan_request(const Deck& deck, int stages, double budget_bytes)
 
 PlanTable measure_plans(const Deck& deck, const PlanRequest& request, MPI_Comm comm,
                         const ComputeResources& compute, const ProfileOptions& options,
-                        bool both_weight_grads) {
+                        bool both_weight_grads, std::map<int64_t, ModelProfile>* profiles) {
   Backend& be = compute.setup.backend ? *compute.setup.backend : cpu_backend();
   std::vector<LinkCost> links(1);
   // One profile per micro-batch size, measured at its first use: every rank
@@ -263,7 +292,14 @@ PlanTable measure_plans(const Deck& deck, const PlanRequest& request, MPI_Comm c
     fixed.replica_link = links[0];
     return rank_plans(profile_for, links, fixed);
   };
-  if (!both_weight_grads) return rank_for(request);
+  const auto keep_profiles = [&] {
+    if (profiles) *profiles = measured;
+  };
+  if (!both_weight_grads) {
+    PlanTable table = rank_for(request);
+    keep_profiles();
+    return table;
+  }
   // pipeline.weight_grad open: the schedules without W of their own once
   // more with one weight-gradient pass per step.
   PlanRequest per_micro_batch = request, per_step = request;
@@ -275,6 +311,7 @@ PlanTable measure_plans(const Deck& deck, const PlanRequest& request, MPI_Comm c
   std::vector<PlanTable> tables;
   tables.push_back(rank_for(per_micro_batch));
   if (!per_step.schedules.empty()) tables.push_back(rank_for(per_step));
+  keep_profiles();
   return merge_plan_tables(std::move(tables));
 }
 
@@ -309,11 +346,16 @@ Deck deck_with_plan(const Deck& deck, const PlanRow& row, int stages) {
   p.partition_strategy = PartitionStrategy::Explicit;
   p.partition = row.units_per_stage;
   if (!deck_sets(deck, "pipeline.weight_grad")) p.weight_grad = row.weight_grad;
+  const bool grid = auto_chooses_grid(deck, stages);
+  if (grid) d.data_parallel.replicas = std::max(1, row.data_parallel);  // pipeline.stages: 0 = ranks / D
+  const int pipeline_ranks = grid ? stages / std::max(1, row.data_parallel) : stages;
   const int64_t stage_count = static_cast<int64_t>(row.units_per_stage.size());
-  if (p.schedule == ScheduleKind::Interleaved) p.virtual_stages = stage_count / std::max(1, stages);
+  if (p.schedule == ScheduleKind::Interleaved) p.virtual_stages = stage_count / std::max(1, pipeline_ranks);
   p.auto_plan = false;
   for (const char* key : kOpenKeys)
-    if (!deck_sets(deck, key)) d.key_origin[key] = "pipeline.auto";
+    if (!deck_sets(deck, key) && (grid || std::string(key) != "data_parallel.replicas") &&
+        std::string(key) != "pipeline.stages")
+      d.key_origin[key] = "pipeline.auto";
   return d;
 }
 
@@ -339,23 +381,27 @@ Deck choose_auto_plan(const Deck& deck, MPI_Comm world, MPI_Comm pipeline,
     set_wait_phase("in pipeline.auto's profiles");
     const PlanRequest request = auto_plan_request(open, stages, plan_budget_bytes(deck, stages));
     c.table = measure_plans(deck, request, pipeline, compute, options_on(compute, ProfileOptions::brief()),
-                            weight_grad_open(open));
+                            weight_grad_open(open), &c.profiles);
     if (rank == 0) c.chosen = auto_pick(c.table, open);  // InputError: MPI_Abort ends every rank
     row = share_row(rank == 0 ? &c.table.rows[static_cast<size_t>(c.chosen)] : nullptr, world);
     if (rank == 0) print_choice(open, c);
   }
   if (choice) *choice = std::move(c);
   Deck chosen = deck_with_plan(open, row, stages);
+  const std::map<std::string, std::string> chosen_keys = chosen.key_origin;
   chosen.key_origin = deck.key_origin;  // messages keep pointing where the deck set a key
   for (const char* key : kOpenKeys)
-    if (!deck_sets(open, key)) chosen.key_origin[key] = "pipeline.auto";
+    if (!deck_sets(open, key) && chosen_keys.count(key) && chosen_keys.at(key) == "pipeline.auto")
+      chosen.key_origin[key] = "pipeline.auto";
+  if (rank == 0) check_chosen_layout(chosen, stages);  // InputError: MPI_Abort ends every rank
   return chosen;
 }
 
 std::string plan_choice_text(const PlanRow& row) {
   return row.schedule + " N=" + std::to_string(row.micro_batches) + " recompute " + row.recompute +
          (row.weight_grad == WeightGradKind::Step ? " weight_grad step" : "") + ", partition " +
-         partition_text(row);
+         partition_text(row) +
+         (row.data_parallel > 1 ? ", " + std::to_string(row.data_parallel) + " data-parallel replicas" : "");
 }
 
 std::string deck_rank_text(const Deck& deck, const PlanTable& table) {

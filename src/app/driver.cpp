@@ -29,7 +29,9 @@
 #include <cstdio>
 #include <cstdlib>
 #include <iostream>
+#include <map>
 #include <sstream>
+#include <utility>
 
 #include "pipetrain/base/fault_injection.hpp"
 #include "pipetrain/io/checkpoint.hpp"
@@ -84,6 +86,33 @@ void check_data_files(Deck& deck) {
   resolve(Split::Eval, deck.data.eval_path, deck.data.eval_path_list);
 }
 
+// The deck's layout on `ranks`, checked with its schedule's validator. When
+// pipeline.auto chooses the grid (auto_chooses_grid) the deck is accepted if
+// one grid of the ranks passes (the first failure is reported if none does),
+// and the run starts as one pipeline of every rank (D = 1), on which auto
+// profiles; it splits the grid it chooses (grid_to_run).
+DeckLayout checked_layout(const Deck& deck, int ranks) {
+  const auto check = [&](const Deck& d) {
+    const DeckLayout layout = resolve_deck_layout(d, ranks);
+    validate_schedule(schedule_for_deck(d, layout.pipeline_ranks),
+                      comm_semantics_of(d.pipeline.transport, d.training.device));
+    return layout;
+  };
+  if (!deck.pipeline.auto_plan || !auto_chooses_grid(deck, ranks)) return check(deck);
+  for (int replicas = ranks; replicas >= 1; --replicas) {
+    if (ranks % replicas != 0) continue;
+    Deck at = deck;
+    at.data_parallel.replicas = replicas;
+    try {
+      check(at);
+      return DeckLayout{ranks, 1};
+    } catch (const InputError&) {
+      if (replicas == 1) throw;  // no grid passes: the one-pipeline message
+    }
+  }
+  return check(deck);
+}
+
 // Returns false (after rank 0 printed the message) when the deck is bad.
 bool load_deck(const World& w, const CommandLine& cli, Deck& deck) {
   std::string text;
@@ -99,9 +128,8 @@ bool load_deck(const World& w, const CommandLine& cli, Deck& deck) {
       // `sample` runs one stage per rank, whatever the deck's layout, and reads no data.
       const bool sample = cli.command == "sample";
       if (!every_grid && !sample) {
-        const DeckLayout layout = resolve_deck_layout(deck, cli.ranks > 0 ? cli.ranks : w.size);
+        const DeckLayout layout = checked_layout(deck, cli.ranks > 0 ? cli.ranks : w.size);
         deck.data_parallel.replicas = layout.data_parallel;  // resolved: every rank and the outputs see D
-        validate_schedule(schedule_for_deck(deck, layout.pipeline_ranks), comm_semantics_of(deck.pipeline.transport, deck.training.device));
       }
       // `plan --device` neither reads data nor computes: it plans on a description.
       const bool runs_here = !(cli.command == "plan" && !cli.device.empty());
@@ -220,6 +248,10 @@ void print_step(const Deck& deck, const StepRecord& rec, double samples_per_s,
 
 void print_floor(const std::optional<LossFloor>& floor) {
   if (!floor) return;
+  if (!floor->summary.empty()) {
+    std::printf("%s: %.6f nats/image\n", floor->summary.c_str(), floor->window);
+    return;
+  }
   std::printf("data: Markov chain entropy rate %.6f nats/token; loss floor of a window "
               "(early positions see less context) %.6f nats/token\n",
               floor->entropy_rate, floor->window);
@@ -380,11 +412,22 @@ void log_step(const Deck& deck, const StepRecord& rec, bool last, Progress& p, M
   }
 }
 
-// pipeline.auto's choice, for metrics.h5.
+// pipeline.auto's choice, for metrics.h5, and its profiles for the run's plan.
 struct AutoRecord {
   std::string choice;            // plan_choice_text, or how a resume kept it
   double predicted_step_s = 0.0;  // 0 on a resume (nothing measured)
   int64_t plans_weighed = 0;
+  std::map<int64_t, ModelProfile> profiles;  // auto's brief profiles, by micro-batch rows
+
+  // auto's profile at the run's micro-batch size when it was measured on the
+  // run's pipeline ranks (the grid was not split again), else nullptr.
+  const ModelProfile* profile_for(const Deck& deck, const ProcessGrid& grid) const {
+    if (grid_split) return nullptr;
+    const int64_t rows = deck.training.batch_size / (grid.data_parallel() * deck.pipeline.micro_batches);
+    const auto it = profiles.find(rows);
+    return it == profiles.end() ? nullptr : &it->second;
+  }
+  bool grid_split = false;
 };
 
 // The deck the run trains: as written, or with pipeline.auto's choice in it
@@ -400,10 +443,19 @@ Deck deck_to_run(const World& w, const CommandLine& cli, const Deck& written, co
     record.choice = plan_choice_text(row);
     record.predicted_step_s = row.step_time_s;
     record.plans_weighed = static_cast<int64_t>(choice.table.rows.size());
-  } else {
+  } else {  // (the other ranks: their record is not written)
     record.choice = "kept on resume from " + earlier;
   }
+  record.profiles = std::move(choice.profiles);  // every rank: each takes the same path
   return deck;
+}
+
+// The grid the run trains on: the written deck's, unless pipeline.auto chose
+// another number of data-parallel replicas (then split again; collective).
+ProcessGrid grid_to_run(const World& w, ProcessGrid written_grid, const Deck& deck) {
+  const int replicas = static_cast<int>(data_parallel_size(deck));
+  if (written_grid.data_parallel() == replicas) return written_grid;
+  return ProcessGrid(w.comm, replicas);
 }
 
 int run_train(const World& w, const CommandLine& cli, const Deck& written) {
@@ -416,10 +468,12 @@ int run_train(const World& w, const CommandLine& cli, const Deck& written) {
   choose_wait_mode();
   const BlasReport blas_report = gather_blas_report(w.comm, w.blas_note);
   ComputeResources compute = make_compute_resources(written, w.comm);
-  const ProcessGrid grid(w.comm, static_cast<int>(data_parallel_size(written)));
+  ProcessGrid written_grid(w.comm, static_cast<int>(data_parallel_size(written)));
   AutoRecord auto_record;
-  Deck deck = deck_to_run(w, cli, written, grid, compute, auto_record);  // a re-planning switch changes it
-  RunPlan plan = prepare_run_plan(deck, grid.pipeline(), compute);
+  Deck deck = deck_to_run(w, cli, written, written_grid, compute, auto_record);  // a re-planning switch changes it
+  auto_record.grid_split = written_grid.data_parallel() != data_parallel_size(deck);
+  const ProcessGrid grid = grid_to_run(w, std::move(written_grid), deck);
+  RunPlan plan = prepare_run_plan(deck, grid.pipeline(), compute, auto_record.profile_for(deck, grid));
   // A named strategy's counts, the same in every replica (the deck keeps the name).
   const std::vector<int64_t> partition = share_partition(grid, starting_partition(deck, plan));
   auto trainer = std::make_unique<Trainer>(deck, partition, grid, compute.setup);
@@ -427,7 +481,9 @@ int run_train(const World& w, const CommandLine& cli, const Deck& written) {
   if (deck.rebalance.enabled) trainer->enable_rebalance(plan.profile);
   std::unique_ptr<Replanner> replanner;  // pipeline.auto_replan_every (collective)
   if (written.pipeline.auto_plan && written.pipeline.auto_replan_every > 0)
-    replanner = std::make_unique<Replanner>(written, grid, compute);
+    replanner = std::make_unique<Replanner>(
+        written, grid, compute,
+        auto_record.grid_split ? std::map<int64_t, ModelProfile>{} : auto_record.profiles);
   std::string resolved = deck_to_toml(deck);  // what checkpoints store: the plan in force
   MetricsFile metrics(deck.output.dir + "/metrics.h5", resolved);
   if (w.rank == 0) {

@@ -120,7 +120,8 @@ int run_plan(MPI_Comm comm, const CommandLine& cli, const Deck& deck, const std:
   // data_parallel = 0 here); else the deck's D on ranks / D stages.
   const int ranks = cli.ranks > 0 ? cli.ranks : size;
   // (Values, not where they were set: every rank sees the same resolved deck.)
-  // pipeline.auto keeps the grid (the run does), so its plans are on one.
+  // pipeline.auto weighs every grid when the deck sets neither key (as the
+  // run does: auto_chooses_grid), else the deck's.
   const bool every_grid = !deck.pipeline.auto_plan && deck.data_parallel.replicas == 0 &&
                           deck.pipeline.stages == 0;
   const int d = every_grid ? 1 : static_cast<int>(data_parallel_size(deck));
@@ -130,7 +131,7 @@ int run_plan(MPI_Comm comm, const CommandLine& cli, const Deck& deck, const std:
   const Deck open = auto_plan ? with_open_keys_of_rank0(deck, comm) : deck;
   PlanRequest request = auto_plan ? auto_plan_request(open, stages, 1.0) : request_for(deck, cli, stages);
   if (auto_plan) request.memory_budget_bytes = deck.pipeline.memory_budget_mb * 1024.0 * 1024.0;
-  request.data_parallel = every_grid ? 0 : d;
+  if (!auto_plan) request.data_parallel = every_grid ? 0 : d;
   PlanTable table;
   std::string source;
   if (!cli.device.empty()) {

@@ -21,9 +21,18 @@ namespace pt {
 
 namespace {
 
-// The keys a plan consists of, which a switch writes (auto_plan.cpp's open keys).
+// The keys a plan consists of, which a switch writes (auto_plan.cpp's open
+// keys but the grid, which a switch keeps).
 const char* const kPlanKeys[] = {"pipeline.schedule", "pipeline.micro_batches", "pipeline.recompute",
                                  "pipeline.partition", "pipeline.virtual_stages", "pipeline.weight_grad"};
+
+// `open` with the grid fixed at the running one: re-planning weighs plans of
+// this grid only, and a switch keeps it (auto_chooses_grid is then false).
+Deck with_grid_fixed(Deck open, const ProcessGrid& grid) {
+  open.data_parallel.replicas = grid.data_parallel();
+  if (!open.key_origin.count("data_parallel.replicas")) open.key_origin["data_parallel.replicas"] = "pipeline.auto";
+  return open;
+}
 
 double median(std::vector<double> v) {
   if (v.empty()) return 0.0;
@@ -121,9 +130,10 @@ RunningPlan Replanner::running_plan(const Deck& deck, const std::vector<int64_t>
   return p;
 }
 
-Replanner::Replanner(const Deck& written, const ProcessGrid& grid, const ComputeResources& compute)
-    : open_(with_open_keys_of_rank0(written, grid.world())), written_(written), grid_(grid),
-      compute_(compute) {
+Replanner::Replanner(const Deck& written, const ProcessGrid& grid, const ComputeResources& compute,
+                     std::map<int64_t, ModelProfile> profiles)
+    : open_(with_grid_fixed(with_open_keys_of_rank0(written, grid.world()), grid)), written_(written),
+      grid_(grid), compute_(compute), profiles_(std::move(profiles)) {
   MPI_Comm_size(grid.pipeline(), &stages_);
   MPI_Comm_rank(grid.world(), &world_rank_);
   request_ = auto_plan_request(open_, stages_, plan_budget_bytes(written, stages_));
@@ -142,7 +152,8 @@ bool Replanner::due(int64_t step, int64_t steps) const {
 }
 
 void Replanner::measure_profiles() {
-  if (!profiles_.empty()) return;
+  if (measured_) return;
+  measured_ = true;
   set_wait_phase("in re-planning's profiles");
   Backend& be = compute_.setup.backend ? *compute_.setup.backend : cpu_backend();
   const int64_t replica_batch = written_.training.batch_size / std::max(1, request_.data_parallel);
@@ -154,6 +165,7 @@ void Replanner::measure_profiles() {
   }
   const ProfileOptions options = options_on(compute_, ProfileOptions::brief());
   for (int64_t r : rows) {  // the same sizes in the same order on every rank (collective)
+    if (profiles_.count(r)) continue;  // pipeline.auto's, measured on these ranks at start
     BatchSplit split;
     split.batch_size = written_.training.batch_size;
     split.micro_batches = written_.training.batch_size / r;
@@ -229,6 +241,8 @@ Deck Replanner::deck_of(const PlanRow& row) const {
   next.key_origin = written_.key_origin;  // messages keep pointing where the deck set a key
   for (const char* key : kPlanKeys)
     if (!open_.key_origin.count(key)) next.key_origin[key] = "pipeline.auto";
+  if (!written_.key_origin.count("data_parallel.replicas"))  // auto chose it at start, or the rank count
+    next.key_origin["data_parallel.replicas"] = "pipeline.auto";
   return next;
 }
 

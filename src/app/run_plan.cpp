@@ -39,7 +39,8 @@ int comm_size(MPI_Comm comm) {
 
 }  // namespace
 
-RunPlan prepare_run_plan(const Deck& deck, MPI_Comm comm, const ComputeResources& compute) {
+RunPlan prepare_run_plan(const Deck& deck, MPI_Comm comm, const ComputeResources& compute,
+                         const ModelProfile* measured) {
   RunPlan plan;
   if (!needs_profile(deck)) return plan;
   set_wait_phase("in the start-up profile");
@@ -47,7 +48,8 @@ RunPlan prepare_run_plan(const Deck& deck, MPI_Comm comm, const ComputeResources
   plan.probe_site = {be.device(), compute.device_name, compute.device_shared};
   plan.speed_probe_s.push_back(time_speed_probe(be, comm));
   const auto start = std::chrono::steady_clock::now();
-  plan.profile = profile_model(deck, be, comm, brief_options(compute));
+  plan.profile = measured ? *measured : profile_model(deck, be, comm, brief_options(compute));
+  plan.profile_from_auto = measured != nullptr;
   if (deck.pipeline.weight_grad == WeightGradKind::Step)
     plan.pass_profile = profile_weight_pass(deck, be, comm, plan.profile, brief_options(compute));
   plan.profile_seconds =
@@ -77,8 +79,9 @@ void predict_run(RunPlan& plan, const Deck& deck, const Trainer& trainer) {
 
 void print_run_plan(const RunPlan& plan, const Deck& deck) {
   if (!plan.measured) return;
-  std::printf("plan: brief profile of every unit in %.2f s (%s; caches %s; %s)\n%s",
-              plan.profile_seconds, plan.profile.kernels.c_str(), plan.profile.cache.c_str(),
+  std::printf("plan: brief profile of every unit in %.2f s%s (%s; caches %s; %s)\n%s",
+              plan.profile_seconds, plan.profile_from_auto ? ", pipeline.auto's at this micro-batch size" : "",
+              plan.profile.kernels.c_str(), plan.profile.cache.c_str(),
               plan.profile.calibration.c_str(),
               describe_plan(kind_name(deck.pipeline.partition_strategy), plan.partition, plan.prediction).c_str());
 }

@@ -1,6 +1,7 @@
 // device_memory.cpp: cudaMalloc behind the caching allocator, per-category
 // accounting of device tensors, and the Device::CUDA hooks of tensor.hpp
-// (allocate, release, cross-device copy, zero).
+// (allocate, release, cross-device copy, zero), and page-locked host memory
+// for asynchronous checkpoints' host copies.
 #include "device_memory.hpp"
 
 #include <mpi.h>
@@ -97,6 +98,20 @@ void zero_hook(void* ptr, size_t bytes) {
   CUDA_CHECK(cudaMemsetAsync(ptr, 0, bytes, context().compute));
 }
 
+// Page-locked host blocks for asynchronous checkpoints' host copies
+// (register_pinned_host_memory); nullptr when the driver refuses, which the
+// host allocator reports as out of page-locked memory.
+void* pinned_host_allocate(size_t bytes) {
+  void* p = nullptr;
+  if (cudaHostAlloc(&p, bytes, cudaHostAllocPortable) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return nullptr;
+  }
+  return p;
+}
+
+void pinned_host_release(void* ptr, size_t) { CUDA_CHECK(cudaFreeHost(ptr)); }
+
 }  // namespace
 
 void* device_allocate(size_t bytes, MemCategory cat) { return cache().allocate(bytes, cat); }
@@ -110,6 +125,10 @@ void install_memory_hooks() {
   hooks.zero = zero_hook;
   hooks.recategorize = recategorize_hook;
   register_device_memory(Device::CUDA, hooks);
+  PinnedHostHooks pinned;
+  pinned.allocate = pinned_host_allocate;
+  pinned.release = pinned_host_release;
+  register_pinned_host_memory(pinned);
 }
 
 DeviceBuffer::DeviceBuffer(size_t bytes)

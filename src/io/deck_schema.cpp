@@ -34,6 +34,7 @@ std::string family_choices() {
 }
 
 bool is_synthetic(const Deck& d) { return d.data.type == DataKind::Synthetic; }
+bool is_teacher_data(const Deck& d) { return is_synthetic(d) || d.data.type == DataKind::Images; }
 bool is_markov(const Deck& d) { return d.data.type == DataKind::Markov; }
 bool is_hdf5(const Deck& d) { return d.data.type == DataKind::Hdf5; }
 bool is_gpt(const Deck& d) { return d.model.type == "gpt"; }
@@ -75,9 +76,16 @@ const std::vector<KeySpec> kDeckKeys = {
     {"model", "blocks", PT_FIELD(model.gpt.blocks), between(1, 1 << 16), nullptr, "transformer blocks (the unit split between stages)", PT_FAMILY},
     {"model", "mlp_ratio", PT_FIELD(model.gpt.mlp_ratio), between(1, 64), nullptr, "MLP hidden width = mlp_ratio * d_model", PT_FAMILY},
     {"model", "attention", PT_FIELD(model.gpt.attention), any(), nullptr, "attention kernels: reference (probabilities T x T materialised in fp32) or fused (forward and backward one kernel each, keeping only each row's log-sum-exp; on CUDA cuDNN's SDPA, needs training.precision = \"bf16\", a head width d_model / heads that is a multiple of 8 up to 128 and a GPU of compute capability 8.0 or newer; docs/cuda.md)", PT_FAMILY},
+    {"model", "image_size", PT_FIELD(model.cnn.image_size), between(1, 1 << 12), nullptr, "height = width of the input images", PT_FAMILY},
+    {"model", "in_channels", PT_FIELD(model.cnn.in_channels), between(1, 1 << 12), nullptr, "channels of the input images", PT_FAMILY},
+    {"model", "classes", PT_FIELD(model.cnn.classes), between(2, 1 << 20), nullptr, "classes of the classification head", PT_FAMILY},
+    {"model", "width", PT_FIELD(model.cnn.width), between(1, 1 << 14), nullptr, "channels of the stem and the first stage; stage s has width * 2^s", PT_FAMILY},
+    {"model", "stages", PT_FIELD(model.cnn.stages), between(1, 12), nullptr, "stages of residual blocks; each after the first halves the resolution (a strided first block)", PT_FAMILY},
+    {"model", "stage_blocks", PT_FIELD(model.cnn.stage_blocks), between(1, 1 << 12), nullptr, "residual blocks per stage (stages * stage_blocks units split between pipeline stages)", PT_FAMILY},
+    {"model", "norm_groups", PT_FIELD(model.cnn.norm_groups), between(1, 1 << 14), nullptr, "group normalisation groups; must divide model.width (1 = layer normalisation over C, H, W)", PT_FAMILY},
     {"model", "init_seed", PT_FIELD(model.init_seed), at_least(0), nullptr, "parameter initialisation seed", PT_ALWAYS},
-    {"data", "type", PT_FIELD(data.type), any(), nullptr, "synthetic: teacher-network data (mlp); markov: random Markov chain tokens, hdf5: token file (gpt)", PT_ALWAYS},
-    {"data", "samples", PT_FIELD(data.samples), at_least(1), nullptr, "size of the training set", is_synthetic, "data.type = \"synthetic\""},
+    {"data", "type", PT_FIELD(data.type), any(), nullptr, "synthetic: teacher-network data (mlp); markov: random Markov chain tokens, hdf5: token file (gpt); images: images labelled by a teacher network (cnn)", PT_ALWAYS},
+    {"data", "samples", PT_FIELD(data.samples), at_least(1), nullptr, "size of the training set (and of the evaluation set)", is_teacher_data, "data.type = \"synthetic\" or \"images\""},
     {"data", "seed", PT_FIELD(data.seed), at_least(0), nullptr, "data seed (teacher, Markov chain, shuffle)", PT_ALWAYS},
     {"data", "markov_order", PT_FIELD(data.markov_order), between(1, 8), nullptr, "Markov chain order k: tokens of context", is_markov, "data.type = \"markov\""},
     {"data", "concentration", PT_FIELD(data.concentration), above(0), nullptr, "Dirichlet concentration of each transition row (small = predictable)", is_markov, "data.type = \"markov\""},
@@ -121,7 +129,7 @@ const std::vector<KeySpec> kDeckKeys = {
     {"pipeline", "recompute_stages", PT_FIELD(pipeline.recompute_stages), any(), nullptr, "per-stage recompute policies, one per stage; [] = pipeline.recompute everywhere", PT_ALWAYS},
     {"pipeline", "memory_budget_mb", PT_FIELD(pipeline.memory_budget_mb), at_least(0), nullptr, "per-stage memory budget (MiB) for recompute = \"auto\" and partition = \"balanced\"; 0 = none", PT_ALWAYS},
     {"pipeline", "transport", PT_FIELD(pipeline.transport), any(), nullptr, "activation/gradient exchange: cpu: auto = mpi, or nccl_model (MPI with NCCL's semantics); cuda: auto picks nccl unless ranks share a GPU, or mpi_staged", PT_ALWAYS},
-    {"pipeline", "auto", PT_FIELD(pipeline.auto_plan), any(), nullptr, "choose at start, from brief profiles, the fastest plan within the memory budget for what the deck leaves open: schedule, micro_batches, recompute, partition, weight_grad (docs/planner.md); keys the deck sets are kept", PT_ALWAYS},
+    {"pipeline", "auto", PT_FIELD(pipeline.auto_plan), any(), nullptr, "choose at start, from brief profiles, the fastest plan within the memory budget for what the deck leaves open: schedule, micro_batches, recompute, partition, weight_grad and the P x D grid (docs/planner.md); keys the deck sets are kept", PT_ALWAYS},
     {"pipeline", "auto_replan_every", PT_FIELD(pipeline.auto_replan_every), between(0, 1 << 30), nullptr, "with pipeline.auto: every k steps compare the measured step time (median of the steps since the last check) with the prediction; past auto_replan_margin, plan again at the measured stage speeds and switch plans at the step boundary when the new one is predicted faster by more than the margin (docs/planner.md); 0 = off", is_auto, "pipeline.auto = true"},
     {"pipeline", "auto_replan_margin", PT_FIELD(pipeline.auto_replan_margin), Range{0.0, 1.0, true, true}, nullptr, "re-planning: the measured step must leave the prediction by more than this fraction before the run plans again, and a new plan must be predicted this fraction faster than the one in force before the run switches", is_replanning, "pipeline.auto_replan_every > 0"},
     {"pipeline", "timeout_s", PT_FIELD(pipeline.timeout_s), above(0), nullptr, "seconds a rank waits for a peer before aborting", PT_ALWAYS},

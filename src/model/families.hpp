@@ -1,5 +1,5 @@
 // families.hpp: the built-in model families, each defined in its own file
-// (family_mlp.cpp, family_gpt.cpp) and listed by the registry (family.cpp).
+// (family_mlp.cpp, family_gpt.cpp, family_cnn.cpp) and listed by the registry (family.cpp).
 // Private to src/model.
 #pragma once
 
@@ -9,5 +9,6 @@ namespace pt {
 
 ModelFamily mlp_family();
 ModelFamily gpt_family();
+ModelFamily cnn_family();
 
 }  // namespace pt

@@ -9,6 +9,7 @@ DataSetConfig data_set_config_for(const Deck& deck) {
   config.data = deck.data;
   config.mlp = deck.model.mlp;
   config.gpt = deck.model.gpt;
+  config.cnn = deck.model.cnn;
   config.batch_size = deck.training.batch_size;
   config.micro_batches = deck.pipeline.micro_batches;
   config.replicas = data_parallel_size(deck);

@@ -1,7 +1,7 @@
 // cpu_backend.cpp: the CPU backend: GEMMs through cpu::sgemm (cpu_gemm.cpp), everything else
 // as plain loops in a fixed order (bitwise deterministic); the transformer
-// kernel group from cpu_kernels_gpt.cpp and the fused attention group from
-// cpu_fused_attention.cpp; and the default ComputeTimer of every
+// kernel group from cpu_kernels_gpt.cpp, the fused attention group from
+// cpu_fused_attention.cpp and the convolution group from cpu_kernels_conv.cpp; and the default ComputeTimer of every
 // backend, the host clock. Shapes are checked before a do_ kernel runs
 // (backend.cpp).
 #include <algorithm>
@@ -12,6 +12,7 @@
 #include <utility>
 #include <vector>
 
+#include "cpu_kernels_conv.hpp"
 #include "cpu_kernels_gpt.hpp"
 #include "vec_math.hpp"
 #include "pipetrain/tensor/backend.hpp"
@@ -50,13 +51,15 @@ class CpuBackend final : public Backend {
   explicit CpuBackend(Precision precision = Precision::Fp32)
       : precision_(precision),
         transformer_(make_cpu_transformer_kernels(precision)),
-        fused_attention_(make_cpu_fused_attention(precision)) {}
+        fused_attention_(make_cpu_fused_attention(precision)),
+        conv_(cpu::make_cpu_conv_kernels()) {}
   const char* name() const override { return "cpu"; }
   Device device() const override { return Device::CPU; }
   Precision precision() const override { return precision_; }
   KernelGroup* kernel_group(const std::string& group) override {
     if (group == TransformerKernels::kGroup) return transformer_.get();
     if (group == FusedAttentionKernels::kGroup) return fused_attention_.get();
+    if (group == ConvKernels::kGroup) return conv_.get();
     return nullptr;
   }
 
@@ -244,6 +247,7 @@ class CpuBackend final : public Backend {
   Precision precision_;  // of the GEMM operands; accumulation is fp32
   std::unique_ptr<TransformerKernels> transformer_;         // cpu_kernels_gpt.cpp
   std::unique_ptr<FusedAttentionKernels> fused_attention_;  // cpu_fused_attention.cpp
+  std::unique_ptr<ConvKernels> conv_;                       // cpu_kernels_conv.cpp
 };
 
 // The default ComputeTimer: the host's steady clock around work that is done

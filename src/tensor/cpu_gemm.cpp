@@ -35,6 +35,7 @@
 
 #include "pipetrain/base/error.hpp"
 #include "pipetrain/tensor/backend.hpp"
+#include "cpu_kernels_conv.hpp"
 
 namespace pt {
 
@@ -186,6 +187,10 @@ std::string cpu_gemm_description() {
 }
 
 namespace cpu {
+void ensure_blas_threads() {
+  if (!g_threads_applied) apply_threads();
+}
+
 void sgemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, const float* a,
            int64_t lda, const float* b, int64_t ldb, float beta, float* c, int64_t ldc) {
   if (g_gemm_recording) g_gemm_recording->push_back({ta, tb, m, n, k, lda, ldb, ldc, beta, a, b, c});

@@ -1,5 +1,6 @@
 // tensor.cpp: CPU storage from the caching allocator (caching_allocator.hpp)
-// with memory accounting; the registry of device-memory hooks (filled by the CUDA library when built).
+// with memory accounting; the registry of device-memory hooks (filled by the CUDA library when built)
+// and of page-locked host memory for asynchronous checkpoints' host copies.
 #include "pipetrain/tensor/tensor.hpp"
 
 #include <cstdlib>
@@ -36,6 +37,33 @@ HostAllocator& allocator() {
   return *instance;
 }
 
+PinnedHostHooks g_pinned_hooks;
+
+// Page-locked host blocks (register_pinned_host_memory), cached by size like
+// HostSource's; their bytes are counted in allocator()'s statistics.
+struct PinnedHostSource {
+  size_t round(size_t bytes) const { return HostSource().round(bytes); }
+  void* obtain(size_t size) { return g_pinned_hooks.allocate(size); }
+  void give_back(void* ptr, size_t size) { g_pinned_hooks.release(ptr, size); }
+  bool may_drop_cache() const { return true; }
+  void before_dropping_cache() {}
+  [[noreturn]] void out_of_memory(const OutOfMemoryReport& report) {
+    PT_FAIL("out of page-locked host memory (an asynchronous checkpoint's host copy) " +
+            describe(report));
+  }
+};
+
+using PinnedAllocator = CachingAllocator<PinnedHostSource>;
+
+PinnedAllocator& pinned_allocator() {
+  static PinnedAllocator* instance = new PinnedAllocator();  // never destroyed
+  return *instance;
+}
+
+bool use_pinned(Device dev, MemCategory cat) {
+  return dev == Device::CPU && cat == MemCategory::CheckpointStaging && g_pinned_hooks.allocate != nullptr;
+}
+
 constexpr int kDevices = 2;  // Device::CPU, Device::CUDA
 DeviceMemoryHooks g_device_hooks[kDevices];
 
@@ -62,17 +90,41 @@ bool device_memory_registered(Device dev) {
   return dev == Device::CPU || g_device_hooks[static_cast<int>(dev)].allocate != nullptr;
 }
 
+void register_pinned_host_memory(const PinnedHostHooks& hooks) {
+  PT_CHECK((hooks.allocate == nullptr) == (hooks.release == nullptr), "incomplete pinned-memory hooks");
+  PT_CHECK(pinned_host_bytes_live() == 0, "page-locked host memory changed while tensors use it");
+  pinned_allocator().release_cached();  // blocks of the previous hooks go back to them
+  g_pinned_hooks = hooks;
+}
+
+bool pinned_host_memory_registered() { return g_pinned_hooks.allocate != nullptr; }
+
+size_t pinned_host_bytes_live() { return pinned_allocator().stats().live_total; }
+
 struct Storage {
   void* data = nullptr;
   size_t bytes = 0;
   MemCategory category = MemCategory::Workspace;
   Device device = Device::CPU;
-  Storage(size_t n, MemCategory cat, Device dev) : bytes(n), category(cat), device(dev) {
-    data = dev == Device::CPU ? allocator().allocate(n, cat) : hooks_of(dev).allocate(n, cat);
+  bool pinned = false;  // host storage from pinned_allocator()
+  Storage(size_t n, MemCategory cat, Device dev)
+      : bytes(n), category(cat), device(dev), pinned(use_pinned(dev, cat)) {
+    if (pinned) {
+      data = pinned_allocator().allocate(n, cat);
+      allocator().account(cat, static_cast<long long>(n));
+    } else {
+      data = dev == Device::CPU ? allocator().allocate(n, cat) : hooks_of(dev).allocate(n, cat);
+    }
   }
   ~Storage() {
-    if (device == Device::CPU) allocator().release(data, bytes, category);
-    else g_device_hooks[static_cast<int>(device)].release(data, bytes, category);
+    if (pinned) {
+      pinned_allocator().release(data, bytes, category);
+      allocator().account(category, -static_cast<long long>(bytes));
+    } else if (device == Device::CPU) {
+      allocator().release(data, bytes, category);
+    } else {
+      g_device_hooks[static_cast<int>(device)].release(data, bytes, category);
+    }
   }
   Storage(const Storage&) = delete;
   Storage& operator=(const Storage&) = delete;
@@ -147,6 +199,7 @@ int64_t Tensor::dim(int i) const {
 }
 
 Device Tensor::device() const { return storage_ ? storage_->device : Device::CPU; }
+bool Tensor::pinned() const { return storage_ && storage_->pinned; }
 MemCategory Tensor::category() const {
   return storage_ ? storage_->category : MemCategory::Workspace;
 }
@@ -192,6 +245,7 @@ Tensor Tensor::reshaped(const Shape& shape) const {
 
 void Tensor::retag(MemCategory cat) {
   if (!storage_ || storage_->category == cat) return;
+  if (storage_->pinned) pinned_allocator().recategorize(storage_->bytes, storage_->category, cat);
   if (storage_->device == Device::CPU)
     allocator().recategorize(storage_->bytes, storage_->category, cat);
   else
@@ -249,6 +303,9 @@ void copy_rows_into(const Tensor& src, Tensor& dst, int64_t first_row) {
 
 MemoryStats memory_stats() { return allocator().stats(); }
 void reset_memory_peaks() { allocator().reset_peaks(); }
-void release_cached_memory() { allocator().release_cached(); }
+void release_cached_memory() {
+  allocator().release_cached();
+  pinned_allocator().release_cached();
+}
 
 }  // namespace pt

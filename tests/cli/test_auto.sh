@@ -4,8 +4,9 @@
 # deck.resolved.toml holds the choice, and training that resolved deck
 # without auto gives bitwise the same history; keys the deck sets are kept;
 # a resume keeps the first run's choice; `plan` names the choice a run
-# takes; a budget nothing fits names the smallest feasible one; what auto
-# cannot keep is refused by name.
+# takes; auto chooses the P x D grid when the deck leaves it (and keeps a
+# D the deck sets); a budget nothing fits names the smallest feasible one;
+# what auto cannot keep is refused by name.
 #   tests/cli/test_auto.sh BUILD_DIR
 source "$(dirname "$0")/lib.sh" "$1"
 need_tools_python
@@ -14,11 +15,12 @@ deck=inputs/mlp_auto.toml
 run 2 train $deck --set output.dir=\"$tmp/a\"
 check "a run with pipeline.auto trains" status_is 0
 check "it prints its choice" output_has "auto: chose "
+check "the run's plan takes auto's profile, not a second one" output_has "plan: brief profile of every unit in 0.00 s, pipeline.auto's at this micro-batch size"
 check "... and where the deck as written ranks" output_has "auto: the deck as written (1f1b, N=4, recompute none, partition uniform) ranks "
 chosen=$(sed -n 's/^auto: chose \(.*\): predicted.*/\1/p' "$tmp/out")
 check "deck.resolved.toml holds the choice as explicit values ($chosen)" bash -c "
   grep -qE '^auto = false' '$tmp/a/deck.resolved.toml' &&
-  grep -qE '^partition = \[[0-9]+(, [0-9]+)+\]' '$tmp/a/deck.resolved.toml' &&
+  grep -qE '^partition = \[[0-9]+(, [0-9]+)*\]' '$tmp/a/deck.resolved.toml' &&
   n=\$(sed -n 's/^micro_batches = \([0-9]*\).*/\1/p' '$tmp/a/deck.resolved.toml') &&
   case '$chosen' in *\" N=\$n \"*) true ;; *) false ;; esac"
 check "metrics.h5 records the choice" "$py" -c "
@@ -43,6 +45,19 @@ check "... without profiling again" bash -c "! grep -q '^auto: chose' '$tmp/out'
 
 run 2 plan $deck
 check "plan names the choice a run of the deck takes" output_has "pipeline.auto: a run of this deck chooses rank 1, "
+
+# The grid: one unit cannot make two stages, so auto must take P x D = 1 x 2.
+run 2 train $deck --set model.depth=1 --set output.dir=\"$tmp/g\"
+check "auto chooses the grid (one unit on 2 ranks: 1 x 2)" output_has "auto: grid P x D = 1 x 2 of the 2 ranks"
+check "... the resolved deck holds D = 2" grep -q '^replicas = 2 ' "$tmp/g/deck.resolved.toml"
+check "... and the run trained on it" output_has "a grid of 1 pipeline ranks x 2 data-parallel replicas"
+check "... profiled again on its own pipeline" bash -c "! grep -q \"pipeline.auto's at this micro-batch size\" '$tmp/out'"
+run 2 train "$tmp/g/deck.resolved.toml" --set output.dir=\"$tmp/h\"
+check "... which repeats it without auto, bitwise" same_history "$tmp/h" "$tmp/g"
+run 2 plan $deck --set model.depth=1
+check "plan names the same grid" output_has "2 data-parallel replicas (on its own profiles)"
+run 2 train $deck --set model.depth=1 --set data_parallel.replicas=1 --set output.dir=\"$tmp/i\"
+check "a D the deck sets is kept (1 x 1 unit on 2 stages is refused)" output_has "model.depth = 1: must be >= the number of stages (2"
 
 run 2 train $deck --set pipeline.memory_budget_mb=0.001 --set output.dir=\"$tmp/d\"
 check "a budget nothing fits stops the run" status_not

@@ -10,6 +10,7 @@
 
 #include <mpi.h>
 
+#include <map>
 #include <string>
 #include <vector>
 
@@ -30,7 +31,15 @@ namespace pt {
 // narrowed to the deck's own value where the deck sets the key. InputError
 // for what auto cannot keep (pipeline.recompute_stages, a recompute policy
 // or schedule it cannot weigh).
+// When auto_chooses_grid, `stages` is the job's rank count and the request
+// weighs every P x D grid of it (data_parallel = 0).
 PlanRequest auto_plan_request(const Deck& deck, int stages, double budget_bytes);
+
+// Whether auto chooses the P x D grid too: the deck sets neither
+// data_parallel.replicas nor pipeline.stages nor a list of per-stage counts,
+// the job has more than one rank, and rebalancing is off (it needs one replica). The run then
+// profiles on all ranks as one pipeline and splits the grid it chose.
+bool auto_chooses_grid(const Deck& deck, int ranks);
 
 // The memory budget auto and `plan` weigh against: pipeline.memory_budget_mb,
 // else this node's memory over the stages; and how to name it in messages.
@@ -48,15 +57,20 @@ Deck with_open_keys_of_rank0(const Deck& deck, MPI_Comm comm);
 // With `both_weight_grads` (pipeline.weight_grad open: weight_grad_open),
 // the schedules without W of their own (gpipe, 1f1b, interleaved) are also
 // weighed with one weight-gradient pass per step, the rows ranked together.
+// `profiles` (optional) receives the profiles measured, by micro-batch rows.
 PlanTable measure_plans(const Deck& deck, const PlanRequest& request, MPI_Comm comm,
                         const ComputeResources& compute, const ProfileOptions& options,
-                        bool both_weight_grads = false);
+                        bool both_weight_grads = false,
+                        std::map<int64_t, ModelProfile>* profiles = nullptr);
 // Whether pipeline.weight_grad is left to auto (with_open_keys_of_rank0's deck).
 bool weight_grad_open(const Deck& deck);
 
 struct AutoChoice {
   PlanTable table;  // every plan weighed, fastest first
   int chosen = -1;  // table.best
+  // The brief profiles measured, by micro-batch rows (the same on every rank
+  // of a pipeline); empty on a resume, which measures nothing.
+  std::map<int64_t, ModelProfile> profiles;
 };
 
 // The row auto takes from a ranked table: the fastest that fits (table.best).
@@ -65,8 +79,9 @@ struct AutoChoice {
 int auto_pick(const PlanTable& table, const Deck& deck);
 
 // `deck` with row's choices written in (schedule, micro_batches, recompute,
-// an explicit partition, weight_grad; virtual_stages for interleaved) and pipeline.auto
-// cleared, each chosen key's origin "pipeline.auto".
+// an explicit partition, weight_grad; virtual_stages for interleaved;
+// data_parallel.replicas when auto_chooses_grid) and pipeline.auto cleared,
+// each chosen key's origin "pipeline.auto". `stages`: as auto_plan_request's.
 Deck deck_with_plan(const Deck& deck, const PlanRow& row, int stages);
 
 // Collective over `world` (the profiles over each `pipeline`'s ranks):

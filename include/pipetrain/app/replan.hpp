@@ -8,8 +8,9 @@
 // it ranks again what pipeline.auto left open at the measured per-rank
 // speeds (plan/replan.hpp) and proposes the best plan when it is predicted
 // faster than the plan in force by more than the margin. The profiles are
-// measured once, at the first check (a brief profile per micro-batch size,
-// as pipeline.auto measures at start). World rank 0 decides and broadcasts,
+// pipeline.auto's from the start where it measured them on the run's
+// pipeline ranks; the first check measures what is missing (a brief profile
+// per micro-batch size, as auto does). World rank 0 decides and broadcasts,
 // so every rank of every replica takes the same decision at the same step.
 //
 // A switch (switch_plan) saves the checkpoint of the step in the new plan's
@@ -47,8 +48,12 @@ struct ReplanCheck {
 class Replanner {
  public:
   // Collective over the world. `written`: the deck as written (pipeline.auto
-  // on; rank 0's knows which keys it sets).
-  Replanner(const Deck& written, const ProcessGrid& grid, const ComputeResources& compute);
+  // on; rank 0's knows which keys it sets); `grid`: the one the run trains
+  // on, which re-planning keeps; `profiles`: pipeline.auto's brief profiles
+  // by micro-batch rows when they were measured on `grid`'s pipeline ranks
+  // (the same keys on every rank), which the first check does not measure again.
+  Replanner(const Deck& written, const ProcessGrid& grid, const ComputeResources& compute,
+            std::map<int64_t, ModelProfile> profiles = {});
   // Every step (rank 0 keeps the window); `first_of_plan`: the first step of
   // this process or after a switch, left out (caches and allocators warm up).
   void observe(const StepRecord& rec, bool first_of_plan);
@@ -75,6 +80,7 @@ class Replanner {
   PlanRequest request_;
   bool both_weight_grads_ = false;
   std::map<int64_t, ModelProfile> profiles_;  // by micro-batch rows
+  bool measured_ = false;  // the first check measured what profiles_ lacked
   std::vector<LinkCost> links_{1};
   std::vector<double> step_times_;                 // world rank 0: the window
   std::vector<std::vector<double>> rank_compute_;  // (steps, ranks)

@@ -31,6 +31,7 @@ struct RunPlan {
   PartitionResult partition;     // the run's partition and its per-stage costs
   SimulationResult prediction;   // one simulated step of the run
   double profile_seconds = 0.0;  // wall time of the brief profile
+  bool profile_from_auto = false;  // pipeline.auto's profile of the chosen micro-batch size, not measured again
   // The speed probe (runtime/speed_probe.hpp) before and after the profile,
   // then after the steps: how steady the host was between them.
   std::vector<double> speed_probe_s;
@@ -41,7 +42,10 @@ struct RunPlan {
 // (plan.partition: a named strategy's counts, the same on every rank).
 // Throws InputError (an infeasible memory budget with its numbers, a
 // balanced partition without a budget).
-RunPlan prepare_run_plan(const Deck& deck, MPI_Comm comm, const ComputeResources& compute);
+// `measured`: pipeline.auto's brief profile at the run's micro-batch size on
+// the same pipeline ranks (taken instead of measuring the same thing again).
+RunPlan prepare_run_plan(const Deck& deck, MPI_Comm comm, const ComputeResources& compute,
+                         const ModelProfile* measured = nullptr);
 
 // The units per stage the run starts with: the deck's explicit counts, a
 // named strategy's from the plan, else the deck's (empty: uniform).

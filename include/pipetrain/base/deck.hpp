@@ -28,8 +28,9 @@ struct DataConfig {
   // "synthetic": MLP data from a fixed random teacher network
   // "markov": token streams from a seeded random Markov chain (GPT)
   // "hdf5": token ids from an HDF5 file (GPT)
+  // "images": images labelled by a fixed random teacher network (CNN)
   DataKind type = DataKind::Synthetic;
-  int64_t samples = 4096;          // synthetic: size of the training set
+  int64_t samples = 4096;          // synthetic, images: size of the training set
   uint64_t seed = 42;              // data seed (teacher, chain, shuffle)
   int64_t markov_order = 2;        // markov: tokens of context (k)
   double concentration = 0.1;      // markov: Dirichlet concentration of each row

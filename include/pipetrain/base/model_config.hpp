@@ -52,12 +52,27 @@ struct GptDims {
   }
 };
 
+// model.type = "cnn": a ResNet-style classifier (docs/cnn.md): a stem
+// convolution, `stages` stages of `stage_blocks` residual blocks (the
+// partition units) whose width doubles and resolution halves from one stage
+// to the next, and a classification head.
+struct CnnConfig {
+  int64_t image_size = 16;   // H = W of the input images
+  int64_t in_channels = 3;   // channels of the input images
+  int64_t classes = 10;      // classes of the head (cross-entropy)
+  int64_t width = 16;        // channels of the stem and the first stage
+  int64_t stages = 3;        // stage s has width * 2^s channels
+  int64_t stage_blocks = 2;  // residual blocks per stage
+  int64_t norm_groups = 4;   // group normalisation groups; must divide width
+};
+
 struct ModelConfig {
   // The model family: a name in the registry of model/family.hpp, which
   // checks it; the deck layer only holds it (and its default).
   std::string type = "mlp";
   MlpConfig mlp;
   GptDims gpt;
+  CnnConfig cnn;
   uint64_t init_seed = 1234;       // parameter initialisation seed (every family)
 };
 

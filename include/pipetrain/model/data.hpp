@@ -7,6 +7,7 @@
 //   synthetic (MLP): x ~ N(0, 1), targets from a fixed random teacher.
 //   markov (GPT): windows of a seeded random Markov chain of order k.
 //   hdf5 (GPT): windows of T+1 tokens of a 1-D integer dataset.
+//   images (CNN): N(0, 1) images labelled by a fixed teacher network.
 #pragma once
 
 #include <memory>
@@ -27,6 +28,7 @@ struct DataSetConfig {
   DataConfig data;             // the deck's [data] section
   MlpConfig mlp;               // synthetic data: input_dim, output_dim, loss
   GptDims gpt;                 // token data: vocab_size, seq_len
+  CnnConfig cnn;               // image data: image_size, in_channels, classes
   int64_t batch_size = 1;      // samples per optimizer step (global batch)
   int64_t micro_batches = 1;   // per pipeline and step
   int64_t replicas = 1;        // data-parallel pipelines D
@@ -43,15 +45,18 @@ struct LossFloor {
   double entropy_rate = 0.0;  // H of the next token given the full past
   double window = 0.0;        // mean over the T positions of a window (early
                               // positions see less than k tokens of context)
+  // The line the run prints about it; "" = the Markov chain's wording.
+  std::string summary;
 };
 
 class Dataset {
  public:
   virtual ~Dataset() = default;
-  // MLP: (count, input_dim) f32. GPT: (count, T) i32 token ids.
+  // MLP: (count, input_dim) f32. GPT: (count, T) i32 token ids. CNN:
+  // (count, in_channels, image_size, image_size) f32.
   virtual Tensor inputs(int64_t first, int64_t count) const = 0;
   // MLP: (count, output_dim) f32 for MSE, (count) i32 labels for
-  // cross-entropy. GPT: (count, T) i32 next tokens.
+  // cross-entropy. GPT: (count, T) i32 next tokens. CNN: (count) i32 labels.
   virtual Tensor targets(int64_t first, int64_t count) const = 0;
   virtual std::optional<LossFloor> loss_floor() const { return std::nullopt; }
 };
@@ -62,6 +67,9 @@ std::unique_ptr<Dataset> make_dataset(const DataSetConfig& config, Split split);
 // stage that reads inputs (`first_stage`) and/or targets (`last_stage`), so
 // that its one-time transient precedes the memory peaks of the steps.
 void fill_data_cache(const Dataset& data, int64_t rows, bool first_stage, bool last_stage);
+
+// Teacher-labelled images (image_data.cpp).
+std::unique_ptr<Dataset> make_image_dataset(const DataSetConfig& config, Split split);
 
 // Markov chain data (token_data.cpp).
 std::unique_ptr<Dataset> make_markov_dataset(const DataSetConfig& config, Split split);

@@ -123,6 +123,13 @@ class CachingAllocator {
     count(to, static_cast<long long>(bytes));
   }
 
+  // Counts bytes obtained elsewhere (page-locked host blocks, tensor.cpp)
+  // under `cat`, so that one set of statistics covers all host memory.
+  void account(MemCategory cat, long long bytes) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    count(cat, bytes);
+  }
+
   void reset_peaks() {
     std::lock_guard<std::mutex> lock(mutex_);
     for (int c = 0; c < static_cast<int>(MemCategory::Count); ++c) stats_.peak[c] = stats_.live[c];

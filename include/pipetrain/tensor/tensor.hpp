@@ -50,6 +50,23 @@ struct DeviceMemoryHooks {
 };
 void register_device_memory(Device dev, const DeviceMemoryHooks& hooks);
 bool device_memory_registered(Device dev);
+
+// Page-locked host memory, registered by the accelerator's library (the CUDA
+// library: cudaHostAlloc / cudaFreeHost). While registered, host tensors of
+// MemCategory::CheckpointStaging (an asynchronous checkpoint's host copy) come
+// from it, so the device-to-host copy of a save is a DMA at full link speed and
+// does not pass through a driver bounce buffer. They are cached like other host
+// blocks and counted in memory_stats() under their category as usual.
+// Registering empty hooks goes back to ordinary memory (allowed only while no
+// page-locked block is live).
+struct PinnedHostHooks {
+  void* (*allocate)(size_t bytes) = nullptr;  // nullptr when out of page-locked memory
+  void (*release)(void* ptr, size_t bytes) = nullptr;
+};
+void register_pinned_host_memory(const PinnedHostHooks& hooks);
+bool pinned_host_memory_registered();
+// Bytes of page-locked host memory live in tensors (this process).
+size_t pinned_host_bytes_live();
 const char* device_name(Device dev);  // "cpu" | "cuda"
 
 class Tensor {
@@ -99,6 +116,8 @@ class Tensor {
   // workspace output that the executor keeps for backward becomes an
   // activation). Shared storage is re-counted once.
   void retag(MemCategory cat);
+  // True for host storage from page-locked memory (register_pinned_host_memory).
+  bool pinned() const;
 
  private:
   std::shared_ptr<Storage> storage_;

@@ -1,0 +1,359 @@
+// conv_layers.cpp: the convolutional layers (conv_layers.hpp): Conv2d,
+// normalisation, pooling, the residual block and the classification head.
+// Two building blocks, a convolution and a normalisation with their
+// parameters, serve both the single layers and the residual block, which
+// calls them directly and keeps its intermediate tensors in `saved`.
+#include "pipetrain/model/conv_layers.hpp"
+
+#include <cmath>
+#include <utility>
+
+#include "pipetrain/base/error.hpp"
+
+namespace pt {
+
+namespace {
+
+ConvKernels& conv_kernels(Backend& be, const std::string& layer) {
+  return require_kernels<ConvKernels>(be, "convolutional layer \"" + layer + "\"");
+}
+
+Tensor new_like(Backend& be, const Shape& shape) {
+  return Tensor::empty(shape, DType::F32, MemCategory::Workspace, be.device());
+}
+
+// A K x K convolution's weight (out, in, K, K), optional bias (out), geometry.
+class ConvUnit {
+ public:
+  ConvUnit(const std::string& name, int64_t in, int64_t out, int64_t kernel, Conv2dGeometry g,
+           bool bias, uint64_t seed, uint64_t stream, float gain, ParamInit init)
+      : name_(name), g_(g), weight_(new_param(name + ".weight", {out, in, kernel, kernel})) {
+    if (bias) bias_ = new_param(name + ".bias", {out});
+    if (init == ParamInit::Uninitialised) return;
+    const float fan_in = static_cast<float>(in * kernel * kernel);
+    fill_uniform(weight_.value, gain * std::sqrt(3.f / fan_in), seed, stream);
+    if (bias) fill_constant(bias_.value, 0.f);
+  }
+  void add_params(std::vector<Param*>& out) {
+    out.push_back(&weight_);
+    if (has_bias()) out.push_back(&bias_);
+  }
+  Shape output_shape(const Shape& x) const { return conv2d_output_shape(x, weight_.value.shape(), g_); }
+
+  Tensor forward(Backend& be, const Tensor& x) {
+    Tensor y = new_like(be, output_shape(x.shape()));
+    conv_kernels(be, name_).conv2d_forward(x, weight_.value, has_bias() ? &bias_.value : nullptr,
+                                           g_, y);
+    return y;
+  }
+  // Adds the parameter gradients; returns dx (undefined unless need_dx).
+  Tensor backward(Backend& be, const Tensor& x, const Tensor& dy, bool need_dx) {
+    ConvKernels& k = conv_kernels(be, name_);
+    k.conv2d_backward_weights(x, dy, g_, weight_.grad, has_bias() ? &bias_.grad : nullptr);
+    if (!need_dx) return Tensor();
+    Tensor dx = new_like(be, x.shape());
+    k.conv2d_backward_data(dy, weight_.value, g_, dx);
+    return dx;
+  }
+
+ private:
+  bool has_bias() const { return bias_.value.defined(); }
+
+  std::string name_;
+  Conv2dGeometry g_;
+  Param weight_;  // (out, in, K, K)
+  Param bias_;    // (out), or undefined
+};
+
+// A normalisation over `channels` channels: gamma, beta (C).
+class NormUnit {
+ public:
+  NormUnit(const std::string& name, int64_t channels, NormSpec spec, ParamInit init)
+      : name_(name), spec_(spec), gamma_(new_param(name + ".gamma", {channels})),
+        beta_(new_param(name + ".beta", {channels})) {
+    PT_CHECK(spec.kind == NormKind::Batch || (spec.groups >= 1 && channels % spec.groups == 0),
+             "normalisation \"" + name + "\": " + std::to_string(spec.groups) +
+                 " groups do not divide its " + std::to_string(channels) + " channels");
+    if (init == ParamInit::Uninitialised) return;
+    fill_constant(gamma_.value, 1.f);
+    fill_constant(beta_.value, 0.f);
+  }
+  void add_params(std::vector<Param*>& out) {
+    out.push_back(&gamma_);
+    out.push_back(&beta_);
+  }
+  // Appends mean and rstd (the statistics backward needs) to `saved`.
+  Tensor forward(Backend& be, const Tensor& x, std::vector<Tensor>& saved) {
+    const int64_t stats = spec_.kind == NormKind::Group ? x.dim(0) * spec_.groups : x.dim(1);
+    Tensor y = new_like(be, x.shape()), mean = new_like(be, {stats}), rstd = new_like(be, {stats});
+    ConvKernels& k = conv_kernels(be, name_);
+    if (spec_.kind == NormKind::Group)
+      k.group_norm_forward(x, gamma_.value, beta_.value, spec_.groups, spec_.eps, y, mean, rstd);
+    else
+      k.batch_norm_forward(x, gamma_.value, beta_.value, spec_.eps, y, mean, rstd, nullptr);
+    saved.push_back(mean);
+    saved.push_back(rstd);
+    return y;
+  }
+  // mean, rstd: forward's. Adds dgamma, dbeta; returns dx.
+  Tensor backward(Backend& be, const Tensor& x, const Tensor& mean, const Tensor& rstd,
+                  const Tensor& dy) {
+    Tensor dx = new_like(be, x.shape());
+    ConvKernels& k = conv_kernels(be, name_);
+    if (spec_.kind == NormKind::Group)
+      k.group_norm_backward(x, gamma_.value, mean, rstd, spec_.groups, dy, dx, gamma_.grad,
+                            beta_.grad);
+    else
+      k.batch_norm_backward(x, gamma_.value, mean, rstd, dy, dx, gamma_.grad, beta_.grad);
+    return dx;
+  }
+
+ private:
+  std::string name_;
+  NormSpec spec_;
+  Param gamma_;  // (C)
+  Param beta_;   // (C)
+};
+
+class Conv2d final : public Layer {
+ public:
+  explicit Conv2d(ConvUnit unit) : unit_(std::move(unit)) {}
+  std::string kind() const override { return "conv2d"; }
+  Shape output_shape(const Shape& input) const override { return unit_.output_shape(input); }
+  std::vector<Param*> params() override {
+    std::vector<Param*> out;
+    unit_.add_params(out);
+    return out;
+  }
+  void recompute_saved(Backend&, const Tensor&, std::vector<Tensor>& saved) override {
+    saved.clear();  // backward needs only x
+  }
+  Tensor forward(Backend& be, const Tensor& x, std::vector<Tensor>&) override {
+    return unit_.forward(be, x);
+  }
+  Tensor backward(Backend& be, const Tensor& x, const std::vector<Tensor>&, const Tensor& dy,
+                  bool need_dx) override {
+    return unit_.backward(be, x, dy, need_dx);
+  }
+
+ private:
+  ConvUnit unit_;
+};
+
+// saved: mean, rstd.
+class Norm final : public Layer {
+ public:
+  Norm(NormUnit unit, NormKind kind) : unit_(std::move(unit)), kind_(kind) {}
+  std::string kind() const override {
+    return kind_ == NormKind::Group ? "group_norm" : "batch_norm";
+  }
+  Shape output_shape(const Shape& input) const override { return input; }
+  std::vector<Param*> params() override {
+    std::vector<Param*> out;
+    unit_.add_params(out);
+    return out;
+  }
+  Tensor forward(Backend& be, const Tensor& x, std::vector<Tensor>& saved) override {
+    saved.clear();
+    return unit_.forward(be, x, saved);
+  }
+  Tensor backward(Backend& be, const Tensor& x, const std::vector<Tensor>& saved,
+                  const Tensor& dy, bool) override {
+    PT_CHECK(saved.size() == 2, "normalisation backward needs forward's mean and rstd");
+    return unit_.backward(be, x, saved[0], saved[1], dy);  // dgamma, dbeta need it anyway
+  }
+
+ private:
+  NormUnit unit_;
+  NormKind kind_;
+};
+
+// saved: max pooling's workspace (I32), nothing for average pooling.
+class Pool2d final : public Layer {
+ public:
+  explicit Pool2d(Pool2dGeometry g) : g_(g) {}
+  std::string kind() const override { return g_.kind == PoolKind::Max ? "max_pool" : "avg_pool"; }
+  Shape output_shape(const Shape& input) const override { return pool2d_output_shape(input, g_); }
+  Tensor forward(Backend& be, const Tensor& x, std::vector<Tensor>& saved) override {
+    ConvKernels& k = conv_kernels(be, kind());
+    Tensor y = new_like(be, output_shape(x.shape()));
+    saved.clear();
+    if (g_.kind == PoolKind::Max)
+      saved.push_back(Tensor::empty({k.pool2d_workspace_numel(x.shape(), g_)}, DType::I32,
+                                    MemCategory::Workspace, be.device()));
+    k.pool2d_forward(x, g_, y, saved.empty() ? nullptr : &saved[0]);
+    return y;
+  }
+  Tensor backward(Backend& be, const Tensor& x, const std::vector<Tensor>& saved,
+                  const Tensor& dy, bool need_dx) override {
+    if (!need_dx) return Tensor();
+    Tensor dx = new_like(be, x.shape());
+    conv_kernels(be, kind()).pool2d_backward(dy, g_, saved.empty() ? nullptr : &saved[0], dx);
+    return dx;
+  }
+
+ private:
+  Pool2dGeometry g_;
+};
+
+// The residual block of conv_layers.hpp. saved, in order: a1 (conv1's
+// output), mean1, rstd1, h (relu of norm1), a2, mean2, rstd2, s (the sum
+// before the last relu), then with a projection ap, meanp, rstdp.
+class ResidualBlock final : public Layer {
+ public:
+  ResidualBlock(const std::string& name, int64_t in, int64_t out, int64_t stride, NormSpec norm,
+                uint64_t seed, uint64_t stream, ParamInit init)
+      : name_(name),
+        conv1_(name + ".conv1", in, out, 3, {stride, 1}, false, seed, stream, std::sqrt(2.f), init),
+        norm1_(name + ".norm1", out, norm, init),
+        conv2_(name + ".conv2", out, out, 3, {1, 1}, false, seed, stream + 1, std::sqrt(2.f), init),
+        norm2_(name + ".norm2", out, norm, init) {
+    if (in == out && stride == 1) return;
+    proj_conv_ = std::make_unique<ConvUnit>(name + ".proj", in, out, 1, Conv2dGeometry{stride, 0},
+                                            false, seed, stream + 2, 1.f, init);
+    proj_norm_ = std::make_unique<NormUnit>(name + ".proj_norm", out, norm, init);
+  }
+  std::string kind() const override { return "residual_block"; }
+  Shape output_shape(const Shape& input) const override {
+    return conv2_.output_shape(conv1_.output_shape(input));
+  }
+  std::vector<Param*> params() override {
+    std::vector<Param*> out;
+    conv1_.add_params(out);
+    norm1_.add_params(out);
+    conv2_.add_params(out);
+    norm2_.add_params(out);
+    if (proj_conv_) {
+      proj_conv_->add_params(out);
+      proj_norm_->add_params(out);
+    }
+    return out;
+  }
+
+  Tensor forward(Backend& be, const Tensor& x, std::vector<Tensor>& saved) override {
+    saved.clear();
+    const Tensor a1 = conv1_.forward(be, x);                 // (N, out, OH, OW)
+    saved.push_back(a1);
+    const Tensor n1 = norm1_.forward(be, a1, saved);         // appends mean1, rstd1
+    Tensor h = new_like(be, n1.shape());
+    be.relu_forward(n1, h);
+    saved.push_back(h);
+    const Tensor a2 = conv2_.forward(be, h);
+    saved.push_back(a2);
+    Tensor s = norm2_.forward(be, a2, saved);                // appends mean2, rstd2
+    be.add(s, skip_forward(be, x, saved), s);
+    saved.insert(saved.begin() + kS, s);                     // s, before the projection's
+    Tensor y = new_like(be, s.shape());
+    be.relu_forward(s, y);
+    return y;
+  }
+
+  Tensor backward(Backend& be, const Tensor& x, const std::vector<Tensor>& saved,
+                  const Tensor& dy, bool need_dx) override {
+    PT_CHECK(saved.size() == (proj_conv_ ? 11u : 8u),
+             "residual block \"" + name_ + "\" backward needs forward's saved tensors");
+    Tensor ds = new_like(be, dy.shape());
+    be.relu_backward(saved[kS], dy, ds);  // the gradient of s, shared by both paths
+    Tensor da2 = norm2_.backward(be, saved[kA2], saved[kA2 + 1], saved[kA2 + 2], ds);
+    Tensor dh = conv2_.backward(be, saved[kH], da2, true);
+    Tensor dn1 = new_like(be, dh.shape());
+    be.relu_backward(saved[kH], dh, dn1);  // h > 0 exactly where norm1's output was
+    Tensor da1 = norm1_.backward(be, saved[kA1], saved[kA1 + 1], saved[kA1 + 2], dn1);
+    Tensor dx = conv1_.backward(be, x, da1, need_dx);
+    if (proj_conv_) {
+      Tensor dap = proj_norm_->backward(be, saved[kP], saved[kP + 1], saved[kP + 2], ds);
+      Tensor dx_skip = proj_conv_->backward(be, x, dap, need_dx);
+      if (need_dx) be.add(dx, dx_skip, dx);
+    } else if (need_dx) {
+      be.add(dx, ds, dx);
+    }
+    return dx;
+  }
+
+ private:
+  // Indices into saved.
+  static constexpr size_t kA1 = 0, kH = 3, kA2 = 4, kS = 7, kP = 8;
+
+  // x itself, or the projection's output (appending ap, meanp, rstdp).
+  Tensor skip_forward(Backend& be, const Tensor& x, std::vector<Tensor>& saved) {
+    if (!proj_conv_) return x;
+    Tensor ap = proj_conv_->forward(be, x);
+    saved.push_back(ap);
+    return proj_norm_->forward(be, ap, saved);
+  }
+
+  std::string name_;
+  ConvUnit conv1_;  // 3x3, stride
+  NormUnit norm1_;
+  ConvUnit conv2_;  // 3x3
+  NormUnit norm2_;
+  std::unique_ptr<ConvUnit> proj_conv_;  // 1x1, stride; null for the identity skip
+  std::unique_ptr<NormUnit> proj_norm_;
+};
+
+// saved: pooled (N, C), the Linear's input.
+class ClassifierHead final : public Layer {
+ public:
+  ClassifierHead(const std::string& name, int64_t channels, int64_t classes, uint64_t seed,
+                 uint64_t stream, ParamInit init)
+      : name_(name), channels_(channels),
+        linear_(make_linear(name + ".fc", channels, classes, seed, stream, 1.f, init)) {}
+  std::string kind() const override { return "classifier_head"; }
+  Shape output_shape(const Shape& input) const override {
+    PT_CHECK(input.size() == 4 && input[1] == channels_,
+             "classifier head \"" + name_ + "\": input " + shape_string(input) + " must be (N, " +
+                 std::to_string(channels_) + ", H, W)");
+    return linear_->output_shape({input[0], input[1]});
+  }
+  std::vector<Param*> params() override { return linear_->params(); }
+  Tensor forward(Backend& be, const Tensor& x, std::vector<Tensor>& saved) override {
+    Tensor pooled = new_like(be, {x.dim(0), x.dim(1)});  // (N, C)
+    conv_kernels(be, name_).global_avg_pool_forward(x, pooled);
+    saved = {pooled};
+    std::vector<Tensor> none;
+    return linear_->forward(be, pooled, none);
+  }
+  Tensor backward(Backend& be, const Tensor& x, const std::vector<Tensor>& saved,
+                  const Tensor& dy, bool need_dx) override {
+    PT_CHECK(saved.size() == 1, "classifier head backward needs forward's pooled input");
+    Tensor dpooled = linear_->backward(be, saved[0], {}, dy, need_dx);
+    if (!need_dx) return Tensor();
+    Tensor dx = new_like(be, x.shape());
+    conv_kernels(be, name_).global_avg_pool_backward(dpooled, dx);
+    return dx;
+  }
+
+ private:
+  std::string name_;
+  int64_t channels_;
+  std::unique_ptr<Layer> linear_;  // (C -> classes)
+};
+
+}  // namespace
+
+std::unique_ptr<Layer> make_conv2d(const std::string& name, int64_t in, int64_t out,
+                                   int64_t kernel, Conv2dGeometry g, bool bias, uint64_t seed,
+                                   uint64_t stream, float gain, ParamInit init) {
+  return std::make_unique<Conv2d>(ConvUnit(name, in, out, kernel, g, bias, seed, stream, gain, init));
+}
+
+std::unique_ptr<Layer> make_norm(const std::string& name, int64_t channels, NormSpec spec,
+                                 ParamInit init) {
+  return std::make_unique<Norm>(NormUnit(name, channels, spec, init), spec.kind);
+}
+
+std::unique_ptr<Layer> make_pool2d(Pool2dGeometry g) { return std::make_unique<Pool2d>(g); }
+
+std::unique_ptr<Layer> make_residual_block(const std::string& name, int64_t in, int64_t out,
+                                           int64_t stride, NormSpec norm, uint64_t seed,
+                                           uint64_t stream, ParamInit init) {
+  return std::make_unique<ResidualBlock>(name, in, out, stride, norm, seed, stream, init);
+}
+
+std::unique_ptr<Layer> make_classifier_head(const std::string& name, int64_t channels,
+                                            int64_t classes, uint64_t seed, uint64_t stream,
+                                            ParamInit init) {
+  return std::make_unique<ClassifierHead>(name, channels, classes, seed, stream, init);
+}
+
+}  // namespace pt
