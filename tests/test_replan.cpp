@@ -36,6 +36,8 @@ auto_replan_every = 2
 schedule = "1f1b"
 recompute = "none"
 weight_grad = "micro_batch"
+[data_parallel]
+replicas = 1  # the grid a switch keeps (the Replanner fixes it so)
 )";
 
 // Eight MLP units of equal time (micro-batch overhead included), so the

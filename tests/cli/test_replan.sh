@@ -11,14 +11,14 @@
 # uninterrupted run's directory: the same start plan and switch) continues
 # in the new plan, bitwise equal to the uninterrupted run; a bad key value
 # gets its message. The schedule, recompute policy and weight_grad are
-# fixed, and the slow rank is 1000 times as slow, so the plan switched to
+# fixed (and the grid, 2 x 1), and the slow rank is 1000 times as slow, so the plan switched to
 # (N = 1, [7, 1]) wins by far more than any profile's noise.
 #   tests/cli/test_replan.sh BUILD_DIR
 source "$(dirname "$0")/lib.sh" "$1"
 need_tools_python
 deck=inputs/mlp_auto.toml
 fixed=(--set 'pipeline.schedule="1f1b"' --set 'pipeline.recompute="none"' --set 'pipeline.weight_grad="micro_batch"'
-       --set pipeline.auto_replan_every=2
+       --set data_parallel.replicas=1 --set pipeline.auto_replan_every=2
        --set training.steps=4 --set output.checkpoint_every=2 --set output.trace=true)
 
 PIPETRAIN_TEST_REPLAN_SPEED=1.05,1.05 run 2 train $deck "${fixed[@]}" --set output.dir=\"$tmp/low\"
