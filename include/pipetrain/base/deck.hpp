@@ -29,6 +29,7 @@ struct DataConfig {
   // "markov": token streams from a seeded random Markov chain (GPT)
   // "hdf5": token ids from an HDF5 file (GPT)
   // "images": images labelled by a fixed random teacher network (CNN)
+  // "image_files": labelled images from an HDF5 file (CNN, or an MLP on the flattened pixels)
   DataKind type = DataKind::Synthetic;
   int64_t samples = 4096;          // synthetic, images: size of the training set
   uint64_t seed = 42;              // data seed (teacher, chain, shuffle)
