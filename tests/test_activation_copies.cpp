@@ -7,7 +7,8 @@
 //    (losses, gradient norms, parameters): bf16 and fp16, the MLP and the
 //    GPT (reference and fused attention), at 1 rank and on the world, with
 //    recomputation none, selective, every:2 and full, with a split backward
-//    (zb-h1) and per-step weight gradients, and through a checkpoint resume;
+//    (zb-h1) and per-step weight gradients, through a checkpoint resume and
+//    a rebalancing move (whose arriving layers keep copies too);
 //  - a counting backend shows what ran: with copies every weight-gradient
 //    GEMM reads its input operand stored in bf16/fp16, one cast per kept
 //    activation is made in the forward, and the casts of a step (round_to
@@ -182,6 +183,40 @@ TEST(ActivationCopies, AResumedRunIsTheUninterruptedRunWithoutCopies) {
         wait_for_checkpoint_pruning();
         test::expect_bitwise(resumed, want, label, true);
       }
+}
+
+// A rebalancing move after step 1 (2 ranks): the layers of the arriving
+// units keep their inputs as copies too; bitwise the run without copies that
+// makes the same move.
+TEST(ActivationCopies, ARebalancingMoveKeepsCopiesOnTheArrivingLayers) {
+  if (world_size() < 2) GTEST_SKIP() << "a move needs 2 ranks";
+  for (Precision p : kHalves) {
+    test::RunResult got[2];
+    for (bool copies : {true, false}) {
+      Deck d = deck_of(Model::Mlp, p, copies);
+      d.training.steps = 4;
+      d.pipeline.partition = {3, 1};
+      d.pipeline.partition_strategy = PartitionStrategy::Explicit;
+      test::on_first_ranks(2, [&](MPI_Comm comm) {
+        const auto be = make_cpu_backend(p);
+        ComputeSetup setup;
+        setup.backend = be.get();
+        Trainer trainer(d, comm, setup);
+        test::RunResult& r = got[copies ? 0 : 1];
+        for (int64_t s = 0; s < d.training.steps; ++s) {
+          test::record_step(r, trainer.train_step(s));
+          if (s == 1) trainer.repartition({1, 3}, s);
+        }
+        ASSERT_EQ(trainer.partition(), (std::vector<int64_t>{1, 3}));
+        for (const StageModel& stage : trainer.stages())
+          for (const auto& layer : stage.layers)
+            EXPECT_EQ(layer->activation_copies(), copies)
+                << kind_name(p) << " stage " << stage.stage << " layer " << layer->kind();
+        r.params = trainer.gather_parameters();
+      });
+    }
+    test::expect_bitwise(got[0], got[1], std::string(kind_name(p)) + " with a move", true);
+  }
 }
 
 // ---- a counting backend ------------------------------------------------------

@@ -231,8 +231,9 @@ class GptEmbedding final : public Layer {
 // backward. With activation copies (model/activation_copies.hpp) the tensors
 // marked "GEMM operand", which backward reads only as the input of a weight
 // gradient, are kept in the GEMM precision (BF16 / F16). With reference
-// attention kSoftmax holds the probabilities, which backward recomputes from kQkv when it is left undefined (selective
-// recomputation drops them: the only O(T^2) tensor). With fused attention it
+// attention kSoftmax holds the probabilities, which backward recomputes from
+// kQkv when it is left undefined (selective recomputation drops them: the
+// only O(T^2) tensor). With fused attention it
 // holds each row's log-sum-exp, O(T), which selective recomputation keeps:
 // rebuilding it would rerun the whole attention forward to save H*T floats.
 enum BlockSaved : size_t {
@@ -299,11 +300,11 @@ class GptBlock final : public Layer {
     saved.clear();
     Tensor ln1 = ln1_.forward(be, x, saved, *this);  // (mb, T, C)
     Tensor qkv = qkv_.forward(be, ln1);              // (mb, T, 3C)
-    Tensor softmax;                           // as kSoftmax
+    Tensor softmax;                                     // as kSoftmax
     Tensor attn = attention_forward(be, qkv, softmax);  // (mb, T, C)
-    if (!fused()) attn = kept_gemm_operand(be, attn);  // the fused backward reads it: fp32
-    Tensor x1 = attn_proj_.forward(be, attn);  // (mb, T, C)
-    be.add(x1, x, x1);                         // x1 = x + proj(attn)
+    if (!fused()) attn = kept_gemm_operand(be, attn);   // the fused backward reads it: fp32
+    Tensor x1 = attn_proj_.forward(be, attn);           // (mb, T, C)
+    be.add(x1, x, x1);                                  // x1 = x + proj(attn)
     saved.push_back(qkv);
     saved.push_back(softmax);
     saved.push_back(attn);
@@ -433,7 +434,7 @@ class GptHead final : public Layer {
     check_hidden_shape(x.shape(), dims_);
     saved.clear();
     Tensor ln = ln_f_.forward(be, x, saved, *this);  // (mb, T, C)
-    return lm_head_.forward(be, ln);                    // (mb, T, V)
+    return lm_head_.forward(be, ln);                 // (mb, T, V)
   }
   // Backward needs ln_f's output and statistics, not the logits.
   void recompute_saved(Backend& be, const Tensor& x, std::vector<Tensor>& saved) override {

@@ -34,10 +34,11 @@ namespace pt {
 // when that precision stores operands (bf16, fp16) and x is F32; else x.
 Tensor gemm_operand_copy(Backend& be, const Tensor& x);
 
-// Turns activation copies on or off for every layer of `stage`, where a
-// run's stages come into being (the build, a rebalancing move's arriving
-// layers, a profiled unit), as the deck's training.activation_copies says
-// and only in bf16 and fp16 (the layers' default: off).
+// Turns activation copies on or off for every layer of `stage` (the layers'
+// default: off), where a run's stages come into being (the build, a
+// rebalancing move's arriving layers, a profiled unit), as the deck's
+// training.activation_copies says. On changes nothing in fp32 and tf32,
+// whose GEMMs take f32 operands (gemm_operand_copy returns x).
 void set_activation_copies(StageModel& stage, bool on);
 
 }  // namespace pt
