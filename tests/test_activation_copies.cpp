@@ -15,9 +15,11 @@
 //    calls plus f32 operands the GEMMs round) are those without copies less
 //    one per weight-gradient GEMM: the backward's recast is gone;
 //  - the allocator's counters show the stash shrink by exactly half the
-//    bytes of the copied tensors (a Linear's input; a block's ln1, attention,
-//    ln2 and GELU outputs; the head's ln_f output), in the run's peaks and in
+//    bytes of the copied tensors (a Linear's input; a block's ln1, attention
+//    (reference or fused), ln2 and GELU outputs; the head's ln_f output), in
+//    the run's peaks and in
 //    the profile the planner reads, which then predicts the run's stash;
+//  - the fused attention backward gives the same from y's copy as from y;
 //  - the deck key: echoed in the resolved deck, refused outside bf16/fp16.
 #include <gtest/gtest.h>
 #include <mpi.h>
@@ -28,11 +30,15 @@
 #include <string>
 #include <vector>
 
+#include "bitwise.hpp"
 #include "error_of.hpp"
 #include "forwarding_backend.hpp"
 #include "mpi_test_util.hpp"
 #include "pipetrain/io/checkpoint.hpp"
+#include "pipetrain/base/rng.hpp"
 #include "pipetrain/io/deck_io.hpp"
+#include "pipetrain/model/activation_copies.hpp"
+#include "pipetrain/tensor/fused_attention_kernels.hpp"
 #include "pipetrain/runtime/profiler.hpp"
 #include "pipetrain/runtime/trainer.hpp"
 #include "test_decks.hpp"
@@ -284,7 +290,7 @@ std::vector<Counts> count_steps(const Deck& deck, MPI_Comm comm) {
 
 TEST(ActivationCopies, TheWeightGradientGemmsReadTheKeptCopyAndNothingIsCastTwice) {
   for (Precision p : kHalves)
-    for (Model m : {Model::Mlp, Model::Gpt})
+    for (Model m : kModels)
       for (const char* policy : {"none", "full"}) {
         Deck on = deck_of(m, p, true);
         on.pipeline.recompute = policy;
@@ -325,6 +331,35 @@ TEST(ActivationCopies, TheWeightGradientGemmsReadTheKeptCopyAndNothingIsCastTwic
       }
 }
 
+// ---- the fused attention backward on a kept copy of y ---------------------
+
+// On the fused forward's own y, the backward gives the same dqkv from y's
+// 16-bit copy as from y: the forward wrote 16-bit values. A y of another
+// type is an Error naming it.
+TEST(ActivationCopies, TheFusedBackwardTakesTheCopyOfY) {
+  const int64_t mb = 2, T = 5, C = 8, H = 2;
+  for (Precision p : kHalves) {
+    const auto be = make_cpu_backend(p);
+    FusedAttentionKernels& fused = *be->kernels<FusedAttentionKernels>();
+    Tensor qkv = Tensor::empty({mb, T, 3 * C});
+    Tensor dy = Tensor::empty({mb, T, C});
+    for (int64_t i = 0; i < qkv.numel(); ++i) qkv.f32()[i] = 0.5f * normal01(5, 1, static_cast<uint64_t>(i));
+    for (int64_t i = 0; i < dy.numel(); ++i) dy.f32()[i] = normal01(5, 2, static_cast<uint64_t>(i));
+    Tensor y = Tensor::empty({mb, T, C}), stats = Tensor::empty({mb, H, T});
+    fused.forward(qkv, H, y, stats);
+    const Tensor y16 = gemm_operand_copy(*be, y);
+    ASSERT_EQ(y16.dtype(), stored_dtype(p));
+    Tensor from_y = Tensor::empty(qkv.shape()), from_copy = Tensor::empty(qkv.shape());
+    fused.backward(qkv, y, stats, dy, H, from_y);
+    fused.backward(qkv, y16, stats, dy, H, from_copy);
+    EXPECT_TRUE(test::same_bits(from_copy, from_y)) << kind_name(p);
+    const Tensor ints = Tensor::zeros({mb, T, C}, DType::I32);
+    EXPECT_NE(test::error_of<Error>([&] { fused.backward(qkv, ints, stats, dy, H, from_y); })
+                  .find("fused attention backward: y (2, 5, 8) is i32, not f32, bf16 or f16"),
+              std::string::npos);
+  }
+}
+
 // ---- memory ------------------------------------------------------------------
 
 // Bytes per micro-batch that the copies save in the stash of cost unit
@@ -340,11 +375,8 @@ double unit_saving(const Deck& d, size_t index) {
   const double row = rows * static_cast<double>(g.seq_len * g.d_model);  // elements of (mb, T, C)
   if (index == 0) return 0.0;                                             // the embedding: token ids
   if (index == static_cast<size_t>(g.blocks) + 1) return 2.0 * row;       // the head: ln_f's output
-  // ln1 and ln2 (mb, T, C), the GELU output (mb, T, R*C), and with reference
-  // attention its output (mb, T, C); the fused backward reads that one.
-  const double copied = 2.0 + static_cast<double>(g.mlp_ratio) +
-                        (g.attention == AttentionKind::Fused ? 0.0 : 1.0);
-  return 2.0 * row * copied;
+  // ln1, ln2 and the attention output (mb, T, C), the GELU output (mb, T, R*C).
+  return 2.0 * row * (3.0 + static_cast<double>(g.mlp_ratio));
 }
 
 // The profile the planner reads: each unit's stash smaller by its saving,

@@ -243,7 +243,7 @@ enum BlockSaved : size_t {
   kQkv,         // fused q, k, v       (mb, T, 3C)
   kSoftmax,     // reference: attention probs (mb, H, T, T); fused: row log-sum-exp (mb, H, T)
   kAttn,        // attention output    (mb, T, C), before attn.proj; GEMM operand
-                //   (attn.proj) with reference attention only: the fused backward reads it
+                //   (attn.proj; the fused backward's row term reads its 16-bit values)
   kX1,          // x + attn branch     (mb, T, C)
   kLn2Out,      // ln2(x1)             (mb, T, C)  GEMM operand (mlp.fc)
   kLn2Mean,     // ln2 row means       (mb*T)
@@ -302,7 +302,7 @@ class GptBlock final : public Layer {
     Tensor qkv = qkv_.forward(be, ln1);              // (mb, T, 3C)
     Tensor softmax;                                     // as kSoftmax
     Tensor attn = attention_forward(be, qkv, softmax);  // (mb, T, C)
-    if (!fused()) attn = kept_gemm_operand(be, attn);   // the fused backward reads it: fp32
+    attn = kept_gemm_operand(be, attn);  // the fused backward reads it too: exact (16-bit y)
     Tensor x1 = attn_proj_.forward(be, attn);           // (mb, T, C)
     be.add(x1, x, x1);                                  // x1 = x + proj(attn)
     saved.push_back(qkv);

@@ -14,12 +14,13 @@
 // Which tensors: a Linear layer's input (the executor keeps it: the layer's
 // Layer::input_operand), and in a GPT block the outputs of ln1 (qkv's
 // input), ln2 (fc's input) and the GELU (the MLP projection's input), the
-// attention output (the attention projection's input) with reference
-// attention, and in the head the output of ln_f (the LM head's input).
-// Everything a non-GEMM kernel reads in the backward stays fp32: a block's
-// input and x1 (LayerNorm backward), the fc output (GELU backward), qkv and
-// the probabilities (attention backward), and with fused attention its
-// output (the fused backward's row term dy . y).
+// attention output (the attention projection's input; with fused attention
+// its backward's row term dy . y reads it too, which takes the copy: the
+// fused forward writes 16-bit values, which the copy holds exactly), and in
+// the head the output of ln_f (the LM head's input). Everything else a
+// non-GEMM kernel reads in the backward stays fp32: a block's input and x1
+// (LayerNorm backward), the fc output (GELU backward), qkv and the
+// probabilities (attention backward).
 //
 // The copies are Workspace tensors when made; the executor counts the kept
 // ones as MemCategory::Activations, so the memory statistics, the profiler's
