@@ -294,12 +294,14 @@ TEST_F(CudaFeatures, Bf16FullRecompute) {
 // own cast also is) before the GEMM instead of inside it, and cuBLAS and
 // cuBLASLt choose their algorithms for the same shapes, types and alignment
 // preference; so the runs agree bit for bit, 2 ranks (1F1B, recompute none
-// and full, zb-h1's split backward) and 1.
+// and full, zb-h1's split backward, fused attention, whose backward reads
+// the kept copy of y as cuDNN's O) and 1.
 TEST_F(CudaFeatures, Bf16ActivationCopiesAreBitwiseTheFp32Stash) {
-  for (const char* variant : {"none", "full", "zb-h1"}) {
+  for (const std::string variant : {"none", "full", "zb-h1", "fused"}) {
     Deck on = base_deck(device_);
     on.training.precision = Precision::Bf16;
-    if (std::string(variant) == "zb-h1") on.pipeline.schedule = ScheduleKind::ZbH1;
+    if (variant == "zb-h1") on.pipeline.schedule = ScheduleKind::ZbH1;
+    else if (variant == "fused") on.model.gpt.attention = AttentionKind::Fused;
     else on.pipeline.recompute = variant;
     Deck off = on;
     off.training.activation_copies = false;
@@ -311,7 +313,7 @@ TEST_F(CudaFeatures, Bf16ActivationCopiesAreBitwiseTheFp32Stash) {
     }
     MPI_Barrier(MPI_COMM_WORLD);
     if (!test::is_root()) continue;
-    const std::string label = std::string("bf16 ") + variant + " (" + device_ + ")";
+    const std::string label = "bf16 " + variant + " (" + device_ + ")";
     expect_same_training(piped_on, piped_off, 0.0, label + ", 2 ranks: activation copies on vs off");
     expect_same_training(alone_on, alone_off, 0.0, label + ", 1 rank: activation copies on vs off");
   }
