@@ -76,6 +76,10 @@ struct TrainingConfig {
   // bf16, fp16: each GEMM weight keeps a copy in that precision, rounded once
   // per optimizer step (model/weight_copies.hpp); false: rounded in every GEMM.
   bool weight_copies = true;
+  // bf16, fp16: activations kept for the backward only as GEMM operands are
+  // kept rounded to that precision, 2 bytes an element
+  // (model/activation_copies.hpp); false: kept in fp32.
+  bool activation_copies = true;
 };
 
 struct PipelineConfig {
