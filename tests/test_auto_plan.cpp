@@ -199,8 +199,9 @@ TEST(AutoPlan, ChoosesTheGridWhenTheDeckLeavesIt) {
   std::sort(grids.begin(), grids.end());
   EXPECT_EQ(grids, (std::vector<int>{1, 2, 4})) << "P x D = 4 x 1, 2 x 2 and 1 x 4 weighed";
   const int pick = auto_pick(table, open);
-  for (const PlanRow& row : table.rows)
+  for (const PlanRow& row : table.rows) {
     if (row.fits) EXPECT_GE(row.step_time_s, table.rows[static_cast<size_t>(pick)].step_time_s);
+  }
   // A choice of 2 x 2 on 4 ranks: D written, stages follow (0 = ranks / D).
   PlanRow row;
   row.schedule = "interleaved";

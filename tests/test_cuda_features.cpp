@@ -3,7 +3,8 @@
 //
 // Each case trains a small GPT (4 blocks) for 2 SGD steps on 2 ranks (GPipe,
 // 1F1B, interleaved, ZB-H1, ZB-V; weight_grad = "step"; selective and full
-// recomputation; bf16 GEMMs with and without weight copies, fp16 with the
+// recomputation; bf16 GEMMs with and without weight copies, with activation
+// copies (and full recomputation), bitwise against without; fp16 with the
 // loss scaler; a forced rebalancing move after step 0; data parallel D = 2,
 // both reductions) and
 // the same model on rank 0 alone (1 stage, N x D micro-batches of the same
@@ -272,8 +273,50 @@ TEST_F(CudaFeatures, FullRecompute) {
   check({"recompute full", [](Deck& d) { d.pipeline.recompute = "full"; }});
 }
 
+// bf16 with its defaults: weight copies and activation copies (the
+// activations kept only as GEMM operands stored in bf16), against the CPU's
+// emulation of the same on the GPU.
 TEST_F(CudaFeatures, Bf16) {
   check({"bf16", [](Deck& d) { d.training.precision = Precision::Bf16; }});
+}
+
+// The activation copies' recomputation path: a segment restarts from a
+// kept bf16 input and keeps its copies again.
+TEST_F(CudaFeatures, Bf16FullRecompute) {
+  check({"bf16 recompute full", [](Deck& d) {
+           d.training.precision = Precision::Bf16;
+           d.pipeline.recompute = "full";
+         }});
+}
+
+// Activation copies on against off, on the device: the GEMMs read the same
+// bf16 operands, made by the same cast kernel (round_to's, which the GEMM's
+// own cast also is) before the GEMM instead of inside it, and cuBLAS and
+// cuBLASLt choose their algorithms for the same shapes, types and alignment
+// preference; so the runs agree bit for bit, 2 ranks (1F1B, recompute none
+// and full, zb-h1's split backward, fused attention, whose backward reads
+// the kept copy of y as cuDNN's O) and 1.
+TEST_F(CudaFeatures, Bf16ActivationCopiesAreBitwiseTheFp32Stash) {
+  for (const std::string variant : {"none", "full", "zb-h1", "fused"}) {
+    Deck on = base_deck(device_);
+    on.training.precision = Precision::Bf16;
+    if (variant == "zb-h1") on.pipeline.schedule = ScheduleKind::ZbH1;
+    else if (variant == "fused") on.model.gpt.attention = AttentionKind::Fused;
+    else on.pipeline.recompute = variant;
+    Deck off = on;
+    off.training.activation_copies = false;
+    const Outcome piped_on = train_on_two(on, {}), piped_off = train_on_two(off, {});
+    Outcome alone_on, alone_off;
+    if (test::is_root()) {
+      alone_on = train(one_rank_reference(on), MPI_COMM_SELF, {});
+      alone_off = train(one_rank_reference(off), MPI_COMM_SELF, {});
+    }
+    MPI_Barrier(MPI_COMM_WORLD);
+    if (!test::is_root()) continue;
+    const std::string label = "bf16 " + variant + " (" + device_ + ")";
+    expect_same_training(piped_on, piped_off, 0.0, label + ", 2 ranks: activation copies on vs off");
+    expect_same_training(alone_on, alone_off, 0.0, label + ", 1 rank: activation copies on vs off");
+  }
 }
 
 // bf16 with every GEMM rounding its weight from the fp32 master (the case

@@ -332,7 +332,7 @@ TEST(DeckErrors, KeysOfAnotherModelOrDataTypeAreRejected) {
 
 TEST(DeckErrors, CnnNeedsImagesAndGroupsDividingWidth) {
   EXPECT_EQ(text_error("[model]\ntype = \"cnn\"\n"),
-            "t.toml:2: model.type = \"cnn\": trains on data.type = \"images\", not "
+            "t.toml:2: model.type = \"cnn\": trains on data.type = \"images\" or \"image_files\", not "
             "data.type = \"synthetic\" (default)");
   EXPECT_EQ(text_error("[model]\ntype = \"cnn\"\nwidth = 6\nnorm_groups = 4\n[data]\ntype = \"images\"\n"),
             "t.toml:4: model.norm_groups = 4: must divide model.width = 6 (t.toml:3) (every stage's "
@@ -350,7 +350,7 @@ TEST(DeckErrors, GptNeedsTokenDataAndHeadsDividingWidth) {
   EXPECT_EQ(text_error("[model]\ntype = \"gpt\"\n[data]\ntype = \"hdf5\"\n"),
             "t.toml:4: data.type = \"hdf5\": needs data.path (the token file)");
   EXPECT_EQ(text_error("[data]\ntype = \"markov\"\n"),
-            "t.toml: model.type = \"mlp\": trains on data.type = \"synthetic\", not data.type = \"markov\" "
+            "t.toml: model.type = \"mlp\": trains on data.type = \"synthetic\" or \"image_files\", not data.type = \"markov\" "
             "(t.toml:2)");
   EXPECT_HAS(text_error("[model]\ntype = \"gpt\"\n[data]\ntype = \"markov\"\nshuffle = true\n"),
              "data.shuffle: only applies with data.type = \"hdf5\"");

@@ -13,7 +13,9 @@
 //   total   the simulated peak (plan/simulate) equals the measured total
 //           under none, selective and full; under every:K it bounds it from
 //           above by at most the slack of every_slack (below)
-// and, in bf16 with weight copies, that both sides count the copies.
+// and, in bf16 with weight copies, that both sides count the copies, with
+// the activation copies (the stash of the activations kept only as GEMM
+// operands in bf16: the profile's kept_input_bytes under full) and without.
 #include <gtest/gtest.h>
 #include <mpi.h>
 
@@ -134,32 +136,36 @@ TEST(PlanAgreement, PlannedPeaksAreTheMeasuredOnesUnderEveryPolicy) {
 
 // bf16 with weight copies (training.weight_copies): the copies are
 // parameters to the profiler and to the run alike, so the planned peaks
-// are still the measured ones.
+// are still the measured ones; with activation copies
+// (training.activation_copies, the default) and without, the stash too.
 TEST(PlanAgreement, Bf16WeightCopiesCountOnBothSides) {
   const auto bf16 = make_cpu_backend(Precision::Bf16);
-  for (const char* model : {"mlp", "gpt"}) {
-    Deck d = small_deck(model, "1f1b");
-    d.training.precision = Precision::Bf16;
-    const ModelProfile p = profile_memory(d, *bf16);
-    Deck without = d;
-    without.training.weight_copies = false;
-    const ModelProfile p_without = profile_memory(without, *bf16);
-    double copies = 0.0;  // the bytes the copies add, planned
-    for (size_t u = 0; u < p.units.size(); ++u)
-      copies += p.units[u].param_bytes - p_without.units[u].param_bytes;
-    for (const char* policy : {"none", "full"}) {
-      d.pipeline.recompute = policy;
-      const Measured m = train(d, bf16.get());
-      const Planned planned = plan(d, p);
-      if (world_rank() != 0) continue;
-      EXPECT_GT(copies, 0.0) << model;
-      for (size_t s = 0; s < m.total.size(); ++s) {
-        const std::string label = std::string(model) + " bf16 " + policy + " stage " + std::to_string(s);
-        EXPECT_EQ(m.in_flight[s] * planned.costs[s].stash_bytes, m.stash[s]) << label;
-        EXPECT_EQ(planned.peak[s], m.total[s]) << label;
+  for (const char* model : {"mlp", "gpt"})
+    for (bool activation_copies : {true, false}) {
+      Deck d = small_deck(model, "1f1b");
+      d.training.precision = Precision::Bf16;
+      d.training.activation_copies = activation_copies;
+      const ModelProfile p = profile_memory(d, *bf16);
+      Deck without = d;
+      without.training.weight_copies = false;
+      const ModelProfile p_without = profile_memory(without, *bf16);
+      double copies = 0.0;  // the bytes the copies add, planned
+      for (size_t u = 0; u < p.units.size(); ++u)
+        copies += p.units[u].param_bytes - p_without.units[u].param_bytes;
+      for (const char* policy : {"none", "full"}) {
+        d.pipeline.recompute = policy;
+        const Measured m = train(d, bf16.get());
+        const Planned planned = plan(d, p);
+        if (world_rank() != 0) continue;
+        EXPECT_GT(copies, 0.0) << model;
+        for (size_t s = 0; s < m.total.size(); ++s) {
+          const std::string label = std::string(model) + " bf16 " + policy + " stage " + std::to_string(s) +
+                                    (activation_copies ? " activation copies" : "");
+          EXPECT_EQ(m.in_flight[s] * planned.costs[s].stash_bytes, m.stash[s]) << label;
+          EXPECT_EQ(planned.peak[s], m.total[s]) << label;
+        }
       }
     }
-  }
 }
 
 }  // namespace

@@ -265,6 +265,9 @@ Deck mlp_deck(Precision p, bool copies) {
   d.training.steps = 4;
   d.training.precision = p;
   d.training.weight_copies = copies;
+  // Activation copies off: the casts and stored operands counted here are
+  // the weights' alone (test_activation_copies covers both together).
+  d.training.activation_copies = false;
   d.pipeline.micro_batches = 4;
   return d;
 }

@@ -66,11 +66,13 @@ std::string broadcast_text(const World& w, std::string text, bool& ok) {
   return text;
 }
 
-// Checks the token files, then writes the files that glob patterns and
-// lists named into the deck, in reading order: every rank, the run's
-// deck.resolved.toml and its checkpoints see the same list (a resume warns
-// when the list it finds differs, checkpoint-format.md).
+// Checks the data files. Image files are read whole. Token files are
+// checked, then the files that glob patterns and lists named are written
+// into the deck, in reading order: every rank, the run's deck.resolved.toml
+// and its checkpoints see the same list (a resume warns when the list it
+// finds differs, checkpoint-format.md).
 void check_data_files(Deck& deck) {
+  if (deck.data.type == DataKind::ImageFiles) return check_image_files(data_set_config_for(deck));
   if (deck.data.type != DataKind::Hdf5) return;
   const DataSetConfig config = data_set_config_for(deck);
   check_token_data(config);

@@ -9,7 +9,8 @@
 // of a third at column offset h * D, rows 3C apart; O is written as
 // (mb, T, C) and dQ, dK, dV into a packed (mb, T, 3C) like qkv. Statistics
 // (each row's log-sum-exp, fp32) are written straight into the caller's
-// tensor. Backward rebuilds O's bf16 from fp32 y, which holds it exactly.
+// tensor. Backward reads O's bf16 from the block's bf16 copy of y
+// (activation copies), or rebuilds it from fp32 y, which holds it exactly.
 // Graphs are built once per shape (mb, T, H, D) and direction and cached;
 // backward uses cuDNN's deterministic algorithm, so a run repeats bit for
 // bit. Everything runs on the compute stream (the cuDNN handle is bound to
@@ -189,11 +190,18 @@ class CudnnFusedAttention final : public FusedAttentionKernels {
     check_on_gpu({&qkv, &y, &stats, &dy, &dqkv}, "fused attention backward");
     const AttnDims d = attn_dims(qkv, heads);
     DeviceBuffer qkv16 = to_bf16(qkv, stream());
-    DeviceBuffer y16 = to_bf16(y, stream());  // exactly forward's bf16 O
+    // Forward's bf16 O: the kept copy as it is (activation copies), or cast
+    // back from fp32 y, which holds it exactly.
+    PT_CHECK(y.dtype() == DType::F32 || y.dtype() == DType::BF16,
+             std::string("fused attention backward: y is ") + dtype_name(y.dtype()) +
+                 ", not f32 or bf16");
+    DeviceBuffer y16;
+    if (y.dtype() == DType::F32) y16 = to_bf16(y, stream());
+    void* o = y.dtype() == DType::BF16 ? const_cast<void*>(y.raw()) : y16.get();
     DeviceBuffer dy16 = to_bf16(dy, stream());
     DeviceBuffer dqkv16(static_cast<size_t>(dqkv.numel()) * kBf16Bytes);  // (mb, T, 3C)
     VariantPack pack = {{kQ, third(qkv16, d, 0)},  {kK, third(qkv16, d, 1)},
-                        {kV, third(qkv16, d, 2)},  {kO, y16.get()},
+                        {kV, third(qkv16, d, 2)},  {kO, o},
                         {kDO, dy16.get()},         {kStats, const_cast<float*>(stats.f32())},
                         {kDQ, third(dqkv16, d, 0)}, {kDK, third(dqkv16, d, 1)},
                         {kDV, third(dqkv16, d, 2)}};

@@ -37,6 +37,8 @@ bool is_synthetic(const Deck& d) { return d.data.type == DataKind::Synthetic; }
 bool is_teacher_data(const Deck& d) { return is_synthetic(d) || d.data.type == DataKind::Images; }
 bool is_markov(const Deck& d) { return d.data.type == DataKind::Markov; }
 bool is_hdf5(const Deck& d) { return d.data.type == DataKind::Hdf5; }
+bool is_image_files(const Deck& d) { return d.data.type == DataKind::ImageFiles; }
+bool is_data_file(const Deck& d) { return is_hdf5(d) || is_image_files(d); }
 bool is_gpt(const Deck& d) { return d.model.type == "gpt"; }
 bool is_fp16(const Deck& d) { return d.training.precision == Precision::Fp16; }
 bool is_half(const Deck& d) {
@@ -89,10 +91,10 @@ const std::vector<KeySpec> kDeckKeys = {
     {"data", "seed", PT_FIELD(data.seed), at_least(0), nullptr, "data seed (teacher, Markov chain, shuffle)", PT_ALWAYS},
     {"data", "markov_order", PT_FIELD(data.markov_order), between(1, 8), nullptr, "Markov chain order k: tokens of context", is_markov, "data.type = \"markov\""},
     {"data", "concentration", PT_FIELD(data.concentration), above(0), nullptr, "Dirichlet concentration of each transition row (small = predictable)", is_markov, "data.type = \"markov\""},
-    {"data", "path", [](Deck& d) -> Field { return PathsRef{&d.data.path, &d.data.path_list}; }, any(), nullptr, "HDF5 token file(s) for training: a file, a glob pattern (matches in byte order of their paths) or a list of files and patterns, read as one token sequence (docs/data.md)", is_hdf5, "data.type = \"hdf5\""},
+    {"data", "path", [](Deck& d) -> Field { return PathsRef{&d.data.path, &d.data.path_list}; }, any(), nullptr, "training data: hdf5: token file(s), a file, a glob pattern (matches in byte order of their paths) or a list of files and patterns, read as one token sequence; image_files: one HDF5 file of images and labels (docs/data.md)", is_data_file, "data.type = \"hdf5\" or \"image_files\""},
     {"data", "dataset", PT_FIELD(data.dataset), any(), nullptr, "1-D integer dataset of token ids in the HDF5 files", is_hdf5, "data.type = \"hdf5\""},
-    {"data", "eval_path", [](Deck& d) -> Field { return PathsRef{&d.data.eval_path, &d.data.eval_path_list}; }, any(), nullptr, "HDF5 token file(s) for held-out evaluation, as data.path (\"\" = none)", is_hdf5, "data.type = \"hdf5\""},
-    {"data", "shuffle", PT_FIELD(data.shuffle), any(), nullptr, "seeded shuffle of the training windows", is_hdf5, "data.type = \"hdf5\""},
+    {"data", "eval_path", [](Deck& d) -> Field { return PathsRef{&d.data.eval_path, &d.data.eval_path_list}; }, any(), nullptr, "held-out evaluation data, as data.path (\"\" = none)", is_data_file, "data.type = \"hdf5\" or \"image_files\""},
+    {"data", "shuffle", PT_FIELD(data.shuffle), any(), nullptr, "seeded shuffle of the training windows (hdf5) or images (image_files)", is_data_file, "data.type = \"hdf5\" or \"image_files\""},
     {"data", "tokenizer", PT_FIELD(data.tokenizer), any(), nullptr, "tokenizer every token file must carry: \"\" = any, the same in every file; \"bytes\" = the byte tokenizer; or a tokenizer.json, whose SHA-256 the files must record (docs/data.md)", is_hdf5, "data.type = \"hdf5\""},
     {"training", "steps", PT_FIELD(training.steps), at_least(1), nullptr, "optimizer steps", PT_ALWAYS},
     {"training", "batch_size", PT_FIELD(training.batch_size), between(1, 1 << 30), nullptr, "samples per optimizer step (global batch)", PT_ALWAYS},
@@ -114,6 +116,7 @@ const std::vector<KeySpec> kDeckKeys = {
     {"training", "device", PT_FIELD(training.device), any(), nullptr, "where each rank computes: cpu, or cuda (one GPU per rank)", PT_ALWAYS},
     {"training", "precision", PT_FIELD(training.precision), any(), nullptr, "GEMM operand precision (fp32 master weights and accumulation; fp16 uses dynamic loss scaling); on the CPU the rounding is emulated exactly", PT_ALWAYS},
     {"training", "weight_copies", PT_FIELD(training.weight_copies), any(), nullptr, "keep a bf16/fp16 copy of every GEMM weight, rounded once per optimizer step, which the GEMMs read instead of rounding the fp32 master weight each time (2 bytes per weight element; results bitwise the same either way; docs/cuda.md)", is_half, "training.precision = \"bf16\" or \"fp16\""},
+    {"training", "activation_copies", PT_FIELD(training.activation_copies), any(), nullptr, "keep the activations that the backward reads only as GEMM operands (the inputs of Linear layers; in a GPT the inputs of the qkv, attention projection, fc, MLP projection and LM head GEMMs) as bf16/fp16 copies, which the GEMMs read as they are: half the bytes of those activations, results bitwise the same either way; docs/cuda.md", is_half, "training.precision = \"bf16\" or \"fp16\""},
     {"training", "loss_scale", PT_FIELD(training.loss_scale), between(1, 16777216), nullptr, "fp16: the initial dynamic loss scale (halved on overflow, doubled after 2000 finite steps, at most 2^24)", is_fp16, "training.precision = \"fp16\""},
     {"training", "eval_batches", PT_FIELD(training.eval_batches), between(1, 1 << 20), nullptr, "batches per evaluation", PT_ALWAYS},
     {"pipeline", "stages", PT_FIELD(pipeline.stages), between(0, 1 << 16), nullptr, "pipeline stages, one per rank of a pipeline; 0 = ranks / data_parallel.replicas", PT_ALWAYS},
@@ -496,6 +499,8 @@ void check_value(Deck& deck, const KeySpec& spec, const UnreadKinds& unread) {
   }
 }
 
+void check_image_file_keys(const Deck& deck);
+
 // The data source must suit the model family, the family's own cross-key
 // checks pass, and the data's keys must be complete.
 void check_model_data(const Deck& deck) {
@@ -514,6 +519,7 @@ void check_model_data(const Deck& deck) {
                        " transition probabilities; at most 2^24 (16777216) are allowed with " +
                        deck.described("model.vocab_size", std::to_string(m.gpt.vocab_size)));
   }
+  if (d.type == DataKind::ImageFiles) return check_image_file_keys(deck);
   if (d.type != DataKind::Hdf5) return;
   // An empty list names no file: said as such, whether or not it is needed.
   for (const char* key : {"data.path", "data.eval_path"}) {
@@ -530,6 +536,26 @@ void check_model_data(const Deck& deck) {
   if (deck.training.eval_every > 0 && d.eval_path.empty() && d.eval_path_list.empty())
     throw InputError(deck.where("training.eval_every") + " = " + std::to_string(deck.training.eval_every) +
                      ": needs data.eval_path (held-out token file) with data.type = \"hdf5\"");
+}
+
+// data.type = "image_files": one file per split, named; an MLP classifies.
+void check_image_file_keys(const Deck& deck) {
+  const DataConfig& d = deck.data;
+  for (const char* key : {"data.path", "data.eval_path"}) {
+    const bool train = std::strcmp(key, "data.path") == 0;
+    if (!(train ? d.path_list : d.eval_path_list).empty())
+      throw InputError(deck.where(key) + ": data.type = \"image_files\" reads one file per split; give one "
+                       "file name, not a list");
+  }
+  if (d.path.empty())
+    throw InputError(deck.where("data.type") + " = \"image_files\": needs data.path (the HDF5 image file)");
+  if (deck.training.eval_every > 0 && d.eval_path.empty())
+    throw InputError(deck.where("training.eval_every") + " = " + std::to_string(deck.training.eval_every) +
+                     ": needs data.eval_path (held-out image file) with data.type = \"image_files\"");
+  if (deck.model.type == "mlp" && deck.model.mlp.loss != LossKind::CrossEntropy)
+    throw InputError(deck.where("model.loss") + " = " + toml_string(kind_name(deck.model.mlp.loss)) +
+                     ": an MLP on data.type = \"image_files\" classifies its labels; set model.loss = "
+                     "\"cross_entropy\"");
 }
 
 void check_recompute(const Deck& deck) {

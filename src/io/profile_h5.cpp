@@ -46,6 +46,11 @@ constexpr Column kColumns[] = {
     {"data_bytes", &UnitCost::data_bytes},
 };
 
+// units/kept_input_bytes, the input as each unit keeps it (activation
+// copies), written since they exist; a profile from before has none, and
+// its units kept their inputs whole: read as UnitCost's default (input_bytes).
+constexpr const char* kKeptInputColumn = "kept_input_bytes";
+
 const std::string kExpected = std::string("expected a profile.h5 written by `pipetrain profile` (attribute format = \"") +
                               kProfileFormat + "\", format_version " +
                               std::to_string(kProfileFormatVersion) + ")";
@@ -82,6 +87,9 @@ void write_units(hid_t file, const std::vector<UnitCost>& units) {
     for (const UnitCost& u : units) values.push_back(u.*c.field);
     write_column(group.get(), c.name, values);
   }
+  std::vector<double> kept;
+  for (const UnitCost& u : units) kept.push_back(u.kept_input());
+  write_column(group.get(), kKeptInputColumn, kept);
 }
 
 // The float64 column `name` of `group`, of exactly n finite values >= 0.
@@ -144,6 +152,10 @@ std::vector<UnitCost> read_units(hid_t file, const std::string& path) {
   for (const Column& c : kColumns) {
     const std::vector<double> values = read_column(group.get(), c.name, units.size(), path);
     for (size_t i = 0; i < units.size(); ++i) units[i].*c.field = values[i];
+  }
+  if (ckpt::has_link(group.get(), kKeptInputColumn)) {
+    const std::vector<double> kept = read_column(group.get(), kKeptInputColumn, units.size(), path);
+    for (size_t i = 0; i < units.size(); ++i) units[i].kept_input_bytes = kept[i];
   }
   return units;
 }

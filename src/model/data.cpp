@@ -134,6 +134,7 @@ std::unique_ptr<Dataset> make_dataset(const DataSetConfig& config, Split split) 
     case DataKind::Synthetic: return std::make_unique<TeacherData>(config, split);
     case DataKind::Markov: return make_markov_dataset(config, split);
     case DataKind::Hdf5: return make_hdf5_dataset(config, split);
+    case DataKind::ImageFiles: return make_image_file_dataset(config, split);
     case DataKind::Images: return make_image_dataset(config, split);
   }
   PT_FAIL("unknown data type");

@@ -138,8 +138,8 @@ ModelFamily cnn_family() {
   f.name = "cnn";
   f.summary = "ResNet-style image classifier (teacher-labelled images)";
   f.keys = {"image_size", "in_channels", "classes", "width", "stages", "stage_blocks", "norm_groups"};
-  f.data_types = {DataKind::Images};
-  f.data_rule = "trains on data.type = \"images\"";
+  f.data_types = {DataKind::Images, DataKind::ImageFiles};
+  f.data_rule = "trains on data.type = \"images\" or \"image_files\"";
   f.check = check;
   f.check_backend = check_backend;
   f.describe = describe;

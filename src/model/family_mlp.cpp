@@ -78,8 +78,8 @@ ModelFamily mlp_family() {
   f.name = "mlp";
   f.summary = "Linear layers with an activation between them (synthetic teacher data)";
   f.keys = {"input_dim", "hidden_dim", "output_dim", "depth", "activation", "loss"};
-  f.data_types = {DataKind::Synthetic};
-  f.data_rule = "trains on data.type = \"synthetic\"";
+  f.data_types = {DataKind::Synthetic, DataKind::ImageFiles};
+  f.data_rule = "trains on data.type = \"synthetic\" or \"image_files\"";
   f.check = check;
   f.describe = describe;
   f.units_key = "depth";

@@ -136,13 +136,16 @@ struct LayerNorm {
       : weight(constant_param(name + ".weight", {C}, 1.f, init)),
         bias(constant_param(name + ".bias", {C}, 0.f, init)) {}
 
-  // Appends y, mean, rstd to `saved` and returns y.
-  Tensor forward(Backend& be, const Tensor& x, std::vector<Tensor>& saved) {
-    Tensor y = activation(be, x.shape());
+  // Appends y, mean, rstd to `saved` and returns y. Only the GEMM that
+  // follows reads y (backward reads x), so y is as `owner` keeps a GEMM
+  // operand (Layer::kept_gemm_operand: rounded with activation copies).
+  Tensor forward(Backend& be, const Tensor& x, std::vector<Tensor>& saved, const Layer& owner) {
+    Tensor normed = activation(be, x.shape());
     Tensor mean = activation(be, {x.rows()});
     Tensor rstd = activation(be, {x.rows()});
-    gpt_kernels(be).layernorm_forward(x, weight.value, bias.value, kLayerNormEps, y, mean,
+    gpt_kernels(be).layernorm_forward(x, weight.value, bias.value, kLayerNormEps, normed, mean,
                                       rstd);
+    Tensor y = owner.kept_gemm_operand(be, normed);  // (rows, C): F32, or BF16 / F16
     saved.push_back(y);
     saved.push_back(mean);
     saved.push_back(rstd);
@@ -225,24 +228,28 @@ class GptEmbedding final : public Layer {
 // ---- transformer block ----
 
 // What GptBlock::forward leaves in `saved`, by index. Everything is needed by
-// backward. With reference attention kSoftmax holds the probabilities, which
-// backward recomputes from kQkv when it is left undefined (selective
-// recomputation drops them: the only O(T^2) tensor). With fused attention it
+// backward. With activation copies (model/activation_copies.hpp) the tensors
+// marked "GEMM operand", which backward reads only as the input of a weight
+// gradient, are kept in the GEMM precision (BF16 / F16). With reference
+// attention kSoftmax holds the probabilities, which backward recomputes from
+// kQkv when it is left undefined (selective recomputation drops them: the
+// only O(T^2) tensor). With fused attention it
 // holds each row's log-sum-exp, O(T), which selective recomputation keeps:
 // rebuilding it would rerun the whole attention forward to save H*T floats.
 enum BlockSaved : size_t {
-  kLn1Out = 0,  // ln1(x)              (mb, T, C)
+  kLn1Out = 0,  // ln1(x)              (mb, T, C)  GEMM operand (qkv)
   kLn1Mean,     // ln1 row means       (mb*T)
   kLn1Rstd,     // ln1 row 1/std       (mb*T)
   kQkv,         // fused q, k, v       (mb, T, 3C)
   kSoftmax,     // reference: attention probs (mb, H, T, T); fused: row log-sum-exp (mb, H, T)
-  kAttn,        // attention output    (mb, T, C), before attn.proj
+  kAttn,        // attention output    (mb, T, C), before attn.proj; GEMM operand
+                //   (attn.proj; the fused backward's row term reads its 16-bit values)
   kX1,          // x + attn branch     (mb, T, C)
-  kLn2Out,      // ln2(x1)             (mb, T, C)
+  kLn2Out,      // ln2(x1)             (mb, T, C)  GEMM operand (mlp.fc)
   kLn2Mean,     // ln2 row means       (mb*T)
   kLn2Rstd,     // ln2 row 1/std       (mb*T)
   kFcOut,       // mlp.fc output       (mb, T, R*C), before GELU
-  kGeluOut,     // GELU(fc output)     (mb, T, R*C)
+  kGeluOut,     // GELU(fc output)     (mb, T, R*C)  GEMM operand (mlp.proj)
   kBlockSavedCount
 };
 
@@ -291,21 +298,22 @@ class GptBlock final : public Layer {
   void recompute_saved(Backend& be, const Tensor& x, std::vector<Tensor>& saved) override {
     check_hidden_shape(x.shape(), dims_);
     saved.clear();
-    Tensor ln1 = ln1_.forward(be, x, saved);  // (mb, T, C)
-    Tensor qkv = qkv_.forward(be, ln1);       // (mb, T, 3C)
-    Tensor softmax;                           // as kSoftmax
+    Tensor ln1 = ln1_.forward(be, x, saved, *this);  // (mb, T, C)
+    Tensor qkv = qkv_.forward(be, ln1);              // (mb, T, 3C)
+    Tensor softmax;                                     // as kSoftmax
     Tensor attn = attention_forward(be, qkv, softmax);  // (mb, T, C)
-    Tensor x1 = attn_proj_.forward(be, attn);  // (mb, T, C)
-    be.add(x1, x, x1);                         // x1 = x + proj(attn)
+    attn = kept_gemm_operand(be, attn);  // the fused backward reads it too: exact (16-bit y)
+    Tensor x1 = attn_proj_.forward(be, attn);           // (mb, T, C)
+    be.add(x1, x, x1);                                  // x1 = x + proj(attn)
     saved.push_back(qkv);
     saved.push_back(softmax);
     saved.push_back(attn);
     saved.push_back(x1);
-    Tensor ln2 = ln2_.forward(be, x1, saved);  // (mb, T, C)
-    Tensor gelu;                                // (mb, T, R*C)
-    Tensor fc = fc_.forward(be, ln2, &gelu);   // (mb, T, R*C), GELU's input
+    Tensor ln2 = ln2_.forward(be, x1, saved, *this);  // (mb, T, C)
+    Tensor gelu;                                      // (mb, T, R*C)
+    Tensor fc = fc_.forward(be, ln2, &gelu);          // (mb, T, R*C), GELU's input
     saved.push_back(fc);
-    saved.push_back(gelu);
+    saved.push_back(kept_gemm_operand(be, gelu));
     PT_CHECK(saved.size() == kBlockSavedCount, "block saved layout");
   }
 
@@ -401,7 +409,8 @@ class GptBlock final : public Layer {
 
 // ---- head ----
 
-// saved: [0] ln_f(x) (mb, T, C), [1] row means (mb*T), [2] row 1/std (mb*T).
+// saved: [0] ln_f(x) (mb, T, C), the LM head's GEMM operand (BF16 / F16 with
+// activation copies), [1] row means (mb*T), [2] row 1/std (mb*T).
 class GptHead final : public Layer {
  public:
   GptHead(const GptDims& dims, uint64_t seed)
@@ -424,14 +433,14 @@ class GptHead final : public Layer {
   Tensor forward(Backend& be, const Tensor& x, std::vector<Tensor>& saved) override {
     check_hidden_shape(x.shape(), dims_);
     saved.clear();
-    Tensor ln = ln_f_.forward(be, x, saved);  // (mb, T, C)
-    return lm_head_.forward(be, ln);          // (mb, T, V)
+    Tensor ln = ln_f_.forward(be, x, saved, *this);  // (mb, T, C)
+    return lm_head_.forward(be, ln);                 // (mb, T, V)
   }
   // Backward needs ln_f's output and statistics, not the logits.
   void recompute_saved(Backend& be, const Tensor& x, std::vector<Tensor>& saved) override {
     check_hidden_shape(x.shape(), dims_);
     saved.clear();
-    ln_f_.forward(be, x, saved);
+    ln_f_.forward(be, x, saved, *this);
   }
   Tensor backward(Backend& be, const Tensor& x, const std::vector<Tensor>& saved,
                   const Tensor& dy, bool need_dx) override {

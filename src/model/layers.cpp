@@ -8,6 +8,7 @@
 
 #include "pipetrain/base/error.hpp"
 #include "pipetrain/base/rng.hpp"
+#include "pipetrain/model/activation_copies.hpp"
 #include "pipetrain/model/weight_copies.hpp"
 
 namespace pt {
@@ -39,6 +40,10 @@ float* host_values(Tensor& t) {
 }  // namespace
 
 Layer::Layer() { layers_built.fetch_add(1, std::memory_order_relaxed); }
+
+Tensor Layer::kept_gemm_operand(Backend& be, const Tensor& x) const {
+  return activation_copies() ? gemm_operand_copy(be, x) : x;
+}
 
 LayerBuildCounts layer_build_counts() {
   LayerBuildCounts c;
@@ -102,6 +107,11 @@ class Linear final : public Layer {
     return with_last(input, out_);
   }
   std::vector<Param*> params() override { return {&weight_, &bias_}; }
+  // Every GEMM reads x as an operand and nothing else reads it: with
+  // activation copies the layer is handed, and the executor keeps, x rounded.
+  Tensor input_operand(Backend& be, const Tensor& x) const override {
+    return kept_gemm_operand(be, x);
+  }
   // Backward needs only x, which the executor keeps: nothing to recompute.
   void recompute_saved(Backend&, const Tensor&, std::vector<Tensor>& saved) override {
     saved.clear();

@@ -216,6 +216,7 @@ Tensor stage_forward(StageModel& stage, Backend& be, const Tensor& x, StagePass&
   pass.saved.assign(n, {});
   Tensor h = x;
   for (size_t i = 0; i < n; ++i) {
+    h = stage.layers[i]->input_operand(be, h);  // with activation copies, maybe rounded
     Tensor y = stage.layers[i]->forward(be, h, pass.saved[i]);
     pass.inputs[i] = std::move(h);
     h = std::move(y);

@@ -80,6 +80,7 @@ UnitRanges::UnitRanges(const ModelProfile& profile)
   data_ = prefix_of(u, [](const UnitCost& c) { return c.data_bytes; });
   stage_data_ = profile.stage_data_bytes;
   input_bytes_ = values_of(u, [](const UnitCost& c) { return c.input_bytes; });
+  kept_input_ = values_of(u, [](const UnitCost& c) { return c.kept_input(); });
   output_bytes_ = values_of(u, [](const UnitCost& c) { return c.output_bytes; });
   workspace_ = values_of(u, [](const UnitCost& c) { return c.workspace_bytes; });
   backward_workspace_ = values_of(u, [](const UnitCost& c) {
@@ -146,7 +147,7 @@ double UnitRanges::kept_inputs(size_t first, size_t end, size_t every) const {
   bool first_layer = true;
   for (size_t layer = 0; layer < layers_.layers(first, end); layer += every) {
     const size_t u = layers_.unit_of(first, layer, first_layer);
-    kept += first_layer ? input_bytes_[u] : output_bytes_[u];
+    kept += first_layer ? kept_input_[u] : output_bytes_[u];
   }
   return kept;
 }
@@ -171,7 +172,7 @@ double UnitRanges::stash_bytes(size_t first, size_t end, const PlanRecompute& po
     case PlanRecompute::Kind::Selective: return sum(stash_selective_, first, end);
     case PlanRecompute::Kind::Every:
       return kept_inputs(first, end, policy.every) + sum(stash_always_, first, end);
-    case PlanRecompute::Kind::Full: return input_bytes_[first] + sum(stash_always_, first, end);
+    case PlanRecompute::Kind::Full: return kept_input_[first] + sum(stash_always_, first, end);
   }
   PT_FAIL("unknown PlanRecompute kind");
 }
@@ -205,7 +206,7 @@ std::pair<double, double> UnitRanges::transients(size_t first, size_t end, bool 
       return {work, work + segment_peak(first, end, policy.every)};
     }
     case PlanRecompute::Kind::Full:  // B re-creates what none keeps beyond the full stash
-      return {forward_none, sum(stash_none_, first, end) - input_bytes_[first] -
+      return {forward_none, sum(stash_none_, first, end) - kept_input_[first] -
                                 sum(stash_always_, first, end) +
                                 backward_layered_transient(first, end, last_stage)};
   }

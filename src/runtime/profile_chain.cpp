@@ -17,6 +17,7 @@
 #include "pipetrain/base/timed_wait.hpp"
 #include "pipetrain/model/data.hpp"
 #include "pipetrain/model/model.hpp"
+#include "pipetrain/model/activation_copies.hpp"
 #include "pipetrain/model/weight_copies.hpp"
 #include "pipetrain/plan/stage_cost.hpp"
 #include "pipetrain/runtime/data_set_config.hpp"
@@ -62,6 +63,7 @@ void time_chain_pass(const Deck& deck, const BatchSplit& split, Backend& be, con
   StageModel model = build_stage(deck.model, counts, stage);  // parameters initialised on the host
   move_parameters(model, be.device());
   if (deck.training.weight_copies) make_weight_copies(be, model.params());  // as the run keeps them
+  set_activation_copies(model, deck.training.activation_copies);
   std::unique_ptr<Dataset> data = make_dataset(data_set_config_for(deck), Split::Train);
   const auto stats = options.memory_stats ? options.memory_stats : [] { return memory_stats(); };
   const ExecutorConfig config = executor_config_for(split, deck.pipeline.timeout_s);

@@ -16,6 +16,7 @@
 #include "pipetrain/model/family.hpp"
 #include "pipetrain/model/model.hpp"
 #include "pipetrain/model/optimizer.hpp"
+#include "pipetrain/model/activation_copies.hpp"
 #include "pipetrain/model/weight_copies.hpp"
 #include "pipetrain/runtime/data_set_config.hpp"
 #include "pipetrain/runtime/stage_probe.hpp"
@@ -145,6 +146,7 @@ UnitStage build_unit(Context& c, int64_t index) {
   u.optimizer = std::make_unique<Optimizer>(c.training, u.stage.params());
   // bf16/fp16 weight copies (counted as parameters), as the run keeps them.
   if (c.training.weight_copies) make_weight_copies(c.be, u.stage.params());
+  set_activation_copies(u.stage, c.training.activation_copies);  // the stash as the run keeps it
   const MemoryStats after = c.stats();
   u.param_bytes = category_delta(before, after, MemCategory::Parameters);
   u.grad_bytes = category_delta(before, after, MemCategory::Gradients);
@@ -165,6 +167,15 @@ double tensor_bytes(const Shape& shape, DType dtype) {
   return static_cast<double>(shape_numel(shape)) * static_cast<double>(dtype_size(dtype));
 }
 
+// The type in which the stage's first layer keeps its input (a Linear's with
+// activation copies: the GEMM precision's; Layer::input_operand), from a
+// one-sample input.
+DType kept_input_dtype(Context& c, StageModel& stage) {
+  const Tensor one = Tensor::zeros(stage.input_shape(1), stage.input_dtype, MemCategory::Workspace,
+                                   c.be.device());
+  return stage.layers.front()->input_operand(c.be, one).dtype();
+}
+
 UnitCost unit_memory(Context& c, int64_t index, const CostUnitInfo& info) {
   UnitStage u = build_unit(c, index);
   UnitCost cost;
@@ -176,6 +187,7 @@ UnitCost unit_memory(Context& c, int64_t index, const CostUnitInfo& info) {
   cost.grad_bytes = u.grad_bytes;
   cost.optimizer_bytes = u.optimizer_bytes;
   cost.input_bytes = tensor_bytes(u.stage.input_shape(c.rows), u.stage.input_dtype);
+  cost.kept_input_bytes = tensor_bytes(u.stage.input_shape(c.rows), kept_input_dtype(c, u.stage));
   cost.output_bytes = tensor_bytes(u.stage.output_shape(c.rows), DType::F32);
   StageProbe none = unit_probe(c, u, "none");
   probe(c, none);  // warm-up: first-call allocations of the backend

@@ -72,7 +72,7 @@ MoveTotals move_stage(RunParts& run, const std::vector<int64_t>& to) {
                                           model_units(run.settings.model), run.place.pipeline);
   current = std::move(next);  // frees the layers that left
   run.partition = to;
-  make_run_weight_copies(run);  // for the arriving units, filled now
+  make_run_gemm_copies(run);  // for the arriving units, filled now
   return moved;
 }
 

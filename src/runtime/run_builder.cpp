@@ -4,6 +4,7 @@
 
 #include "pipetrain/base/error.hpp"
 #include "pipetrain/model/family.hpp"
+#include "pipetrain/model/activation_copies.hpp"
 #include "pipetrain/model/weight_copies.hpp"
 #include "pipetrain/runtime/data_set_config.hpp"
 
@@ -74,8 +75,10 @@ RunParts::RunParts(RunSettings settings_in, RankPlace place_in, ComputeSetup set
     : settings(std::move(settings_in)), place(std::move(place_in)), setup(std::move(setup_in)),
       backend(setup.backend ? *setup.backend : cpu_backend()) {}
 
-void make_run_weight_copies(RunParts& run) {
+void make_run_gemm_copies(RunParts& run) {
   if (run.settings.training.weight_copies) make_weight_copies(run.backend, run.params());
+  for (StageModel& stage : run.stages)
+    set_activation_copies(stage, run.settings.training.activation_copies);
 }
 
 std::vector<Param*> RunParts::params() {
@@ -128,7 +131,7 @@ void build_stages(RunParts& run, const std::vector<int64_t>& partition) {
   run.transport = run.setup.make_transport ? run.setup.make_transport(run.place.pipeline)
                                            : make_mpi_transport(run.place.pipeline);
   for (StageModel& st : run.stages) move_parameters(st, run.backend.device());
-  make_run_weight_copies(run);
+  make_run_gemm_copies(run);
 }
 
 // On the device: the optimizer over the stages' parameters, the fp16 loss scaler.

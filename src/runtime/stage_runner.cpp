@@ -66,6 +66,7 @@ void StageRunner::forward(int mb, Tensor x) {
   state.layer_inputs.assign(n, Tensor());
   state.layer_saved.assign(n, {});
   for (size_t i = 0; i < n; ++i) {
+    x = stage_.layers[i]->input_operand(be_, x);  // with activation copies, maybe rounded
     Tensor y = stage_.layers[i]->forward(be_, x, state.layer_saved[i]);
     if (stash && policy_.keeps_input(i)) {
       x.retag(MemCategory::Activations);  // kept for the backward
@@ -105,11 +106,11 @@ void StageRunner::compute_loss(int mb, MicroBatchState& state, const Tensor& y) 
 // follows at once. The last layer's output is not needed: it only refills
 // its saved tensors.
 void StageRunner::recompute_segment(MicroBatchState& state, size_t begin, size_t end) {
-  Tensor x = state.layer_inputs[begin];
+  Tensor x = state.layer_inputs[begin];  // as the forward kept it (input_operand)
   for (size_t i = begin; i + 1 < end; ++i) {
     Tensor y = stage_.layers[i]->forward(be_, x, state.layer_saved[i]);
     state.layer_inputs[i] = std::move(x);
-    x = std::move(y);
+    x = stage_.layers[i + 1]->input_operand(be_, y);
   }
   stage_.layers[end - 1]->recompute_saved(be_, x, state.layer_saved[end - 1]);
   state.layer_inputs[end - 1] = std::move(x);

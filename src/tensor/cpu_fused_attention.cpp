@@ -21,6 +21,7 @@
 #include "cpu_kernels_gpt.hpp"
 #include "vec_math.hpp"
 #include "pipetrain/tensor/fused_attention_kernels.hpp"
+#include "pipetrain/tensor/precision.hpp"
 
 namespace pt {
 
@@ -93,6 +94,15 @@ void output_dots(const float* dy, const float* y, const AttnDims& d, Precision p
   }
 }
 
+// y's values as fp32: y itself, or its BF16 / F16 copy widened (exactly) into `wide`.
+const float* y_values(const Tensor& y, std::vector<float>& wide) {
+  if (y.dtype() == DType::F32) return y.f32();
+  wide.resize(static_cast<size_t>(y.numel()));
+  const Precision p = y.dtype() == DType::BF16 ? Precision::Bf16 : Precision::Fp16;
+  widen_block(y.bits16(), y.numel(), 1, y.numel(), p, wide.data(), y.numel());
+  return wide.data();
+}
+
 class CpuFusedAttention final : public FusedAttentionKernels {
  public:
   explicit CpuFusedAttention(Precision precision) : precision_(precision) {}
@@ -123,6 +133,8 @@ class CpuFusedAttention final : public FusedAttentionKernels {
     std::vector<float> prob(static_cast<size_t>(d.T * d.T));  // (T, T) scratch
     std::vector<float> ds(static_cast<size_t>(d.T * d.T));    // (T, T) scratch
     std::vector<double> rows(static_cast<size_t>(d.T));       // (T)
+    std::vector<float> wide;                                  // (mb, T, C) when y is 16-bit
+    const float* yv = y_values(y, wide);
     const float* base = qkv.f32();
     float* grad = dqkv.f32();
     for (int64_t b = 0; b < d.mb; ++b) {
@@ -136,7 +148,7 @@ class CpuFusedAttention final : public FusedAttentionKernels {
         // dP = dY V^T: (T, D) x (D, T); then dS in place
         cpu::gemm(p, false, true, d.T, d.T, d.D, 1.f, dyh, d.C, base + d.qkv_offset(b, h, 2),
                   3 * d.C, 0.f, ds.data(), d.T);
-        output_dots(dyh, y.f32() + d.out_offset(b, h), d, p, rows);
+        output_dots(dyh, yv + d.out_offset(b, h), d, p, rows);
         scores_gradient(prob.data(), rows, d.scale, ds.data(), d.T);
         // dQ = dS K: (T, T) x (T, D); dK = dS^T Q: (T, T)^T x (T, D)
         cpu::gemm(p, false, false, d.T, d.D, d.T, 1.f, ds.data(), d.T,

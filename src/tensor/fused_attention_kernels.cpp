@@ -22,6 +22,9 @@ void FusedAttentionKernels::backward(const Tensor& qkv, const Tensor& y, const T
                                      const Tensor& dy, int64_t heads, Tensor& dqkv) {
   const AttnDims d = attn_dims(qkv, heads);
   numel_is("fused attention backward", "y", y, d.mb * d.T * d.C, "mb * T * C");
+  PT_CHECK(y.dtype() == DType::F32 || y.dtype() == DType::BF16 || y.dtype() == DType::F16,
+           std::string("fused attention backward: y ") + shape_string(y.shape()) + " is " +
+               dtype_name(y.dtype()) + ", not f32, bf16 or f16");
   numel_is("fused attention backward", "stats", stats, d.mb * d.H * d.T, "mb * H * T");
   numel_is("fused attention backward", "dy", dy, d.mb * d.T * d.C, "mb * T * C");
   numel_is("fused attention backward", "dqkv", dqkv, qkv.numel(), "those of qkv");

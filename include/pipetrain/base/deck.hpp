@@ -29,6 +29,7 @@ struct DataConfig {
   // "markov": token streams from a seeded random Markov chain (GPT)
   // "hdf5": token ids from an HDF5 file (GPT)
   // "images": images labelled by a fixed random teacher network (CNN)
+  // "image_files": labelled images from an HDF5 file (CNN, or an MLP on the flattened pixels)
   DataKind type = DataKind::Synthetic;
   int64_t samples = 4096;          // synthetic, images: size of the training set
   uint64_t seed = 42;              // data seed (teacher, chain, shuffle)
@@ -75,6 +76,10 @@ struct TrainingConfig {
   // bf16, fp16: each GEMM weight keeps a copy in that precision, rounded once
   // per optimizer step (model/weight_copies.hpp); false: rounded in every GEMM.
   bool weight_copies = true;
+  // bf16, fp16: activations kept for the backward only as GEMM operands are
+  // kept rounded to that precision, 2 bytes an element
+  // (model/activation_copies.hpp); false: kept in fp32.
+  bool activation_copies = true;
 };
 
 struct PipelineConfig {

@@ -18,7 +18,7 @@ namespace pt {
 enum class ActivationKind { Relu, Gelu };                       // model.activation
 enum class LossKind { Mse, CrossEntropy };                       // model.loss
 enum class AttentionKind { Reference, Fused };                   // model.attention
-enum class DataKind { Synthetic, Markov, Hdf5, Images };         // data.type
+enum class DataKind { Synthetic, Markov, Hdf5, Images, ImageFiles };  // data.type
 enum class OptimizerKind { Sgd, AdamW };                         // training.optimizer
 enum class LrScheduleKind { Constant, Cosine };                  // training.lr_schedule
 enum class CpuGemmKind { Auto, OneDNN, OneDNNSgemm, OpenBLAS };  // training.cpu_gemm
@@ -80,7 +80,7 @@ inline KindNames kind_names(AttentionKind) {
   return kind_detail::table(names);
 }
 inline KindNames kind_names(DataKind) {
-  static constexpr const char* names[] = {"synthetic", "markov", "hdf5", "images"};
+  static constexpr const char* names[] = {"synthetic", "markov", "hdf5", "images", "image_files"};
   return kind_detail::table(names);
 }
 inline KindNames kind_names(OptimizerKind) {

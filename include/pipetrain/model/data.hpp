@@ -8,6 +8,7 @@
 //   markov (GPT): windows of a seeded random Markov chain of order k.
 //   hdf5 (GPT): windows of T+1 tokens of a 1-D integer dataset.
 //   images (CNN): N(0, 1) images labelled by a fixed teacher network.
+//   image_files (CNN, MLP): labelled images of an HDF5 file (N, C, H, W).
 #pragma once
 
 #include <memory>
@@ -29,6 +30,15 @@ struct DataSetConfig {
   MlpConfig mlp;               // synthetic data: input_dim, output_dim, loss
   GptDims gpt;                 // token data: vocab_size, seq_len
   CnnConfig cnn;               // image data: image_size, in_channels, classes
+  // image_files: what the model takes. A CNN: (channels, height, width)
+  // exactly; an MLP (flat): any image of `values` = input_dim pixels, given
+  // to it as (count, values). Labels must be below `classes`.
+  struct ImageInput {
+    int64_t channels = 0, height = 0, width = 0;
+    bool flat = false;
+    int64_t values = 0;
+    int64_t classes = 0;
+  } image;
   int64_t batch_size = 1;      // samples per optimizer step (global batch)
   int64_t micro_batches = 1;   // per pipeline and step
   int64_t replicas = 1;        // data-parallel pipelines D
@@ -70,6 +80,19 @@ void fill_data_cache(const Dataset& data, int64_t rows, bool first_stage, bool l
 
 // Teacher-labelled images (image_data.cpp).
 std::unique_ptr<Dataset> make_image_dataset(const DataSetConfig& config, Split split);
+
+// ---- image files (data.type = "image_files", image_files.cpp, docs/data.md) ----
+// One HDF5 file per split (data.path, data.eval_path): dataset `images`
+// (N, C, H, W) float or uint8 (uint8 read as value / 255) and dataset
+// `labels` (N) integer class indices. The whole file is read into host
+// memory; samples are served by global index, wrapping, in the file's order
+// or (data.shuffle) a seeded permutation of it.
+std::unique_ptr<Dataset> make_image_file_dataset(const DataSetConfig& config, Split split);
+// Reads and checks the files before step 0: each exists, is HDF5, has both
+// datasets with the layout above, images of the shape the model takes, and
+// labels within its classes. Throws one InputError naming the key, the file
+// and the problem.
+void check_image_files(const DataSetConfig& config);
 
 // Markov chain data (token_data.cpp).
 std::unique_ptr<Dataset> make_markov_dataset(const DataSetConfig& config, Split split);

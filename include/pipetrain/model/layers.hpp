@@ -58,6 +58,18 @@ class Layer {
   virtual std::string kind() const = 0;
   virtual Shape output_shape(const Shape& input) const = 0;
   virtual std::vector<Param*> params() { return {}; }
+  // Activation copies (training.activation_copies, model/activation_copies.hpp):
+  // when on, what this layer keeps for its backward only as a GEMM operand
+  // is kept rounded to the backend's GEMM precision (BF16 / F16), which its
+  // GEMMs read as they are. Off until the run turns it on.
+  void set_activation_copies(bool on) { activation_copies_ = on; }
+  bool activation_copies() const { return activation_copies_; }
+  // The input as this layer is handed it, and as the executor keeps it for
+  // backward and recomputation: x itself, or, for a layer that reads its
+  // input only as a GEMM operand (Linear), with activation copies on, x
+  // rounded to the GEMM precision. forward, backward and recompute_saved
+  // on the result give bitwise what they give on x.
+  virtual Tensor input_operand(Backend& /*be*/, const Tensor& x) const { return x; }
   // y = f(x); `saved` receives what backward needs besides x.
   virtual Tensor forward(Backend& be, const Tensor& x, std::vector<Tensor>& saved) = 0;
   // Returns dx (undefined when !need_dx); adds into Param::grad.
@@ -85,6 +97,12 @@ class Layer {
   virtual void recompute_saved(Backend& be, const Tensor& x, std::vector<Tensor>& saved) {
     forward(be, x, saved);
   }
+  // x, kept for the backward only as a GEMM operand: its copy in be's GEMM
+  // precision with activation copies on (gemm_operand_copy), else x.
+  Tensor kept_gemm_operand(Backend& be, const Tensor& x) const;
+
+ private:
+  bool activation_copies_ = false;
 };
 
 // How a new layer's parameters start: with their initial values (drawn from

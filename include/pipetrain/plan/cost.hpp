@@ -37,7 +37,13 @@ struct UnitCost {
                                // columns included (CostUnitInfo::computed_flops): what
                                // takes time, by which a stage's time is shared out
   // Bytes per micro-batch.
-  double input_bytes = 0.0;            // the unit's input (kept at a recompute segment start)
+  double input_bytes = 0.0;            // the unit's input (its message when a stage starts here)
+  // The input as the unit's first layer keeps it at a recompute segment
+  // start: in bf16/fp16 with activation copies a Linear keeps its input
+  // rounded, half of input_bytes (model/activation_copies.hpp); < 0: as
+  // input_bytes (a profile written before this was measured).
+  double kept_input_bytes = -1.0;
+  double kept_input() const { return kept_input_bytes >= 0.0 ? kept_input_bytes : input_bytes; }
   double output_bytes = 0.0;           // its output: the message when a stage ends here
                                        // (last unit: the loss gradient, kept under every policy)
   double stash_none_bytes = 0.0;       // kept from F to B with recompute = none (input + saved)

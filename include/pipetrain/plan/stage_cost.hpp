@@ -13,8 +13,10 @@
 //             selective  sum stash_selective_bytes
 //             every:K    sum of the inputs of the stage's layers 0, K, 2K, ... +
 //                        sum stash_always_bytes (a unit's first layer takes
-//                        its input_bytes, its later ones its output_bytes)
-//             full       input_bytes of unit 0 + sum stash_always_bytes
+//                        its input as kept (UnitCost::kept_input: half of
+//                        input_bytes for a Linear with activation copies),
+//                        its later ones its output_bytes)
+//             full       kept input of unit 0 + sum stash_always_bytes
 //   transient above the stash, for the one micro-batch being computed, from
 //   the layered transient L = max over the stage's units k of
 //             workspace_bytes[k] - (output_bytes[k] unless k is the last)
@@ -124,7 +126,7 @@ class UnitRanges {
   Prefix forward_, backward_, recompute_, recompute_selective_, optimizer_;
   Prefix stash_none_, stash_selective_, stash_always_, persistent_, data_;
   double stage_data_ = 0.0;  // profile.stage_data_bytes: on every stage
-  std::vector<double> input_bytes_, output_bytes_, workspace_, backward_workspace_, selective_last_;
+  std::vector<double> input_bytes_, kept_input_, output_bytes_, workspace_, backward_workspace_, selective_last_;
   // Sparse tables of range maxima: workspace_bytes, and the layered
   // transient terms of units followed by others in their stage.
   std::vector<std::vector<double>> workspace_max_, none_terms_max_, selective_terms_max_,

@@ -165,7 +165,9 @@ RecomputeProbeSite probe_site_of(RunParts& run);
 // where parameters come into being: the build, after moving them to the
 // device, and a rebalancing move, for the units that arrived. Made there,
 // not at the first pass, so every memory figure counts them from the start.
-void make_run_weight_copies(RunParts& run);
+// Also sets every layer's activation copies as training.activation_copies
+// says (model/activation_copies.hpp; the layers of arriving units too).
+void make_run_gemm_copies(RunParts& run);
 
 // Collective (repartition.cpp): the stages hold `counts` units from now on.
 // Each unit that changes stage is sent by its old rank to its new one

@@ -37,6 +37,9 @@ class FusedAttentionKernels : public KernelGroup {
   // "Stats"), which is all backward needs to rebuild the probabilities.
   void forward(const Tensor& qkv, int64_t heads, Tensor& y, Tensor& stats);
   // Writes dqkv (mb, T, 3C) from dy (mb, T, C) and qkv, y, stats of forward.
+  // y is F32, or (activation copies, model/activation_copies.hpp) its copy
+  // in the 16-bit GEMM precision, BF16 or F16: in those precisions forward
+  // writes values the copy holds exactly, so the result is the same.
   void backward(const Tensor& qkv, const Tensor& y, const Tensor& stats, const Tensor& dy,
                 int64_t heads, Tensor& dqkv);
 
