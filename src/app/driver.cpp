@@ -1,10 +1,10 @@
-// driver.cpp: the `train` and `validate` commands, and the start of every
-// command (`profile` runs in src/app/profile_command.cpp, `sample` in
-// src/app/sample_command.cpp).
+// driver.cpp: the `train` and `validate` commands and the dispatch of the
+// others (`profile` runs in src/app/profile_command.cpp, `sample` in
+// src/app/sample_command.cpp, `plan` in src/app/plan_command.cpp).
 //
-// Rank 0 reads and checks the deck, creates the output directory and
-// broadcasts either the resolved deck or the error text, so every rank agrees
-// on the outcome before any training starts; a bad checkpoint (--resume,
+// Every command starts from the deck rank 0 read, checked and broadcast
+// (app/deck_load.hpp), so every rank agrees on the outcome before any
+// training starts; what a run prints is in app/run_report.hpp. A bad checkpoint (--resume,
 // training.init_from) is likewise agreed on before the first step. Failures
 // after that point end the job through MPI_Abort, so no rank is ever left
 // waiting. Checkpoints are written every output.checkpoint_every steps, and
@@ -15,7 +15,9 @@
 #include "pipetrain/app/driver.hpp"
 #include "pipetrain/app/auto_plan.hpp"
 #include "pipetrain/app/blas_report.hpp"
+#include "pipetrain/app/deck_load.hpp"
 #include "pipetrain/app/run_plan.hpp"
+#include "pipetrain/app/run_report.hpp"
 #include "pipetrain/app/run_state.hpp"
 #include "pipetrain/app/rebalance_log.hpp"
 #include "pipetrain/app/replan.hpp"
@@ -55,134 +57,6 @@ namespace pt {
 namespace {
 
 
-// Rank 0's text reaches every rank; `ok` says whether it is a deck or an error.
-std::string broadcast_text(const World& w, std::string text, bool& ok) {
-  long long header[2] = {ok ? 1 : 0, static_cast<long long>(text.size())};
-  timed_bcast(header, 2, MPI_LONG_LONG, 0, w.comm, "the deck broadcast from rank 0");
-  ok = header[0] == 1;
-  text.resize(static_cast<size_t>(header[1]));
-  timed_bcast(text.data(), static_cast<int>(header[1]), MPI_CHAR, 0, w.comm,
-              "the deck broadcast from rank 0");
-  return text;
-}
-
-// Checks the data files. Image files are read whole. Token files are
-// checked, then the files that glob patterns and lists named are written
-// into the deck, in reading order: every rank, the run's deck.resolved.toml
-// and its checkpoints see the same list (a resume warns when the list it
-// finds differs, checkpoint-format.md).
-void check_data_files(Deck& deck) {
-  if (deck.data.type == DataKind::ImageFiles) return check_image_files(data_set_config_for(deck));
-  if (deck.data.type != DataKind::Hdf5) return;
-  const DataSetConfig config = data_set_config_for(deck);
-  check_token_data(config);
-  auto resolve = [&](Split split, std::string& one, std::vector<std::string>& list) {
-    if (one.empty() && list.empty()) return;
-    const std::vector<TokenFileRef> files = token_files(config, split);
-    if (list.empty() && files.size() == 1 && files[0].path == one) return;  // one file, as written
-    list.clear();
-    for (const TokenFileRef& f : files) list.push_back(f.path);
-    one.clear();
-  };
-  resolve(Split::Train, deck.data.path, deck.data.path_list);
-  resolve(Split::Eval, deck.data.eval_path, deck.data.eval_path_list);
-}
-
-// The deck's layout on `ranks`, checked with its schedule's validator. When
-// pipeline.auto chooses the grid (auto_chooses_grid) the deck is accepted if
-// one grid of the ranks passes (the first failure is reported if none does),
-// and the run starts as one pipeline of every rank (D = 1), on which auto
-// profiles; it splits the grid it chooses (grid_to_run).
-DeckLayout checked_layout(const Deck& deck, int ranks) {
-  const auto check = [&](const Deck& d) {
-    const DeckLayout layout = resolve_deck_layout(d, ranks);
-    validate_schedule(schedule_for_deck(d, layout.pipeline_ranks),
-                      comm_semantics_of(d.pipeline.transport, d.training.device));
-    return layout;
-  };
-  if (!deck.pipeline.auto_plan || !auto_chooses_grid(deck, ranks)) return check(deck);
-  for (int replicas = ranks; replicas >= 1; --replicas) {
-    if (ranks % replicas != 0) continue;
-    Deck at = deck;
-    at.data_parallel.replicas = replicas;
-    try {
-      check(at);
-      return DeckLayout{ranks, 1};
-    } catch (const InputError&) {
-      if (replicas == 1) throw;  // no grid passes: the one-pipeline message
-    }
-  }
-  return check(deck);
-}
-
-// Returns false (after rank 0 printed the message) when the deck is bad.
-bool load_deck(const World& w, const CommandLine& cli, Deck& deck) {
-  std::string text;
-  bool ok = true;
-  if (w.rank == 0) {
-    try {
-      deck = parse_deck_file(cli.deck_path, cli.overrides, warn);  // old key names: one notice each
-      set_wait_limit(deck.pipeline.timeout_s);  // the others learn it from the broadcast
-      // `plan` without a D or a stage count weighs every P x D grid of the
-      // ranks, each checked by the planner; everything else runs one grid.
-      const bool every_grid = cli.command == "plan" && !deck.pipeline.auto_plan &&
-                              deck.pipeline.stages == 0 && deck.data_parallel.replicas == 0;
-      // `sample` runs one stage per rank, whatever the deck's layout, and reads no data.
-      const bool sample = cli.command == "sample";
-      if (!every_grid && !sample) {
-        const DeckLayout layout = checked_layout(deck, cli.ranks > 0 ? cli.ranks : w.size);
-        deck.data_parallel.replicas = layout.data_parallel;  // resolved: every rank and the outputs see D
-      }
-      // `plan --device` neither reads data nor computes: it plans on a description.
-      const bool runs_here = !(cli.command == "plan" && !cli.device.empty());
-      if (runs_here && !sample) check_data_files(deck);
-      if (runs_here && deck.training.device == DeviceKind::Cuda && !cuda_available_in_build())
-        throw InputError(deck.where("training.device") +
-                         " = \"cuda\": this build has no CUDA backend; build with `make cuda` "
-                         "(cmake -DPIPETRAIN_CUDA=ON) and run build-cuda/pipetrain");
-      if (cli.command == "train") prepare_output_directories(deck);
-      if (cli.command == "profile") prepare_profile_output(deck, cli.out);
-      text = deck_to_toml(deck);
-    } catch (const InputError& e) {
-      ok = false;
-      text = e.what();
-      std::fprintf(stderr, "pipetrain: error: %s\n", e.what());
-    }
-  }
-  text = broadcast_text(w, text, ok);
-  if (ok && w.rank != 0) deck = parse_deck_text(text, cli.deck_path + " (resolved)", {});
-  return ok;
-}
-
-std::string format_duration(double seconds) {
-  long s = static_cast<long>(std::lround(std::max(0.0, seconds)));
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "%ld:%02ld:%02ld", s / 3600, (s / 60) % 60, s % 60);
-  return buf;
-}
-
-std::string join(const std::vector<int64_t>& v) {
-  std::ostringstream os;
-  for (size_t i = 0; i < v.size(); ++i) os << (i ? ", " : "") << v[i];
-  return "[" + os.str() + "]";
-}
-
-
-std::string schedule_summary(const Schedule& s, const ScheduleReport& r) {
-  std::vector<int64_t> peaks(r.peak_in_flight.begin(), r.peak_in_flight.end());
-  char buf[512];
-  std::snprintf(buf, sizeof buf,
-                "schedule %s: %d stages, %d micro-batches, peak in-flight micro-batches "
-                "per stage %s, theoretical bubble %.1f%% (unit times F = 1, B = 2, or B = W = 1 "
-                "when split: %s)",
-                s.name.c_str(), s.num_stages, s.num_micro_batches, join(peaks).c_str(),
-                100.0 * theory_bubble(s),
-                s.step_weight_grads ? "2(P-1)/(3N+2(P-1)) for gpipe and 1f1b with weight_grad: step, "
-                                      "whose W run after the fill and drain"
-                                    : "(P-1)/(N+P-1) for gpipe and 1f1b");
-  return buf;
-}
-
 int run_validate(const World& w, const CommandLine& cli, const Deck& deck) {
   if (w.rank != 0) return 0;
   const DeckLayout layout = resolve_deck_layout(deck, cli.ranks > 0 ? cli.ranks : w.size);
@@ -203,118 +77,6 @@ int run_validate(const World& w, const CommandLine& cli, const Deck& deck) {
   else
     std::printf("deck %s is valid for %d ranks\n", cli.deck_path.c_str(), stages);
   return 0;
-}
-
-// The model's training FLOPs (what GFLOP/s and MFU count) and, with a padded
-// vocabulary, the work on its padded columns, which they leave out.
-void print_model_flops(const ModelConfig& model) {
-  const double flops = model_train_flops_per_sample(model);
-  const double padding = model_padding_flops_per_sample(model);
-  const double tokens = static_cast<double>(tokens_per_sample(model));
-  std::printf("model: %.4g training FLOPs per token (%.4g per sample)", flops / tokens, flops);
-  if (padding > 0.0)
-    std::printf("; the padded vocabulary columns add %.4g per token, computed but not counted",
-                padding / tokens);
-  std::printf("\n");
-}
-
-void print_step(const Deck& deck, const StepRecord& rec, double samples_per_s,
-                double elapsed_s, int64_t first_step, double predicted_step_s) {
-  const int64_t total = deck.training.steps;
-  const double eta = elapsed_s / static_cast<double>(rec.step + 1 - first_step) *
-                     static_cast<double>(total - rec.step - 1);
-  const double tokens_per_s = samples_per_s * static_cast<double>(tokens_per_sample(deck.model));
-  const double gflops = samples_per_s * model_train_flops_per_sample(deck.model) * 1e-9;
-  char eval[48] = "";
-  if (!std::isnan(rec.eval_loss)) std::snprintf(eval, sizeof eval, " | eval %.4f", rec.eval_loss);
-  double act_peak = 0.0, total_peak = 0.0;  // the largest stage's
-  for (const auto& stage : rec.rank_peak_bytes) {
-    act_peak = std::max(act_peak, stage[static_cast<int>(MemCategory::Activations)]);
-    total_peak = std::max(total_peak, stage.back());
-  }
-  char fp16[64] = "";  // the loss scale, and a skipped step, under fp16
-  if (deck.training.precision == Precision::Fp16)
-    std::snprintf(fp16, sizeof fp16, " | scale %g%s", rec.loss_scale,
-                  rec.skipped ? " SKIPPED (overflow)" : "");
-  char plan[40] = "";  // the planner's prediction beside the measurement
-  if (predicted_step_s > 0.0)
-    std::snprintf(plan, sizeof plan, " (plan %.1f, %+.0f%%)", predicted_step_s * 1e3,
-                  100.0 * (predicted_step_s - rec.step_time_s) / rec.step_time_s);
-  std::printf("step %6lld/%lld | loss %.4f%s%s | lr %.2e | gnorm %.2e | %8.1f samples/s | "
-              "%9.0f tokens/s | %6.2f GFLOP/s | %7.1f ms%s | bubble %4.1f%% | mem act %.1f / total %.1f MiB | ETA %s\n",
-              static_cast<long long>(rec.step + 1), static_cast<long long>(total), rec.loss, eval,
-              fp16, rec.lr, rec.grad_norm, samples_per_s, tokens_per_s, gflops, rec.step_time_s * 1e3,
-              plan, 100.0 * rec.bubble, act_peak / 1048576.0, total_peak / 1048576.0, format_duration(eta).c_str());
-  std::fflush(stdout);
-}
-
-void print_floor(const std::optional<LossFloor>& floor) {
-  if (!floor) return;
-  if (!floor->summary.empty()) {
-    std::printf("%s: %.6f nats/image\n", floor->summary.c_str(), floor->window);
-    return;
-  }
-  std::printf("data: Markov chain entropy rate %.6f nats/token; loss floor of a window "
-              "(early positions see less context) %.6f nats/token\n",
-              floor->entropy_rate, floor->window);
-}
-
-// The last line. After a resume the time covers only the steps this process
-// ran, and the line says how many those were.
-void print_summary(const Deck& deck, const StepRecord& last, double elapsed, int64_t first_step,
-                   const std::optional<LossFloor>& floor) {
-  const double final_loss = std::isnan(last.eval_loss) ? last.loss : last.eval_loss;
-  const char* which = std::isnan(last.eval_loss) ? "training" : "held-out";
-  const long long steps = static_cast<long long>(deck.training.steps);
-  if (first_step > 0)
-    std::printf("done: %lld steps, the last %lld of them run by this process (resumed at step "
-                "%lld) in %.2f s; final %s loss %.6f",
-                steps, steps - static_cast<long long>(first_step),
-                static_cast<long long>(first_step), elapsed, which, final_loss);
-  else
-    std::printf("done: %lld steps in %.2f s; final %s loss %.6f", steps, elapsed, which, final_loss);
-  if (floor)
-    std::printf("; loss floor %.6f; gap %.6f (%.1f%% above the floor)", floor->window,
-                final_loss - floor->window, 100.0 * (final_loss - floor->window) / floor->window);
-  std::printf("; outputs in %s\n", deck.output.dir.c_str());
-}
-
-void print_start(const World& w, const Deck& deck, const Trainer& trainer,
-                 const BlasThreadsChoice& blas) {
-  const int stages = trainer.schedule().num_stages;
-  const int pipeline_ranks = w.size / trainer.replicas();
-  std::string grid;
-  if (trainer.replicas() > 1)
-    grid = " (a grid of " + std::to_string(pipeline_ranks) + " pipeline ranks x " +
-           std::to_string(trainer.replicas()) + " data-parallel replicas; replica d is world ranks " +
-           "d x " + std::to_string(pipeline_ranks) + " + pipeline rank; gradient reduction \"" +
-           kind_name(deck.data_parallel.reduction) + "\" in " + std::to_string(trainer.reducer().buckets().size()) +
-           " bucket(s) on rank 0)";
-  std::printf("pipetrain: %d ranks, %s%s\n%s\n", w.size,
-              stages == pipeline_ranks ? "one stage per rank"
-                               : (std::to_string(stages / pipeline_ranks) + " stages per rank").c_str(),
-              grid.c_str(), deck_to_toml(deck).c_str());
-  std::printf("waits: %s (%d ranks on %d cores on this node%s)\n", wait_mode_name(wait_mode()),
-              blas.ranks_on_node, blas.node_cores,
-              std::getenv("PIPETRAIN_WAIT") ? "; PIPETRAIN_WAIT" : "");
-  std::printf("BLAS threads per rank: %d (%s; runs are bitwise comparable at equal BLAS threads)\n",
-              blas.threads,
-              blas.automatic ? ("auto: " + std::to_string(blas.node_cores) + " cores / " +
-                                std::to_string(blas.ranks_on_node) + " ranks on this node")
-                                   .c_str()
-                             : "training.blas_threads");
-  std::printf("%s\n", schedule_summary(trainer.schedule(), trainer.schedule_report()).c_str());
-  print_model_flops(deck.model);
-  print_floor(trainer.loss_floor());
-  const auto& choices = trainer.recompute_choices();
-  for (size_t s = 0; s < choices.size(); ++s) {
-    std::printf("stage %zu: recompute %s", s, choices[s].policy.c_str());
-    if (is_auto_recompute(choices[s].requested))
-      std::printf(" (auto: estimated peak %.1f MiB of a %.1f MiB budget)",
-                  choices[s].needed_bytes / 1048576.0, choices[s].budget_bytes / 1048576.0);
-    std::printf("\n");
-  }
-  std::fflush(stdout);
 }
 
 // Rank 0's bookkeeping of the steps of this run.
