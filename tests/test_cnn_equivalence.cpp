@@ -21,10 +21,12 @@
 #include <gtest/gtest.h>
 #include <mpi.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <filesystem>
 #include <string>
+#include <vector>
 
 #include "mpi_test_util.hpp"
 #include "pipetrain/io/checkpoint.hpp"
@@ -74,9 +76,10 @@ Deck tiny_hybrid(Deck d, int64_t conv_blocks, int64_t transformer_blocks) {
 // `base` on P = the world's ranks under every schedule (interleaved and
 // ZB-V with 2 stages per rank), recompute none and full, against one
 // process; `label` names the model. Needs 2 P partition units.
-void expect_every_schedule_bitwise(const Deck& base, const std::string& model) {
+void expect_every_schedule_bitwise(const Deck& base, const std::string& model,
+                                   const std::vector<std::string>& recomputes = {"none", "full"}) {
   const int P = world_size();
-  for (const char* recompute : {"none", "full"}) {
+  for (const std::string& recompute : recomputes) {
     Deck reference = base;
     reference.pipeline.recompute = recompute;
     test::RunResult alone;
@@ -109,11 +112,13 @@ TEST(CnnEquivalence, EveryScheduleEqualsOneProcess) {
 // The hybrid: at 2 ranks 2 residual and 2 Transformer blocks (interleaved's
 // 4 stages: conv, conv, patch tokens + attention, attention; the other
 // schedules cut between the residual and the Transformer blocks); at 4
-// ranks 4 and 4.
+// ranks 4 and 4. Also selective recomputation, which drops the attention
+// probabilities (the cnn's layers drop nothing: there it is "none").
 TEST(CnnEquivalence, HybridEveryScheduleEqualsOneProcess) {
   if (world_size() != 2 && world_size() != 4) GTEST_SKIP() << "needs 2 or 4 ranks";
   const int64_t half = world_size();
-  expect_every_schedule_bitwise(tiny_hybrid(tiny_cnn(), half, half), "hybrid");
+  expect_every_schedule_bitwise(tiny_hybrid(tiny_cnn(), half, half), "hybrid",
+                                {"none", "selective", "full"});
 }
 
 // Deferred batch normalisation (model.norm = "batch"): the statistics of
@@ -132,6 +137,45 @@ TEST(CnnEquivalence, BatchNormEveryScheduleEqualsOneProcess) {
   Deck hybrid = tiny_hybrid(tiny_cnn(), world_size(), world_size());
   hybrid.model.cnn.norm = NormKind::Batch;
   expect_every_schedule_bitwise(hybrid, "hybrid batch-norm");
+}
+
+// The values of parameter `name` of a one-process trainer's stage.
+std::vector<float> param_values(const Trainer& trainer, const std::string& name) {
+  for (const auto& layer : trainer.stage().layers)
+    for (Param* p : layer->params())
+      if (p->name == name) return std::vector<float>(p->value.f32(), p->value.f32() + p->value.numel());
+  ADD_FAILURE() << "no parameter " << name;
+  return {};
+}
+
+// The trainer wires the deferred statistics end to end: after one step the
+// stem's running statistics (the first normalisation, whose input, the stem
+// convolution of the images, does not depend on the micro-batch split) are
+// those of the whole batch whether it ran as 4 micro-batches or as 1, up to
+// rounding (1e-5 relative: each micro-batch's statistics are rounded to
+// float once). Keeping one micro-batch's statistics only, or committing per
+// micro-batch, or not at all, misses by far more (0.1 of the step's mean
+// and variance move them from 0 and 1 by about 0.1).
+TEST(CnnEquivalence, BatchNormStatisticsCoverTheStepsMicroBatches) {
+  if (!is_root()) return;
+  Deck deck = tiny_cnn();
+  deck.model.cnn.norm = NormKind::Batch;
+  deck.training.steps = 1;
+  std::vector<float> mean[2], var[2];
+  for (int i = 0; i < 2; ++i) {
+    deck.pipeline.micro_batches = i == 0 ? 4 : 1;
+    Trainer trainer(deck, MPI_COMM_SELF);
+    trainer.train_step(0);
+    mean[i] = param_values(trainer, "stem.norm.running_mean");
+    var[i] = param_values(trainer, "stem.norm.running_var");
+  }
+  ASSERT_EQ(mean[0].size(), 4u);
+  ASSERT_EQ(var[0].size(), 4u);
+  for (size_t c = 0; c < 4; ++c) {
+    EXPECT_NEAR(mean[0][c], mean[1][c], 1e-5 * std::max(1.f, std::abs(mean[1][c]))) << c;
+    EXPECT_NEAR(var[0][c], var[1][c], 1e-5 * var[1][c]) << c;
+    EXPECT_GT(std::abs(var[1][c] - 1.f), 1e-3) << "channel " << c << ": never committed";
+  }
 }
 
 // Steps [from, to) on the first `ranks` ranks, loading `load` first when
