@@ -1,22 +1,36 @@
 // test_cnn_equivalence.cpp: the CNN family (model.type = "cnn", group
-// normalisation) trained on 2 pipeline ranks under GPipe, 1F1B,
-// interleaved (2 virtual stages), ZB-H1 and ZB-V, with recompute none and full, gives the single-process model bit for bit:
+// normalisation) and the hybrid family (model.type = "hybrid": the CNN's
+// residual blocks, then Transformer blocks on its patch tokens), each trained
+// on P = 2 or 4 pipeline ranks (the world's) under GPipe, 1F1B, interleaved
+// (2 virtual stages), ZB-H1 and ZB-V, with recompute none and full, give the
+// single-process model bit for bit:
 // every parameter, every step's loss and gradient norm (clipping is on).
 // Group normalisation normalises each image alone, so a sample's activations
 // do not depend on its micro-batch, and every gradient is accumulated in
 // ascending micro-batch order on every stage, as for the MLP and the GPT
-// (test_schedule_equivalence.cpp). A tiny network: 6 x 6 images of 2
-// channels, 3 classes, width 4, 2 stages of 2 blocks (the second stage's
-// first block downsamples through a projection), 8 images a step in 4
-// micro-batches, 3 AdamW steps. Also: the images' loss floor is the
-// teacher's mean label entropy, strictly between 0 and log(classes).
+// (test_schedule_equivalence.cpp); the hybrid's LayerNorm and attention work
+// within one image's tokens. A tiny network: 6 x 6 images of 2 channels, 3
+// classes, width 4, 2 network stages of P / 2 blocks each for the hybrid, P
+// for the cnn (the second stage's first block downsamples through a
+// projection), 8 images a step in 4 micro-batches, 3 AdamW steps. The same
+// matrix with batch normalisation (model.norm = "batch", deferred: running
+// statistics committed once per step), and a batch-normalised run resumed
+// from a checkpoint bitwise equal to an uninterrupted one. Also: the
+// images' loss floor is the teacher's mean label entropy, strictly between
+// 0 and log(classes).
 #include <gtest/gtest.h>
 #include <mpi.h>
 
+#include <algorithm>
 #include <cmath>
+#include <cstdlib>
+#include <filesystem>
 #include <string>
+#include <vector>
 
 #include "mpi_test_util.hpp"
+#include "pipetrain/io/checkpoint.hpp"
+#include "pipetrain/io/deck_io.hpp"
 #include "pipetrain/model/data.hpp"
 #include "pipetrain/runtime/data_set_config.hpp"
 #include "pipetrain/runtime/trainer.hpp"
@@ -45,28 +59,184 @@ Deck tiny_cnn() {
   return d;
 }
 
-TEST(CnnEquivalence, TwoRanksEveryScheduleEqualsOneProcess) {
-  if (world_size() < 2) GTEST_SKIP() << "needs 2 ranks";
-  const Deck base = tiny_cnn();
-  for (const char* recompute : {"none", "full"}) {
+// `d` (tiny_cnn) becomes the tiny hybrid: the cnn's stem and 2 network
+// stages of `conv_blocks` / 2 residual blocks (6 x 6 images down to 3 x 3: 9
+// tokens of 8 channels), then `transformer_blocks` Transformer blocks of
+// width 8, 2 heads.
+Deck tiny_hybrid(Deck d, int64_t conv_blocks, int64_t transformer_blocks) {
+  d.model.type = "hybrid";
+  d.model.cnn.stage_blocks = conv_blocks / 2;
+  d.model.gpt.d_model = 8;
+  d.model.gpt.heads = 2;
+  d.model.gpt.mlp_ratio = 2;
+  d.model.gpt.blocks = transformer_blocks;
+  return d;
+}
+
+// `base` on P = the world's ranks under every schedule (interleaved and
+// ZB-V with 2 stages per rank), recompute none and full, against one
+// process; `label` names the model. Needs 2 P partition units.
+void expect_every_schedule_bitwise(const Deck& base, const std::string& model,
+                                   const std::vector<std::string>& recomputes = {"none", "full"}) {
+  const int P = world_size();
+  for (const std::string& recompute : recomputes) {
     Deck reference = base;
     reference.pipeline.recompute = recompute;
     test::RunResult alone;
     if (is_root()) alone = test::train_alone(reference);
-    // Interleaved: 2 virtual stages per rank, one block each.
     for (const char* schedule : {"gpipe", "1f1b", "interleaved", "zb-h1", "zb-v"}) {
       Deck deck = reference;
       deck.pipeline.schedule = kind_named<ScheduleKind>(schedule);
       deck.pipeline.virtual_stages = std::string(schedule) == "interleaved" ? 2 : 1;
-      const test::RunResult piped = test::train_on(deck, 2);
+      const test::RunResult piped = test::train_on(deck, P);
       if (!is_root()) continue;
-      const std::string label = std::string("cnn ") + schedule + " P=2 recompute " + recompute;
+      const std::string label = model + " " + schedule + " P=" + std::to_string(P) +
+                                " recompute " + recompute;
       test::expect_bitwise(piped, alone, label, /*norms=*/true);
       std::printf("  %s: %zu parameters, losses %.6f %.6f %.6f, bitwise the single process\n",
                   label.c_str(), piped.params.size(), piped.losses[0], piped.losses[1],
                   piped.losses[2]);
     }
   }
+}
+
+// At 2 ranks the tiny cnn has 4 blocks (interleaved: one per virtual
+// stage); at 4 ranks 8 (2 network stages of 4 blocks).
+TEST(CnnEquivalence, EveryScheduleEqualsOneProcess) {
+  if (world_size() != 2 && world_size() != 4) GTEST_SKIP() << "needs 2 or 4 ranks";
+  Deck deck = tiny_cnn();
+  deck.model.cnn.stage_blocks = world_size();
+  expect_every_schedule_bitwise(deck, "cnn");
+}
+
+// The hybrid: at 2 ranks 2 residual and 2 Transformer blocks (interleaved's
+// 4 stages: conv, conv, patch tokens + attention, attention; the other
+// schedules cut between the residual and the Transformer blocks); at 4
+// ranks 4 and 4. Also selective recomputation, which drops the attention
+// probabilities (the cnn's layers drop nothing: there it is "none").
+TEST(CnnEquivalence, HybridEveryScheduleEqualsOneProcess) {
+  if (world_size() != 2 && world_size() != 4) GTEST_SKIP() << "needs 2 or 4 ranks";
+  const int64_t half = world_size();
+  expect_every_schedule_bitwise(tiny_hybrid(tiny_cnn(), half, half), "hybrid",
+                                {"none", "selective", "full"});
+}
+
+// Deferred batch normalisation (model.norm = "batch"): the statistics of
+// each micro-batch in training, the running statistics committed once per
+// step. Pipelined under every schedule and recompute policy, every
+// parameter -- the running statistics among them (Param::running_statistic,
+// gathered like the weights) -- and every loss are those of one process
+// running the same micro-batches. The hybrid's stem and residual blocks
+// use it too.
+TEST(CnnEquivalence, BatchNormEveryScheduleEqualsOneProcess) {
+  if (world_size() != 2 && world_size() != 4) GTEST_SKIP() << "needs 2 or 4 ranks";
+  Deck cnn = tiny_cnn();
+  cnn.model.cnn.stage_blocks = world_size();
+  cnn.model.cnn.norm = NormKind::Batch;
+  expect_every_schedule_bitwise(cnn, "cnn batch-norm");
+  Deck hybrid = tiny_hybrid(tiny_cnn(), world_size(), world_size());
+  hybrid.model.cnn.norm = NormKind::Batch;
+  expect_every_schedule_bitwise(hybrid, "hybrid batch-norm");
+}
+
+// The values of parameter `name` of a one-process trainer's stage.
+std::vector<float> param_values(const Trainer& trainer, const std::string& name) {
+  for (const auto& layer : trainer.stage().layers)
+    for (Param* p : layer->params())
+      if (p->name == name) return std::vector<float>(p->value.f32(), p->value.f32() + p->value.numel());
+  ADD_FAILURE() << "no parameter " << name;
+  return {};
+}
+
+// The trainer wires the deferred statistics end to end: after one step the
+// stem's running statistics (the first normalisation, whose input, the stem
+// convolution of the images, does not depend on the micro-batch split) are
+// those of the whole batch whether it ran as 4 micro-batches or as 1, up to
+// rounding (1e-5 relative: each micro-batch's statistics are rounded to
+// float once). Keeping one micro-batch's statistics only, or committing per
+// micro-batch, or not at all, misses by far more (0.1 of the step's mean
+// and variance move them from 0 and 1 by about 0.1).
+TEST(CnnEquivalence, BatchNormStatisticsCoverTheStepsMicroBatches) {
+  if (!is_root()) return;
+  Deck deck = tiny_cnn();
+  deck.model.cnn.norm = NormKind::Batch;
+  deck.training.steps = 1;
+  std::vector<float> mean[2], var[2];
+  for (int i = 0; i < 2; ++i) {
+    deck.pipeline.micro_batches = i == 0 ? 4 : 1;
+    Trainer trainer(deck, MPI_COMM_SELF);
+    trainer.train_step(0);
+    mean[i] = param_values(trainer, "stem.norm.running_mean");
+    var[i] = param_values(trainer, "stem.norm.running_var");
+  }
+  ASSERT_EQ(mean[0].size(), 4u);
+  ASSERT_EQ(var[0].size(), 4u);
+  for (size_t c = 0; c < 4; ++c) {
+    EXPECT_NEAR(mean[0][c], mean[1][c], 1e-5 * std::max(1.f, std::abs(mean[1][c]))) << c;
+    EXPECT_NEAR(var[0][c], var[1][c], 1e-5 * var[1][c]) << c;
+    EXPECT_GT(std::abs(var[1][c] - 1.f), 1e-3) << "channel " << c << ": never committed";
+  }
+}
+
+// Steps [from, to) on the first `ranks` ranks, loading `load` first when
+// given and saving into `save_dir` at the end when given; the held-out loss
+// at the end (evaluation uses the running statistics).
+test::RunResult segment(Deck deck, int ranks, int64_t from, int64_t to, const std::string& load,
+                        const std::string& save_dir, double& eval_loss) {
+  test::RunResult run;
+  test::on_first_ranks(ranks, [&](MPI_Comm comm) {
+    Trainer trainer(deck, comm);
+    const std::string text = deck_to_toml(deck);
+    if (!load.empty()) load_checkpoint(load, LoadMode::Resume, deck, text, trainer, comm);
+    for (int64_t s = from; s < to; ++s) test::record_step(run, trainer.train_step(s));
+    if (!save_dir.empty()) {
+      deck.output.checkpoint_dir = save_dir;
+      save_checkpoint(deck, text, trainer, to, comm);
+    }
+    eval_loss = trainer.evaluate();
+    run.params = trainer.gather_parameters();
+  });
+  return run;
+}
+
+std::string shared_temp_dir() {
+  char buf[256] = {0};
+  if (is_root()) {
+    std::snprintf(buf, sizeof buf, "%s",
+                  (std::filesystem::temp_directory_path() / "pt_bn_XXXXXX").c_str());
+    if (mkdtemp(buf) == nullptr) buf[0] = 0;
+  }
+  MPI_Bcast(buf, sizeof buf, MPI_CHAR, 0, MPI_COMM_WORLD);
+  return buf;
+}
+
+// 2 steps, a checkpoint, 2 more resumed from it: bitwise the 4 steps of an
+// uninterrupted run (parameters with the running statistics, losses), and
+// the same held-out loss after them.
+TEST(CnnEquivalence, BatchNormResumesBitwise) {
+  if (world_size() < 2) GTEST_SKIP() << "needs 2 ranks";
+  Deck deck = tiny_cnn();
+  deck.model.cnn.norm = NormKind::Batch;
+  deck.training.steps = 4;
+  deck.training.eval_batches = 1;
+  deck.training.eval_every = 4;  // the run keeps held-out data for evaluate()
+  deck.output.checkpoint_keep = 10;
+  const std::string dir = shared_temp_dir();
+  double straight_eval = 0.0, first_eval = 0.0, resumed_eval = 0.0;
+  const test::RunResult straight = segment(deck, 2, 0, 4, "", "", straight_eval);
+  segment(deck, 2, 0, 2, "", dir + "/ckpt", first_eval);
+  const test::RunResult resumed = segment(deck, 2, 2, 4, dir + "/ckpt", "", resumed_eval);
+  MPI_Barrier(MPI_COMM_WORLD);
+  if (!is_root()) return;
+  std::filesystem::remove_all(dir);
+  ASSERT_EQ(resumed.params.size(), straight.params.size());
+  EXPECT_EQ(test::bitwise_differences(resumed.params, straight.params), 0u);
+  for (size_t s = 0; s < 2; ++s)
+    EXPECT_TRUE(test::same_bits(resumed.losses[s], straight.losses[2 + s])) << "step " << 2 + s;
+  EXPECT_TRUE(test::same_bits(resumed_eval, straight_eval))
+      << resumed_eval << " vs " << straight_eval;
+  EXPECT_NE(first_eval, straight_eval);  // the running statistics and weights moved
+  std::printf("  batch norm: resumed at step 2, bitwise; held-out loss %.6f\n", resumed_eval);
 }
 
 TEST(CnnEquivalence, ImageLossFloorIsTheTeachersEntropy) {

@@ -19,6 +19,7 @@
 // with ReLUs inside, is checked by composition instead (see its test).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <utility>
@@ -31,6 +32,8 @@
 #include "pipetrain/base/error.hpp"
 #include "pipetrain/model/conv_layers.hpp"
 #include "pipetrain/model/family.hpp"
+#include "pipetrain/model/forward_context.hpp"
+#include "pipetrain/model/hybrid_layers.hpp"
 
 namespace pt {
 namespace {
@@ -177,6 +180,103 @@ TEST(CnnLayers, ResidualBlocksEqualTheirLayersComposed) {
 TEST(CnnLayers, ClassifierHeadMatchesFiniteDifferences) {
   auto head = make_classifier_head("head", 4, 3, 5, 30);
   check_layer(*head, {2, 4, 3, 3}, "head 4 -> 3 classes");
+}
+
+// Deferred batch normalisation (NormSpec, conv_layers.hpp): training
+// forwards of micro-batches 0 and 1 keep their statistics, a recomputing
+// forward keeps none, and end_step moves the running statistics once, by
+// momentum 0.1, to the mean and unbiased variance of both micro-batches as
+// one batch, computed here in double from the inputs; evaluation then
+// normalises with them. The layer rounds each micro-batch's statistics to
+// float once and combines them in double, so it agrees with the direct
+// double computation to about 2^-24 relative: 1e-5 leaves a wide margin
+// while a wrong rule (one micro-batch only, the biased variance: 1/35 off,
+// a commit per micro-batch, a recorded recomputation) misses by far more.
+TEST(CnnLayers, BatchNormRunningStatisticsCommitOncePerStep) {
+  Backend& be = cpu_backend();
+  auto bn = make_norm("bn", 2, {NormKind::Batch, 1, 1e-5f, 0.1});
+  std::vector<Param*> params = bn->params();
+  ASSERT_EQ(params.size(), 4u);
+  EXPECT_EQ(params[2]->name, "bn.running_mean");
+  EXPECT_TRUE(params[2]->running_statistic && params[3]->running_statistic);
+  const Tensor x0 = random_tensor({2, 2, 3, 3}, 11), x1 = random_tensor({2, 2, 3, 3}, 12);
+  const Tensor other = random_tensor({2, 2, 3, 3}, 13, 5.f);
+  std::vector<Tensor> saved;
+  for (int mb : {0, 1}) {
+    const ForwardScope train({ForwardPurpose::Train, mb});
+    bn->forward(be, mb == 0 ? x0 : x1, saved);
+  }
+  {
+    const ForwardScope recompute({ForwardPurpose::Recompute, 2});
+    bn->forward(be, other, saved);
+  }
+  EXPECT_EQ(params[2]->value.f32()[0], 0.f);  // nothing committed before end_step
+  bn->end_step(be);
+  for (int64_t c = 0; c < 2; ++c) {
+    double sum = 0.0, squares = 0.0;
+    for (const Tensor* x : {&x0, &x1})
+      for (int64_t n = 0; n < 2; ++n)
+        for (int64_t i = 0; i < 9; ++i) sum += x->f32()[(n * 2 + c) * 9 + i];
+    const double mean = sum / 36.0;
+    for (const Tensor* x : {&x0, &x1})
+      for (int64_t n = 0; n < 2; ++n)
+        for (int64_t i = 0; i < 9; ++i) {
+          const double d = x->f32()[(n * 2 + c) * 9 + i] - mean;
+          squares += d * d;
+        }
+    const double want_mean = 0.1 * mean, want_var = 0.9 + 0.1 * squares / 35.0;
+    EXPECT_NEAR(params[2]->value.f32()[c], want_mean, 1e-5 * std::max(1.0, std::abs(want_mean)));
+    EXPECT_NEAR(params[3]->value.f32()[c], want_var, 1e-5 * want_var);
+  }
+  // A second end_step without forwards changes nothing: the step's
+  // statistics were committed once.
+  const float committed = params[3]->value.f32()[1];
+  bn->end_step(be);
+  EXPECT_EQ(params[3]->value.f32()[1], committed);
+  // Evaluation: (x - running_mean) / sqrt(running_var + eps) (gamma 1, beta 0).
+  const ForwardScope eval({ForwardPurpose::Eval, 0});
+  const Tensor y = bn->forward(be, other, saved);
+  for (int64_t i = 0; i < other.numel(); ++i) {
+    const int64_t c = (i / 9) % 2;
+    const double want = (other.f32()[i] - params[2]->value.f32()[c]) /
+                        std::sqrt(static_cast<double>(params[3]->value.f32()[c]) + 1e-5);
+    EXPECT_NEAR(y.f32()[i], want, 1e-6 * std::max(1.0, std::abs(want)));
+  }
+}
+
+// The hybrid family's layers (hybrid_layers.hpp): the patch tokens (3
+// channels of a 2 x 2 map -> 4 tokens of width 8, projection and position
+// embedding) and the token-pooling head (LayerNorm, mean, Linear).
+TEST(CnnLayers, HybridLayersMatchFiniteDifferences) {
+  auto tokens = make_patch_tokens("tokens", 3, 2, 8, 5, 40);
+  check_layer(*tokens, {2, 3, 2, 2}, "patch tokens 3 -> 8");
+  auto head = make_token_pool_head("head", 4, 8, 3, 5, 42);
+  check_layer(*head, {2, 4, 8}, "token pool head 8 -> 3");
+}
+
+// image_to_tokens moves pixel (c, h, w) of image n to token h W + w,
+// column c; tokens_to_image moves it back. Exact copies.
+TEST(CnnLayers, ImageTokensTransposeExactly) {
+  ConvKernels& k = require_kernels<ConvKernels>(cpu_backend(), "test");
+  const int64_t N = 2, C = 3, H = 2, W = 4;
+  Tensor x = random_tensor({N, C, H, W}, 7);
+  Tensor t = Tensor::empty({N, H * W, C}), back = Tensor::empty({N, C, H, W});
+  k.image_to_tokens(x, t);
+  for (int64_t n = 0; n < N; ++n)
+    for (int64_t c = 0; c < C; ++c)
+      for (int64_t p = 0; p < H * W; ++p)
+        EXPECT_EQ(t.f32()[(n * H * W + p) * C + c], x.f32()[(n * C + c) * H * W + p]);
+  k.tokens_to_image(t, back);
+  EXPECT_TRUE(same_bits(back, x));
+  try {
+    Tensor wrong = Tensor::empty({N, C, H * W});
+    k.image_to_tokens(x, wrong);
+    FAIL() << "image_to_tokens accepted (N, C, H W) for its tokens";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("image_to_tokens: y (2, 3, 8) must be (2, 8, 3)"),
+              std::string::npos)
+        << e.what();
+  }
 }
 
 TEST(CnnLayers, ResidualBlockShapesAndParameters) {

@@ -325,7 +325,7 @@ TEST(DeckErrors, KeysOfAnotherModelOrDataTypeAreRejected) {
   EXPECT_EQ(text_error("[model]\ntype = \"gpt\"\nhidden_dim = 64\n[data]\ntype = \"markov\"\n"),
             "t.toml:3: model.hidden_dim: only applies with model.type = \"mlp\"; remove it or change that key");
   EXPECT_EQ(text_error("[model]\nd_model = 64\n"),
-            "t.toml:2: model.d_model: only applies with model.type = \"gpt\"; remove it or change that key");
+            "t.toml:2: model.d_model: only applies with model.type = \"gpt\" or \"hybrid\"; remove it or change that key");
   EXPECT_HAS(text_error("[model]\ntype = \"gpt\"\n[data]\ntype = \"markov\"\npath = \"x.h5\"\n"),
              "t.toml:5: data.path: only applies with data.type = \"hdf5\"");
 }
@@ -338,7 +338,31 @@ TEST(DeckErrors, CnnNeedsImagesAndGroupsDividingWidth) {
             "t.toml:4: model.norm_groups = 4: must divide model.width = 6 (t.toml:3) (every stage's "
             "width is a multiple of it)");
   EXPECT_EQ(text_error("[model]\ntype = \"gpt\"\nstage_blocks = 2\n[data]\ntype = \"markov\"\n"),
-            "t.toml:3: model.stage_blocks: only applies with model.type = \"cnn\"; remove it or change that key");
+            "t.toml:3: model.stage_blocks: only applies with model.type = \"cnn\" or \"hybrid\"; remove it or change that key");
+  EXPECT_EQ(text_error("[model]\ntype = \"cnn\"\nnorm = \"layer\"\n[data]\ntype = \"images\"\n"),
+            "t.toml:3: model.norm = \"layer\": must be one of \"group\", \"batch\"");
+  // Batch normalisation has no groups: norm_groups need not divide width;
+  // its running statistics are one pipeline's, so one replica only.
+  const pt::Deck batch = pt::parse_deck_text(
+      "[model]\ntype = \"cnn\"\nwidth = 6\nnorm_groups = 4\nnorm = \"batch\"\n"
+      "[data]\ntype = \"images\"\n[pipeline]\nstages = 2\n",
+      "t.toml", {});
+  EXPECT_EQ(pt::check_deck_layout(batch, 2), 2);
+  EXPECT_EQ(input_error([&] { pt::check_deck_layout(batch, 4); }),
+            "t.toml:5: model.norm = \"batch\" keeps running statistics of each pipeline's own "
+            "micro-batches, but the job has 2 data-parallel replicas (data_parallel.replicas), "
+            "whose statistics would differ; use one replica, or model.norm = \"group\"");
+}
+
+// The hybrid family: the cnn's keys and the GPT block's, on images.
+TEST(DeckErrors, HybridNeedsImagesAndHeadsDividingWidth) {
+  EXPECT_EQ(text_error("[model]\ntype = \"hybrid\"\n[data]\ntype = \"markov\"\n"),
+            "t.toml:2: model.type = \"hybrid\": trains on data.type = \"images\", not "
+            "data.type = \"markov\" (t.toml:4)");
+  EXPECT_EQ(text_error("[model]\ntype = \"hybrid\"\nd_model = 30\nheads = 4\n[data]\ntype = \"images\"\n"),
+            "t.toml:4: model.heads = 4: must divide model.d_model = 30 (t.toml:3)");
+  EXPECT_EQ(text_error("[model]\ntype = \"hybrid\"\nseq_len = 8\n[data]\ntype = \"images\"\n"),
+            "t.toml:3: model.seq_len: only applies with model.type = \"gpt\"; remove it or change that key");
 }
 
 TEST(DeckErrors, GptNeedsTokenDataAndHeadsDividingWidth) {
@@ -376,7 +400,7 @@ TEST(DeckErrors, FusedAttentionIsAGptKeyAndNeedsBf16OnCuda) {
   EXPECT_EQ(text_error("[model]\ntype = \"gpt\"\nattention = \"flash\"\n[data]\ntype = \"markov\"\n"),
             "t.toml:3: model.attention = \"flash\": must be one of \"reference\", \"fused\"");
   EXPECT_EQ(text_error("[model]\nattention = \"fused\"\n"),
-            "t.toml:2: model.attention: only applies with model.type = \"gpt\"; remove it or change that key");
+            "t.toml:2: model.attention: only applies with model.type = \"gpt\" or \"hybrid\"; remove it or change that key");
   EXPECT_EQ(pt::parse_deck_text(cuda + "precision = \"bf16\"\n", "t.toml", {}).model.gpt.attention,
             pt::AttentionKind::Fused);
   EXPECT_EQ(pt::parse_deck_text(gpt + "[training]\nprecision = \"fp16\"\n", "t.toml", {}).model.gpt.attention,

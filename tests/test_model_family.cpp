@@ -117,17 +117,17 @@ std::string error_of(const std::string& text) {
 
 TEST(ModelFamily, IsListedAndNamedInDeckMessages) {
   register_toy();
-  EXPECT_EQ(model_family_names(), (std::vector<std::string>{"mlp", "gpt", "cnn", "toy"}));
+  EXPECT_EQ(model_family_names(), (std::vector<std::string>{"mlp", "gpt", "cnn", "hybrid", "toy"}));
   EXPECT_THROW(register_model_family(toy_family()), InputError);  // a name is taken once
   EXPECT_EQ(error_of("[model]\ntype = \"rnn\"\n"),
-            "t.toml:2: model.type = \"rnn\": must be one of \"mlp\", \"gpt\", \"cnn\", \"toy\"");
+            "t.toml:2: model.type = \"rnn\": must be one of \"mlp\", \"gpt\", \"cnn\", \"hybrid\", \"toy\"");
   ModelConfig unknown;
   unknown.type = "rnn";
   try {
     model_family(unknown);
     ADD_FAILURE() << "no error for an unknown family";
   } catch (const InputError& e) {
-    EXPECT_STREQ(e.what(), "model.type = \"rnn\": unknown model family; the families are \"mlp\", \"gpt\", \"cnn\", \"toy\"");
+    EXPECT_STREQ(e.what(), "model.type = \"rnn\": unknown model family; the families are \"mlp\", \"gpt\", \"cnn\", \"hybrid\", \"toy\"");
   }
 }
 

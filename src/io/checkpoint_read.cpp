@@ -134,6 +134,9 @@ Candidates resolve(const std::string& spec, const Deck& deck) {
 struct ParamShape {
   std::string name;
   Shape shape;
+  // The optimizer keeps state for it: not for a running statistic
+  // (Param::running_statistic, batch normalisation), which is a value only.
+  bool has_state = true;
 };
 
 struct Entry {
@@ -336,7 +339,7 @@ void match_model(const std::string& dir, const Inspection& ins, const std::vecto
                          " but the deck's model needs " + shape_string(p.shape) +
                          " (the deck's [model] differs from the checkpoint's" +
                          padding_note(ins.deck_text, deck) + ")");
-    if (mode == LoadMode::Resume && (!e.state1 || (adamw && !e.state2)))
+    if (mode == LoadMode::Resume && p.has_state && (!e.state1 || (adamw && !e.state2)))
       unusable(file, "params/" + p.name + " has no " + (e.state1 ? "state2" : "state1") +
                          ": the checkpoint lacks the optimizer state of training.optimizer = \"" +
                          kind_name(deck.training.optimizer) +
@@ -425,11 +428,12 @@ double read_params(const std::string& dir, const std::map<std::string, std::stri
 
 // ---- glue --------------------------------------------------------------------
 
-// Rank 0: every rank's parameter names and shapes, in global order.
+// Rank 0: every rank's parameter names, whether each has optimizer state, and
+// shapes, in global order.
 std::vector<ParamShape> gather_params(const std::vector<Param*>& params, MPI_Comm comm) {
   std::ostringstream mine;
   for (const Param* p : params) {
-    mine << p->name;
+    mine << p->name << ' ' << (p->running_statistic ? 0 : 1);
     for (int64_t d : p->value.shape()) mine << ' ' << d;
     mine << '\n';
   }
@@ -448,7 +452,9 @@ std::vector<ParamShape> gather_params(const std::vector<Param*>& params, MPI_Com
   for (std::string line; std::getline(lines, line);) {
     std::istringstream fields(line);
     ParamShape p;
-    fields >> p.name;
+    int has_state = 1;
+    fields >> p.name >> has_state;
+    p.has_state = has_state != 0;
     for (int64_t d; fields >> d;) p.shape.push_back(d);
     out.push_back(p);
   }

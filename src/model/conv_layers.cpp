@@ -6,9 +6,11 @@
 #include "pipetrain/model/conv_layers.hpp"
 
 #include <cmath>
+#include <map>
 #include <utility>
 
 #include "pipetrain/base/error.hpp"
+#include "pipetrain/model/forward_context.hpp"
 
 namespace pt {
 
@@ -65,7 +67,18 @@ class ConvUnit {
   Param bias_;    // (out), or undefined
 };
 
-// A normalisation over `channels` channels: gamma, beta (C).
+// A running statistic of batch normalisation (conv_layers.hpp, NormSpec):
+// `value` starts at zeros (mean) or ones (variance).
+Param running_statistic(const std::string& name, int64_t channels, float start, ParamInit init) {
+  Param p = new_param(name, {channels});
+  p.running_statistic = true;
+  if (init == ParamInit::FromSeed) fill_constant(p.value, start);
+  return p;
+}
+
+// A normalisation over `channels` channels: gamma, beta (C); batch
+// normalisation also running_mean, running_var (C) and the statistics of
+// the step's training forwards, by micro-batch, until end_step.
 class NormUnit {
  public:
   NormUnit(const std::string& name, int64_t channels, NormSpec spec, ParamInit init)
@@ -74,6 +87,10 @@ class NormUnit {
     PT_CHECK(spec.kind == NormKind::Batch || (spec.groups >= 1 && channels % spec.groups == 0),
              "normalisation \"" + name + "\": " + std::to_string(spec.groups) +
                  " groups do not divide its " + std::to_string(channels) + " channels");
+    if (batch()) {
+      running_mean_ = running_statistic(name + ".running_mean", channels, 0.f, init);
+      running_var_ = running_statistic(name + ".running_var", channels, 1.f, init);
+    }
     if (init == ParamInit::Uninitialised) return;
     fill_constant(gamma_.value, 1.f);
     fill_constant(beta_.value, 0.f);
@@ -81,19 +98,61 @@ class NormUnit {
   void add_params(std::vector<Param*>& out) {
     out.push_back(&gamma_);
     out.push_back(&beta_);
+    if (!batch()) return;
+    out.push_back(&running_mean_);
+    out.push_back(&running_var_);
   }
-  // Appends mean and rstd (the statistics backward needs) to `saved`.
+  // Appends mean and rstd (the statistics backward needs) to `saved`; an
+  // evaluation forward of batch normalisation, which has no backward,
+  // appends two undefined tensors in their place.
   Tensor forward(Backend& be, const Tensor& x, std::vector<Tensor>& saved) {
-    const int64_t stats = spec_.kind == NormKind::Group ? x.dim(0) * spec_.groups : x.dim(1);
+    const int64_t stats = batch() ? x.dim(1) : x.dim(0) * spec_.groups;
     Tensor y = new_like(be, x.shape()), mean = new_like(be, {stats}), rstd = new_like(be, {stats});
     ConvKernels& k = conv_kernels(be, name_);
-    if (spec_.kind == NormKind::Group)
+    const ForwardContext& context = forward_context();
+    if (!batch()) {
       k.group_norm_forward(x, gamma_.value, beta_.value, spec_.groups, spec_.eps, y, mean, rstd);
-    else
-      k.batch_norm_forward(x, gamma_.value, beta_.value, spec_.eps, y, mean, rstd, nullptr);
+    } else if (context.purpose == ForwardPurpose::Eval) {
+      k.batch_norm_inference(x, gamma_.value, beta_.value, running_mean_.value,
+                             running_var_.value, spec_.eps, y);
+      mean = rstd = Tensor();
+    } else {
+      Tensor var = new_like(be, {stats});
+      k.batch_norm_forward(x, gamma_.value, beta_.value, spec_.eps, y, mean, rstd, &var);
+      if (context.purpose == ForwardPurpose::Train)
+        step_stats_[context.micro_batch] = {mean.to(Device::CPU), var.to(Device::CPU),
+                                            x.dim(0) * x.dim(2) * x.dim(3)};
+    }
     saved.push_back(mean);
     saved.push_back(rstd);
     return y;
+  }
+  // Batch normalisation: the step's micro-batches, in ascending order, as
+  // one batch (its mean, and its variance made unbiased) move the running
+  // statistics by `momentum`; in double, each value rounded once.
+  void end_step() {
+    if (step_stats_.empty()) return;
+    const int64_t C = gamma_.value.numel();
+    double count = 0.0;
+    for (const auto& [mb, s] : step_stats_) count += static_cast<double>(s.count);
+    Tensor mean = running_mean_.value.to(Device::CPU, MemCategory::Workspace);
+    Tensor var = running_var_.value.to(Device::CPU, MemCategory::Workspace);
+    const double m = spec_.momentum;
+    for (int64_t c = 0; c < C; ++c) {
+      double step_mean = 0.0, step_var = 0.0;
+      for (const auto& [mb, s] : step_stats_) step_mean += s.count * static_cast<double>(s.mean.f32()[c]);
+      step_mean /= count;
+      for (const auto& [mb, s] : step_stats_) {
+        const double d = s.mean.f32()[c] - step_mean;
+        step_var += s.count * (s.var.f32()[c] + d * d);
+      }
+      step_var = count > 1.0 ? step_var / (count - 1.0) : step_var / count;
+      mean.f32()[c] = static_cast<float>((1.0 - m) * mean.f32()[c] + m * step_mean);
+      var.f32()[c] = static_cast<float>((1.0 - m) * var.f32()[c] + m * step_var);
+    }
+    copy_tensor(mean, running_mean_.value);
+    copy_tensor(var, running_var_.value);
+    step_stats_.clear();
   }
   // mean, rstd: forward's. Adds dgamma, dbeta; returns dx.
   Tensor backward(Backend& be, const Tensor& x, const Tensor& mean, const Tensor& rstd,
@@ -109,10 +168,22 @@ class NormUnit {
   }
 
  private:
+  bool batch() const { return spec_.kind == NormKind::Batch; }
+
+  // One training forward's batch statistics: mean and biased variance (C),
+  // on the host, over `count` values per channel.
+  struct MicroBatchStats {
+    Tensor mean, var;
+    int64_t count = 0;
+  };
+
   std::string name_;
   NormSpec spec_;
   Param gamma_;  // (C)
   Param beta_;   // (C)
+  Param running_mean_;  // (C), batch only
+  Param running_var_;   // (C), batch only: unbiased
+  std::map<int, MicroBatchStats> step_stats_;  // by micro-batch, until end_step
 };
 
 class Conv2d final : public Layer {
@@ -162,6 +233,7 @@ class Norm final : public Layer {
     PT_CHECK(saved.size() == 2, "normalisation backward needs forward's mean and rstd");
     return unit_.backward(be, x, saved[0], saved[1], dy);  // dgamma, dbeta need it anyway
   }
+  void end_step(Backend&) override { unit_.end_step(); }
 
  private:
   NormUnit unit_;
@@ -246,6 +318,12 @@ class ResidualBlock final : public Layer {
     Tensor y = new_like(be, s.shape());
     be.relu_forward(s, y);
     return y;
+  }
+
+  void end_step(Backend&) override {
+    norm1_.end_step();
+    norm2_.end_step();
+    if (proj_norm_) proj_norm_->end_step();
   }
 
   Tensor backward(Backend& be, const Tensor& x, const std::vector<Tensor>& saved,

@@ -14,7 +14,8 @@ namespace {
 
 // A deque: registering a family never moves the ones handed out before.
 std::deque<ModelFamily>& registry() {
-  static std::deque<ModelFamily> families{mlp_family(), gpt_family(), cnn_family()};
+  static std::deque<ModelFamily> families{mlp_family(), gpt_family(), cnn_family(),
+                                                hybrid_family()};
   return families;
 }
 

@@ -27,10 +27,11 @@ Optimizer::Optimizer(const TrainingConfig& cfg, std::vector<Param*> params)
 void Optimizer::replace_params(std::vector<Param*> params) {
   params_ = std::move(params);
   for (Param* p : params_)
-    if (!p->state1.defined()) allocate_state(*p, false);
+    if (!p->state1.defined() && !p->running_statistic) allocate_state(*p, false);
 }
 
 void Optimizer::allocate_state(Param& p, bool zeroed) const {
+  if (p.running_statistic) return;  // its layer's to update: no state
   const auto make = zeroed ? Tensor::zeros : Tensor::empty;
   const Device dev = p.value.device();  // the state lives with the parameter
   p.state1 = make(p.value.shape(), DType::F32, MemCategory::OptimizerState, dev);
@@ -52,6 +53,7 @@ void Optimizer::zero_grad(Backend& be) {
 void Optimizer::step(Backend& be, float lr, float grad_scale) {
   ++updates_;
   for (Param* p : params_) {
+    if (p->running_statistic) continue;  // the layer's end_step updates it
     settle_grad(be, *p);
     if (grad_scale != 1.f) be.scale(p->grad, grad_scale);
     if (cfg_.optimizer == OptimizerKind::Sgd) {

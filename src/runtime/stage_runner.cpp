@@ -6,6 +6,7 @@
 #include <string>
 
 #include "pipetrain/base/error.hpp"
+#include "pipetrain/model/forward_context.hpp"
 #include "pipetrain/model/weight_copies.hpp"
 
 namespace pt {
@@ -63,6 +64,12 @@ void StageRunner::forward(int mb, Tensor x) {
   MicroBatchState& state = mbs_[mb];
   const size_t n = stage_.layers.size();
   const bool stash = pass_.pass == Pass::Train;
+  // Batch normalisation keeps a training forward's statistics by micro-batch;
+  // a probe's forward (the profiler's) computes as training but keeps none.
+  const ForwardPurpose purpose = !stash         ? ForwardPurpose::Eval
+                                 : pass_.probing ? ForwardPurpose::Recompute
+                                                 : ForwardPurpose::Train;
+  const ForwardScope scope({purpose, mb});
   state.layer_inputs.assign(n, Tensor());
   state.layer_saved.assign(n, {});
   for (size_t i = 0; i < n; ++i) {
@@ -120,6 +127,7 @@ void StageRunner::recompute_segment(MicroBatchState& state, size_t begin, size_t
 void StageRunner::recompute_timed(MicroBatchState& state, int mb, size_t begin, size_t end) {
   if (pass_.probing) be_.synchronize();  // GPU: the forward's kernels are not the recompute's
   const double start_us = now_us();
+  const ForwardScope purpose({ForwardPurpose::Recompute, mb});  // reproduces, records nothing
   recompute_segment(state, begin, end);
   if (pass_.probing) be_.synchronize();
   const double end_us = now_us();

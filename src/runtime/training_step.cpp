@@ -39,6 +39,10 @@ void apply_update(RunParts& run, int64_t step, StepRecord& rec) {
   const float clip_scale = StepCollectives::clip_scale(rec.grad_norm, t.grad_clip);
   const double optimizer_start = tracer.now_us();
   if (!rec.skipped) run.optimizer->step(run.backend, static_cast<float>(rec.lr), clip_scale);
+  // The step's end for layers that commit statistics once per step (deferred
+  // batch normalisation), whether or not fp16 skipped the update.
+  for (StageModel& stage : run.stages)
+    for (auto& layer : stage.layers) layer->end_step(run.backend);
   run.backend.synchronize();
   tracer.record(EventKind::Optimizer, step, run.stages.front().stage, -1, optimizer_start, tracer.now_us());
   run.backend.trim_cached_memory();  // a step boundary: cached blocks this step did not reuse go back

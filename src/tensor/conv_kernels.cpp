@@ -144,6 +144,29 @@ void ConvKernels::global_avg_pool_backward(const Tensor& dy, Tensor& dx) {
   do_global_avg_pool_backward(dy, dx);
 }
 
+// t (N, T, C) f32 whose T is the pixels and C the channels of image y.
+static void is_tokens_of(const char* kernel, const char* name, const Tensor& t, const Tensor& image) {
+  const Shape want = {image.dim(0), image.dim(2) * image.dim(3), image.dim(1)};
+  PT_CHECK(t.dtype() == DType::F32 && t.shape() == want,
+           std::string(kernel) + ": " + name + " " + shape_string(t.shape()) + " must be " +
+               shape_string(want) + " f32 (N, H W, C) for the image " +
+               shape_string(image.shape()));
+}
+
+void ConvKernels::image_to_tokens(const Tensor& x, Tensor& y) {
+  const char* k = "image_to_tokens";
+  is_image(k, "x", x);
+  is_tokens_of(k, "y", y, x);
+  do_image_to_tokens(x, y);
+}
+
+void ConvKernels::tokens_to_image(const Tensor& x, Tensor& y) {
+  const char* k = "tokens_to_image";
+  is_image(k, "y", y);
+  is_tokens_of(k, "x", x, y);
+  do_tokens_to_image(x, y);
+}
+
 void ConvKernels::group_norm_forward(const Tensor& x, const Tensor& gamma, const Tensor& beta,
                                      int64_t groups, float eps, Tensor& y, Tensor& mean,
                                      Tensor& rstd) {
@@ -189,6 +212,20 @@ void ConvKernels::batch_norm_forward(const Tensor& x, const Tensor& gamma, const
   numel_is(k, "rstd", rstd, C, "the channels of x");
   if (var) numel_is(k, "var", *var, C, "the channels of x");
   do_batch_norm_forward(x, gamma, beta, eps, y, mean, rstd, var);
+}
+
+void ConvKernels::batch_norm_inference(const Tensor& x, const Tensor& gamma, const Tensor& beta,
+                                       const Tensor& mean, const Tensor& var, float eps,
+                                       Tensor& y) {
+  const char* k = "batch_norm_inference";
+  is_image(k, "x", x);
+  const int64_t C = x.dim(1);
+  numel_is(k, "gamma", gamma, C, "the channels of x");
+  numel_is(k, "beta", beta, C, "the channels of x");
+  numel_is(k, "mean", mean, C, "the channels of x");
+  numel_is(k, "var", var, C, "the channels of x");
+  shape_is(k, "y", y, x.shape());
+  do_batch_norm_inference(x, gamma, beta, mean, var, eps, y);
 }
 
 void ConvKernels::batch_norm_backward(const Tensor& x, const Tensor& gamma, const Tensor& mean,

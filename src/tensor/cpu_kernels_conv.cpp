@@ -177,6 +177,14 @@ class CpuConvKernels final : public ConvKernels {
                   nullptr, dx);
   }
 
+  void do_image_to_tokens(const Tensor& x, Tensor& y) override {
+    transpose_images(x.f32(), y.f32(), x.dim(0), x.dim(1), x.dim(2) * x.dim(3));
+  }
+
+  void do_tokens_to_image(const Tensor& x, Tensor& y) override {
+    transpose_images(x.f32(), y.f32(), y.dim(0), y.dim(2) * y.dim(3), y.dim(1));
+  }
+
   void do_group_norm_forward(const Tensor& x, const Tensor& gamma, const Tensor& beta,
                              int64_t groups, float eps, Tensor& y, Tensor& mean,
                              Tensor& rstd) override {
@@ -196,6 +204,23 @@ class CpuConvKernels final : public ConvKernels {
     norm_forward(batch_norm_groups(x.shape()), x, gamma, beta, eps, y, mean, rstd, var);
   }
 
+  void do_batch_norm_inference(const Tensor& x, const Tensor& gamma, const Tensor& beta,
+                               const Tensor& mean, const Tensor& var, float eps,
+                               Tensor& y) override {
+    const int64_t N = x.dim(0), C = x.dim(1), HW = x.dim(2) * x.dim(3);
+    const float* px = x.f32();
+    float* py = y.f32();
+    for (int64_t c = 0; c < C; ++c) {
+      const double mu = mean.f32()[c], g = gamma.f32()[c], b = beta.f32()[c];
+      const double r = 1.0 / std::sqrt(static_cast<double>(var.f32()[c]) + eps);
+      for (int64_t n = 0; n < N; ++n) {
+        const int64_t first = (n * C + c) * HW;
+        for (int64_t i = first; i < first + HW; ++i)
+          py[i] = static_cast<float>((px[i] - mu) * r * g + b);
+      }
+    }
+  }
+
   void do_batch_norm_backward(const Tensor& x, const Tensor& gamma, const Tensor& mean,
                               const Tensor& rstd, const Tensor& dy, Tensor& dx, Tensor& dgamma,
                               Tensor& dbeta) override {
@@ -208,6 +233,15 @@ class CpuConvKernels final : public ConvKernels {
 
   memory mem(const memory::desc& d, const Tensor& t) {
     return memory(d, cache().engine, const_cast<void*>(t.raw()));
+  }
+
+  // Each of n images: out (cols, rows) = in (rows, cols) transposed.
+  static void transpose_images(const float* in, float* out, int64_t n, int64_t rows,
+                               int64_t cols) {
+    const int64_t size = rows * cols;
+    for (int64_t i = 0; i < n; ++i)
+      for (int64_t r = 0; r < rows; ++r)
+        for (int64_t c = 0; c < cols; ++c) out[i * size + c * rows + r] = in[i * size + r * cols + c];
   }
 
   static void add_into(const Tensor& src, Tensor& dst) {

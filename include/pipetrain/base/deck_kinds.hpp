@@ -18,6 +18,10 @@ namespace pt {
 enum class ActivationKind { Relu, Gelu };                       // model.activation
 enum class LossKind { Mse, CrossEntropy };                       // model.loss
 enum class AttentionKind { Reference, Fused };                   // model.attention
+// model.norm: the normalisation of the convolutional layers (docs/cnn.md):
+// group (or layer) normalisation per image, or batch normalisation per
+// channel over a micro-batch, with running statistics for evaluation.
+enum class NormKind { Group, Batch };
 enum class DataKind { Synthetic, Markov, Hdf5, Images, ImageFiles };  // data.type
 enum class OptimizerKind { Sgd, AdamW };                         // training.optimizer
 enum class LrScheduleKind { Constant, Cosine };                  // training.lr_schedule
@@ -77,6 +81,10 @@ inline KindNames kind_names(LossKind) {
 }
 inline KindNames kind_names(AttentionKind) {
   static constexpr const char* names[] = {"reference", "fused"};
+  return kind_detail::table(names);
+}
+inline KindNames kind_names(NormKind) {
+  static constexpr const char* names[] = {"group", "batch"};
   return kind_detail::table(names);
 }
 inline KindNames kind_names(DataKind) {

@@ -64,6 +64,7 @@ struct CnnConfig {
   int64_t stages = 3;        // stage s has width * 2^s channels
   int64_t stage_blocks = 2;  // residual blocks per stage
   int64_t norm_groups = 4;   // group normalisation groups; must divide width
+  NormKind norm = NormKind::Group;  // model.norm: group (norm_groups) or batch
 };
 
 struct ModelConfig {

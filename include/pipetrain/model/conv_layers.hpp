@@ -20,18 +20,26 @@
 
 namespace pt {
 
-// Which normalisation a layer or block uses. Group: per image, over groups
-// of channels and the pixels (groups = 1 is layer normalisation over
-// (C, H, W)); every image is normalised alone, so the result does not depend
-// on how a batch is split into micro-batches. Batch: per channel over the
-// micro-batch's images and pixels (training statistics; no running
-// statistics are kept yet, docs/cnn.md).
-enum class NormKind { Group, Batch };
-
+// Which normalisation a layer or block uses (NormKind, base/deck_kinds.hpp).
+// Group: per image, over groups of channels and the pixels (groups = 1 is
+// layer normalisation over (C, H, W)); every image is normalised alone, so
+// the result does not depend on how a batch is split into micro-batches.
+// Batch: per channel over the micro-batch's images and pixels, torchgpipe's
+// deferred batch normalisation: a training forward normalises with the
+// micro-batch's statistics and keeps them (by micro-batch, from
+// forward_context()); end_step combines the step's micro-batches, in
+// ascending order, into one mean and unbiased variance and moves the running
+// statistics towards them by `momentum`, once per step, as one process
+// running the same micro-batches does. A recomputing forward keeps nothing;
+// an evaluation forward normalises with the running statistics. They are
+// parameters "<name>.running_mean" (zeros) and "<name>.running_var" (ones),
+// flagged Param::running_statistic: no gradient, no optimizer update, saved
+// in checkpoints and moved with their unit like any parameter.
 struct NormSpec {
   NormKind kind = NormKind::Group;
   int64_t groups = 1;  // Group only: must divide each normalised layer's channels
   float eps = 1e-5f;
+  double momentum = 0.1;  // Batch only: running = (1 - momentum) running + momentum step's
 };
 
 // y (N, out, OH, OW) = conv(x (N, in, H, W)) with a K x K window, stride

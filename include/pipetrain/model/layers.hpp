@@ -32,6 +32,12 @@ struct Param {
   // fp16 it may keep a low-precision copy (model/weight_copies.hpp). Set by
   // the layer that owns it.
   bool gemm_weight = false;
+  // Not a trained weight but a running statistic its layer keeps (batch
+  // normalisation's running mean and variance, conv_layers.hpp): its
+  // gradient stays zero, the optimizer neither updates it nor keeps state
+  // for it, and the layer writes `value` in Layer::end_step. Checkpoints,
+  // rebalancing moves and digests carry it as any parameter's value.
+  bool running_statistic = false;
   Tensor copy;                // same shape, BF16 or F16: value rounded; undefined: none
   uint64_t version = 1;       // of value: advanced by every write (note_value_written)
   uint64_t copy_version = 0;  // the version of value that `copy` was rounded from
@@ -97,6 +103,11 @@ class Layer {
   virtual void recompute_saved(Backend& be, const Tensor& x, std::vector<Tensor>& saved) {
     forward(be, x, saved);
   }
+  // Once per training step, after the optimizer step, on every layer of
+  // every stage: commits what the step's training forwards accumulated
+  // (batch normalisation's running statistics). Most layers keep nothing.
+  virtual void end_step(Backend& /*be*/) {}
+
   // x, kept for the backward only as a GEMM operand: its copy in be's GEMM
   // precision with activation copies on (gemm_operand_copy), else x.
   Tensor kept_gemm_operand(Backend& be, const Tensor& x) const;

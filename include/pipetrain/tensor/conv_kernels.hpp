@@ -79,6 +79,13 @@ class ConvKernels : public KernelGroup {
   void global_avg_pool_forward(const Tensor& x, Tensor& y);
   void global_avg_pool_backward(const Tensor& dy, Tensor& dx);
 
+  // The pixels of an image as a sequence of tokens (the hybrid family's
+  // patch tokens): y (N, H W, C) holds x (N, C, H, W) transposed, pixel
+  // p = h W + w being token p of its C channels. tokens_to_image is the
+  // inverse, from x (N, H W, C) to y (N, C, H, W). Exact copies.
+  void image_to_tokens(const Tensor& x, Tensor& y);
+  void tokens_to_image(const Tensor& x, Tensor& y);
+
   // Group normalisation: the C channels of each image fall into `groups`
   // groups of C / groups consecutive channels; each (image, group) is
   // normalised over its channels and pixels with its own mean and biased
@@ -96,6 +103,12 @@ class ConvKernels : public KernelGroup {
   // given, var (C), the biased variance, for the running statistics.
   void batch_norm_forward(const Tensor& x, const Tensor& gamma, const Tensor& beta, float eps,
                           Tensor& y, Tensor& mean, Tensor& rstd, Tensor* var);
+  // Batch normalisation with given statistics (evaluation with running
+  // statistics): y = (x - mean[c]) / sqrt(var[c] + eps) * gamma[c] + beta[c],
+  // each output evaluated in double and rounded once. x, y: (N, C, H, W);
+  // gamma, beta, mean, var: (C).
+  void batch_norm_inference(const Tensor& x, const Tensor& gamma, const Tensor& beta,
+                            const Tensor& mean, const Tensor& var, float eps, Tensor& y);
   // Writes dx (N, C, H, W); ADDS into dgamma, dbeta (C).
   void batch_norm_backward(const Tensor& x, const Tensor& gamma, const Tensor& mean,
                            const Tensor& rstd, const Tensor& dy, Tensor& dx, Tensor& dgamma,
@@ -116,6 +129,8 @@ class ConvKernels : public KernelGroup {
                                   Tensor& dx) = 0;
   virtual void do_global_avg_pool_forward(const Tensor& x, Tensor& y) = 0;
   virtual void do_global_avg_pool_backward(const Tensor& dy, Tensor& dx) = 0;
+  virtual void do_image_to_tokens(const Tensor& x, Tensor& y) = 0;
+  virtual void do_tokens_to_image(const Tensor& x, Tensor& y) = 0;
   virtual void do_group_norm_forward(const Tensor& x, const Tensor& gamma, const Tensor& beta,
                                      int64_t groups, float eps, Tensor& y, Tensor& mean,
                                      Tensor& rstd) = 0;
@@ -125,6 +140,9 @@ class ConvKernels : public KernelGroup {
   virtual void do_batch_norm_forward(const Tensor& x, const Tensor& gamma, const Tensor& beta,
                                      float eps, Tensor& y, Tensor& mean, Tensor& rstd,
                                      Tensor* var) = 0;
+  virtual void do_batch_norm_inference(const Tensor& x, const Tensor& gamma, const Tensor& beta,
+                                       const Tensor& mean, const Tensor& var, float eps,
+                                       Tensor& y) = 0;
   virtual void do_batch_norm_backward(const Tensor& x, const Tensor& gamma, const Tensor& mean,
                                       const Tensor& rstd, const Tensor& dy, Tensor& dx,
                                       Tensor& dgamma, Tensor& dbeta) = 0;
