@@ -357,7 +357,7 @@ TEST(DeckErrors, CnnNeedsImagesAndGroupsDividingWidth) {
 // The hybrid family: the cnn's keys and the GPT block's, on images.
 TEST(DeckErrors, HybridNeedsImagesAndHeadsDividingWidth) {
   EXPECT_EQ(text_error("[model]\ntype = \"hybrid\"\n[data]\ntype = \"markov\"\n"),
-            "t.toml:2: model.type = \"hybrid\": trains on data.type = \"images\", not "
+            "t.toml:2: model.type = \"hybrid\": trains on data.type = \"images\" or \"image_files\", not "
             "data.type = \"markov\" (t.toml:4)");
   EXPECT_EQ(text_error("[model]\ntype = \"hybrid\"\nd_model = 30\nheads = 4\n[data]\ntype = \"images\"\n"),
             "t.toml:4: model.heads = 4: must divide model.d_model = 30 (t.toml:3)");
