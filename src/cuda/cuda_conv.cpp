@@ -6,8 +6,8 @@
 // NCHW fp32 descriptors over the tensors in place, cross-correlation, and
 // the algorithm named, never searched: forward IMPLICIT_PRECOMP_GEMM (or
 // IMPLICIT_GEMM where cuDNN does not support it for a shape), backward data
-// ALGO_1 and backward filter ALGO_1, the algorithms cuDNN documents as
-// deterministic, and FMA math (no TF32 tensor cores): every precision mode
+// ALGO_1 and backward filter ALGO_1, which cuDNN documents as deterministic
+// (ALGO_0 of both accumulates with atomics), and FMA math (no TF32 tensor cores): every precision mode
 // convolves in fp32, as the CPU backend's oneDNN does. Why this API and not
 // the frontend's graphs: docs/cuda.md, "Convolutions". Descriptors and the
 // chosen forward algorithm are made once per shape and kept; workspaces
