@@ -14,6 +14,8 @@
 //    dw already there, 1; an average's division, 2). So they differ by at
 //    most twice that. TF32 tensor cores (10-bit operands) would miss this
 //    bound by a factor near 2^13 / n: it also proves the FMA math.
+//  - The convolutions ignore training.precision on both backends: a bf16
+//    backend's forward is bitwise the fp32 backend's.
 //  - Max pooling forward copies the window's maximum: bitwise the CPU's.
 //  - Normalisations: both evaluate in double and round once, each within
 //    u |exact| + (n + 8) 2^-50 magnitude (test_conv_layers.cpp derives it);
@@ -136,6 +138,12 @@ TEST_P(CudaConvKernel, MatchesTheCpuAndRepeatsBitwise) {
   expect_sums_near(gy, y, test::conv_forward_ref(x, w, c.bias ? &b : nullptr, ys, c.g.stride, c.g.pad),
                    1, name + " forward");
   EXPECT_TRUE(same_bits(gy, gy2)) << name << " forward twice";
+  // The group convolves in fp32 whatever the backend's precision (as the
+  // CPU's does): a bf16 backend gives the same bits.
+  auto be16 = test::cuda_backend(Precision::Bf16);
+  Tensor gy16 = gpu_empty(ys);
+  conv_of(*be16).conv2d_forward(gx, gw, c.bias ? &gb : nullptr, c.g, gy16);
+  EXPECT_TRUE(same_bits(gy, gy16)) << name << " forward in a bf16 backend";
 
   Tensor dy = random_host(ys, 4), dx = Tensor::empty(c.x);
   const Tensor gdy = gpu(dy);
