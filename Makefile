@@ -91,7 +91,7 @@ bench: build tools
 
 # The CUDA build compiles and links the application and every target that
 # uses the CUDA backend (the CPU-only tests are the default build's).
-CUDA_TARGETS := pipetrain test_cuda_select test_cuda_kernels test_cuda_limits test_cuda_gpt test_cuda_attention test_cuda_epilogue test_cuda_runtime \
+CUDA_TARGETS := pipetrain test_cuda_select test_cuda_kernels test_cuda_limits test_cuda_gpt test_cuda_attention test_cuda_epilogue test_cuda_conv test_cuda_runtime \
                 test_cuda_transport test_cuda_pipeline test_cuda_features test_loss_scaler bench_cuda test_cuda_digest
 # Configured every time (seconds), so that targets added since the last
 # configure are known to the build.

@@ -9,6 +9,8 @@
 # throughput and utilisation beside the planner's predictions, and how far
 # balanced is from the best partition found by trying them all.
 # Goal: balanced within 5% of the best. Writes results/bench_balance.md.
+# Any deck of inputs/ with an MLP, GPT, cnn or hybrid model can be given in
+# MODELS (jobs/bench_cnn_partition.sh runs it on the cnn family).
 #   jobs/bench_balance.sh          (needs build/ and tools/.venv: make build tools)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -32,7 +34,12 @@ run() {  # model label trace SETTING...
 }
 
 for model in $MODELS; do
-  units=$($PY -c 'import sys, tomllib; m = tomllib.load(open(sys.argv[1], "rb"))["model"]; print(m.get("blocks") if m["type"] == "gpt" else m["depth"])' "inputs/$model.toml")
+  units=$($PY -c '
+import sys, tomllib
+m = tomllib.load(open(sys.argv[1], "rb"))["model"]
+t = m.get("type", "mlp")
+conv = m.get("stages", 3) * m.get("stage_blocks", 2)  # cnn, hybrid: residual blocks (family defaults)
+print({"gpt": m.get("blocks"), "mlp": m.get("depth"), "cnn": conv, "hybrid": conv + m.get("blocks", 0)}[t])' "inputs/$model.toml")
   for s in uniform time memory balanced; do
     run "$model" "$s" true --set pipeline.partition=\""$s"\"
   done

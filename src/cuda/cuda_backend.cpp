@@ -2,7 +2,8 @@
 // cuBLAS (gemm.cpp) in the chosen precision, everything else in own kernels
 // (kernels_*.cu), all on the compute stream of the context; the transformer
 // kernel group in cuda_transformer.cpp, the fused attention group (cuDNN) in
-// fused_attention.cpp. Tensors must be Device::CUDA (checked
+// fused_attention.cpp, the convolution group (cuDNN and own kernels) in
+// cuda_conv.cpp. Tensors must be Device::CUDA (checked
 // here); shapes are checked before a do_ kernel runs (src/tensor/backend.cpp,
 // the same checks as the CPU backend's). Compute is timed with events on that
 // stream (EventTimer).
@@ -15,6 +16,7 @@
 
 #include "check.hpp"
 #include "context.hpp"
+#include "cuda_conv.hpp"
 #include "device_memory.hpp"
 #include "cuda_transformer.hpp"
 #include "fused_attention.hpp"
@@ -129,7 +131,8 @@ class CudaBackend final : public Backend {
   explicit CudaBackend(const BackendOptions& o)
       : precision_(o.precision), ctx_(context()),
         transformer_(make_transformer_kernels(o.precision)),
-        fused_attention_(make_fused_attention(o.precision)) {}
+        fused_attention_(make_fused_attention(o.precision)),
+        conv_(make_conv_kernels()) {}
   const char* name() const override { return "cuda"; }
   Device device() const override { return Device::CUDA; }
   Precision precision() const override { return precision_; }
@@ -145,6 +148,7 @@ class CudaBackend final : public Backend {
   KernelGroup* kernel_group(const std::string& group) override {
     if (group == TransformerKernels::kGroup) return transformer_.get();
     if (group == FusedAttentionKernels::kGroup) return fused_attention_.get();
+    if (group == ConvKernels::kGroup) return conv_.get();
     return nullptr;
   }
 
@@ -409,6 +413,7 @@ class CudaBackend final : public Backend {
   DeviceBuffer ones_;
   std::unique_ptr<TransformerKernels> transformer_;  // cuda_transformer.cpp
   std::unique_ptr<FusedAttentionKernels> fused_attention_;  // fused_attention.cpp; null: none
+  std::unique_ptr<ConvKernels> conv_;  // cuda_conv.cpp
 };
 
 }  // namespace

@@ -31,7 +31,7 @@
 #include "../tensor/attention_dims.hpp"
 #include "check.hpp"
 #include "context.hpp"
-#include "cudnn_check.hpp"
+#include "cudnn_frontend_check.hpp"
 #include "device_memory.hpp"
 #include "kernels.hpp"
 

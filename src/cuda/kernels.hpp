@@ -84,4 +84,41 @@ void embedding_backward(const int32_t* tokens, const float* dy, float* dwte, flo
                         int64_t mb, int64_t T, int64_t V, int64_t C, unsigned* error_word,
                         cudaStream_t s);
 
+// ---- convolution group (kernels_conv.cu; tensor/conv_kernels.hpp) ----
+// One pooling: `planes` = N C planes of H x W in, OH x OW out.
+struct PoolDims {
+  int64_t planes, H, W, OH, OW, kernel, stride, pad;
+};
+// where (planes, OH, OW) i32: the position h W + w of each window's
+// maximum in its plane (the max-pooling workspace of this backend).
+void max_pool_forward(const float* x, const PoolDims& d, float* y, int32_t* where, cudaStream_t s);
+// dx (planes, H, W), overwritten: a gather over the windows, no atomics.
+void max_pool_backward(const float* dy, const int32_t* where, const PoolDims& d, float* dx,
+                       cudaStream_t s);
+// Average over the window's pixels inside the image (padding excluded).
+void avg_pool_forward(const float* x, const PoolDims& d, float* y, cudaStream_t s);
+void avg_pool_backward(const float* dy, const PoolDims& d, float* dx, cudaStream_t s);
+// y (planes) = mean of x (planes, HW); dx (planes, HW) = dy / HW.
+void global_avg_pool_forward(const float* x, int64_t planes, int64_t HW, float* y, cudaStream_t s);
+void global_avg_pool_backward(const float* dy, int64_t planes, int64_t HW, float* dx,
+                              cudaStream_t s);
+// The sets normalised together in x (N, C, H, W), HW = H W: set s has
+// `runs` runs of `run` consecutive elements `gap` apart (as in the CPU
+// backend's NormSets). Group norm: count N groups, sets_per_image groups,
+// runs 1; batch norm: count C = sets_per_image, channels_per_set 1, runs N.
+struct NormSetDims {
+  int64_t count, sets_per_image, channels_per_set, HW, C, runs, run, gap;
+};
+// mean, rstd (count), var (count) when not null; y like x.
+void norm_forward(const float* x, const float* gamma, const float* beta, float eps,
+                  const NormSetDims& d, float* y, float* mean, float* rstd, float* var,
+                  cudaStream_t s);
+// Writes dx; ADDS into dgamma, dbeta (C). N: images in x.
+void norm_backward(const float* x, const float* gamma, const float* mean, const float* rstd,
+                   const float* dy, const NormSetDims& d, int64_t N, float* dx, float* dgamma,
+                   float* dbeta, cudaStream_t s);
+// out (C) += dy (N, C, HW) summed over N and HW (a convolution's bias gradient).
+void add_channel_sums(const float* dy, int64_t N, int64_t C, int64_t HW, float* out,
+                      cudaStream_t s);
+
 }  // namespace pt::cuda::kern

@@ -5,9 +5,11 @@
 //
 // A KernelGroup (backend.hpp): a backend that provides it returns it from
 // kernel_group("conv"). The CPU backend does (src/tensor/cpu_kernels_conv.cpp,
-// oneDNN's convolution and pooling primitives, normalisations as loops); the
-// CUDA backend does not yet, so a convolutional layer on it fails with
-// require_kernels' one message naming the backend. As in Backend, each kernel
+// oneDNN's convolution and pooling primitives, normalisations as loops), and
+// so does the CUDA backend (src/cuda/cuda_conv.cpp: cuDNN's convolutions,
+// own pooling and normalisation kernels); on a backend without it a
+// convolutional layer fails with require_kernels' one message naming the
+// backend. As in Backend, each kernel
 // is a public non-virtual function that checks the shapes
 // (src/tensor/conv_kernels.cpp) and calls the backend's protected do_<kernel>.
 // Every kernel is deterministic: same inputs and thread count, same bits.
