@@ -258,6 +258,45 @@ TEST(CudaPoolKernel, GlobalAveragePoolingMatchesTheCpu) {
                   "global avg pool backward");
 }
 
+// The hybrid family's layouts: image (N, C, H, W) <-> tokens (N, H W, C),
+// exact copies, so the GPU's bits are the CPU's both ways.
+TEST(CudaTokenKernel, ImageToTokensAndBackAreTheCpusBits) {
+  PT_REQUIRE_GPU();
+  auto be = test::cuda_backend();
+  ConvKernels& dev = conv_of(*be);
+  const Shape image{2, 3, 5, 4}, tokens{2, 20, 3};
+  Tensor x = random_host(image, 7), t = Tensor::empty(tokens), back = Tensor::empty(image);
+  Tensor gt = gpu_empty(tokens), gback = gpu_empty(image);
+  cpu_conv().image_to_tokens(x, t);
+  dev.image_to_tokens(gpu(x), gt);
+  EXPECT_TRUE(test::same_bits(host(gt), t)) << "image to tokens";
+  cpu_conv().tokens_to_image(t, back);
+  dev.tokens_to_image(gt, gback);
+  EXPECT_TRUE(test::same_bits(host(gback), back)) << "tokens to image";
+  EXPECT_TRUE(test::same_bits(back, x)) << "the round trip is the identity";
+}
+
+// Batch norm with running statistics: each output is (x - mean) r gamma +
+// beta in double, rounded once, on both sides; the GPU may contract the
+// double products into FMAs, a few double roundings (~1e-15 relative)
+// before the one float rounding, so they agree within one float ulp.
+TEST(CudaNormKernel, BatchNormInferenceMatchesTheCpu) {
+  PT_REQUIRE_GPU();
+  auto be = test::cuda_backend();
+  ConvKernels& dev = conv_of(*be);
+  const Shape xs{3, 4, 3, 5};
+  Tensor x = random_host(xs, 11), gamma = random_host({4}, 12), beta = random_host({4}, 13);
+  Tensor mean = random_host({4}, 14), var = random_host({4}, 15);
+  for (int64_t c = 0; c < 4; ++c) var.f32()[c] = std::fabs(var.f32()[c]) + 0.5f;
+  Tensor y = Tensor::empty(xs), gy = gpu_empty(xs), gy2 = gpu_empty(xs);
+  cpu_conv().batch_norm_inference(x, gamma, beta, mean, var, 1e-5f, y);
+  dev.batch_norm_inference(gpu(x), gpu(gamma), gpu(beta), gpu(mean), gpu(var), 1e-5f, gy);
+  dev.batch_norm_inference(gpu(x), gpu(gamma), gpu(beta), gpu(mean), gpu(var), 1e-5f, gy2);
+  expect_near_cpu(gy, y, [&](size_t i) { return 2 * kU * std::fabs(y.f32()[i]) + 1e-30; },
+                  "batch norm inference");
+  EXPECT_TRUE(same_bits(gy, gy2));
+}
+
 // ---- normalisation ----
 
 struct NormCase {

@@ -170,6 +170,23 @@ class CudaConvKernels final : public ConvKernels {
                                    dx.f32(), stream());
   }
 
+  void do_image_to_tokens(const Tensor& x, Tensor& y) override {
+    check_on_gpu({&x, &y}, "image to tokens");
+    kern::transpose_images(x.f32(), x.dim(0), x.dim(1), x.dim(2) * x.dim(3), y.f32(), stream());
+  }
+
+  void do_tokens_to_image(const Tensor& x, Tensor& y) override {
+    check_on_gpu({&x, &y}, "tokens to image");
+    kern::transpose_images(x.f32(), y.dim(0), y.dim(2) * y.dim(3), y.dim(1), y.f32(), stream());
+  }
+
+  void do_batch_norm_inference(const Tensor& x, const Tensor& gamma, const Tensor& beta,
+                               const Tensor& mean, const Tensor& var, float eps, Tensor& y) override {
+    check_on_gpu({&x, &gamma, &beta, &mean, &var, &y}, "batch norm inference");
+    kern::batch_norm_inference(x.f32(), gamma.f32(), beta.f32(), mean.f32(), var.f32(), eps, x.dim(0),
+                               x.dim(1), x.dim(2) * x.dim(3), y.f32(), stream());
+  }
+
   void do_group_norm_forward(const Tensor& x, const Tensor& gamma, const Tensor& beta,
                              int64_t groups, float eps, Tensor& y, Tensor& mean,
                              Tensor& rstd) override {

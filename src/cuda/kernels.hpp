@@ -117,6 +117,14 @@ void norm_forward(const float* x, const float* gamma, const float* beta, float e
 void norm_backward(const float* x, const float* gamma, const float* mean, const float* rstd,
                    const float* dy, const NormSetDims& d, int64_t N, float* dx, float* dgamma,
                    float* dbeta, cudaStream_t s);
+// y (n, cols, rows) = x (n, rows, cols) transposed image by image (the
+// hybrid family's image <-> token layouts): exact copies.
+void transpose_images(const float* x, int64_t n, int64_t rows, int64_t cols, float* y, cudaStream_t s);
+// y = (x - mean[c]) / sqrt(var[c] + eps) gamma[c] + beta[c] over x (N, C, HW),
+// evaluated in double and rounded once (batch norm with running statistics).
+void batch_norm_inference(const float* x, const float* gamma, const float* beta, const float* mean,
+                          const float* var, float eps, int64_t N, int64_t C, int64_t HW, float* y,
+                          cudaStream_t s);
 // out (C) += dy (N, C, HW) summed over N and HW (a convolution's bias gradient).
 void add_channel_sums(const float* dy, int64_t N, int64_t C, int64_t HW, float* out,
                       cudaStream_t s);

@@ -242,6 +242,27 @@ __global__ void channel_sum_kernel(const float* dy, int64_t N, int64_t C, int64_
   if (threadIdx.x == 0) out[c] = static_cast<float>(out[c] + sum);
 }
 
+// y (n, cols, rows) = x (n, rows, cols) per image; i indexes y.
+__global__ void transpose_images_kernel(const float* x, int64_t n, int64_t rows, int64_t cols,
+                                        float* y) {
+  const int64_t size = rows * cols, total = n * size;
+  for (int64_t i = global_index(); i < total; i += global_stride()) {
+    const int64_t image = i / size, at = i % size, c = at / rows, r = at % rows;
+    y[i] = x[image * size + r * cols + c];
+  }
+}
+
+__global__ void batch_norm_inference_kernel(const float* x, const float* gamma, const float* beta,
+                                            const float* mean, const float* var, float eps,
+                                            int64_t N, int64_t C, int64_t HW, float* y) {
+  const int64_t total = N * C * HW;
+  for (int64_t i = global_index(); i < total; i += global_stride()) {
+    const int64_t c = (i / HW) % C;
+    const double r = 1.0 / sqrt(static_cast<double>(var[c]) + static_cast<double>(eps));
+    y[i] = static_cast<float>((static_cast<double>(x[i]) - mean[c]) * r * gamma[c] + beta[c]);
+  }
+}
+
 // Blocks of a one-block-per-item launch; the kernel group's shapes stay far
 // below the grid's limit (checked, not assumed).
 unsigned item_blocks(int64_t items, const char* what) {
@@ -302,6 +323,19 @@ void norm_backward(const float* x, const float* gamma, const float* mean, const 
   PT_LAUNCH_CHECK();
   norm_backward_params_kernel<<<item_blocks(d.C, "normalisation backward"), kThreads, 0, s>>>(
       x, mean, rstd, dy, d, N, dgamma, dbeta);
+  PT_LAUNCH_CHECK();
+}
+
+void transpose_images(const float* x, int64_t n, int64_t rows, int64_t cols, float* y, cudaStream_t s) {
+  transpose_images_kernel<<<grid_for(n * rows * cols), kThreads, 0, s>>>(x, n, rows, cols, y);
+  PT_LAUNCH_CHECK();
+}
+
+void batch_norm_inference(const float* x, const float* gamma, const float* beta, const float* mean,
+                          const float* var, float eps, int64_t N, int64_t C, int64_t HW, float* y,
+                          cudaStream_t s) {
+  batch_norm_inference_kernel<<<grid_for(N * C * HW), kThreads, 0, s>>>(x, gamma, beta, mean, var, eps,
+                                                                        N, C, HW, y);
   PT_LAUNCH_CHECK();
 }
 

@@ -154,7 +154,7 @@ void check_backend(const ModelConfig&, Backend& be) {
 ModelFamily cnn_family() {
   ModelFamily f;
   f.name = "cnn";
-  f.summary = "ResNet-style image classifier (teacher-labelled images)";
+  f.summary = "ResNet-style image classifier (teacher-labelled images or HDF5 image files)";
   f.keys = {"image_size", "in_channels", "classes", "width", "stages", "stage_blocks", "norm_groups",
             "norm"};
   f.data_types = {DataKind::Images, DataKind::ImageFiles};

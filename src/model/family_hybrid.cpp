@@ -128,7 +128,7 @@ void check_backend(const ModelConfig& m, Backend& be) {
 ModelFamily hybrid_family() {
   ModelFamily f;
   f.name = "hybrid";
-  f.summary = "convolutional stem + Transformer blocks on its patch tokens (teacher-labelled images)";
+  f.summary = "convolutional stem + Transformer blocks on its patch tokens (teacher-labelled images or HDF5 image files)";
   f.keys = {"image_size", "in_channels", "classes", "width", "stages", "stage_blocks",
             "norm_groups", "norm", "d_model", "heads", "blocks", "mlp_ratio", "attention"};
   f.data_types = {DataKind::Images, DataKind::ImageFiles};

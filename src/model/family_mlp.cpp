@@ -76,7 +76,7 @@ void check(const Deck& deck) {
 ModelFamily mlp_family() {
   ModelFamily f;
   f.name = "mlp";
-  f.summary = "Linear layers with an activation between them (synthetic teacher data)";
+  f.summary = "Linear layers with an activation between them (synthetic teacher data or HDF5 image files)";
   f.keys = {"input_dim", "hidden_dim", "output_dim", "depth", "activation", "loss"};
   f.data_types = {DataKind::Synthetic, DataKind::ImageFiles};
   f.data_rule = "trains on data.type = \"synthetic\" or \"image_files\"";
