@@ -6,7 +6,10 @@
 #    end-to-end CLI tests, and sanitizer_selftest) except the tests labelled
 #    "tooling" (tests/CMakeLists.txt: the Python tools and the command-line
 #    drivers whose C++ the GoogleTests cover), "repeats_at_4" (4-rank
-#    reruns of the equivalence matrices) and "covered_e2e" (end-to-end runs
+#    reruns of the equivalence matrices), "covered_at_2" (1-rank instances
+#    whose 2-rank instance runs the same matrix), "kernel_free" (the
+#    schedule, planner and deck GoogleTests: integer and host-container
+#    logic, run by every `make test`) and "covered_e2e" (end-to-end runs
 #    of data parallelism, rebalancing and stalls, whose C++ the MPI
 #    GoogleTests run), two tests at a time (a test
 #    that starts a multi-rank job runs alone: PROCESSORS);
@@ -35,7 +38,7 @@ t0=$SECONDS
 # under the same load: the load, not ASan). The try does not hide a sanitizer
 # report: the first try's report stays in $logs and fails the pass.
 echo "test-sanitize: ctest in $build (reports to $logs)"
-(cd "$build" && ctest --output-on-failure -j 2 -LE "tooling|repeats_at_4|covered_e2e" --repeat until-pass:2 ${SANITIZE_CTEST_ARGS:-}) ||
+(cd "$build" && ctest --output-on-failure -j 2 -LE "tooling|repeats_at_4|covered_at_2|kernel_free|covered_e2e" --repeat until-pass:2 ${SANITIZE_CTEST_ARGS:-}) ||
   failed+=("ctest")
 t1=$SECONDS
 
