@@ -292,8 +292,8 @@ PlanTable measure_plans(const Deck& deck, const PlanRequest& request, MPI_Comm c
     fixed.replica_link = links[0];
     return rank_plans(profile_for, links, fixed);
   };
-  const auto keep_profiles = [&] {
-    if (profiles) *profiles = measured;
+  const auto keep_profiles = [&] {  // after the last rank_for: nothing is measured later
+    if (profiles) *profiles = std::move(measured);
   };
   if (!both_weight_grads) {
     PlanTable table = rank_for(request);

@@ -69,18 +69,19 @@ DeckLayout checked_layout(const Deck& deck, int ranks) {
     return layout;
   };
   if (!deck.pipeline.auto_plan || !auto_chooses_grid(deck, ranks)) return check(deck);
-  for (int replicas = ranks; replicas >= 1; --replicas) {
+  Deck at = deck;
+  for (int replicas = ranks; replicas >= 2; --replicas) {
     if (ranks % replicas != 0) continue;
-    Deck at = deck;
     at.data_parallel.replicas = replicas;
     try {
       check(at);
       return DeckLayout{ranks, 1};
     } catch (const InputError&) {
-      if (replicas == 1) throw;  // no grid passes: the one-pipeline message
     }
   }
-  return check(deck);
+  at.data_parallel.replicas = 1;
+  check(at);  // no grid passed: the one-pipeline message
+  return DeckLayout{ranks, 1};
 }
 
 }  // namespace

@@ -50,6 +50,7 @@
 #include "pipetrain/io/trace_io.hpp"
 #include "pipetrain/plan/simulate.hpp"
 #include "pipetrain/runtime/data_set_config.hpp"
+#include "pipetrain/runtime/executor_config.hpp"
 #include "pipetrain/runtime/trainer.hpp"
 
 namespace pt {
@@ -185,10 +186,9 @@ struct AutoRecord {
 
   // auto's profile at the run's micro-batch size when it was measured on the
   // run's pipeline ranks (the grid was not split again), else nullptr.
-  const ModelProfile* profile_for(const Deck& deck, const ProcessGrid& grid) const {
+  const ModelProfile* profile_for(const Deck& deck) const {
     if (grid_split) return nullptr;
-    const int64_t rows = deck.training.batch_size / (grid.data_parallel() * deck.pipeline.micro_batches);
-    const auto it = profiles.find(rows);
+    const auto it = profiles.find(batch_split_of(deck).rows());
     return it == profiles.end() ? nullptr : &it->second;
   }
   bool grid_split = false;
@@ -237,7 +237,7 @@ int run_train(const World& w, const CommandLine& cli, const Deck& written) {
   Deck deck = deck_to_run(w, cli, written, written_grid, compute, auto_record);  // a re-planning switch changes it
   auto_record.grid_split = written_grid.data_parallel() != data_parallel_size(deck);
   const ProcessGrid grid = grid_to_run(w, std::move(written_grid), deck);
-  RunPlan plan = prepare_run_plan(deck, grid.pipeline(), compute, auto_record.profile_for(deck, grid));
+  RunPlan plan = prepare_run_plan(deck, grid.pipeline(), compute, auto_record.profile_for(deck));
   // A named strategy's counts, the same in every replica (the deck keeps the name).
   const std::vector<int64_t> partition = share_partition(grid, starting_partition(deck, plan));
   auto trainer = std::make_unique<Trainer>(deck, partition, grid, compute.setup);

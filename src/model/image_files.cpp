@@ -67,7 +67,6 @@ struct ImageShape {
 struct ImageFile {
   ImageShape shape;
   int64_t count = 0;
-  int64_t classes = 0;
   std::vector<float> pixels;    // (n, C, H, W); stored integers scaled by 1/255
   std::vector<int32_t> labels;  // (n)
 };
@@ -128,7 +127,6 @@ ImageFile read_image_file(const std::string& path, const std::string& at, const 
                        " is outside 0.." + std::to_string(model_classes - 1) + " (the model's " +
                        std::to_string(model_classes) + " classes)");
   }
-  f.classes = model_classes;
   return f;
 }
 
