@@ -14,13 +14,12 @@
 // the larger terms summed into them dominates, fall back to the absolute
 // bound). Losses: rtol 1e-5. Observed: every |diff| < 1e-6 * max|torch|.
 #include <gtest/gtest.h>
-#include <hdf5.h>
 
 #include <cmath>
 #include <string>
-#include <type_traits>
 #include <vector>
 
+#include "h5_fixture.hpp"
 #include "pipetrain/base/error.hpp"
 #include "pipetrain/model/gpt.hpp"
 #include "pipetrain/model/optimizer.hpp"
@@ -28,87 +27,12 @@
 namespace pt {
 namespace {
 
+using test::H5Fixture;
+using test::reference_fixture;
+
 constexpr double kRtol = 1e-4;
 constexpr double kAtolOfScale = 1e-5;
 constexpr double kLossRtol = 1e-5;
-
-std::string fixture_path() {
-  std::string here = __FILE__;
-  return here.substr(0, here.find_last_of('/')) + "/reference/gpt_tiny.h5";
-}
-
-// ---- reading the fixture with the HDF5 C API ----
-
-class H5Fixture {
- public:
-  explicit H5Fixture(const std::string& path) {
-    file_ = H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT);
-    if (file_ < 0) throw Error("cannot open fixture " + path);
-  }
-  ~H5Fixture() { H5Fclose(file_); }
-  H5Fixture(const H5Fixture&) = delete;
-  H5Fixture& operator=(const H5Fixture&) = delete;
-
-  bool has(const std::string& name) const {
-    return H5Lexists(file_, name.c_str(), H5P_DEFAULT) > 0;
-  }
-
-  Tensor read(const std::string& name, DType dtype) const {
-    hid_t ds = H5Dopen2(file_, name.c_str(), H5P_DEFAULT);
-    if (ds < 0) throw Error("fixture has no dataset " + name);
-    hid_t space = H5Dget_space(ds);
-    int nd = H5Sget_simple_extent_ndims(space);
-    hsize_t dims[8] = {};
-    H5Sget_simple_extent_dims(space, dims, nullptr);
-    Shape shape(dims, dims + nd);
-    Tensor t = Tensor::empty(shape, dtype);
-    H5_CHECK(H5Dread(ds, dtype == DType::F32 ? H5T_NATIVE_FLOAT : H5T_NATIVE_INT32, H5S_ALL,
-                     H5S_ALL, H5P_DEFAULT, t.raw()));
-    H5Sclose(space);
-    H5Dclose(ds);
-    return t;
-  }
-
-  std::vector<double> read_f64(const std::string& name) const {
-    hid_t ds = H5Dopen2(file_, name.c_str(), H5P_DEFAULT);
-    if (ds < 0) throw Error("fixture has no dataset " + name);
-    hid_t space = H5Dget_space(ds);
-    std::vector<double> v(static_cast<size_t>(H5Sget_simple_extent_npoints(space)));
-    H5_CHECK(H5Dread(ds, H5T_NATIVE_DOUBLE, H5S_ALL, H5S_ALL, H5P_DEFAULT, v.data()));
-    H5Sclose(space);
-    H5Dclose(ds);
-    return v;
-  }
-
-  // A variable-length string attribute (as h5py writes a Python str).
-  std::string string_attr(const char* name) const {
-    hid_t a = H5Aopen(file_, name, H5P_DEFAULT);
-    if (a < 0) throw Error(std::string("fixture has no attribute ") + name);
-    hid_t type = H5Tcopy(H5T_C_S1);
-    H5Tset_size(type, H5T_VARIABLE);
-    H5Tset_cset(type, H5T_CSET_UTF8);
-    char* buf = nullptr;
-    H5_CHECK(H5Aread(a, type, &buf));
-    std::string out = buf ? buf : "";
-    H5free_memory(buf);
-    H5Tclose(type);
-    H5Aclose(a);
-    return out;
-  }
-
-  template <typename T>
-  T attr(const char* name) const {
-    hid_t a = H5Aopen(file_, name, H5P_DEFAULT);
-    if (a < 0) throw Error(std::string("fixture has no attribute ") + name);
-    T v{};
-    H5_CHECK(H5Aread(a, std::is_integral<T>::value ? H5T_NATIVE_INT64 : H5T_NATIVE_DOUBLE, &v));
-    H5Aclose(a);
-    return v;
-  }
-
- private:
-  hid_t file_ = -1;
-};
 
 // ---- comparison ----
 
@@ -189,7 +113,7 @@ struct TinyGpt {
 };
 
 TEST(GptReference, MatchesPyTorchForwardBackwardAndAdamW) {
-  H5Fixture f(fixture_path());
+  H5Fixture f(reference_fixture("gpt_tiny.h5"));
   TinyGpt model(f);
   Backend& be = cpu_backend();
 
