@@ -12,10 +12,14 @@
 # Any deck of inputs/ with an MLP, GPT, cnn or hybrid model can be given in
 # MODELS (jobs/bench_cnn_partition.sh runs it on the cnn family).
 #   jobs/bench_balance.sh          (needs build/ and tools/.venv: make build tools)
+#   REPS=3 jobs/bench_balance.sh   (every run REPS times, in rounds so that a
+#                                   drift of the host's speed hits all alike;
+#                                   the report takes medians and gives the spread)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 MODELS=${MODELS:-"gpt_heavy_head mlp_wide_input"}
+REPS=${REPS:-1}
 PY=tools/.venv/bin/python
 WORK=runs/bench_balance
 OUT=${OUT:-results/bench_balance.md}
@@ -26,6 +30,7 @@ list=$WORK/runs.txt
 run() {  # model label trace SETTING...
   local model=$1 label=$2 trace=$3; shift 3
   local dir=$WORK/${model}_$label
+  [ "$REPS" -gt 1 ] && dir=$dir.r$rep
   echo "bench_balance: $model $label"
   mpirun --oversubscribe --bind-to none -np 2 build/pipetrain train "inputs/$model.toml" \
     --set output.trace="$trace" --set output.dir=\""$dir"\" "$@" > "$dir.log" 2>&1 ||
@@ -33,6 +38,7 @@ run() {  # model label trace SETTING...
   echo "$model $label $dir" >> "$list"
 }
 
+for rep in $(seq 1 "$REPS"); do
 for model in $MODELS; do
   units=$($PY -c '
 import sys, tomllib
@@ -46,6 +52,7 @@ print({"gpt": m.get("blocks"), "mlp": m.get("depth"), "cnn": conv, "hybrid": con
   for k in $(seq 1 $((units - 1))); do
     run "$model" "k$k" false --set pipeline.partition="[$k, $((units - k))]"
   done
+done
 done
 $PY tools/balance_report.py --runs "$list" > "$OUT"
 cat "$OUT"

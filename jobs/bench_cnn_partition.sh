@@ -13,6 +13,11 @@
 #     partition objective.
 # Writes results/bench_cnn_partition.md (and the P = 2 runs' table).
 #   jobs/bench_cnn_partition.sh        (needs build/ and tools/.venv: make build tools)
+#   REPS=1 jobs/bench_cnn_partition.sh (one run per partition; the default,
+#                                       3, runs each 3 times in rounds and
+#                                       takes medians: the runs of one
+#                                       partition differ by several percent
+#                                       on a shared 2-core host)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
@@ -20,6 +25,7 @@ deck=inputs/bench_cnn_partition.toml
 out=results/bench_cnn_partition.md
 work=runs/bench_cnn_partition
 mkdir -p "$work" results
+export REPS=${REPS:-3}
 MODELS=bench_cnn_partition OUT="$work/p2.md" jobs/bench_balance.sh > /dev/null
 for p in 4 8; do
   mpirun --oversubscribe --bind-to none -np 2 build/pipetrain plan "$deck" --ranks "$p" \

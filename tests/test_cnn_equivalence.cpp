@@ -33,6 +33,7 @@
 #include "pipetrain/io/deck_io.hpp"
 #include "pipetrain/model/data.hpp"
 #include "pipetrain/runtime/data_set_config.hpp"
+#include "pipetrain/runtime/grid.hpp"
 #include "pipetrain/runtime/trainer.hpp"
 #include "test_decks.hpp"
 #include "training_run.hpp"
@@ -121,6 +122,16 @@ TEST(CnnEquivalence, HybridEveryScheduleEqualsOneProcess) {
                                 {"none", "selective", "full"});
 }
 
+// The same with model.causal = false: the Transformer blocks attend over
+// every token (the masked softmax sees whole rows, forward, backward and in
+// a selective recomputation).
+TEST(CnnEquivalence, HybridAttendingToEveryTokenEveryScheduleEqualsOneProcess) {
+  if (world_size() != 2 && world_size() != 4) GTEST_SKIP() << "needs 2 or 4 ranks";
+  Deck deck = tiny_hybrid(tiny_cnn(), world_size(), world_size());
+  deck.model.gpt.causal = false;
+  expect_every_schedule_bitwise(deck, "hybrid over every token", {"none", "selective", "full"});
+}
+
 // Deferred batch normalisation (model.norm = "batch"): the statistics of
 // each micro-batch in training, the running statistics committed once per
 // step. Pipelined under every schedule and recompute policy, every
@@ -137,6 +148,56 @@ TEST(CnnEquivalence, BatchNormEveryScheduleEqualsOneProcess) {
   Deck hybrid = tiny_hybrid(tiny_cnn(), world_size(), world_size());
   hybrid.model.cnn.norm = NormKind::Batch;
   expect_every_schedule_bitwise(hybrid, "hybrid batch-norm");
+}
+
+// `deck` as D = deck.data_parallel.replicas replicas of a pipeline on the
+// first `ranks` ranks of the world; world rank 0 (replica 0's first
+// pipeline rank) returns the parameters and losses.
+test::RunResult train_replicated(const Deck& deck, int ranks) {
+  test::RunResult r;
+  test::on_first_ranks(ranks, [&](MPI_Comm comm) {
+    ProcessGrid grid(comm, static_cast<int>(deck.data_parallel.replicas));
+    Trainer trainer(deck, grid);
+    r = test::train_steps(trainer, deck);
+  });
+  return r;
+}
+
+// Deferred batch normalisation with D data-parallel replicas: every replica
+// normalises its own micro-batches, and the replicas gather their kept
+// statistics each step, so every replica commits those of the global batch
+// in global micro-batch order. With reduction "ordered", P x D (2 ranks:
+// 1 x 2; 4 ranks: 2 x 2 and 1 x 4) of N = 2 micro-batches each is bitwise
+// one process running all 2 D micro-batches: parameters with the running
+// statistics, losses and norms. Without the gather each replica would commit
+// its own half, and replica 0's statistics would miss the others'. The
+// replica check runs every step (data_parallel.check_every = 1), so the
+// replicas' parameters, running statistics included, agree bitwise or the
+// run stops.
+TEST(CnnEquivalence, BatchNormWithReplicasEqualsOneProcess) {
+  if (world_size() != 2 && world_size() != 4) GTEST_SKIP() << "needs 2 or 4 ranks";
+  Deck base = tiny_cnn();
+  base.model.cnn.norm = NormKind::Batch;
+  base.data_parallel.reduction = DpReductionKind::Ordered;
+  base.data_parallel.check_every = 1;
+  for (int d : {2, 4}) {
+    if (d > world_size()) continue;
+    Deck alone_deck = base;
+    alone_deck.pipeline.micro_batches = 2 * d;
+    test::RunResult alone;
+    if (is_root()) alone = test::train_alone(alone_deck);
+    Deck deck = base;
+    deck.pipeline.micro_batches = 2;
+    deck.data_parallel.replicas = d;
+    const test::RunResult replicated = train_replicated(deck, world_size());
+    if (!is_root()) continue;
+    const std::string label = "cnn batch-norm P=" + std::to_string(world_size() / d) +
+                              " x D=" + std::to_string(d);
+    test::expect_bitwise(replicated, alone, label, /*norms=*/true);
+    std::printf("  %s, N = 2 per replica: losses %.6f %.6f %.6f, bitwise one process with %d "
+                "micro-batches\n", label.c_str(), replicated.losses[0], replicated.losses[1],
+                replicated.losses[2], 2 * d);
+  }
 }
 
 // The values of parameter `name` of a one-process trainer's stage.

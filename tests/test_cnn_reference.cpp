@@ -2,8 +2,9 @@
 // float64 PyTorch reference.
 //
 // tests/reference/cnn_tiny.h5 (written by tests/reference/cnn_reference.py,
-// see the README there) holds three tiny networks (a cnn with group
-// normalisation, the same with deferred batch normalisation, a hybrid):
+// see the README there) holds four tiny networks (a cnn with group
+// normalisation, the same with deferred batch normalisation, a hybrid with
+// causal attention and one whose tokens attend to every token):
 // their float32 parameters, one batch of images and labels, and PyTorch's
 // float64 logits, mean cross-entropy, every parameter gradient and (batch
 // norm) the running statistics after the step. This test builds each network
@@ -89,6 +90,7 @@ ModelConfig config_of(const H5Fixture& f, const std::string& g) {
     m.gpt.heads = f.attr<int64_t>("heads", g);
     m.gpt.blocks = f.attr<int64_t>("blocks", g);
     m.gpt.mlp_ratio = f.attr<int64_t>("mlp_ratio", g);
+    m.gpt.causal = f.attr<int64_t>("causal", g) != 0;
   }
   return m;
 }
@@ -168,6 +170,9 @@ void check_case(const std::string& g) {
 TEST(CnnReference, GroupNormCnnMatchesFloat64PyTorch) { check_case("cnn_group"); }
 TEST(CnnReference, DeferredBatchNormCnnMatchesFloat64PyTorch) { check_case("cnn_batch"); }
 TEST(CnnReference, HybridMatchesFloat64PyTorch) { check_case("hybrid"); }
+TEST(CnnReference, HybridAttendingToEveryTokenMatchesFloat64PyTorch) {
+  check_case("hybrid_every_token");
+}
 
 }  // namespace
 }  // namespace pt

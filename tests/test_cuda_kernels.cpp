@@ -314,24 +314,25 @@ TEST(CudaKernels, BadTokenIsReportedAtTheNextSync) {
   cuda::synchronize();  // the flag is cleared once reported
 }
 
-TEST(CudaKernels, AttentionAllPrecisions) {
-  PT_REQUIRE_GPU();
+// Both masks: causal (the GPT's) and over every token (the hybrid's
+// model.causal = false), each against the CPU's in every precision.
+void expect_attention_like_cpu(AttentionMask mask, const std::string& what) {
   const int64_t mb = 2, T = 19, H = 3, D = 16, C = H * D;
   Tensor qkv = random_host({mb, T, 3 * C}, 27), dy = random_host({mb, T, C}, 28);
   auto cpu_t = [](const Shape& s) {
     return Tensor::empty(s, DType::F32, MemCategory::Workspace, Device::CPU);
   };
   Tensor probs = cpu_t({mb, H, T, T}), y = cpu_t({mb, T, C}), dqkv = cpu_t({mb, T, 3 * C});
-  transformer(cpu_backend()).attention_probs(qkv, H, probs);
+  transformer(cpu_backend()).attention_probs(qkv, H, probs, mask);
   transformer(cpu_backend()).attention_values(qkv, probs, H, y);
-  transformer(cpu_backend()).attention_backward(qkv, probs, dy, H, dqkv);
+  transformer(cpu_backend()).attention_backward(qkv, probs, dy, H, dqkv, mask);
   for (Precision p : {Precision::Fp32, Precision::Tf32, Precision::Bf16}) {
     auto be = cuda_backend(p);
     Tensor gq = gpu(qkv), gp = gpu(probs), gy = gpu(y), gd = gpu(dqkv);
-    transformer(*be).attention_probs(gq, H, gp);
+    transformer(*be).attention_probs(gq, H, gp, mask);
     transformer(*be).attention_values(gq, gp, H, gy);
-    transformer(*be).attention_backward(gq, gp, gpu(dy), H, gd);
-    const std::string tag = std::string(" ") + kind_name(p);
+    transformer(*be).attention_backward(gq, gp, gpu(dy), H, gd, mask);
+    const std::string tag = " " + what + " " + kind_name(p);
     // Two chained low-precision GEMMs in the backward pass: twice the GEMM tolerance.
     const double tol = p == Precision::Fp32 ? 1e-5 : gemm_tol(p);
     expect_close(gp, probs, tol, "attention probs" + tag);
@@ -339,9 +340,21 @@ TEST(CudaKernels, AttentionAllPrecisions) {
     expect_close(gd, dqkv, p == Precision::Fp32 ? tol : 2 * tol, "attention dqkv" + tag);
     const Tensor hp = host(gp);
     for (int64_t r = 0; r < mb * H * T; ++r)
-      for (int64_t j = r % T + 1; j < T; ++j)
-        ASSERT_EQ(hp.f32()[r * T + j], 0.f) << "above the diagonal";
+      for (int64_t j = r % T + 1; j < T; ++j) {
+        if (mask == AttentionMask::Causal) ASSERT_EQ(hp.f32()[r * T + j], 0.f) << "above the diagonal";
+        else ASSERT_GT(hp.f32()[r * T + j], 0.f) << "above the diagonal, over every token";
+      }
   }
+}
+
+TEST(CudaKernels, AttentionAllPrecisions) {
+  PT_REQUIRE_GPU();
+  expect_attention_like_cpu(AttentionMask::Causal, "causal");
+}
+
+TEST(CudaKernels, AttentionOverEveryTokenAllPrecisions) {
+  PT_REQUIRE_GPU();
+  expect_attention_like_cpu(AttentionMask::None, "over every token");
 }
 
 TEST(CudaKernels, OptimizerStepsExact) {

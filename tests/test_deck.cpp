@@ -342,16 +342,13 @@ TEST(DeckErrors, CnnNeedsImagesAndGroupsDividingWidth) {
   EXPECT_EQ(text_error("[model]\ntype = \"cnn\"\nnorm = \"layer\"\n[data]\ntype = \"images\"\n"),
             "t.toml:3: model.norm = \"layer\": must be one of \"group\", \"batch\"");
   // Batch normalisation has no groups: norm_groups need not divide width;
-  // its running statistics are one pipeline's, so one replica only.
+  // with replicas, the replicas share their statistics (test_cnn_equivalence).
   const pt::Deck batch = pt::parse_deck_text(
       "[model]\ntype = \"cnn\"\nwidth = 6\nnorm_groups = 4\nnorm = \"batch\"\n"
       "[data]\ntype = \"images\"\n[pipeline]\nstages = 2\n",
       "t.toml", {});
   EXPECT_EQ(pt::check_deck_layout(batch, 2), 2);
-  EXPECT_EQ(input_error([&] { pt::check_deck_layout(batch, 4); }),
-            "t.toml:5: model.norm = \"batch\" keeps running statistics of each pipeline's own "
-            "micro-batches, but the job has 2 data-parallel replicas (data_parallel.replicas), "
-            "whose statistics would differ; use one replica, or model.norm = \"group\"");
+  EXPECT_EQ(pt::check_deck_layout(batch, 4), 2);
 }
 
 // The hybrid family: the cnn's keys and the GPT block's, on images.
@@ -363,6 +360,15 @@ TEST(DeckErrors, HybridNeedsImagesAndHeadsDividingWidth) {
             "t.toml:4: model.heads = 4: must divide model.d_model = 30 (t.toml:3)");
   EXPECT_EQ(text_error("[model]\ntype = \"hybrid\"\nseq_len = 8\n[data]\ntype = \"images\"\n"),
             "t.toml:3: model.seq_len: only applies with model.type = \"gpt\"; remove it or change that key");
+
+  // Attention over every token: the hybrid's only, and the reference kernels'.
+  EXPECT_EQ(text_error("[model]\ntype = \"gpt\"\ncausal = false\n[data]\ntype = \"markov\"\n"),
+            "t.toml:3: model.causal: only applies with model.type = \"hybrid\"; remove it or change that key");
+  EXPECT_EQ(text_error("[model]\ntype = \"hybrid\"\nattention = \"fused\"\ncausal = false\n[data]\n"
+                       "type = \"images\"\n"),
+            "t.toml:4: model.causal = false: the fused attention kernels are causal only; with "
+            "model.attention = \"fused\" (t.toml:3) keep model.causal = true, or use model.attention = "
+            "\"reference\"");
 }
 
 TEST(DeckErrors, GptNeedsTokenDataAndHeadsDividingWidth) {

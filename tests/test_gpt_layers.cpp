@@ -135,26 +135,67 @@ TEST(GptKernels, LayerNormBackwardAccumulatesParameterGrads) {
 
 struct AttnCase {
   int64_t mb = 2, T = 5, C = 8, H = 2;
+  AttentionMask mask = AttentionMask::Causal;
   Tensor run(TransformerKernels& be, const Tensor& qkv, Tensor* probs_out = nullptr) const {
     Tensor probs = Tensor::empty({mb, H, T, T});
     Tensor y = Tensor::empty({mb, T, C});
-    be.attention_probs(qkv, H, probs);
+    be.attention_probs(qkv, H, probs, mask);
     be.attention_values(qkv, probs, H, y);
     if (probs_out) *probs_out = probs;
     return y;
   }
 };
 
-TEST(GptKernels, AttentionMatchesFiniteDifferences) {
+void expect_attention_fd(AttentionMask mask, const char* label) {
   TransformerKernels& be = gpt_kernels(cpu_backend());
   AttnCase c;
+  c.mask = mask;
   Tensor qkv = random_tensor({c.mb, c.T, 3 * c.C}, 1);
   Tensor probs;
   Tensor y = c.run(be, qkv, &probs);
   Tensor r = random_tensor(y.shape(), 2);
   Tensor dqkv = Tensor::empty(qkv.shape());
-  be.attention_backward(qkv, probs, r, c.H, dqkv);
-  expect_fd(qkv, dqkv, [&] { return dot(c.run(be, qkv), r); }, "attention dqkv");
+  be.attention_backward(qkv, probs, r, c.H, dqkv, mask);
+  expect_fd(qkv, dqkv, [&] { return dot(c.run(be, qkv), r); }, label);
+}
+
+TEST(GptKernels, AttentionMatchesFiniteDifferences) {
+  expect_attention_fd(AttentionMask::Causal, "causal attention dqkv");
+}
+
+TEST(GptKernels, AttentionOverEveryTokenMatchesFiniteDifferences) {
+  expect_attention_fd(AttentionMask::None, "attention over every token dqkv");
+}
+
+// Without the mask, every probability is positive and each row sums to 1;
+// adding 1 to the values of the last position moves every position's output,
+// in head h's channels, by its probability of attending to that position.
+TEST(GptKernels, AttentionOverEveryTokenSeesEveryToken) {
+  TransformerKernels& be = gpt_kernels(cpu_backend());
+  AttnCase c;
+  c.mask = AttentionMask::None;
+  Tensor qkv = random_tensor({c.mb, c.T, 3 * c.C}, 1);
+  Tensor probs;
+  Tensor y0 = c.run(be, qkv, &probs);
+  for (int64_t row = 0; row < c.mb * c.H * c.T; ++row) {
+    double sum = 0.0;
+    for (int64_t j = 0; j < c.T; ++j) {
+      EXPECT_GT(probs.f32()[row * c.T + j], 0.f) << "row " << row << " key " << j;
+      sum += probs.f32()[row * c.T + j];
+    }
+    EXPECT_NEAR(sum, 1.0, 1e-6);
+  }
+  for (int64_t b = 0; b < c.mb; ++b)
+    for (int64_t j = 2 * c.C; j < 3 * c.C; ++j) qkv.f32()[((b * c.T) + c.T - 1) * 3 * c.C + j] += 1.f;
+  Tensor y1 = c.run(be, qkv);
+  const int64_t D = c.C / c.H;
+  for (int64_t b = 0; b < c.mb; ++b)
+    for (int64_t t = 0; t < c.T; ++t)
+      for (int64_t j = 0; j < c.C; ++j) {
+        const int64_t i = (b * c.T + t) * c.C + j, h = j / D;
+        const float p_last = probs.f32()[((b * c.H + h) * c.T + t) * c.T + c.T - 1];
+        EXPECT_NEAR(y1.f32()[i] - y0.f32()[i], p_last, 1e-5) << "b " << b << " t " << t;
+      }
 }
 
 TEST(GptKernels, AttentionProbsAreCausalRowStochastic) {

@@ -6,7 +6,12 @@ run: the partition, measured throughput (batch / median step time after the
 warm-up steps) and, for the traced strategy runs, measured utilisation per
 stage (busy / span, tools/trace_report.py); beside them the run's own
 prediction from metrics.h5 (predicted step time, per-stage busy time over the
-predicted span). Prints a Markdown report.
+predicted span). Runs repeated under one label (jobs/bench_balance.sh with
+REPS > 1) count as one row: the median of their throughputs, predictions and
+utilisations, with the spread of the measured throughputs (max / min - 1).
+The planner's step-time error (predicted / measured throughput - 1) is
+summarised over every row, beside the bounds docs/planner.md publishes.
+Prints a Markdown report.
 """
 import argparse
 import datetime
@@ -52,12 +57,49 @@ def read_run(model, label, path, skip):
     return row
 
 
+def median_row(runs):
+    """One row of the runs repeated under one label: medians, and the spread."""
+    row = dict(runs[0])
+    for key in ("throughput", "predicted_throughput"):
+        row[key] = float(np.median([r[key] for r in runs]))
+    row["predicted_util"] = list(np.median([r["predicted_util"] for r in runs], axis=0))
+    traced = [r["util"] for r in runs if r["util"]]
+    row["util"] = list(np.median(traced, axis=0)) if traced else None
+    measured = [r["throughput"] for r in runs]
+    row["runs"] = len(runs)
+    row["spread"] = max(measured) / min(measured) - 1.0
+    return row
+
+
+def grouped(rows):
+    """The rows of one model, repeated labels merged (in first-seen order)."""
+    labels = dict.fromkeys(r["label"] for r in rows)
+    return [median_row([r for r in rows if r["label"] == label]) for label in labels]
+
+
+def error_summary(rows):
+    """The planner's step-time error over the rows, and the measurements' spread."""
+    errors = sorted(abs(r["predicted_throughput"] / r["throughput"] - 1.0) for r in rows)
+    worst = max(rows, key=lambda r: abs(r["predicted_throughput"] / r["throughput"] - 1.0))
+    line = (f"\nPlanner step-time error (predicted / measured throughput - 1) over these "
+            f"{len(rows)} partitions: median {100 * float(np.median(errors)):.1f}%, worst "
+            f"{100 * errors[-1]:.1f}% ({worst['label']} {worst['partition']}); the bounds "
+            f"docs/planner.md publishes: median 1.4%, worst 8.8%.")
+    if rows[0]["runs"] > 1:
+        spreads = [r["spread"] for r in rows]
+        line += (f" Each row is the median of {rows[0]['runs']} runs in rounds; the runs of one "
+                 f"partition spread by median {100 * float(np.median(spreads)):.1f}%, at most "
+                 f"{100 * max(spreads):.1f}% (max / min throughput - 1).")
+    return line
+
+
 def util_text(u):
     return " / ".join(f"{100 * x:.0f}%" for x in u) + f" (mean {100 * sum(u) / len(u):.0f}%)"
 
 
 def report(model, rows):
     p = print
+    rows = grouped(rows)
     strategies = [r for r in rows if not r["label"].startswith("k")]
     every = [r for r in rows if r["label"].startswith("k")]
     best = max(every, key=lambda r: r["throughput"])
@@ -84,6 +126,7 @@ def report(model, rows):
       f"{best['partition']}: {best['throughput']:.1f} samples/s; balanced is "
       f"{gap:+.1f}% below it{' (the same partition)' if same else ''}; goal <= 5%: "
       f"{'met' if gap <= 5.0 or same else 'missed'}.")
+    p(error_summary(rows))
 
 
 def main():

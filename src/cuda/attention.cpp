@@ -51,7 +51,8 @@ void set_c(Gemm& g, float* c, int64_t ld, int64_t stride) {
 
 }  // namespace
 
-void attention_probs(const Tensor& qkv, int64_t heads, Tensor& probs, Precision p) {
+void attention_probs(const Tensor& qkv, int64_t heads, Tensor& probs, AttentionMask mask,
+                     Precision p) {
   check_on_gpu({&qkv, &probs}, "attention");
   const AttnDims d = attn_dims(qkv, heads);  // probs: (mb, H, T, T)
   DeviceBuffer qkv_low;
@@ -65,7 +66,8 @@ void attention_probs(const Tensor& qkv, int64_t heads, Tensor& probs, Precision 
     g.alpha = d.scale;
     run_gemm(g, p);
   }
-  kern::causal_softmax_forward(probs.f32(), d.mb * d.H * d.T, d.T, context().compute);
+  kern::masked_softmax_forward(probs.f32(), d.mb * d.H * d.T, d.T, mask == AttentionMask::Causal,
+                               context().compute);
 }
 
 void attention_values(const Tensor& qkv, const Tensor& probs, int64_t heads, Tensor& y,
@@ -86,7 +88,7 @@ void attention_values(const Tensor& qkv, const Tensor& probs, int64_t heads, Ten
 }
 
 void attention_backward(const Tensor& qkv, const Tensor& probs, const Tensor& dy,
-                        int64_t heads, Tensor& dqkv, Precision p) {
+                        int64_t heads, Tensor& dqkv, AttentionMask mask, Precision p) {
   check_on_gpu({&qkv, &probs, &dy, &dqkv}, "attention backward");
   const AttnDims d = attn_dims(qkv, heads);  // probs: (mb, H, T, T); dy: (mb, T, C)
   cudaStream_t s = context().compute;
@@ -111,7 +113,8 @@ void attention_backward(const Tensor& qkv, const Tensor& probs, const Tensor& dy
     set_b(dp, q.at(qb + 2 * d.C), 3 * d.C, d.D);
     set_c(dp, ds, d.T, d.T * d.T);
     run_gemm(dp, p);
-    kern::causal_softmax_backward(probs.f32() + pb, ds, d.H * d.T, d.T, d.scale, s);
+    kern::masked_softmax_backward(probs.f32() + pb, ds, d.H * d.T, d.T, d.scale,
+                                  mask == AttentionMask::Causal, s);
     const Operand g_s = as_operand(ds, d.probs_seq(), p, ds_low);
     // dQ_h = dS_h K_h: (T, T) x (T, D)
     Gemm dqg = heads_gemm(d, false, false, d.T, d.D, d.T);

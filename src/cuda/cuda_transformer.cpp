@@ -49,16 +49,17 @@ class CudaTransformerKernels final : public TransformerKernels {
                              tokens.dim(1), dwte.rows(), dwte.cols(), ctx_.error_word, stream());
   }
 
-  void do_attention_probs(const Tensor& qkv, int64_t heads, Tensor& probs) override {
-    cuda::attention_probs(qkv, heads, probs, precision_);
+  void do_attention_probs(const Tensor& qkv, int64_t heads, Tensor& probs,
+                          AttentionMask mask) override {
+    cuda::attention_probs(qkv, heads, probs, mask, precision_);
   }
   void do_attention_values(const Tensor& qkv, const Tensor& probs, int64_t heads,
                            Tensor& y) override {
     cuda::attention_values(qkv, probs, heads, y, precision_);
   }
   void do_attention_backward(const Tensor& qkv, const Tensor& probs, const Tensor& dy,
-                             int64_t heads, Tensor& dqkv) override {
-    cuda::attention_backward(qkv, probs, dy, heads, dqkv, precision_);
+                             int64_t heads, Tensor& dqkv, AttentionMask mask) override {
+    cuda::attention_backward(qkv, probs, dy, heads, dqkv, mask, precision_);
   }
 
  private:

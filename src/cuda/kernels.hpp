@@ -67,12 +67,13 @@ void layernorm_backward(const float* x, const float* gamma, const float* mean,
 void softmax_xent(const float* logits, const int32_t* labels, float grad_scale, float* dlogits,
                   double* row_loss, int64_t rows, int64_t classes, int64_t width,
                   cudaStream_t s);
-// s: rows of length T, row r being query position r % T of its (T, T) block.
-// In place: softmax over columns j <= i, exactly 0 above the diagonal.
-void causal_softmax_forward(float* scores, int64_t rows, int64_t T, cudaStream_t s);
-// In place on dp: scale * p * (dp - sum_j p dp) for j <= i, 0 above.
-void causal_softmax_backward(const float* p, float* dp, int64_t rows, int64_t T, float scale,
-                             cudaStream_t s);
+// s: rows of length T, row r being query position i = r % T of its (T, T)
+// block. In place: softmax over the visible columns (`causal`: j <= i,
+// exactly 0 above the diagonal; else all T).
+void masked_softmax_forward(float* scores, int64_t rows, int64_t T, bool causal, cudaStream_t s);
+// In place on dp: scale * p * (dp - sum_j p dp) over the visible columns, 0 elsewhere.
+void masked_softmax_backward(const float* p, float* dp, int64_t rows, int64_t T, float scale,
+                             bool causal, cudaStream_t s);
 
 // ---- embedding (kernels_embedding.cu) ----
 // y (mb*T, C) = wte[tokens] + wpe[t]; invalid tokens set kBadToken.

@@ -1,6 +1,6 @@
 // kernels_rows.cu: row-wise kernels of the CUDA backend, one block per row:
-// LayerNorm forward and backward, softmax cross-entropy, and the causal
-// softmax (forward and backward) of attention. Row statistics are summed in
+// LayerNorm forward and backward, softmax cross-entropy, and the masked
+// (causal or not) softmax, forward and backward, of attention. Row statistics are summed in
 // double with fixed block trees, as the CPU backend sums in double.
 #include "context.hpp"
 #include "device_common.cuh"
@@ -127,38 +127,43 @@ __global__ void softmax_xent_kernel(const float* logits, const int32_t* labels, 
   if (threadIdx.x == 0) row_loss[r] = log_denom - static_cast<double>(row[label] - maxv);
 }
 
+// The columns [0, n) query i = r % T of row r sees: causal i + 1, else T.
+__device__ int64_t visible_keys(int64_t r, int64_t T, bool causal) {
+  return causal ? r % T + 1 : T;
+}
+
 // scores: (rows, T), row r is query i = r % T; one block per row.
-__global__ void causal_softmax_forward_kernel(float* scores, int64_t T) {
+__global__ void masked_softmax_forward_kernel(float* scores, int64_t T, bool causal) {
   const int64_t r = blockIdx.x;
-  const int64_t i = r % T;
+  const int64_t n = visible_keys(r, T, causal);
   float* row = scores + r * T;
   float maxv = -INFINITY;
-  for (int64_t j = threadIdx.x; j <= i; j += blockDim.x) maxv = fmaxf(maxv, row[j]);
+  for (int64_t j = threadIdx.x; j < n; j += blockDim.x) maxv = fmaxf(maxv, row[j]);
   maxv = block_max(maxv);
   double sum = 0.0;
-  for (int64_t j = threadIdx.x; j <= i; j += blockDim.x) {
+  for (int64_t j = threadIdx.x; j < n; j += blockDim.x) {
     const float e = fast_exp(row[j] - maxv);
     row[j] = e;
     sum += e;
   }
   const float inv = static_cast<float>(1.0 / block_sum(sum));
-  for (int64_t j = threadIdx.x; j <= i; j += blockDim.x) row[j] *= inv;  // own elements only
-  for (int64_t j = i + 1 + threadIdx.x; j < T; j += blockDim.x) row[j] = 0.f;
+  for (int64_t j = threadIdx.x; j < n; j += blockDim.x) row[j] *= inv;  // own elements only
+  for (int64_t j = n + threadIdx.x; j < T; j += blockDim.x) row[j] = 0.f;
 }
 
-__global__ void causal_softmax_backward_kernel(const float* p, float* dp, int64_t T,
-                                               float scale) {
+__global__ void masked_softmax_backward_kernel(const float* p, float* dp, int64_t T,
+                                               float scale, bool causal) {
   const int64_t r = blockIdx.x;
-  const int64_t i = r % T;
+  const int64_t n = visible_keys(r, T, causal);
   const float* prow = p + r * T;
   float* drow = dp + r * T;
   double dot = 0.0;
-  for (int64_t j = threadIdx.x; j <= i; j += blockDim.x)
+  for (int64_t j = threadIdx.x; j < n; j += blockDim.x)
     dot += static_cast<double>(prow[j]) * drow[j];
   const float dotf = static_cast<float>(block_sum(dot));
-  for (int64_t j = threadIdx.x; j <= i; j += blockDim.x)
+  for (int64_t j = threadIdx.x; j < n; j += blockDim.x)
     drow[j] = scale * prow[j] * (drow[j] - dotf);
-  for (int64_t j = i + 1 + threadIdx.x; j < T; j += blockDim.x) drow[j] = 0.f;
+  for (int64_t j = n + threadIdx.x; j < T; j += blockDim.x) drow[j] = 0.f;
 }
 
 unsigned row_grid(int64_t rows) {
@@ -210,16 +215,16 @@ void softmax_xent(const float* logits, const int32_t* labels, float grad_scale, 
   PT_LAUNCH_CHECK();
 }
 
-void causal_softmax_forward(float* scores, int64_t rows, int64_t T, cudaStream_t s) {
+void masked_softmax_forward(float* scores, int64_t rows, int64_t T, bool causal, cudaStream_t s) {
   if (rows == 0) return;
-  causal_softmax_forward_kernel<<<row_grid(rows), kThreads, 0, s>>>(scores, T);
+  masked_softmax_forward_kernel<<<row_grid(rows), kThreads, 0, s>>>(scores, T, causal);
   PT_LAUNCH_CHECK();
 }
 
-void causal_softmax_backward(const float* p, float* dp, int64_t rows, int64_t T, float scale,
-                             cudaStream_t s) {
+void masked_softmax_backward(const float* p, float* dp, int64_t rows, int64_t T, float scale,
+                             bool causal, cudaStream_t s) {
   if (rows == 0) return;
-  causal_softmax_backward_kernel<<<row_grid(rows), kThreads, 0, s>>>(p, dp, T, scale);
+  masked_softmax_backward_kernel<<<row_grid(rows), kThreads, 0, s>>>(p, dp, T, scale, causal);
   PT_LAUNCH_CHECK();
 }
 

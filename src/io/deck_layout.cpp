@@ -202,17 +202,6 @@ void check_ordered_reduction(const Deck& deck, int ranks) {
                      "with weight_grad = \"micro_batch\"");
 }
 
-// Deferred batch normalisation commits each replica's own micro-batches:
-// with several replicas the running statistics would differ between them.
-void check_batch_norm_replicas(const Deck& deck, int replicas) {
-  if (replicas <= 1 || deck.model.cnn.norm != NormKind::Batch ||
-      !model_family(deck.model).uses_key("norm"))
-    return;
-  throw InputError(deck.where("model.norm") + " = \"batch\" keeps running statistics of each " +
-                   "pipeline's own micro-batches, but the job has " + std::to_string(replicas) +
-                   " data-parallel replicas (data_parallel.replicas), whose statistics would "
-                   "differ; use one replica, or model.norm = \"group\"");
-}
 
 }  // namespace
 
@@ -221,7 +210,6 @@ DeckLayout resolve_deck_layout(const Deck& deck, int world_ranks) {
   DeckLayout layout;
   layout.data_parallel = resolve_data_parallel(deck, world_ranks);
   layout.pipeline_ranks = world_ranks / layout.data_parallel;
-  check_batch_norm_replicas(deck, layout.data_parallel);
   check_layout_of_pipeline(deck, layout.pipeline_ranks);
   check_ordered_reduction(deck, layout.pipeline_ranks);
   return layout;

@@ -76,6 +76,11 @@ Param running_statistic(const std::string& name, int64_t channels, float start, 
   return p;
 }
 
+// A host (C) vector of float: a micro-batch's statistics, as the layer keeps them.
+Tensor host_vector(int64_t C) {
+  return Tensor::empty({C}, DType::F32, MemCategory::Workspace, Device::CPU);
+}
+
 // A normalisation over `channels` channels: gamma, beta (C); batch
 // normalisation also running_mean, running_var (C) and the statistics of
 // the step's training forwards, by micro-batch, until end_step.
@@ -153,6 +158,41 @@ class NormUnit {
     copy_tensor(mean, running_mean_.value);
     copy_tensor(var, running_var_.value);
     step_stats_.clear();
+  }
+  // Data parallelism (Layer::pack_step_statistics): per micro-batch, in
+  // ascending order, its count, then its C means and C variances.
+  void pack_step_statistics(std::vector<double>& out) const {
+    if (!batch()) return;
+    for (const auto& [mb, s] : step_stats_) {
+      out.push_back(static_cast<double>(s.count));
+      for (const Tensor* t : {&s.mean, &s.var})
+        for (int64_t c = 0; c < t->numel(); ++c) out.push_back(t->f32()[c]);
+    }
+  }
+  // Every replica's micro-batches in place of this one's, keyed by their
+  // global micro-batch (Layer::unpack_step_statistics).
+  void unpack_step_statistics(const GatheredStatistics& all, size_t& offset) {
+    if (!batch()) return;
+    const int64_t C = gamma_.value.numel(), local = static_cast<int64_t>(step_stats_.size());
+    PT_CHECK(local == all.micro_batches,
+             "normalisation \"" + name_ + "\": statistics of " + std::to_string(local) +
+                 " micro-batches kept, the step had " + std::to_string(all.micro_batches));
+    const size_t per = static_cast<size_t>(1 + 2 * C);
+    std::map<int, MicroBatchStats> global;
+    for (int64_t r = 0; r < all.replicas; ++r) {
+      const double* block = all.data + static_cast<size_t>(r) * all.block + offset;
+      for (int64_t k = 0; k < local; ++k) {
+        const double* v = block + static_cast<size_t>(k) * per;
+        MicroBatchStats s{host_vector(C), host_vector(C), static_cast<int64_t>(v[0])};
+        for (int64_t c = 0; c < C; ++c) {
+          s.mean.f32()[c] = static_cast<float>(v[1 + c]);  // exact: packed from floats
+          s.var.f32()[c] = static_cast<float>(v[1 + C + c]);
+        }
+        global[static_cast<int>(r * local + k)] = std::move(s);
+      }
+    }
+    step_stats_ = std::move(global);
+    offset += static_cast<size_t>(local) * per;
   }
   // mean, rstd: forward's. Adds dgamma, dbeta; returns dx.
   Tensor backward(Backend& be, const Tensor& x, const Tensor& mean, const Tensor& rstd,
@@ -234,6 +274,12 @@ class Norm final : public Layer {
     return unit_.backward(be, x, saved[0], saved[1], dy);  // dgamma, dbeta need it anyway
   }
   void end_step(Backend&) override { unit_.end_step(); }
+  void pack_step_statistics(std::vector<double>& out) const override {
+    unit_.pack_step_statistics(out);
+  }
+  void unpack_step_statistics(const GatheredStatistics& all, size_t& offset) override {
+    unit_.unpack_step_statistics(all, offset);
+  }
 
  private:
   NormUnit unit_;
@@ -324,6 +370,16 @@ class ResidualBlock final : public Layer {
     norm1_.end_step();
     norm2_.end_step();
     if (proj_norm_) proj_norm_->end_step();
+  }
+  void pack_step_statistics(std::vector<double>& out) const override {
+    norm1_.pack_step_statistics(out);
+    norm2_.pack_step_statistics(out);
+    if (proj_norm_) proj_norm_->pack_step_statistics(out);
+  }
+  void unpack_step_statistics(const GatheredStatistics& all, size_t& offset) override {
+    norm1_.unpack_step_statistics(all, offset);
+    norm2_.unpack_step_statistics(all, offset);
+    if (proj_norm_) proj_norm_->unpack_step_statistics(all, offset);
   }
 
   Tensor backward(Backend& be, const Tensor& x, const std::vector<Tensor>& saved,

@@ -4,8 +4,8 @@
 // model.stages x model.stage_blocks residual blocks that widen and
 // downsample, cnn_net); each pixel of its last feature map becomes one token
 // of width model.d_model (patch tokens: a Linear projection and a learned
-// position embedding); model.blocks GPT blocks (gpt.cpp, causal attention:
-// the GPT block has no other) follow, then a head that pools the tokens and
+// position embedding); model.blocks GPT blocks (gpt.cpp; causal attention, or
+// over every token with model.causal = false) follow, then a head that pools the tokens and
 // classifies, with the cross-entropy. Partition units: the residual blocks
 // (units 0..R-1), then the Transformer blocks (R..R+B-1), the patch tokens
 // belonging to unit R; the stem is pinned to the first stage and the head to
@@ -104,7 +104,8 @@ std::string describe(const ModelConfig& m) {
   return cnn_net::describe(m) + " d_model=" + std::to_string(g.d_model) +
          " heads=" + std::to_string(g.heads) + " blocks=" + std::to_string(g.blocks) +
          " mlp_ratio=" + std::to_string(g.mlp_ratio) +
-         (g.attention == AttentionKind::Reference ? "" : std::string(" attention=") + kind_name(g.attention));
+         (g.attention == AttentionKind::Reference ? "" : std::string(" attention=") + kind_name(g.attention)) +
+         (g.causal ? "" : " causal=false");
 }
 
 void check(const Deck& deck) {
@@ -113,6 +114,10 @@ void check(const Deck& deck) {
   if (g.d_model % g.heads != 0)
     throw InputError(deck.where("model.heads") + " = " + std::to_string(g.heads) + ": must divide " +
                      deck.described("model.d_model", std::to_string(g.d_model)));
+  if (!g.causal && g.attention == AttentionKind::Fused)
+    throw InputError(deck.where("model.causal") + " = false: the fused attention kernels are causal " +
+                     "only; with " + deck.described("model.attention", "\"fused\"") +
+                     " keep model.causal = true, or use model.attention = \"reference\"");
 }
 
 bool selective_drops(const ModelConfig& m) { return m.gpt.attention != AttentionKind::Fused; }
@@ -130,7 +135,7 @@ ModelFamily hybrid_family() {
   f.name = "hybrid";
   f.summary = "convolutional stem + Transformer blocks on its patch tokens (teacher-labelled images or HDF5 image files)";
   f.keys = {"image_size", "in_channels", "classes", "width", "stages", "stage_blocks",
-            "norm_groups", "norm", "d_model", "heads", "blocks", "mlp_ratio", "attention"};
+            "norm_groups", "norm", "d_model", "heads", "blocks", "mlp_ratio", "attention", "causal"};
   f.data_types = {DataKind::Images, DataKind::ImageFiles};
   f.data_rule = "trains on data.type = \"images\" or \"image_files\"";
   f.check = check;

@@ -268,6 +268,8 @@ class GptBlock final : public Layer {
         mlp_proj_(prefix(index) + "mlp.proj", dims.mlp_ratio * dims.d_model, dims.d_model,
                   residual_std(dims), seed, true, init) {
     PT_CHECK(dims.heads >= 1 && dims.d_model % dims.heads == 0, "heads must divide d_model");
+    PT_CHECK(dims.causal || dims.attention != AttentionKind::Fused,
+             "fused attention is causal only (model.causal = false needs the reference kernels)");
   }
   std::string kind() const override { return "gpt_block"; }
   Shape output_shape(const Shape& input) const override {
@@ -359,10 +361,11 @@ class GptBlock final : public Layer {
     return kInitStd / std::sqrt(2.f * static_cast<float>(dims.blocks));
   }
   bool fused() const { return dims_.attention == AttentionKind::Fused; }
+  AttentionMask mask() const { return dims_.causal ? AttentionMask::Causal : AttentionMask::None; }
   // probs (mb, H, T, T) of qkv (mb, T, 3C).
   Tensor attention_probs(Backend& be, const Tensor& qkv) const {
     Tensor probs = activation(be, {qkv.dim(0), dims_.heads, qkv.dim(1), qkv.dim(1)});
-    gpt_kernels(be).attention_probs(qkv, dims_.heads, probs);
+    gpt_kernels(be).attention_probs(qkv, dims_.heads, probs, mask());
     return probs;
   }
   // The attention output (mb, T, C) of qkv (mb, T, 3C); sets `softmax` to
@@ -394,7 +397,7 @@ class GptBlock final : public Layer {
     if (fused())
       gpt_fused_attention(be).backward(qkv, saved[kAttn], softmax, dattn, dims_.heads, dqkv);
     else
-      gpt_kernels(be).attention_backward(qkv, softmax, dattn, dims_.heads, dqkv);
+      gpt_kernels(be).attention_backward(qkv, softmax, dattn, dims_.heads, dqkv, mask());
     return dqkv;
   }
 

@@ -6,6 +6,7 @@
 
 #include "pipetrain/base/error.hpp"
 #include "pipetrain/base/fault_injection.hpp"
+#include "pipetrain/base/timed_wait.hpp"
 #include "pipetrain/runtime/replica_check.hpp"
 
 namespace pt {
@@ -30,6 +31,30 @@ void combine_across_ranks(RunParts& run, const StepOutcome& outcome, int64_t ste
   tracer.record(EventKind::Reduction, step, run.stages.front().stage, -1, reduce_start, tracer.now_us());
 }
 
+// Data parallelism with statistics committed once per step (deferred batch
+// normalisation, Layer::pack_step_statistics): every replica's, gathered in
+// replica order, replace each replica's own, so that every replica commits
+// those of the global batch, in global micro-batch order, as one pipeline
+// running all D x N micro-batches would. The replicas hold the same model,
+// so all of them have statistics or none does.
+void share_step_statistics(RunParts& run) {
+  if (run.place.replica_count <= 1) return;
+  std::vector<double> mine;  // this replica's, layer by layer
+  for (StageModel& stage : run.stages)
+    for (auto& layer : stage.layers) layer->pack_step_statistics(mine);
+  if (mine.empty()) return;
+  std::vector<double> all(mine.size() * static_cast<size_t>(run.place.replica_count));
+  timed_allgather(mine.data(), static_cast<int>(mine.size()), MPI_DOUBLE, all.data(),
+                  run.place.replicas, "the replicas' batch-normalisation statistics of the step");
+  const GatheredStatistics gathered{all.data(), run.place.replica_count, mine.size(),
+                                    run.settings.schedule.micro_batches};
+  size_t offset = 0;
+  for (StageModel& stage : run.stages)
+    for (auto& layer : stage.layers) layer->unpack_step_statistics(gathered, offset);
+  PT_CHECK(offset == mine.size(), "step statistics: " + std::to_string(offset) + " of " +
+                                      std::to_string(mine.size()) + " values read back");
+}
+
 // The learning rate of the step, and the optimizer step with the clipping
 // the norm implies (none when fp16 skipped the step).
 void apply_update(RunParts& run, int64_t step, StepRecord& rec) {
@@ -41,6 +66,7 @@ void apply_update(RunParts& run, int64_t step, StepRecord& rec) {
   if (!rec.skipped) run.optimizer->step(run.backend, static_cast<float>(rec.lr), clip_scale);
   // The step's end for layers that commit statistics once per step (deferred
   // batch normalisation), whether or not fp16 skipped the update.
+  share_step_statistics(run);
   for (StageModel& stage : run.stages)
     for (auto& layer : stage.layers) layer->end_step(run.backend);
   run.backend.synchronize();

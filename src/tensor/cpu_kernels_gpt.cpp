@@ -1,6 +1,6 @@
 // cpu_kernels_gpt.cpp: the transformer kernel group of the CPU backend
-// (transformer_kernels.hpp): LayerNorm, token + position embedding and causal
-// multi-head attention, called with checked shapes.
+// (transformer_kernels.hpp): LayerNorm, token + position embedding and
+// multi-head attention (causal or not), called with checked shapes.
 // GEMMs go through cpu::gemm; everything else is plain loops in a fixed order,
 // reductions in double, so results are bitwise deterministic.
 #include "cpu_kernels_gpt.hpp"
@@ -38,33 +38,41 @@ size_t head_offset(const AttnDims& d, int64_t b, int64_t h) {
   return static_cast<size_t>(b * d.T * d.C + h * d.D);
 }
 
-// In place on scores s (T, T): row i becomes softmax over columns j <= i;
-// columns j > i become exactly 0.
-void causal_softmax(float* s, int64_t T) {
+// The keys query i sees: columns [0, visible) of its row.
+int64_t visible_keys(int64_t i, int64_t T, AttentionMask mask) {
+  return mask == AttentionMask::Causal ? i + 1 : T;
+}
+
+// In place on scores s (T, T): row i becomes the softmax over its visible
+// columns; the others (causal: j > i) become exactly 0.
+void masked_softmax(float* s, int64_t T, AttentionMask mask) {
   for (int64_t i = 0; i < T; ++i) {
     float* row = s + i * T;
+    const int64_t n = visible_keys(i, T, mask);
     float maxv = row[0];
-    for (int64_t j = 1; j <= i; ++j) maxv = row[j] > maxv ? row[j] : maxv;  // inlined, unlike fmax
-    for (int64_t j = 0; j <= i; ++j) row[j] = fast_exp(row[j] - maxv);  // vectorises
+    for (int64_t j = 1; j < n; ++j) maxv = row[j] > maxv ? row[j] : maxv;  // inlined, unlike fmax
+    for (int64_t j = 0; j < n; ++j) row[j] = fast_exp(row[j] - maxv);  // vectorises
     double sum = 0.0;
-    for (int64_t j = 0; j <= i; ++j) sum += row[j];
+    for (int64_t j = 0; j < n; ++j) sum += row[j];
     const float inv = static_cast<float>(1.0 / sum);
-    for (int64_t j = 0; j <= i; ++j) row[j] *= inv;
-    for (int64_t j = i + 1; j < T; ++j) row[j] = 0.f;
+    for (int64_t j = 0; j < n; ++j) row[j] *= inv;
+    for (int64_t j = n; j < T; ++j) row[j] = 0.f;
   }
 }
 
 // In place on dp (T, T) (gradient w.r.t. probs p): becomes the gradient w.r.t.
 // the unscaled scores, scale * p * (dp - sum_j p dp). Masked entries become 0.
-void causal_softmax_backward(const float* p, float* dp, int64_t T, float scale) {
+void masked_softmax_backward(const float* p, float* dp, int64_t T, float scale,
+                             AttentionMask mask) {
   for (int64_t i = 0; i < T; ++i) {
     const float* prow = p + i * T;
     float* drow = dp + i * T;
+    const int64_t n = visible_keys(i, T, mask);
     double dot = 0.0;
-    for (int64_t j = 0; j <= i; ++j) dot += static_cast<double>(prow[j]) * drow[j];
+    for (int64_t j = 0; j < n; ++j) dot += static_cast<double>(prow[j]) * drow[j];
     const float dotf = static_cast<float>(dot);
-    for (int64_t j = 0; j <= i; ++j) drow[j] = scale * prow[j] * (drow[j] - dotf);
-    for (int64_t j = i + 1; j < T; ++j) drow[j] = 0.f;
+    for (int64_t j = 0; j < n; ++j) drow[j] = scale * prow[j] * (drow[j] - dotf);
+    for (int64_t j = n; j < T; ++j) drow[j] = 0.f;
   }
 }
 
@@ -158,9 +166,10 @@ void embedding_backward(const Tensor& tokens, const Tensor& dy, Tensor& dwte, Te
   }
 }
 
-// ---- causal multi-head attention ----
+// ---- multi-head attention ----
 
-void attention_probs(Precision p, const Tensor& qkv, int64_t heads, Tensor& probs) {
+void attention_probs(Precision p, const Tensor& qkv, int64_t heads, Tensor& probs,
+                     AttentionMask mask) {
   const AttnDims d = attn_dims(qkv, heads);  // qkv: (mb, T, 3C)
   for (int64_t b = 0; b < d.mb; ++b) {
     for (int64_t h = 0; h < d.H; ++h) {
@@ -168,7 +177,7 @@ void attention_probs(Precision p, const Tensor& qkv, int64_t heads, Tensor& prob
       // s = scale * Q K^T: (T, D) x (D, T)
       gemm(p, false, true, d.T, d.T, d.D, d.scale, qkv_head(qkv, d, b, h, 0), 3 * d.C,
            qkv_head(qkv, d, b, h, 1), 3 * d.C, 0.f, s, d.T);
-      causal_softmax(s, d.T);
+      masked_softmax(s, d.T, mask);
     }
   }
 }
@@ -186,7 +195,7 @@ void attention_values(Precision p, const Tensor& qkv, const Tensor& probs, int64
 }
 
 void attention_backward(Precision prec, const Tensor& qkv, const Tensor& probs,
-                        const Tensor& dy, int64_t heads, Tensor& dqkv) {
+                        const Tensor& dy, int64_t heads, Tensor& dqkv, AttentionMask mask) {
   const AttnDims d = attn_dims(qkv, heads);  // qkv: (mb, T, 3C)
   std::vector<float> ds(static_cast<size_t>(d.T * d.T));           // (T, T) scratch
   for (int64_t b = 0; b < d.mb; ++b) {
@@ -201,7 +210,7 @@ void attention_backward(Precision prec, const Tensor& qkv, const Tensor& probs,
            3 * d.C);
       // dP = dY V^T: (T, D) x (D, T); then dS = scale * softmax'(dP)
       gemm(prec, false, true, d.T, d.T, d.D, 1.f, dyh, d.C, v, 3 * d.C, 0.f, ds.data(), d.T);
-      causal_softmax_backward(p, ds.data(), d.T, d.scale);
+      masked_softmax_backward(p, ds.data(), d.T, d.scale, mask);
       // dQ = dS K: (T, T) x (T, D); dK = dS^T Q: (T, T)^T x (T, D)
       gemm(prec, false, false, d.T, d.D, d.T, 1.f, ds.data(), d.T, k, 3 * d.C, 0.f,
            qkv_head(dqkv, d, b, h, 0), 3 * d.C);
@@ -243,16 +252,17 @@ class CpuTransformerKernels final : public TransformerKernels {
                              Tensor& dwpe) override {
     cpu::embedding_backward(tokens, dy, dwte, dwpe);
   }
-  void do_attention_probs(const Tensor& qkv, int64_t heads, Tensor& probs) override {
-    cpu::attention_probs(precision_, qkv, heads, probs);
+  void do_attention_probs(const Tensor& qkv, int64_t heads, Tensor& probs,
+                          AttentionMask mask) override {
+    cpu::attention_probs(precision_, qkv, heads, probs, mask);
   }
   void do_attention_values(const Tensor& qkv, const Tensor& probs, int64_t heads,
                            Tensor& y) override {
     cpu::attention_values(precision_, qkv, probs, heads, y);
   }
   void do_attention_backward(const Tensor& qkv, const Tensor& probs, const Tensor& dy,
-                             int64_t heads, Tensor& dqkv) override {
-    cpu::attention_backward(precision_, qkv, probs, dy, heads, dqkv);
+                             int64_t heads, Tensor& dqkv, AttentionMask mask) override {
+    cpu::attention_backward(precision_, qkv, probs, dy, heads, dqkv, mask);
   }
 
  private:

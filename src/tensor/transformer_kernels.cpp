@@ -69,10 +69,11 @@ void TransformerKernels::embedding_backward(const Tensor& tokens, const Tensor& 
   do_embedding_backward(tokens, dy, dwte, dwpe);
 }
 
-void TransformerKernels::attention_probs(const Tensor& qkv, int64_t heads, Tensor& probs) {
+void TransformerKernels::attention_probs(const Tensor& qkv, int64_t heads, Tensor& probs,
+                                         AttentionMask mask) {
   const AttnDims d = attn_dims(qkv, heads);  // qkv: (mb, T, 3C)
   numel_is("attention_probs", "probs", probs, d.mb * d.probs_seq(), "mb * H * T * T");
-  do_attention_probs(qkv, heads, probs);
+  do_attention_probs(qkv, heads, probs, mask);
 }
 
 void TransformerKernels::attention_values(const Tensor& qkv, const Tensor& probs, int64_t heads,
@@ -84,12 +85,13 @@ void TransformerKernels::attention_values(const Tensor& qkv, const Tensor& probs
 }
 
 void TransformerKernels::attention_backward(const Tensor& qkv, const Tensor& probs,
-                                            const Tensor& dy, int64_t heads, Tensor& dqkv) {
+                                            const Tensor& dy, int64_t heads, Tensor& dqkv,
+                                            AttentionMask mask) {
   const AttnDims d = attn_dims(qkv, heads);
   numel_is("attention_backward", "probs", probs, d.mb * d.probs_seq(), "mb * H * T * T");
   numel_is("attention_backward", "dy", dy, d.mb * d.T * d.C, "mb * T * C");
   numel_is("attention_backward", "dqkv", dqkv, qkv.numel(), "those of qkv");
-  do_attention_backward(qkv, probs, dy, heads, dqkv);
+  do_attention_backward(qkv, probs, dy, heads, dqkv, mask);
 }
 
 }  // namespace pt

@@ -22,6 +22,8 @@ Networks (one HDF5 group each):
               pixel of the 4 x 4 feature map a token (Linear + position
               embedding), 2 causal GPT blocks, LayerNorm, the mean over
               tokens, a Linear head; batch 4 in 2 micro-batches
+  hybrid_every_token  the same with model.causal = false: every token
+              attends to every token
 
 The network, as pipetrain computes it:
   stem       conv 3x3 (pad 1, no bias) -> norm -> ReLU
@@ -33,7 +35,8 @@ The network, as pipetrain computes it:
   tokens     (N, C, S, S) -> (N, S*S, C), token p = h*S + w; Linear
              tokens.proj (d, C) with bias; + tokens.pos (S*S, d)
   GPT block  as tests/reference/gpt_reference.py (pre-LN, causal attention
-             on a fused qkv, tanh GELU), named block<u>. with u its unit
+             on a fused qkv, tanh GELU), named block<u>. with u its unit;
+             with causal = 0 the attention has no mask
   hybrid head LayerNorm head.ln -> mean over tokens -> Linear head.fc
   loss       cross-entropy, each micro-batch's sum scaled by 1 / batch
 Norms: eps 1e-5, biased variance for normalising; group normalisation
@@ -50,7 +53,7 @@ Fixture layout (cnn_tiny.h5), per group:
   attributes        image_size, in_channels, classes, width, stages,
                     stage_blocks, norm ("group" | "batch"), norm_groups,
                     batch, micro_batches; hybrid also d_model, heads,
-                    blocks, mlp_ratio
+                    blocks, mlp_ratio, causal (1 or 0)
   /params/<name>    float32, every parameter (running statistics included)
   /images (B, C, H, W) float32;  /labels (B) int32
   /logits (B, classes) float64;  /loss () float64: mean over the batch
@@ -80,7 +83,11 @@ CASES = {
                       stage_blocks=2, norm="batch", norm_groups=2, batch=6, micro_batches=3),
     "hybrid": dict(type="hybrid", image_size=8, in_channels=3, classes=5, width=4, stages=2,
                    stage_blocks=1, norm="group", norm_groups=2, batch=4, micro_batches=2,
-                   d_model=8, heads=2, blocks=2, mlp_ratio=2),
+                   d_model=8, heads=2, blocks=2, mlp_ratio=2, causal=1),
+    "hybrid_every_token": dict(type="hybrid", image_size=8, in_channels=3, classes=5, width=4,
+                               stages=2, stage_blocks=1, norm="group", norm_groups=2, batch=4,
+                               micro_batches=2, d_model=8, heads=2, blocks=2, mlp_ratio=2,
+                               causal=0),
 }
 
 
@@ -186,7 +193,8 @@ class Net:
         p, c, b = self.p, self.c, f"block{u}."
         d = c["d_model"]
         h = F.layer_norm(x, (d,), p[b + "ln1.weight"], p[b + "ln1.bias"], EPS)
-        a = attention(F.linear(h, p[b + "attn.qkv.weight"], p[b + "attn.qkv.bias"]), c["heads"])
+        a = attention(F.linear(h, p[b + "attn.qkv.weight"], p[b + "attn.qkv.bias"]), c["heads"],
+                      c["causal"])
         x = x + F.linear(a, p[b + "attn.proj.weight"], p[b + "attn.proj.bias"])
         h = F.layer_norm(x, (d,), p[b + "ln2.weight"], p[b + "ln2.bias"], EPS)
         h = F.gelu(F.linear(h, p[b + "mlp.fc.weight"], p[b + "mlp.fc.bias"]), approximate="tanh")
@@ -218,15 +226,17 @@ class Net:
         return out
 
 
-def attention(qkv, heads):
-    """Causal multi-head attention on the fused qkv (B, T, 3C) -> (B, T, C)."""
+def attention(qkv, heads, causal):
+    """Multi-head attention on the fused qkv (B, T, 3C) -> (B, T, C), causal or over every token."""
     B, T, C3 = qkv.shape
     C = C3 // 3
     D = C // heads
     q, k, v = (z.view(B, T, heads, D).transpose(1, 2) for z in qkv.split(C, dim=2))
     scores = (q @ k.transpose(-2, -1)) / math.sqrt(D)
-    mask = torch.ones(T, T, dtype=torch.bool).tril()
-    probs = F.softmax(scores.masked_fill(~mask, float("-inf")), dim=-1)
+    if causal:
+        mask = torch.ones(T, T, dtype=torch.bool).tril()
+        scores = scores.masked_fill(~mask, float("-inf"))
+    probs = F.softmax(scores, dim=-1)
     return (probs @ v).transpose(1, 2).contiguous().view(B, T, C)
 
 

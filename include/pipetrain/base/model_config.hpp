@@ -44,6 +44,10 @@ struct GptDims {
   // materialised in fp32, the reference path) or "fused" (one kernel each
   // way, nothing of size T x T kept; on CUDA cuDNN's SDPA in bf16).
   AttentionKind attention = AttentionKind::Reference;  // model.attention
+  // Whether token t attends only to tokens <= t (a language model: the gpt
+  // family, always) or to every token (model.causal = false, offered by the
+  // hybrid family, whose tokens are an image's pixels).
+  bool causal = true;  // model.causal
 
   // Vp: the rows of embed.wte and head.lm_head, V rounded up to a multiple
   // of vocab_multiple (V itself when that is 1).

@@ -57,6 +57,16 @@ struct ParamState {
 };
 std::vector<ParamState> param_state(Param& p);
 
+// Every replica's step statistics (Layer::pack_step_statistics), gathered:
+// `replicas` blocks of `block` doubles, replica r's at data + r * block,
+// each holding that replica's `micro_batches` training forwards' values.
+struct GatheredStatistics {
+  const double* data = nullptr;
+  int64_t replicas = 1;
+  size_t block = 0;
+  int64_t micro_batches = 0;
+};
+
 class Layer {
  public:
   Layer();  // counted in layer_build_counts()
@@ -107,6 +117,17 @@ class Layer {
   // every stage: commits what the step's training forwards accumulated
   // (batch normalisation's running statistics). Most layers keep nothing.
   virtual void end_step(Backend& /*be*/) {}
+  // Data parallelism: what end_step will commit, shared among the replicas
+  // before it, so that every replica commits the statistics of the global
+  // batch (runtime/training_step.cpp). pack_step_statistics appends this
+  // replica's values (a fixed layout, the same length on every replica);
+  // unpack_step_statistics reads, from `all`, each replica's values at
+  // `offset` within its block and replaces its own by them, its micro-batch
+  // k of replica r becoming micro-batch r * micro_batches + k (the global
+  // micro-batch, ExecutorConfig::global_micro_batch); it advances `offset`
+  // past its values. Most layers keep nothing.
+  virtual void pack_step_statistics(std::vector<double>& /*out*/) const {}
+  virtual void unpack_step_statistics(const GatheredStatistics& /*all*/, size_t& /*offset*/) {}
 
   // x, kept for the backward only as a GEMM operand: its copy in be's GEMM
   // precision with activation copies on (gemm_operand_copy), else x.

@@ -1,5 +1,6 @@
 // transformer_kernels.hpp: the kernel group of the transformer (GPT) layers:
-// LayerNorm, token + position embedding and causal multi-head attention.
+// LayerNorm, token + position embedding and multi-head attention, causal
+// (the GPT) or over every token (the hybrid's blocks, model.causal = false).
 //
 // A KernelGroup (backend.hpp): a backend that provides it returns it from
 // kernel_group("transformer"); both built-in backends do (the CPU one in
@@ -19,6 +20,10 @@
 #include "pipetrain/tensor/backend.hpp"
 
 namespace pt {
+
+// Which keys a query attends to: Causal, keys up to its own position (a
+// language model); None, every key of the sequence (image tokens).
+enum class AttentionMask { Causal, None };
 
 class TransformerKernels : public KernelGroup {
  public:
@@ -40,19 +45,22 @@ class TransformerKernels : public KernelGroup {
   // ADDS dy (mb, T, C) into dwte[tokens[b, t]] (V, C) and dwpe[t] (Tmax, C), in (b, t) order.
   void embedding_backward(const Tensor& tokens, const Tensor& dy, Tensor& dwte, Tensor& dwpe);
 
-  // Causal multi-head self-attention on the fused qkv (mb, T, 3C): columns
+  // Multi-head self-attention on the fused qkv (mb, T, 3C): columns
   // [0, C) are the queries, [C, 2C) the keys, [2C, 3C) the values, head h in
   // columns [h*D, (h+1)*D) of each. Split in two so that backward can run from
   // probabilities recomputed by attention_probs (selective recomputation).
   //
-  // probs (mb, H, T, T) = softmax(Q K^T / sqrt(D) + causal mask); entries
-  // above the diagonal are exactly 0.
-  void attention_probs(const Tensor& qkv, int64_t heads, Tensor& probs);
+  // probs (mb, H, T, T) = softmax(Q K^T / sqrt(D) + mask): with
+  // AttentionMask::Causal query i sees keys j <= i and the entries above the
+  // diagonal are exactly 0; with AttentionMask::None every query sees every key.
+  void attention_probs(const Tensor& qkv, int64_t heads, Tensor& probs,
+                       AttentionMask mask = AttentionMask::Causal);
   // y (mb, T, C): head h of y[b] = probs[b, h] @ V[b, h].
   void attention_values(const Tensor& qkv, const Tensor& probs, int64_t heads, Tensor& y);
   // Writes dqkv (mb, T, 3C) from dy (mb, T, C), the probs and qkv of forward.
+  // `mask`: forward's.
   void attention_backward(const Tensor& qkv, const Tensor& probs, const Tensor& dy,
-                          int64_t heads, Tensor& dqkv);
+                          int64_t heads, Tensor& dqkv, AttentionMask mask = AttentionMask::Causal);
 
  protected:
   // The kernels above, called with arguments whose shapes were checked.
@@ -65,11 +73,12 @@ class TransformerKernels : public KernelGroup {
                                     Tensor& y) = 0;
   virtual void do_embedding_backward(const Tensor& tokens, const Tensor& dy, Tensor& dwte,
                                      Tensor& dwpe) = 0;
-  virtual void do_attention_probs(const Tensor& qkv, int64_t heads, Tensor& probs) = 0;
+  virtual void do_attention_probs(const Tensor& qkv, int64_t heads, Tensor& probs,
+                                  AttentionMask mask) = 0;
   virtual void do_attention_values(const Tensor& qkv, const Tensor& probs, int64_t heads,
                                    Tensor& y) = 0;
   virtual void do_attention_backward(const Tensor& qkv, const Tensor& probs, const Tensor& dy,
-                                     int64_t heads, Tensor& dqkv) = 0;
+                                     int64_t heads, Tensor& dqkv, AttentionMask mask) = 0;
 };
 
 }  // namespace pt
