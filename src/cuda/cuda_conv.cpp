@@ -84,11 +84,7 @@ kern::NormSetDims batch_norm_sets(const Shape& x) {
 
 class CudaConvKernels final : public ConvKernels {
  public:
-  CudaConvKernels() : ctx_(context()) {}
-  ~CudaConvKernels() override {
-    plans_.clear();
-    if (handle_ != nullptr) cudnnDestroy(handle_);
-  }
+  CudaConvKernels() : ctx_(context()), handle_(ctx_.compute) {}
 
  protected:
   void do_conv2d_forward(const Tensor& x, const Tensor& w, const Tensor* bias, Conv2dGeometry g,
@@ -226,13 +222,7 @@ class CudaConvKernels final : public ConvKernels {
 
   cudaStream_t stream() const { return ctx_.compute; }
 
-  cudnnHandle_t handle() {
-    if (handle_ == nullptr) {
-      CUDNN_CHECK(cudnnCreate(&handle_));
-      CUDNN_CHECK(cudnnSetStream(handle_, ctx_.compute));
-    }
-    return handle_;
-  }
+  cudnnHandle_t handle() { return handle_.get(); }
 
   static DeviceBuffer scratch(size_t bytes) {
     return bytes > 0 ? DeviceBuffer(bytes) : DeviceBuffer();
@@ -297,7 +287,7 @@ class CudaConvKernels final : public ConvKernels {
   }
 
   Context& ctx_;
-  cudnnHandle_t handle_ = nullptr;
+  CudnnHandle handle_;  // bound to the compute stream; outlives the plans (declared first)
   std::map<Key, std::unique_ptr<ConvPlan>> plans_;
 };
 

@@ -166,11 +166,7 @@ void* third(const DeviceBuffer& packed, const AttnDims& d, int which) {
 
 class CudnnFusedAttention final : public FusedAttentionKernels {
  public:
-  CudnnFusedAttention() : ctx_(context()) {}
-  // The status is not checked: this may run at exit, after CUDA shut down.
-  ~CudnnFusedAttention() override {
-    if (handle_ != nullptr) cudnnDestroy(handle_);
-  }
+  CudnnFusedAttention() : ctx_(context()), handle_(ctx_.compute) {}
 
  protected:
   void do_forward(const Tensor& qkv, int64_t heads, Tensor& y, Tensor& stats) override {
@@ -227,13 +223,7 @@ class CudnnFusedAttention final : public FusedAttentionKernels {
   cudaStream_t stream() const { return ctx_.compute; }
 
   // The cuDNN handle, made on first use and bound to the compute stream.
-  cudnnHandle_t handle() {
-    if (handle_ == nullptr) {
-      CUDNN_CHECK(cudnnCreate(&handle_));
-      CUDNN_CHECK(cudnnSetStream(handle_, ctx_.compute));
-    }
-    return handle_;
-  }
+  cudnnHandle_t handle() { return handle_.get(); }
 
   const Plan& plan(const AttnDims& d, bool backward) {
     const Key key{d.mb, d.T, d.H, d.D, backward};
@@ -252,7 +242,7 @@ class CudnnFusedAttention final : public FusedAttentionKernels {
   }
 
   Context& ctx_;
-  cudnnHandle_t handle_ = nullptr;
+  CudnnHandle handle_;
   std::map<Key, Plan> plans_;
 };
 
