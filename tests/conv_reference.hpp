@@ -11,9 +11,34 @@
 #include <cstdint>
 #include <vector>
 
+#include "pipetrain/tensor/conv_kernels.hpp"
 #include "pipetrain/tensor/tensor.hpp"
 
 namespace pt::test {
+
+// The cases the CPU kernel tests (test_conv_layers) and the GPU ones
+// (test_cuda_conv) share: a convolution's shapes and geometry (each file
+// lists its own), and the normalisations, with their eps.
+struct ConvCase {
+  const char* name;
+  Shape x, w;
+  Conv2dGeometry g;
+  bool bias;
+};
+
+struct NormCase {
+  const char* name;
+  Shape x;
+  int64_t groups;  // 0: batch normalisation
+};
+
+inline const NormCase kNormCases[] = {
+    {"group norm, 2 groups", {2, 4, 3, 5}, 2},
+    {"layer norm over (C, H, W)", {2, 4, 3, 5}, 1},
+    {"batch norm", {3, 4, 3, 5}, 0},
+};
+
+inline constexpr float kEps = 1e-5f;
 
 // Values of an (N, C, H, W) or any-shaped result, element by element.
 struct Ref {

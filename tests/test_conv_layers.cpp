@@ -36,6 +36,10 @@
 namespace pt {
 namespace {
 
+using test::ConvCase;
+using test::kEps;
+using test::kNormCases;
+using test::NormCase;
 using test::random_tensor;
 using test::Ref;
 using test::same_bits;
@@ -84,13 +88,6 @@ void expect_rounded_once(const Tensor& got, const std::vector<double>& value,
 }
 
 // ---- convolution ----
-
-struct ConvCase {
-  const char* name;
-  Shape x, w;
-  Conv2dGeometry g;
-  bool bias;
-};
 
 const ConvCase kConvCases[] = {
     {"3x3 stride 1 pad 1, bias", {2, 3, 7, 6}, {4, 3, 3, 3}, {1, 1}, true},
@@ -227,20 +224,6 @@ TEST(PoolKernel, GlobalAveragePoolingMatchesReference) {
 }
 
 // ---- normalisation ----
-
-struct NormCase {
-  const char* name;
-  Shape x;
-  int64_t groups;  // 0: batch normalisation
-};
-
-const NormCase kNormCases[] = {
-    {"group norm, 2 groups", {2, 4, 3, 5}, 2},
-    {"layer norm over (C, H, W)", {2, 4, 3, 5}, 1},
-    {"batch norm", {3, 4, 3, 5}, 0},
-};
-
-constexpr float kEps = 1e-5f;
 
 // Inputs of a normalisation: x with a per-element offset (so that the
 // mean matters), gamma around 1, beta random.

@@ -49,6 +49,10 @@
 namespace pt {
 namespace {
 
+using test::ConvCase;
+using test::kEps;
+using test::kNormCases;
+using test::NormCase;
 using test::gpu;
 using test::host;
 using test::random_host;
@@ -105,13 +109,6 @@ void expect_rounded_near(const Tensor& got, const Tensor& want, const std::vecto
 }
 
 // ---- convolution ----
-
-struct ConvCase {
-  const char* name;
-  Shape x, w;
-  Conv2dGeometry g;
-  bool bias;
-};
 
 const ConvCase kConvCases[] = {
     {"3x3 stride 1 pad 1, bias", {2, 3, 7, 6}, {4, 3, 3, 3}, {1, 1}, true},
@@ -298,20 +295,6 @@ TEST(CudaNormKernel, BatchNormInferenceMatchesTheCpu) {
 }
 
 // ---- normalisation ----
-
-struct NormCase {
-  const char* name;
-  Shape x;
-  int64_t groups;  // 0: batch normalisation
-};
-
-const NormCase kNormCases[] = {
-    {"group norm, 2 groups", {2, 4, 3, 5}, 2},
-    {"layer norm over (C, H, W)", {2, 4, 3, 5}, 1},
-    {"batch norm", {3, 4, 3, 5}, 0},
-};
-
-constexpr float kEps = 1e-5f;
 
 // The outputs of one backend's normalisation, forward then backward at the
 // statistics `mean_in`, `rstd_in` (the CPU's, on both backends).
