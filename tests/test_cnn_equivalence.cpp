@@ -17,7 +17,8 @@
 // statistics committed once per step), and a batch-normalised run resumed
 // from a checkpoint bitwise equal to an uninterrupted one. Also: the
 // images' loss floor is the teacher's mean label entropy, strictly between
-// 0 and log(classes).
+// 0 and log(classes). And the cnn with GELU (model.activation) in its
+// blocks.
 #include <gtest/gtest.h>
 #include <mpi.h>
 
@@ -47,6 +48,7 @@ using test::world_size;
 Deck tiny_cnn() {
   Deck d = pt_test::tiny_mlp(8);  // AdamW, warm-up, weight decay, clipping, 3 steps
   d.model.type = "cnn";
+  d.model.activation = ActivationKind::Relu;  // the family's default (tiny_mlp's is gelu)
   d.model.cnn.image_size = 6;
   d.model.cnn.in_channels = 2;
   d.model.cnn.classes = 3;
@@ -108,6 +110,16 @@ TEST(CnnEquivalence, EveryScheduleEqualsOneProcess) {
   Deck deck = tiny_cnn();
   deck.model.cnn.stage_blocks = world_size();
   expect_every_schedule_bitwise(deck, "cnn");
+}
+
+// model.activation = "gelu": a block keeps GELU's input and recomputes its
+// output in the backward (conv_layers.cpp), with recomputation too.
+TEST(CnnEquivalence, GeluEveryScheduleEqualsOneProcess) {
+  if (world_size() != 2 && world_size() != 4) GTEST_SKIP() << "needs 2 or 4 ranks";
+  Deck deck = tiny_cnn();
+  deck.model.cnn.stage_blocks = world_size();
+  deck.model.activation = ActivationKind::Gelu;
+  expect_every_schedule_bitwise(deck, "cnn gelu");
 }
 
 // The hybrid: at 2 ranks 2 residual and 2 Transformer blocks (interleaved's

@@ -94,13 +94,14 @@ TEST(CnnLayers, PoolingMatchesFiniteDifferences) {
 // the layers checked above (Conv2d, normalisation) and ReLU (test_layers):
 // forward, input gradient and every parameter gradient. The composition is
 // the block's definition in conv_layers.hpp, written independently here.
+// The activation is ReLU or GELU (model.activation), its layer from test_layers.
 struct ComposedBlock {
-  std::unique_ptr<Layer> conv1, norm1, relu, conv2, norm2, proj, proj_norm;
+  std::unique_ptr<Layer> conv1, norm1, act, conv2, norm2, proj, proj_norm;
   ComposedBlock(const std::string& name, int64_t in, int64_t out, int64_t stride, NormSpec norm,
-                uint64_t seed, uint64_t stream)
+                uint64_t seed, uint64_t stream, ActivationKind activation)
       : conv1(make_conv2d(name + ".conv1", in, out, 3, {stride, 1}, false, seed, stream,
                           std::sqrt(2.f))),
-        norm1(make_norm(name + ".norm1", out, norm)), relu(make_relu()),
+        norm1(make_norm(name + ".norm1", out, norm)), act(make_activation(activation)),
         conv2(make_conv2d(name + ".conv2", out, out, 3, {1, 1}, false, seed, stream + 1,
                           std::sqrt(2.f))),
         norm2(make_norm(name + ".norm2", out, norm)) {
@@ -120,7 +121,7 @@ struct ComposedBlock {
     Backend& be = cpu_backend();
     std::vector<Tensor> s_c1, s_n1, s_r1, s_c2, s_n2, s_p, s_pn, s_r2;
     Tensor a1 = conv1->forward(be, x, s_c1), n1 = norm1->forward(be, a1, s_n1);
-    Tensor h = relu->forward(be, n1, s_r1), a2 = conv2->forward(be, h, s_c2);
+    Tensor h = act->forward(be, n1, s_r1), a2 = conv2->forward(be, h, s_c2);
     Tensor n2 = norm2->forward(be, a2, s_n2), skip = x, ap;
     if (proj) {
       ap = proj->forward(be, x, s_p);
@@ -128,11 +129,11 @@ struct ComposedBlock {
     }
     Tensor sum = Tensor::empty(n2.shape());
     be.add(n2, skip, sum);
-    Tensor y = relu->forward(be, sum, s_r2);
-    Tensor ds = relu->backward(be, sum, s_r2, dy, true);
+    Tensor y = act->forward(be, sum, s_r2);
+    Tensor ds = act->backward(be, sum, s_r2, dy, true);
     Tensor da2 = norm2->backward(be, a2, s_n2, ds, true);
     Tensor dh = conv2->backward(be, h, s_c2, da2, true);
-    Tensor dn1 = relu->backward(be, n1, s_r1, dh, true);
+    Tensor dn1 = act->backward(be, n1, s_r1, dh, true);
     Tensor da1 = norm1->backward(be, a1, s_n1, dn1, true);
     Tensor dx = conv1->backward(be, x, s_c1, da1, true);
     Tensor dskip = ds;
@@ -150,12 +151,16 @@ TEST(CnnLayers, ResidualBlocksEqualTheirLayersComposed) {
     int64_t in, out, stride;
     NormSpec norm;
     Shape x;
+    ActivationKind act = ActivationKind::Relu;
   };
+  const ActivationKind gelu = ActivationKind::Gelu;
   for (const Case& c : {Case{"4->4 identity skip, group norm", 4, 4, 1, gn, {2, 4, 4, 4}},
                         Case{"4->6 s2 projection, group norm", 4, 6, 2, gn, {2, 4, 5, 5}},
-                        Case{"4->6 s2 projection, batch norm", 4, 6, 2, bn, {3, 4, 5, 5}}}) {
-    auto block = make_residual_block("b", c.in, c.out, c.stride, c.norm, 5, 10);
-    ComposedBlock composed("b", c.in, c.out, c.stride, c.norm, 5, 10);
+                        Case{"4->6 s2 projection, batch norm", 4, 6, 2, bn, {3, 4, 5, 5}},
+                        Case{"4->4 identity skip, gn, gelu", 4, 4, 1, gn, {2, 4, 4, 4}, gelu},
+                        Case{"4->6 s2 projection, bn, gelu", 4, 6, 2, bn, {3, 4, 5, 5}, gelu}}) {
+    auto block = make_residual_block("b", c.in, c.out, c.stride, c.norm, 5, 10, ParamInit::FromSeed, c.act);
+    ComposedBlock composed("b", c.in, c.out, c.stride, c.norm, 5, 10, c.act);
     Tensor x = random_tensor(c.x, 1), dy = random_tensor(block->output_shape(c.x), 2);
     std::vector<Tensor> saved;
     Tensor y = block->forward(be, x, saved);
@@ -175,6 +180,15 @@ TEST(CnnLayers, ResidualBlocksEqualTheirLayersComposed) {
     std::printf("  block %-32s y, dx and %zu of %zu parameter gradients bitwise equal\n",
                 c.label, equal, got.size());
   }
+}
+
+// With GELU every function in the block is smooth, so finite differences of
+// the whole block check it directly too (a GELU block keeps n1 and
+// recomputes h from it in the backward; the composition above keeps h).
+TEST(CnnLayers, GeluResidualBlockMatchesFiniteDifferences) {
+  auto block = make_residual_block("b", 3, 4, 2, {NormKind::Group, 2, 1e-5f}, 5, 10,
+                                   ParamInit::FromSeed, ActivationKind::Gelu);
+  check_layer(*block, {2, 3, 5, 5}, "residual block, gelu");
 }
 
 TEST(CnnLayers, ClassifierHeadMatchesFiniteDifferences) {

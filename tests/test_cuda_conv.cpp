@@ -370,6 +370,7 @@ INSTANTIATE_TEST_SUITE_P(Cases, CudaNormKernel, ::testing::ValuesIn(kNormCases))
 ModelConfig tiny_cnn() {
   ModelConfig m;
   m.type = "cnn";
+  m.activation = ActivationKind::Relu;  // the family's default (ModelConfig's is the mlp's gelu)
   m.cnn.image_size = 8;
   m.cnn.in_channels = 3;
   m.cnn.classes = 5;

@@ -351,6 +351,32 @@ TEST(DeckErrors, CnnNeedsImagesAndGroupsDividingWidth) {
   EXPECT_EQ(pt::check_deck_layout(batch, 4), 2);
 }
 
+// model.activation's default is the family's: gelu for the mlp, relu for
+// the cnn and the hybrid (ModelFamily::key_defaults), whatever the order of
+// the keys; a value the deck writes is kept; the resolved deck writes the
+// value used, so it reads back the same; a gpt does not take the key.
+TEST(DeckDefaults, ActivationDefaultsPerFamily) {
+  using pt::ActivationKind;
+  EXPECT_EQ(pt::parse_deck_text("", "t.toml", {}).model.activation, ActivationKind::Gelu);
+  for (const char* type : {"cnn", "hybrid"}) {
+    const std::string images = std::string("[data]\ntype = \"images\"\n[model]\ntype = \"") + type + "\"\n";
+    const pt::Deck plain = pt::parse_deck_text(images, "t.toml", {});
+    EXPECT_EQ(plain.model.activation, ActivationKind::Relu) << type;
+    EXPECT_EQ(plain.where("model.activation"), "t.toml: model.activation") << type << ": not the deck's";
+    EXPECT_HAS(pt::deck_to_toml(plain), "activation = \"relu\"");
+    const pt::Deck gelu = pt::parse_deck_text(
+        std::string("[model]\nactivation = \"gelu\"\ntype = \"") + type + "\"\n[data]\ntype = \"images\"\n",
+        "t.toml", {});
+    EXPECT_EQ(gelu.model.activation, ActivationKind::Gelu) << type << ": the key before the type";
+    EXPECT_EQ(pt::parse_deck_text(pt::deck_to_toml(gelu), "resolved", {}).model.activation, ActivationKind::Gelu);
+    EXPECT_EQ(pt::parse_deck_text(images, "t.toml", {"model.activation=gelu"}).model.activation,
+              ActivationKind::Gelu) << type;
+  }
+  EXPECT_EQ(text_error("[model]\ntype = \"gpt\"\nactivation = \"relu\"\n[data]\ntype = \"markov\"\n"),
+            "t.toml:3: model.activation: only applies with model.type = \"mlp\" or \"cnn\" or \"hybrid\"; "
+            "remove it or change that key");
+}
+
 // The hybrid family: the cnn's keys and the GPT block's, on images.
 TEST(DeckErrors, HybridNeedsImagesAndHeadsDividingWidth) {
   EXPECT_EQ(text_error("[model]\ntype = \"hybrid\"\n[data]\ntype = \"markov\"\n"),
@@ -454,7 +480,7 @@ TEST(DeckOverrides, ValuesAreTomlAndBareWordsAreStrings) {
        "output.dir = \"runs/a b\"", "training.steps=4", "output.log_every=2", "output.dir=2024"});
   EXPECT_EQ(deck.training.steps, 4);  // the last --set wins
   EXPECT_EQ(deck.training.lr, 0.5);
-  EXPECT_EQ(deck.model.mlp.activation, pt::ActivationKind::Relu);
+  EXPECT_EQ(deck.model.activation, pt::ActivationKind::Relu);
   EXPECT_EQ(deck.pipeline.partition, (std::vector<int64_t>{2, 6}));
   EXPECT_EQ(deck.output.dir, "2024");  // a string key takes the text as written
   EXPECT_EQ(deck.key_origin.at("training.steps"), "--set training.steps=4");
@@ -626,7 +652,7 @@ void expect_same_deck(const pt::Deck& a, const pt::Deck& b) {
   EXPECT_EQ(a.model.mlp.hidden_dim, b.model.mlp.hidden_dim);
   EXPECT_EQ(a.model.mlp.output_dim, b.model.mlp.output_dim);
   EXPECT_EQ(a.model.mlp.depth, b.model.mlp.depth);
-  EXPECT_EQ(a.model.mlp.activation, b.model.mlp.activation);
+  EXPECT_EQ(a.model.activation, b.model.activation);
   EXPECT_EQ(a.model.mlp.loss, b.model.mlp.loss);
   EXPECT_EQ(a.model.init_seed, b.model.init_seed);
   EXPECT_EQ(a.data.type, b.data.type);

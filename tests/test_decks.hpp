@@ -21,7 +21,7 @@ inline pt::Deck tiny_mlp(int64_t batch) {
   d.model.mlp.hidden_dim = 24;
   d.model.mlp.output_dim = 5;
   d.model.mlp.depth = 8;
-  d.model.mlp.activation = pt::ActivationKind::Gelu;
+  d.model.activation = pt::ActivationKind::Gelu;
   d.data.samples = 256;
   d.training.steps = 3;
   d.training.batch_size = batch;

@@ -42,7 +42,7 @@ Deck small_deck(int micro_batches, const std::string& schedule, const std::strin
   d.model.mlp.hidden_dim = 24;
   d.model.mlp.output_dim = 5;
   d.model.mlp.depth = 8;
-  d.model.mlp.activation = ActivationKind::Gelu;
+  d.model.activation = ActivationKind::Gelu;
   d.model.mlp.loss = kind_named<LossKind>(loss);
   d.data.samples = 256;
   d.training.steps = 4;

@@ -68,7 +68,7 @@ const std::vector<KeySpec> kDeckKeys = {
     {"model", "hidden_dim", PT_FIELD(model.mlp.hidden_dim), between(1, 1 << 24), nullptr, "width of the hidden layers", PT_FAMILY},
     {"model", "output_dim", PT_FIELD(model.mlp.output_dim), between(1, 1 << 24), nullptr, "regression outputs, or classes for cross_entropy", PT_FAMILY},
     {"model", "depth", PT_FIELD(model.mlp.depth), between(1, 1 << 20), nullptr, "number of Linear layers (the unit split between stages)", PT_FAMILY},
-    {"model", "activation", PT_FIELD(model.mlp.activation), any(), nullptr, "activation between Linear layers", PT_FAMILY},
+    {"model", "activation", PT_FIELD(model.activation), any(), nullptr, "activation: between the Linear layers (mlp; default gelu), in the stem and the residual blocks (cnn; default relu, ResNet's), in the convolutional stem and residual blocks (hybrid; default relu; its Transformer blocks' MLPs use GELU)", PT_FAMILY},
     {"model", "loss", PT_FIELD(model.mlp.loss), any(), nullptr, "training loss", PT_FAMILY},
     {"model", "vocab_size", PT_FIELD(model.gpt.vocab_size), between(2, 1 << 24), nullptr, "vocabulary size V (token ids 0..V-1)", PT_FAMILY},
     {"model", "vocab_multiple", PT_FIELD(model.gpt.vocab_multiple), between(1, 1 << 16), nullptr, "pad the vocabulary of the embedding and the LM head to a multiple of this (1 = none; 128 on GPUs, for aligned GEMMs); token ids stay 0..V-1 and the padded logits get no probability and zero gradient, so the padded rows stay zero", PT_FAMILY},
@@ -649,11 +649,31 @@ void check_consistency(const Deck& deck) {
   check_transport(deck);
 }
 
+// The family's own defaults (ModelFamily::key_defaults) for the keys the
+// deck left out.
+void apply_family_defaults(Deck& deck) {
+  for (const auto& [name, value] : find_model_family(deck.model.type)->key_defaults) {
+    if (deck.key_origin.count("model." + name)) continue;
+    const KeySpec* spec = find_spec("model", name);
+    PT_CHECK(spec, "model family \"" + deck.model.type + "\" defaults model." + name + ", which is no key");
+    const Field field = spec->field(deck);
+    if (auto p = std::get_if<std::string*>(&field)) {
+      **p = value;
+      continue;
+    }
+    const KindRef* kind = std::get_if<KindRef>(&field);
+    PT_CHECK(kind && kind->parse(value), "model family \"" + deck.model.type + "\": its default model." +
+                                             name + " = \"" + value + "\" is not a value of the key");
+  }
+}
+
 }  // namespace
 
 void check_deck(Deck& deck, const UnreadKinds& unread) {
-  // The family first: the keys that apply, and every later check, depend on it.
+  // The family first: the keys that apply, their defaults, and every later
+  // check depend on it.
   check_value(deck, *find_spec("model", "type"), unread);
+  apply_family_defaults(deck);
   for (const KeySpec& spec : kDeckKeys) check_applies(deck, spec);
   for (const KeySpec& spec : kDeckKeys) check_value(deck, spec, unread);
   check_consistency(deck);

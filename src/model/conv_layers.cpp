@@ -315,13 +315,16 @@ class Pool2d final : public Layer {
 };
 
 // The residual block of conv_layers.hpp. saved, in order: a1 (conv1's
-// output), mean1, rstd1, h (relu of norm1), a2, mean2, rstd2, s (the sum
-// before the last relu), then with a projection ap, meanp, rstdp.
+// output), mean1, rstd1, the first activation's tensor (relu: its output h,
+// positive exactly where its input is; gelu: its input n1, from which the
+// backward recomputes h for conv2's weight gradient rather than keep both),
+// a2, mean2, rstd2, s (the sum before the last activation), then with a
+// projection ap, meanp, rstdp.
 class ResidualBlock final : public Layer {
  public:
   ResidualBlock(const std::string& name, int64_t in, int64_t out, int64_t stride, NormSpec norm,
-                uint64_t seed, uint64_t stream, ParamInit init)
-      : name_(name),
+                uint64_t seed, uint64_t stream, ParamInit init, ActivationKind activation)
+      : name_(name), activation_(activation),
         conv1_(name + ".conv1", in, out, 3, {stride, 1}, false, seed, stream, std::sqrt(2.f), init),
         norm1_(name + ".norm1", out, norm, init),
         conv2_(name + ".conv2", out, out, 3, {1, 1}, false, seed, stream + 1, std::sqrt(2.f), init),
@@ -354,15 +357,15 @@ class ResidualBlock final : public Layer {
     saved.push_back(a1);
     const Tensor n1 = norm1_.forward(be, a1, saved);         // appends mean1, rstd1
     Tensor h = new_like(be, n1.shape());
-    be.relu_forward(n1, h);
-    saved.push_back(h);
+    activate(be, n1, h);
+    saved.push_back(activation_ == ActivationKind::Relu ? h : n1);
     const Tensor a2 = conv2_.forward(be, h);
     saved.push_back(a2);
     Tensor s = norm2_.forward(be, a2, saved);                // appends mean2, rstd2
     be.add(s, skip_forward(be, x, saved), s);
     saved.insert(saved.begin() + kS, s);                     // s, before the projection's
     Tensor y = new_like(be, s.shape());
-    be.relu_forward(s, y);
+    activate(be, s, y);
     return y;
   }
 
@@ -387,11 +390,16 @@ class ResidualBlock final : public Layer {
     PT_CHECK(saved.size() == (proj_conv_ ? 11u : 8u),
              "residual block \"" + name_ + "\" backward needs forward's saved tensors");
     Tensor ds = new_like(be, dy.shape());
-    be.relu_backward(saved[kS], dy, ds);  // the gradient of s, shared by both paths
+    activation_backward(be, saved[kS], dy, ds);  // the gradient of s, shared by both paths
     Tensor da2 = norm2_.backward(be, saved[kA2], saved[kA2 + 1], saved[kA2 + 2], ds);
-    Tensor dh = conv2_.backward(be, saved[kH], da2, true);
+    Tensor h = saved[kH];  // relu: h itself
+    if (activation_ == ActivationKind::Gelu) {
+      h = new_like(be, saved[kH].shape());
+      be.gelu_forward(saved[kH], h);  // from n1, as the forward computed it
+    }
+    Tensor dh = conv2_.backward(be, h, da2, true);
     Tensor dn1 = new_like(be, dh.shape());
-    be.relu_backward(saved[kH], dh, dn1);  // h > 0 exactly where norm1's output was
+    activation_backward(be, saved[kH], dh, dn1);  // relu: h > 0 exactly where n1 > 0
     Tensor da1 = norm1_.backward(be, saved[kA1], saved[kA1 + 1], saved[kA1 + 2], dn1);
     Tensor dx = conv1_.backward(be, x, da1, need_dx);
     if (proj_conv_) {
@@ -408,6 +416,16 @@ class ResidualBlock final : public Layer {
   // Indices into saved.
   static constexpr size_t kA1 = 0, kH = 3, kA2 = 4, kS = 7, kP = 8;
 
+  void activate(Backend& be, const Tensor& x, Tensor& y) const {
+    if (activation_ == ActivationKind::Relu) be.relu_forward(x, y);
+    else be.gelu_forward(x, y);
+  }
+  // dx from the activation's input x (relu: its output, the same sign).
+  void activation_backward(Backend& be, const Tensor& x, const Tensor& dy, Tensor& dx) const {
+    if (activation_ == ActivationKind::Relu) be.relu_backward(x, dy, dx);
+    else be.gelu_backward(x, dy, dx);
+  }
+
   // x itself, or the projection's output (appending ap, meanp, rstdp).
   Tensor skip_forward(Backend& be, const Tensor& x, std::vector<Tensor>& saved) {
     if (!proj_conv_) return x;
@@ -417,6 +435,7 @@ class ResidualBlock final : public Layer {
   }
 
   std::string name_;
+  ActivationKind activation_;  // model.activation
   ConvUnit conv1_;  // 3x3, stride
   NormUnit norm1_;
   ConvUnit conv2_;  // 3x3
@@ -480,8 +499,8 @@ std::unique_ptr<Layer> make_pool2d(Pool2dGeometry g) { return std::make_unique<P
 
 std::unique_ptr<Layer> make_residual_block(const std::string& name, int64_t in, int64_t out,
                                            int64_t stride, NormSpec norm, uint64_t seed,
-                                           uint64_t stream, ParamInit init) {
-  return std::make_unique<ResidualBlock>(name, in, out, stride, norm, seed, stream, init);
+                                           uint64_t stream, ParamInit init, ActivationKind activation) {
+  return std::make_unique<ResidualBlock>(name, in, out, stride, norm, seed, stream, init, activation);
 }
 
 std::unique_ptr<Layer> make_classifier_head(const std::string& name, int64_t channels,

@@ -1,7 +1,8 @@
 // family_cnn.cpp: the "cnn" model family, a ResNet-style image classifier
 // (layers in conv_layers.cpp) trained on teacher-labelled images
 // (data.type = "images"). A partition unit is one residual block; the stem
-// (3 x 3 convolution, norm: group or batch, model.norm; ReLU) is pinned to the first stage and the
+// (3 x 3 convolution, norm: group or batch, model.norm; model.activation,
+// ReLU unless the deck says GELU) is pinned to the first stage and the
 // classification head with the cross-entropy to the last. Stage s of the
 // network (not of the pipeline) has width * 2^s channels; its first block
 // halves the resolution (stride 2, with a projection skip) for s > 0.
@@ -61,7 +62,7 @@ void add_stem(const ModelConfig& m, StageModel& sm) {
   sm.layers.push_back(make_conv2d("stem.conv", c.in_channels, c.width, 3, {1, 1}, false,
                                   m.init_seed, kStemStream, std::sqrt(2.f)));
   sm.layers.push_back(make_norm("stem.norm", c.width, norm(m)));
-  sm.layers.push_back(make_relu());
+  sm.layers.push_back(make_activation(m.activation));
   for (int i = 0; i < 3; ++i) sm.layer_unit.push_back(-1);
 }
 
@@ -69,7 +70,7 @@ void add_block(const ModelConfig& m, StageModel& sm, int64_t u, ParamInit init) 
   sm.layers.push_back(make_residual_block("block" + std::to_string(u), width_before(m, u),
                                           width_of_stage(m, stage_of(m, u)),
                                           downsamples(m, u) ? 2 : 1, norm(m), m.init_seed,
-                                          block_stream(u), init));
+                                          block_stream(u), init, m.activation));
   sm.layer_unit.push_back(u);
 }
 
@@ -100,7 +101,8 @@ std::string describe(const ModelConfig& m) {
          " width=" + std::to_string(c.width) + " stages=" + std::to_string(c.stages) +
          " stage_blocks=" + std::to_string(c.stage_blocks) +
          " norm_groups=" + std::to_string(c.norm_groups) +
-         (c.norm == NormKind::Group ? "" : std::string(" norm=") + kind_name(c.norm));
+         (c.norm == NormKind::Group ? "" : std::string(" norm=") + kind_name(c.norm)) +
+         (m.activation == ActivationKind::Relu ? "" : std::string(" activation=") + kind_name(m.activation));
 }
 
 void check(const Deck& deck) {
@@ -156,7 +158,8 @@ ModelFamily cnn_family() {
   f.name = "cnn";
   f.summary = "ResNet-style image classifier (teacher-labelled images or HDF5 image files)";
   f.keys = {"image_size", "in_channels", "classes", "width", "stages", "stage_blocks", "norm_groups",
-            "norm"};
+            "norm", "activation"};
+  f.key_defaults = {{"activation", "relu"}};
   f.data_types = {DataKind::Images, DataKind::ImageFiles};
   f.data_rule = "trains on data.type = \"images\" or \"image_files\"";
   f.check = cnn_net::check;

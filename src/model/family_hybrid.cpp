@@ -135,7 +135,9 @@ ModelFamily hybrid_family() {
   f.name = "hybrid";
   f.summary = "convolutional stem + Transformer blocks on its patch tokens (teacher-labelled images or HDF5 image files)";
   f.keys = {"image_size", "in_channels", "classes", "width", "stages", "stage_blocks",
-            "norm_groups", "norm", "d_model", "heads", "blocks", "mlp_ratio", "attention", "causal"};
+            "norm_groups", "norm", "activation", "d_model", "heads", "blocks", "mlp_ratio", "attention",
+            "causal"};
+  f.key_defaults = {{"activation", "relu"}};
   f.data_types = {DataKind::Images, DataKind::ImageFiles};
   f.data_rule = "trains on data.type = \"images\" or \"image_files\"";
   f.check = check;

@@ -35,7 +35,7 @@ void add_unit(const ModelConfig& m, StageModel& sm, int64_t u, ParamInit init) {
                                   last_unit ? 1.f : std::sqrt(2.f), init));
   sm.layer_unit.push_back(u);
   if (!last_unit) {
-    sm.layers.push_back(make_activation(m.mlp.activation));
+    sm.layers.push_back(make_activation(m.activation));
     sm.layer_unit.push_back(u);
   }
 }
@@ -61,7 +61,7 @@ std::string describe(const ModelConfig& m) {
   const MlpConfig& c = m.mlp;
   return " input_dim=" + std::to_string(c.input_dim) + " hidden_dim=" + std::to_string(c.hidden_dim) +
          " output_dim=" + std::to_string(c.output_dim) + " depth=" + std::to_string(c.depth) +
-         " activation=" + kind_name(c.activation) + " loss=" + kind_name(c.loss);
+         " activation=" + kind_name(m.activation) + " loss=" + kind_name(c.loss);
 }
 
 void check(const Deck& deck) {

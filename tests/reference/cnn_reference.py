@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """cnn_reference.py: the float64 PyTorch reference for the cnn and hybrid families.
 
-Builds three tiny networks as src/model/family_cnn.cpp and family_hybrid.cpp
+Builds five tiny networks as src/model/family_cnn.cpp and family_hybrid.cpp
 build them (layers of conv_layers.hpp, hybrid_layers.hpp and gpt.hpp), with
 pipetrain's parameter names, and runs one training step's forward and
 backward in float64 from float32 parameters and images, split into
@@ -24,10 +24,12 @@ Networks (one HDF5 group each):
               tokens, a Linear head; batch 4 in 2 micro-batches
   hybrid_every_token  the same with model.causal = false: every token
               attends to every token
+  cnn_gelu    cnn_group with model.activation = "gelu": tanh GELU in the
+              stem and the blocks instead of ReLU
 
 The network, as pipetrain computes it:
-  stem       conv 3x3 (pad 1, no bias) -> norm -> ReLU
-  block      y = relu(norm2(conv2(relu(norm1(conv1(x))))) + skip(x)),
+  stem       conv 3x3 (pad 1, no bias) -> norm -> act (ReLU, or tanh GELU)
+  block      y = act(norm2(conv2(act(norm1(conv1(x))))) + skip(x)),
              conv1 3x3 stride s pad 1, conv2 3x3 pad 1, no biases;
              skip = x, or proj_norm(proj 1x1 stride s) when the width or
              resolution changes
@@ -52,7 +54,7 @@ and variances 1 + |N(0, 0.1^2)|. Images N(0, 1), labels uniform.
 Fixture layout (cnn_tiny.h5), per group:
   attributes        image_size, in_channels, classes, width, stages,
                     stage_blocks, norm ("group" | "batch"), norm_groups,
-                    batch, micro_batches; hybrid also d_model, heads,
+                    activation ("relu" | "gelu"), batch, micro_batches; hybrid also d_model, heads,
                     blocks, mlp_ratio, causal (1 or 0)
   /params/<name>    float32, every parameter (running statistics included)
   /images (B, C, H, W) float32;  /labels (B) int32
@@ -88,7 +90,13 @@ CASES = {
                                stages=2, stage_blocks=1, norm="group", norm_groups=2, batch=4,
                                micro_batches=2, d_model=8, heads=2, blocks=2, mlp_ratio=2,
                                causal=0),
+    # Last, so that the cases above draw the same values as before it came.
+    "cnn_gelu": dict(type="cnn", image_size=8, in_channels=3, classes=5, width=4, stages=2,
+                     stage_blocks=2, norm="group", norm_groups=2, batch=4, micro_batches=2,
+                     activation="gelu"),
 }
+for _case in CASES.values():
+    _case.setdefault("activation", "relu")
 
 
 # ---- the network's structure, as family_cnn.cpp lays it out ----
@@ -179,15 +187,20 @@ class Net:
         return F.batch_norm(x, None, None, p[name + ".gamma"], p[name + ".beta"], training=True,
                             eps=EPS)
 
+    def act(self, x):
+        if self.c["activation"] == "gelu":
+            return F.gelu(x, approximate="tanh")
+        return F.relu(x)
+
     def block(self, u, x):
         i, o, s = block_geometry(self.c, u)
         b, p = f"block{u}", self.p
-        h = F.relu(self.norm(b + ".norm1", F.conv2d(x, p[b + ".conv1.weight"], stride=s, padding=1)))
+        h = self.act(self.norm(b + ".norm1", F.conv2d(x, p[b + ".conv1.weight"], stride=s, padding=1)))
         h = self.norm(b + ".norm2", F.conv2d(h, p[b + ".conv2.weight"], padding=1))
         skip = x
         if i != o or s != 1:
             skip = self.norm(b + ".proj_norm", F.conv2d(x, p[b + ".proj.weight"], stride=s))
-        return F.relu(h + skip)
+        return self.act(h + skip)
 
     def gpt_block(self, u, x):
         p, c, b = self.p, self.c, f"block{u}."
@@ -202,7 +215,7 @@ class Net:
 
     def forward(self, images):
         p, c = self.p, self.c
-        x = F.relu(self.norm("stem.norm", F.conv2d(images, p["stem.conv.weight"], padding=1)))
+        x = self.act(self.norm("stem.norm", F.conv2d(images, p["stem.conv.weight"], padding=1)))
         for u in range(conv_blocks(c)):
             x = self.block(u, x)
         if c["type"] == "cnn":

@@ -20,7 +20,6 @@ struct MlpConfig {
   int64_t hidden_dim = 128;        // width of hidden layers
   int64_t output_dim = 8;          // regression outputs or classes
   int64_t depth = 8;               // number of Linear layers (partition units)
-  ActivationKind activation = ActivationKind::Gelu;
   LossKind loss = LossKind::Mse;
 };
 
@@ -75,6 +74,11 @@ struct ModelConfig {
   // The model family: a name in the registry of model/family.hpp, which
   // checks it; the deck layer only holds it (and its default).
   std::string type = "mlp";
+  // model.activation: between the MLP's Linear layers; in the cnn's stem and
+  // residual blocks and the hybrid's stem. Gelu is the default of the key;
+  // a family may default it otherwise (ModelFamily::key_defaults: cnn and
+  // hybrid, relu).
+  ActivationKind activation = ActivationKind::Gelu;
   MlpConfig mlp;
   GptDims gpt;
   CnnConfig cnn;

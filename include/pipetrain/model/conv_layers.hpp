@@ -56,14 +56,16 @@ std::unique_ptr<Layer> make_norm(const std::string& name, int64_t channels, Norm
 // Max or average pooling (Pool2dGeometry).
 std::unique_ptr<Layer> make_pool2d(Pool2dGeometry g);
 
-// A residual block: y = relu(norm(conv3x3(relu(norm(conv3x3_stride(x))))) + skip(x)),
-// skip(x) = x when in == out and stride == 1, else norm(conv1x1_stride(x))
-// (the projection). Convolutions have no bias (a norm follows each).
+// A residual block: y = act(norm(conv3x3(act(norm(conv3x3_stride(x))))) + skip(x)),
+// act = relu or gelu (model.activation), skip(x) = x when in == out and
+// stride == 1, else norm(conv1x1_stride(x)) (the projection). Convolutions
+// have no bias (a norm follows each).
 // x (N, in, H, W) -> y (N, out, ceil(H / stride), ceil(W / stride)). The
 // weights are drawn from `seed` and streams stream, stream + 1, stream + 2.
 std::unique_ptr<Layer> make_residual_block(const std::string& name, int64_t in, int64_t out,
                                            int64_t stride, NormSpec norm, uint64_t seed,
-                                           uint64_t stream, ParamInit init = ParamInit::FromSeed);
+                                           uint64_t stream, ParamInit init = ParamInit::FromSeed,
+                                           ActivationKind activation = ActivationKind::Relu);
 // A classification head: global average pooling (N, C, H, W) -> (N, C),
 // then a Linear C -> classes (gain 1) drawn from (seed, stream): logits
 // (N, classes) for the cross-entropy loss (make_loss).

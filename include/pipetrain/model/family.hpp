@@ -18,6 +18,7 @@
 
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "pipetrain/base/deck.hpp"
@@ -37,6 +38,11 @@ struct ModelFamily {
   std::string name;                     // the value of model.type
   std::string summary;                  // one line for listings
   std::vector<std::string> keys;        // [model] keys it reads (type and init_seed are everyone's)
+  // Keys of `keys` whose default differs in this family: {key, value as the
+  // deck would write it without quotes}, e.g. {"activation", "relu"} for the
+  // cnn (whose blocks are ResNet's) where the key's own default is gelu. A
+  // deck that leaves the key out gets this value; the resolved deck shows it.
+  std::vector<std::pair<std::string, std::string>> key_defaults;
   std::vector<DataKind> data_types;     // data.type values it trains on
   std::string data_rule;                // e.g. "trains on data.type = \"synthetic\""
   // Cross-key checks of its keys (throw InputError); nullptr = none.
