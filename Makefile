@@ -111,11 +111,12 @@ test-gpu-bundle: gpu-bundle
 	tests/gpu/test_gpu_bundle.sh gpu-bundle/pipetrain-gpu.tar.xz
 
 # AddressSanitizer + UndefinedBehaviorSanitizer (gcc), -O1 -g1 (CMakeLists.txt).
-# Runtime options, suppressions and the run: tests/sanitizers/.
+# Runtime options, suppressions and the run: tests/sanitizers/. run.sh builds
+# only the targets of the tests it runs (and the drivers).
 test-sanitize: tools
 	$(MAKE) BUILD=build-asan \
-	  CMAKE_ARGS="-DPIPETRAIN_SANITIZE=ON -DCMAKE_BUILD_TYPE=RelWithDebInfo $(CMAKE_ARGS)" build
-	tests/sanitizers/run.sh build-asan
+	  CMAKE_ARGS="-DPIPETRAIN_SANITIZE=ON -DCMAKE_BUILD_TYPE=RelWithDebInfo $(CMAKE_ARGS)" configure
+	JOBS=$(JOBS) tests/sanitizers/run.sh build-asan
 
 clean:
 	rm -rf $(BUILD) build-cuda build-asan gpu-bundle

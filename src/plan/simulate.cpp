@@ -72,7 +72,7 @@ class StepSimulation {
         times_(5 * slots(), kNotYet), starts_(3 * slots(), kNotYet), recv_post_s_(2 * slots(), kNotYet),
         waiting_for_(s.num_ranks, kNothing),
         pc_(s.num_ranks, 0), clock_(s.num_ranks, 0.0), busy_(s.num_ranks, 0.0),
-        span_(s.num_ranks, 0.0), computes_(s.num_ranks), in_flight_(s),
+        span_(s.num_ranks, 0.0), computes_(s.num_ranks), in_flight_(p_, split_),
         finish_first_(sends_finished_before(s)), result_() {
     result_.peak_bytes.assign(p_, 0.0);
     if (in.record_events) result_.events.resize(s.num_ranks);
@@ -347,7 +347,7 @@ class StepSimulation {
       std::vector<std::pair<double, double>> sends;  // min-heap of (completion, bytes)
     };
     std::vector<StageState> state(static_cast<size_t>(p_));
-    InFlightCounter in_flight(s_);
+    InFlightCounter in_flight(p_, split_);  // once per rank: not splits_backward's scan each time
     const auto later_first = [](const std::pair<double, double>& x, const std::pair<double, double>& y) {
       return x.first > y.first;
     };

@@ -38,9 +38,11 @@ ActionKind stash_release(const Schedule& s) {
   return splits_backward(s) ? ActionKind::W : ActionKind::B;
 }
 
-InFlightCounter::InFlightCounter(const Schedule& s)
-    : split_(splits_backward(s)),
-      now_(static_cast<size_t>(std::max(s.num_stages, 0)), 0),
+InFlightCounter::InFlightCounter(const Schedule& s) : InFlightCounter(s.num_stages, splits_backward(s)) {}
+
+InFlightCounter::InFlightCounter(int num_stages, bool split)
+    : split_(split),
+      now_(static_cast<size_t>(std::max(num_stages, 0)), 0),
       peak_(now_),
       pending_(now_),
       peak_pending_(now_) {}

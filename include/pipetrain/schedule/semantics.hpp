@@ -56,6 +56,10 @@ Action delivery_of(const Schedule& s, const Action& p, int consumer_stage);
 class InFlightCounter {
  public:
   explicit InFlightCounter(const Schedule& s);
+  // The same for a schedule of `num_stages` stages whose backward is split
+  // (splits_backward) or not, known already: splits_backward reads every
+  // action, so a caller that counts per rank (the simulator) passes it.
+  InFlightCounter(int num_stages, bool split);
   // Before `a` runs: an F enters its micro-batch (and a B, when split, its
   // pending W). Returns the stage's count while `a` runs.
   int enter(const Action& a);
