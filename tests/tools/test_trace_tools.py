@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """test_trace_tools.py: tests of tools/trace_report.py, trace_to_chrome.py,
-trace_timeline.py, schedules_report.py, planner_report.py and
-scaling_report.py on synthetic trace.h5 and metrics.h5 files written here
-with h5py (no C++).
+trace_timeline.py, schedules_report.py, planner_report.py,
+scaling_report.py and auto_report.py on synthetic trace.h5 and metrics.h5
+files written here with h5py (no C++).
 
     tools/.venv/bin/python tests/tools/test_trace_tools.py
 
@@ -23,6 +23,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 TOOLS = os.path.join(ROOT, "tools")
 sys.path.insert(0, TOOLS)
 
+import auto_report  # noqa: E402
 import planner_report  # noqa: E402
 import schedules_report  # noqa: E402
 import trace_report  # noqa: E402
@@ -553,6 +554,47 @@ def test_scaling_report_needs_a_trace_for_new_schedules(tmp):
     rc, _, err = run_tool("scaling_report.py", f"{tmp}/out", f"2,4,zb-h1,none,{tmp}/zbh1")
     assert rc != 0 and f"{tmp}/zbh1/trace.h5" in err and "theory_bubble" in err, err
     assert "Traceback" not in err, err
+
+
+def write_auto_run(d, step_ms, schedule, partition):
+    """A finished run of jobs/bench_auto.sh: metrics.h5 and deck.resolved.toml."""
+    os.makedirs(d)
+    with h5py.File(f"{d}/metrics.h5", "w") as f:
+        f["step_time_s"] = np.array([1.0, 1.0] + [step_ms / MS] * 4)  # 2 warm-up steps
+        f["peak_bytes_total"] = np.array([1e6] * 6)
+    with open(f"{d}/deck.resolved.toml", "w") as f:
+        f.write(f'[pipeline]\nschedule = "{schedule}"  # s\nmicro_batches = 4  # n\n'
+                f'recompute = "none"  # r\npartition = {partition}  # p\nweight_grad = "micro_batch"  # w\n'
+                "[data_parallel]\nreplicas = 1  # d\n")
+
+
+def test_auto_report_best_from_confirmation_runs(tmp):
+    """The best configuration comes from its re-runs alone: config 1's lucky
+    sweep run (5 ms) does not count, its re-runs (7, 9, 10 ms: median 9) do,
+    so config 2 (8.5 ms re-runs) is the best, where counting the sweep run
+    too would make config 1 the best (median 8); the sweep's fastest single
+    run is reported beside; auto's gap is against the re-run best."""
+    case = f"{tmp}/c"
+    os.makedirs(case)
+    with open(f"{case}/plan.txt", "w") as f:
+        f.write("memory budget 1.0 GB (test)\n")
+    write_auto_run(f"{case}/sweep_1", 5.0, "1f1b", "[4, 4]")
+    write_auto_run(f"{case}/sweep_2", 9.0, "gpipe", "[3, 5]")
+    write_auto_run(f"{case}/sweep_3", 12.0, "1f1b", "[2, 6]")
+    assert auto_report.fastest(case, 2) == [1, 2]
+    for r, config_1_ms in ((1, 7.0), (2, 9.0), (3, 10.0)):
+        write_auto_run(f"{case}/sweep_1.r{r}", config_1_ms, "1f1b", "[4, 4]")
+        write_auto_run(f"{case}/sweep_2.r{r}", 8.5, "gpipe", "[3, 5]")
+        write_auto_run(f"{case}/auto.r{r}", 8.6, "gpipe", "[3, 5]")
+        with open(f"{case}/auto.r{r}.log", "w") as f:
+            f.write("pipetrain: 2 ranks\nauto: chose ... (budget 12.5 MiB)\n")
+    row = auto_report.report_case(tmp, "c")
+    assert row["best"] == "gpipe N=4 recompute none, partition [3,5]", row["best"]
+    assert abs(row["best_s"] - 8.5e-3) < 1e-12 and row["best_runs"] == 3, row
+    assert abs(row["fastest_single_s"] - 5e-3) < 1e-12, row
+    assert abs(row["gap"] - (8.6 / 8.5 - 1.0)) < 1e-9, row
+    assert abs(row["chosen_in_sweep_s"] - 8.5e-3) < 1e-12, row
+    assert row["auto_runs"] == 3 and row["fits"] and row["plans"] == 3, row
 
 
 def main():
