@@ -324,7 +324,7 @@ class ResidualBlock final : public Layer {
  public:
   ResidualBlock(const std::string& name, int64_t in, int64_t out, int64_t stride, NormSpec norm,
                 uint64_t seed, uint64_t stream, ParamInit init, ActivationKind activation)
-      : name_(name), activation_(activation),
+      : name_(name), activation_(activation), act_(make_activation(activation)),
         conv1_(name + ".conv1", in, out, 3, {stride, 1}, false, seed, stream, std::sqrt(2.f), init),
         norm1_(name + ".norm1", out, norm, init),
         conv2_(name + ".conv2", out, out, 3, {1, 1}, false, seed, stream + 1, std::sqrt(2.f), init),
@@ -356,17 +356,15 @@ class ResidualBlock final : public Layer {
     const Tensor a1 = conv1_.forward(be, x);                 // (N, out, OH, OW)
     saved.push_back(a1);
     const Tensor n1 = norm1_.forward(be, a1, saved);         // appends mean1, rstd1
-    Tensor h = new_like(be, n1.shape());
-    activate(be, n1, h);
+    std::vector<Tensor> none;  // the activation keeps nothing
+    const Tensor h = act_->forward(be, n1, none);
     saved.push_back(activation_ == ActivationKind::Relu ? h : n1);
     const Tensor a2 = conv2_.forward(be, h);
     saved.push_back(a2);
     Tensor s = norm2_.forward(be, a2, saved);                // appends mean2, rstd2
     be.add(s, skip_forward(be, x, saved), s);
     saved.insert(saved.begin() + kS, s);                     // s, before the projection's
-    Tensor y = new_like(be, s.shape());
-    activate(be, s, y);
-    return y;
+    return act_->forward(be, s, none);
   }
 
   void end_step(Backend&) override {
@@ -389,17 +387,14 @@ class ResidualBlock final : public Layer {
                   const Tensor& dy, bool need_dx) override {
     PT_CHECK(saved.size() == (proj_conv_ ? 11u : 8u),
              "residual block \"" + name_ + "\" backward needs forward's saved tensors");
-    Tensor ds = new_like(be, dy.shape());
-    activation_backward(be, saved[kS], dy, ds);  // the gradient of s, shared by both paths
+    const Tensor ds = act_->backward(be, saved[kS], {}, dy, true);  // the gradient of s, shared by both paths
     Tensor da2 = norm2_.backward(be, saved[kA2], saved[kA2 + 1], saved[kA2 + 2], ds);
-    Tensor h = saved[kH];  // relu: h itself
-    if (activation_ == ActivationKind::Gelu) {
-      h = new_like(be, saved[kH].shape());
-      be.gelu_forward(saved[kH], h);  // from n1, as the forward computed it
-    }
+    // relu: h itself; gelu: h again from n1, as the forward computed it.
+    std::vector<Tensor> none;
+    const Tensor h = activation_ == ActivationKind::Relu ? saved[kH] : act_->forward(be, saved[kH], none);
     Tensor dh = conv2_.backward(be, h, da2, true);
-    Tensor dn1 = new_like(be, dh.shape());
-    activation_backward(be, saved[kH], dh, dn1);  // relu: h > 0 exactly where n1 > 0
+    // From the activation's input n1; relu's from its output h, positive exactly where n1 is.
+    const Tensor dn1 = act_->backward(be, saved[kH], {}, dh, true);
     Tensor da1 = norm1_.backward(be, saved[kA1], saved[kA1 + 1], saved[kA1 + 2], dn1);
     Tensor dx = conv1_.backward(be, x, da1, need_dx);
     if (proj_conv_) {
@@ -416,16 +411,6 @@ class ResidualBlock final : public Layer {
   // Indices into saved.
   static constexpr size_t kA1 = 0, kH = 3, kA2 = 4, kS = 7, kP = 8;
 
-  void activate(Backend& be, const Tensor& x, Tensor& y) const {
-    if (activation_ == ActivationKind::Relu) be.relu_forward(x, y);
-    else be.gelu_forward(x, y);
-  }
-  // dx from the activation's input x (relu: its output, the same sign).
-  void activation_backward(Backend& be, const Tensor& x, const Tensor& dy, Tensor& dx) const {
-    if (activation_ == ActivationKind::Relu) be.relu_backward(x, dy, dx);
-    else be.gelu_backward(x, dy, dx);
-  }
-
   // x itself, or the projection's output (appending ap, meanp, rstdp).
   Tensor skip_forward(Backend& be, const Tensor& x, std::vector<Tensor>& saved) {
     if (!proj_conv_) return x;
@@ -435,7 +420,8 @@ class ResidualBlock final : public Layer {
   }
 
   std::string name_;
-  ActivationKind activation_;  // model.activation
+  ActivationKind activation_;  // model.activation: which of n1, h is kept
+  std::unique_ptr<Layer> act_;  // make_activation(activation_): keeps nothing itself
   ConvUnit conv1_;  // 3x3, stride
   NormUnit norm1_;
   ConvUnit conv2_;  // 3x3
