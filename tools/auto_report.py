@@ -64,22 +64,19 @@ RUN = re.compile(r"^(sweep_(\d+)|auto)(\.r(\d+))?$")
 
 
 def runs_of(d):
-    """{config number (0 = auto): [run dirs]} of a case directory; a configuration
-    with confirmation runs (.rN) lists those first, its sweep run last."""
+    """{config number (0 = auto): [run dirs]} of a case directory."""
     runs = {}
     for name in sorted(os.listdir(d)):
         m = RUN.match(name)
         if m and os.path.isdir(os.path.join(d, name)):
             runs.setdefault(int(m.group(2)) if m.group(2) else 0, []).append(os.path.join(d, name))
-    for dirs in runs.values():
-        dirs.sort(key=lambda r: (RUN.match(os.path.basename(r)).group(3) is None, r))
     return runs
 
 
-def confirmed(dirs):
-    """The confirmation runs (.rN) of a configuration, or its one sweep run when it has none."""
-    again = [r for r in dirs if RUN.match(os.path.basename(r)).group(3)]
-    return again or dirs
+def sweep_and_reruns(dirs):
+    """A configuration's runs as (its sweep run, if any; its confirmation runs .rN)."""
+    reruns = [r for r in dirs if RUN.match(os.path.basename(r)).group(3)]
+    return [r for r in dirs if r not in reruns], reruns
 
 
 def summary(dirs):
@@ -103,7 +100,7 @@ def fastest(d, k):
     budget = plan_budget(d)
     rows = []
     for i, dirs in runs_of(d).items():
-        sweep_run = [r for r in dirs if not RUN.match(os.path.basename(r)).group(3)]
+        sweep_run, _ = sweep_and_reruns(dirs)
         first = measured(sweep_run[0]) if i > 0 and sweep_run else None
         if first and first[1] <= budget:
             rows.append((first[0], i))
@@ -113,14 +110,15 @@ def fastest(d, k):
 def report_case(root, case):
     d = os.path.join(root, case)
     runs = runs_of(d)
-    sweep, single = [], []  # (median s, peak, config, runs, confirmed)
+    sweep = []   # (median s, peak, config, runs, re-run): over the re-runs when there are some
+    single = []  # (median s, peak) of each configuration's sweep run
     for i, dirs in runs.items():
         if i > 0:
-            again = confirmed(dirs)
-            m = summary(again)
+            sweep_run, reruns = sweep_and_reruns(dirs)
+            m = summary(reruns or sweep_run)
             if m:
-                sweep.append((m[0], m[1], m[3][0], m[2], again is not dirs))
-            s1 = summary([r for r in dirs if r not in again] or dirs)
+                sweep.append((m[0], m[1], m[3][0], m[2], bool(reruns)))
+            s1 = summary(sweep_run or reruns)
             if s1:
                 single.append((s1[0], s1[1]))
     auto = summary(runs.get(0, []))
