@@ -656,11 +656,7 @@ void apply_family_defaults(Deck& deck) {
     if (deck.key_origin.count("model." + name)) continue;
     const KeySpec* spec = find_spec("model", name);
     PT_CHECK(spec, "model family \"" + deck.model.type + "\" defaults model." + name + ", which is no key");
-    const Field field = spec->field(deck);
-    if (auto p = std::get_if<std::string*>(&field)) {
-      **p = value;
-      continue;
-    }
+    const Field field = spec->field(deck);  // a kind (model.activation); no other is defaulted yet
     const KindRef* kind = std::get_if<KindRef>(&field);
     PT_CHECK(kind && kind->parse(value), "model family \"" + deck.model.type + "\": its default model." +
                                              name + " = \"" + value + "\" is not a value of the key");
