@@ -7,6 +7,7 @@ set -euo pipefail
 # test-slurm installs Slurm and munge with `install-deps.sh slurm-wlm slurm-client munge`.
 packages=(
   build-essential cmake pkg-config
+  ccache                              # make test reuses make cuda's objects (CMakeLists.txt)
   openmpi-bin libopenmpi-dev          # MPI (ranks, transport)
   libhdf5-openmpi-dev                 # HDF5 built against Open MPI
   zlib1g-dev                          # CRC-32 of checkpoint datasets

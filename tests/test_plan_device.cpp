@@ -22,6 +22,9 @@ using pt::GptSpec;
 using pt::PlanRequest;
 using pt::PlanRow;
 using pt::PlanTable;
+using pt::kPlanTieMargin;
+using pt::merge_plan_tables;
+using pt::format_plan_table;
 using testing::HasSubstr;
 
 TEST(Device, H200Description) {
@@ -230,8 +233,9 @@ void expect_ranked(const PlanTable& table) {
   for (int i = 0; i < static_cast<int>(table.rows.size()); ++i) {
     const PlanRow& row = table.rows[i];
     EXPECT_EQ(row.fits, row.max_peak_bytes <= table.memory_budget_bytes && !row.units_per_stage.empty());
-    if (table.best >= 0 && i < table.best) {
-      EXPECT_FALSE(row.fits) << "a faster plan fits";
+    if (table.best >= 0 && i < table.best && row.fits) {
+      EXPECT_LE(table.rows[table.best].step_time_s, row.step_time_s * (1.0 + kPlanTieMargin))
+          << "a plan faster by more than the tie margin fits";
     }
   }
   if (table.best >= 0) {
@@ -330,6 +334,62 @@ TEST(PlanAlternatives, ThousandStagesPlan) {
   double slowest_wall = 0.0;
   for (const PlanRow& row : table.rows) slowest_wall = std::max(slowest_wall, row.plan_s);
   std::printf("slowest plan: %.3f s CPU, %.3f s wall\n", max_cpu_seconds(table), slowest_wall);
+}
+
+// A synthetic feasible row: the fields the choice reads.
+PlanRow tie_row(const std::string& schedule, int micro_batches, const std::string& recompute, double step_s,
+                bool fits = true) {
+  PlanRow r;
+  r.schedule = schedule;
+  r.micro_batches = micro_batches;
+  r.recompute = recompute;
+  r.step_time_s = step_s;
+  r.fits = fits;
+  r.num_stages = 2;
+  r.units_per_stage = {1, 1};
+  return r;
+}
+
+const PlanRow& chosen_of(std::vector<PlanRow> rows) {
+  static PlanTable table;
+  table = PlanTable{};
+  table.rows = std::move(rows);
+  table = merge_plan_tables({table});
+  EXPECT_GE(table.best, 0);
+  return table.rows[static_cast<size_t>(std::max(0, table.best))];
+}
+
+// Predictions within kPlanTieMargin of the fastest feasible one are a tie,
+// settled by the simpler plan; a plan outside the margin, or one that does
+// not fit, is never chosen over a faster feasible one.
+TEST(PlanAlternatives, TiesWithinTheMarginGoToTheSimplestPlan) {
+  ASSERT_DOUBLE_EQ(kPlanTieMargin, 0.02);
+  // Fewer micro-batches win a tie; N = 1 at +3% is outside it; N = 1 at +1.5% does not fit.
+  const PlanRow& n = chosen_of({tie_row("1f1b", 4, "none", 1.000), tie_row("1f1b", 2, "none", 1.015),
+                                tie_row("1f1b", 1, "none", 1.030), tie_row("gpipe", 1, "none", 1.015, false)});
+  EXPECT_EQ(n.micro_batches, 2);
+  EXPECT_DOUBLE_EQ(n.step_time_s, 1.015);
+  // No recomputation wins a tie at the same N.
+  EXPECT_EQ(chosen_of({tie_row("1f1b", 4, "full", 1.000), tie_row("1f1b", 4, "none", 1.019)}).recompute, "none");
+  // At the same N and recompute: GPipe/1F1B before interleaved before zero-bubble.
+  EXPECT_EQ(chosen_of({tie_row("zb-h1", 1, "none", 1.000), tie_row("interleaved", 1, "none", 1.005),
+                       tie_row("gpipe", 1, "none", 1.010)}).schedule, "gpipe");
+  EXPECT_EQ(chosen_of({tie_row("zb-v", 2, "none", 1.000), tie_row("interleaved", 2, "none", 1.005)}).schedule,
+            "interleaved");
+  // Among equally simple rows, the faster.
+  EXPECT_DOUBLE_EQ(chosen_of({tie_row("1f1b", 2, "none", 1.010), tie_row("gpipe", 2, "none", 1.000)}).step_time_s,
+                   1.000);
+  // Outside the margin the fastest feasible row stays the choice, however complex.
+  EXPECT_EQ(chosen_of({tie_row("zb-v", 8, "full", 1.000), tie_row("gpipe", 1, "none", 1.0201)}).schedule, "zb-v");
+  // The text says why the choice is not rank 1.
+  PlanTable t;
+  t.num_stages = 2;
+  t.memory_budget_bytes = 1e9;
+  t.rows = {tie_row("1f1b", 4, "none", 1.000), tie_row("1f1b", 2, "none", 1.015)};
+  t = merge_plan_tables({t});
+  EXPECT_THAT(format_plan_table(t, 10), HasSubstr("best: rank 2, 1f1b N=2 recompute none"));
+  EXPECT_THAT(format_plan_table(t, 10),
+              HasSubstr("(predicted +1.5% against rank 1, within the 2% tie margin: the simplest of the tied plans)"));
 }
 
 TEST(PlanAlternatives, BadRequestsAreInputErrors) {

@@ -15,6 +15,7 @@
 #include <ctime>
 #include <limits>
 #include <optional>
+#include <tuple>
 
 #include "pipetrain/base/error.hpp"
 #include "pipetrain/plan/simulate.hpp"
@@ -216,15 +217,38 @@ PlanRow plan_point(const ModelProfile& profile, const Schedule& schedule,
   return row;
 }
 
+int schedule_passes_rank(const std::string& schedule) {
+  if (schedule == "gpipe" || schedule == "1f1b") return 0;
+  if (schedule.rfind("zb", 0) == 0) return 2;  // zb-h1, zb-v: B and W apart
+  return 1;
+}
+
+// Rows by predicted step time; the best is the simplest feasible row within
+// kPlanTieMargin of the fastest feasible one (plan_choice_order).
 void rank_rows(PlanTable& table) {
   std::stable_sort(table.rows.begin(), table.rows.end(), [](const PlanRow& a, const PlanRow& b) {
     return a.step_time_s < b.step_time_s;
   });
-  for (size_t i = 0; i < table.rows.size(); ++i)
-    if (table.rows[i].fits) {
-      table.best = static_cast<int>(i);
-      break;
-    }
+  const auto fastest_fit = std::find_if(table.rows.begin(), table.rows.end(), [](const PlanRow& r) { return r.fits; });
+  table.best = -1;
+  if (fastest_fit == table.rows.end()) return;
+  const double tie_limit = fastest_fit->step_time_s * (1.0 + kPlanTieMargin);
+  auto chosen = fastest_fit;
+  for (auto row = fastest_fit + 1; row != table.rows.end() && row->step_time_s <= tie_limit; ++row)
+    if (row->fits && plan_choice_order(*row, *chosen)) chosen = row;
+  table.best = static_cast<int>(chosen - table.rows.begin());
+}
+
+// Why the best row is not the fastest feasible one, or "".
+std::string tie_text(const PlanTable& table) {
+  const auto fastest_fit = std::find_if(table.rows.begin(), table.rows.end(), [](const PlanRow& r) { return r.fits; });
+  const size_t fastest = static_cast<size_t>(fastest_fit - table.rows.begin());
+  if (fastest_fit == table.rows.end() || static_cast<int>(fastest) == table.best) return "";
+  const PlanRow& best = table.rows[static_cast<size_t>(table.best)];
+  char buf[200];
+  std::snprintf(buf, sizeof buf, " (predicted %+.1f%% against rank %zu, within the %.0f%% tie margin: the simplest of the tied plans)",
+                100.0 * (best.step_time_s / fastest_fit->step_time_s - 1.0), fastest + 1, 100.0 * kPlanTieMargin);
+  return buf;
 }
 
 std::string row_text(const PlanRow& r, size_t rank) {
@@ -283,6 +307,14 @@ PlanTable rank_plans(const ProfileForMicroBatch& profile_for, const std::vector<
   }
   rank_rows(table);
   return table;
+}
+
+bool plan_choice_order(const PlanRow& a, const PlanRow& b) {
+  const auto key = [](const PlanRow& r) {
+    return std::make_tuple(r.micro_batches, r.recompute == "none" ? 0 : 1, schedule_passes_rank(r.schedule),
+                           r.step_time_s);
+  };
+  return key(a) < key(b);
 }
 
 PlanTable merge_plan_tables(std::vector<PlanTable> tables) {
@@ -388,7 +420,7 @@ std::string format_plan_table(const PlanTable& table, size_t max_rows) {
     out += "best: rank " + std::to_string(table.best + 1) + ", " + grid + best.schedule + " N=" +
            std::to_string(best.micro_batches) + " recompute " + best.recompute + ", " +
            objective_name(best.partition) + " partition " + plan_text::list(best.units_per_stage) +
-           "\n";
+           tie_text(table) + "\n";
   }
   return out;
 }

@@ -2,7 +2,7 @@
 #   source tests/cli/lib.sh BUILD_DIR
 # Sets build, tmp (removed on exit), passed/failed counters and the helpers
 # run, check, output_has, status_is, status_not, digest, need_tools_python,
-# same_history, job_pids, no_leftovers;
+# same_history, job_pids, no_leftovers, sanitized_build;
 # works from the repo root. Every process this test starts carries the
 # marker PIPETRAIN_TEST_JOB in its environment, so that process checks see
 # this test's own job only, never another user's run or another checkout's
@@ -22,6 +22,11 @@ run() {  # run NP ARGS... : runs pipetrain on NP ranks, output in $tmp/out, stat
     > "$tmp/out" 2>&1
   status=$?
 }
+
+# sanitized_build: true when BUILD_DIR is the ASan + UBSan build (make
+# test-sanitize), whose ranks run several times slower: a test that needs a
+# run long enough to interrupt it asks for fewer steps there.
+sanitized_build() { grep -q '^PIPETRAIN_SANITIZE:BOOL=ON$' "$build/CMakeCache.txt" 2> /dev/null; }
 
 check() {  # check NAME CONDITION-COMMAND...
   local name=$1; shift

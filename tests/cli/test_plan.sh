@@ -22,7 +22,7 @@ check "plan on 2 ranks succeeds" status_is 0
 check "it weighs 2 grids (2x1, 1x2) x 2 N x 2 schedules x 3 recompute x 4 partitions" bash -c "[ \$(grep -cE '^ +[0-9]+ +[0-9]+x[0-9]+ +[0-9.e+-]+ +(gpipe|1f1b) ' '$tmp/out') -eq 96 ]"
 check "both grids are weighed" bash -c "grep -qE '^ +[0-9]+ +2x1 ' '$tmp/out' && grep -qE '^ +[0-9]+ +1x2 ' '$tmp/out'"
 check "rows are ranked by predicted step time" sorted_by_step
-check "it names the best plan" output_has "best: rank 1, "
+check "it names the best plan" output_has "best: rank "
 check "it names the deck's own rank" output_has "the deck as written (1f1b, N=8, recompute none, partition uniform) ranks "
 check "it says where the costs come from" output_has "plan: costs from brief profiles measured now on 2 ranks"
 
@@ -39,15 +39,18 @@ check "... and says so" output_has 'plan: weight gradients once per step (pipeli
 check "... a larger peak ($(point_of 12) against $per_mb_peak MiB; bubble $(point_of 11) against $per_mb_bubble)" \
   awk -v m="$(point_of 12)" -v m0="$per_mb_peak" 'BEGIN { exit !(m0 > 0 && m > m0) }'
 
-# A budget that only recomputation meets: the best plan is the fastest that fits.
+# A budget that only recomputation meets: the best plan is the fastest that
+# fits, or a simpler one predicted within the 2% tie margin of it.
 run 2 plan inputs/gpt_markov.toml --micro-batches 8 --set pipeline.memory_budget_mb=9.4 --top 1000
 check "a tight budget marks plans that do not fit" bash -c "grep -E '^ +[0-9]+ +[0-9]+x[0-9]+ +[0-9.e+-]+ +(gpipe|1f1b) ' '$tmp/out' | grep -q ' no '"
 check "the best plan fits the budget" bash -c "
   best=\$(sed -n 's/^best: rank \([0-9]*\),.*/\1/p' '$tmp/out')
   grep -E \"^ +\$best +[0-9]+x\" '$tmp/out' | grep -q ' yes '"
-check "no faster plan than the best fits" bash -c "
+check "no plan faster than the best by more than the 2% tie margin fits" bash -c "
   best=\$(sed -n 's/^best: rank \([0-9]*\),.*/\1/p' '$tmp/out')
-  ! grep -E '^ +[0-9]+ +[0-9]+x[0-9]+ +[0-9.e+-]+ +(gpipe|1f1b) ' '$tmp/out' | awk -v b=\$best '\$1 < b && / yes /' | grep -q ."
+  step=\$(grep -E \"^ +\$best +[0-9]+x\" '$tmp/out' | awk '{print \$9}')
+  [ -n \"\$step\" ] &&
+  ! grep -E '^ +[0-9]+ +[0-9]+x[0-9]+ +[0-9.e+-]+ +(gpipe|1f1b) ' '$tmp/out' | awk -v s=\$step '\$9 * 1.02 < s + 0 && / yes /' | grep -q ."
 
 run 2 profile inputs/gpt_markov.toml --out "$tmp/gpt.h5" --reps 2
 run 1 plan inputs/gpt_markov.toml --ranks 2 --profile "$tmp/gpt.h5" --top 1000

@@ -17,21 +17,27 @@
 #    of data parallelism, rebalancing and stalls, whose C++ the MPI
 #    GoogleTests run), two tests at a time (a test
 #    that starts a multi-rank job runs alone: PROCESSORS);
+#    with options.sh's fast unwinding; then leak_filter.py sets aside the
+#    leaks allocated outside the project's code (their stacks stop inside
+#    Open MPI and the libraries under it) into BUILD_DIR/sanitizer-external;
 # 2. a short training run on 2 ranks with checkpoints, then a --resume of it
-#    on 4 ranks to more steps;
-# with the options of options.sh, each rank writing its reports to
-# BUILD_DIR/sanitizer-logs. Fails when a test or run fails, and when any
-# report was written, also by a run that was expected to fail (the CLI
-# tests' bad decks, stalls, divergences) or that exited 0. Reports are
-# printed at the end. SANITIZE_CTEST_ARGS adds ctest arguments, e.g.
+#    on 4 ranks to more steps, with the full unwinder: every leak with its
+#    whole stack, only lsan.supp's libraries suppressed, a leak the project
+#    causes inside a library (HDF5, MPI objects) reported at its frame;
+# each rank writing its reports to BUILD_DIR/sanitizer-logs. Fails when a
+# test or run fails, and when any report was written (after step 1's
+# filter), also by a run that was expected to fail (the CLI tests' bad
+# decks, stalls, divergences) or that exited 0. Reports are printed at the
+# end. SANITIZE_CTEST_ARGS adds ctest arguments, e.g.
 # SANITIZE_CTEST_ARGS="-R test_cli" to run one test.
 set -uo pipefail
 build=$(cd "$1" && pwd)
 cd "$(dirname "$0")/../.."
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 logs=$build/sanitizer-logs
-rm -rf "$logs"
-source tests/sanitizers/options.sh "$logs"
+external=$build/sanitizer-external
+rm -rf "$logs" "$external"
+source tests/sanitizers/options.sh "$logs" fast
 mpirun=(timeout 300 mpirun --oversubscribe --bind-to none)
 failed=()
 tb=$SECONDS
@@ -69,7 +75,10 @@ t0=$SECONDS
 echo "test-sanitize: ctest in $build (reports to $logs)"
 (cd "$build" && ctest --output-on-failure -j 2 -LE "$skipped" --repeat until-pass:2 ${SANITIZE_CTEST_ARGS:-}) ||
   failed+=("ctest")
+python3 tests/sanitizers/leak_filter.py "$logs" "$build" "$external" || failed+=("leak_filter.py")
 t1=$SECONDS
+
+source tests/sanitizers/options.sh "$logs" full
 
 out=$build/sanitize-train
 rm -rf "$out"

@@ -73,7 +73,8 @@ struct AutoChoice {
   std::map<int64_t, ModelProfile> profiles;
 };
 
-// The row auto takes from a ranked table: the fastest that fits (table.best).
+// The row auto takes from a ranked table: table.best, the simplest of the
+// feasible rows tied with the fastest feasible one (kPlanTieMargin).
 // InputError when none fits, naming the budget and the smallest budget that
 // some plan fits, with that plan.
 int auto_pick(const PlanTable& table, const Deck& deck);

@@ -4,7 +4,8 @@
 // each, the schedule is generated (gpipe or 1f1b), the partition solved for
 // its in-flight counts, and one step simulated. Plans are ranked by step
 // time; those whose largest stage peak exceeds the memory budget are marked
-// infeasible, and the best plan is the fastest feasible one.
+// infeasible, and the best plan is the simplest feasible one among those
+// tied with the fastest feasible one (kPlanTieMargin, plan_choice_order).
 #pragma once
 
 #include <cstdint>
@@ -88,8 +89,20 @@ struct PlanTable {
   int total_ranks = 0;       // P x D of every row
   double memory_budget_bytes = 0.0;
   std::vector<PlanRow> rows;  // by step time, fastest first
-  int best = -1;              // index of the fastest feasible row, -1 if none
+  int best = -1;              // index of the chosen row (plan_choice_order), -1 if none fits
 };
+
+// Predicted step times within this fraction of the fastest feasible row's
+// are a tie: the planner's published median error is 1.4% (docs/planner.md),
+// so a smaller difference says nothing about which plan runs faster.
+constexpr double kPlanTieMargin = 0.02;
+// Among tied feasible rows, the chosen one is the simplest: the fewest
+// micro-batches (fewer actions, messages and per-micro-batch overheads,
+// larger GEMMs), then no recomputation, then the schedule with the fewest
+// passes (GPipe and 1F1B, then interleaved, then the zero-bubble schedules,
+// which split the backward), then the fastest. True when a is chosen
+// before b; both rows fit and tie.
+bool plan_choice_order(const PlanRow& a, const PlanRow& b);
 
 // The profile for micro-batches of the given size (samples), e.g. gpt_profile.
 using ProfileForMicroBatch = std::function<ModelProfile(int64_t micro_batch_size)>;

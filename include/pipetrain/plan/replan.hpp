@@ -41,7 +41,7 @@ struct ReplanDecision {
   bool ranked = false;            // |deviation| > margin: the plans were ranked again
   std::vector<double> speed;      // (ranks) measured compute / simulated compute
   double current_at_speed_s = 0.0;  // the plan in force at those speeds
-  PlanRow best;                   // the fastest plan that fits at those speeds
+  PlanRow best;                   // the plan chosen at those speeds (PlanTable::best)
   double gain = 0.0;              // 1 - best / current_at_speed
   int64_t plans_weighed = 0;
   bool change = false;            // switch to `best`
