@@ -338,8 +338,9 @@ TEST(PlanAlternatives, ThousandStagesPlan) {
 
 // A synthetic feasible row: the fields the choice reads.
 PlanRow tie_row(const std::string& schedule, int micro_batches, const std::string& recompute, double step_s,
-                bool fits = true) {
+                bool fits = true, double peak_bytes = 50.0) {
   PlanRow r;
+  r.max_peak_bytes = peak_bytes;
   r.schedule = schedule;
   r.micro_batches = micro_batches;
   r.recompute = recompute;
@@ -353,6 +354,7 @@ PlanRow tie_row(const std::string& schedule, int micro_batches, const std::strin
 const PlanRow& chosen_of(std::vector<PlanRow> rows) {
   static PlanTable table;
   table = PlanTable{};
+  table.memory_budget_bytes = 100.0;
   table.rows = std::move(rows);
   table = merge_plan_tables({table});
   EXPECT_GE(table.best, 0);
@@ -360,8 +362,9 @@ const PlanRow& chosen_of(std::vector<PlanRow> rows) {
 }
 
 // Predictions within kPlanTieMargin of the fastest feasible one are a tie,
-// settled by the simpler plan; a plan outside the margin, or one that does
-// not fit, is never chosen over a faster feasible one.
+// settled by the simpler plan; a plan outside the margin, one that does not
+// fit, or one whose peak is within the margin of the budget, is never chosen
+// over a faster feasible one.
 TEST(PlanAlternatives, TiesWithinTheMarginGoToTheSimplestPlan) {
   ASSERT_DOUBLE_EQ(kPlanTieMargin, 0.02);
   // Fewer micro-batches win a tie; N = 1 at +3% is outside it; N = 1 at +1.5% does not fit.
@@ -369,8 +372,20 @@ TEST(PlanAlternatives, TiesWithinTheMarginGoToTheSimplestPlan) {
                                 tie_row("1f1b", 1, "none", 1.030), tie_row("gpipe", 1, "none", 1.015, false)});
   EXPECT_EQ(n.micro_batches, 2);
   EXPECT_DOUBLE_EQ(n.step_time_s, 1.015);
-  // No recomputation wins a tie at the same N.
+  // No recomputation wins a tie, at the same N and before fewer micro-batches.
   EXPECT_EQ(chosen_of({tie_row("1f1b", 4, "full", 1.000), tie_row("1f1b", 4, "none", 1.019)}).recompute, "none");
+  const PlanRow& none = chosen_of({tie_row("zb-h1", 4, "none", 1.000), tie_row("zb-h1", 2, "full", 1.010)});
+  EXPECT_EQ(none.recompute, "none");
+  EXPECT_EQ(none.micro_batches, 4);
+  // A tied plan whose peak is within the margin of the budget (100 bytes here)
+  // is not taken over the fastest feasible one; with 2% free, it is.
+  EXPECT_EQ(chosen_of({tie_row("1f1b", 4, "none", 1.000, true, 90.0), tie_row("1f1b", 2, "none", 1.010, true, 98.5)})
+                .micro_batches, 4);
+  EXPECT_EQ(chosen_of({tie_row("1f1b", 4, "none", 1.000, true, 90.0), tie_row("1f1b", 2, "none", 1.010, true, 98.0)})
+                .micro_batches, 2);
+  // The fastest feasible plan itself stays the choice however close to the budget.
+  EXPECT_EQ(chosen_of({tie_row("1f1b", 4, "none", 1.000, true, 99.9), tie_row("1f1b", 2, "none", 1.010, true, 99.0)})
+                .micro_batches, 4);
   // At the same N and recompute: GPipe/1F1B before interleaved before zero-bubble.
   EXPECT_EQ(chosen_of({tie_row("zb-h1", 1, "none", 1.000), tie_row("interleaved", 1, "none", 1.005),
                        tie_row("gpipe", 1, "none", 1.010)}).schedule, "gpipe");

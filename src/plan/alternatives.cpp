@@ -224,7 +224,8 @@ int schedule_passes_rank(const std::string& schedule) {
 }
 
 // Rows by predicted step time; the best is the simplest feasible row within
-// kPlanTieMargin of the fastest feasible one (plan_choice_order).
+// kPlanTieMargin of the fastest feasible one whose peak leaves that margin of
+// the budget (plan_choice_order), or the fastest feasible one.
 void rank_rows(PlanTable& table) {
   std::stable_sort(table.rows.begin(), table.rows.end(), [](const PlanRow& a, const PlanRow& b) {
     return a.step_time_s < b.step_time_s;
@@ -233,9 +234,10 @@ void rank_rows(PlanTable& table) {
   table.best = -1;
   if (fastest_fit == table.rows.end()) return;
   const double tie_limit = fastest_fit->step_time_s * (1.0 + kPlanTieMargin);
+  const double peak_limit = table.memory_budget_bytes * (1.0 - kPlanTieMargin);
   auto chosen = fastest_fit;
   for (auto row = fastest_fit + 1; row != table.rows.end() && row->step_time_s <= tie_limit; ++row)
-    if (row->fits && plan_choice_order(*row, *chosen)) chosen = row;
+    if (row->fits && row->max_peak_bytes <= peak_limit && plan_choice_order(*row, *chosen)) chosen = row;
   table.best = static_cast<int>(chosen - table.rows.begin());
 }
 
@@ -311,7 +313,7 @@ PlanTable rank_plans(const ProfileForMicroBatch& profile_for, const std::vector<
 
 bool plan_choice_order(const PlanRow& a, const PlanRow& b) {
   const auto key = [](const PlanRow& r) {
-    return std::make_tuple(r.micro_batches, r.recompute == "none" ? 0 : 1, schedule_passes_rank(r.schedule),
+    return std::make_tuple(r.recompute == "none" ? 0 : 1, r.micro_batches, schedule_passes_rank(r.schedule),
                            r.step_time_s);
   };
   return key(a) < key(b);

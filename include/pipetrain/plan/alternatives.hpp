@@ -94,14 +94,19 @@ struct PlanTable {
 
 // Predicted step times within this fraction of the fastest feasible row's
 // are a tie: the planner's published median error is 1.4% (docs/planner.md),
-// so a smaller difference says nothing about which plan runs faster.
+// so a smaller difference says nothing about which plan runs faster. A tied
+// row other than the fastest feasible one is a candidate only when its
+// predicted peak also leaves this fraction of the budget free: a simpler
+// plan is not worth a peak the memory model may underestimate (zb-h1 N=2
+// with full recomputation, predicted 12.8 MiB, measured 13.07 MiB against a
+// 13 MiB budget: results/bench_auto.md).
 constexpr double kPlanTieMargin = 0.02;
-// Among tied feasible rows, the chosen one is the simplest: the fewest
-// micro-batches (fewer actions, messages and per-micro-batch overheads,
-// larger GEMMs), then no recomputation, then the schedule with the fewest
-// passes (GPipe and 1F1B, then interleaved, then the zero-bubble schedules,
-// which split the backward), then the fastest. True when a is chosen
-// before b; both rows fit and tie.
+// Among tied candidates, the chosen one is the simplest: no recomputation
+// (a whole forward more per micro-batch), then the fewest micro-batches
+// (fewer actions, messages and per-micro-batch overheads, larger GEMMs),
+// then the schedule with the fewest passes (GPipe and 1F1B, then
+// interleaved, then the zero-bubble schedules, which split the backward),
+// then the fastest. True when a is chosen before b.
 bool plan_choice_order(const PlanRow& a, const PlanRow& b);
 
 // The profile for micro-batches of the given size (samples), e.g. gpt_profile.
