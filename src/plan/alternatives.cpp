@@ -223,6 +223,11 @@ int schedule_passes_rank(const std::string& schedule) {
   return 1;
 }
 
+// The fastest row that fits the budget (rows ranked by step time), or end.
+std::vector<PlanRow>::const_iterator fastest_fit(const std::vector<PlanRow>& rows) {
+  return std::find_if(rows.begin(), rows.end(), [](const PlanRow& r) { return r.fits; });
+}
+
 // Rows by predicted step time; the best is the simplest feasible row within
 // kPlanTieMargin of the fastest feasible one whose peak leaves that margin of
 // the budget (plan_choice_order), or the fastest feasible one.
@@ -230,26 +235,26 @@ void rank_rows(PlanTable& table) {
   std::stable_sort(table.rows.begin(), table.rows.end(), [](const PlanRow& a, const PlanRow& b) {
     return a.step_time_s < b.step_time_s;
   });
-  const auto fastest_fit = std::find_if(table.rows.begin(), table.rows.end(), [](const PlanRow& r) { return r.fits; });
+  const auto fastest = fastest_fit(table.rows);
   table.best = -1;
-  if (fastest_fit == table.rows.end()) return;
-  const double tie_limit = fastest_fit->step_time_s * (1.0 + kPlanTieMargin);
+  if (fastest == table.rows.end()) return;
+  const double tie_limit = fastest->step_time_s * (1.0 + kPlanTieMargin);
   const double peak_limit = table.memory_budget_bytes * (1.0 - kPlanTieMargin);
-  auto chosen = fastest_fit;
-  for (auto row = fastest_fit + 1; row != table.rows.end() && row->step_time_s <= tie_limit; ++row)
+  auto chosen = fastest;
+  for (auto row = fastest + 1; row != table.rows.end() && row->step_time_s <= tie_limit; ++row)
     if (row->fits && row->max_peak_bytes <= peak_limit && plan_choice_order(*row, *chosen)) chosen = row;
   table.best = static_cast<int>(chosen - table.rows.begin());
 }
 
 // Why the best row is not the fastest feasible one, or "".
 std::string tie_text(const PlanTable& table) {
-  const auto fastest_fit = std::find_if(table.rows.begin(), table.rows.end(), [](const PlanRow& r) { return r.fits; });
-  const size_t fastest = static_cast<size_t>(fastest_fit - table.rows.begin());
-  if (fastest_fit == table.rows.end() || static_cast<int>(fastest) == table.best) return "";
+  const auto fastest = fastest_fit(table.rows);
+  const size_t fastest_rank = static_cast<size_t>(fastest - table.rows.begin()) + 1;
+  if (fastest == table.rows.end() || static_cast<int>(fastest_rank) == table.best + 1) return "";
   const PlanRow& best = table.rows[static_cast<size_t>(table.best)];
   char buf[200];
   std::snprintf(buf, sizeof buf, " (predicted %+.1f%% against rank %zu, within the %.0f%% tie margin: the simplest of the tied plans)",
-                100.0 * (best.step_time_s / fastest_fit->step_time_s - 1.0), fastest + 1, 100.0 * kPlanTieMargin);
+                100.0 * (best.step_time_s / fastest->step_time_s - 1.0), fastest_rank, 100.0 * kPlanTieMargin);
   return buf;
 }
 

@@ -105,8 +105,9 @@ def filter_file(path, build_dir, aside_dir):
     if not is_leak_report_only(lines):
         return 0, 0
     head, records, tail = split_records(lines)
-    kept = [r for r in records if is_project_leak(r, build_dir)]
-    aside = [r for r in records if not is_project_leak(r, build_dir)]
+    kept, aside = [], []
+    for record in records:
+        (kept if is_project_leak(record, build_dir) else aside).append(record)
     name = os.path.basename(path)
     if aside:
         with open(os.path.join(aside_dir, name), "w") as f:

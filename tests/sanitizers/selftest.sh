@@ -48,6 +48,7 @@ run_mode() {  # run_mode MODE [UNWIND]: status in $status, the report files in $
 # Only the report files count: a report that reached stderr alone would be
 # lost in a test that expects a failure, or whose output nobody reads.
 reported() { grep -qE -- "$1" "$tmp/reports"; }
+marked_line() { grep -n "SELFTEST-${1^^}" "$src" | head -1 | cut -d: -f1; }  # the line marked for MODE
 not_on_stderr() { ! grep -qE "ERROR: (Address|Leak)Sanitizer|runtime error:" "$tmp/run.txt"; }
 
 run_mode clean
@@ -55,7 +56,7 @@ check "clean: exits 0" [ "$status" -eq 0 ]
 check "clean: no report (Open MPI noise suppressed)" [ "$reports" -eq 0 ]
 
 for mode in leak overflow ub; do
-  line=$(grep -n "SELFTEST-${mode^^}" "$src" | head -1 | cut -d: -f1)
+  line=$(marked_line $mode)
   run_mode $mode
   check "$mode: exits non-zero" bash -c "[ $status -ne 0 ] && [ $status -ne 124 ]"
   check "$mode: one report file" [ "$reports" -eq 1 ]
@@ -72,7 +73,7 @@ done
 run_mode clean fast
 check "fast clean: leak_filter.py leaves no report" [ "$reports" -eq 0 ]
 echo "     ($aside leak(s) of the clean run set aside as allocated outside the project's code)"
-line=$(grep -n "SELFTEST-LEAK" "$src" | head -1 | cut -d: -f1)
+line=$(marked_line leak)
 run_mode leak fast
 check "fast leak: one report file kept" [ "$reports" -eq 1 ]
 check "fast leak: it names leak_on_purpose at sanitizer_selftest.cpp:$line" \
@@ -82,7 +83,7 @@ check "fast leak: the deliberate leak is the only one kept" \
 for mode in overflow ub; do
   run_mode $mode fast
   check "fast $mode: exits non-zero (a leak does not, there)" bash -c "[ $status -ne 0 ] && [ $status -ne 124 ]"
-  check "fast $mode: reported" reported "sanitizer_selftest\\.cpp:$(grep -n "SELFTEST-${mode^^}" "$src" | head -1 | cut -d: -f1)"
+  check "fast $mode: reported" reported "sanitizer_selftest\\.cpp:$(marked_line $mode)"
 done
 
 echo "sanitizer selftest: $passed passed, $failed failed"
