@@ -9,6 +9,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <map>
 #include <string>
 
 #include "error_of.hpp"
@@ -222,6 +223,51 @@ TEST(AutoPlan, ChoosesTheGridWhenTheDeckLeavesIt) {
   // A deck that sets D keeps it, whatever the row says.
   const Deck fixed = deck_with_plan(deck_with({"data_parallel.replicas=1"}), row, 4);
   EXPECT_EQ(fixed.data_parallel.replicas, 1);
+}
+
+// pipeline.schedule_times = "measured" (or "auto" without rebalancing): the
+// run places zb-h1 and zb-v again at its measured times, so the plan predicts
+// them at the placement it makes at the predicted times. Unit 5's triple
+// time leaves the unit-time placement a bubble the timed one fills.
+TEST(AutoPlan, PredictsZeroBubbleRowsAtTheRunsPlacement) {
+  EXPECT_TRUE(auto_plan_request(deck_with({}), 2, 1e9).timed_placement);
+  EXPECT_FALSE(auto_plan_request(deck_with({"pipeline.schedule=\"zb-h1\"", "pipeline.schedule_times=\"unit\""}), 2, 1e9).timed_placement);
+  EXPECT_FALSE(auto_plan_request(deck_with({"rebalance.enabled=true"}), 2, 1e9).timed_placement);
+  EXPECT_TRUE(auto_plan_request(deck_with({"pipeline.schedule=\"zb-v\"", "pipeline.schedule_times=\"measured\""}), 2, 1e9)
+                  .timed_placement);
+  PlanRequest timed = auto_plan_request(deck_with({"data_parallel.replicas=1"}), 2, 1e12);
+  timed.schedules = {"zb-h1", "zb-v", "1f1b"};
+  timed.micro_batch_counts = {4, 8};
+  PlanRequest unit = timed;
+  unit.timed_placement = false;
+  const PlanTable at_times = rank(timed), at_unit = rank(unit);
+  const auto key = [](const PlanRow& r) {
+    return r.schedule + " " + std::to_string(r.micro_batches) + " " + r.recompute + " " +
+           objective_name(r.partition);
+  };
+  std::map<std::string, const PlanRow*> unit_rows;
+  for (const PlanRow& row : at_unit.rows) {
+    EXPECT_FALSE(row.timed_placement);
+    unit_rows[key(row)] = &row;
+  }
+  ASSERT_EQ(unit_rows.size(), at_times.rows.size());
+  int placed = 0;
+  for (const PlanRow& row : at_times.rows) {
+    const PlanRow& u = *unit_rows.at(key(row));
+    if (!row.timed_placement) {
+      EXPECT_EQ(row.step_time_s, u.step_time_s) << key(row) << ": not placed, so predicted as at unit times";
+      continue;
+    }
+    ++placed;
+    EXPECT_NE(row.schedule, "1f1b");
+    EXPECT_LT(row.step_time_s, u.step_time_s) << key(row);
+    EXPECT_LT(row.bubble, u.bubble) << key(row);
+    EXPECT_LE(row.max_peak_bytes, u.max_peak_bytes) << key(row) << ": a placement never holds more in flight";
+    EXPECT_EQ(row.units_per_stage, u.units_per_stage) << key(row);
+  }
+  EXPECT_GT(placed, 0) << "no zero-bubble row was predicted at a timed placement";
+  std::printf("  %d of %zu rows predicted at the placement at their predicted times\n", placed,
+              at_times.rows.size());
 }
 
 TEST(AutoPlan, RefusesWhatItCannotKeep) {

@@ -249,6 +249,7 @@ PlanRequest auto_plan_request(const Deck& deck, int stages, double budget_bytes)
   r.memory_budget_bytes = budget_bytes;
   r.weight_grad_share = weight_grad_share(deck.model);
   r.weight_grad = p.weight_grad;
+  r.timed_placement = zero_bubble_placed_at_measured_times(deck);
   if (deck_sets(deck, "pipeline.micro_batches")) r.micro_batch_counts = {static_cast<int>(p.micro_batches)};
   if (deck_sets(deck, "pipeline.schedule")) {
     if (p.schedule == ScheduleKind::File)

@@ -74,6 +74,7 @@ PlanRequest request_for(const Deck& deck, const CommandLine& cli, int stages) {
   r.memory_budget_bytes = deck.pipeline.memory_budget_mb * 1024.0 * 1024.0;
   r.weight_grad_share = weight_grad_share(deck.model);
   r.weight_grad = deck.pipeline.weight_grad;
+  r.timed_placement = zero_bubble_placed_at_measured_times(deck);
   r.schedules = cli.schedules;
   if (r.schedules.empty()) {  // the defaults, and the deck's own when it is generated
     r.schedules = {"gpipe", "1f1b"};

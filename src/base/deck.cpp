@@ -23,11 +23,15 @@ std::string Deck::described(const std::string& dotted_key, const std::string& va
   return named(dotted_key) + " = " + value + " (" + (it == key_origin.end() ? "default" : it->second) + ")";
 }
 
+bool zero_bubble_placed_at_measured_times(const Deck& deck) {
+  const ScheduleTimesKind times = deck.pipeline.schedule_times;
+  return times == ScheduleTimesKind::Measured || (times == ScheduleTimesKind::Auto && !deck.rebalance.enabled);
+}
+
 bool places_at_measured_times(const Deck& deck) {
   const PipelineConfig& p = deck.pipeline;
   const bool zero_bubble = p.schedule == ScheduleKind::ZbH1 || p.schedule == ScheduleKind::ZbV;  // schedule_takes_times
-  return zero_bubble && (p.schedule_times == ScheduleTimesKind::Measured ||
-                         (p.schedule_times == ScheduleTimesKind::Auto && !deck.rebalance.enabled));
+  return zero_bubble && zero_bubble_placed_at_measured_times(deck);
 }
 
 }  // namespace pt

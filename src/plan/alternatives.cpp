@@ -4,7 +4,10 @@
 // its recompute x partition points; each point's plan_s still counts the
 // whole generation, as if it were planned alone. Generated schedules are
 // known to be valid, so the O(rounds x actions) validator is not run: the
-// in-flight counts come from schedule_in_flight in O(actions).
+// in-flight counts come from schedule_in_flight in O(actions). With
+// PlanRequest::timed_placement, the zero-bubble rows that could win are
+// planned a second time, at the placement the run will make
+// (place_zero_bubble_rows_at_times).
 #include "pipetrain/plan/alternatives.hpp"
 
 #include <algorithm>
@@ -13,8 +16,10 @@
 #include <cstdlib>
 #include <cstdio>
 #include <ctime>
+#include <deque>
 #include <limits>
-#include <optional>
+#include <map>
+#include <memory>
 #include <tuple>
 
 #include "pipetrain/base/error.hpp"
@@ -141,11 +146,22 @@ void scale_stage_times(std::vector<StageCost>& stages, const std::vector<double>
   }
 }
 
+// The span no placement of a schedule can beat at these costs: its busiest
+// rank's compute, and one micro-batch's way through every stage's F and
+// then back through every B (without W, which nothing waits for).
+double pipeline_floor_s(const SimulationInput& sim, const std::vector<double>& busy_s) {
+  double path = 0.0;
+  for (const auto& t : split_action_times(sim)) path += t[0] + t[1];
+  const double busiest = busy_s.empty() ? 0.0 : *std::max_element(busy_s.begin(), busy_s.end());
+  return std::max(path, busiest);
+}
+
 // One (recompute, partition) point of a generated schedule.
 PlanRow plan_point(const ModelProfile& profile, const Schedule& schedule,
                    const std::vector<int>& in_flight, const std::vector<LinkCost>& links,
                    const std::string& recompute, PartitionObjective objective,
-                   const PlanRequest& request, const ModelProfile& pass_profile) {
+                   const PlanRequest& request, const ModelProfile& pass_profile,
+                   bool place_at_times) {
   PlanRow row;
   row.data_parallel = request.data_parallel;
   row.num_stages = request.num_stages;
@@ -180,7 +196,16 @@ PlanRow plan_point(const ModelProfile& profile, const Schedule& schedule,
                                             {PlanRecompute::parse(recompute)});
   for (size_t st = 0; st < sim.step_weight_s.size() && st < setup.stage_time_scale.size(); ++st)
     sim.step_weight_s[st] *= setup.stage_time_scale[st];
-  SimulationResult result = simulate_schedule(schedule, sim);
+  // The run's placement at measured times, made here at the predicted ones.
+  Schedule placed;
+  const Schedule* ran = &schedule;
+  if (place_at_times) {
+    TimedPlacement placement = generate_at_times(schedule.name, schedule.num_ranks,
+                                                 schedule.num_micro_batches, split_action_times(sim));
+    if (placement.schedule.timed) placed = std::move(placement.schedule), ran = &placed;
+    row.timed_placement = ran == &placed;
+  }
+  SimulationResult result = simulate_schedule(*ran, sim);
   row.units_per_stage = part.units_per_stage;
   // Data parallelism: stage s's reduction starts at the end of its last
   // compute (its span) and the step waits for the last one to finish; the
@@ -197,6 +222,7 @@ PlanRow plan_point(const ModelProfile& profile, const Schedule& schedule,
     row.reduction_s = end - result.span_s_max;
   }
   row.step_time_s = result.step_time_s + row.reduction_s;
+  row.placement_floor_s = row.step_time_s - result.span_s_max + pipeline_floor_s(sim, result.busy_s);
   row.throughput_samples_per_s = static_cast<double>(request.batch_size) / row.step_time_s;
   row.bubble = result.bubble;
   row.rank_busy_s = result.busy_s;
@@ -215,6 +241,79 @@ PlanRow plan_point(const ModelProfile& profile, const Schedule& schedule,
                plan_text::gib(row.max_peak_bytes) + ", over the budget of " +
                plan_text::gib(request.memory_budget_bytes);
   return row;
+}
+
+// A generated schedule and what its points share.
+struct GeneratedSchedule {
+  Schedule schedule;
+  std::vector<int> in_flight;
+  const ModelProfile* profile;       // at its micro-batch size
+  const ModelProfile* pass_profile;  // of its per-step weight gradients (or profile)
+  double generation_s, generation_cpu_s;
+};
+
+// A (schedule, recompute, partition) point of the request.
+struct PlannedPoint {
+  const GeneratedSchedule* generated;
+  std::string recompute;
+  PartitionObjective objective;
+};
+
+PlanRow plan_planned_point(const PlannedPoint& p, const std::vector<LinkCost>& links,
+                           const PlanRequest& request, bool place_at_times) {
+  const GeneratedSchedule& g = *p.generated;
+  const Clock::time_point start = Clock::now();
+  const std::clock_t cpu_start = std::clock();
+  PlanRow row = plan_point(*g.profile, g.schedule, g.in_flight, links, p.recompute, p.objective, request,
+                           *g.pass_profile, place_at_times);
+  row.plan_s = g.generation_s + seconds_since(start);
+  row.plan_cpu_s = g.generation_cpu_s + cpu_seconds_since(cpu_start);
+  return row;
+}
+
+// PlanRequest::timed_placement: the rows of zb-h1 and zb-v that could beat
+// `fastest`, the fastest feasible step so far (PlanRow::placement_floor_s
+// below it), planned again at the placement the run will make, in order of
+// their floors, `fastest` updated as they go. Rows with the
+// same schedule, N, recompute and units per stage share one placement (the
+// partition objectives often agree). A placement never holds more
+// micro-batches in flight than the unit-time one (placement_search.hpp), so
+// a row's partition stays valid; its peak is simulated again all the same.
+void place_zero_bubble_rows_at_times(PlanTable& table, const std::vector<PlannedPoint>& points,
+                                     const std::vector<LinkCost>& links, const PlanRequest& request,
+                                     double& fastest) {
+  std::vector<size_t> candidates;
+  for (size_t i = 0; i < table.rows.size(); ++i) {
+    const PlanRow& row = table.rows[i];
+    if (schedule_takes_times(row.schedule) && std::isfinite(row.step_time_s) && row.placement_floor_s < fastest)
+      candidates.push_back(i);
+  }
+  std::stable_sort(candidates.begin(), candidates.end(), [&](size_t a, size_t b) {
+    return table.rows[a].placement_floor_s < table.rows[b].placement_floor_s;
+  });
+  std::map<std::string, PlanRow> placed;  // by schedule, N, recompute, units
+  for (size_t i : candidates) {
+    PlanRow& row = table.rows[i];
+    if (row.placement_floor_s >= fastest) break;
+    const std::string key = row.schedule + " " + std::to_string(row.micro_batches) + " " + row.recompute + " " +
+                            plan_text::list(row.units_per_stage);
+    auto same = placed.find(key);
+    if (same != placed.end()) {
+      const PlanRow unit = row;
+      row = same->second;
+      row.partition = unit.partition, row.fixed_partition = unit.fixed_partition;
+      row.plan_s = unit.plan_s, row.plan_cpu_s = unit.plan_cpu_s;
+    } else {
+      // plan_s: both plannings, the schedule's generation once.
+      const GeneratedSchedule& g = *points[i].generated;
+      const double unit_s = row.plan_s - g.generation_s, unit_cpu_s = row.plan_cpu_s - g.generation_cpu_s;
+      row = plan_planned_point(points[i], links, request, true);
+      row.plan_s += unit_s;
+      row.plan_cpu_s += unit_cpu_s;
+      placed.emplace(key, row);
+    }
+    if (row.fits) fastest = std::min(fastest, row.step_time_s);
+  }
 }
 
 int schedule_passes_rank(const std::string& schedule) {
@@ -270,21 +369,55 @@ std::string row_text(const PlanRow& r, size_t rank) {
 
 }  // namespace
 
-PlanTable rank_plans(const ProfileForMicroBatch& profile_for, const std::vector<LinkCost>& links,
-                     const PlanRequest& request) {
-  check_request(request);
+namespace {
+
+// Every point of one request, predicted at unit-time placements, with what a
+// second planning at times needs (profiles and schedules at fixed addresses).
+struct WeighedPlans {
+  PlanRequest request;
+  std::vector<LinkCost> links;
   PlanTable table;
+  std::map<int64_t, ModelProfile> profiles;  // by micro-batch rows (profile_at)
+  std::deque<GeneratedSchedule> generated;
+  std::vector<PlannedPoint> points;           // one per row, in table.rows' order
+
+  double fastest_fit_s() const {
+    double fastest = std::numeric_limits<double>::infinity();
+    for (const PlanRow& row : table.rows)
+      if (row.fits) fastest = std::min(fastest, row.step_time_s);
+    return fastest;
+  }
+  void place_at_times(double& fastest) {
+    if (request.timed_placement) place_zero_bubble_rows_at_times(table, points, links, request, fastest);
+  }
+};
+
+// Measured once per key: the pass profile (key -rows) apart from an N's.
+const ModelProfile& profile_at(WeighedPlans& w, const ProfileForMicroBatch& profile_for, int64_t rows,
+                               bool pass = false) {
+  const int64_t key = pass ? -rows : rows;
+  auto it = w.profiles.find(key);
+  return it != w.profiles.end() ? it->second : w.profiles.emplace(key, profile_for(rows)).first->second;
+}
+
+std::unique_ptr<WeighedPlans> weigh_plans(const ProfileForMicroBatch& profile_for,
+                                          const std::vector<LinkCost>& links, const PlanRequest& request) {
+  check_request(request);
+  auto w = std::make_unique<WeighedPlans>();
+  w->request = request;
+  w->links = links;
+  PlanTable& table = w->table;
   table.num_stages = request.num_stages;
   table.total_ranks = request.num_stages * request.data_parallel;
   table.memory_budget_bytes = request.memory_budget_bytes;
   // weight_grad = "step": the profile at a whole replica batch's rows times
   // the pass of weight gradients; asked for first, so that a measuring
   // profile_for leaves the links of each N's own profile for its plans.
-  std::optional<ModelProfile> pass_profile;
+  const ModelProfile* pass_profile = nullptr;
   for (int n : micro_batch_counts(request)) {
     if (request.weight_grad == WeightGradKind::Step && !pass_profile)
-      pass_profile = profile_for(replica_batch(request));
-    const ModelProfile profile = profile_for(replica_batch(request) / n);
+      pass_profile = &profile_at(*w, profile_for, replica_batch(request), true);
+    const ModelProfile& profile = profile_at(*w, profile_for, replica_batch(request) / n);
     table.model = profile.model;
     table.device = profile.backend;
     for (const std::string& name : request.schedules) {
@@ -298,22 +431,27 @@ PlanTable rank_plans(const ProfileForMicroBatch& profile_for, const std::vector<
       const bool step = request.weight_grad == WeightGradKind::Step && !splits_backward(schedule);
       if (step) schedule = with_step_weight_grads(schedule);
       const std::vector<int> in_flight = schedule_in_flight(schedule);
-      const double generation_s = seconds_since(generation_start);
-      const double generation_cpu_s = cpu_seconds_since(generation_cpu);
+      w->generated.push_back({std::move(schedule), in_flight, &profile, step ? pass_profile : &profile,
+                              seconds_since(generation_start), cpu_seconds_since(generation_cpu)});
       for (const std::string& recompute : request.recompute)
         for (PartitionObjective objective : request.partitions) {
-          const Clock::time_point start = Clock::now();
-          const std::clock_t cpu_start = std::clock();
-          PlanRow row = plan_point(profile, schedule, in_flight, links, recompute, objective, request,
-                                   step ? *pass_profile : profile);
-          row.plan_s = generation_s + seconds_since(start);
-          row.plan_cpu_s = generation_cpu_s + cpu_seconds_since(cpu_start);
-          table.rows.push_back(std::move(row));
+          w->points.push_back({&w->generated.back(), recompute, objective});
+          table.rows.push_back(plan_planned_point(w->points.back(), links, request, false));
         }
     }
   }
-  rank_rows(table);
-  return table;
+  return w;
+}
+
+}  // namespace
+
+PlanTable rank_plans(const ProfileForMicroBatch& profile_for, const std::vector<LinkCost>& links,
+                     const PlanRequest& request) {
+  std::unique_ptr<WeighedPlans> w = weigh_plans(profile_for, links, request);
+  double fastest = w->fastest_fit_s();
+  w->place_at_times(fastest);
+  rank_rows(w->table);
+  return std::move(w->table);
 }
 
 bool plan_choice_order(const PlanRow& a, const PlanRow& b) {
@@ -351,6 +489,7 @@ PlanTable rank_grid_plans(const ProfileForMicroBatch& profile_for, const LinksFo
   table.total_ranks = total_ranks;
   table.memory_budget_bytes = request.memory_budget_bytes;
   std::string skipped;
+  std::vector<std::unique_ptr<WeighedPlans>> grids;
   for (int d = 1; d <= total_ranks; ++d) {
     if (total_ranks % d != 0 || request.batch_size % d != 0) continue;
     PlanRequest r = request;
@@ -363,17 +502,22 @@ PlanTable rank_grid_plans(const ProfileForMicroBatch& profile_for, const LinksFo
         if (replica_batch(r) % n == 0) r.micro_batch_counts.push_back(n);
       if (r.micro_batch_counts.empty()) continue;
     }
-    PlanTable one;
     try {
-      one = rank_plans(profile_for, links_for(r.num_stages), r);
+      grids.push_back(weigh_plans(profile_for, links_for(r.num_stages), r));
     } catch (const InputError& e) {  // e.g. more stages than units: that grid is not a plan
       skipped += std::string(skipped.empty() ? "" : "; ") + std::to_string(r.num_stages) + " x " +
                  std::to_string(d) + ": " + e.what();
       continue;
     }
-    table.model = one.model;
-    table.device = one.device;
-    for (PlanRow& row : one.rows) table.rows.push_back(std::move(row));
+  }
+  // Zero-bubble rows placed at times against the fastest row of every grid.
+  double fastest = std::numeric_limits<double>::infinity();
+  for (const auto& grid : grids) fastest = std::min(fastest, grid->fastest_fit_s());
+  for (const auto& grid : grids) {
+    grid->place_at_times(fastest);
+    table.model = grid->table.model;
+    table.device = grid->table.device;
+    for (PlanRow& row : grid->table.rows) table.rows.push_back(std::move(row));
   }
   if (table.rows.empty())
     throw InputError("plan request: no P x D grid of " + std::to_string(total_ranks) +
@@ -416,6 +560,12 @@ std::string format_plan_table(const PlanTable& table, size_t max_rows) {
   for (size_t i = 0; i < table.rows.size() && i < max_rows; ++i) out += row_text(table.rows[i], i) + "\n";
   if (table.rows.size() > max_rows)
     out += "... " + std::to_string(table.rows.size() - max_rows) + " more\n";
+  const auto placed = std::count_if(table.rows.begin(), table.rows.end(),
+                                    [](const PlanRow& r) { return r.timed_placement; });
+  if (placed > 0)
+    out += "placed at times: " + std::to_string(placed) + " zb-h1/zb-v rows predicted at the placement the run "
+           "makes at its measured F, B and W times (pipeline.schedule_times), made here at their predicted "
+           "ones; the other zero-bubble rows at the unit-time placement\n";
   if (table.best < 0) {
     out += "best: none of the " + std::to_string(table.rows.size()) + " plans fits the budget\n";
   } else {
@@ -427,7 +577,7 @@ std::string format_plan_table(const PlanTable& table, size_t max_rows) {
     out += "best: rank " + std::to_string(table.best + 1) + ", " + grid + best.schedule + " N=" +
            std::to_string(best.micro_batches) + " recompute " + best.recompute + ", " +
            objective_name(best.partition) + " partition " + plan_text::list(best.units_per_stage) +
-           tie_text(table) + "\n";
+           (best.timed_placement ? " (placed at times)" : "") + tie_text(table) + "\n";
   }
   return out;
 }

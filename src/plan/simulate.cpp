@@ -108,9 +108,7 @@ class StepSimulation {
   // Seconds of W, and of B, of stage `stage`.
   double w_time(int stage) const {
     if (!split_) return 0.0;
-    const StageCost& c = in_.stages[stage];
-    if (c.weight_s >= 0.0) return std::min(c.weight_s, c.backward_s);
-    return in_.weight_grad_share * std::max(0.0, c.backward_s - c.recompute_s);
+    return split_weight_s(in_.stages[stage], in_.weight_grad_share);
   }
   double duration(const Action& a) const {
     if (!in_.action_seconds.empty()) {
@@ -440,6 +438,20 @@ class StepSimulation {
 SimulationResult simulate_schedule(const Schedule& schedule, const SimulationInput& input) {
   check_input(schedule, input);
   return StepSimulation(schedule, input).run();
+}
+
+double split_weight_s(const StageCost& c, double weight_grad_share) {
+  if (c.weight_s >= 0.0) return std::min(c.weight_s, c.backward_s);
+  return weight_grad_share * std::max(0.0, c.backward_s - c.recompute_s);
+}
+
+StageActionTimes split_action_times(const SimulationInput& input) {
+  StageActionTimes times;
+  for (const StageCost& c : input.stages) {
+    const double w = split_weight_s(c, input.weight_grad_share);
+    times.push_back({c.forward_s, c.backward_s - w, w});
+  }
+  return times;
 }
 
 std::vector<int> schedule_in_flight(const Schedule& s) { return count_in_flight(s).peak_in_flight(); }

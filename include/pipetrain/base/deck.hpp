@@ -224,5 +224,8 @@ inline int64_t data_parallel_size(const Deck& deck) {
 // times it measures: pipeline.schedule_times "measured", or "auto" without
 // rebalance.enabled.
 bool places_at_measured_times(const Deck& deck);
+// The same for a zero-bubble schedule, whichever the deck names (what the
+// planner assumes of the zb-h1 and zb-v plans it weighs).
+bool zero_bubble_placed_at_measured_times(const Deck& deck);
 
 }  // namespace pt

@@ -56,6 +56,15 @@ struct PlanRequest {
   // B, W and optimizer times are multiplied by its rank's factor, for the
   // partition solver and the simulation alike. Empty = 1 on every rank.
   std::vector<double> rank_time_scale;
+  // pipeline.schedule_times = "measured" (or "auto" without rebalancing):
+  // the run places zb-h1 and zb-v again at each stage's measured F, B and W
+  // times after its first steps (runtime/schedule_placement.hpp). The plan
+  // then predicts such a row at the placement generate_at_times makes at
+  // the row's predicted times (PlanRow::timed_placement), for every row
+  // that could still win: its PlanRow::placement_floor_s shorter than the
+  // fastest feasible prediction so far, of any grid (the others keep their
+  // unit-time prediction). false: the unit-time placement, as the run keeps it.
+  bool timed_placement = false;
 };
 
 struct PlanRow {
@@ -73,7 +82,15 @@ struct PlanRow {
   double step_time_s = 0.0;              // +infinity when no partition was found
   double throughput_samples_per_s = 0.0;
   double bubble = 0.0;
+  // Predicted at the placement the run makes at measured F, B and W times
+  // (PlanRequest::timed_placement), which generate_at_times preferred at
+  // the row's predicted times to the unit-time one.
+  bool timed_placement = false;
   std::vector<double> rank_busy_s;  // (ranks) simulated F + B (+ W) seconds per step
+  // The step no placement of this schedule can beat at these costs
+  // (PlanRequest::timed_placement): the busiest rank's compute, or one
+  // micro-batch's way through every F and B when longer, plus the overheads.
+  double placement_floor_s = 0.0;
   double max_peak_bytes = 0.0;
   int largest_stage = 0;
   bool fits = false;   // every stage peak within the budget

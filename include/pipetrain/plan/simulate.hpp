@@ -138,6 +138,16 @@ double bubble_at_costs(const Schedule& schedule, const std::vector<ActionCost>& 
 // messages and progress add (measured - replay).
 double bubble_at_action_times(const Schedule& schedule, const std::vector<double>& seconds);
 
+// W's seconds of stage `c`'s split backward as the simulator times it: its
+// weight_s when measured, else weight_grad_share of the backward without
+// recomputation.
+double split_weight_s(const StageCost& c, double weight_grad_share);
+// Per stage, the (F, B, W) seconds the simulator gives a schedule that
+// splits the backward, from `input`'s stage costs: the times a run would
+// measure, as far as the costs predict them (the planner places zb-h1 and
+// zb-v at them, as the run places them at its measured ones).
+StageActionTimes split_action_times(const SimulationInput& input);
+
 // Per-stage (F, B, W) times as the simulator's action costs.
 std::vector<ActionCost> action_costs(const StageActionTimes& times);
 
