@@ -130,7 +130,8 @@ def report_case(root, case):
     budget = float(re.search(r"\(budget ([0-9.]+) MiB", log).group(1)) * 2**20
     ranks = re.search(r"pipetrain: (\d+) rank", log)
     choices = auto[3]
-    chosen = max(set(choices), key=choices.count)  # the choice most auto runs made
+    # The choice most auto runs made (the earliest run's among equals).
+    chosen = max(choices, key=lambda c: (choices.count(c), -choices.index(c)))
     # The best measured configuration is the fastest confirmed one that stayed
     # within the budget (any, for a benchmark run without confirmation runs).
     within = [s for s in sweep if s[1] <= budget]
@@ -139,6 +140,7 @@ def report_case(root, case):
     best = min([s for s in within if s[4]] or within)
     fastest_single = min(s for s, peak in single if peak <= budget)
     same = [s for s in sweep if s[2] == chosen]
+    paired, spread = paired_gap(runs, best[2])
     return {
         "case": case, "ranks": ranks.group(1) if ranks else "?", "budget": budget, "plans": len(sweep),
         "within": len(within), "auto_runs": auto[2], "auto_choices": len(set(choices)),
@@ -148,7 +150,29 @@ def report_case(root, case):
         "gap": auto[0] / best[0] - 1.0,
         "sweep_gap": (same[0][0] / best[0] - 1.0) if same else float("nan"),
         "fits": auto[1] <= budget,
+        "paired_gap": paired, "best_spread": spread,
     }
+
+
+def round_of(run_dir):
+    m = RUN.match(os.path.basename(run_dir))
+    return int(m.group(4)) if m and m.group(4) else None
+
+
+def paired_gap(runs, best_config):
+    """(median over rounds of auto's run over the best configuration's run of the same round, less 1;
+    the best configuration's re-runs' spread, max / min - 1). A round runs them minutes apart, so a
+    drift of the host's speed between rounds cancels in the ratio; nan when no round has both."""
+    auto = {round_of(r): measured(r) for r in runs.get(0, [])}
+    best = {}
+    for i, dirs in runs.items():
+        _, reruns = sweep_and_reruns(dirs)
+        if i > 0 and reruns and config_of(reruns[0]) == best_config:
+            best = {round_of(r): measured(r) for r in reruns}
+    ratios = [auto[k][0] / best[k][0] - 1.0 for k in auto if k is not None and auto[k] and best.get(k)]
+    times = [m[0] for m in best.values() if m]
+    spread = max(times) / min(times) - 1.0 if len(times) > 1 else float("nan")
+    return (float(np.median(ratios)) if ratios else float("nan")), spread
 
 
 def machine(root, case):
@@ -185,21 +209,25 @@ def main():
              "its runs, a re-run one with its re-runs alone (the sweep run that selected it is left out: "
              "the least of hundreds of noisy single runs is biased low, shown as the sweep's fastest "
              "single run). The best measured configuration is the fastest re-run one whose measured peak "
-             "stayed within the budget. Goal: auto within %d%% of the best, never over the budget."
-             % round(GOAL * 100), "",
+             "stayed within the budget. Goal: auto within %d%% of the best, never over the budget. "
+             "The paired gap is the median over rounds of auto's run against the best configuration's "
+             "run of the same round (a drift of the host's speed between rounds cancels); the spread is "
+             "the best configuration's own re-runs' (max / min - 1): a gap smaller than it is within the "
+             "host's noise." % round(GOAL * 100), "",
              "| case | ranks | budget | plans trained (within budget) | auto's choice | auto (ms) | its plan, auto off (ms) "
              "| best measured | best (ms) | runs | sweep's fastest single run (ms) | auto's gap | auto's peak "
-             "| within budget | goal met |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+             "| within budget | goal met | paired gap | best's run spread |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         met = r["gap"] <= GOAL and r["fits"]
         choice = r["chosen"] + (" (%d different choices over its runs)" % r["auto_choices"]
                                 if r["auto_choices"] > 1 else "")
-        lines.append("| %s | %s | %s | %d (%d) | %s | %.2f | %.2f | %s | %.2f | %d, %d | %.2f | %+.1f%% | %s | %s | %s |" % (
+        lines.append("| %s | %s | %s | %d (%d) | %s | %.2f | %.2f | %s | %.2f | %d, %d | %.2f | %+.1f%% | %s | %s | %s "
+                     "| %+.1f%% | %.0f%% |" % (
             r["case"], r["ranks"], mib(r["budget"]), r["plans"], r["within"], choice, r["auto_s"] * 1e3,
             r["chosen_in_sweep_s"] * 1e3, r["best"], r["best_s"] * 1e3, r["auto_runs"], r["best_runs"],
             r["fastest_single_s"] * 1e3, 100 * r["gap"], mib(r["auto_peak"]), "yes" if r["fits"] else "no",
-            "yes" if met else "no"))
+            "yes" if met else "no", 100 * r["paired_gap"], 100 * r["best_spread"]))
     with open(a.out, "w") as f:
         f.write("\n".join(lines) + "\n")
     print("\n".join(lines))
