@@ -83,11 +83,17 @@ run_case() {
   # the budget, REPS times in rounds (so that a drift of the host's speed
   # hits them alike); the report takes each one's median over these runs,
   # and the best measured configuration from them alone.
-  local top; top=$($PY tools/auto_report.py --fastest "$TOP" "$dir")
-  local r
+  # Each round starts one place further along the list (auto is one of its
+  # entries), so that no entry always runs in the same place: a host that
+  # slows down under sustained load would otherwise always hit the last one.
+  local top; top=($($PY tools/auto_report.py --fastest "$TOP" "$dir") auto)
+  local r k entry
   for r in $(seq 1 "$REPS"); do
-    for i in $top; do train_config "$np" "$dir" "$i" "$dir/sweep_$i.r$r" "$deck" "${args[@]}" || true; done
-    train "$np" "$dir/auto.r$r" "$deck" "${args[@]}"
+    for k in $(seq 0 $(( ${#top[@]} - 1 ))); do
+      entry=${top[$(( (k + r - 1) % ${#top[@]} ))]}
+      if [ "$entry" = auto ]; then train "$np" "$dir/auto.r$r" "$deck" "${args[@]}"
+      else train_config "$np" "$dir" "$entry" "$dir/sweep_$entry.r$r" "$deck" "${args[@]}" || true; fi
+    done
   done
 }
 
