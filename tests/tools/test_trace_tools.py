@@ -597,6 +597,30 @@ def test_auto_report_best_from_confirmation_runs(tmp):
     assert row["auto_runs"] == 3 and row["fits"] and row["plans"] == 3, row
 
 
+def test_auto_report_paired_gap_and_spread(tmp):
+    """The paired gap compares auto with the best configuration round by
+    round: re-runs 8, 12, 10 ms against auto's 8.4, 12.6, 9.0 give +5%, +5%,
+    -10%, median +5%, where the medians (9.0 against 10) give -10%; the
+    spread is the best configuration's 12 / 8 - 1."""
+    case = f"{tmp}/c"
+    os.makedirs(case)
+    with open(f"{case}/plan.txt", "w") as f:
+        f.write("memory budget 1.0 GB (test)\n")
+    write_auto_run(f"{case}/sweep_1", 9.0, "gpipe", "[3, 5]")
+    write_auto_run(f"{case}/sweep_2", 19.0, "1f1b", "[4, 4]")
+    for r, best_ms, auto_ms in ((1, 8.0, 8.4), (2, 12.0, 12.6), (3, 10.0, 9.0)):
+        write_auto_run(f"{case}/sweep_1.r{r}", best_ms, "gpipe", "[3, 5]")
+        write_auto_run(f"{case}/sweep_2.r{r}", 20.0, "1f1b", "[4, 4]")
+        write_auto_run(f"{case}/auto.r{r}", auto_ms, "gpipe", "[3, 5]")
+        with open(f"{case}/auto.r{r}.log", "w") as f:
+            f.write("pipetrain: 2 ranks\nauto: chose ... (budget 12.5 MiB)\n")
+    row = auto_report.report_case(tmp, "c")
+    assert row["best"] == "gpipe N=4 recompute none, partition [3,5]", row["best"]
+    assert abs(row["gap"] - (9.0 / 10.0 - 1.0)) < 1e-9, row
+    assert abs(row["paired_gap"] - 0.05) < 1e-9, row
+    assert abs(row["best_spread"] - 0.5) < 1e-9, row
+
+
 def main():
     tests = [(k, v) for k, v in globals().items() if k.startswith("test_") and callable(v)]
     passed = failed = 0
