@@ -17,6 +17,7 @@ hundreds of noisy single runs is biased low. The best measured configuration
 is the fastest confirmed one (of those within the budget).
 """
 import argparse
+import functools
 import os
 import re
 import sys
@@ -32,6 +33,7 @@ def text_attr(f, name):
     return v.decode() if isinstance(v, bytes) else str(v)
 
 
+@functools.lru_cache(maxsize=None)  # fastest, report_case and paired_gap read the same runs
 def measured(run_dir):
     """(median step s over the steps after the first 2, largest stage peak bytes) of a run."""
     path = os.path.join(run_dir, "metrics.h5")
@@ -44,6 +46,7 @@ def measured(run_dir):
         return float(np.median(steps)), float(np.max(f["peak_bytes_total"][:]))
 
 
+@functools.lru_cache(maxsize=None)
 def config_of(run_dir):
     """schedule N recompute units (and D when > 1), as the run's resolved deck gives them."""
     with open(os.path.join(run_dir, "deck.resolved.toml")) as f:
@@ -110,14 +113,14 @@ def fastest(d, k):
 def report_case(root, case):
     d = os.path.join(root, case)
     runs = runs_of(d)
-    sweep = []   # (median s, peak, config, runs, re-run): over the re-runs when there are some
+    sweep = []   # (median s, peak, config, runs, re-run dirs): over the re-runs when there are some
     single = []  # (median s, peak) of each configuration's sweep run
     for i, dirs in runs.items():
         if i > 0:
             sweep_run, reruns = sweep_and_reruns(dirs)
             m = summary(reruns or sweep_run)
             if m:
-                sweep.append((m[0], m[1], m[3][0], m[2], bool(reruns)))
+                sweep.append((m[0], m[1], m[3][0], m[2], reruns))
             s1 = summary(sweep_run or reruns)
             if s1:
                 single.append((s1[0], s1[1]))
@@ -140,7 +143,7 @@ def report_case(root, case):
     best = min([s for s in within if s[4]] or within)
     fastest_single = min(s for s, peak in single if peak <= budget)
     same = [s for s in sweep if s[2] == chosen]
-    paired, spread = paired_gap(runs, best[2])
+    paired, spread = paired_gap(runs.get(0, []), best[4])
     return {
         "case": case, "ranks": ranks.group(1) if ranks else "?", "budget": budget, "plans": len(sweep),
         "within": len(within), "auto_runs": auto[2], "auto_choices": len(set(choices)),
@@ -159,16 +162,12 @@ def round_of(run_dir):
     return int(m.group(4)) if m and m.group(4) else None
 
 
-def paired_gap(runs, best_config):
+def paired_gap(auto_runs, best_reruns):
     """(median over rounds of auto's run over the best configuration's run of the same round, less 1;
     the best configuration's re-runs' spread, max / min - 1). A round runs them minutes apart, so a
     drift of the host's speed between rounds cancels in the ratio; nan when no round has both."""
-    auto = {round_of(r): measured(r) for r in runs.get(0, [])}
-    best = {}
-    for i, dirs in runs.items():
-        _, reruns = sweep_and_reruns(dirs)
-        if i > 0 and reruns and config_of(reruns[0]) == best_config:
-            best = {round_of(r): measured(r) for r in reruns}
+    auto = {round_of(r): measured(r) for r in auto_runs}
+    best = {round_of(r): measured(r) for r in best_reruns}
     ratios = [auto[k][0] / best[k][0] - 1.0 for k in auto if k is not None and auto[k] and best.get(k)]
     times = [m[0] for m in best.values() if m]
     spread = max(times) / min(times) - 1.0 if len(times) > 1 else float("nan")

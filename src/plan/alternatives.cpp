@@ -367,10 +367,6 @@ std::string row_text(const PlanRow& r, size_t rank) {
   return buf + (r.units_per_stage.empty() ? std::string("-") : plan_text::list(r.units_per_stage));
 }
 
-}  // namespace
-
-namespace {
-
 // Every point of one request, predicted at unit-time placements, with what a
 // second planning at times needs (profiles and schedules at fixed addresses).
 struct WeighedPlans {

@@ -568,16 +568,28 @@ def write_auto_run(d, step_ms, schedule, partition):
                 "[data_parallel]\nreplicas = 1  # d\n")
 
 
+def make_auto_case(tmp):
+    """An empty case directory of jobs/bench_auto.sh with its plan table's budget line."""
+    case = f"{tmp}/c"
+    os.makedirs(case)
+    with open(f"{case}/plan.txt", "w") as f:
+        f.write("memory budget 1.0 GB (test)\n")
+    return case
+
+
+def write_auto_log(case, r):
+    """Round r's auto log, with the rank count and budget report_case reads."""
+    with open(f"{case}/auto.r{r}.log", "w") as f:
+        f.write("pipetrain: 2 ranks\nauto: chose ... (budget 12.5 MiB)\n")
+
+
 def test_auto_report_best_from_confirmation_runs(tmp):
     """The best configuration comes from its re-runs alone: config 1's lucky
     sweep run (5 ms) does not count, its re-runs (7, 9, 10 ms: median 9) do,
     so config 2 (8.5 ms re-runs) is the best, where counting the sweep run
     too would make config 1 the best (median 8); the sweep's fastest single
     run is reported beside; auto's gap is against the re-run best."""
-    case = f"{tmp}/c"
-    os.makedirs(case)
-    with open(f"{case}/plan.txt", "w") as f:
-        f.write("memory budget 1.0 GB (test)\n")
+    case = make_auto_case(tmp)
     write_auto_run(f"{case}/sweep_1", 5.0, "1f1b", "[4, 4]")
     write_auto_run(f"{case}/sweep_2", 9.0, "gpipe", "[3, 5]")
     write_auto_run(f"{case}/sweep_3", 12.0, "1f1b", "[2, 6]")
@@ -586,8 +598,7 @@ def test_auto_report_best_from_confirmation_runs(tmp):
         write_auto_run(f"{case}/sweep_1.r{r}", config_1_ms, "1f1b", "[4, 4]")
         write_auto_run(f"{case}/sweep_2.r{r}", 8.5, "gpipe", "[3, 5]")
         write_auto_run(f"{case}/auto.r{r}", 8.6, "gpipe", "[3, 5]")
-        with open(f"{case}/auto.r{r}.log", "w") as f:
-            f.write("pipetrain: 2 ranks\nauto: chose ... (budget 12.5 MiB)\n")
+        write_auto_log(case, r)
     row = auto_report.report_case(tmp, "c")
     assert row["best"] == "gpipe N=4 recompute none, partition [3,5]", row["best"]
     assert abs(row["best_s"] - 8.5e-3) < 1e-12 and row["best_runs"] == 3, row
@@ -602,18 +613,14 @@ def test_auto_report_paired_gap_and_spread(tmp):
     round: re-runs 8, 12, 10 ms against auto's 8.4, 12.6, 9.0 give +5%, +5%,
     -10%, median +5%, where the medians (9.0 against 10) give -10%; the
     spread is the best configuration's 12 / 8 - 1."""
-    case = f"{tmp}/c"
-    os.makedirs(case)
-    with open(f"{case}/plan.txt", "w") as f:
-        f.write("memory budget 1.0 GB (test)\n")
+    case = make_auto_case(tmp)
     write_auto_run(f"{case}/sweep_1", 9.0, "gpipe", "[3, 5]")
     write_auto_run(f"{case}/sweep_2", 19.0, "1f1b", "[4, 4]")
     for r, best_ms, auto_ms in ((1, 8.0, 8.4), (2, 12.0, 12.6), (3, 10.0, 9.0)):
         write_auto_run(f"{case}/sweep_1.r{r}", best_ms, "gpipe", "[3, 5]")
         write_auto_run(f"{case}/sweep_2.r{r}", 20.0, "1f1b", "[4, 4]")
         write_auto_run(f"{case}/auto.r{r}", auto_ms, "gpipe", "[3, 5]")
-        with open(f"{case}/auto.r{r}.log", "w") as f:
-            f.write("pipetrain: 2 ranks\nauto: chose ... (budget 12.5 MiB)\n")
+        write_auto_log(case, r)
     row = auto_report.report_case(tmp, "c")
     assert row["best"] == "gpipe N=4 recompute none, partition [3,5]", row["best"]
     assert abs(row["gap"] - (9.0 / 10.0 - 1.0)) < 1e-9, row
