@@ -15,6 +15,8 @@
 #   REPS=3 jobs/bench_balance.sh   (every run REPS times, in rounds so that a
 #                                   drift of the host's speed hits all alike;
 #                                   the report takes medians and gives the spread)
+#   REPORT_ONLY=1 jobs/bench_balance.sh  (the report again from the runs listed in
+#                                   runs/bench_balance/runs.txt, the last ones made)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
@@ -25,7 +27,6 @@ WORK=runs/bench_balance
 OUT=${OUT:-results/bench_balance.md}
 mkdir -p "$WORK" results
 list=$WORK/runs.txt
-: > "$list"
 
 run() {  # model label trace SETTING...
   local model=$1 label=$2 trace=$3; shift 3
@@ -38,6 +39,8 @@ run() {  # model label trace SETTING...
   echo "$model $label $dir" >> "$list"
 }
 
+if [ -z "${REPORT_ONLY:-}" ]; then
+: > "$list"
 for rep in $(seq 1 "$REPS"); do
 for model in $MODELS; do
   units=$($PY -c '
@@ -54,5 +57,6 @@ print({"gpt": m.get("blocks"), "mlp": m.get("depth"), "cnn": conv, "hybrid": con
   done
 done
 done
+fi
 $PY tools/balance_report.py --runs "$list" > "$OUT"
 cat "$OUT"

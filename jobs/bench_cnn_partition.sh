@@ -18,6 +18,8 @@
 #                                       takes medians: the runs of one
 #                                       partition differ by several percent
 #                                       on a shared 2-core host)
+#   REPORT_ONLY=1 jobs/bench_cnn_partition.sh  (the report again from the runs
+#                                       made last: runs/bench_balance, runs/bench_cnn_partition)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
@@ -27,11 +29,13 @@ work=runs/bench_cnn_partition
 mkdir -p "$work" results
 export REPS=${REPS:-3}
 MODELS=bench_cnn_partition OUT="$work/p2.md" jobs/bench_balance.sh > /dev/null
-for p in 4 8; do
-  mpirun --oversubscribe --bind-to none -np 2 build/pipetrain plan "$deck" --ranks "$p" \
-    --set data_parallel.replicas=1 --schedules 1f1b --micro-batches 8 --top 100 < /dev/null \
-    > "$work/plan_p$p.txt" 2>&1
-done
+if [ -z "${REPORT_ONLY:-}" ]; then
+  for p in 4 8; do
+    mpirun --oversubscribe --bind-to none -np 2 build/pipetrain plan "$deck" --ranks "$p" \
+      --set data_parallel.replicas=1 --schedules 1f1b --micro-batches 8 --top 100 < /dev/null \
+      > "$work/plan_p$p.txt" 2>&1
+  done
+fi
 {
   echo "# The seeds' partition table on the cnn family (jobs/bench_cnn_partition.sh)"
   echo

@@ -10,7 +10,11 @@ predicted span). Runs repeated under one label (jobs/bench_balance.sh with
 REPS > 1) count as one row: the median of their throughputs, predictions and
 utilisations, with the spread of the measured throughputs (max / min - 1).
 The planner's step-time error (predicted / measured throughput - 1) is
-summarised over every row, beside the bounds docs/planner.md publishes.
+summarised over every row, beside the bounds docs/planner.md publishes, and
+over the runs one by one (each predicts its own step): over all of them, and
+over the steady ones only, those whose speed probes and step halves stayed
+within 10% (the rule by which jobs/bench_planner.sh keeps the runs its
+published bounds come from; docs/planner.md "A noisy host").
 Prints a Markdown report.
 """
 import argparse
@@ -25,6 +29,10 @@ import h5py
 import numpy as np
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+from planner_report import step_time_shift  # noqa: E402
+
+STEADY_LIMIT = 0.10  # probe spread and step shift of a steady run (bench_planner.sh's rule)
 
 
 def text(v):
@@ -52,6 +60,9 @@ def read_run(model, label, path, skip):
             "predicted_util": [b / span for b in np.atleast_1d(a["predicted_stage_busy_s"])],
             "gemm": text(a["gemm"]), "cpu": text(a["cpu"]),
         }
+        row["run_error"] = row["predicted_throughput"] / row["throughput"] - 1.0
+        spread = float(a["speed_probe_spread"]) if "speed_probe_spread" in a else float("inf")
+        row["steady"] = spread <= STEADY_LIMIT and step_time_shift(steps) <= STEADY_LIMIT
     trace = os.path.join(path, "trace.h5")
     row["util"] = measured_utilisation(trace, skip) if os.path.exists(trace) else None
     return row
@@ -67,6 +78,7 @@ def median_row(runs):
     row["util"] = list(np.median(traced, axis=0)) if traced else None
     measured = [r["throughput"] for r in runs]
     row["runs"] = len(runs)
+    row["run_errors"] = [(r["run_error"], r["steady"]) for r in runs]
     row["spread"] = max(measured) / min(measured) - 1.0
     return row
 
@@ -77,8 +89,14 @@ def grouped(rows):
     return [median_row([r for r in rows if r["label"] == label]) for label in labels]
 
 
+def error_line(errors):
+    errors = sorted(abs(e) for e in errors)
+    return f"median {100 * float(np.median(errors)):.1f}%, worst {100 * errors[-1]:.1f}%"
+
+
 def error_summary(rows):
-    """The planner's step-time error over the rows, and the measurements' spread."""
+    """The planner's step-time error over the rows and over the runs, and the
+    measurements' spread."""
     errors = sorted(abs(r["predicted_throughput"] / r["throughput"] - 1.0) for r in rows)
     worst = max(rows, key=lambda r: abs(r["predicted_throughput"] / r["throughput"] - 1.0))
     line = (f"\nPlanner step-time error (predicted / measured throughput - 1) over these "
@@ -90,6 +108,17 @@ def error_summary(rows):
         line += (f" Each row is the median of {rows[0]['runs']} runs in rounds; the runs of one "
                  f"partition spread by median {100 * float(np.median(spreads)):.1f}%, at most "
                  f"{100 * max(spreads):.1f}% (max / min throughput - 1).")
+    runs = [e for r in rows for e in r["run_errors"]]
+    steady = [e for e, ok in runs if ok]
+    line += (f"\n\nRun by run (each run's own prediction against its own measurement): "
+             f"{error_line([e for e, _ in runs])} over all {len(runs)} runs; ")
+    if steady:
+        line += f"{error_line(steady)} over the {len(steady)} steady ones"
+    else:
+        line += "none was steady"
+    line += (f" (speed probes and step halves within {100 * STEADY_LIMIT:.0f}% of each other, the "
+             "rule jobs/bench_planner.sh keeps the runs of the published bounds by; "
+             f"{len(runs) - len(steady)} runs saw the host's speed change by more).")
     return line
 
 

@@ -24,6 +24,7 @@ TOOLS = os.path.join(ROOT, "tools")
 sys.path.insert(0, TOOLS)
 
 import auto_report  # noqa: E402
+import balance_report  # noqa: E402
 import planner_report  # noqa: E402
 import schedules_report  # noqa: E402
 import trace_report  # noqa: E402
@@ -626,6 +627,23 @@ def test_auto_report_paired_gap_and_spread(tmp):
     assert abs(row["gap"] - (9.0 / 10.0 - 1.0)) < 1e-9, row
     assert abs(row["paired_gap"] - 0.05) < 1e-9, row
     assert abs(row["best_spread"] - 0.5) < 1e-9, row
+
+
+def test_balance_report_errors_run_by_run():
+    """Each run's own error, over all runs and over the steady ones apart:
+    errors +4%, -30% (unsteady), +2%, -8% give all: median 6%, worst 30%;
+    steady: median 4%, worst 8%. The rows' line still uses the medians."""
+    def row(label, errors):
+        return {"label": label, "partition": "[1, 2]", "throughput": 100.0,
+                "predicted_throughput": 100.0 * (1.0 + float(np.median([e for e, _ in errors]))),
+                "runs": 2, "spread": 0.1, "run_errors": errors}
+    rows = [row("k1", [(0.04, True), (-0.30, False)]), row("k2", [(0.02, True), (-0.08, True)])]
+    line = balance_report.error_summary(rows)
+    assert "median 6.0%, worst 30.0% over all 4 runs" in line, line
+    assert "median 4.0%, worst 8.0% over the 3 steady ones" in line, line
+    assert "1 runs saw the host's speed change by more" in line, line
+    unsteady = [row("k1", [(0.04, False), (0.30, False)])]
+    assert "none was steady" in balance_report.error_summary(unsteady)
 
 
 def main():
