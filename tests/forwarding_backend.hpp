@@ -3,7 +3,8 @@
 // the base of the test backends that change one thing. FakeClockBackend
 // (test_trace.cpp) adds a fake clock and forwards the groups too;
 // CoreOnlyBackend (test_model_family.cpp) is a backend without the
-// transformer kernels.
+// transformer kernels; CountingBackend below is the base of the backends of
+// test_weight_copies and test_activation_copies that count casts and GEMMs.
 #pragma once
 
 #include "pipetrain/tensor/backend.hpp"
@@ -56,6 +57,33 @@ class ForwardingBackend : public Backend {
   }
 
   Backend& target_;
+};
+
+// Forwards everything, the kernel groups included, and shows each cast
+// (round_to) and each GEMM to counted_round_to / counted_matmul before it
+// runs; a test's subclass counts what it needs from them.
+class CountingBackend : public ForwardingBackend {
+ public:
+  using ForwardingBackend::ForwardingBackend;
+  const char* name() const override { return "counting"; }
+  KernelGroup* kernel_group(const std::string& group) override {
+    return target_.kernel_group(group);
+  }
+
+ protected:
+  virtual void counted_round_to() = 0;
+  // c = op(a) op(b); tb: b is transposed (as in every forward GEMM y = x W^T).
+  virtual void counted_matmul(const Tensor& a, const Tensor& b, bool tb, const Tensor& c) = 0;
+
+  void do_round_to(const Tensor& src, Tensor& dst) override {
+    counted_round_to();
+    target_.round_to(src, dst);
+  }
+  void do_matmul(const Tensor& a, bool ta, const Tensor& b, bool tb, Tensor& c, float alpha,
+                 float beta) override {
+    counted_matmul(a, b, tb, c);
+    target_.matmul(a, ta, b, tb, c, alpha, beta);
+  }
 };
 
 }  // namespace pt::test

@@ -233,6 +233,21 @@ TEST(AutoPlan, PredictsZeroBubbleRowsAtTheRunsPlacement) {
   EXPECT_TRUE(auto_plan_request(deck_with({}), 2, 1e9).timed_placement);
   EXPECT_FALSE(auto_plan_request(deck_with({"pipeline.schedule=\"zb-h1\"", "pipeline.schedule_times=\"unit\""}), 2, 1e9).timed_placement);
   EXPECT_FALSE(auto_plan_request(deck_with({"rebalance.enabled=true"}), 2, 1e9).timed_placement);
+  // With the schedule left to auto, the deck may still say how a zero-bubble
+  // choice is placed; the resolved deck keeps the key only if auto chose one.
+  const Deck unit_times = deck_with({"pipeline.schedule_times=\"unit\""});
+  EXPECT_FALSE(auto_plan_request(unit_times, 2, 1e9).timed_placement);
+  PlanRow zb_row, plain_row;
+  zb_row.schedule = "zb-v";
+  plain_row.schedule = "1f1b";
+  for (PlanRow* row : {&zb_row, &plain_row}) {
+    row->micro_batches = 4;
+    row->recompute = "none";
+    row->units_per_stage = {2, 2, 2, 2};
+  }
+  plain_row.units_per_stage = {4, 4};
+  EXPECT_NE(deck_to_toml(deck_with_plan(unit_times, zb_row, 2)).find("schedule_times"), std::string::npos);
+  EXPECT_EQ(deck_to_toml(deck_with_plan(unit_times, plain_row, 2)).find("schedule_times"), std::string::npos);
   EXPECT_TRUE(auto_plan_request(deck_with({"pipeline.schedule=\"zb-v\"", "pipeline.schedule_times=\"measured\""}), 2, 1e9)
                   .timed_placement);
   PlanRequest timed = auto_plan_request(deck_with({"data_parallel.replicas=1"}), 2, 1e12);

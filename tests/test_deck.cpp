@@ -276,7 +276,7 @@ TEST(DeckErrors, IntegerBeyond64BitsIsRejected) {
 TEST(DeckErrors, MeasuredScheduleTimesNeedAZeroBubbleScheduleAndNoRebalancing) {
   EXPECT_EQ(text_error("[pipeline]\nschedule = \"1f1b\"\nschedule_times = \"measured\"\n"),
             "t.toml:3: pipeline.schedule_times: only applies with pipeline.schedule = \"zb-h1\" or "
-            "\"zb-v\"; remove it or change that key");
+            "\"zb-v\", or pipeline.auto = true; remove it or change that key");
   EXPECT_HAS(text_error("[pipeline]\nschedule = \"zb-v\"\nschedule_times = \"fast\"\n"),
              "t.toml:3: pipeline.schedule_times = \"fast\": must be one of \"auto\", \"unit\", \"measured\"");
   EXPECT_EQ(text_error("[pipeline]\nschedule = \"zb-h1\"\nschedule_times = \"measured\"\n"
@@ -284,6 +284,15 @@ TEST(DeckErrors, MeasuredScheduleTimesNeedAZeroBubbleScheduleAndNoRebalancing) {
             "t.toml:3: pipeline.schedule_times = \"measured\": cannot be combined with "
             "pipeline.rebalance = true (t.toml:4) (a move changes the stage times the schedule was "
             "placed at)");
+}
+
+// With pipeline.auto the key applies (auto may choose zb-h1 or zb-v), and it
+// travels in the text rank 0 writes for the others, every key set there.
+TEST(Deck, ScheduleTimesTravelWithAnAutoDeck) {
+  const pt::Deck deck = pt::parse_deck_text("[pipeline]\nauto = true\nschedule_times = \"unit\"\n", "t.toml", {});
+  const pt::Deck again = pt::parse_deck_text(pt::deck_to_toml(deck), "resolved", {});
+  EXPECT_EQ(again.pipeline.schedule_times, pt::ScheduleTimesKind::Unit);
+  EXPECT_FALSE(pt::zero_bubble_placed_at_measured_times(again));
 }
 
 // "auto" (the default) places a zero-bubble schedule at measured times

@@ -234,26 +234,19 @@ struct Counts {
 // counting the casts and the GEMM operands by kind. `masters` holds the data
 // of this rank's GEMM weights (set after the trainer is built; on the CPU
 // they stay where they are).
-class CountingBackend final : public test::ForwardingBackend {
+class GemmCounter final : public test::CountingBackend {
  public:
-  explicit CountingBackend(Backend& target) : ForwardingBackend(target) {}
+  using CountingBackend::CountingBackend;
   Counts counts;
   std::set<const void*> masters;
-  const char* name() const override { return "counting"; }
-  KernelGroup* kernel_group(const std::string& group) override { return target_.kernel_group(group); }
 
  protected:
-  void do_round_to(const Tensor& src, Tensor& dst) override {
-    ++counts.casts;
-    target_.round_to(src, dst);
-  }
-  void do_matmul(const Tensor& a, bool ta, const Tensor& b, bool tb, Tensor& c, float alpha,
-                 float beta) override {
+  void counted_round_to() override { ++counts.casts; }
+  void counted_matmul(const Tensor& a, const Tensor& b, bool, const Tensor&) override {
     for (const Tensor* t : {&a, &b}) {
       counts.low_operands += t->dtype() != DType::F32 ? 1 : 0;
       counts.master_operands += masters.count(t->raw()) ? 1 : 0;
     }
-    target_.matmul(a, ta, b, tb, c, alpha, beta);
   }
 };
 
@@ -395,7 +388,7 @@ TEST(WeightCopies, AResumedRunRoundsItsLoadedWeights) {
       test::RunResult resumed;
       test::on_first_ranks(ranks, [&](MPI_Comm comm) {
         const auto cpu = make_cpu_backend(p);
-        CountingBackend be(*cpu);
+        GemmCounter be(*cpu);
         ComputeSetup setup;
         setup.backend = &be;
         {
@@ -464,7 +457,7 @@ struct CountedRun {
 
 CountedRun count_steps(const Deck& deck, MPI_Comm comm) {
   const auto cpu = make_cpu_backend(deck.training.precision);
-  CountingBackend be(*cpu);
+  GemmCounter be(*cpu);
   ComputeSetup setup;
   setup.backend = &be;
   Trainer trainer(deck, comm, setup);

@@ -67,24 +67,35 @@ __global__ void max_pool_forward_kernel(const float* x, PoolDims d, float* y, in
   }
 }
 
+// Sums term(o, oh, ow, me) over the outputs o = (plane, oh, ow) whose
+// windows hold pixel i of a (planes, H, W) input, in row-major order of the
+// windows; o is the flat index into the (planes, OH, OW) output, me the
+// pixel's position h W + w in its plane.
+// Both pooling backwards are this gather, so they visit windows alike.
+template <class Term>
+__device__ __forceinline__ float sum_over_windows_holding(int64_t i, const PoolDims& d,
+                                                          Term term) {
+  const int64_t iw = i % d.W, ih = (i / d.W) % d.H, plane = i / (d.W * d.H);
+  const int32_t me = static_cast<int32_t>(ih * d.W + iw);
+  int64_t oh0, oh1, ow0, ow1;
+  windows_over(ih, d, d.OH, oh0, oh1);
+  windows_over(iw, d, d.OW, ow0, ow1);
+  const int64_t base = plane * d.OH * d.OW;
+  float sum = 0.f;
+  for (int64_t oh = oh0; oh <= oh1; ++oh)
+    for (int64_t ow = ow0; ow <= ow1; ++ow) sum += term(base + oh * d.OW + ow, oh, ow, me);
+  return sum;
+}
+
 // dx (planes, H, W): each pixel sums dy over the windows whose maximum it
 // was, windows in row-major order.
 __global__ void max_pool_backward_kernel(const float* dy, const int32_t* where, PoolDims d,
                                          float* dx) {
   const int64_t n = d.planes * d.H * d.W;
-  for (int64_t i = global_index(); i < n; i += global_stride()) {
-    const int64_t iw = i % d.W, ih = (i / d.W) % d.H, plane = i / (d.W * d.H);
-    const int32_t me = static_cast<int32_t>(ih * d.W + iw);
-    int64_t oh0, oh1, ow0, ow1;
-    windows_over(ih, d, d.OH, oh0, oh1);
-    windows_over(iw, d, d.OW, ow0, ow1);
-    const int64_t base = plane * d.OH * d.OW;
-    float sum = 0.f;
-    for (int64_t oh = oh0; oh <= oh1; ++oh)
-      for (int64_t ow = ow0; ow <= ow1; ++ow)
-        if (where[base + oh * d.OW + ow] == me) sum += dy[base + oh * d.OW + ow];
-    dx[i] = sum;
-  }
+  for (int64_t i = global_index(); i < n; i += global_stride())
+    dx[i] = sum_over_windows_holding(i, d, [&](int64_t o, int64_t, int64_t, int32_t me) {
+      return where[o] == me ? dy[o] : 0.f;
+    });
 }
 
 // The pixels of a window inside the image (padding excluded).
@@ -109,18 +120,10 @@ __global__ void avg_pool_forward_kernel(const float* x, PoolDims d, float* y) {
 // dx: each pixel sums dy / (its window's count) over the windows holding it.
 __global__ void avg_pool_backward_kernel(const float* dy, PoolDims d, float* dx) {
   const int64_t n = d.planes * d.H * d.W;
-  for (int64_t i = global_index(); i < n; i += global_stride()) {
-    const int64_t iw = i % d.W, ih = (i / d.W) % d.H, plane = i / (d.W * d.H);
-    int64_t oh0, oh1, ow0, ow1;
-    windows_over(ih, d, d.OH, oh0, oh1);
-    windows_over(iw, d, d.OW, ow0, ow1);
-    const int64_t base = plane * d.OH * d.OW;
-    float sum = 0.f;
-    for (int64_t oh = oh0; oh <= oh1; ++oh)
-      for (int64_t ow = ow0; ow <= ow1; ++ow)
-        sum += dy[base + oh * d.OW + ow] / window_count(window_at(oh, ow, d));
-    dx[i] = sum;
-  }
+  for (int64_t i = global_index(); i < n; i += global_stride())
+    dx[i] = sum_over_windows_holding(i, d, [&](int64_t o, int64_t oh, int64_t ow, int32_t) {
+      return dy[o] / window_count(window_at(oh, ow, d));
+    });
 }
 
 // y (planes) = mean of each plane of x (planes, HW); one block per plane.

@@ -48,7 +48,10 @@ bool is_rebalancing(const Deck& d) { return d.rebalance.enabled; }
 bool is_auto(const Deck& d) { return d.pipeline.auto_plan; }
 bool is_replanning(const Deck& d) { return d.pipeline.auto_plan && d.pipeline.auto_replan_every > 0; }
 bool is_slowed(const Deck& d) { return d.slowdown.rank >= 0; }
-bool takes_times(const Deck& d) { return schedule_takes_times(d.pipeline.schedule); }
+// pipeline.schedule_times: a zero-bubble schedule places by it, and so may
+// the one pipeline.auto chooses. Not only when the deck leaves the schedule
+// open: ranks other than 0 read the deck as rank 0 writes it, every key set.
+bool takes_times(const Deck& d) { return schedule_takes_times(d.pipeline.schedule) || d.pipeline.auto_plan; }
 bool places_no_w(const Deck& d) {
   const ScheduleKind s = d.pipeline.schedule;
   return s == ScheduleKind::GPipe || s == ScheduleKind::OneFOneB || s == ScheduleKind::Interleaved;
@@ -125,7 +128,7 @@ const std::vector<KeySpec> kDeckKeys = {
     {"pipeline", "micro_batches", PT_FIELD(pipeline.micro_batches), between(1, 1 << 20), nullptr, "micro-batches per step; must divide batch_size", PT_ALWAYS},
     {"pipeline", "schedule", PT_FIELD(pipeline.schedule), any(), nullptr, "pipeline schedule (docs/schedules.md): zb-h1 and zb-v split the backward into B and W", PT_ALWAYS},
     {"pipeline", "virtual_stages", PT_FIELD(pipeline.virtual_stages), between(1, 64), nullptr, "stages per rank: interleaved (rank r owns stages r, r+P, ...) or a schedule file with several stages per rank", has_virtual_stages, "pipeline.schedule = \"interleaved\" or \"file\""},
-    {"pipeline", "schedule_times", PT_FIELD(pipeline.schedule_times), any(), nullptr, "how zb-h1 and zb-v place F, B and W: unit (every action one time unit, as in the papers), measured (placed again after the first 3 steps at each stage's measured F, B and W times when that simulates a bubble at least half a point smaller; results stay bitwise the same; docs/schedules.md) or auto (measured, but unit with rebalance.enabled = true)", takes_times, "pipeline.schedule = \"zb-h1\" or \"zb-v\""},
+    {"pipeline", "schedule_times", PT_FIELD(pipeline.schedule_times), any(), nullptr, "how zb-h1 and zb-v place F, B and W: unit (every action one time unit, as in the papers), measured (placed again after the first 3 steps at each stage's measured F, B and W times when that simulates a bubble at least half a point smaller; results stay bitwise the same; docs/schedules.md) or auto (measured, but unit with rebalance.enabled = true)", takes_times, "pipeline.schedule = \"zb-h1\" or \"zb-v\", or pipeline.auto = true"},
     {"pipeline", "weight_grad", PT_FIELD(pipeline.weight_grad), any(), nullptr, "when the weight gradients are computed: micro_batch (in each micro-batch's backward) or step (B computes input gradients only; each stage's weight gradients run once after its last B, one GEMM per weight over all the step's micro-batches: faster at small micro-batches, at the memory of keeping every micro-batch's weight-gradient inputs until then; docs/schedules.md)", places_no_w, "pipeline.schedule = \"gpipe\", \"1f1b\" or \"interleaved\""},
     {"pipeline", "schedule_file", PT_FIELD(pipeline.schedule_file), any(), nullptr, "schedule text file, with schedule = \"file\"", PT_ALWAYS},
     {"pipeline", "partition", [](Deck& d) -> Field { return PartitionRef{&d.pipeline.partition_strategy, &d.pipeline.partition}; }, at_least(1), nullptr, "split of the partition units (Linear layers or blocks) between stages: uniform (by count), time (fastest slowest stage), memory (smallest largest peak), balanced (time within memory_budget_mb), or a list of per-stage counts", PT_ALWAYS},
