@@ -90,6 +90,7 @@ def grouped(rows):
 
 
 def error_line(errors):
+    """Median and worst of the errors' sizes."""
     errors = sorted(abs(e) for e in errors)
     return f"median {100 * float(np.median(errors)):.1f}%, worst {100 * errors[-1]:.1f}%"
 
@@ -97,12 +98,12 @@ def error_line(errors):
 def error_summary(rows):
     """The planner's step-time error over the rows and over the runs, and the
     measurements' spread."""
-    errors = sorted(abs(r["predicted_throughput"] / r["throughput"] - 1.0) for r in rows)
-    worst = max(rows, key=lambda r: abs(r["predicted_throughput"] / r["throughput"] - 1.0))
+    def error(r):
+        return r["predicted_throughput"] / r["throughput"] - 1.0
+    worst = max(rows, key=lambda r: abs(error(r)))
     line = (f"\nPlanner step-time error (predicted / measured throughput - 1) over these "
-            f"{len(rows)} partitions: median {100 * float(np.median(errors)):.1f}%, worst "
-            f"{100 * errors[-1]:.1f}% ({worst['label']} {worst['partition']}); the bounds "
-            f"docs/planner.md publishes: median 1.4%, worst 8.8%.")
+            f"{len(rows)} partitions: {error_line([error(r) for r in rows])} ({worst['label']} "
+            f"{worst['partition']}); the bounds docs/planner.md publishes: median 1.4%, worst 8.8%.")
     if rows[0]["runs"] > 1:
         spreads = [r["spread"] for r in rows]
         line += (f" Each row is the median of {rows[0]['runs']} runs in rounds; the runs of one "

@@ -51,7 +51,7 @@ bool is_slowed(const Deck& d) { return d.slowdown.rank >= 0; }
 // pipeline.schedule_times: a zero-bubble schedule places by it, and so may
 // the one pipeline.auto chooses. Not only when the deck leaves the schedule
 // open: ranks other than 0 read the deck as rank 0 writes it, every key set.
-bool takes_times(const Deck& d) { return schedule_takes_times(d.pipeline.schedule) || d.pipeline.auto_plan; }
+bool takes_times(const Deck& d) { return schedule_takes_times(d.pipeline.schedule) || is_auto(d); }
 bool places_no_w(const Deck& d) {
   const ScheduleKind s = d.pipeline.schedule;
   return s == ScheduleKind::GPipe || s == ScheduleKind::OneFOneB || s == ScheduleKind::Interleaved;
