@@ -17,8 +17,8 @@ trap 'rm -rf "$tmp"' EXIT
 passed=0; failed=0
 
 run() {  # run NP ARGS... : runs pipetrain on NP ranks, output in $tmp/out, status in $status
-  local np=$1; shift
-  timeout 60 mpirun --oversubscribe --bind-to none -np "$np" "$build/pipetrain" "$@" \
+  local np=$1; shift  # RUN_LIMIT_S (default 60): the wall limit; past it, status 124 (a hang)
+  timeout "${RUN_LIMIT_S:-60}" mpirun --oversubscribe --bind-to none -np "$np" "$build/pipetrain" "$@" \
     > "$tmp/out" 2>&1
   status=$?
 }
