@@ -28,6 +28,8 @@
 # distribution results/bench_planner_error.png.
 #   jobs/bench_planner.sh                 (needs build/ and tools/.venv: make build tools)
 #   PS="1 2" NS="4 8" DECKS=gpt WORK=/tmp/bp OUT=/tmp/bp jobs/bench_planner.sh  (a subset, kept apart)
+#   DECKS="cnn hybrid" WORK=runs/bench_planner_cnn OUT=results/bench_planner_cnn jobs/bench_planner.sh
+#                                         (the heterogeneous models, issue #46)
 set -euo pipefail
 source "$(dirname "$0")/bench_planner_common.sh"  # PS NS DECKS STEPS TRIES RECHECKS WORK OUT, write_report
 mkdir -p "$WORK" results
@@ -43,7 +45,15 @@ deck_settings() {  # sets DECK, SETS and DECK_STEPS for deck $1
          SETS=(--set training.batch_size=128 --set pipeline.memory_budget_mb=512) ;;
     gpt) DECK=inputs/gpt_markov.toml DECK_STEPS=40
          SETS=(--set training.eval_every=0 --set training.warmup_steps=1 --set pipeline.memory_budget_mb=64) ;;
-    *) echo "bench_planner: unknown deck '$1' (mlp gpt mlp128)" >&2; exit 1 ;;
+    # The heterogeneous models of issue #46 (DECKS="cnn hybrid", reported apart:
+    # results/bench_planner_cnn.md): the cnn of the partition table (9
+    # residual blocks whose cost and memory change along the network, about
+    # 0.5 s a step) and the CNN + Transformer hybrid (about 90 ms a step).
+    cnn) DECK=inputs/bench_cnn_partition.toml DECK_STEPS=8
+         SETS=(--set training.warmup_steps=1 --set pipeline.memory_budget_mb=256) ;;
+    hybrid) DECK=inputs/hybrid.toml DECK_STEPS=30
+         SETS=(--set training.eval_every=0 --set training.warmup_steps=1 --set pipeline.memory_budget_mb=256) ;;
+    *) echo "bench_planner: unknown deck '$1' (mlp gpt mlp128 cnn hybrid)" >&2; exit 1 ;;
   esac
 }
 

@@ -21,7 +21,7 @@ OUT=${OUT:-results/bench_planner}
 # write_report [RECHECKS_FILE]: $OUT.md, $OUT.csv and ${OUT}_error.png from
 # the runs listed in $WORK (and the reruns of the misses, when given).
 write_report() {
-  local command="jobs/bench_planner.sh (PS=\"$PS\" NS=\"$NS\" DECKS=\"$DECKS\" STEPS=${STEPS:-\"mlp 10, mlp128 20, gpt 40\"})"
+  local command="jobs/bench_planner.sh (PS=\"$PS\" NS=\"$NS\" DECKS=\"$DECKS\" STEPS=${STEPS:-\"mlp 10, mlp128 20, gpt 40, cnn 8, hybrid 30\"})"
   local rechecks=()
   if [ -n "${1:-}" ]; then
     rechecks=(--rechecks "$1")
