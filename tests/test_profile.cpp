@@ -19,8 +19,10 @@
 #include <fstream>
 #include <iterator>
 #include <numeric>
+#include <tuple>
 
 #include "pipetrain/base/error.hpp"
+#include "pipetrain/base/timed_wait.hpp"
 #include "pipetrain/io/deck_io.hpp"
 #include "pipetrain/io/profile_io.hpp"
 #include "pipetrain/io/trace_io.hpp"
@@ -479,6 +481,26 @@ TEST(ProfileTimes, PositiveAndARecomputeCostsAboutAForward) {
   EXPECT_NE(p.kernels.find("GEMM operands fp32"), std::string::npos) << p.kernels;
 }
 
+// ProfileOptions::after_pass runs once after each pass through the units
+// and through the stage chains (up to 3 of each: min(reps, 3)), on every
+// rank: the run's speed probes inside its profile hang on it.
+TEST(ProfileTimes, AfterPassRunsOnceAfterEveryPass) {
+  const Deck d = timing_gpt();
+  for (const auto& [reps, chains, expected] : {std::tuple{3, true, 6}, std::tuple{2, true, 4},
+                                               std::tuple{5, false, 3}, std::tuple{1, true, 2}}) {
+    ProfileOptions o = ProfileOptions::brief();
+    o.reps = reps;
+    o.stage_chains = chains;
+    int calls = 0;
+    o.after_pass = [&calls] {
+      ++calls;
+      timed_barrier(MPI_COMM_WORLD, "the test's after_pass barrier");  // collective, as the probe is
+    };
+    profile_model(d, cpu_backend(), MPI_COMM_WORLD, o);
+    EXPECT_EQ(calls, expected) << "reps " << reps << ", stage chains " << chains;
+  }
+}
+
 // pipeline.weight_grad = "step": the units' backward again at a whole
 // replica batch's rows (8 here, against micro-batches of 1), recompute
 // times 0, everything else the profile's; the planner's pass per stage is
@@ -577,6 +599,11 @@ TEST(SpeedProbe, LineNamesTheDeviceAndTheCause) {
                       "profile, 0.300 ms after it, 0.260 ms after the steps: spread 20.0% (over "
                       "10%: the host's speed changed during the run", 0), 0u) << cpu;
   EXPECT_EQ(speed_probe_line(steady, {}).find("over 10%"), std::string::npos);
+  // With probes after the profile's passes: between "before" and "after it".
+  const std::string inside = speed_probe_line({2.0e-3, 2.6e-3, 2.1e-3, 2.05e-3, 2.0e-3}, {});
+  EXPECT_EQ(inside.rfind("plan: speed probe (a 512^3 matmul, slowest rank) 2.000 ms before the "
+                         "profile, 2.600, 2.100 ms after its passes, 2.050 ms after it, 2.000 ms "
+                         "after the steps: spread 30.0% (over 10%", 0), 0u) << inside;
   const SpeedProbeSite own{Device::CUDA, "NVIDIA H100 80GB HBM3", false};
   const SpeedProbeSite shared{Device::CUDA, "NVIDIA H100 80GB HBM3", true};
   for (const SpeedProbeSite& site : {own, shared}) {

@@ -48,7 +48,12 @@ RunPlan prepare_run_plan(const Deck& deck, MPI_Comm comm, const ComputeResources
   plan.probe_site = {be.device(), compute.device_name, compute.device_shared};
   plan.speed_probe_s.push_back(time_speed_probe(be, comm));
   const auto start = std::chrono::steady_clock::now();
-  plan.profile = measured ? *measured : profile_model(deck, be, comm, brief_options(compute));
+  ProfileOptions options = brief_options(compute);
+  // A probe after every pass of the profile: a slow spell inside it spoils
+  // the units or the stage chains measured then, and the probes around the
+  // profile alone would not see it.
+  options.after_pass = [&] { plan.speed_probe_s.push_back(time_speed_probe(be, comm)); };
+  plan.profile = measured ? *measured : profile_model(deck, be, comm, options);
   plan.profile_from_auto = measured != nullptr;
   if (deck.pipeline.weight_grad == WeightGradKind::Step)
     plan.pass_profile = profile_weight_pass(deck, be, comm, plan.profile, brief_options(compute));

@@ -99,11 +99,13 @@ std::vector<double> time_chains(const Deck& deck, const BatchSplit& split, Backe
   const std::vector<int64_t>& counts = cal.units_per_stage;
   cal.passes = std::clamp(options.reps, 1, 3);
   std::vector<ChainSamples> chains(counts.size());
-  for (int pass = 0; pass < cal.passes; ++pass)
+  for (int pass = 0; pass < cal.passes; ++pass) {
     for (size_t s = 0; s < counts.size(); ++s) {
       timed_barrier(comm, "the profiler's barrier before a stage chain");
       time_chain_pass(deck, split, be, options, counts, static_cast<int>(s), pass, cal.passes, comm, chains[s]);
     }
+    if (options.after_pass) options.after_pass();
+  }
   std::vector<double> medians;
   for (const ChainSamples& chain : chains) {
     cal.repetitions.push_back(static_cast<int>(chain.times[kChainForward].size()));

@@ -295,6 +295,7 @@ std::vector<double> time_units(Context& c, size_t units, const ProfileOptions& o
       time_unit(c, static_cast<int64_t>(u), o.warmup, reps, samples[u], &tensors);
     }
     *param_tensors = tensors;
+    if (o.after_pass) o.after_pass();
   }
   std::vector<double> medians;
   for (const auto& unit : samples)

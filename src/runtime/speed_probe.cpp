@@ -80,9 +80,16 @@ std::string speed_probe_line(const std::vector<double>& t, const SpeedProbeSite&
                   "plan: speed probe (a %lld^3 matmul on the GPU, %s, timed by its events, one "
                   "rank at a time, slowest rank)", n, site.device_name.c_str());
   std::string line = text;
-  std::snprintf(text, sizeof text,
-                " %.3f ms before the profile, %.3f ms after it, %.3f ms after the steps: "
-                "spread %.1f%%", t[0] * 1e3, t[1] * 1e3, t[2] * 1e3, 100.0 * spread);
+  std::snprintf(text, sizeof text, " %.3f ms before the profile, ", t[0] * 1e3);
+  line += text;
+  const size_t within = t.size() - 3;  // after the profile's passes
+  for (size_t i = 1; i <= within; ++i) {
+    std::snprintf(text, sizeof text, "%s%.3f", i > 1 ? ", " : "", t[i] * 1e3);
+    line += text;
+  }
+  if (within > 0) line += " ms after its passes, ";
+  std::snprintf(text, sizeof text, "%.3f ms after it, %.3f ms after the steps: spread %.1f%%",
+                t[t.size() - 2] * 1e3, t[t.size() - 1] * 1e3, 100.0 * spread);
   line += text;
   if (spread <= kSteadyHostSpread) return line;
   std::snprintf(text, sizeof text, " (over %.0f%%: ", 100.0 * kSteadyHostSpread);

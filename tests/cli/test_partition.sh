@@ -26,10 +26,12 @@ done
 check "the step line carries the prediction and its error" bash -c "grep -Eq '^step .* ms \(plan [0-9.]+, [+-][0-9]+%\)' '$tmp/out'"
 check "the run ends with the prediction against the measured median" \
   bash -c "grep -Eq '^plan: predicted step [0-9.]+ ms, measured median [0-9.]+ ms over [0-9]+ steps: error [+-][0-9.]+%; the steps. second half ran [0-9.]+% apart from the first' '$tmp/out'"
+# The brief profile times its units in 3 passes and its stage chains in 3:
+# a probe after each, between those before and after the profile.
 check "the run ends with its speed probes and their spread" \
-  bash -c "grep -Eq '^plan: speed probe \(a 512\^3 matmul, slowest rank\) [0-9.]+ ms before the profile, [0-9.]+ ms after it, [0-9.]+ ms after the steps: spread [0-9.]+%' '$tmp/out'"
-check "metrics.h5 stores the three probes and their spread" \
-  attrs "$tmp/balanced" "len(a['speed_probe_s']) == 3 and min(a['speed_probe_s']) > 0 and abs(a['speed_probe_spread'] - (max(a['speed_probe_s']) / min(a['speed_probe_s']) - 1)) < 1e-12"
+  bash -c "grep -Eq '^plan: speed probe \(a 512\^3 matmul, slowest rank\) [0-9.]+ ms before the profile, ([0-9.]+, ){5}[0-9.]+ ms after its passes, [0-9.]+ ms after it, [0-9.]+ ms after the steps: spread [0-9.]+%' '$tmp/out'"
+check "metrics.h5 stores the nine probes and their spread" \
+  attrs "$tmp/balanced" "len(a['speed_probe_s']) == 9 and min(a['speed_probe_s']) > 0 and abs(a['speed_probe_spread'] - (max(a['speed_probe_s']) / min(a['speed_probe_s']) - 1)) < 1e-12"
 check "metrics.h5 stores the predicted step, bubble, stage times and peaks" \
   attrs "$tmp/balanced" "a['predicted_step_time_s'] > 0 and 0 <= a['predicted_bubble'] < 1 and len(a['predicted_stage_peak_bytes']) == 2 and len(a['predicted_stage_time_s']) == 2"
 

@@ -32,8 +32,9 @@ struct RunPlan {
   SimulationResult prediction;   // one simulated step of the run
   double profile_seconds = 0.0;  // wall time of the brief profile
   bool profile_from_auto = false;  // pipeline.auto's profile of the chosen micro-batch size, not measured again
-  // The speed probe (runtime/speed_probe.hpp) before and after the profile,
-  // then after the steps: how steady the host was between them.
+  // The speed probe (runtime/speed_probe.hpp) before the profile, after each
+  // of its passes, after it, then after the steps, in that order: how steady
+  // the host was between them.
   std::vector<double> speed_probe_s;
   SpeedProbeSite probe_site;  // the device the probes ran on, for their log line
 };

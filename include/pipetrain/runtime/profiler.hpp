@@ -40,6 +40,10 @@ struct ProfileOptions {
   // Correct the unit times by whole stages run as the executor runs them
   // (calibrate_with_stage_chains); off only to test the calibration itself.
   bool stage_chains = true;
+  // Called on every rank after each pass through the units and through the
+  // stage chains (a collective: the run's speed probe, so that a slow spell of
+  // the host inside the profile shows); null: nothing.
+  std::function<void()> after_pass;
 
   // The short pass run before training (1 warm-up, 3 repetitions).
   static ProfileOptions brief();

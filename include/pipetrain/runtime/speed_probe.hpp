@@ -34,9 +34,10 @@ struct SpeedProbeSite {
   bool shared = false;      // ranks of the run share a GPU
 };
 
-// The log line of the probes before the profile, after it and after the
-// steps (three times in seconds), with the spread, and over
-// kSteadyHostSpread what can explain it on that device. No newline.
+// The log line of the probes before the profile, after each of its passes
+// (none or more), after it and after the steps (times in seconds, in that
+// order: at least three), with the spread, and over kSteadyHostSpread what
+// can explain it on that device. No newline.
 std::string speed_probe_line(const std::vector<double>& probe_seconds, const SpeedProbeSite& site);
 
 // A run whose probes spread more than this is on an unsteady host: part of
@@ -47,8 +48,8 @@ constexpr double kSteadyHostSpread = 0.10;
 // non-positive time).
 double speed_probe_spread(const std::vector<double>& probe_seconds);
 
-// The probes see the host only before the profile, after it and after the
-// steps; a slow spell in between shows in the steps themselves. The median
+// The probes see the host only around and inside the profile and after the
+// steps; a slow spell during the steps shows in the steps themselves. The median
 // step time of the second half of `step_seconds` over that of the first
 // half, less 1, as a magnitude (0 with fewer than 4 steps, or a non-positive
 // median). Over kSteadyHostSpread the host's speed changed during the steps.
