@@ -104,8 +104,8 @@ ModelProfile distinct_profile() {
                         &c.recompute_selective_s,
                         &c.optimizer_s, &c.forward_flops, &c.input_bytes, &c.output_bytes,
                         &c.stash_none_bytes, &c.stash_selective_bytes, &c.stash_always_bytes,
-                        &c.workspace_bytes, &c.backward_workspace_bytes, &c.param_bytes, &c.grad_bytes, &c.optimizer_bytes,
-                        &c.data_bytes};
+                        &c.workspace_bytes, &c.backward_workspace_bytes, &c.forward_workspace_bytes,
+                        &c.param_bytes, &c.grad_bytes, &c.optimizer_bytes, &c.data_bytes};
     for (size_t f = 0; f < std::size(fields); ++f) *fields[f] = (u * 100.0 + f + 1.0) / 7.0;
     p.units.push_back(c);
   }
@@ -129,6 +129,7 @@ void expect_same(const UnitCost& a, const UnitCost& b) {
   EXPECT_EQ(a.stash_always_bytes, b.stash_always_bytes);
   EXPECT_EQ(a.workspace_bytes, b.workspace_bytes);
   EXPECT_EQ(a.backward_workspace_bytes, b.backward_workspace_bytes);
+  EXPECT_EQ(a.forward_workspace_bytes, b.forward_workspace_bytes);
   EXPECT_EQ(a.param_bytes, b.param_bytes);
   EXPECT_EQ(a.grad_bytes, b.grad_bytes);
   EXPECT_EQ(a.optimizer_bytes, b.optimizer_bytes);
@@ -391,6 +392,10 @@ void check_stage(const Deck& d, const ModelProfile& p, const std::vector<int64_t
     EXPECT_EQ(std::max(c.forward_transient_bytes, c.backward_transient_bytes),
               probed.workspace_bytes - held_output) << label << " " << policy;
   }
+  // None: each phase's transient is the probe's peak in that phase alone.
+  const pt::StageCost kept = planned("none");
+  EXPECT_EQ(kept.forward_transient_bytes, none.forward_workspace_bytes - held_output) << label;
+  EXPECT_EQ(kept.backward_transient_bytes, none.backward_workspace_bytes - held_output) << label;
   // Full: B is the probe's B alone, less the held output.
   const pt::StageCost c = planned("full");
   EXPECT_EQ(c.stash_bytes, full.stash_bytes) << label;

@@ -50,6 +50,9 @@ constexpr Column kColumns[] = {
 // copies), written since they exist; a profile from before has none, and
 // its units kept their inputs whole: read as UnitCost's default (input_bytes).
 constexpr const char* kKeptInputColumn = "kept_input_bytes";
+// units/forward_workspace_bytes, F's own transient peak, written since it is
+// measured; a profile from before has none: read as 0 (workspace_bytes used).
+constexpr const char* kForwardWorkspaceColumn = "forward_workspace_bytes";
 
 const std::string kExpected = std::string("expected a profile.h5 written by `pipetrain profile` (attribute format = \"") +
                               kProfileFormat + "\", format_version " +
@@ -90,6 +93,9 @@ void write_units(hid_t file, const std::vector<UnitCost>& units) {
   std::vector<double> kept;
   for (const UnitCost& u : units) kept.push_back(u.kept_input());
   write_column(group.get(), kKeptInputColumn, kept);
+  std::vector<double> forward_workspace;
+  for (const UnitCost& u : units) forward_workspace.push_back(u.forward_workspace_bytes);
+  write_column(group.get(), kForwardWorkspaceColumn, forward_workspace);
 }
 
 // The float64 column `name` of `group`, of exactly n finite values >= 0.
@@ -156,6 +162,11 @@ std::vector<UnitCost> read_units(hid_t file, const std::string& path) {
   if (ckpt::has_link(group.get(), kKeptInputColumn)) {
     const std::vector<double> kept = read_column(group.get(), kKeptInputColumn, units.size(), path);
     for (size_t i = 0; i < units.size(); ++i) units[i].kept_input_bytes = kept[i];
+  }
+  if (ckpt::has_link(group.get(), kForwardWorkspaceColumn)) {
+    const std::vector<double> forward =
+        read_column(group.get(), kForwardWorkspaceColumn, units.size(), path);
+    for (size_t i = 0; i < units.size(); ++i) units[i].forward_workspace_bytes = forward[i];
   }
   return units;
 }

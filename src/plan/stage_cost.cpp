@@ -86,22 +86,27 @@ UnitRanges::UnitRanges(const ModelProfile& profile)
   backward_workspace_ = values_of(u, [](const UnitCost& c) {
     return c.backward_workspace_bytes > 0.0 ? c.backward_workspace_bytes : c.workspace_bytes;
   });
+  forward_workspace_ = values_of(u, [](const UnitCost& c) {
+    return c.forward_workspace_bytes > 0.0 ? c.forward_workspace_bytes : c.workspace_bytes;
+  });
   workspace_max_ = max_table(workspace_);
   // Unit k's transient term within a stage [first, end) with k < end - 1
   // (docs/profile.md, "From units to a stage"): its workspace, less its
   // output (consumed by the next unit of the stage), less the stash of the
   // units after it, i.e. term_k + prefix[k + 1] - prefix[end].
-  std::vector<double> none_terms, selective_terms, backward_terms;
+  std::vector<double> none_terms, selective_terms, backward_terms, forward_terms;
   for (size_t k = 0; k < u.size(); ++k) {
     const double drop = u[k].stash_none_bytes - u[k].stash_selective_bytes;
     none_terms.push_back(u[k].workspace_bytes - u[k].output_bytes + stash_none_[k + 1]);
     backward_terms.push_back(backward_workspace_[k] - u[k].output_bytes + stash_none_[k + 1]);
+    forward_terms.push_back(forward_workspace_[k] - u[k].output_bytes + stash_none_[k + 1]);
     selective_terms.push_back(u[k].workspace_bytes + drop - u[k].output_bytes +
                               stash_selective_[k + 1]);
     selective_last_.push_back(u[k].workspace_bytes + drop);
   }
   none_terms_max_ = max_table(none_terms);
   backward_terms_max_ = max_table(backward_terms);
+  forward_terms_max_ = max_table(forward_terms);
   selective_terms_max_ = max_table(selective_terms);
 }
 
@@ -125,11 +130,32 @@ double UnitRanges::layered_transient(size_t first, size_t end, bool selective) c
 // through B but a run sends after F (the simulator counts the send's buffer
 // until its message has arrived).
 double UnitRanges::backward_layered_transient(size_t first, size_t end, bool last_stage) const {
-  if (!last_stage)
-    return std::max(0.0, range_max(backward_terms_max_, first, end) - stash_none_[end]);
-  double peak = backward_workspace_[end - 1];
-  if (end - 1 > first)
-    peak = std::max(peak, range_max(backward_terms_max_, first, end - 1) - stash_none_[end]);
+  return phase_transient(backward_terms_max_, backward_workspace_, first, end, last_stage);
+}
+
+// The same over the units' peaks during F alone (forward_workspace_bytes):
+// the transient the simulator charges at an F under recompute none or full.
+// The units' workspace_bytes is the larger of their F and B peaks, and on a
+// convolutional block B's is the larger by far (the cnn's last block of
+// stage 0: F 3 MiB, B 8 MiB at 32 images), so charging it at F, where the
+// stage also holds a send not yet complete and a receive posted ahead, put
+// stage 0's planned peak one message above the run's.
+double UnitRanges::forward_alone_transient(size_t first, size_t end, bool last_stage) const {
+  return phase_transient(forward_terms_max_, forward_workspace_, first, end, last_stage);
+}
+
+// One phase's layered transient under recompute none: the largest of its
+// terms (a unit's phase peak less its output and the later units' stash)
+// over the stage; on the last stage the last unit's whole phase peak (its
+// output is the loss gradient, kept), elsewhere less the stage's output,
+// which the probe held from before F and through B, but a run holds as a
+// receive or a send, counted apart by the simulator.
+double UnitRanges::phase_transient(const std::vector<std::vector<double>>& terms_max,
+                                   const std::vector<double>& whole, size_t first, size_t end,
+                                   bool last_stage) const {
+  if (!last_stage) return std::max(0.0, range_max(terms_max, first, end) - stash_none_[end]);
+  double peak = whole[end - 1];
+  if (end - 1 > first) peak = std::max(peak, range_max(terms_max, first, end - 1) - stash_none_[end]);
   return std::max(0.0, peak);
 }
 
@@ -192,10 +218,10 @@ double UnitRanges::forward_layered_transient(size_t first, size_t end, bool sele
 // F and B transients above the stash (stage_cost.hpp).
 std::pair<double, double> UnitRanges::transients(size_t first, size_t end, bool last_stage,
                                                  const PlanRecompute& policy) const {
-  const double none = layered_transient(first, end, false);
-  const double forward_none = last_stage ? none : forward_layered_transient(first, end, false);
+  const double forward_alone = forward_alone_transient(first, end, last_stage);
   switch (policy.kind) {
-    case PlanRecompute::Kind::None: return {forward_none, forward_none};
+    case PlanRecompute::Kind::None:
+      return {forward_alone, backward_layered_transient(first, end, last_stage)};
     case PlanRecompute::Kind::Selective: {
       const double selective = last_stage ? layered_transient(first, end, true)
                                           : forward_layered_transient(first, end, true);
@@ -206,7 +232,7 @@ std::pair<double, double> UnitRanges::transients(size_t first, size_t end, bool 
       return {work, work + segment_peak(first, end, policy.every)};
     }
     case PlanRecompute::Kind::Full:  // B re-creates what none keeps beyond the full stash
-      return {forward_none, sum(stash_none_, first, end) - kept_input_[first] -
+      return {forward_alone, sum(stash_none_, first, end) - kept_input_[first] -
                                 sum(stash_always_, first, end) +
                                 backward_layered_transient(first, end, last_stage)};
   }

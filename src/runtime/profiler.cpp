@@ -197,6 +197,7 @@ UnitCost unit_memory(Context& c, int64_t index, const CostUnitInfo& info) {
   cost.stash_selective_bytes = static_cast<double>(probe(c, selective).stash_bytes);
   cost.workspace_bytes = static_cast<double>(kept.workspace_bytes);
   cost.backward_workspace_bytes = static_cast<double>(kept.backward_workspace_bytes);
+  cost.forward_workspace_bytes = static_cast<double>(kept.forward_workspace_bytes);
   return cost;
 }
 

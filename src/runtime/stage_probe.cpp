@@ -70,6 +70,7 @@ MicroBatchProbe StageProbe::probe_micro_batch(const Dataset& data,
   probe.transient_bytes = above(peak, before.live_total);
   probe.workspace_bytes = above(peak, empty.live_total);
   probe.backward_workspace_bytes = above(after.peak_total, empty.live_total);
+  probe.forward_workspace_bytes = above(after_forward.peak_total, empty.live_total);
   runner_.end_pass();
   return probe;
 }

@@ -12,7 +12,7 @@ import numpy as np
 
 COLUMNS = ["forward_s", "backward_s", "recompute_s", "recompute_end_s", "recompute_selective_s", "optimizer_s",
            "forward_flops", "input_bytes", "output_bytes", "stash_none_bytes",
-           "stash_selective_bytes", "stash_always_bytes", "workspace_bytes", "backward_workspace_bytes", "param_bytes", "grad_bytes",
+           "stash_selective_bytes", "stash_always_bytes", "workspace_bytes", "backward_workspace_bytes", "forward_workspace_bytes", "param_bytes", "grad_bytes",
            "optimizer_bytes", "data_bytes"]
 
 
@@ -53,6 +53,10 @@ def main():
         for column in ["forward_s", "backward_s", "param_bytes", "stash_none_bytes"]:
             if not np.all(units[column][:] > 0):
                 fail(f"units/{column} has a zero: {units[column][:]}")
+        # workspace_bytes is the larger of the F and B peaks
+        if not np.array_equal(units["workspace_bytes"][:], np.maximum(units["forward_workspace_bytes"][:],
+                                                                       units["backward_workspace_bytes"][:])):
+            fail("workspace_bytes is not the larger of forward_workspace_bytes and backward_workspace_bytes")
         if not np.array_equal(units["grad_bytes"][:], units["param_bytes"][:]):
             fail("grad_bytes differ from param_bytes")
     print(f"{path}: layout ok, {len(names)} units")

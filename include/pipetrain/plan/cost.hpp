@@ -53,6 +53,11 @@ struct UnitCost {
   // The same peak during B alone (<= workspace_bytes; what recompute "full"
   // adds its re-created stash to). 0: not measured, workspace_bytes is used.
   double backward_workspace_bytes = 0.0;
+  // The same peak during F alone (<= workspace_bytes; the F transient the
+  // simulator charges at an F, where the stage may also hold a send not yet
+  // complete and a gradient receive posted ahead). 0: not measured,
+  // workspace_bytes is used.
+  double forward_workspace_bytes = 0.0;
   // Bytes per unit, independent of micro-batches.
   double param_bytes = 0.0;
   double grad_bytes = 0.0;

@@ -23,13 +23,14 @@
 //             - sum of stash_none_bytes of the units after k
 //   (when unit k runs, the stash of the later units does not exist yet or
 //   is freed already; docs/profile.md checks it against the executor):
-//             none       F = B = L_F
+//             none       F = L_F over the units' forward_workspace_bytes
+//                        (the peak of F alone), B = L_B; their larger is L_F
 //             selective  F = B = L_F with stash_selective_bytes for the later
 //                        units and stash_none - stash_selective of unit k added
 //             every:K    F = max workspace_bytes; B = F + the largest sum of
 //                        stash_none over the units each K-layer segment
 //                        touches (an upper bound)
-//             full       F = L_F; B = L_B + sum stash_none - the full stash
+//             full       F as none's; B = L_B + sum stash_none - the full stash
 //   where L_F is L with the last unit's output taken off as well on a stage
 //   that is not the last (the probe held both its output gradient, which a
 //   run's F does not have yet, and its output, which a run has sent before
@@ -118,6 +119,10 @@ class UnitRanges {
   double layered_transient(size_t first, size_t end, bool selective) const;
   double forward_layered_transient(size_t first, size_t end, bool selective) const;
   double backward_layered_transient(size_t first, size_t end, bool last_stage) const;
+  double forward_alone_transient(size_t first, size_t end, bool last_stage) const;
+  double phase_transient(const std::vector<std::vector<double>>& terms_max,
+                         const std::vector<double>& whole, size_t first, size_t end,
+                         bool last_stage) const;
   std::pair<double, double> transients(size_t first, size_t end, bool last_stage,
                                        const PlanRecompute& policy) const;
 
@@ -126,11 +131,12 @@ class UnitRanges {
   Prefix forward_, backward_, recompute_, recompute_selective_, optimizer_;
   Prefix stash_none_, stash_selective_, stash_always_, persistent_, data_;
   double stage_data_ = 0.0;  // profile.stage_data_bytes: on every stage
-  std::vector<double> input_bytes_, kept_input_, output_bytes_, workspace_, backward_workspace_, selective_last_;
+  std::vector<double> input_bytes_, kept_input_, output_bytes_, workspace_, backward_workspace_,
+      forward_workspace_, selective_last_;
   // Sparse tables of range maxima: workspace_bytes, and the layered
   // transient terms of units followed by others in their stage.
   std::vector<std::vector<double>> workspace_max_, none_terms_max_, selective_terms_max_,
-      backward_terms_max_;
+      backward_terms_max_, forward_terms_max_;
 };
 
 // Where the partitionable units sit: units [leading, leading + partitionable)

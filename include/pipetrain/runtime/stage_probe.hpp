@@ -19,6 +19,7 @@ struct MicroBatchProbe {
                                // the stage input and output-gradient buffers
   size_t workspace_bytes = 0;  // the same peak counting those two buffers
   size_t backward_workspace_bytes = 0;  // workspace_bytes' peak during B alone
+  size_t forward_workspace_bytes = 0;   // workspace_bytes' peak during F alone
   double forward_s = 0.0;      // F; on the first stage with fetching the input
   double backward_s = 0.0;     // B, with its recompute
   double recompute_s = 0.0;    // the recompute inside B (0 unless it recomputes)
