@@ -20,10 +20,13 @@ namespace {
 
 using ckpt::H5Id;
 
-// The number columns of group `units`, one float64 dataset each.
+// The number columns of group `units`, one float64 dataset each. An
+// optional one came after profiles that lack it: absent, the field keeps
+// UnitCost's default.
 struct Column {
   const char* name;
   double UnitCost::*field;
+  bool optional = false;
 };
 constexpr Column kColumns[] = {
     {"forward_s", &UnitCost::forward_s},
@@ -40,6 +43,9 @@ constexpr Column kColumns[] = {
     {"stash_always_bytes", &UnitCost::stash_always_bytes},
     {"workspace_bytes", &UnitCost::workspace_bytes},
     {"backward_workspace_bytes", &UnitCost::backward_workspace_bytes},
+    // F's own transient peak; a profile from before has none: read as 0
+    // (workspace_bytes used).
+    {"forward_workspace_bytes", &UnitCost::forward_workspace_bytes, true},
     {"param_bytes", &UnitCost::param_bytes},
     {"grad_bytes", &UnitCost::grad_bytes},
     {"optimizer_bytes", &UnitCost::optimizer_bytes},
@@ -50,9 +56,6 @@ constexpr Column kColumns[] = {
 // copies), written since they exist; a profile from before has none, and
 // its units kept their inputs whole: read as UnitCost's default (input_bytes).
 constexpr const char* kKeptInputColumn = "kept_input_bytes";
-// units/forward_workspace_bytes, F's own transient peak, written since it is
-// measured; a profile from before has none: read as 0 (workspace_bytes used).
-constexpr const char* kForwardWorkspaceColumn = "forward_workspace_bytes";
 
 const std::string kExpected = std::string("expected a profile.h5 written by `pipetrain profile` (attribute format = \"") +
                               kProfileFormat + "\", format_version " +
@@ -93,9 +96,6 @@ void write_units(hid_t file, const std::vector<UnitCost>& units) {
   std::vector<double> kept;
   for (const UnitCost& u : units) kept.push_back(u.kept_input());
   write_column(group.get(), kKeptInputColumn, kept);
-  std::vector<double> forward_workspace;
-  for (const UnitCost& u : units) forward_workspace.push_back(u.forward_workspace_bytes);
-  write_column(group.get(), kForwardWorkspaceColumn, forward_workspace);
 }
 
 // The float64 column `name` of `group`, of exactly n finite values >= 0.
@@ -156,17 +156,13 @@ std::vector<UnitCost> read_units(hid_t file, const std::string& path) {
   }
   read_layers(group.get(), units, path);
   for (const Column& c : kColumns) {
+    if (c.optional && !ckpt::has_link(group.get(), c.name)) continue;
     const std::vector<double> values = read_column(group.get(), c.name, units.size(), path);
     for (size_t i = 0; i < units.size(); ++i) units[i].*c.field = values[i];
   }
   if (ckpt::has_link(group.get(), kKeptInputColumn)) {
     const std::vector<double> kept = read_column(group.get(), kKeptInputColumn, units.size(), path);
     for (size_t i = 0; i < units.size(); ++i) units[i].kept_input_bytes = kept[i];
-  }
-  if (ckpt::has_link(group.get(), kForwardWorkspaceColumn)) {
-    const std::vector<double> forward =
-        read_column(group.get(), kForwardWorkspaceColumn, units.size(), path);
-    for (size_t i = 0; i < units.size(); ++i) units[i].forward_workspace_bytes = forward[i];
   }
   return units;
 }

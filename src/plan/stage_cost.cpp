@@ -110,19 +110,6 @@ UnitRanges::UnitRanges(const ModelProfile& profile)
   selective_terms_max_ = max_table(selective_terms);
 }
 
-// The transient peak above the stash of one micro-batch through units
-// [first, end) under recompute none (selective: with the selective stash of
-// the later units and each unit's recomputed probabilities): the largest
-// term over the units, the last unit's being its whole workspace.
-double UnitRanges::layered_transient(size_t first, size_t end, bool selective) const {
-  const Prefix& stash = selective ? stash_selective_ : stash_none_;
-  double peak = selective ? selective_last_[end - 1] : workspace_[end - 1];
-  if (end - 1 > first)
-    peak = std::max(peak, range_max(selective ? selective_terms_max_ : none_terms_max_, first,
-                                    end - 1) - stash[end]);
-  return std::max(0.0, peak);
-}
-
 // The layered transient of B alone under recompute none (the units'
 // backward_workspace_bytes): what recompute "full" adds its re-created stash
 // to, since its forwards keep nothing and its re-run computes no loss. On a
@@ -130,7 +117,7 @@ double UnitRanges::layered_transient(size_t first, size_t end, bool selective) c
 // through B but a run sends after F (the simulator counts the send's buffer
 // until its message has arrived).
 double UnitRanges::backward_layered_transient(size_t first, size_t end, bool last_stage) const {
-  return phase_transient(backward_terms_max_, backward_workspace_, first, end, last_stage);
+  return phase_transient(backward_terms_max_, backward_workspace_, stash_none_, first, end, last_stage);
 }
 
 // The same over the units' peaks during F alone (forward_workspace_bytes):
@@ -141,21 +128,25 @@ double UnitRanges::backward_layered_transient(size_t first, size_t end, bool las
 // stage also holds a send not yet complete and a receive posted ahead, put
 // stage 0's planned peak one message above the run's.
 double UnitRanges::forward_alone_transient(size_t first, size_t end, bool last_stage) const {
-  return phase_transient(forward_terms_max_, forward_workspace_, first, end, last_stage);
+  return phase_transient(forward_terms_max_, forward_workspace_, stash_none_, first, end, last_stage);
 }
 
-// One phase's layered transient under recompute none: the largest of its
-// terms (a unit's phase peak less its output and the later units' stash)
-// over the stage; on the last stage the last unit's whole phase peak (its
-// output is the loss gradient, kept), elsewhere less the stage's output,
-// which the probe held from before F and through B, but a run holds as a
-// receive or a send, counted apart by the simulator.
+// A layered transient above the stash of one micro-batch through units
+// [first, end): the largest of the units' terms (a unit's peak less its
+// output and the later units' `stash`) over the stage. On the last stage
+// the last unit counts its whole peak (`whole`: its output is the loss
+// gradient, kept). Elsewhere the last unit's term is less the stage's
+// output too: the probe measured it with its output gradient allocated
+// before F and its output held through B; in a run the gradient does not
+// exist yet during F and the output has been sent before B, so each phase
+// holds one of the two (posted receives and incomplete sends are counted
+// apart by the simulator).
 double UnitRanges::phase_transient(const std::vector<std::vector<double>>& terms_max,
-                                   const std::vector<double>& whole, size_t first, size_t end,
-                                   bool last_stage) const {
-  if (!last_stage) return std::max(0.0, range_max(terms_max, first, end) - stash_none_[end]);
+                                   const std::vector<double>& whole, const Prefix& stash,
+                                   size_t first, size_t end, bool last_stage) const {
+  if (!last_stage) return std::max(0.0, range_max(terms_max, first, end) - stash[end]);
   double peak = whole[end - 1];
-  if (end - 1 > first) peak = std::max(peak, range_max(terms_max, first, end - 1) - stash_none_[end]);
+  if (end - 1 > first) peak = std::max(peak, range_max(terms_max, first, end - 1) - stash[end]);
   return std::max(0.0, peak);
 }
 
@@ -203,18 +194,6 @@ double UnitRanges::stash_bytes(size_t first, size_t end, const PlanRecompute& po
   PT_FAIL("unknown PlanRecompute kind");
 }
 
-// The layered transient on a stage that is not the last, in a run: the
-// probe measured the last unit with its output gradient allocated before F
-// and its output held through B; in a run the gradient does not exist yet
-// during F and the output has been sent before B, so each phase holds one
-// of the two, and the probe's peak counts one too many (posted receives and
-// incomplete sends are counted apart by the simulator).
-double UnitRanges::forward_layered_transient(size_t first, size_t end, bool selective) const {
-  const Prefix& stash = selective ? stash_selective_ : stash_none_;
-  return std::max(0.0, range_max(selective ? selective_terms_max_ : none_terms_max_, first, end) -
-                           stash[end]);
-}
-
 // F and B transients above the stash (stage_cost.hpp).
 std::pair<double, double> UnitRanges::transients(size_t first, size_t end, bool last_stage,
                                                  const PlanRecompute& policy) const {
@@ -222,9 +201,9 @@ std::pair<double, double> UnitRanges::transients(size_t first, size_t end, bool 
   switch (policy.kind) {
     case PlanRecompute::Kind::None:
       return {forward_alone, backward_layered_transient(first, end, last_stage)};
-    case PlanRecompute::Kind::Selective: {
-      const double selective = last_stage ? layered_transient(first, end, true)
-                                          : forward_layered_transient(first, end, true);
+    case PlanRecompute::Kind::Selective: {  // with each unit's recomputed probabilities
+      const double selective =
+          phase_transient(selective_terms_max_, selective_last_, stash_selective_, first, end, last_stage);
       return {selective, selective};
     }
     case PlanRecompute::Kind::Every: {

@@ -116,13 +116,11 @@ class UnitRanges {
   double segment_peak(size_t first, size_t end, size_t every) const;
   double stash_bytes(size_t first, size_t end, const PlanRecompute& policy) const;
   double recompute_time(size_t first, size_t end, const PlanRecompute& policy) const;
-  double layered_transient(size_t first, size_t end, bool selective) const;
-  double forward_layered_transient(size_t first, size_t end, bool selective) const;
   double backward_layered_transient(size_t first, size_t end, bool last_stage) const;
   double forward_alone_transient(size_t first, size_t end, bool last_stage) const;
   double phase_transient(const std::vector<std::vector<double>>& terms_max,
-                         const std::vector<double>& whole, size_t first, size_t end,
-                         bool last_stage) const;
+                         const std::vector<double>& whole, const Prefix& stash, size_t first,
+                         size_t end, bool last_stage) const;
   std::pair<double, double> transients(size_t first, size_t end, bool last_stage,
                                        const PlanRecompute& policy) const;
 
