@@ -17,6 +17,8 @@
 #                                   the report takes medians and gives the spread)
 #   REPORT_ONLY=1 jobs/bench_balance.sh  (the report again from the runs listed in
 #                                   runs/bench_balance/runs.txt, the last ones made)
+#   PLOT=x.png SEEDS="uniform=82,time=91" jobs/bench_balance.sh  (also a plot, with
+#                                   reference utilisations beside the measured ones)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
@@ -58,5 +60,5 @@ print({"gpt": m.get("blocks"), "mlp": m.get("depth"), "cnn": conv, "hybrid": con
 done
 done
 fi
-$PY tools/balance_report.py --runs "$list" > "$OUT"
+$PY tools/balance_report.py --runs "$list" ${PLOT:+--plot "$PLOT"} ${SEEDS:+--seeds "$SEEDS"} > "$OUT"
 cat "$OUT"

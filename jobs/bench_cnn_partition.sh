@@ -11,7 +11,8 @@
 #   P = 4 and 8, predicted: `pipetrain plan --ranks P` (profiles measured on
 #     the 2 ranks at hand, 1F1B, N = 8): step time, throughput and bubble per
 #     partition objective.
-# Writes results/bench_cnn_partition.md (and the P = 2 runs' table).
+# Writes results/bench_cnn_partition.md and its plot results/bench_cnn_partition.png
+# (and the P = 2 runs' table).
 #   jobs/bench_cnn_partition.sh        (needs build/ and tools/.venv: make build tools)
 #   REPS=1 jobs/bench_cnn_partition.sh (one run per partition; the default,
 #                                       3, runs each 3 times in rounds and
@@ -28,7 +29,8 @@ out=results/bench_cnn_partition.md
 work=runs/bench_cnn_partition
 mkdir -p "$work" results
 export REPS=${REPS:-3}
-MODELS=bench_cnn_partition OUT="$work/p2.md" jobs/bench_balance.sh > /dev/null
+MODELS=bench_cnn_partition OUT="$work/p2.md" PLOT=results/bench_cnn_partition.png \
+  SEEDS="uniform=82,time=91,memory=78" jobs/bench_balance.sh > /dev/null
 if [ -z "${REPORT_ONLY:-}" ]; then
   for p in 4 8; do
     mpirun --oversubscribe --bind-to none -np 2 build/pipetrain plan "$deck" --ranks "$p" \
@@ -43,6 +45,8 @@ fi
   echo "(compute-balanced), 78% (memory-balanced). Here: \`time\` is the compute-balanced"
   echo "partition, \`memory\` the memory-balanced one, \`balanced\` the fastest within the memory"
   echo "budget (docs/planner.md). Measured at P = 2; predicted by the planner at P = 4 and 8."
+  echo
+  echo "![utilisation per strategy and throughput per partition](bench_cnn_partition.png)"
   tail -n +2 "$work/p2.md"
   for p in 4 8; do
     echo

@@ -15,7 +15,11 @@ over the runs one by one (each predicts its own step): over all of them, and
 over the steady ones only, those whose speed probes and step halves stayed
 within 10% (the rule by which jobs/bench_planner.sh keeps the runs its
 published bounds come from; docs/planner.md "A noisy host").
-Prints a Markdown report.
+Prints a Markdown report; with --plot, also a figure per model: mean
+utilisation of each strategy (measured, predicted, and the seeds' figure
+where --seeds gives one) and the throughput of every contiguous partition
+(measured median with its runs' range, predicted), the best one and the one
+`balanced` chose marked.
 """
 import argparse
 import datetime
@@ -77,6 +81,7 @@ def median_row(runs):
     traced = [r["util"] for r in runs if r["util"]]
     row["util"] = list(np.median(traced, axis=0)) if traced else None
     measured = [r["throughput"] for r in runs]
+    row["throughputs"] = measured
     row["runs"] = len(runs)
     row["run_errors"] = [(r["run_error"], r["steady"]) for r in runs]
     row["spread"] = max(measured) / min(measured) - 1.0
@@ -162,11 +167,70 @@ def report(model, rows):
     p(error_summary(rows))
 
 
+def parse_seeds(text):
+    """'uniform=82,time=91' -> {'uniform': 0.82, 'time': 0.91}; exits naming a bad entry."""
+    seeds = {}
+    for item in filter(None, (t.strip() for t in text.split(","))):
+        label, _, value = item.partition("=")
+        try:
+            seeds[label.strip()] = float(value) / 100.0
+        except ValueError:
+            sys.exit(f"balance_report: --seeds entry {item!r}: expected label=percent, e.g. uniform=82")
+    return seeds
+
+
+def plot(models, path, seeds):
+    """One row per model: utilisation per strategy, throughput per partition."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    fig, axes = plt.subplots(len(models), 2, figsize=(11, 3.6 * len(models)), squeeze=False)
+    for (model, rows), (left, right) in zip(models.items(), axes):
+        rows = grouped(rows)
+        strategies = [r for r in rows if not r["label"].startswith("k")]
+        every = [r for r in rows if r["label"].startswith("k")]
+        x = np.arange(len(strategies))
+        mean = lambda u: sum(u) / len(u) if u else float("nan")  # noqa: E731
+        left.bar(x - 0.27, [100 * mean(r["util"]) for r in strategies], 0.27, label="measured")
+        left.bar(x, [100 * mean(r["predicted_util"]) for r in strategies], 0.27, label="predicted")
+        if seeds:
+            left.bar(x + 0.27, [100 * seeds.get(r["label"], float("nan")) for r in strategies], 0.27,
+                     label="the seeds' figure")
+        left.set_xticks(x, [f"{r['label']}\n{r['partition']}" for r in strategies])
+        left.set_ylabel("mean utilisation (%)")
+        left.set_ylim(0, 100)
+        left.set_title(f"{model}: partition strategies, P = 2")
+        left.legend(loc="lower right", fontsize=8)
+        k = np.arange(len(every))
+        med = np.array([r["throughput"] for r in every])
+        lo = med - np.array([min(r["throughputs"]) for r in every])
+        hi = np.array([max(r["throughputs"]) for r in every]) - med
+        best = int(np.argmax(med))
+        colors = ["tab:green" if i == best else "tab:blue" for i in range(len(every))]
+        right.bar(k, med, 0.6, yerr=[lo, hi], capsize=3, color=colors, label="measured (runs' range)")
+        right.plot(k, [r["predicted_throughput"] for r in every], "o", color="tab:orange", label="predicted")
+        balanced = next((r for r in strategies if r["label"] == "balanced"), None)
+        for i, r in enumerate(every):
+            if balanced and r["partition"] == balanced["partition"]:
+                right.annotate("balanced", (i, med[i]), textcoords="offset points", xytext=(0, 14),
+                               ha="center", fontsize=8)
+        right.set_ylim(0, 1.2 * max(med + hi))
+        right.set_xticks(k, [r["partition"] for r in every], rotation=30, fontsize=8)
+        right.set_ylabel("samples/s")
+        right.set_title("every contiguous partition (best in green)")
+        right.legend(loc="lower right", fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--runs", required=True)
     ap.add_argument("--skip", type=int, default=2)
+    ap.add_argument("--plot", help="also write this PNG (one row per model)")
+    ap.add_argument("--seeds", default="", help="reference utilisations, e.g. uniform=82,time=91,memory=78")
     args = ap.parse_args()
+    seeds = parse_seeds(args.seeds)
     rows = [read_run(*line.split(), args.skip) for line in open(args.runs) if line.strip()]
     print("# Partitions of unbalanced models, P = 2: measured against predicted\n")
     print(f"Command: `jobs/bench_balance.sh`. Machine: {platform.node()}, {rows[0]['cpu']}, "
@@ -176,8 +240,11 @@ def main():
           "from trace.h5; predicted: the simulated busy time over the simulated span). The "
           "predictions are each run's own (brief profile at start, docs/planner.md). "
           "`balanced` uses `pipeline.memory_budget_mb = 256`.")
-    for model in dict.fromkeys(r["model"] for r in rows):
-        report(model, [r for r in rows if r["model"] == model])
+    models = {m: [r for r in rows if r["model"] == m] for m in dict.fromkeys(r["model"] for r in rows)}
+    for model, model_rows in models.items():
+        report(model, model_rows)
+    if args.plot:
+        plot(models, args.plot, seeds)
 
 
 if __name__ == "__main__":

@@ -646,6 +646,29 @@ def test_balance_report_errors_run_by_run():
     assert "none was steady" in balance_report.error_summary(unsteady)
 
 
+def test_balance_report_plot_and_seeds(tmp):
+    """--seeds reads label=percent and names a bad entry; --plot writes a PNG
+    from the grouped rows (strategies and every partition, runs' ranges)."""
+    assert balance_report.parse_seeds("uniform=82, time=91") == {"uniform": 0.82, "time": 0.91}
+    try:
+        balance_report.parse_seeds("uniform=82,time")
+        raise AssertionError("a seed without a value was accepted")
+    except SystemExit as e:
+        assert "--seeds entry 'time': expected label=percent" in str(e), e
+
+    def run(label, partition, throughput, util):
+        return {"model": "m", "label": label, "partition": partition, "throughput": throughput,
+                "predicted_throughput": throughput * 1.01, "predicted_util": [0.8, 0.7],
+                "util": util, "run_error": 0.01, "steady": True}
+    rows = [run("uniform", "[1, 2]", 90.0, [0.9, 0.5]), run("balanced", "[2, 1]", 100.0, [0.8, 0.8]),
+            run("k1", "[1, 2]", 91.0, None), run("k1", "[1, 2]", 89.0, None),
+            run("k2", "[2, 1]", 101.0, None), run("k2", "[2, 1]", 99.0, None)]
+    path = os.path.join(tmp, "plot.png")
+    balance_report.plot({"m": rows}, path, {"uniform": 0.82})
+    with open(path, "rb") as f:
+        assert f.read(8) == b"\x89PNG\r\n\x1a\n"
+
+
 def main():
     tests = [(k, v) for k, v in globals().items() if k.startswith("test_") and callable(v)]
     passed = failed = 0
