@@ -132,11 +132,17 @@ def util_text(u):
     return " / ".join(f"{100 * x:.0f}%" for x in u) + f" (mean {100 * sum(u) / len(u):.0f}%)"
 
 
+def strategies_and_partitions(rows):
+    """Grouped rows split: the strategy runs, and the explicit partitions
+    (labels k1, k2, ...)."""
+    return ([r for r in rows if not r["label"].startswith("k")],
+            [r for r in rows if r["label"].startswith("k")])
+
+
 def report(model, rows):
     p = print
     rows = grouped(rows)
-    strategies = [r for r in rows if not r["label"].startswith("k")]
-    every = [r for r in rows if r["label"].startswith("k")]
+    strategies, every = strategies_and_partitions(rows)
     best = max(every, key=lambda r: r["throughput"])
     p(f"\n## {model}\n")
     p("| strategy | partition | throughput measured (samples/s) | predicted | "
@@ -173,6 +179,8 @@ def parse_seeds(text):
     for item in filter(None, (t.strip() for t in text.split(","))):
         label, _, value = item.partition("=")
         try:
+            if not label.strip():
+                raise ValueError("no label")
             seeds[label.strip()] = float(value) / 100.0
         except ValueError:
             sys.exit(f"balance_report: --seeds entry {item!r}: expected label=percent, e.g. uniform=82")
@@ -186,9 +194,7 @@ def plot(models, path, seeds):
     import matplotlib.pyplot as plt
     fig, axes = plt.subplots(len(models), 2, figsize=(11, 3.6 * len(models)), squeeze=False)
     for (model, rows), (left, right) in zip(models.items(), axes):
-        rows = grouped(rows)
-        strategies = [r for r in rows if not r["label"].startswith("k")]
-        every = [r for r in rows if r["label"].startswith("k")]
+        strategies, every = strategies_and_partitions(grouped(rows))
         x = np.arange(len(strategies))
         mean = lambda u: sum(u) / len(u) if u else float("nan")  # noqa: E731
         left.bar(x - 0.27, [100 * mean(r["util"]) for r in strategies], 0.27, label="measured")

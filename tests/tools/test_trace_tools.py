@@ -655,6 +655,11 @@ def test_balance_report_plot_and_seeds(tmp):
         raise AssertionError("a seed without a value was accepted")
     except SystemExit as e:
         assert "--seeds entry 'time': expected label=percent" in str(e), e
+    try:
+        balance_report.parse_seeds("=82")
+        raise AssertionError("a seed without a label was accepted")
+    except SystemExit as e:
+        assert "--seeds entry '=82': expected label=percent" in str(e), e
 
     def run(label, partition, throughput, util):
         return {"model": "m", "label": label, "partition": partition, "throughput": throughput,
