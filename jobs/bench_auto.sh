@@ -61,20 +61,20 @@ run_case() {
   rm -rf "$dir"; mkdir -p "$dir"
   timeout 900 mpirun --oversubscribe --bind-to none -np "$np" build/pipetrain plan "$deck" "${args[@]}" \
     --set pipeline.auto=true --top 100000 > "$dir/plan.txt" 2>&1
-  # Distinct plans: schedule N recompute units (the partition objectives often agree).
-  # The table writes repeated counts as "[2 x4]": written out again here. Its
-  # rows do not show pipeline.weight_grad, so gpipe, 1f1b and interleaved
-  # are trained both ways (auto weighs both when the deck leaves it open).
-  awk '$2 ~ /^[0-9]+x[0-9]+$/ && $4 ~ /^(gpipe|1f1b|interleaved|zb-h1|zb-v)$/ && $NF != "-" {
+  # Distinct plans: schedule N recompute units weight_grad (the partition
+  # objectives often agree). The table writes repeated counts as "[2 x4]":
+  # written out again here; a schedule with weight gradients once per step
+  # as "1f1b/step" (auto weighs both when the deck leaves weight_grad open).
+  awk '$2 ~ /^[0-9]+x[0-9]+$/ && $4 ~ /^((gpipe|1f1b|interleaved)(\/step)?|zb-h1|zb-v)$/ && $NF != "-" {
          units = ""; for (i = 16; i <= NF; i++) units = units " " $i;
          gsub(/[][,]/, " ", units); n = split(units, parts, " "); list = "";
          for (i = 1; i <= n; i++) {
            if (parts[i] ~ /^x[0-9]+$/) { reps = substr(parts[i], 2); for (r = 1; r < reps; r++) list = list "," last; continue }
            last = parts[i]; list = list (list == "" ? "" : ",") parts[i] }
          split($2, grid, "x")
-         key = $4 " " $5 " " $7 " [" list "] " grid[2]; if (key in seen) next; seen[key] = 1
-         if ($4 == "zb-h1" || $4 == "zb-v") print key " micro_batch"
-         else { print key " micro_batch"; print key " step" } }' \
+         schedule = $4; weight_grad = sub(/\/step$/, "", schedule) ? "step" : "micro_batch"
+         key = schedule " " $5 " " $7 " [" list "] " grid[2] " " weight_grad; if (key in seen) next; seen[key] = 1
+         print key }' \
     "$dir/plan.txt" > "$dir/configs.txt"
   echo "bench_auto: $name: $(wc -l < "$dir/configs.txt") distinct plans to train"
   local i count; count=$(wc -l < "$dir/configs.txt")

@@ -107,6 +107,8 @@ ModelProfile distinct_profile() {
                         &c.workspace_bytes, &c.backward_workspace_bytes, &c.forward_workspace_bytes,
                         &c.param_bytes, &c.grad_bytes, &c.optimizer_bytes, &c.data_bytes};
     for (size_t f = 0; f < std::size(fields); ++f) *fields[f] = (u * 100.0 + f + 1.0) / 7.0;
+    c.step_input_s = (u + 0.5) / 9.0;
+    c.step_weight_s = (u + 0.25) / 11.0;
     p.units.push_back(c);
   }
   return p;
@@ -134,6 +136,8 @@ void expect_same(const UnitCost& a, const UnitCost& b) {
   EXPECT_EQ(a.grad_bytes, b.grad_bytes);
   EXPECT_EQ(a.optimizer_bytes, b.optimizer_bytes);
   EXPECT_EQ(a.data_bytes, b.data_bytes);
+  EXPECT_EQ(a.step_input_s, b.step_input_s);
+  EXPECT_EQ(a.step_weight_s, b.step_weight_s);
 }
 
 void expect_same(const ModelProfile& a, const ModelProfile& b) {
@@ -157,6 +161,14 @@ TEST(ProfileFile, RoundTripKeepsEveryField) {
   write_profile_file(path, written, {"[model]\n", "test"});
   expect_same(read_profile_file(path), written);
   EXPECT_EQ(profile_source_of(path), ProfileSource::Profile);
+  // without the step's split (not measured) no column is written: read as -1
+  ModelProfile unmeasured = written;
+  unmeasured.units[1].step_weight_s = -1.0;
+  write_profile_file(path, unmeasured, {"[model]\n", "test"});
+  for (const UnitCost& unit : read_profile_file(path).units) {
+    EXPECT_EQ(unit.step_input_s, -1.0) << unit.name;
+    EXPECT_EQ(unit.step_weight_s, -1.0) << unit.name;
+  }
   std::remove(path.c_str());
 }
 
@@ -228,6 +240,15 @@ TEST(ProfileFile, DamagedOrMismatchedFilesAreRefusedWithTheirReason) {
                                  write_double_column(f, "units/param_bytes", {1.0, NAN, 3.0});
                                }),
                  path, "dataset units/param_bytes[1] = nan is not a finite value >= 0");
+  expect_message(message_after(path, [](hid_t f) { H5Ldelete(f, "units/step_weight_s", H5P_DEFAULT); }),
+                 path, "dataset units/step_weight_s is missing (units/step_input_s and units/step_weight_s "
+                       "come together)");
+  expect_message(message_after(path,
+                               [](hid_t f) {
+                                 H5Ldelete(f, "units/step_input_s", H5P_DEFAULT);
+                                 write_double_column(f, "units/step_input_s", {1.0, -2.0, 3.0});
+                               }),
+                 path, "dataset units/step_input_s[1] = -2.000000 is not a finite value >= 0");
   // Every refusal says what was expected.
   EXPECT_NE(message_after(path, [](hid_t f) { H5Ldelete(f, "units", H5P_DEFAULT); })
                 .find("expected a profile.h5 written by `pipetrain profile`"),

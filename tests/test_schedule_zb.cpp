@@ -257,6 +257,22 @@ TEST(SimulatorW, StepWeightPassByHand) {
             std::string::npos);
 }
 
+// weight_grad = step with B measured apart (StageCost::input_s, from the
+// stage chains' step): each B takes input_s = 1.5, not backward less W's
+// share (2); the pass stays 1.2 s. The same B feeds split_action_times.
+TEST(SimulatorW, StepWithMeasuredInputGradientB) {
+  const Schedule s = from_lines({"weight_grad: step", "0F0 0B0 0F1 0B1 0W0 0W1"}, 1, 2);
+  pt::SimulationInput in = one_stage_with_w();
+  in.stages[0].input_s = 1.5;
+  in.step_weight_s = {1.2};
+  expect_timeline(pt::simulate_schedule(s, in),
+                  {{0, 1}, {1, 2.5}, {2.5, 3.5}, {3.5, 5}, {5, 5.6}, {5.6, 6.2}});
+  EXPECT_DOUBLE_EQ(pt::split_action_times(in)[0][1], 1.5);
+  // a schedule that does not split the backward ignores it: fused B = 3
+  const Schedule fused = from_lines({"0F0 0B0 0F1 0B1"}, 1, 2);
+  expect_timeline(pt::simulate_schedule(fused, in), {{0, 1}, {1, 4}, {4, 5}, {5, 8}});
+}
+
 struct Broken {
   std::string what;
   int p, n;

@@ -270,6 +270,8 @@ PlanTable measure_plans(const Deck& deck, const PlanRequest& request, MPI_Comm c
                         const ComputeResources& compute, const ProfileOptions& options,
                         bool both_weight_grads, std::map<int64_t, ModelProfile>* profiles) {
   Backend& be = compute.setup.backend ? *compute.setup.backend : cpu_backend();
+  ProfileOptions measuring = options;  // the chains time the step's split where "step" is weighed
+  measuring.step_weight_grads = both_weight_grads || request.weight_grad == WeightGradKind::Step;
   std::vector<LinkCost> links(1);
   // One profile per micro-batch size, measured at its first use: every rank
   // asks for the same sizes in the same order (collective).
@@ -280,7 +282,7 @@ PlanTable measure_plans(const Deck& deck, const PlanRequest& request, MPI_Comm c
       BatchSplit split;  // `rows` is already one replica's micro-batch
       split.batch_size = deck.training.batch_size;
       split.micro_batches = deck.training.batch_size / rows;
-      it = measured.emplace(rows, profile_model(deck, split, be, comm, options)).first;
+      it = measured.emplace(rows, profile_model(deck, split, be, comm, measuring)).first;
     }
     links[0] = it->second.link;
     return it->second;

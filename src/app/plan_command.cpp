@@ -176,8 +176,8 @@ int run_plan(MPI_Comm comm, const CommandLine& cli, const Deck& deck, const std:
                   : (cli.device.empty() ? "this node's memory / stages" : "the device's memory"));
   if (request.weight_grad == WeightGradKind::Step)
     std::printf("plan: weight gradients once per step (pipeline.weight_grad = \"step\") under "
-                "gpipe, 1f1b and interleaved; each stage's pass timed at a whole replica batch's "
-                "rows\n");
+                "gpipe, 1f1b and interleaved; each stage's B and pass as the profile's stage chains "
+                "timed a step (else the pass at a whole replica batch's rows)\n");
   std::printf("%s", format_plan_table(table, static_cast<size_t>(cli.top)).c_str());
   std::printf("%s\n", deck_rank_text(deck, table).c_str());
   if (auto_plan && table.best >= 0)

@@ -137,7 +137,9 @@ int run_profile(MPI_Comm comm, const CommandLine& cli, const Deck& deck,
   const BlasReport report = gather_blas_report(comm, blas_note);
   ComputeResources compute = make_compute_resources(deck, comm);
   Backend& be = compute.setup.backend ? *compute.setup.backend : cpu_backend();
-  const ProfileOptions options = options_for(cli, compute, ProfileOptions{});
+  ProfileOptions options = options_for(cli, compute, ProfileOptions{});
+  // The step's split backward, for a plan that may weigh weight_grad = "step".
+  options.step_weight_grads = deck.pipeline.weight_grad == WeightGradKind::Step || deck.pipeline.auto_plan;
   const ModelProfile profile = profile_model(deck, be, comm, options);
   if (rank != 0) return 0;
   if (report.any_fallback)

@@ -53,9 +53,12 @@ RunPlan prepare_run_plan(const Deck& deck, MPI_Comm comm, const ComputeResources
   // the units or the stage chains measured then, and the probes around the
   // profile alone would not see it.
   options.after_pass = [&] { plan.speed_probe_s.push_back(time_speed_probe(be, comm)); };
+  options.step_weight_grads = deck.pipeline.weight_grad == WeightGradKind::Step;
   plan.profile = measured ? *measured : profile_model(deck, be, comm, options);
   plan.profile_from_auto = measured != nullptr;
-  if (deck.pipeline.weight_grad == WeightGradKind::Step)
+  // A profile without the step's split (auto's, weighing "step" only where the
+  // deck left it open) falls back on the pass at a whole batch's rows.
+  if (deck.pipeline.weight_grad == WeightGradKind::Step && !has_step_split(plan.profile))
     plan.pass_profile = profile_weight_pass(deck, be, comm, plan.profile, brief_options(compute));
   plan.profile_seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();

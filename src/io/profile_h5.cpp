@@ -57,6 +57,12 @@ constexpr Column kColumns[] = {
 // its units kept their inputs whole: read as UnitCost's default (input_bytes).
 constexpr const char* kKeptInputColumn = "kept_input_bytes";
 
+// units/step_input_s and units/step_weight_s, a step's split backward per
+// micro-batch (UnitCost): written together when the stage chains measured
+// them; a profile without them leaves UnitCost's -1 (not measured).
+constexpr const char* kStepInputColumn = "step_input_s";
+constexpr const char* kStepWeightColumn = "step_weight_s";
+
 const std::string kExpected = std::string("expected a profile.h5 written by `pipetrain profile` (attribute format = \"") +
                               kProfileFormat + "\", format_version " +
                               std::to_string(kProfileFormatVersion) + ")";
@@ -96,6 +102,16 @@ void write_units(hid_t file, const std::vector<UnitCost>& units) {
   std::vector<double> kept;
   for (const UnitCost& u : units) kept.push_back(u.kept_input());
   write_column(group.get(), kKeptInputColumn, kept);
+  bool step_split = true;
+  std::vector<double> step_input, step_weight;
+  for (const UnitCost& u : units) {
+    step_split = step_split && u.step_input_s >= 0.0 && u.step_weight_s >= 0.0;
+    step_input.push_back(u.step_input_s);
+    step_weight.push_back(u.step_weight_s);
+  }
+  if (!step_split) return;
+  write_column(group.get(), kStepInputColumn, step_input);
+  write_column(group.get(), kStepWeightColumn, step_weight);
 }
 
 // The float64 column `name` of `group`, of exactly n finite values >= 0.
@@ -139,6 +155,21 @@ void read_layers(hid_t group, std::vector<UnitCost>& units, const std::string& p
   }
 }
 
+void read_step_split(hid_t group, std::vector<UnitCost>& units, const std::string& path) {
+  const bool input = ckpt::has_link(group, kStepInputColumn), weight = ckpt::has_link(group, kStepWeightColumn);
+  if (!input && !weight) return;
+  if (!input || !weight)
+    refuse(path, std::string("dataset units/") + (input ? kStepWeightColumn : kStepInputColumn) +
+                     " is missing (units/" + kStepInputColumn + " and units/" + kStepWeightColumn +
+                     " come together)");
+  const std::vector<double> in = read_column(group, kStepInputColumn, units.size(), path);
+  const std::vector<double> w = read_column(group, kStepWeightColumn, units.size(), path);
+  for (size_t i = 0; i < units.size(); ++i) {
+    units[i].step_input_s = in[i];
+    units[i].step_weight_s = w[i];
+  }
+}
+
 std::vector<UnitCost> read_units(hid_t file, const std::string& path) {
   if (!ckpt::has_link(file, "units")) refuse(path, "group units is missing");
   H5Id group(H5Gopen2(file, "units", H5P_DEFAULT), H5Gclose);
@@ -164,6 +195,7 @@ std::vector<UnitCost> read_units(hid_t file, const std::string& path) {
     const std::vector<double> kept = read_column(group.get(), kKeptInputColumn, units.size(), path);
     for (size_t i = 0; i < units.size(); ++i) units[i].kept_input_bytes = kept[i];
   }
+  read_step_split(group.get(), units, path);
   return units;
 }
 

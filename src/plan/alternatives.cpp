@@ -142,6 +142,7 @@ void scale_stage_times(std::vector<StageCost>& stages, const std::vector<double>
     c.backward_s *= k[st];
     c.recompute_s *= k[st];
     if (c.weight_s >= 0.0) c.weight_s *= k[st];
+    if (c.input_s >= 0.0) c.input_s *= k[st];
     c.optimizer_s *= k[st];
   }
 }
@@ -186,14 +187,17 @@ PlanRow plan_point(const ModelProfile& profile, const Schedule& schedule,
     row.note = e.what();
     return row;
   }
+  std::vector<double> step_weight_s;  // sets the stages' input_s when measured
+  if (schedule.step_weight_grads)
+    step_weight_s = step_pass_seconds(profile, &pass_profile, request.weight_grad_share, part.units_per_stage,
+                                      {PlanRecompute::parse(recompute)}, schedule.num_micro_batches,
+                                      part.stages);
   scale_stage_times(part.stages, setup.stage_time_scale);
   SimulationInput sim{part.stages, stage_pair_links(links, schedule), profile.step_overhead_s,
                       replica_batch(request), false};
   sim.receiver_progress = receiver_driven_links(profile);
   sim.weight_grad_share = request.weight_grad_share;
-  if (schedule.step_weight_grads)
-    sim.step_weight_s = step_weight_seconds(pass_profile, sim.weight_grad_share, part.units_per_stage,
-                                            {PlanRecompute::parse(recompute)});
+  sim.step_weight_s = std::move(step_weight_s);
   for (size_t st = 0; st < sim.step_weight_s.size() && st < setup.stage_time_scale.size(); ++st)
     sim.step_weight_s[st] *= setup.stage_time_scale[st];
   // The run's placement at measured times, made here at the predicted ones.
@@ -357,10 +361,15 @@ std::string tie_text(const PlanTable& table) {
   return buf;
 }
 
+// The schedule column: "1f1b", or "1f1b/step" with weight gradients once per step.
+std::string schedule_text(const PlanRow& r) {
+  return r.schedule + (r.weight_grad == WeightGradKind::Step ? "/step" : "");
+}
+
 std::string row_text(const PlanRow& r, size_t rank) {
   char buf[320];
-  std::snprintf(buf, sizeof buf, "%4zu %4dx%-4d %9.4g  %-11s %5d %5lld  %-9s %-8s %12.5g %10.5g %6.3f %12s  %-4s %6.3f  ",
-                rank + 1, r.num_stages, r.data_parallel, r.reduction_s * 1e3, r.schedule.c_str(), r.micro_batches,
+  std::snprintf(buf, sizeof buf, "%4zu %4dx%-4d %9.4g  %-16s %5d %5lld  %-9s %-8s %12.5g %10.5g %6.3f %12s  %-4s %6.3f  ",
+                rank + 1, r.num_stages, r.data_parallel, r.reduction_s * 1e3, schedule_text(r).c_str(), r.micro_batches,
                 static_cast<long long>(r.micro_batch_size), r.recompute.c_str(),
                 r.fixed_partition ? "explicit" : objective_name(r.partition), r.step_time_s * 1e3, r.throughput_samples_per_s,
                 r.bubble, plan_text::size(r.max_peak_bytes).c_str(), r.fits ? "yes" : "no", r.plan_s);
@@ -552,12 +561,15 @@ std::string format_plan_table(const PlanTable& table, size_t max_rows) {
   std::string out = table.model + " on " + std::to_string(ranks) + " x " + table.device +
                     (table.num_stages == 0 ? " as every P x D grid" : "") + ", memory budget " +
                     budget + " per stage\n";
-  out += "rank  P x D  dp (ms)  sched           N    mb  recompute partition     step (ms)  samples/s bubble         peak  fits plan (s)  units per stage\n";
+  out += "rank  P x D  dp (ms)  sched                N    mb  recompute partition     step (ms)  samples/s bubble         peak  fits plan (s)  units per stage\n";
   for (size_t i = 0; i < table.rows.size() && i < max_rows; ++i) out += row_text(table.rows[i], i) + "\n";
   if (table.rows.size() > max_rows)
     out += "... " + std::to_string(table.rows.size() - max_rows) + " more\n";
   const auto placed = std::count_if(table.rows.begin(), table.rows.end(),
                                     [](const PlanRow& r) { return r.timed_placement; });
+  if (std::any_of(table.rows.begin(), table.rows.end(),
+                  [](const PlanRow& r) { return r.weight_grad == WeightGradKind::Step; }))
+    out += "/step: weight gradients in one pass per stage after its last B (pipeline.weight_grad = \"step\")\n";
   if (placed > 0)
     out += "placed at times: " + std::to_string(placed) + " zb-h1/zb-v rows predicted at the placement the run "
            "makes at its measured F, B and W times (pipeline.schedule_times), made here at their predicted "
@@ -571,7 +583,8 @@ std::string format_plan_table(const PlanTable& table, size_t max_rows) {
                                        std::to_string(best.data_parallel) + ", "
                                  : "";
     out += "best: rank " + std::to_string(table.best + 1) + ", " + grid + best.schedule + " N=" +
-           std::to_string(best.micro_batches) + " recompute " + best.recompute + ", " +
+           std::to_string(best.micro_batches) + " recompute " + best.recompute +
+           (best.weight_grad == WeightGradKind::Step ? " weight_grad step" : "") + ", " +
            objective_name(best.partition) + " partition " + plan_text::list(best.units_per_stage) +
            (best.timed_placement ? " (placed at times)" : "") + tie_text(table) + "\n";
   }

@@ -119,7 +119,8 @@ class StepSimulation {
     if (a.kind == ActionKind::W && s_.step_weight_grads && !in_.step_weight_s.empty())
       return in_.step_weight_s[static_cast<size_t>(a.stage)] / n_;
     if (a.kind == ActionKind::F) return c.forward_s;
-    return a.kind == ActionKind::W ? w_time(a.stage) : c.backward_s - w_time(a.stage);
+    if (a.kind == ActionKind::W) return w_time(a.stage);
+    return split_ && c.input_s >= 0.0 ? c.input_s : c.backward_s - w_time(a.stage);
   }
   double done(ActionKind kind, int stage, int mb) const { return times_[key(kind, stage, mb)]; }
   // When a receive was posted; kNotYet before.
@@ -449,7 +450,7 @@ StageActionTimes split_action_times(const SimulationInput& input) {
   StageActionTimes times;
   for (const StageCost& c : input.stages) {
     const double w = split_weight_s(c, input.weight_grad_share);
-    times.push_back({c.forward_s, c.backward_s - w, w});
+    times.push_back({c.forward_s, c.input_s >= 0.0 ? c.input_s : c.backward_s - w, w});
   }
   return times;
 }

@@ -318,6 +318,25 @@ std::string counts_text(const std::vector<int64_t>& counts) {
   return text + "]";
 }
 
+void check_counts(const std::vector<int64_t>& counts, size_t partitionable);
+
+// Each stage's units [first, end) of the profile: the pinned units join the
+// first and last stage.
+std::vector<std::pair<size_t, size_t>> stage_unit_ranges(const ModelProfile& profile,
+                                                         const std::vector<int64_t>& units_per_stage) {
+  const UnitLayout layout = unit_layout(profile);
+  check_counts(units_per_stage, layout.partitionable);
+  std::vector<std::pair<size_t, size_t>> ranges;
+  size_t next = layout.leading;
+  for (size_t s = 0; s < units_per_stage.size(); ++s) {
+    const size_t first = s == 0 ? 0 : next;
+    next += static_cast<size_t>(units_per_stage[s]);
+    const bool last = s + 1 == units_per_stage.size();
+    ranges.emplace_back(first, last ? profile.units.size() : next);
+  }
+  return ranges;
+}
+
 void check_counts(const std::vector<int64_t>& counts, size_t partitionable) {
   int64_t total = 0;
   bool empty_stage = false;
@@ -345,23 +364,52 @@ std::vector<double> step_weight_seconds(const ModelProfile& pass_profile, double
 std::vector<StageCost> stage_costs(const ModelProfile& profile,
                                    const std::vector<int64_t>& units_per_stage,
                                    const std::vector<PlanRecompute>& policies) {
-  const size_t stages = units_per_stage.size();
-  const UnitLayout layout = unit_layout(profile);
-  check_counts(units_per_stage, layout.partitionable);
+  const std::vector<std::pair<size_t, size_t>> stage_units = stage_unit_ranges(profile, units_per_stage);
+  const size_t stages = stage_units.size();
   if (policies.size() != 1 && policies.size() != stages)
     throw InputError(std::to_string(policies.size()) + " recompute policies for " +
                      std::to_string(stages) + " stages; give one, or one per stage");
   const UnitRanges ranges(profile);
   std::vector<StageCost> costs;
-  size_t next = layout.leading;
-  for (size_t s = 0; s < stages; ++s) {
-    const size_t first = s == 0 ? 0 : next;
-    next += static_cast<size_t>(units_per_stage[s]);
-    const bool last = s + 1 == stages;
-    const size_t end = last ? profile.units.size() : next;
-    costs.push_back(ranges.cost(first, end, s == 0, last, policies[policies.size() == 1 ? 0 : s]));
-  }
+  for (size_t s = 0; s < stages; ++s)
+    costs.push_back(ranges.cost(stage_units[s].first, stage_units[s].second, s == 0, s + 1 == stages,
+                                policies[policies.size() == 1 ? 0 : s]));
   return costs;
+}
+
+bool has_step_split(const ModelProfile& profile) {
+  for (const UnitCost& unit : profile.units)
+    if (unit.step_input_s < 0.0 || unit.step_weight_s < 0.0) return false;
+  return !profile.units.empty();
+}
+
+std::vector<double> apply_step_split(const ModelProfile& profile,
+                                     const std::vector<int64_t>& units_per_stage, int micro_batches,
+                                     std::vector<StageCost>& stages) {
+  PT_CHECK(has_step_split(profile), "the step's measured split backward");
+  const std::vector<std::pair<size_t, size_t>> stage_units = stage_unit_ranges(profile, units_per_stage);
+  PT_CHECK(stage_units.size() == stages.size(), "stage costs of the partition");
+  std::vector<double> pass_s;
+  for (size_t s = 0; s < stages.size(); ++s) {
+    double input = 0.0, weight = 0.0;
+    for (size_t u = stage_units[s].first; u < stage_units[s].second; ++u) {
+      input += profile.units[u].step_input_s;
+      weight += profile.units[u].step_weight_s;
+    }
+    stages[s].input_s = input + stages[s].recompute_s;
+    pass_s.push_back(weight * micro_batches);
+  }
+  return pass_s;
+}
+
+std::vector<double> step_pass_seconds(const ModelProfile& profile, const ModelProfile* pass_profile,
+                                      double weight_grad_share,
+                                      const std::vector<int64_t>& units_per_stage,
+                                      const std::vector<PlanRecompute>& policies, int micro_batches,
+                                      std::vector<StageCost>& stages) {
+  if (has_step_split(profile)) return apply_step_split(profile, units_per_stage, micro_batches, stages);
+  if (!pass_profile) return {};
+  return step_weight_seconds(*pass_profile, weight_grad_share, units_per_stage, policies);
 }
 
 }  // namespace pt

@@ -88,9 +88,9 @@ SimulationResult predict_step(const Deck& deck, const ModelProfile& profile,
   input.record_events = false;
   input.weight_grad_share = weight_grad_share(deck.model);
   input.receiver_progress = receiver_driven_links(profile);
-  if (schedule.step_weight_grads && pass_profile)
-    input.step_weight_s =
-        step_weight_seconds(*pass_profile, input.weight_grad_share, units_per_stage, policies);
+  if (schedule.step_weight_grads)
+    input.step_weight_s = step_pass_seconds(profile, pass_profile, input.weight_grad_share, units_per_stage,
+                                            policies, schedule.num_micro_batches, input.stages);
   return simulate_schedule(schedule, input);
 }
 

@@ -28,7 +28,10 @@ namespace pt {
 namespace {
 
 // Figures timed per chain, in this order.
-enum ChainTime : size_t { kChainForward, kChainBackward, kChainRecompute, kChainTimes };
+// The step's two (per micro-batch) only with options.step_weight_grads.
+enum ChainTime : size_t {
+  kChainForward, kChainBackward, kChainRecompute, kChainStepInput, kChainStepWeight, kChainTimes
+};
 
 // Timed repetitions of a chain: at least options.reps, more (up to 3 x) while
 // they fit kChainBudgetSeconds, so that a short stage gets enough samples for
@@ -52,6 +55,22 @@ struct ChainSamples {
   int reps = 0;  // decided in the first pass, the same on every rank
   std::vector<std::vector<double>> times = std::vector<std::vector<double>>(kChainTimes);
 };
+
+// Repetitions of pass `pass` of `passes` when `total` are spread over them.
+int share_of(int total, int pass, int passes) { return total / passes + (pass < total % passes ? 1 : 0); }
+
+// options.step_weight_grads: this pass's share of the options.reps steps of
+// `micro_batches` (StageProbe::probe_step_split), after one untimed in the
+// first pass; per micro-batch.
+void time_step_split(StageProbe& probe, const Dataset& data, int micro_batches,
+                     const ProfileOptions& options, int pass, int passes, ChainSamples& chain) {
+  if (pass == 0) probe.probe_step_split(data, micro_batches);
+  for (int r = 0; r < share_of(options.reps, pass, passes); ++r) {
+    const StepSplitProbe step = probe.probe_step_split(data, micro_batches);
+    chain.times[kChainStepInput].push_back(step.input_s / micro_batches);
+    chain.times[kChainStepWeight].push_back(step.weight_s / micro_batches);
+  }
+}
 
 // This pass's share of one chain's repetitions (stage `stage` of `counts`):
 // the stage built whole, the warm-ups (at least one) untimed, then timed
@@ -79,13 +98,14 @@ void time_chain_pass(const Deck& deck, const BatchSplit& split, Backend& be, con
     pair_seconds = kept.forward_s + kept.backward_s + recomputed.forward_s + recomputed.backward_s;
   }
   if (pass == 0) chain.reps = chain_repetitions(pair_seconds, options, comm);
-  const int reps = chain.reps / passes + (pass < chain.reps % passes ? 1 : 0);
-  for (int r = 0; r < reps; ++r) {
+  for (int r = 0; r < share_of(chain.reps, pass, passes); ++r) {
     const auto [kept, recomputed] = pair();
     chain.times[kChainForward].push_back(kept.forward_s);
     chain.times[kChainBackward].push_back(kept.backward_s);
     chain.times[kChainRecompute].push_back(recomputed.recompute_s);
   }
+  if (options.step_weight_grads)
+    time_step_split(none, *data, static_cast<int>(split.micro_batches), options, pass, passes, chain);
 }
 
 // This rank's medians of every chain, (stages, kChainTimes). The repetitions
@@ -119,6 +139,17 @@ double ratio(double measured, double predicted) {
   return measured > 0.0 && predicted > 0.0 ? measured / predicted : 1.0;
 }
 
+// The step's figures of units [first, end) in the stage's measured
+// proportion to its fused backward (the units' backward_s, scaled already).
+void set_step_split(ModelProfile& p, size_t first, size_t end, double input_per_backward,
+                    double weight_per_backward) {
+  for (size_t u = first; u < end; ++u) {
+    UnitCost& unit = p.units[u];
+    unit.step_input_s = unit.backward_s * input_per_backward;
+    unit.step_weight_s = unit.backward_s * weight_per_backward;
+  }
+}
+
 void scale_units(ModelProfile& p, size_t first, size_t end, double forward, double backward,
                  double recompute) {
   for (size_t u = first; u < end; ++u) {
@@ -145,6 +176,18 @@ std::string ratios_text(const std::vector<double>& ratios) {
     text += number;
   }
   return text;
+}
+
+// ", weight_grad step (N=8) B x 0.652 0.640, W x 0.488 0.505": the step's
+// B and W per micro-batch over the chain's fused backward.
+std::string step_split_text(const ChainCalibration& cal, int64_t micro_batches) {
+  std::vector<double> input, weight;
+  for (size_t s = 0; s < cal.step_input_s.size(); ++s) {
+    input.push_back(ratio(cal.step_input_s[s], cal.backward_s[s]));
+    weight.push_back(ratio(cal.step_weight_s[s], cal.backward_s[s]));
+  }
+  return ", weight_grad step (N=" + std::to_string(micro_batches) + ") B x " + ratios_text(input) +
+         ", W x " + ratios_text(weight);
 }
 
 }  // namespace
@@ -177,11 +220,18 @@ ChainCalibration calibrate_with_stage_chains(ModelProfile& p, const Deck& deck, 
     cal.recompute_ratio.push_back(ratio(m[kChainRecompute], sum_full.recompute_s));
     scale_units(p, first, end, cal.forward_ratio.back(), cal.backward_ratio.back(),
                 cal.recompute_ratio.back());
+    if (options.step_weight_grads && m[kChainBackward] > 0.0) {
+      cal.step_input_s.push_back(m[kChainStepInput]);
+      cal.step_weight_s.push_back(m[kChainStepWeight]);
+      set_step_split(p, first, end, m[kChainStepInput] / m[kChainBackward],
+                     m[kChainStepWeight] / m[kChainBackward]);
+    }
     first = end;
   }
   cal.text = "stage chains " + counts_text(cal.units_per_stage) + ": F x " +
              ratios_text(cal.forward_ratio) + ", B x " + ratios_text(cal.backward_ratio) +
              ", recompute x " + ratios_text(cal.recompute_ratio);
+  if (!cal.step_input_s.empty()) cal.text += step_split_text(cal, split.micro_batches);
   return cal;
 }
 

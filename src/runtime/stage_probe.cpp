@@ -75,4 +75,43 @@ MicroBatchProbe StageProbe::probe_micro_batch(const Dataset& data,
   return probe;
 }
 
+StepSplitProbe StageProbe::probe_step_split(const Dataset& data, int micro_batches) {
+  PT_CHECK(micro_batches >= 1, "a step's split backward needs a micro-batch");
+  const StageModel& stage = runner_.model();
+  PassContext pass;
+  pass.data = &data;
+  pass.probing = true;
+  pass.micro_batches = micro_batches;
+  pass.split = true;
+  pass.step_weight_grads = true;
+  runner_.begin_pass(pass);
+  fill_data_cache(data, rows_, stage.is_first(), stage.is_last());
+  const Device dev = be_.device();
+  regions_.restart();
+  for (int mb = 0; mb < micro_batches; ++mb) {
+    Tensor x = stage.is_first() ? runner_.data_input(mb)
+                                : Tensor::zeros(stage.input_shape(rows_), stage.input_dtype,
+                                                MemCategory::Workspace, dev);
+    runner_.forward(mb, std::move(x));
+    runner_.state(mb).output = Tensor();  // sent, in a run
+    Tensor dy = stage.is_last() ? std::move(runner_.state(mb).grad_output)
+                                : Tensor::zeros(stage.output_shape(rows_), DType::F32,
+                                                MemCategory::Workspace, dev);
+    regions_.begin();
+    runner_.backward(mb, std::move(dy));
+    regions_.end({});
+    runner_.state(mb).grad_input = Tensor();  // sent, in a run
+  }
+  PT_CHECK(runner_.weight_pass_size(0) == micro_batches, "the probe's pass of weight gradients");
+  regions_.begin();
+  runner_.weights(0);
+  regions_.end({});
+  const std::vector<double> seconds = regions_.read();
+  StepSplitProbe probe;
+  for (int mb = 0; mb < micro_batches; ++mb) probe.input_s += seconds[static_cast<size_t>(mb)];
+  probe.weight_s = seconds.back();
+  runner_.end_pass();
+  return probe;
+}
+
 }  // namespace pt

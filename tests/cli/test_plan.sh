@@ -31,13 +31,14 @@ check "it says where the costs come from" output_has "plan: costs from brief pro
 # (every micro-batch's weight-gradient inputs kept until the pass) than per
 # micro-batch. (Its bubble is smaller too, but on this GPT only by about
 # half a point, within two brief profiles' noise.)
-point_of() { grep -E "^ +[0-9]+ +2x1 +[0-9.e+-]+ +1f1b +8 +[0-9]+ +none +uniform " "$tmp/out" | awk "{print \$$1}"; }
+point_of() { grep -E "^ +[0-9]+ +2x1 +[0-9.e+-]+ +1f1b${2:-} +8 +[0-9]+ +none +uniform " "$tmp/out" | awk "{print \$$1}"; }
 per_mb_bubble=$(point_of 11); per_mb_peak=$(point_of 12)  # from the first plan above
 run 2 plan inputs/gpt_markov.toml --micro-batches 8 --schedules 1f1b --set pipeline.weight_grad=\"step\" --top 1000
 check "plan with weight_grad = step succeeds" status_is 0
 check "... and says so" output_has 'plan: weight gradients once per step (pipeline.weight_grad = "step")'
-check "... a larger peak ($(point_of 12) against $per_mb_peak MiB; bubble $(point_of 11) against $per_mb_bubble)" \
-  awk -v m="$(point_of 12)" -v m0="$per_mb_peak" 'BEGIN { exit !(m0 > 0 && m > m0) }'
+check "... its rows are marked (1f1b/step) and the mark explained" output_has '/step: weight gradients in one pass per stage'
+check "... a larger peak ($(point_of 12 /step) against $per_mb_peak MiB; bubble $(point_of 11 /step) against $per_mb_bubble)" \
+  awk -v m="$(point_of 12 /step)" -v m0="$per_mb_peak" 'BEGIN { exit !(m0 > 0 && m > m0) }'
 
 # A budget that only recomputation meets: the best plan is the fastest that
 # fits, or a simpler one predicted within the 2% tie margin of it.

@@ -33,6 +33,14 @@ struct UnitCost {
   double recompute_end_s = 0.0;  // the same when the unit ends its recompute segment (its
                                  // last layer only refills what its backward needs)
   double optimizer_s = 0.0;    // the optimizer step of the unit's parameters (once per batch)
+  // pipeline.weight_grad = "step", per micro-batch, measured by the stage
+  // chains (runtime/profile_chain.cpp) with the profile's micro-batch count:
+  // B without weight gradients while the step's deferred tensors are held,
+  // and the unit's share of the stage's one pass of weight gradients
+  // (stacking included) divided by the micro-batches. < 0: not measured (the
+  // planner then splits backward_s by the model's weight-gradient share).
+  double step_input_s = -1.0;
+  double step_weight_s = -1.0;
   double forward_flops = 0.0;  // matmul FLOPs the forward computes, a padded vocabulary's
                                // columns included (CostUnitInfo::computed_flops): what
                                // takes time, by which a stage's time is shared out

@@ -74,6 +74,10 @@ struct StageCost {
   // W's seconds of a split backward when measured (a trace's own costs,
   // bubble_at_costs); < 0: the simulator's weight_grad_share of the backward.
   double weight_s = -1.0;
+  // B of a split backward (its recompute included) when measured apart from
+  // the fused backward (apply_step_split: pipeline.weight_grad = "step");
+  // < 0: backward_s less W.
+  double input_s = -1.0;
   double optimizer_s = 0.0;
   // Bytes per micro-batch of the messages to the neighbours.
   double input_message_bytes = 0.0;   // activation received, gradient sent (0 on stage 0)
@@ -165,5 +169,28 @@ std::vector<StageCost> stage_costs(const ModelProfile& profile,
 std::vector<double> step_weight_seconds(const ModelProfile& pass_profile, double weight_grad_share,
                                         const std::vector<int64_t>& units_per_stage,
                                         const std::vector<PlanRecompute>& policies);
+
+// Whether every unit of `profile` has the step's figures the stage chains
+// measure (UnitCost::step_input_s and step_weight_s).
+bool has_step_split(const ModelProfile& profile);
+
+// pipeline.weight_grad = "step" from those figures: sets each stage's
+// input_s in `stages` (stage_costs of the same partition: step_input_s
+// summed, plus the stage's recompute) and returns each stage's pass of
+// weight gradients over `micro_batches` (SimulationInput::step_weight_s).
+// Requires has_step_split(profile).
+std::vector<double> apply_step_split(const ModelProfile& profile,
+                                     const std::vector<int64_t>& units_per_stage, int micro_batches,
+                                     std::vector<StageCost>& stages);
+
+// pipeline.weight_grad = "step": each stage's pass of weight gradients, by
+// apply_step_split when `profile` has the step's figures (setting the
+// stages' input_s), else by step_weight_seconds of `pass_profile` (null:
+// none, an empty result).
+std::vector<double> step_pass_seconds(const ModelProfile& profile, const ModelProfile* pass_profile,
+                                      double weight_grad_share,
+                                      const std::vector<int64_t>& units_per_stage,
+                                      const std::vector<PlanRecompute>& policies, int micro_batches,
+                                      std::vector<StageCost>& stages);
 
 }  // namespace pt

@@ -40,6 +40,10 @@ struct ProfileOptions {
   // Correct the unit times by whole stages run as the executor runs them
   // (calibrate_with_stage_chains); off only to test the calibration itself.
   bool stage_chains = true;
+  // The stage chains also time a step's split backward as a run with
+  // pipeline.weight_grad = "step" computes it (UnitCost::step_input_s,
+  // step_weight_s): set where "step" may run or be weighed.
+  bool step_weight_grads = false;
   // Called on every rank after each pass through the units and through the
   // stage chains (a collective: the run's speed probe, so that a slow spell of
   // the host inside the profile shows); null: nothing.
@@ -88,9 +92,17 @@ ModelProfile profile_weight_pass(const Deck& deck, Backend& be, MPI_Comm comm,
 // so that the planner's sums (UnitRanges::cost) equal the measured stage:
 // forward_s by the F ratio, backward_s and recompute_selective_s by the B
 // ratio, recompute_s and recompute_end_s by the recompute ratio (full).
+// With options.step_weight_grads each chain also runs the profile's
+// micro-batches as a step with per-step weight gradients
+// (StageProbe::probe_step_split) and every unit of the stage gets
+// step_input_s and step_weight_s in the stage's measured proportion to its
+// fused backward: backward_s x step_input / backward (per micro-batch).
 struct ChainCalibration {
   std::vector<int64_t> units_per_stage;  // (stages) partitionable units of each chain
   std::vector<double> forward_s, backward_s, recompute_s;  // (stages) measured
+  // (stages) per micro-batch of a step with per-step weight gradients: its B
+  // and its share of the pass; empty unless options.step_weight_grads.
+  std::vector<double> step_input_s, step_weight_s;
   std::vector<double> forward_ratio, backward_ratio, recompute_ratio;  // (stages)
   std::vector<int> repetitions;  // (stages) timed repetitions of each chain, all passes
   int passes = 0;                // passes through the stages

@@ -25,6 +25,12 @@ struct MicroBatchProbe {
   double recompute_s = 0.0;    // the recompute inside B (0 unless it recomputes)
 };
 
+// A step's split backward on one stage (pipeline.weight_grad = "step").
+struct StepSplitProbe {
+  double input_s = 0.0;   // the micro-batches' B without weight gradients, summed
+  double weight_s = 0.0;  // the stage's one pass of weight gradients, stacking included
+};
+
 class StageProbe {
  public:
   // `config`: its rows, batch size and replica (executor_config_for(deck)).
@@ -39,6 +45,13 @@ class StageProbe {
   MicroBatchProbe probe_micro_batch(const Dataset& data, const std::function<MemoryStats()>& stats,
                                     const std::function<void()>& reset_peaks,
                                     const std::function<void()>& before_each_pass = {});
+  // `micro_batches` micro-batches, each F then B with its weight gradients
+  // deferred, all their deferred tensors held, then the stage's one pass of
+  // weight gradients over them: a stage of a run with per-step weight
+  // gradients, without the communication. The B a probe of a split backward
+  // times runs with the deferred tensors of the micro-batches before it
+  // alive, as in the run; the recompute policy is the probe's.
+  StepSplitProbe probe_step_split(const Dataset& data, int micro_batches);
 
  private:
   StageRunner runner_;
