@@ -285,6 +285,44 @@ TEST(AutoPlan, PredictsZeroBubbleRowsAtTheRunsPlacement) {
               at_times.rows.size());
 }
 
+// weight_grad = "step": a profile whose stage chains timed the step
+// (UnitCost::step_input_s, step_weight_s) predicts its step plans from those
+// figures, and the profile at a whole batch's rows (the pass profile of a
+// profile without them) is never asked for; a split that costs more than
+// the fused backward predicts a longer step.
+TEST(AutoPlan, StepPlansTakeTheStepFiguresOfTheirProfile) {
+  PlanRequest r = auto_plan_request(
+      deck_with({"pipeline.schedule=\"1f1b\"", "pipeline.micro_batches=4", "pipeline.recompute=\"none\"",
+                 "pipeline.partition=\"uniform\"", "data_parallel.replicas=1"}),
+      2, 1e12);
+  r.weight_grad = WeightGradKind::Step;
+  const auto step_time = [&](double input_share, double weight_share, std::vector<int64_t>* asked) {
+    const auto profile_for = [&](int64_t rows) {
+      asked->push_back(rows);
+      ModelProfile p = profile_of(rows);
+      if (input_share > 0.0)
+        for (UnitCost& u : p.units) {
+          u.step_input_s = input_share * u.backward_s;
+          u.step_weight_s = weight_share * u.backward_s;
+        }
+      return p;
+    };
+    const PlanTable table = rank_plans(profile_for, {profile_of(1).link}, r);
+    EXPECT_EQ(table.rows.size(), 1u);
+    EXPECT_EQ(table.rows.at(0).weight_grad, WeightGradKind::Step);
+    return table.rows.at(0).step_time_s;
+  };
+  std::vector<int64_t> asked;
+  const double even = step_time(0.55, 0.45, &asked);
+  EXPECT_EQ(asked, std::vector<int64_t>{4});  // 16 samples in 4 micro-batches; never 16 rows
+  asked.clear();
+  const double costly = step_time(0.7, 0.6, &asked);
+  EXPECT_GT(costly, even * 1.1);
+  asked.clear();
+  step_time(0.0, 0.0, &asked);  // no step figures: the pass at the whole batch's rows too
+  EXPECT_NE(std::find(asked.begin(), asked.end(), 16), asked.end());
+}
+
 TEST(AutoPlan, RefusesWhatItCannotKeep) {
   EXPECT_NE(test::error_of([] {
               auto_plan_request(deck_with({"pipeline.recompute_stages=[\"none\", \"full\"]"}), 2, 1e9);

@@ -415,14 +415,19 @@ std::unique_ptr<WeighedPlans> weigh_plans(const ProfileForMicroBatch& profile_fo
   table.num_stages = request.num_stages;
   table.total_ranks = request.num_stages * request.data_parallel;
   table.memory_budget_bytes = request.memory_budget_bytes;
-  // weight_grad = "step": the profile at a whole replica batch's rows times
-  // the pass of weight gradients; asked for first, so that a measuring
-  // profile_for leaves the links of each N's own profile for its plans.
+  // weight_grad = "step": an N's profile carries the step's B and pass when
+  // its stage chains timed them (has_step_split); else the profile at a
+  // whole replica batch's rows times the pass, measured at the first N
+  // without them. A measuring profile_for leaves the links of the profile it
+  // gave last, so the N's own is asked for again after it.
   const ModelProfile* pass_profile = nullptr;
   for (int n : micro_batch_counts(request)) {
-    if (request.weight_grad == WeightGradKind::Step && !pass_profile)
+    const int64_t rows = replica_batch(request) / n;
+    const ModelProfile& profile = profile_at(*w, profile_for, rows);
+    if (request.weight_grad == WeightGradKind::Step && !has_step_split(profile) && !pass_profile) {
       pass_profile = &profile_at(*w, profile_for, replica_batch(request), true);
-    const ModelProfile& profile = profile_at(*w, profile_for, replica_batch(request) / n);
+      profile_for(rows);
+    }
     table.model = profile.model;
     table.device = profile.backend;
     for (const std::string& name : request.schedules) {
@@ -436,7 +441,8 @@ std::unique_ptr<WeighedPlans> weigh_plans(const ProfileForMicroBatch& profile_fo
       const bool step = request.weight_grad == WeightGradKind::Step && !splits_backward(schedule);
       if (step) schedule = with_step_weight_grads(schedule);
       const std::vector<int> in_flight = schedule_in_flight(schedule);
-      w->generated.push_back({std::move(schedule), in_flight, &profile, step ? pass_profile : &profile,
+      const ModelProfile* timing_pass = step && pass_profile && !has_step_split(profile) ? pass_profile : &profile;
+      w->generated.push_back({std::move(schedule), in_flight, &profile, timing_pass,
                               seconds_since(generation_start), cpu_seconds_since(generation_cpu)});
       for (const std::string& recompute : request.recompute)
         for (PartitionObjective objective : request.partitions) {
