@@ -441,8 +441,7 @@ std::unique_ptr<WeighedPlans> weigh_plans(const ProfileForMicroBatch& profile_fo
       const bool step = request.weight_grad == WeightGradKind::Step && !splits_backward(schedule);
       if (step) schedule = with_step_weight_grads(schedule);
       const std::vector<int> in_flight = schedule_in_flight(schedule);
-      const ModelProfile* timing_pass = step && pass_profile && !has_step_split(profile) ? pass_profile : &profile;
-      w->generated.push_back({std::move(schedule), in_flight, &profile, timing_pass,
+      w->generated.push_back({std::move(schedule), in_flight, &profile, step && pass_profile ? pass_profile : &profile,
                               seconds_since(generation_start), cpu_seconds_since(generation_cpu)});
       for (const std::string& recompute : request.recompute)
         for (PartitionObjective objective : request.partitions) {

@@ -318,7 +318,18 @@ std::string counts_text(const std::vector<int64_t>& counts) {
   return text + "]";
 }
 
-void check_counts(const std::vector<int64_t>& counts, size_t partitionable);
+void check_counts(const std::vector<int64_t>& counts, size_t partitionable) {
+  int64_t total = 0;
+  bool empty_stage = false;
+  for (int64_t c : counts) {
+    total += c;
+    empty_stage = empty_stage || c < 1;
+  }
+  if (counts.empty() || empty_stage || total != static_cast<int64_t>(partitionable))
+    throw InputError("partition " + counts_text(counts) + ": expected one count >= 1 per stage, " +
+                     "adding up to the " + std::to_string(partitionable) +
+                     " partitionable units");
+}
 
 // Each stage's units [first, end) of the profile: the pinned units join the
 // first and last stage.
@@ -335,19 +346,6 @@ std::vector<std::pair<size_t, size_t>> stage_unit_ranges(const ModelProfile& pro
     ranges.emplace_back(first, last ? profile.units.size() : next);
   }
   return ranges;
-}
-
-void check_counts(const std::vector<int64_t>& counts, size_t partitionable) {
-  int64_t total = 0;
-  bool empty_stage = false;
-  for (int64_t c : counts) {
-    total += c;
-    empty_stage = empty_stage || c < 1;
-  }
-  if (counts.empty() || empty_stage || total != static_cast<int64_t>(partitionable))
-    throw InputError("partition " + counts_text(counts) + ": expected one count >= 1 per stage, " +
-                     "adding up to the " + std::to_string(partitionable) +
-                     " partitionable units");
 }
 
 }  // namespace

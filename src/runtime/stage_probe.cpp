@@ -12,6 +12,18 @@ StageProbe::StageProbe(StageModel& stage, Backend& backend, RecomputePolicy poli
     : runner_(stage, std::move(policy), config, backend, nullptr), be_(backend), rows_(config.rows),
       regions_(backend) {}
 
+// A stage input (not the first stage's: its data) and an output gradient
+// (not the last stage's: its loss gradient) of the probe's rows, zero.
+Tensor StageProbe::zero_input() const {
+  const StageModel& stage = runner_.model();
+  return Tensor::zeros(stage.input_shape(rows_), stage.input_dtype, MemCategory::Workspace, be_.device());
+}
+
+Tensor StageProbe::zero_output_grad() const {
+  return Tensor::zeros(runner_.model().output_shape(rows_), DType::F32, MemCategory::Workspace,
+                       be_.device());
+}
+
 MicroBatchProbe StageProbe::probe_micro_batch(const Dataset& data,
                                               const std::function<MemoryStats()>& stats,
                                               const std::function<void()>& reset_peaks,
@@ -29,14 +41,10 @@ MicroBatchProbe StageProbe::probe_micro_batch(const Dataset& data,
   // Timed regions, read at the end: the input fetch (first stage), F, B.
   const size_t fetched = stage.is_first() ? 1 : 0;
   if (fetched) regions_.begin();
-  const Device dev = be_.device();
-  Tensor x = stage.is_first() ? data.inputs(0, rows_).to(dev)
-                              : Tensor::zeros(stage.input_shape(rows_), stage.input_dtype,
-                                              MemCategory::Workspace, dev);
+  Tensor x = stage.is_first() ? data.inputs(0, rows_).to(be_.device()) : zero_input();
   if (fetched) regions_.end({});
   Tensor dy;
-  if (!stage.is_last())
-    dy = Tensor::zeros(stage.output_shape(rows_), DType::F32, MemCategory::Workspace, dev);
+  if (!stage.is_last()) dy = zero_output_grad();
   const MemoryStats before = stats();
   reset_memory_peaks();
   if (reset_peaks) reset_peaks();
@@ -86,17 +94,11 @@ StepSplitProbe StageProbe::probe_step_split(const Dataset& data, int micro_batch
   pass.step_weight_grads = true;
   runner_.begin_pass(pass);
   fill_data_cache(data, rows_, stage.is_first(), stage.is_last());
-  const Device dev = be_.device();
   regions_.restart();
   for (int mb = 0; mb < micro_batches; ++mb) {
-    Tensor x = stage.is_first() ? runner_.data_input(mb)
-                                : Tensor::zeros(stage.input_shape(rows_), stage.input_dtype,
-                                                MemCategory::Workspace, dev);
-    runner_.forward(mb, std::move(x));
+    runner_.forward(mb, stage.is_first() ? runner_.data_input(mb) : zero_input());
     runner_.state(mb).output = Tensor();  // sent, in a run
-    Tensor dy = stage.is_last() ? std::move(runner_.state(mb).grad_output)
-                                : Tensor::zeros(stage.output_shape(rows_), DType::F32,
-                                                MemCategory::Workspace, dev);
+    Tensor dy = stage.is_last() ? std::move(runner_.state(mb).grad_output) : zero_output_grad();
     regions_.begin();
     runner_.backward(mb, std::move(dy));
     regions_.end({});

@@ -54,6 +54,9 @@ class StageProbe {
   StepSplitProbe probe_step_split(const Dataset& data, int micro_batches);
 
  private:
+  Tensor zero_input() const;
+  Tensor zero_output_grad() const;
+
   StageRunner runner_;
   Backend& be_;
   int64_t rows_;
