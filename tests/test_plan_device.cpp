@@ -497,3 +497,71 @@ TEST(PlanGrid, ReductionCostFromTheLinkModel) {
   EXPECT_DOUBLE_EQ(pt::replica_reduction_s(4e6, 4, 8, link), 3 * (2 * 1e-5 + 9 * 1e6 / 1e9));
   EXPECT_DOUBLE_EQ(pt::replica_reduction_bytes(4e6, 4, 1), 4e6 * 3.25);
 }
+
+// Measured reductions (runtime/profile_reduction.hpp) give the link with
+// which the reduction model reproduces them: both of two sizes exactly,
+// latency and bandwidth positive; through the origin where the line would
+// need a negative latency or a single size was timed; bad figures refused.
+TEST(PlanGrid, ReductionLinkFittedToMeasuredReductions) {
+  const pt::LinkCost truth{2e-5, 1.5e9};
+  const std::vector<double> bytes{3e4, 6.3e6};
+  for (int d : {2, 4}) {
+    const std::vector<double> seconds{pt::replica_reduction_s(bytes[0], d, 1, truth),
+                                      pt::replica_reduction_s(bytes[1], d, 1, truth)};
+    const pt::LinkCost fit = pt::fit_reduction_link(d, bytes, seconds);
+    EXPECT_NEAR(fit.latency_s, truth.latency_s, 1e-12) << "D = " << d;
+    EXPECT_NEAR(fit.bandwidth_bytes_per_s, truth.bandwidth_bytes_per_s, 1e-3) << "D = " << d;
+    for (size_t i = 0; i < bytes.size(); ++i)
+      EXPECT_NEAR(pt::replica_reduction_s(bytes[i], d, 1, fit), seconds[i], 1e-15);
+  }
+  // The line through these would start below zero: no negative latency, the
+  // mean bandwidth instead.
+  const pt::LinkCost origin = pt::fit_reduction_link(2, {1e6, 4e6}, {0.5e-3, 4e-3});
+  EXPECT_EQ(origin.latency_s, 0.0);
+  EXPECT_DOUBLE_EQ(origin.bandwidth_bytes_per_s, 5e6 / 4.5e-3);
+  const pt::LinkCost one = pt::fit_reduction_link(2, {6e6}, {4e-3});
+  EXPECT_EQ(one.latency_s, 0.0);
+  EXPECT_DOUBLE_EQ(pt::replica_reduction_s(6e6, 2, 1, one), 4e-3);
+  EXPECT_THROW(pt::fit_reduction_link(1, {6e6}, {4e-3}), pt::InputError);
+  EXPECT_THROW(pt::fit_reduction_link(2, {6e6}, {0.0}), pt::InputError);
+  EXPECT_THROW(pt::fit_reduction_link(2, {6e6, 1e6}, {4e-3}), pt::InputError);
+  // replica_link_of: the profile's fit for its D, else the fallback.
+  pt::ModelProfile p;
+  p.reductions.push_back({2, bytes, {1e-3, 2e-3}, truth});
+  const pt::LinkCost fallback{1e-6, 1e10};
+  EXPECT_EQ(pt::replica_link_of(p, 2, fallback).bandwidth_bytes_per_s, truth.bandwidth_bytes_per_s);
+  EXPECT_EQ(pt::replica_link_of(p, 4, fallback).bandwidth_bytes_per_s, fallback.bandwidth_bytes_per_s);
+}
+
+// After a simulated step each stage's reduction starts at the end of its own
+// span; the step waits for the last one, its throughput falls with it, and
+// every stage's peak gains the reduction's buffers. Nothing at D = 1.
+TEST(PlanGrid, ReductionsAddedAfterEachStagesSpan) {
+  pt::ModelProfile p;
+  for (int u = 0; u < 4; ++u) {
+    pt::UnitCost c;
+    c.name = "linear" + std::to_string(u);
+    c.grad_bytes = (u + 1) * 1e6;
+    p.units.push_back(c);
+  }
+  pt::SimulationResult r;
+  r.span_s = {10e-3, 9e-3};
+  r.span_s_max = 10e-3;
+  r.step_time_s = 12e-3;
+  r.throughput_samples_per_s = 64 / 12e-3;
+  r.peak_bytes = {1e6, 1e6};
+  pt::SimulationResult same = r;
+  EXPECT_EQ(pt::add_replica_reductions(same, p, {2, 2}, 1, 1, {1e-5, 1e9}), 0.0);
+  EXPECT_EQ(same.step_time_s, r.step_time_s);
+  const pt::LinkCost link{1e-5, 1e9};
+  // stage 0: 3 MB from 10 ms; stage 1: 7 MB from 9 ms (the later end)
+  const double end0 = 10e-3 + pt::replica_reduction_s(3e6, 2, 1, link);
+  const double end1 = 9e-3 + pt::replica_reduction_s(7e6, 2, 1, link);
+  ASSERT_GT(end1, end0);
+  const double waited = pt::add_replica_reductions(r, p, {2, 2}, 2, 1, link);
+  EXPECT_DOUBLE_EQ(waited, end1 - 10e-3);
+  EXPECT_DOUBLE_EQ(r.step_time_s, 12e-3 + waited);
+  EXPECT_DOUBLE_EQ(r.throughput_samples_per_s, 64 / (12e-3 + waited));
+  EXPECT_DOUBLE_EQ(r.peak_bytes[0], 1e6 + pt::replica_reduction_bytes(3e6, 2, 1));
+  EXPECT_DOUBLE_EQ(r.peak_bytes[1], 1e6 + pt::replica_reduction_bytes(7e6, 2, 1));
+}

@@ -28,6 +28,7 @@
 #include "pipetrain/io/trace_io.hpp"
 #include "pipetrain/model/model.hpp"
 #include "pipetrain/model/optimizer.hpp"
+#include "pipetrain/plan/alternatives.hpp"
 #include "pipetrain/plan/stage_cost.hpp"
 #include "pipetrain/tensor/backend.hpp"
 #include "pipetrain/runtime/data_set_config.hpp"
@@ -111,6 +112,9 @@ ModelProfile distinct_profile() {
     c.step_weight_s = (u + 0.25) / 11.0;
     p.units.push_back(c);
   }
+  p.reductions.push_back({2, {3e4, 6.3e6}, {2e-5, 4.1e-3}, {}});
+  p.reductions.push_back({4, {1e6}, {3e-3}, {}});
+  for (MeasuredReduction& r : p.reductions) r.link = fit_reduction_link(r.replicas, r.grad_bytes, r.seconds);
   return p;
 }
 
@@ -153,6 +157,14 @@ void expect_same(const ModelProfile& a, const ModelProfile& b) {
   EXPECT_EQ(a.calibration, b.calibration);
   ASSERT_EQ(a.units.size(), b.units.size());
   for (size_t u = 0; u < a.units.size(); ++u) expect_same(a.units[u], b.units[u]);
+  ASSERT_EQ(a.reductions.size(), b.reductions.size());
+  for (size_t r = 0; r < a.reductions.size(); ++r) {
+    EXPECT_EQ(a.reductions[r].replicas, b.reductions[r].replicas);
+    EXPECT_EQ(a.reductions[r].grad_bytes, b.reductions[r].grad_bytes);
+    EXPECT_EQ(a.reductions[r].seconds, b.reductions[r].seconds);
+    EXPECT_EQ(a.reductions[r].link.latency_s, b.reductions[r].link.latency_s);
+    EXPECT_EQ(a.reductions[r].link.bandwidth_bytes_per_s, b.reductions[r].link.bandwidth_bytes_per_s);
+  }
 }
 
 TEST(ProfileFile, RoundTripKeepsEveryField) {
@@ -169,6 +181,10 @@ TEST(ProfileFile, RoundTripKeepsEveryField) {
     EXPECT_EQ(unit.step_input_s, -1.0) << unit.name;
     EXPECT_EQ(unit.step_weight_s, -1.0) << unit.name;
   }
+  // without timed reductions (D = 1) no group is written: read as none
+  unmeasured.reductions.clear();
+  write_profile_file(path, unmeasured, {"[model]\n", "test"});
+  EXPECT_TRUE(read_profile_file(path).reductions.empty());
   std::remove(path.c_str());
 }
 
@@ -249,6 +265,20 @@ TEST(ProfileFile, DamagedOrMismatchedFilesAreRefusedWithTheirReason) {
                                  write_double_column(f, "units/step_input_s", {1.0, -2.0, 3.0});
                                }),
                  path, "dataset units/step_input_s[1] = -2.000000 is not a finite value >= 0");
+  expect_message(message_after(path, [](hid_t f) { H5Ldelete(f, "reductions/replicas", H5P_DEFAULT); }),
+                 path, "dataset reductions/replicas (1-D integer, the D of each timed reduction) is missing");
+  expect_message(message_after(path,
+                               [](hid_t f) {
+                                 H5Ldelete(f, "reductions/seconds", H5P_DEFAULT);
+                                 write_double_column(f, "reductions/seconds", {1.0, 2.0});
+                               }),
+                 path, "dataset reductions/seconds has 2 rows, not 3 (one per row of reductions/replicas)");
+  expect_message(message_after(path,
+                               [](hid_t f) {
+                                 H5Ldelete(f, "reductions/grad_bytes", H5P_DEFAULT);
+                                 write_double_column(f, "reductions/grad_bytes", {1.0, 0.0, 3.0});
+                               }),
+                 path, "reductions/grad_bytes[1] and reductions/seconds[1] must be > 0");
   // Every refusal says what was expected.
   EXPECT_NE(message_after(path, [](hid_t f) { H5Ldelete(f, "units", H5P_DEFAULT); })
                 .find("expected a profile.h5 written by `pipetrain profile`"),
@@ -677,6 +707,8 @@ TEST(ProfileChains, ScaledUnitsAddUpToTheMeasuredStages) {
     EXPECT_NEAR(none[s].forward_s, cal.forward_s[s], 1e-12 + 1e-9 * cal.forward_s[s]) << "stage " << s;
     EXPECT_NEAR(none[s].backward_s, cal.backward_s[s], 1e-12 + 1e-9 * cal.backward_s[s]) << "stage " << s;
     EXPECT_NEAR(full[s].recompute_s, cal.recompute_s[s], 1e-12 + 1e-9 * cal.recompute_s[s]) << "stage " << s;
+    EXPECT_GT(cal.optimizer_s[s], 0.0);
+    EXPECT_NEAR(none[s].optimizer_s, cal.optimizer_s[s], 1e-12 + 1e-9 * cal.optimizer_s[s]) << "stage " << s;
     // embedding with stage 0, head with the last stage
     const size_t units = static_cast<size_t>(cal.units_per_stage[s]) + (s == 0) + (s + 1 == stages);
     for (size_t k = 0; k < units; ++k, ++unit) {
@@ -684,7 +716,7 @@ TEST(ProfileChains, ScaledUnitsAddUpToTheMeasuredStages) {
       EXPECT_NEAR(after.forward_s, before.forward_s * cal.forward_ratio[s], 1e-15) << after.name;
       EXPECT_NEAR(after.backward_s, before.backward_s * cal.backward_ratio[s], 1e-15) << after.name;
       EXPECT_NEAR(after.recompute_s, before.recompute_s * cal.recompute_ratio[s], 1e-15) << after.name;
-      EXPECT_EQ(after.optimizer_s, before.optimizer_s) << after.name;
+      EXPECT_NEAR(after.optimizer_s, before.optimizer_s * cal.optimizer_ratio[s], 1e-15) << after.name;
     }
   }
   EXPECT_EQ(unit, p.units.size());

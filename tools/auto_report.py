@@ -181,6 +181,39 @@ def machine(root, case):
             text_attr(f, "cpu"), text_attr(f, "blas"), text_attr(f, "blas_core"), text_attr(f, "gemm"))
 
 
+def prediction_errors(d):
+    """{D: [measured / predicted - 1]} over every run of a case directory with a start-up prediction
+    (the run's own profile and plan line; the median step after the first 2 against it)."""
+    errors = {}
+    for dirs in runs_of(d).values():
+        for run_dir in dirs:
+            m = measured(run_dir)
+            with h5py.File(os.path.join(run_dir, "metrics.h5"), "r") as f:
+                predicted = f.attrs.get("predicted_step_time_s")
+            if m is None or predicted is None or not predicted > 0:
+                continue
+            with open(os.path.join(run_dir, "deck.resolved.toml")) as f:
+                text = f.read()
+            r = re.search(r"^replicas = (\d+)", text[text.index("[data_parallel]"):], re.M)
+            errors.setdefault(int(r.group(1)) if r else 1, []).append(m[0] / float(predicted) - 1.0)
+    return errors
+
+
+def prediction_lines(root, cases):
+    """The table of the runs' start-up predictions by replica count D, per case."""
+    lines = ["", "## The start-up prediction of every run, by data-parallel replicas D", "",
+             "Every run of the sweep and of the confirmation rounds prints the planner's predicted step "
+             "from its own start-up profile (docs/planner.md); the error is the measured median step "
+             "(after the first 2) over that prediction, less 1 (positive: slower than predicted).", "",
+             "| case | D | runs | median error | median of abs error | within 10% |", "|---|---|---|---|---|---|"]
+    for case in cases:
+        for d, e in sorted(prediction_errors(os.path.join(root, case)).items()):
+            e = np.array(e)
+            lines.append("| %s | %d | %d | %+.1f%% | %.1f%% | %.0f%% |" % (
+                case, d, len(e), 100 * np.median(e), 100 * np.median(np.abs(e)), 100 * np.mean(np.abs(e) <= 0.1)))
+    return lines
+
+
 def mib(b):
     return "%.1f MiB" % (b / 2**20)
 
@@ -227,6 +260,7 @@ def main():
             r["chosen_in_sweep_s"] * 1e3, r["best"], r["best_s"] * 1e3, r["auto_runs"], r["best_runs"],
             r["fastest_single_s"] * 1e3, 100 * r["gap"], mib(r["auto_peak"]), "yes" if r["fits"] else "no",
             "yes" if met else "no", 100 * r["paired_gap"], 100 * r["best_spread"]))
+    lines += prediction_lines(a.root, a.cases)
     with open(a.out, "w") as f:
         f.write("\n".join(lines) + "\n")
     print("\n".join(lines))

@@ -24,6 +24,7 @@
 #include "pipetrain/model/family.hpp"
 #include "pipetrain/model/model.hpp"
 #include "pipetrain/runtime/deck_plan.hpp"
+#include "pipetrain/runtime/profile_reduction.hpp"
 #include "pipetrain/schedule/recompute.hpp"
 
 namespace pt {
@@ -266,13 +267,34 @@ PlanRequest auto_plan_request(const Deck& deck, int stages, double budget_bytes)
   return r;
 }
 
-PlanTable measure_plans(const Deck& deck, const PlanRequest& request, MPI_Comm comm,
+namespace {
+
+// The D > 1 that `request` weighs on the ranks of `world` (the P x D grids
+// of comm's ranks when it leaves D open).
+std::vector<int> weighed_replica_counts(const PlanRequest& request, MPI_Comm comm, MPI_Comm world) {
+  int ranks = 1, world_ranks = 1;
+  MPI_CHECK(MPI_Comm_size(comm, &ranks));
+  MPI_CHECK(MPI_Comm_size(world, &world_ranks));
+  if (request.data_parallel == 0) return grid_replica_counts(ranks, request.batch_size);
+  if (request.data_parallel > 1 && world_ranks % request.data_parallel == 0) return {request.data_parallel};
+  return {};
+}
+
+}  // namespace
+
+PlanTable measure_plans(const Deck& deck, const PlanRequest& request, MPI_Comm comm, MPI_Comm world,
                         const ComputeResources& compute, const ProfileOptions& options,
                         bool both_weight_grads, std::map<int64_t, ModelProfile>* profiles) {
   Backend& be = compute.setup.backend ? *compute.setup.backend : cpu_backend();
   ProfileOptions measuring = options;  // the chains time the step's split where "step" is weighed
   measuring.step_weight_grads = both_weight_grads || request.weight_grad == WeightGradKind::Step;
   std::vector<LinkCost> links(1);
+  // The reductions of every D weighed, timed first (the grids' replica links
+  // are asked for before their profiles) and kept in every profile.
+  const std::vector<MeasuredReduction> reductions =
+      time_replica_reductions(deck, be, world, weighed_replica_counts(request, comm, world), measuring);
+  ModelProfile reduced;  // replica_link_of reads its reductions
+  reduced.reductions = reductions;
   // One profile per micro-batch size, measured at its first use: every rank
   // asks for the same sizes in the same order (collective).
   std::map<int64_t, ModelProfile> measured;
@@ -283,6 +305,7 @@ PlanTable measure_plans(const Deck& deck, const PlanRequest& request, MPI_Comm c
       split.batch_size = deck.training.batch_size;
       split.micro_batches = deck.training.batch_size / rows;
       it = measured.emplace(rows, profile_model(deck, split, be, comm, measuring)).first;
+      it->second.reductions = reductions;
     }
     links[0] = it->second.link;
     return it->second;
@@ -290,9 +313,10 @@ PlanTable measure_plans(const Deck& deck, const PlanRequest& request, MPI_Comm c
   const auto rank_for = [&](const PlanRequest& r) {
     if (r.data_parallel == 0)  // every P x D grid of the ranks, replicas over the measured link
       return rank_grid_plans(profile_for, [&](int) { return links; },
-                             [&](int, int) { return links[0]; }, r, r.num_stages);
-    PlanRequest fixed = r;  // a fixed D: the replicas' link is the measured one
-    fixed.replica_link = links[0];
+                             [&](int, int d) { return replica_link_of(reduced, d, links[0]); }, r,
+                             r.num_stages);
+    PlanRequest fixed = r;  // a fixed D: its measured reductions' link, else the pipeline's
+    fixed.replica_link = replica_link_of(reduced, r.data_parallel, links[0]);
     return rank_plans(profile_for, links, fixed);
   };
   const auto keep_profiles = [&] {  // after the last rank_for: nothing is measured later
@@ -383,7 +407,7 @@ Deck choose_auto_plan(const Deck& deck, MPI_Comm world, MPI_Comm pipeline,
   } else {
     set_wait_phase("in pipeline.auto's profiles");
     const PlanRequest request = auto_plan_request(open, stages, plan_budget_bytes(deck, stages));
-    c.table = measure_plans(deck, request, pipeline, compute, options_on(compute, ProfileOptions::brief()),
+    c.table = measure_plans(deck, request, pipeline, world, compute, options_on(compute, ProfileOptions::brief()),
                             weight_grad_open(open), &c.profiles);
     if (rank == 0) c.chosen = auto_pick(c.table, open);  // InputError: MPI_Abort ends every rank
     row = share_row(rank == 0 ? &c.table.rows[static_cast<size_t>(c.chosen)] : nullptr, world);

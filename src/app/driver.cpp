@@ -237,7 +237,7 @@ int run_train(const World& w, const CommandLine& cli, const Deck& written) {
   Deck deck = deck_to_run(w, cli, written, written_grid, compute, auto_record);  // a re-planning switch changes it
   auto_record.grid_split = written_grid.data_parallel() != data_parallel_size(deck);
   const ProcessGrid grid = grid_to_run(w, std::move(written_grid), deck);
-  RunPlan plan = prepare_run_plan(deck, grid.pipeline(), compute, auto_record.profile_for(deck));
+  RunPlan plan = prepare_run_plan(deck, grid.pipeline(), grid.world(), compute, auto_record.profile_for(deck));
   // A named strategy's counts, the same in every replica (the deck keeps the name).
   const std::vector<int64_t> partition = share_partition(grid, starting_partition(deck, plan));
   auto trainer = std::make_unique<Trainer>(deck, partition, grid, compute.setup);

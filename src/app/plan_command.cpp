@@ -106,6 +106,8 @@ PlanTable plan_from_file(const Deck& deck, const CommandLine& cli, PlanRequest r
                      "of " + std::to_string(profile.micro_batch_rows) + " samples, i.e. " +
                      std::to_string(n) + " micro-batches; measure (no --profile) to weigh others");
   request.micro_batch_counts = {n};
+  // D > 1: the file's timed reductions at D when it has them (a run's at that D), else its link.
+  request.replica_link = replica_link_of(profile, request.data_parallel, profile.link);
   return rank_plans([&](int64_t) { return profile; }, {profile.link}, request);
 }
 
@@ -155,7 +157,7 @@ int run_plan(MPI_Comm comm, const CommandLine& cli, const Deck& deck, const std:
     if (request.memory_budget_bytes == 0.0) request.memory_budget_bytes = plan_budget_bytes(deck, stages);
     if (!cli.profile_path.empty() && request.data_parallel == 0) request.data_parallel = 1;
     if (cli.profile_path.empty()) {
-      table = measure_plans(deck, request, comm, compute,
+      table = measure_plans(deck, request, comm, comm, compute,
                             options_for(cli, compute, ProfileOptions::brief()),
                             auto_plan && weight_grad_open(open));
       source = "brief profiles measured now on " + std::to_string(size) + " rank" +

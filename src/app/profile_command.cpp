@@ -13,6 +13,7 @@
 #include "pipetrain/io/deck_io.hpp"
 #include "pipetrain/io/metrics.hpp"
 #include "pipetrain/io/profile_io.hpp"
+#include "pipetrain/runtime/profile_reduction.hpp"
 #include "pipetrain/runtime/profiler.hpp"
 
 namespace pt {
@@ -30,6 +31,7 @@ ProfileOptions options_on(const ComputeResources& compute, ProfileOptions o) {
   o.memory_stats = compute.setup.device_memory_stats;
   o.reset_memory_peaks = compute.setup.reset_device_memory_peaks;
   o.make_transport = compute.setup.make_transport;
+  o.make_replica_group = compute.setup.make_replica_group;
   o.kernels = compute.kernels;
   return o;
 }
@@ -93,6 +95,12 @@ void print_link(const ModelProfile& p, int ranks) {
               "message of a micro-batch takes %.3g us\n",
               p.link.latency_s * 1e6, p.link.bandwidth_bytes_per_s * 1e-9, message,
               p.link.time_s(message) * 1e6);
+  for (const MeasuredReduction& r : p.reductions) {
+    std::printf("data-parallel reduction at D = %d (as the run reduces, every replica group at once):", r.replicas);
+    for (size_t i = 0; i < r.grad_bytes.size(); ++i)
+      std::printf("%s %.3g MiB in %.3g ms", i ? "," : "", r.grad_bytes[i] / 1048576.0, ms(r.seconds[i]));
+    std::printf("; fitted link %.3g us, %.3g GB/s\n", r.link.latency_s * 1e6, r.link.bandwidth_bytes_per_s * 1e-9);
+  }
 }
 
 void print_profile(const ModelProfile& p, const ProfileOptions& o, int ranks,
@@ -140,7 +148,10 @@ int run_profile(MPI_Comm comm, const CommandLine& cli, const Deck& deck,
   ProfileOptions options = options_for(cli, compute, ProfileOptions{});
   // The step's split backward, for a plan that may weigh weight_grad = "step".
   options.step_weight_grads = deck.pipeline.weight_grad == WeightGradKind::Step || deck.pipeline.auto_plan;
-  const ModelProfile profile = profile_model(deck, be, comm, options);
+  ModelProfile profile = profile_model(deck, be, comm, options);
+  // The reductions of every P x D grid of these ranks (`pipetrain plan --profile` at a deck's D).
+  profile.reductions =
+      time_replica_reductions(deck, be, comm, grid_replica_counts(size, deck.training.batch_size), options);
   if (rank != 0) return 0;
   if (report.any_fallback)
     std::printf("BLAS: warning: some ranks ran fallback kernels; these times are not those of "

@@ -12,9 +12,11 @@
 #include "pipetrain/app/grid_setup.hpp"
 #include "pipetrain/app/profile_command.hpp"
 #include "pipetrain/base/error.hpp"
+#include "pipetrain/runtime/profile_reduction.hpp"
 #include "pipetrain/base/fault_injection.hpp"
 #include "pipetrain/base/timed_wait.hpp"
 #include "pipetrain/io/deck_io.hpp"
+#include "pipetrain/runtime/profile_reduction.hpp"
 #include "pipetrain/runtime/profiler.hpp"
 
 namespace pt {
@@ -171,6 +173,13 @@ void Replanner::measure_profiles() {
     split.micro_batches = written_.training.batch_size / r;
     profiles_.emplace(r, profile_model(written_, split, be, grid_.pipeline(), options));
   }
+  // D > 1: the replicas' reductions as this grid runs them (auto's profiles have them).
+  const int replicas = grid_.data_parallel();
+  if (replicas > 1 && profiles_.begin()->second.reductions.empty()) {
+    const std::vector<MeasuredReduction> reductions =
+        time_replica_reductions(written_, be, grid_.world(), {replicas}, options);
+    for (auto& [rows, profile] : profiles_) profile.reductions = reductions;
+  }
 }
 
 ModelProfile Replanner::profile_for(int64_t rows) {
@@ -190,7 +199,7 @@ ReplanCheck Replanner::check(int64_t step, const Deck& running, const std::vecto
     const auto profile = [this](int64_t rows) { return profile_for(rows); };
     profile_for(profiles_.begin()->first);  // links_ measured
     PlanRequest request = request_;
-    request.replica_link = links_[0];
+    request.replica_link = replica_link_of(profiles_.begin()->second, request.data_parallel, links_[0]);
     ReplanInput in;
     in.request = request;
     in.both_weight_grads = both_weight_grads_;

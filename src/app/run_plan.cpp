@@ -10,6 +10,7 @@
 #include "pipetrain/io/profile_io.hpp"
 #include "pipetrain/model/model.hpp"
 #include "pipetrain/plan/simulate.hpp"
+#include "pipetrain/runtime/profile_reduction.hpp"
 #include "pipetrain/runtime/profiler.hpp"
 #include "pipetrain/runtime/speed_probe.hpp"
 
@@ -37,9 +38,34 @@ int comm_size(MPI_Comm comm) {
   return size;
 }
 
+bool has_reduction(const ModelProfile& profile, int replicas) {
+  for (const MeasuredReduction& r : profile.reductions)
+    if (r.replicas == replicas) return true;
+  return false;
+}
+
+// "; data-parallel reductions at D = 2: 8.02 MiB in 3.91 ms, 1.00 MiB in
+// 0.61 ms (link 6.1 us, 2.3 GB/s)": the measured reductions of the run's D.
+std::string reductions_text(const ModelProfile& profile, int replicas) {
+  for (const MeasuredReduction& r : profile.reductions) {
+    if (r.replicas != replicas) continue;
+    char part[96];
+    std::string text = "; data-parallel reductions at D = " + std::to_string(replicas) + ":";
+    for (size_t i = 0; i < r.grad_bytes.size(); ++i) {
+      std::snprintf(part, sizeof part, "%s %.2f MiB in %.2f ms", i ? "," : "", r.grad_bytes[i] / 1048576.0,
+                    r.seconds[i] * 1e3);
+      text += part;
+    }
+    std::snprintf(part, sizeof part, " (link %.1f us, %.2f GB/s)", r.link.latency_s * 1e6,
+                  r.link.bandwidth_bytes_per_s / 1e9);
+    return text + part;
+  }
+  return "";
+}
+
 }  // namespace
 
-RunPlan prepare_run_plan(const Deck& deck, MPI_Comm comm, const ComputeResources& compute,
+RunPlan prepare_run_plan(const Deck& deck, MPI_Comm comm, MPI_Comm world, const ComputeResources& compute,
                          const ModelProfile* measured) {
   RunPlan plan;
   if (!needs_profile(deck)) return plan;
@@ -56,6 +82,11 @@ RunPlan prepare_run_plan(const Deck& deck, MPI_Comm comm, const ComputeResources
   options.step_weight_grads = deck.pipeline.weight_grad == WeightGradKind::Step;
   plan.profile = measured ? *measured : profile_model(deck, be, comm, options);
   plan.profile_from_auto = measured != nullptr;
+  // D > 1: the replicas' reductions, timed as this grid runs them (auto's
+  // profile has them when auto weighed this D).
+  const int replicas = static_cast<int>(data_parallel_size(deck));
+  if (replicas > 1 && !has_reduction(plan.profile, replicas))
+    plan.profile.reductions = time_replica_reductions(deck, be, world, {replicas}, options);
   // A profile without the step's split (auto's, weighing "step" only where the
   // deck left it open) falls back on the pass at a whole batch's rows.
   if (deck.pipeline.weight_grad == WeightGradKind::Step && !has_step_split(plan.profile))
@@ -87,10 +118,11 @@ void predict_run(RunPlan& plan, const Deck& deck, const Trainer& trainer) {
 
 void print_run_plan(const RunPlan& plan, const Deck& deck) {
   if (!plan.measured) return;
-  std::printf("plan: brief profile of every unit in %.2f s%s (%s; caches %s; %s)\n%s",
+  std::printf("plan: brief profile of every unit in %.2f s%s (%s; caches %s; %s%s)\n%s",
               plan.profile_seconds, plan.profile_from_auto ? ", pipeline.auto's at this micro-batch size" : "",
               plan.profile.kernels.c_str(), plan.profile.cache.c_str(),
               plan.profile.calibration.c_str(),
+              reductions_text(plan.profile, static_cast<int>(data_parallel_size(deck))).c_str(),
               describe_plan(kind_name(deck.pipeline.partition_strategy), plan.partition, plan.prediction).c_str());
 }
 
@@ -102,6 +134,8 @@ void record_run_plan(const RunPlan& plan, const Deck& deck, const std::vector<in
   metrics.set_attribute("partition_reason", plan.partition.reason);
   metrics.set_attribute("profile_cache", plan.profile.cache);
   metrics.set_attribute("profile_calibration", plan.profile.calibration);
+  const std::string reductions = reductions_text(plan.profile, static_cast<int>(data_parallel_size(deck)));
+  if (!reductions.empty()) metrics.set_attribute("profile_reductions", reductions.substr(2));
   metrics.set_attribute("predicted_step_time_s", plan.prediction.step_time_s);
   metrics.set_attribute("predicted_bubble", plan.prediction.bubble);
   metrics.set_attribute("predicted_stage_peak_bytes", plan.prediction.peak_bytes);

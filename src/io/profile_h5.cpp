@@ -6,6 +6,7 @@
 
 #include <hdf5.h>
 
+#include <algorithm>
 #include <cmath>
 
 #include "checkpoint_h5.hpp"
@@ -13,6 +14,7 @@
 #include "pipetrain/base/quiet_hdf5.hpp"
 #include "pipetrain/io/deck_io.hpp"
 #include "pipetrain/io/trace_io.hpp"
+#include "pipetrain/plan/alternatives.hpp"
 
 namespace pt {
 
@@ -114,9 +116,11 @@ void write_units(hid_t file, const std::vector<UnitCost>& units) {
   write_column(group.get(), kStepWeightColumn, step_weight);
 }
 
-// The float64 column `name` of `group`, of exactly n finite values >= 0.
-std::vector<double> read_column(hid_t group, const std::string& name, size_t n, const std::string& path) {
-  const std::string where = "dataset units/" + name;
+// The float64 column `name` of `group` (named group_name), of exactly n
+// finite values >= 0.
+std::vector<double> read_column(hid_t group, const std::string& name, size_t n, const std::string& path,
+                                const std::string& group_name = "units") {
+  const std::string where = "dataset " + group_name + "/" + name;
   if (!ckpt::has_link(group, name)) refuse(path, where + " is missing");
   H5Id dset(H5Dopen2(group, name.c_str(), H5P_DEFAULT), H5Dclose);
   H5Id type(dset.valid() ? H5Dget_type(dset.get()) : -1, H5Tclose);
@@ -127,7 +131,8 @@ std::vector<double> read_column(hid_t group, const std::string& name, size_t n, 
   const auto rows = static_cast<size_t>(H5Sget_simple_extent_npoints(space.get()));
   if (rows != n)
     refuse(path, where + " has " + std::to_string(rows) + " rows, not " + std::to_string(n) +
-                     " (one per unit, as units/name)");
+                     (group_name == "units" ? " (one per unit, as units/name)"
+                                            : " (one per row of " + group_name + "/replicas)"));
   std::vector<double> values(n);
   if (n > 0 && H5Dread(dset.get(), H5T_NATIVE_DOUBLE, H5S_ALL, H5S_ALL, H5P_DEFAULT, values.data()) < 0)
     refuse(path, where + " cannot be read (damaged file)");
@@ -199,6 +204,55 @@ std::vector<UnitCost> read_units(hid_t file, const std::string& path) {
   return units;
 }
 
+// reductions/replicas, reductions/grad_bytes and reductions/seconds: the
+// data-parallel reductions the profile timed (ModelProfile::reductions), a
+// row per timed reduction; no group when none was timed (D = 1, and files
+// from before). Each D's link is fitted again from its rows on reading.
+constexpr const char* kReductions = "reductions";
+
+void write_reductions(hid_t file, const std::vector<MeasuredReduction>& reductions) {
+  if (reductions.empty()) return;
+  H5Id group = ckpt::create_group(file, kReductions);
+  std::vector<int64_t> replicas;
+  std::vector<double> bytes, seconds;
+  for (const MeasuredReduction& r : reductions)
+    for (size_t i = 0; i < r.grad_bytes.size(); ++i) {
+      replicas.push_back(r.replicas);
+      bytes.push_back(r.grad_bytes[i]);
+      seconds.push_back(r.seconds[i]);
+    }
+  ckpt::write_list(group.get(), "replicas", replicas);
+  write_column(group.get(), "grad_bytes", bytes);
+  write_column(group.get(), "seconds", seconds);
+}
+
+std::vector<MeasuredReduction> read_reductions(hid_t file, const std::string& path) {
+  if (!ckpt::has_link(file, kReductions)) return {};
+  H5Id group(H5Gopen2(file, kReductions, H5P_DEFAULT), H5Gclose);
+  std::vector<int64_t> replicas;
+  if (!group.valid() || !ckpt::read_list(group.get(), "replicas", replicas) || replicas.empty())
+    refuse(path, "dataset reductions/replicas (1-D integer, the D of each timed reduction) is missing or empty");
+  const std::vector<double> bytes = read_column(group.get(), "grad_bytes", replicas.size(), path, kReductions);
+  const std::vector<double> seconds = read_column(group.get(), "seconds", replicas.size(), path, kReductions);
+  std::vector<MeasuredReduction> reductions;
+  for (size_t i = 0; i < replicas.size(); ++i) {
+    const std::string row = "[" + std::to_string(i) + "]";
+    if (replicas[i] < 2) refuse(path, "reductions/replicas" + row + " = " + std::to_string(replicas[i]) + " is not >= 2");
+    if (bytes[i] <= 0.0 || seconds[i] <= 0.0)
+      refuse(path, "reductions/grad_bytes" + row + " and reductions/seconds" + row + " must be > 0");
+    auto it = std::find_if(reductions.begin(), reductions.end(),
+                           [&](const MeasuredReduction& r) { return r.replicas == replicas[i]; });
+    if (it == reductions.end()) {
+      reductions.push_back({static_cast<int>(replicas[i]), {}, {}, {}});
+      it = reductions.end() - 1;
+    }
+    it->grad_bytes.push_back(bytes[i]);
+    it->seconds.push_back(seconds[i]);
+  }
+  for (MeasuredReduction& r : reductions) r.link = fit_reduction_link(r.replicas, r.grad_bytes, r.seconds);
+  return reductions;
+}
+
 std::string text_attr(hid_t file, const char* name, const std::string& path) {
   std::string value;
   if (!ckpt::read_attr(file, name, value)) refuse(path, std::string("text attribute '") + name + "' is missing");
@@ -256,6 +310,7 @@ void write_profile_file(const std::string& path, const ModelProfile& profile,
     ckpt::write_attr(f, "source", provenance.source);
     ckpt::write_attr(f, "deck", provenance.deck);
     write_units(f, profile.units);
+    write_reductions(f, profile.reductions);
     H5_CHECK(file.reset());
   }
   ckpt::fsync_path(tmp);
@@ -280,6 +335,7 @@ ModelProfile read_profile_file(const std::string& path) {
   p.cache = text_attr(file.get(), "cache", path);
   p.calibration = text_attr(file.get(), "calibration", path);
   p.units = read_units(file.get(), path);
+  p.reductions = read_reductions(file.get(), path);
   return p;
 }
 

@@ -215,17 +215,9 @@ PlanRow plan_point(const ModelProfile& profile, const Schedule& schedule,
   // compute (its span) and the step waits for the last one to finish; the
   // buckets' buffers (send and D receives per slot) add to each stage's peak.
   const int slots = request.dp_reduction == DpReductionKind::Ordered ? schedule.num_micro_batches : 1;
-  if (request.data_parallel > 1 || slots > 1) {
-    const std::vector<double> grads = stage_grad_bytes(profile, part.units_per_stage);
-    double end = result.span_s_max;
-    for (size_t st = 0; st < grads.size() && st < result.span_s.size(); ++st) {
-      end = std::max(end, result.span_s[st] + replica_reduction_s(grads[st], request.data_parallel,
-                                                                   slots, request.replica_link));
-      result.peak_bytes[st] += replica_reduction_bytes(grads[st], request.data_parallel, slots);
-    }
-    row.reduction_s = end - result.span_s_max;
-  }
-  row.step_time_s = result.step_time_s + row.reduction_s;
+  row.reduction_s = add_replica_reductions(result, profile, part.units_per_stage, request.data_parallel,
+                                           slots, request.replica_link);
+  row.step_time_s = result.step_time_s;
   row.placement_floor_s = row.step_time_s - result.span_s_max + pipeline_floor_s(sim, result.busy_s);
   row.throughput_samples_per_s = static_cast<double>(request.batch_size) / row.step_time_s;
   row.bubble = result.bubble;
@@ -489,6 +481,58 @@ double replica_reduction_s(double grad_bytes, int replicas, int slots, const Lin
 
 double replica_reduction_bytes(double grad_bytes, int replicas, int slots) {
   return grad_bytes * (2.0 * slots + 1.0 + 1.0 / replicas);
+}
+
+LinkCost fit_reduction_link(int replicas, const std::vector<double>& grad_bytes,
+                            const std::vector<double>& seconds) {
+  if (replicas < 2 || grad_bytes.empty() || grad_bytes.size() != seconds.size())
+    throw InputError("measured reductions: expected D >= 2 and one time per size, got D = " +
+                     std::to_string(replicas) + ", " + std::to_string(grad_bytes.size()) + " sizes and " +
+                     std::to_string(seconds.size()) + " times");
+  // replica_reduction_s at slots = 1: (D - 1) (2 latency + 2 (G / D) / bandwidth),
+  // a line y = a + b x in x = 2 G / D, y = t / (D - 1), a = 2 latency, b = 1 / bandwidth.
+  const size_t n = grad_bytes.size();
+  std::vector<double> x(n), y(n);
+  for (size_t i = 0; i < n; ++i) {
+    if (!(grad_bytes[i] > 0.0 && seconds[i] > 0.0))
+      throw InputError("measured reductions: sizes and times must be positive (size " +
+                       std::to_string(grad_bytes[i]) + " B, " + std::to_string(seconds[i]) + " s)");
+    x[i] = 2.0 * grad_bytes[i] / replicas;
+    y[i] = seconds[i] / (replicas - 1);
+  }
+  double mx = 0.0, my = 0.0;
+  for (size_t i = 0; i < n; ++i) mx += x[i] / n, my += y[i] / n;
+  double sxx = 0.0, sxy = 0.0;
+  for (size_t i = 0; i < n; ++i) sxx += (x[i] - mx) * (x[i] - mx), sxy += (x[i] - mx) * (y[i] - my);
+  LinkCost link;
+  const double slope = sxx > 0.0 ? sxy / sxx : 0.0;
+  const double intercept = my - slope * mx;
+  if (slope > 0.0 && intercept >= 0.0) {
+    link.latency_s = intercept / 2.0;
+    link.bandwidth_bytes_per_s = 1.0 / slope;
+    return link;
+  }
+  double sx = 0.0, sy = 0.0;  // through the origin: the mean bandwidth
+  for (size_t i = 0; i < n; ++i) sx += x[i], sy += y[i];
+  link.bandwidth_bytes_per_s = sx / sy;
+  return link;
+}
+
+double add_replica_reductions(SimulationResult& result, const ModelProfile& profile,
+                              const std::vector<int64_t>& units_per_stage, int replicas, int slots,
+                              const LinkCost& link) {
+  if (replicas <= 1 && slots <= 1) return 0.0;
+  const std::vector<double> grads = stage_grad_bytes(profile, units_per_stage);
+  double end = result.span_s_max;
+  for (size_t st = 0; st < grads.size() && st < result.span_s.size(); ++st) {
+    end = std::max(end, result.span_s[st] + replica_reduction_s(grads[st], replicas, slots, link));
+    result.peak_bytes[st] += replica_reduction_bytes(grads[st], replicas, slots);
+  }
+  const double waited = end - result.span_s_max;
+  if (result.step_time_s > 0.0)
+    result.throughput_samples_per_s *= result.step_time_s / (result.step_time_s + waited);
+  result.step_time_s += waited;
+  return waited;
 }
 
 PlanTable rank_grid_plans(const ProfileForMicroBatch& profile_for, const LinksForStages& links_for,

@@ -5,6 +5,7 @@
 #include <cstdio>
 
 #include "pipetrain/model/family.hpp"
+#include "pipetrain/plan/alternatives.hpp"
 #include "pipetrain/runtime/run_builder.hpp"
 
 namespace pt {
@@ -91,7 +92,15 @@ SimulationResult predict_step(const Deck& deck, const ModelProfile& profile,
   if (schedule.step_weight_grads)
     input.step_weight_s = step_pass_seconds(profile, pass_profile, input.weight_grad_share, units_per_stage,
                                             policies, schedule.num_micro_batches, input.stages);
-  return simulate_schedule(schedule, input);
+  SimulationResult step = simulate_schedule(schedule, input);
+  // Data parallelism: each stage's reduction after its span, over the link
+  // its measured reductions fit (else the pipeline's measured link).
+  const int replicas = static_cast<int>(data_parallel_size(deck));
+  const int slots =
+      deck.data_parallel.reduction == DpReductionKind::Ordered ? schedule.num_micro_batches : 1;
+  add_replica_reductions(step, profile, units_per_stage, replicas, slots,
+                         replica_link_of(profile, replicas, profile.link));
+  return step;
 }
 
 std::string describe_plan(const std::string& strategy, const PartitionResult& partition,

@@ -132,7 +132,7 @@ void GradientReducer::layer_done(int stage, int mb, size_t layer) {
 void GradientReducer::launch(ReductionBucket& b) {
   if (!launched_any_) {
     launched_any_ = true;
-    fault_point("reduction", step_);
+    if (config_.fault_points) fault_point("reduction", step_);
   }
   if (!ordered_) {
     for (size_t j = 0; j < b.params.size(); ++j) {

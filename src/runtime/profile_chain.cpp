@@ -6,10 +6,12 @@
 // the prefetchers see a longer stream. So after the units are timed, every
 // stage of the uniform partition over the profiling ranks is built whole and
 // runs micro-batch after micro-batch (F then B, nothing evicted in between,
-// as the executor runs them); the ratio of the stage's measured F, B and
-// recompute to what the planner adds up from its units scales those units
-// (docs/profile.md, "Stage chains").
+// as the executor runs them), then takes optimizer updates of all its
+// parameters at once; the ratio of the stage's measured F, B, recompute and
+// optimizer update to what the planner adds up from its units scales those
+// units (docs/profile.md, "Stage chains").
 #include <algorithm>
+#include <chrono>
 #include <cstdio>
 
 #include "profile_parts.hpp"
@@ -17,6 +19,7 @@
 #include "pipetrain/base/timed_wait.hpp"
 #include "pipetrain/model/data.hpp"
 #include "pipetrain/model/model.hpp"
+#include "pipetrain/model/optimizer.hpp"
 #include "pipetrain/model/activation_copies.hpp"
 #include "pipetrain/model/weight_copies.hpp"
 #include "pipetrain/plan/stage_cost.hpp"
@@ -30,7 +33,8 @@ namespace {
 // Figures timed per chain, in this order.
 // The step's two (per micro-batch) only with options.step_weight_grads.
 enum ChainTime : size_t {
-  kChainForward, kChainBackward, kChainRecompute, kChainStepInput, kChainStepWeight, kChainTimes
+  kChainForward, kChainBackward, kChainRecompute, kChainOptimizer, kChainStepInput, kChainStepWeight,
+  kChainTimes
 };
 
 // Timed repetitions of a chain: at least options.reps, more (up to 3 x) while
@@ -72,6 +76,24 @@ void time_step_split(StageProbe& probe, const Dataset& data, int micro_batches,
   }
 }
 
+// This pass's share of the options.reps optimizer updates of the whole stage
+// (after one untimed, which gives AdamW its state's first values), as the
+// run's one update a step: every unit's state at once, not a unit alone.
+void time_optimizer(StageModel& model, Backend& be, const Deck& deck, const ProfileOptions& options,
+                    int pass, int passes, ChainSamples& chain) {
+  Optimizer optimizer(deck.training, model.params());
+  const float lr = static_cast<float>(deck.training.lr);
+  optimizer.step(be, lr, 1.f);
+  be.synchronize();
+  for (int r = 0; r < share_of(options.reps, pass, passes); ++r) {
+    const auto start = std::chrono::steady_clock::now();
+    optimizer.step(be, lr, 1.f);
+    be.synchronize();
+    chain.times[kChainOptimizer].push_back(
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+  }
+}
+
 // This pass's share of one chain's repetitions (stage `stage` of `counts`):
 // the stage built whole, the warm-ups (at least one) untimed, then timed
 // pairs of F and B under recompute none and the recompute inside B under
@@ -104,6 +126,7 @@ void time_chain_pass(const Deck& deck, const BatchSplit& split, Backend& be, con
     chain.times[kChainBackward].push_back(kept.backward_s);
     chain.times[kChainRecompute].push_back(recomputed.recompute_s);
   }
+  time_optimizer(model, be, deck, options, pass, passes, chain);
   if (options.step_weight_grads)
     time_step_split(none, *data, static_cast<int>(split.micro_batches), options, pass, passes, chain);
 }
@@ -151,9 +174,10 @@ void set_step_split(ModelProfile& p, size_t first, size_t end, double input_per_
 }
 
 void scale_units(ModelProfile& p, size_t first, size_t end, double forward, double backward,
-                 double recompute) {
+                 double recompute, double optimizer) {
   for (size_t u = first; u < end; ++u) {
     UnitCost& unit = p.units[u];
+    unit.optimizer_s *= optimizer;
     unit.forward_s *= forward;
     unit.backward_s *= backward;
     unit.recompute_selective_s *= backward;  // part of a backward
@@ -218,8 +242,10 @@ ChainCalibration calibrate_with_stage_chains(ModelProfile& p, const Deck& deck, 
     cal.forward_ratio.push_back(ratio(m[kChainForward], sum_none.forward_s));
     cal.backward_ratio.push_back(ratio(m[kChainBackward], sum_none.backward_s));
     cal.recompute_ratio.push_back(ratio(m[kChainRecompute], sum_full.recompute_s));
+    cal.optimizer_s.push_back(m[kChainOptimizer]);
+    cal.optimizer_ratio.push_back(ratio(m[kChainOptimizer], sum_none.optimizer_s));
     scale_units(p, first, end, cal.forward_ratio.back(), cal.backward_ratio.back(),
-                cal.recompute_ratio.back());
+                cal.recompute_ratio.back(), cal.optimizer_ratio.back());
     if (options.step_weight_grads && m[kChainBackward] > 0.0) {
       cal.step_input_s.push_back(m[kChainStepInput]);
       cal.step_weight_s.push_back(m[kChainStepWeight]);
@@ -230,7 +256,8 @@ ChainCalibration calibrate_with_stage_chains(ModelProfile& p, const Deck& deck, 
   }
   cal.text = "stage chains " + counts_text(cal.units_per_stage) + ": F x " +
              ratios_text(cal.forward_ratio) + ", B x " + ratios_text(cal.backward_ratio) +
-             ", recompute x " + ratios_text(cal.recompute_ratio);
+             ", recompute x " + ratios_text(cal.recompute_ratio) + ", optimizer x " +
+             ratios_text(cal.optimizer_ratio);
   if (!cal.step_input_s.empty()) cal.text += step_split_text(cal, split.micro_batches);
   return cal;
 }

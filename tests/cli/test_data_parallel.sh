@@ -9,6 +9,7 @@
 # - The replica reductions are under the watchdog: a replica that stops
 #   before its reduction ends the job non-zero, and the waiting replica
 #   names the bucket, the stage and the replica group.
+# - A D > 1 run's start-up profile times its replicas' reduction (the plan line).
 # - Bad grids stop before step 0 with their message.
 source "$(dirname "$0")/lib.sh" "$1"
 
@@ -49,6 +50,7 @@ check "2x1 runs" status_is 0
 a=$(losses)
 run 2 train $deck --set training.steps=3 "${common[@]}" $(layout 1 2) --set output.dir=\"$tmp/l12\"
 check "1x2 runs" status_is 0
+check "1x2: the start-up profile times the replicas' reduction" output_has "data-parallel reductions at D = 2:"
 check "2x1 and 1x2 print the same losses and norms" [ -n "$a" ] && [ "$a" = "$(losses)" ]
 
 # Watchdog: replica 1 (world rank 1 of a 1x2 grid) stops as its first

@@ -58,7 +58,10 @@ Deck with_open_keys_of_rank0(const Deck& deck, MPI_Comm comm);
 // the schedules without W of their own (gpipe, 1f1b, interleaved) are also
 // weighed with one weight-gradient pass per step, the rows ranked together.
 // `profiles` (optional) receives the profiles measured, by micro-batch rows.
-PlanTable measure_plans(const Deck& deck, const PlanRequest& request, MPI_Comm comm,
+// `world`: every rank of the job (comm, or all its replicas at a fixed D):
+// the data-parallel reductions of the D weighed are timed on it
+// (time_replica_reductions) and kept in every profile.
+PlanTable measure_plans(const Deck& deck, const PlanRequest& request, MPI_Comm comm, MPI_Comm world,
                         const ComputeResources& compute, const ProfileOptions& options,
                         bool both_weight_grads = false,
                         std::map<int64_t, ModelProfile>* profiles = nullptr);

@@ -45,7 +45,9 @@ struct RunPlan {
 // balanced partition without a budget).
 // `measured`: pipeline.auto's brief profile at the run's micro-batch size on
 // the same pipeline ranks (taken instead of measuring the same thing again).
-RunPlan prepare_run_plan(const Deck& deck, MPI_Comm comm, const ComputeResources& compute,
+// `world`: the whole grid; at D > 1 the replicas' reductions are timed on it
+// (time_replica_reductions) unless `measured` has them.
+RunPlan prepare_run_plan(const Deck& deck, MPI_Comm comm, MPI_Comm world, const ComputeResources& compute,
                          const ModelProfile* measured = nullptr);
 
 // The units per stage the run starts with: the deck's explicit counts, a

@@ -16,6 +16,7 @@
 #include "pipetrain/plan/cost.hpp"
 #include "pipetrain/plan/device.hpp"
 #include "pipetrain/plan/partition.hpp"
+#include "pipetrain/plan/simulate.hpp"
 
 namespace pt {
 
@@ -146,6 +147,21 @@ PlanTable merge_plan_tables(std::vector<PlanTable> tables);
 // receive of `slots` gradients, the summed chunk and the gathered sum.
 double replica_reduction_s(double grad_bytes, int replicas, int slots, const LinkCost& link);
 double replica_reduction_bytes(double grad_bytes, int replicas, int slots);
+// The link with which replica_reduction_s (slots = 1) reproduces reductions
+// measured at `replicas` (grad_bytes[i] in seconds[i]): a least-squares line
+// through them, latency and bandwidth both positive; through the origin
+// (latency 0) where one size was timed or the line's latency or slope comes
+// out negative. Throws InputError on a non-positive time or size.
+LinkCost fit_reduction_link(int replicas, const std::vector<double>& grad_bytes,
+                            const std::vector<double>& seconds);
+// Data parallelism after a simulated step: stage s's reduction of its
+// gradient (stage_grad_bytes of the partition) starts at the end of its span
+// and the step waits for the last one; each stage's peak gains the
+// reduction's buffers. Returns the time the step waits beyond the pipeline's
+// span (0 at D = 1 and slots = 1); adds it to result.step_time_s.
+double add_replica_reductions(SimulationResult& result, const ModelProfile& profile,
+                              const std::vector<int64_t>& units_per_stage, int replicas, int slots,
+                              const LinkCost& link);
 
 // Every P x D grid of total_ranks ranks (D dividing total_ranks and the
 // batch, P = total_ranks / D no more than the partitionable units): the

@@ -88,6 +88,18 @@ struct LinkCost {
   }
 };
 
+// A data-parallel gradient reduction timed through the run's own reducer
+// (runtime/profile_reduction.hpp) at D replicas: the fp32 gradient bytes of
+// each timed stage and the reduction's median seconds, slowest replica
+// group; `link` is the link that replica_reduction_s (plan/alternatives.hpp)
+// must be given to reproduce them (fit_reduction_link).
+struct MeasuredReduction {
+  int replicas = 2;
+  std::vector<double> grad_bytes;  // (sizes)
+  std::vector<double> seconds;     // (sizes)
+  LinkCost link;
+};
+
 struct ModelProfile {
   std::string model;           // one-line description of the deck's model
   std::string backend;         // "cpu" | "cuda" | a device description's name
@@ -108,7 +120,18 @@ struct ModelProfile {
   // runs them (runtime/profile_chain.cpp), e.g. "stage chains [8, 8]: F x
   // 1.021 1.034, B x 1.287 1.301, recompute x 1.05 1.04"; "" when not.
   std::string calibration;
+  // Data-parallel reductions measured on the profiling ranks, one per replica
+  // count D > 1 timed; empty: the replicas are modelled over `link`.
+  std::vector<MeasuredReduction> reductions;
 };
+
+// The link replicas reduce over at D: the measured reduction's fitted link
+// when the profile has one for D, else `fallback`.
+inline LinkCost replica_link_of(const ModelProfile& profile, int replicas, const LinkCost& fallback) {
+  for (const MeasuredReduction& r : profile.reductions)
+    if (r.replicas == replicas) return r.link;
+  return fallback;
+}
 
 // Whether `profile`'s messages move only when the receiving rank polls
 // between its actions (the CPU backend's MPI transport), not on their own

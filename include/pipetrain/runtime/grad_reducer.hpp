@@ -42,6 +42,7 @@ struct ReductionConfig {
   int micro_batches = 1;       // per pipeline and step
   double bucket_bytes = 4.0 * 1048576.0;  // gradient bytes per bucket
   double timeout_s = 120.0;    // the longest wait for a bucket's peers
+  bool fault_points = true;    // test faults ("reduction") may fire; off for the profiler's reductions
 };
 ReductionConfig reduction_config_for(const Deck& deck);
 

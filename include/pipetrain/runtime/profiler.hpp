@@ -22,6 +22,7 @@
 #include "pipetrain/base/deck.hpp"
 #include "pipetrain/plan/cost.hpp"
 #include "pipetrain/runtime/executor_config.hpp"
+#include "pipetrain/runtime/replica_group.hpp"
 #include "pipetrain/runtime/trace.hpp"
 #include "pipetrain/runtime/transport.hpp"
 #include "pipetrain/tensor/backend.hpp"
@@ -36,6 +37,9 @@ struct ProfileOptions {
   std::function<void()> reset_memory_peaks;
   // The transport the link is measured through (e.g. NCCL on GPUs); null: MPI.
   std::function<std::unique_ptr<Transport>(MPI_Comm)> make_transport;
+  // The replica group data-parallel reductions are timed through (NCCL on
+  // GPUs, profile_reduction.hpp); null: MPI.
+  std::function<std::unique_ptr<ReplicaGroup>(MPI_Comm)> make_replica_group;
   std::string kernels;  // GEMM library and kernels; "" = this process's BLAS
   // Correct the unit times by whole stages run as the executor runs them
   // (calibrate_with_stage_chains); off only to test the calibration itself.
@@ -103,7 +107,8 @@ struct ChainCalibration {
   // (stages) per micro-batch of a step with per-step weight gradients: its B
   // and its share of the pass; empty unless options.step_weight_grads.
   std::vector<double> step_input_s, step_weight_s;
-  std::vector<double> forward_ratio, backward_ratio, recompute_ratio;  // (stages)
+  std::vector<double> optimizer_s;  // (stages) the stage's optimizer update, measured
+  std::vector<double> forward_ratio, backward_ratio, recompute_ratio, optimizer_ratio;  // (stages)
   std::vector<int> repetitions;  // (stages) timed repetitions of each chain, all passes
   int passes = 0;                // passes through the stages
   std::string text;  // ModelProfile::calibration
