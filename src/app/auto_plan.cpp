@@ -288,7 +288,6 @@ PlanTable measure_plans(const Deck& deck, const PlanRequest& request, MPI_Comm c
   Backend& be = compute.setup.backend ? *compute.setup.backend : cpu_backend();
   ProfileOptions measuring = options;  // the chains time the step's split where "step" is weighed
   measuring.step_weight_grads = both_weight_grads || request.weight_grad == WeightGradKind::Step;
-  std::vector<LinkCost> links(1);
   // The reductions of every D weighed, timed first (the grids' replica links
   // are asked for before their profiles) and kept in every profile.
   const std::vector<MeasuredReduction> reductions =
@@ -307,17 +306,18 @@ PlanTable measure_plans(const Deck& deck, const PlanRequest& request, MPI_Comm c
       it = measured.emplace(rows, profile_model(deck, split, be, comm, measuring)).first;
       it->second.reductions = reductions;
     }
-    links[0] = it->second.link;
     return it->second;
   };
+  // The pipelines' links: each plan's profile's own (empty links). The
+  // replicas': the reductions' fitted link (every D weighed was timed).
   const auto rank_for = [&](const PlanRequest& r) {
-    if (r.data_parallel == 0)  // every P x D grid of the ranks, replicas over the measured link
-      return rank_grid_plans(profile_for, [&](int) { return links; },
-                             [&](int, int d) { return replica_link_of(reduced, d, links[0]); }, r,
+    if (r.data_parallel == 0)  // every P x D grid of the ranks
+      return rank_grid_plans(profile_for, [](int) { return std::vector<LinkCost>{}; },
+                             [&](int, int d) { return replica_link_of(reduced, d, LinkCost{}); }, r,
                              r.num_stages);
-    PlanRequest fixed = r;  // a fixed D: its measured reductions' link, else the pipeline's
-    fixed.replica_link = replica_link_of(reduced, r.data_parallel, links[0]);
-    return rank_plans(profile_for, links, fixed);
+    PlanRequest fixed = r;
+    fixed.replica_link = replica_link_of(reduced, r.data_parallel, LinkCost{});
+    return rank_plans(profile_for, {}, fixed);
   };
   const auto keep_profiles = [&] {  // after the last rank_for: nothing is measured later
     if (profiles) *profiles = std::move(measured);

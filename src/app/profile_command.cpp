@@ -95,12 +95,9 @@ void print_link(const ModelProfile& p, int ranks) {
               "message of a micro-batch takes %.3g us\n",
               p.link.latency_s * 1e6, p.link.bandwidth_bytes_per_s * 1e-9, message,
               p.link.time_s(message) * 1e6);
-  for (const MeasuredReduction& r : p.reductions) {
-    std::printf("data-parallel reduction at D = %d (as the run reduces, every replica group at once):", r.replicas);
-    for (size_t i = 0; i < r.grad_bytes.size(); ++i)
-      std::printf("%s %.3g MiB in %.3g ms", i ? "," : "", r.grad_bytes[i] / 1048576.0, ms(r.seconds[i]));
-    std::printf("; fitted link %.3g us, %.3g GB/s\n", r.link.latency_s * 1e6, r.link.bandwidth_bytes_per_s * 1e-9);
-  }
+  for (const MeasuredReduction& r : p.reductions)
+    std::printf("data-parallel reduction (as the run reduces, every replica group at once) at %s\n",
+                describe_reduction(r).c_str());
 }
 
 void print_profile(const ModelProfile& p, const ProfileOptions& o, int ranks,

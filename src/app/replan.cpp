@@ -185,7 +185,6 @@ void Replanner::measure_profiles() {
 ModelProfile Replanner::profile_for(int64_t rows) {
   const auto it = profiles_.find(rows);
   PT_CHECK(it != profiles_.end(), "re-planning: no profile of micro-batches of " + std::to_string(rows) + " rows");
-  links_[0] = it->second.link;
   return it->second;
 }
 
@@ -197,9 +196,9 @@ ReplanCheck Replanner::check(int64_t step, const Deck& running, const std::vecto
   std::string decision;
   if (world_rank_ == 0) {
     const auto profile = [this](int64_t rows) { return profile_for(rows); };
-    profile_for(profiles_.begin()->first);  // links_ measured
-    PlanRequest request = request_;
-    request.replica_link = replica_link_of(profiles_.begin()->second, request.data_parallel, links_[0]);
+    PlanRequest request = request_;  // pipelines over each profile's own link (links_ empty)
+    request.replica_link =
+        replica_link_of(profiles_.begin()->second, request.data_parallel, profiles_.begin()->second.link);
     ReplanInput in;
     in.request = request;
     in.both_weight_grads = both_weight_grads_;

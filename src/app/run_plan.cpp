@@ -38,29 +38,11 @@ int comm_size(MPI_Comm comm) {
   return size;
 }
 
-bool has_reduction(const ModelProfile& profile, int replicas) {
-  for (const MeasuredReduction& r : profile.reductions)
-    if (r.replicas == replicas) return true;
-  return false;
-}
-
-// "; data-parallel reductions at D = 2: 8.02 MiB in 3.91 ms, 1.00 MiB in
-// 0.61 ms (link 6.1 us, 2.3 GB/s)": the measured reductions of the run's D.
+// "; data-parallel reductions at D = 2: ...": the measured reduction of the
+// run's D, for the plan line; "" when none.
 std::string reductions_text(const ModelProfile& profile, int replicas) {
-  for (const MeasuredReduction& r : profile.reductions) {
-    if (r.replicas != replicas) continue;
-    char part[96];
-    std::string text = "; data-parallel reductions at D = " + std::to_string(replicas) + ":";
-    for (size_t i = 0; i < r.grad_bytes.size(); ++i) {
-      std::snprintf(part, sizeof part, "%s %.2f MiB in %.2f ms", i ? "," : "", r.grad_bytes[i] / 1048576.0,
-                    r.seconds[i] * 1e3);
-      text += part;
-    }
-    std::snprintf(part, sizeof part, " (link %.1f us, %.2f GB/s)", r.link.latency_s * 1e6,
-                  r.link.bandwidth_bytes_per_s / 1e9);
-    return text + part;
-  }
-  return "";
+  const MeasuredReduction* r = reduction_at(profile, replicas);
+  return r ? "; data-parallel reductions at " + describe_reduction(*r) : "";
 }
 
 }  // namespace
@@ -85,7 +67,7 @@ RunPlan prepare_run_plan(const Deck& deck, MPI_Comm comm, MPI_Comm world, const 
   // D > 1: the replicas' reductions, timed as this grid runs them (auto's
   // profile has them when auto weighed this D).
   const int replicas = static_cast<int>(data_parallel_size(deck));
-  if (replicas > 1 && !has_reduction(plan.profile, replicas))
+  if (replicas > 1 && !reduction_at(plan.profile, replicas))
     plan.profile.reductions = time_replica_reductions(deck, be, world, {replicas}, options);
   // A profile without the step's split (auto's, weighing "step" only where the
   // deck left it open) falls back on the pass at a whole batch's rows.
@@ -134,8 +116,8 @@ void record_run_plan(const RunPlan& plan, const Deck& deck, const std::vector<in
   metrics.set_attribute("partition_reason", plan.partition.reason);
   metrics.set_attribute("profile_cache", plan.profile.cache);
   metrics.set_attribute("profile_calibration", plan.profile.calibration);
-  const std::string reductions = reductions_text(plan.profile, static_cast<int>(data_parallel_size(deck)));
-  if (!reductions.empty()) metrics.set_attribute("profile_reductions", reductions.substr(2));
+  if (const MeasuredReduction* r = reduction_at(plan.profile, static_cast<int>(data_parallel_size(deck))))
+    metrics.set_attribute("profile_reductions", describe_reduction(*r));
   metrics.set_attribute("predicted_step_time_s", plan.prediction.step_time_s);
   metrics.set_attribute("predicted_bubble", plan.prediction.bubble);
   metrics.set_attribute("predicted_stage_peak_bytes", plan.prediction.peak_bytes);

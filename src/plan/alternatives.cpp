@@ -193,7 +193,8 @@ PlanRow plan_point(const ModelProfile& profile, const Schedule& schedule,
                                       {PlanRecompute::parse(recompute)}, schedule.num_micro_batches,
                                       part.stages);
   scale_stage_times(part.stages, setup.stage_time_scale);
-  SimulationInput sim{part.stages, stage_pair_links(links, schedule), profile.step_overhead_s,
+  const std::vector<LinkCost> pipeline_links = links.empty() ? std::vector<LinkCost>{profile.link} : links;
+  SimulationInput sim{part.stages, stage_pair_links(pipeline_links, schedule), profile.step_overhead_s,
                       replica_batch(request), false};
   sim.receiver_progress = receiver_driven_links(profile);
   sim.weight_grad_share = request.weight_grad_share;
@@ -410,16 +411,13 @@ std::unique_ptr<WeighedPlans> weigh_plans(const ProfileForMicroBatch& profile_fo
   // weight_grad = "step": an N's profile carries the step's B and pass when
   // its stage chains timed them (has_step_split); else the profile at a
   // whole replica batch's rows times the pass, measured at the first N
-  // without them. A measuring profile_for leaves the links of the profile it
-  // gave last, so the N's own is asked for again after it.
+  // without them.
   const ModelProfile* pass_profile = nullptr;
   for (int n : micro_batch_counts(request)) {
     const int64_t rows = replica_batch(request) / n;
     const ModelProfile& profile = profile_at(*w, profile_for, rows);
-    if (request.weight_grad == WeightGradKind::Step && !has_step_split(profile) && !pass_profile) {
+    if (request.weight_grad == WeightGradKind::Step && !has_step_split(profile) && !pass_profile)
       pass_profile = &profile_at(*w, profile_for, replica_batch(request), true);
-      profile_for(rows);
-    }
     table.model = profile.model;
     table.device = profile.backend;
     for (const std::string& name : request.schedules) {

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdio>
 #include <memory>
 #include <string>
 
@@ -132,6 +133,19 @@ std::vector<MeasuredReduction> time_replica_reductions(const Deck& deck, Backend
     measured.push_back(time_at(deck, be, world, d, options));
   }
   return measured;
+}
+
+std::string describe_reduction(const MeasuredReduction& reduction) {
+  char part[96];
+  std::string text = "D = " + std::to_string(reduction.replicas) + ":";
+  for (size_t i = 0; i < reduction.grad_bytes.size(); ++i) {
+    std::snprintf(part, sizeof part, "%s %.2f MiB in %.2f ms", i ? "," : "",
+                  reduction.grad_bytes[i] / 1048576.0, reduction.seconds[i] * 1e3);
+    text += part;
+  }
+  std::snprintf(part, sizeof part, " (fitted link %.1f us, %.2f GB/s)", reduction.link.latency_s * 1e6,
+                reduction.link.bandwidth_bytes_per_s / 1e9);
+  return text + part;
 }
 
 std::vector<int> grid_replica_counts(int ranks, int64_t batch_size) {

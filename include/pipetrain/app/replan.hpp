@@ -81,7 +81,7 @@ class Replanner {
   bool both_weight_grads_ = false;
   std::map<int64_t, ModelProfile> profiles_;  // by micro-batch rows
   bool measured_ = false;  // the first check measured what profiles_ lacked
-  std::vector<LinkCost> links_{1};
+  std::vector<LinkCost> links_;  // empty: each plan over its profile's own link
   std::vector<double> step_times_;                 // world rank 0: the window
   std::vector<std::vector<double>> rank_compute_;  // (steps, ranks)
 };

@@ -131,7 +131,8 @@ bool plan_choice_order(const PlanRow& a, const PlanRow& b);
 using ProfileForMicroBatch = std::function<ModelProfile(int64_t micro_batch_size)>;
 
 // Ranks every point of the request. links: one per neighbouring stage pair,
-// or one for all. InputError for a bad request (no budget, an N that does not
+// or one for all; empty: each point's profile's own measured link (the
+// profile of its micro-batch size). InputError for a bad request (no budget, an N that does not
 // divide the batch, more stages than partitionable units, ...).
 PlanTable rank_plans(const ProfileForMicroBatch& profile_for, const std::vector<LinkCost>& links,
                      const PlanRequest& request);
@@ -166,7 +167,7 @@ double add_replica_reductions(SimulationResult& result, const ModelProfile& prof
 // Every P x D grid of total_ranks ranks (D dividing total_ranks and the
 // batch, P = total_ranks / D no more than the partitionable units): the
 // request's points for each, merged and ranked. links_for(P) gives a
-// pipeline's links, replica_link_for(P, D) the link between replicas.
+// pipeline's links (empty: the profiles' own, as rank_plans), replica_link_for(P, D) the link between replicas.
 using LinksForStages = std::function<std::vector<LinkCost>(int stages)>;
 using ReplicaLinkFor = std::function<LinkCost(int stages, int replicas)>;
 PlanTable rank_grid_plans(const ProfileForMicroBatch& profile_for, const LinksForStages& links_for,

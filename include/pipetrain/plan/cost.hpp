@@ -125,12 +125,17 @@ struct ModelProfile {
   std::vector<MeasuredReduction> reductions;
 };
 
+// The profile's reduction timed at D; null when it has none.
+inline const MeasuredReduction* reduction_at(const ModelProfile& profile, int replicas) {
+  for (const MeasuredReduction& r : profile.reductions)
+    if (r.replicas == replicas) return &r;
+  return nullptr;
+}
 // The link replicas reduce over at D: the measured reduction's fitted link
 // when the profile has one for D, else `fallback`.
 inline LinkCost replica_link_of(const ModelProfile& profile, int replicas, const LinkCost& fallback) {
-  for (const MeasuredReduction& r : profile.reductions)
-    if (r.replicas == replicas) return r.link;
-  return fallback;
+  const MeasuredReduction* r = reduction_at(profile, replicas);
+  return r ? r->link : fallback;
 }
 
 // Whether `profile`'s messages move only when the receiving rank polls

@@ -16,6 +16,7 @@
 
 #include <mpi.h>
 
+#include <string>
 #include <vector>
 
 #include "pipetrain/base/deck.hpp"
@@ -35,6 +36,10 @@ namespace pt {
 std::vector<MeasuredReduction> time_replica_reductions(const Deck& deck, Backend& be, MPI_Comm world,
                                                        const std::vector<int>& replica_counts,
                                                        const ProfileOptions& options);
+
+// "D = 2: 6.05 MiB in 4.69 ms, 0.03 MiB in 0.02 ms (fitted link 0.0 us,
+// 1.36 GB/s)": a measured reduction in one line.
+std::string describe_reduction(const MeasuredReduction& reduction);
 
 // The replica counts D > 1 of the P x D grids of `ranks` ranks whose D also
 // divides the batch (the grids pipeline.auto and `pipetrain plan` weigh).
