@@ -206,6 +206,12 @@ void write_double_column(hid_t file, const char* name, const std::vector<double>
   H5Sclose(space);
 }
 
+// Replaces the float64 column `name` of an open profile file by `values`.
+void replace_column(hid_t file, const char* name, const std::vector<double>& values) {
+  H5Ldelete(file, name, H5P_DEFAULT);
+  write_double_column(file, name, values);
+}
+
 // The message reading `path` gives after `edit`, for a fresh valid file.
 template <typename F>
 std::string message_after(const std::string& path, F edit) {
@@ -244,40 +250,20 @@ TEST(ProfileFile, DamagedOrMismatchedFilesAreRefusedWithTheirReason) {
                  "integer attribute 'micro_batch_rows'");
   expect_message(message_after(path, [](hid_t f) { H5Ldelete(f, "units/backward_s", H5P_DEFAULT); }),
                  path, "dataset units/backward_s is missing");
-  expect_message(message_after(path,
-                               [](hid_t f) {
-                                 H5Ldelete(f, "units/forward_s", H5P_DEFAULT);
-                                 write_double_column(f, "units/forward_s", {1.0, 2.0});
-                               }),
+  expect_message(message_after(path, [](hid_t f) { replace_column(f, "units/forward_s", {1.0, 2.0}); }),
                  path, "dataset units/forward_s has 2 rows, not 3");
-  expect_message(message_after(path,
-                               [](hid_t f) {
-                                 H5Ldelete(f, "units/param_bytes", H5P_DEFAULT);
-                                 write_double_column(f, "units/param_bytes", {1.0, NAN, 3.0});
-                               }),
+  expect_message(message_after(path, [](hid_t f) { replace_column(f, "units/param_bytes", {1.0, NAN, 3.0}); }),
                  path, "dataset units/param_bytes[1] = nan is not a finite value >= 0");
   expect_message(message_after(path, [](hid_t f) { H5Ldelete(f, "units/step_weight_s", H5P_DEFAULT); }),
                  path, "dataset units/step_weight_s is missing (units/step_input_s and units/step_weight_s "
                        "come together)");
-  expect_message(message_after(path,
-                               [](hid_t f) {
-                                 H5Ldelete(f, "units/step_input_s", H5P_DEFAULT);
-                                 write_double_column(f, "units/step_input_s", {1.0, -2.0, 3.0});
-                               }),
+  expect_message(message_after(path, [](hid_t f) { replace_column(f, "units/step_input_s", {1.0, -2.0, 3.0}); }),
                  path, "dataset units/step_input_s[1] = -2.000000 is not a finite value >= 0");
   expect_message(message_after(path, [](hid_t f) { H5Ldelete(f, "reductions/replicas", H5P_DEFAULT); }),
                  path, "dataset reductions/replicas (1-D integer, the D of each timed reduction) is missing");
-  expect_message(message_after(path,
-                               [](hid_t f) {
-                                 H5Ldelete(f, "reductions/seconds", H5P_DEFAULT);
-                                 write_double_column(f, "reductions/seconds", {1.0, 2.0});
-                               }),
+  expect_message(message_after(path, [](hid_t f) { replace_column(f, "reductions/seconds", {1.0, 2.0}); }),
                  path, "dataset reductions/seconds has 2 rows, not 3 (one per row of reductions/replicas)");
-  expect_message(message_after(path,
-                               [](hid_t f) {
-                                 H5Ldelete(f, "reductions/grad_bytes", H5P_DEFAULT);
-                                 write_double_column(f, "reductions/grad_bytes", {1.0, 0.0, 3.0});
-                               }),
+  expect_message(message_after(path, [](hid_t f) { replace_column(f, "reductions/grad_bytes", {1.0, 0.0, 3.0}); }),
                  path, "reductions/grad_bytes[1] and reductions/seconds[1] must be > 0");
   // Every refusal says what was expected.
   EXPECT_NE(message_after(path, [](hid_t f) { H5Ldelete(f, "units", H5P_DEFAULT); })

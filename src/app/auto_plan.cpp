@@ -292,8 +292,6 @@ PlanTable measure_plans(const Deck& deck, const PlanRequest& request, MPI_Comm c
   // are asked for before their profiles) and kept in every profile.
   const std::vector<MeasuredReduction> reductions =
       time_replica_reductions(deck, be, world, weighed_replica_counts(request, comm, world), measuring);
-  ModelProfile reduced;  // replica_link_of reads its reductions
-  reduced.reductions = reductions;
   // One profile per micro-batch size, measured at its first use: every rank
   // asks for the same sizes in the same order (collective).
   std::map<int64_t, ModelProfile> measured;
@@ -313,10 +311,10 @@ PlanTable measure_plans(const Deck& deck, const PlanRequest& request, MPI_Comm c
   const auto rank_for = [&](const PlanRequest& r) {
     if (r.data_parallel == 0)  // every P x D grid of the ranks
       return rank_grid_plans(profile_for, [](int) { return std::vector<LinkCost>{}; },
-                             [&](int, int d) { return replica_link_of(reduced, d, LinkCost{}); }, r,
+                             [&](int, int d) { return replica_link_of(reductions, d, LinkCost{}); }, r,
                              r.num_stages);
     PlanRequest fixed = r;
-    fixed.replica_link = replica_link_of(reduced, r.data_parallel, LinkCost{});
+    fixed.replica_link = replica_link_of(reductions, r.data_parallel, LinkCost{});
     return rank_plans(profile_for, {}, fixed);
   };
   const auto keep_profiles = [&] {  // after the last rank_for: nothing is measured later

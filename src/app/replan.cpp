@@ -16,7 +16,6 @@
 #include "pipetrain/base/fault_injection.hpp"
 #include "pipetrain/base/timed_wait.hpp"
 #include "pipetrain/io/deck_io.hpp"
-#include "pipetrain/runtime/profile_reduction.hpp"
 #include "pipetrain/runtime/profiler.hpp"
 
 namespace pt {

@@ -89,8 +89,7 @@ void time_optimizer(StageModel& model, Backend& be, const Deck& deck, const Prof
     const auto start = std::chrono::steady_clock::now();
     optimizer.step(be, lr, 1.f);
     be.synchronize();
-    chain.times[kChainOptimizer].push_back(
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+    chain.times[kChainOptimizer].push_back(seconds_since(start));
   }
 }
 

@@ -18,10 +18,6 @@ using Clock = std::chrono::steady_clock;
 constexpr int kPingTag = 0;
 constexpr double kSmallMessageBytes = 8.0;
 
-double seconds_since(Clock::time_point start) {
-  return std::chrono::duration<double>(Clock::now() - start).count();
-}
-
 std::string format_number(double value) {
   char buf[32];
   std::snprintf(buf, sizeof buf, "%g", value);

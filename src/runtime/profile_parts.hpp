@@ -1,10 +1,11 @@
 // profile_parts.hpp: what the profiler's translation units share (private
 // to src/runtime: profiler.cpp, profile_chain.cpp, profile_link.cpp,
-// profile_trace.cpp, speed_probe.cpp).
+// profile_reduction.cpp, profile_trace.cpp, speed_probe.cpp).
 #pragma once
 
 #include <mpi.h>
 
+#include <chrono>
 #include <vector>
 
 #include "pipetrain/runtime/profiler.hpp"
@@ -13,6 +14,9 @@ namespace pt {
 
 // The median (mean of the middle two for an even count); 0 when empty.
 double median(std::vector<double> values);
+
+// Seconds on the steady clock since `start`.
+double seconds_since(std::chrono::steady_clock::time_point start);
 
 // Collective over comm: the link between ranks 0 and 1, by ping-pong through
 // the run's transport of a small message and of `message_bytes` (the

@@ -3,7 +3,6 @@
 #include "pipetrain/runtime/profile_reduction.hpp"
 
 #include <algorithm>
-#include <chrono>
 #include <cstdio>
 #include <memory>
 #include <string>
@@ -41,21 +40,18 @@ double reduce_once(GradientReducer& reducer, StageModel& stage, Backend& be, MPI
   for (size_t layer = stage.layers.size(); layer-- > 0;) reducer.layer_done(stage.stage, 0, layer);
   reducer.finish();
   be.synchronize();
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  return seconds_since(start);
 }
 
 // The median seconds of the timed reductions of `stage`'s gradients over
-// the grid's replica group, after the untimed warm-ups.
+// the grid's replica group `group`, after the untimed warm-ups.
 double time_reduction(StageModel& stage, const Deck& deck, Backend& be, const ProcessGrid& grid,
-                      const ProfileOptions& options) {
-  std::unique_ptr<ReplicaGroup> group = options.make_replica_group
-                                            ? options.make_replica_group(grid.replicas())
-                                            : make_mpi_replica_group(grid.replicas());
+                      ReplicaGroup& group, const ProfileOptions& options) {
   ReductionConfig config = reduction_config_for(deck);
   config.ordered = false;
   config.micro_batches = 1;
   config.fault_points = false;  // a test's stall is for the training steps' reductions
-  GradientReducer reducer({&stage}, *group, config, be, nullptr, grid.replica_group_text());
+  GradientReducer reducer({&stage}, group, config, be, nullptr, grid.replica_group_text());
   int64_t step = 0;
   double warm = 0.0;
   for (int r = 0; r < std::max(1, options.warmup); ++r) warm = reduce_once(reducer, stage, be, grid.replicas(), step++);
@@ -71,20 +67,23 @@ double time_reduction(StageModel& stage, const Deck& deck, Backend& be, const Pr
 
 // (bytes, seconds) of this rank's two reductions at D: its pipeline stage of
 // the uniform partition, then that stage's first unit alone (0, 0 when the
-// stage is that unit).
+// stage is that unit); both over one replica group, as the run's.
 std::vector<double> time_stage_reductions(const Deck& deck, Backend& be, const ProcessGrid& grid,
                                           const ProfileOptions& options) {
+  const std::unique_ptr<ReplicaGroup> group = options.make_replica_group
+                                                  ? options.make_replica_group(grid.replicas())
+                                                  : make_mpi_replica_group(grid.replicas());
   const std::vector<int64_t> counts = partition_units(model_units(deck.model), grid.pipeline_ranks(), {});
   const int stage = grid.pipeline_rank();
   StageModel whole = build_stage(deck.model, counts, stage);
   move_parameters(whole, be.device());
-  std::vector<double> figures{grad_bytes(whole), time_reduction(whole, deck, be, grid, options), 0.0, 0.0};
+  std::vector<double> figures{grad_bytes(whole), time_reduction(whole, deck, be, grid, *group, options), 0.0, 0.0};
   const int64_t first = model_family(deck.model).pinned_front + whole.first_unit;
   StageModel unit = build_cost_unit_stage(deck.model, first);
   if (grad_bytes(unit) < figures[0] && grad_bytes(unit) > 0.0) {
     move_parameters(unit, be.device());
     figures[2] = grad_bytes(unit);
-    figures[3] = time_reduction(unit, deck, be, grid, options);
+    figures[3] = time_reduction(unit, deck, be, grid, *group, options);
   }
   return figures;
 }

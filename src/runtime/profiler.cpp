@@ -87,10 +87,6 @@ ModelProfile profile_header(const Deck& deck, const BatchSplit& split, Backend& 
   return p;
 }
 
-double seconds_since(Clock::time_point start) {
-  return std::chrono::duration<double>(Clock::now() - start).count();
-}
-
 double category_delta(const MemoryStats& before, const MemoryStats& after, MemCategory cat) {
   const int c = static_cast<int>(cat);
   return static_cast<double>(after.live[c]) - static_cast<double>(before.live[c]);
@@ -427,6 +423,10 @@ ModelProfile profile_memory_at(const Deck& deck, const BatchSplit& split, Backen
 }
 
 }  // namespace
+
+double seconds_since(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
 
 ModelProfile profile_memory(const Deck& deck, Backend& be, const ProfileOptions& options) {
   return profile_memory_at(deck, batch_split_of(deck), be, options);

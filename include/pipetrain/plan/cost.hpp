@@ -125,17 +125,24 @@ struct ModelProfile {
   std::vector<MeasuredReduction> reductions;
 };
 
-// The profile's reduction timed at D; null when it has none.
-inline const MeasuredReduction* reduction_at(const ModelProfile& profile, int replicas) {
-  for (const MeasuredReduction& r : profile.reductions)
+// The reduction timed at D; null when there is none.
+inline const MeasuredReduction* reduction_at(const std::vector<MeasuredReduction>& reductions, int replicas) {
+  for (const MeasuredReduction& r : reductions)
     if (r.replicas == replicas) return &r;
   return nullptr;
 }
+inline const MeasuredReduction* reduction_at(const ModelProfile& profile, int replicas) {
+  return reduction_at(profile.reductions, replicas);
+}
 // The link replicas reduce over at D: the measured reduction's fitted link
-// when the profile has one for D, else `fallback`.
-inline LinkCost replica_link_of(const ModelProfile& profile, int replicas, const LinkCost& fallback) {
-  const MeasuredReduction* r = reduction_at(profile, replicas);
+// when there is one for D, else `fallback`.
+inline LinkCost replica_link_of(const std::vector<MeasuredReduction>& reductions, int replicas,
+                                const LinkCost& fallback) {
+  const MeasuredReduction* r = reduction_at(reductions, replicas);
   return r ? r->link : fallback;
+}
+inline LinkCost replica_link_of(const ModelProfile& profile, int replicas, const LinkCost& fallback) {
+  return replica_link_of(profile.reductions, replicas, fallback);
 }
 
 // Whether `profile`'s messages move only when the receiving rank polls
