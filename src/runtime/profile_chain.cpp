@@ -32,10 +32,17 @@ namespace {
 
 // Figures timed per chain, in this order.
 // The step's two (per micro-batch) only with options.step_weight_grads.
+// kChainRefill: F + B of the micro-batches that follow an optimizer update
+// (kRefillMicroBatches of them, or the step's N where fewer), less the same
+// count of the chain's back-to-back pairs.
 enum ChainTime : size_t {
-  kChainForward, kChainBackward, kChainRecompute, kChainOptimizer, kChainStepInput, kChainStepWeight,
-  kChainTimes
+  kChainForward, kChainBackward, kChainRecompute, kChainOptimizer, kChainRefill, kChainStepInput,
+  kChainStepWeight, kChainTimes
 };
+
+// Micro-batches timed after each update: in the traced runs of the 512-wide
+// MLP the first ran 25% over the later ones, the second 5%, the third 2%.
+constexpr int kRefillMicroBatches = 3;
 
 // Timed repetitions of a chain: at least options.reps, more (up to 3 x) while
 // they fit kChainBudgetSeconds, so that a short stage gets enough samples for
@@ -76,20 +83,37 @@ void time_step_split(StageProbe& probe, const Dataset& data, int micro_batches,
   }
 }
 
-// This pass's share of the options.reps optimizer updates of the whole stage
-// (after one untimed, which gives AdamW its state's first values), as the
-// run's one update a step: every unit's state at once, not a unit alone.
-void time_optimizer(StageModel& model, Backend& be, const Deck& deck, const ProfileOptions& options,
+int refill_micro_batches(const BatchSplit& split) {
+  return static_cast<int>(std::clamp<int64_t>(split.micro_batches, 1, kRefillMicroBatches));
+}
+
+// This pass's share of the chain's optimizer updates of the whole stage (as
+// many as its pairs; after one untimed, which gives AdamW its state's first
+// values), as the run's one update a step: every unit's state at once, not a
+// unit alone.
+// After each timed update, the F and B of the `refill_count` micro-batches that
+// follow it (their sum): the update streams the stage's parameters,
+// gradients and optimizer state through the caches, so a step's first
+// micro-batches find less of their working set there than the chain's
+// back-to-back pairs do.
+void time_optimizer(StageModel& model, Backend& be, const Deck& deck,
+                    const std::function<MicroBatchProbe()>& next_micro_batch, int refill_count,
                     int pass, int passes, ChainSamples& chain) {
   Optimizer optimizer(deck.training, model.params());
   const float lr = static_cast<float>(deck.training.lr);
   optimizer.step(be, lr, 1.f);
   be.synchronize();
-  for (int r = 0; r < share_of(options.reps, pass, passes); ++r) {
+  for (int r = 0; r < share_of(chain.reps, pass, passes); ++r) {
     const auto start = std::chrono::steady_clock::now();
     optimizer.step(be, lr, 1.f);
     be.synchronize();
     chain.times[kChainOptimizer].push_back(seconds_since(start));
+    double after_update = 0.0;
+    for (int mb = 0; mb < refill_count; ++mb) {
+      const MicroBatchProbe next = next_micro_batch();
+      after_update += next.forward_s + next.backward_s;
+    }
+    chain.times[kChainRefill].push_back(after_update);
   }
 }
 
@@ -125,7 +149,8 @@ void time_chain_pass(const Deck& deck, const BatchSplit& split, Backend& be, con
     chain.times[kChainBackward].push_back(kept.backward_s);
     chain.times[kChainRecompute].push_back(recomputed.recompute_s);
   }
-  time_optimizer(model, be, deck, options, pass, passes, chain);
+  const auto next_micro_batch = [&] { return none.probe_micro_batch(*data, stats, options.reset_memory_peaks); };
+  time_optimizer(model, be, deck, next_micro_batch, refill_micro_batches(split), pass, passes, chain);
   if (options.step_weight_grads)
     time_step_split(none, *data, static_cast<int>(split.micro_batches), options, pass, passes, chain);
 }
@@ -201,6 +226,13 @@ std::string ratios_text(const std::vector<double>& ratios) {
   return text;
 }
 
+// "0.412 0.380": seconds as milliseconds.
+std::string milliseconds_text(const std::vector<double>& seconds) {
+  std::vector<double> ms;
+  for (double s : seconds) ms.push_back(s * 1e3);
+  return ratios_text(ms);
+}
+
 // ", weight_grad step (N=8) B x 0.652 0.640, W x 0.488 0.505": the step's
 // B and W per micro-batch over the chain's fused backward.
 std::string step_split_text(const ChainCalibration& cal, int64_t micro_batches) {
@@ -242,7 +274,10 @@ ChainCalibration calibrate_with_stage_chains(ModelProfile& p, const Deck& deck, 
     cal.backward_ratio.push_back(ratio(m[kChainBackward], sum_none.backward_s));
     cal.recompute_ratio.push_back(ratio(m[kChainRecompute], sum_full.recompute_s));
     cal.optimizer_s.push_back(m[kChainOptimizer]);
-    cal.optimizer_ratio.push_back(ratio(m[kChainOptimizer], sum_none.optimizer_s));
+    const double pairs = refill_micro_batches(split) * (m[kChainForward] + m[kChainBackward]);
+    cal.refill_s.push_back(std::max(0.0, m[kChainRefill] - pairs));
+    cal.refill_micro_batches = refill_micro_batches(split);
+    cal.optimizer_ratio.push_back(ratio(m[kChainOptimizer] + cal.refill_s.back(), sum_none.optimizer_s));
     scale_units(p, first, end, cal.forward_ratio.back(), cal.backward_ratio.back(),
                 cal.recompute_ratio.back(), cal.optimizer_ratio.back());
     if (options.step_weight_grads && m[kChainBackward] > 0.0) {
@@ -256,7 +291,7 @@ ChainCalibration calibrate_with_stage_chains(ModelProfile& p, const Deck& deck, 
   cal.text = "stage chains " + counts_text(cal.units_per_stage) + ": F x " +
              ratios_text(cal.forward_ratio) + ", B x " + ratios_text(cal.backward_ratio) +
              ", recompute x " + ratios_text(cal.recompute_ratio) + ", optimizer x " +
-             ratios_text(cal.optimizer_ratio);
+             ratios_text(cal.optimizer_ratio) + " (refill " + milliseconds_text(cal.refill_s) + " ms)";
   if (!cal.step_input_s.empty()) cal.text += step_split_text(cal, split.micro_batches);
   return cal;
 }

@@ -108,6 +108,11 @@ struct ChainCalibration {
   // and its share of the pass; empty unless options.step_weight_grads.
   std::vector<double> step_input_s, step_weight_s;
   std::vector<double> optimizer_s;  // (stages) the stage's optimizer update, measured
+  // (stages) what the micro-batches after an update take beyond as many of
+  // the chain's F + B pairs (>= 0): the caches refilled after the update.
+  // The units' optimizer_s carry it, once a step.
+  std::vector<double> refill_s;
+  int refill_micro_batches = 0;  // micro-batches timed after each update
   std::vector<double> forward_ratio, backward_ratio, recompute_ratio, optimizer_ratio;  // (stages)
   std::vector<int> repetitions;  // (stages) timed repetitions of each chain, all passes
   int passes = 0;                // passes through the stages
