@@ -255,6 +255,7 @@ ChainCalibration calibrate_with_stage_chains(ModelProfile& p, const Deck& deck, 
   const int stages = static_cast<int>(std::min<size_t>(static_cast<size_t>(ranks), layout.partitionable));
   ChainCalibration cal;
   cal.units_per_stage = partition_units(model_units(deck.model), stages, {});
+  cal.refill_micro_batches = refill_micro_batches(split);
   const std::vector<double> measured =
       median_over_ranks(time_chains(deck, split, be, options, comm, cal), comm);
   const UnitRanges ranges(p);  // the sums before any stage is scaled
@@ -274,9 +275,8 @@ ChainCalibration calibrate_with_stage_chains(ModelProfile& p, const Deck& deck, 
     cal.backward_ratio.push_back(ratio(m[kChainBackward], sum_none.backward_s));
     cal.recompute_ratio.push_back(ratio(m[kChainRecompute], sum_full.recompute_s));
     cal.optimizer_s.push_back(m[kChainOptimizer]);
-    const double pairs = refill_micro_batches(split) * (m[kChainForward] + m[kChainBackward]);
+    const double pairs = cal.refill_micro_batches * (m[kChainForward] + m[kChainBackward]);
     cal.refill_s.push_back(std::max(0.0, m[kChainRefill] - pairs));
-    cal.refill_micro_batches = refill_micro_batches(split);
     cal.optimizer_ratio.push_back(ratio(m[kChainOptimizer] + cal.refill_s.back(), sum_none.optimizer_s));
     scale_units(p, first, end, cal.forward_ratio.back(), cal.backward_ratio.back(),
                 cal.recompute_ratio.back(), cal.optimizer_ratio.back());
