@@ -319,7 +319,7 @@ TEST(ScheduleEquivalence, PlacementsAtGivenAndMeasuredTimes) {
         const std::string at = base.model.type + " P=" + std::to_string(p) + " N=" + std::to_string(n);
         const Schedule timed =
             generate_zb_v(p, n, StageActionTimes(static_cast<size_t>(2 * p), {1.0, 1.0, 0.3}));
-        ASSERT_NE(format_schedule(timed), format_schedule(generate_zb_v(p, n))) << at;
+        ASSERT_NE(timed.ranks, generate_zb_v(p, n).ranks) << at;  // another order of actions
         const std::string file = dir + "/zb_v_timed_p" + std::to_string(p) + ".txt";
         if (is_root()) std::ofstream(file) << format_schedule(timed);
         MPI_Barrier(MPI_COMM_WORLD);

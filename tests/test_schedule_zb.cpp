@@ -72,6 +72,49 @@ TEST(Placement, PrintsAndParsesBackExactly) {
   EXPECT_EQ(pt::rank_stages(back, 0), (std::vector<int>{0, 3}));
 }
 
+namespace {
+
+// Every field of a schedule that its text carries.
+void expect_same_schedule(const Schedule& back, const Schedule& s, const std::string& label) {
+  EXPECT_EQ(back.num_stages, s.num_stages) << label;
+  EXPECT_EQ(back.num_micro_batches, s.num_micro_batches) << label;
+  EXPECT_EQ(back.num_ranks, s.num_ranks) << label;
+  EXPECT_EQ(back.ranks, s.ranks) << label;
+  EXPECT_EQ(back.placement, s.placement) << label;
+  EXPECT_EQ(back.timed, s.timed) << label;
+  EXPECT_EQ(back.forward_only, s.forward_only) << label;
+  EXPECT_EQ(back.step_weight_grads, s.step_weight_grads) << label;
+}
+
+}  // namespace
+
+TEST(Placement, TimedAndEvaluationSchedulesPrintAndParseBackExactly) {
+  const pt::StageActionTimes times = {{1.0, 2.0, 0.5}, {1.5, 2.5, 0.7}, {1.0, 2.0, 0.5},
+                                      {2.0, 3.0, 0.9}};
+  const Schedule timed = pt::generate_zb_v(2, 4, times);
+  ASSERT_TRUE(timed.timed);
+  const Schedule eval = pt::forward_only_schedule(pt::generate_zb_v(2, 4));
+  ASSERT_TRUE(eval.forward_only);
+  for (const Schedule* s : {&timed, &eval}) {
+    const std::string text = pt::format_schedule(*s);
+    const Schedule back = pt::parse_schedule(text, "x", s->num_stages, s->num_micro_batches);
+    expect_same_schedule(back, *s, text);
+    EXPECT_EQ(pt::format_schedule(back), text);
+  }
+  EXPECT_NE(pt::format_schedule(timed).find("timed: measured\n"), std::string::npos);
+  EXPECT_NE(pt::format_schedule(eval).find("pass: evaluate\n"), std::string::npos);
+  EXPECT_EQ(pt::format_schedule(pt::generate_zb_v(2, 4)).find("timed:"), std::string::npos);
+}
+
+TEST(Placement, BadFlagLinesAreInputErrorsNamingTheLine) {
+  EXPECT_NE(error_of([] { from_lines({"timed: yes", "0F0 0B0"}, 1, 1); })
+                .find("test:1: bad timed line 'timed: yes'; expected 'timed: measured'"),
+            std::string::npos);
+  EXPECT_NE(error_of([] { from_lines({"0F0", "pass: evaluate"}, 1, 1); })
+                .find("test:2: the pass line must come once, before the rank lines"),
+            std::string::npos);
+}
+
 TEST(Placement, BadLinesAreInputErrorsNamingTheLine) {
   EXPECT_NE(error_of([] { from_lines({"placement: 0 x", "0F0"}, 2, 1); })
                 .find("test:1: bad placement entry 'x'"),
@@ -99,8 +142,7 @@ TEST(Generators, NewSchedulesValidateUnderMpiAndNccl) {
     // Text round trip, placement included.
     const Schedule back = pt::parse_schedule(pt::format_schedule(s), "x", s.num_stages,
                                              s.num_micro_batches);
-    EXPECT_EQ(back.ranks, s.ranks) << g.label;
-    EXPECT_EQ(back.placement, s.placement) << g.label;
+    expect_same_schedule(back, s, g.label);
     // The simulator's in-flight count is the validator's.
     EXPECT_EQ(pt::schedule_in_flight(s), r.peak_in_flight) << g.label;
   }
@@ -459,12 +501,13 @@ TEST(TimedPlacement, EqualTimesGiveThePapersSchedules) {
   for (int p : {1, 2, 3, 4})
     for (int n = 1; n <= 8; ++n) {
       const std::string at = " P=" + std::to_string(p) + " N=" + std::to_string(n);
-      EXPECT_EQ(pt::format_schedule(pt::generate_zb_v(p, n, equal_times(2 * p, 2.5, 2.5, 2.5))),
-                pt::format_schedule(pt::generate_zb_v(p, n)))
-          << "zb-v" << at;
-      EXPECT_EQ(pt::format_schedule(pt::generate_zb_h1(p, n, equal_times(p, 0.3, 0.3, 0.3))),
-                pt::format_schedule(pt::generate_zb_h1(p, n)))
-          << "zb-h1" << at;
+      // The same actions and placement; only the `timed` flag (its own line) differs.
+      const Schedule zv = pt::generate_zb_v(p, n, equal_times(2 * p, 2.5, 2.5, 2.5));
+      const Schedule zv_papers = pt::generate_zb_v(p, n);
+      EXPECT_EQ(zv.ranks, zv_papers.ranks) << "zb-v" << at;
+      EXPECT_EQ(zv.placement, zv_papers.placement) << "zb-v" << at;
+      const Schedule zh = pt::generate_zb_h1(p, n, equal_times(p, 0.3, 0.3, 0.3));
+      EXPECT_EQ(zh.ranks, pt::generate_zb_h1(p, n).ranks) << "zb-h1" << at;
     }
 }
 

@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "pipetrain/base/error.hpp"
+#include "pipetrain/base/mpi_cancel.hpp"
 
 namespace pt {
 
@@ -57,11 +58,7 @@ class ArrivalBoard {
   bool active() const { return comm_ != MPI_COMM_NULL; }
 
   void start(MPI_Comm world) {
-    MPI_Request req;
-    MPI_Comm pending = MPI_COMM_NULL;  // usable once the duplication completes
-    MPI_CHECK(MPI_Comm_idup(world, &pending, &req));
-    timed_wait(req, world, "the start-up communicator duplication");  // board not active yet
-    comm_ = pending;
+    comm_ = timed_comm_dup(world, "the start-up communicator duplication");  // board not active yet
     MPI_CHECK(MPI_Comm_rank(comm_, &rank_));
     MPI_CHECK(MPI_Comm_size(comm_, &size_));
     entered_ = 0;
@@ -98,8 +95,8 @@ class ArrivalBoard {
     if (rank_ == 0) {
       for (int r = 1; r < size_; ++r) {
         if (recv_[r] == MPI_REQUEST_NULL) continue;
-        MPI_Cancel(&recv_[r]);
-        MPI_Wait(&recv_[r], MPI_STATUS_IGNORE);
+        // A receive rank r never matched: withdrawn, for a bounded time.
+        cancel_request(recv_[r], 1.0);
       }
     } else {
       for (Slot& s : slots_) {
@@ -341,6 +338,14 @@ void timed_wait(MPI_Request& request, MPI_Comm comm, const std::string& what) {
   if (poll_until(complete, limit)) return;
   throw TimeoutError("timed out after " + seconds_text(limit) + " s " + phase_text() +
                      "waiting for " + what + who_is_missing(comm) + "; see pipeline.timeout_s");
+}
+
+MPI_Comm timed_comm_dup(MPI_Comm comm, const std::string& what) {
+  MPI_Comm duplicate = MPI_COMM_NULL;  // usable once the duplication completes
+  MPI_Request req;
+  MPI_CHECK(MPI_Comm_idup(comm, &duplicate, &req));
+  timed_wait(req, comm, what);
+  return duplicate;
 }
 
 void timed_barrier(MPI_Comm comm, const std::string& what) {

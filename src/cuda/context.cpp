@@ -61,11 +61,13 @@ Context& context() {
 // Bounded: the compute stream may wait on the device for a receive the
 // executor ordered on it (PendingTransfer::order_before_compute), and a
 // peer that never sends would otherwise hold this wait forever.
-void wait_for_compute_stream(const char* what) {
-  DeadlineScope deadline(std::string("the wait for the GPU's compute stream (") + what +
+void wait_for_stream(cudaStream_t stream, const char* what) {
+  DeadlineScope deadline(std::string("the wait for a GPU stream (") + what +
                          "; it may be held by a receive from a peer that never sent)");
-  CUDA_CHECK(cudaStreamSynchronize(context().compute));
+  CUDA_CHECK(cudaStreamSynchronize(stream));
 }
+
+void wait_for_compute_stream(const char* what) { wait_for_stream(context().compute, what); }
 
 void sync_and_check() {
   Context& ctx = context();

@@ -44,6 +44,8 @@ void sync_and_check();
 // host wait for it is bounded, since a receive ordered on the device can
 // hold the stream (context.cpp).
 void wait_for_compute_stream(const char* what);
+// The same bound for any other stream.
+void wait_for_stream(cudaStream_t stream, const char* what);
 
 // Registers the Device::CUDA hooks of pipetrain/tensor/tensor.hpp (device_memory.cpp).
 void install_memory_hooks();

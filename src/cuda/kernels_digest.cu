@@ -78,7 +78,7 @@ void payload_digest(const void* data, int64_t bytes, int float_kind, uint64_t* c
   Context& ctx = context();
   CUDA_CHECK(cudaMemcpyAsync(ctx.readback, out.as<unsigned long long>(),
                              2 * sizeof(unsigned long long), cudaMemcpyDeviceToHost, s));
-  if (s != ctx.compute) CUDA_CHECK(cudaStreamSynchronize(s));  // a caller's own stream
+  if (s != ctx.compute) wait_for_stream(s, "a message digest on its own stream");
   sync_and_check();  // the compute stream, bounded
   unsigned long long host[2];
   std::memcpy(host, ctx.readback, sizeof host);

@@ -90,7 +90,7 @@ double reduce(int64_t n, Term term, cudaStream_t s) {
   Context& ctx = context();
   CUDA_CHECK(cudaMemcpyAsync(ctx.readback, out.as<double>(), sizeof(double),
                              cudaMemcpyDeviceToHost, s));
-  if (s != ctx.compute) CUDA_CHECK(cudaStreamSynchronize(s));  // a caller's own stream
+  if (s != ctx.compute) wait_for_stream(s, "a reduction on its own stream");
   sync_and_check();  // the compute stream, bounded
   return ctx.readback[0];
 }

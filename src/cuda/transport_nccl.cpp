@@ -57,8 +57,11 @@ class NcclEngine {
     MPI_CHECK(MPI_Comm_size(comm, &size_));
     context();
     init_world(comm);
-    for (int group = 0; group < groups(); ++group)
-      for (int up = 0; up < 2; ++up) split_links(group, up == 1);
+    {
+      DeadlineScope deadline("NCCL's split of the stage links (ncclCommSplit)");
+      for (int group = 0; group < groups(); ++group)
+        for (int up = 0; up < 2; ++up) split_links(group, up == 1);
+    }
     connect_all_channels();
   }
 

@@ -22,6 +22,7 @@
 #include "context.hpp"
 #include "pinned_pool.hpp"
 #include "pipetrain/base/mpi_cancel.hpp"
+#include "pipetrain/base/timed_wait.hpp"
 #include "pipetrain/cuda/cuda.hpp"
 
 namespace pt::cuda {
@@ -48,7 +49,10 @@ struct StagedOp {
   MPI_Request request = MPI_REQUEST_NULL;
 
   ~StagedOp() {
-    if (stage == Stage::Copying && copied) cudaEventSynchronize(copied);  // before host is reused
+    if (stage == Stage::Copying && copied) {  // before host is reused
+      DeadlineScope deadline("a staged transfer's device copy, dropped early");
+      cudaEventSynchronize(copied);
+    }
     if (request != MPI_REQUEST_NULL) withdraw();  // dropped early (error path only)
     if (ready) cudaEventDestroy(ready);
     if (copied) cudaEventDestroy(copied);
@@ -77,7 +81,10 @@ class Engine {
   }
   ~Engine() {
     active_.clear();
-    cudaStreamSynchronize(stream_);
+    try {
+      wait_for_stream(stream_, "the staged transport's copy stream at shutdown");
+    } catch (const std::exception&) {  // a destructor reports nothing more: the error path is under way
+    }
     cudaStreamDestroy(stream_);
   }
 

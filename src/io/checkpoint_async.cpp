@@ -78,7 +78,12 @@ AsyncCheckpointer::AsyncCheckpointer(const Deck& deck, std::string resolved_deck
     : deck_(deck), resolved_(std::move(resolved_deck)), comm_(comm) {}
 
 AsyncCheckpointer::~AsyncCheckpointer() {
-  if (save_ && save_->writer.joinable()) save_->writer.join();
+  if (!save_ || !save_->writer.joinable()) return;
+  // Reached on an error path too (complete() timed out): the join is bounded
+  // like every other wait, and the watchdog names the writer it waits for.
+  DeadlineScope scope("the background write of " + save_->file_path() + " (the checkpoint of step " +
+                      std::to_string(save_->step) + ") to finish");
+  save_->writer.join();
 }
 
 bool AsyncCheckpointer::in_flight() const { return save_ != nullptr; }

@@ -35,9 +35,8 @@ class MpiReplicaGroup final : public ReplicaGroup {
   explicit MpiReplicaGroup(MPI_Comm comm) {
     MPI_CHECK(MPI_Comm_rank(comm, &rank_));
     MPI_CHECK(MPI_Comm_size(comm, &size_));
-    DeadlineScope deadline("the replica group's communicator duplicates");
-    MPI_CHECK(MPI_Comm_dup(comm, &comm_));
-    MPI_CHECK(MPI_Comm_dup(comm, &gather_comm_));
+    comm_ = timed_comm_dup(comm, "the replica group's communicator duplicate for all-to-alls");
+    gather_comm_ = timed_comm_dup(comm, "the replica group's communicator duplicate for all-gathers");
   }
   ~MpiReplicaGroup() override {
     int finalized = 0;

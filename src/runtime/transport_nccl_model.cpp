@@ -159,13 +159,7 @@ class NcclModelTransport final : public Transport {
   }
 
  private:
-  MPI_Comm duplicate(MPI_Comm comm, const char* what) {
-    MPI_Comm dup = MPI_COMM_NULL;
-    MPI_Request req;
-    MPI_CHECK(MPI_Comm_idup(comm, &dup, &req));
-    timed_wait(req, comm, what);
-    return dup;
-  }
+  MPI_Comm duplicate(MPI_Comm comm, const char* what) { return timed_comm_dup(comm, what); }
 
   // The ring neighbours, both directions: rank r talks to r - 1 and r + 1 (mod P).
   std::vector<int> neighbours() const {

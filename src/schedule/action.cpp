@@ -5,6 +5,7 @@
 // Parsing is strict and reports bad input as pt::InputError naming the text,
 // the source and the line.
 #include <cctype>
+#include <cstring>
 #include <fstream>
 #include <sstream>
 #include <string>
@@ -136,6 +137,44 @@ void parse_weight_grad(const std::string& line, const std::string& where, Schedu
   s.step_weight_grads = true;
 }
 
+// The header lines that carry a flag of the schedule, each "name: value":
+// "timed: measured" (placed at measured times) and "pass: evaluate" (an
+// evaluation schedule, forward only). Printed only when set.
+struct FlagLine {
+  const char* name;   // "timed:"
+  const char* value;  // "measured"
+  bool Schedule::*flag;
+  const char* meaning;  // for the message of a bad line
+};
+constexpr FlagLine kFlagLines[] = {
+    {"timed:", "measured", &Schedule::timed,
+     "the placement was made at measured action times, not in unit time"},
+    {"pass:", "evaluate", &Schedule::forward_only,
+     "an evaluation schedule: forward actions only"},
+};
+
+const FlagLine* flag_line_of(const std::string& line) {
+  size_t first = line.find_first_not_of(" \t");
+  if (first == std::string::npos) return nullptr;
+  for (const FlagLine& f : kFlagLines)
+    if (line.compare(first, std::strlen(f.name), f.name) == 0) return &f;
+  return nullptr;
+}
+
+void parse_flag_line(const FlagLine& f, const std::string& line, const std::string& where,
+                     Schedule& s) {
+  const std::string name(f.name, std::strlen(f.name) - 1);  // without the colon
+  std::istringstream tokens(line.substr(line.find(f.name) + std::strlen(f.name)));
+  std::string value, extra;
+  tokens >> value >> extra;
+  if (value != f.value || !extra.empty())
+    throw InputError(where + ": bad " + name + " line '" + line + "'; expected '" + f.name + " " +
+                     f.value + "' (" + f.meaning + ")");
+  if (s.*f.flag || !s.ranks.empty())
+    throw InputError(where + ": the " + name + " line must come once, before the rank lines");
+  s.*f.flag = true;
+}
+
 }  // namespace
 
 std::vector<int> rank_stages(const Schedule& s, int rank) {
@@ -201,6 +240,8 @@ std::string format_schedule(const Schedule& s) {
     out += '\n';
   }
   if (s.step_weight_grads) out += std::string(kWeightGrad) + " step\n";
+  for (const FlagLine& f : kFlagLines)
+    if (s.*f.flag) out += std::string(f.name) + " " + f.value + "\n";
   for (const std::vector<Action>& rank : s.ranks) {
     for (size_t i = 0; i < rank.size(); ++i) {
       if (i > 0) out += ' ';
@@ -234,6 +275,10 @@ Schedule parse_schedule(const std::string& text, const std::string& source_name,
     }
     if (is_weight_grad_line(lines[i])) {
       parse_weight_grad(lines[i], where, s);
+      continue;
+    }
+    if (const FlagLine* flag = flag_line_of(lines[i])) {
+      parse_flag_line(*flag, lines[i], where, s);
       continue;
     }
     s.ranks.push_back(parse_rank_line(lines[i], where));

@@ -85,8 +85,16 @@ stop_decoy() {
 }
 
 # digest STEP LOG: the digest of the checkpoint of step STEP that LOG printed
-# (the final state when STEP is the last step), "" when it printed none.
-digest() { grep -o "checkpoint step $1: .*digest [0-9a-f]*" "$2" | awk '{print $NF}'; }
+# (the final state when STEP is the last step). When LOG printed none it
+# prints "no-digest:STEP:LOG:" and the clock in nanoseconds, unique to the
+# call, so two missing digests never compare equal (not even two of one LOG
+# path rewritten by two runs); has_digest STEP LOG tells whether there is one.
+digest() {
+  local d
+  d=$(grep -o "checkpoint step $1: .*digest [0-9a-f]\+" "$2" 2>/dev/null | awk '{print $NF}')
+  echo "${d:-no-digest:$1:$2:$(date +%s%N)}"
+}
+has_digest() { case "$(digest "$1" "$2")" in no-digest:*) return 1 ;; *) return 0 ;; esac; }
 
 # need_tools_python: sets py to tools/.venv's Python (h5py), or fails the test.
 need_tools_python() {

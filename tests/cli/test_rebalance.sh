@@ -74,6 +74,7 @@ assert not np.isfinite(f['rebalance_predicted_ratio'][()]).any()
 four=(--set training.steps=12 --set output.checkpoint_every=12 --set pipeline.slowdown_rank=2
       --set pipeline.slowdown_factor=4.0 --set pipeline.slowdown_from_step=2)
 run 4 train $deck "${four[@]}" --set output.dir=\"$tmp/still4\"
+check "4 stages without rebalancing succeeds" status_is 0
 want4=$(digest 12 "$tmp/out")
 run 4 train $deck "${four[@]}" --set pipeline.rebalance=true --set pipeline.rebalance_every=3 \
   --set output.dir=\"$tmp/moving4\"

@@ -34,7 +34,7 @@ check "SIGUSR1: no step after 4 ran" bash -c "! grep -q '^step      5/8' '$tmp/o
 check "SIGUSR1: metrics.h5 records why" attr_is "$tmp/usr1" stop_reason "SIGUSR1 received; every rank stopped after step 4 of 8"
 run 2 train $deck "${common[@]}" --set output.dir=\"$tmp/usr1\" --resume auto
 check "SIGUSR1: --resume auto resumes" output_has "resuming from $tmp/usr1/checkpoints/step_00000004 (step 4)"
-check "SIGUSR1: the uninterrupted run has a final digest" test -n "$(digest 8 "$tmp/straight.log")"
+check "SIGUSR1: the uninterrupted run has a final digest" has_digest 8 "$tmp/straight.log"
 check "SIGUSR1: resumed run ends like the uninterrupted one" \
   [ "$(digest 8 "$tmp/out")" = "$(digest 8 "$tmp/straight.log")" ]
 check "SIGUSR1: every step once in metrics.h5, bitwise" same_history "$tmp/usr1" "$tmp/straight"
@@ -81,7 +81,7 @@ long=(--set training.steps=$long_steps --set training.blas_threads=1 --set outpu
 run 4 train $deck "${long[@]}" --set output.dir=\"$tmp/long_straight\"
 check "kill -USR1: the uninterrupted run of $long_steps steps" status_is 0
 cp "$tmp/out" "$tmp/long_straight.log"
-check "kill -USR1: ... has a final digest" test -n "$(digest $long_steps "$tmp/long_straight.log")"
+check "kill -USR1: ... has a final digest" has_digest $long_steps "$tmp/long_straight.log"
 victim=$((RANDOM % 4))
 timeout 60 mpirun --oversubscribe --bind-to none -np 4 "$build/pipetrain" train $deck "${long[@]}" \
   --set output.dir=\"$tmp/long\" > "$tmp/out" 2>&1 &

@@ -88,6 +88,8 @@ void timed_allgatherv(const void* send, int count, MPI_Datatype type, void* recv
                       const std::string& what);
 void timed_allreduce(const void* send, void* recv, int count, MPI_Datatype type, MPI_Op op,
                      MPI_Comm comm, const std::string& what);
+// MPI_Comm_idup under timed_wait: a duplicate of comm, collective over it.
+MPI_Comm timed_comm_dup(MPI_Comm comm, const std::string& what);
 // Blocking-style point-to-point with the same limit.
 void timed_send(const void* buf, int count, MPI_Datatype type, int peer, int tag, MPI_Comm comm,
                 const std::string& what);
