@@ -33,6 +33,7 @@
 #include <string>
 #include <vector>
 
+#include "../src/cuda/check.hpp"
 #include "bench_cuda.hpp"
 #include "pipetrain/cuda/cuda.hpp"
 #include "pipetrain/model/model.hpp"
@@ -54,15 +55,6 @@ double dense_peak_tflops(Precision p) {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-
-#define BENCH_CHECK(call)                                                          \
-  do {                                                                             \
-    if (static_cast<int>(call) != 0) {                                             \
-      std::fprintf(stderr, "%s:%d: %s failed (%d)\n", __FILE__, __LINE__, #call,   \
-                   static_cast<int>(call));                                        \
-      std::exit(1);                                                                \
-    }                                                                              \
-  } while (0)
 
 struct Options {
   int64_t blocks = 2, seq = 1024, mb = 8, reps = 5;
@@ -139,8 +131,8 @@ void* random_operand(int64_t elements, cudaDataType_t type) {
     }
   }
   void* dev = nullptr;
-  BENCH_CHECK(cudaMalloc(&dev, hostbuf.size() + 256));
-  BENCH_CHECK(cudaMemcpy(dev, hostbuf.data(), hostbuf.size(), cudaMemcpyHostToDevice));
+  CUDA_CHECK(cudaMalloc(&dev, hostbuf.size() + 256));
+  CUDA_CHECK(cudaMemcpy(dev, hostbuf.data(), hostbuf.size(), cudaMemcpyHostToDevice));
   return dev;
 }
 
@@ -177,28 +169,28 @@ double replay_seconds(const std::vector<cuda::DeviceGemm>& gemms, Precision p, i
   void* b = random_operand(max_b, rt.type);
   void* c = random_operand(max_c, CUDA_R_32F);
   cublasHandle_t handle;
-  BENCH_CHECK(cublasCreate(&handle));
+  CUBLAS_CHECK(cublasCreate(&handle));
   cudaEvent_t start, stop;
-  BENCH_CHECK(cudaEventCreate(&start));
-  BENCH_CHECK(cudaEventCreate(&stop));
+  CUDA_CHECK(cudaEventCreate(&start));
+  CUDA_CHECK(cudaEventCreate(&stop));
   std::vector<double> times;
   for (int r = 0; r <= reps; ++r) {  // r == 0: warm-up
-    BENCH_CHECK(cudaEventRecord(start, nullptr));
+    CUDA_CHECK(cudaEventRecord(start, nullptr));
     for (const auto& g : gemms) {
       const GemmShape& s = g.shape;
       const float alpha = 1.f, beta = s.beta;
       const auto opa = s.trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;
       const auto opb = s.trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
-      BENCH_CHECK(cublasGemmStridedBatchedEx(
+      CUBLAS_CHECK(cublasGemmStridedBatchedEx(
           handle, opb, opa, static_cast<int>(s.n), static_cast<int>(s.m), static_cast<int>(s.k),
           &alpha, b, rt.type, static_cast<int>(s.ldb), g.stride_b, a, rt.type,
           static_cast<int>(s.lda), g.stride_a, &beta, c, CUDA_R_32F, static_cast<int>(s.ldc),
           g.stride_c, static_cast<int>(g.batch), rt.compute, CUBLAS_GEMM_DEFAULT));
     }
-    BENCH_CHECK(cudaEventRecord(stop, nullptr));
-    BENCH_CHECK(cudaEventSynchronize(stop));
+    CUDA_CHECK(cudaEventRecord(stop, nullptr));
+    CUDA_CHECK(cudaEventSynchronize(stop));
     float ms = 0;
-    BENCH_CHECK(cudaEventElapsedTime(&ms, start, stop));
+    CUDA_CHECK(cudaEventElapsedTime(&ms, start, stop));
     if (r > 0) times.push_back(ms * 1e-3);
   }
   cublasDestroy(handle);

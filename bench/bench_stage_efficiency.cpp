@@ -16,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "pipetrain/base/error.hpp"
 #include "pipetrain/tensor/backend.hpp"
 #include "pipetrain/model/model.hpp"
 #include "pipetrain/tensor/blas_info.hpp"
@@ -47,8 +48,7 @@ Options parse(int argc, char** argv) {
         p = q == std::string::npos ? value.size() : q + 1;
       }
     } else {
-      std::fprintf(stderr, "unknown option %s\n", key.c_str());
-      std::exit(2);
+      throw InputError("unknown option '" + key + "'; expected --blocks, --seq, --mb, --reps or --dims");
     }
   }
   return o;
@@ -137,7 +137,13 @@ void run(const Options& o, int64_t c) {
 
 int main(int argc, char** argv) {
   const std::string blas_note = pt::select_blas_kernel(argc, argv);  // may restart the program
-  const pt::Options o = pt::parse(argc, argv);
+  pt::Options o;
+  try {
+    o = pt::parse(argc, argv);
+  } catch (const pt::Error& e) {
+    std::fprintf(stderr, "bench_stage_efficiency: %s\n", e.what());
+    return 2;
+  }
   pt::set_blas_threads(1);
   std::printf("BLAS: %s\n", pt::blas_info().describe().c_str());
   if (!blas_note.empty()) std::printf("%s\n", blas_note.c_str());

@@ -22,7 +22,8 @@ while IFS= read -r file; do
     continue
   fi
   checked=$((checked + 1))
-  # Included rooms: "pipetrain/ROOM/x.hpp" and, inside src/, "../ROOM/x.hpp".
+  # Included rooms: "pipetrain/ROOM/x.hpp" (or <pipetrain/ROOM/x.hpp>) and,
+  # inside src/, "../ROOM/x.hpp".
   while IFS= read -r inc; do
     [[ -z "$inc" ]] && continue
     target=$(echo "$inc" | sed -E 's#^(pipetrain/|\.\./)([a-z_]+)/.*#\2#')
@@ -33,7 +34,7 @@ while IFS= read -r file; do
       echo "check_layers: $file ($room) includes \"$inc\" from the higher layer $target"
       bad=1
     fi
-  done < <(grep -oE '#include "(pipetrain|\.\.)/[^"]+"' "$file" | sed -E 's/#include "(.*)"/\1/' || true)
+  done < <(grep -oE '#include ["<](pipetrain|\.\.)/[^">]+[">]' "$file" | sed -E 's/#include ["<](.*)[">]/\1/' || true)
 done < <(find src include/pipetrain -mindepth 2 -type f \( -name '*.cpp' -o -name '*.hpp' -o -name '*.cu' -o -name '*.cuh' \) | sort)
 
 # The process-wide settings (the wait limit and mode, the CPU GEMM library and

@@ -95,10 +95,14 @@ Outputs run_cpu(Backend& be, const Shape4& s, const Tensor& qkv, const Tensor& d
   return o;
 }
 
+// Infinity when the sizes differ or an element is inf or NaN.
 double max_abs_diff(const Tensor& a, const Tensor& b) {
+  if (a.numel() != b.numel()) return INFINITY;
   double m = 0.0;
-  for (int64_t i = 0; i < a.numel(); ++i)
+  for (int64_t i = 0; i < a.numel(); ++i) {
+    if (!std::isfinite(a.f32()[i]) || !std::isfinite(b.f32()[i])) return INFINITY;
     m = std::max(m, std::fabs(static_cast<double>(a.f32()[i]) - b.f32()[i]));
+  }
   return m;
 }
 

@@ -78,7 +78,9 @@ void expect_near_cpu(const Tensor& got_gpu, const Tensor& want,
   double worst = 0.0, worst_ratio = 0.0;
   size_t bad = 0;
   for (int64_t i = 0; i < want.numel(); ++i) {
-    const double diff = std::fabs(static_cast<double>(got.f32()[i]) - want.f32()[i]);
+    const bool finite = std::isfinite(got.f32()[i]) && std::isfinite(want.f32()[i]);
+    const double diff =
+        finite ? std::fabs(static_cast<double>(got.f32()[i]) - want.f32()[i]) : INFINITY;
     const double b = bound(static_cast<size_t>(i));
     worst = std::max(worst, diff);
     worst_ratio = std::max(worst_ratio, b > 0 ? diff / b : (diff > 0 ? INFINITY : 0.0));

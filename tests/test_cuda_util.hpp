@@ -84,12 +84,16 @@ inline std::unique_ptr<Backend> cuda_backend(Precision p = Precision::Fp32) {
 inline Tensor gpu(const Tensor& t) { return t.to(Device::CUDA, t.category()); }
 inline Tensor host(const Tensor& t) { return t.to(Device::CPU, t.category()); }
 
-// max |got - want| / max |want| (want on the CPU, got on either device).
+// max |got - want| / max |want| (want on the CPU, got on either device);
+// infinity when the sizes differ or any element of either is inf or NaN
+// (std::max would pass a NaN by).
 inline double rel_error(const Tensor& got_any, const Tensor& want) {
   const Tensor got = got_any.device() == Device::CPU ? got_any : host(got_any);
   EXPECT_EQ(got.numel(), want.numel());
+  if (got.numel() != want.numel()) return INFINITY;
   double diff = 0.0, scale = 0.0;
   for (int64_t i = 0; i < want.numel(); ++i) {
+    if (!std::isfinite(got.f32()[i]) || !std::isfinite(want.f32()[i])) return INFINITY;
     diff = std::max(diff, std::fabs(static_cast<double>(got.f32()[i]) - want.f32()[i]));
     scale = std::max(scale, std::fabs(static_cast<double>(want.f32()[i])));
   }

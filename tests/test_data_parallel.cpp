@@ -318,6 +318,12 @@ TEST(DataParallel, DeckChecksNameTheProblem) {
   deck.rebalance.enabled = true;
   EXPECT_NE(layout_error(deck, 4).find("not supported with 2 data-parallel replicas"), std::string::npos);
   deck.rebalance.enabled = false;
+  // One pipeline's checks count its ranks, and say so: not the job's.
+  deck.pipeline.stages = 3;
+  EXPECT_NE(layout_error(deck, 4).find("pipeline.stages = 3 but each of the 2 pipelines has 2 MPI ranks "
+                                       "(the job's 4 ranks / data_parallel.replicas = 2)"),
+            std::string::npos) << layout_error(deck, 4);
+  deck.pipeline.stages = 0;
   // Default: ranks / stages.
   deck.data_parallel.replicas = 0;
   deck.pipeline.stages = 2;

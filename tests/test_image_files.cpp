@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <filesystem>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -42,6 +43,7 @@ struct ImageFileSpec {
   std::vector<int32_t> labels = {0, 1, 2, 3, 1};
   std::vector<hsize_t> label_dims = {5};
   bool with_images = true, with_labels = true;
+  int64_t bad_pixel = -1;  // >= 0: that pixel (flat index) is NaN
 };
 
 // Pixel j of image i: (10 i + j) / 100 as float, or 10 i + j as uint8.
@@ -58,6 +60,7 @@ std::string write_image_file(const std::string& name, const ImageFileSpec& s) {
     u[k] = static_cast<uint8_t>(10 * i + j);
     f[k] = static_cast<float>(10 * i + j) / 100.f;
   }
+  if (s.bad_pixel >= 0) f[static_cast<size_t>(s.bad_pixel)] = std::numeric_limits<float>::quiet_NaN();
   if (s.with_images)
     write_dataset(file, "images", s.uint8_pixels ? H5T_NATIVE_UINT8 : H5T_NATIVE_FLOAT, s.image_dims,
                   s.uint8_pixels ? static_cast<const void*>(u.data()) : f.data());
@@ -157,6 +160,10 @@ TEST_F(ImageFiles, EveryBadFileHasItsMessage) {
   big_label.labels = {0, 1, 4, 3, 1};
   EXPECT_NE(error_for(file("label.h5", big_label))
                 .find("label 4 of image 2 is outside 0..3 (the model's 4 classes)"),
+            std::string::npos);
+  ImageFileSpec nan_pixel;
+  nan_pixel.bad_pixel = 13;  // image 2 (6 values each), value 1
+  EXPECT_NE(error_for(file("nan.h5", nan_pixel)).find("value 1 of image 2 is nan; images must hold finite numbers"),
             std::string::npos);
   ImageFileSpec other_shape;
   other_shape.image_dims = {5, 1, 3, 2};

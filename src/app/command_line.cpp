@@ -6,6 +6,8 @@
 
 #include <CLI/CLI.hpp>
 
+#include <cmath>
+#include <cstdlib>
 #include <string>
 
 #include "pipetrain/base/error.hpp"
@@ -34,11 +36,34 @@ CLI::App* add_deck_command(CLI::App& app, const char* name, const char* what, Co
   return sub;
 }
 
+// A number that is finite: CLI::Range alone lets NaN through (every
+// comparison with NaN is false).
+CLI::Validator finite_number() {
+  return CLI::Validator(
+      [](std::string& text) {
+        char* end = nullptr;
+        const double v = std::strtod(text.c_str(), &end);
+        if (end == text.c_str() || *end != '\0') return std::string("expected a number, got " + text);
+        return std::isfinite(v) ? std::string() : "expected a finite number, got " + text;
+      },
+      "FINITE");
+}
+
+// An unsigned count or seed: "-1" would wrap to 2^64 - 1 when read.
+CLI::Validator no_minus_sign() {
+  return CLI::Validator(
+      [](std::string& text) {
+        return text.find('-') == std::string::npos ? std::string()
+                                                   : "expected a number >= 0, got " + text;
+      },
+      "UINT");
+}
+
 }  // namespace
 
 CommandLine parse_command_line(int argc, char** argv) {
   CommandLine cl;
-  CLI::App app{"pipetrain: pipeline-parallel training (GPipe, 1F1B) with MPI", "pipetrain"};
+  CLI::App app{"pipetrain: pipeline-parallel training with MPI (GPipe, 1F1B, interleaved 1F1B, ZB-H1, ZB-V or a schedule file)", "pipetrain"};
   app.footer("Example: mpirun -np 4 pipetrain train inputs/mlp.toml --set training.steps=10");
   app.require_subcommand(1, 1);
   CLI::App* train = add_deck_command(app, "train", "train the model described by DECK (one MPI rank per stage)", cl);
@@ -91,10 +116,12 @@ CommandLine parse_command_line(int argc, char** argv) {
   sample->add_option("--tokens", cl.tokens, "tokens to generate (default 64)")->check(CLI::Range(1, 1 << 20));
   sample->add_option("--temperature", cl.temperature,
                      "softmax temperature; 0 = greedy, the most likely token (default 1)")
+      ->check(finite_number())
       ->check(CLI::Range(0.0, 1e6));
   sample->add_option("--top-k", cl.top_k, "sample among the K most likely tokens; 0 = all (default)")
       ->check(CLI::Range(0, 1 << 24));
-  sample->add_option("--seed", cl.seed, "seed of the draws: the same seed, the same text (default 1)");
+  sample->add_option("--seed", cl.seed, "seed of the draws: the same seed, the same text (default 1)")
+      ->check(no_minus_sign());
   sample->add_flag("--ids", cl.print_ids,
                    "print token ids (the prompt's, then the new ones) instead of text");
   sample->add_option("--tokenizer", cl.tokenizer,
@@ -111,7 +138,7 @@ CommandLine parse_command_line(int argc, char** argv) {
   std::string first = argc > 1 ? argv[1] : "help";
   if (first != "train" && first != "validate" && first != "profile" && first != "plan" &&
       first != "sample" && first != "help" && first[0] != '-') {
-    throw InputError("pipetrain: unknown command '" + first +
+    throw InputError("unknown command '" + first +
                      "'; expected train, validate, profile, plan or sample\n" + kUsage);
   }
   if (first == "help") {
@@ -126,7 +153,7 @@ CommandLine parse_command_line(int argc, char** argv) {
     cl.help_text = app.help();
     return cl;
   } catch (const CLI::ParseError& e) {
-    throw InputError(std::string("pipetrain: ") + e.what() + "\n" + kUsage);
+    throw InputError(std::string(e.what()) + "\n" + kUsage);
   }
   cl.command = train->parsed()     ? "train"
                 : profile->parsed() ? "profile"

@@ -110,6 +110,10 @@ bool load_deck(const World& w, const CommandLine& cli, Deck& deck) {
         throw InputError(deck.where("training.device") +
                          " = \"cuda\": this build has no CUDA backend; build with `make cuda` "
                          "(cmake -DPIPETRAIN_CUDA=ON) and run build-cuda/pipetrain");
+      if (cli.command == "train" && cli.resume.empty()) {
+        const std::string moved = set_aside_earlier_run(deck);
+        if (!moved.empty()) warn(moved);
+      }
       if (cli.command == "train") prepare_output_directories(deck);
       if (cli.command == "profile") prepare_profile_output(deck, cli.out);
       text = deck_to_toml(deck);

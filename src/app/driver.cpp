@@ -384,12 +384,14 @@ void announce_fault_hooks() {
 int run_command(const World& w, const CommandLine& cli) {
   try {
     Deck deck;
+    // Only training stops cleanly on a signal; every other command ends on
+    // one at once, also while it reads its deck.
+    if (cli.command != "train") unblock_stop_signals();
     check_fault_hooks();
     if (w.rank == 0) announce_fault_hooks();
     fault_point("startup");
     if (!load_deck(w, cli, deck)) return 2;
     set_wait_limit(deck.pipeline.timeout_s);
-    if (cli.command != "train") unblock_stop_signals();  // only training stops cleanly
     if (cli.command == "validate") return run_validate(w, cli, deck);
     if (cli.command == "profile") return run_profile(w.comm, cli, deck, w.blas_note);
     if (cli.command == "plan") return run_plan(w.comm, cli, deck, w.blas_note);

@@ -10,6 +10,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <functional>
 #include <sstream>
@@ -32,6 +33,9 @@ std::string quoted(const std::string& s) { return "\"" + s + "\""; }
 
 TextTokenizer tokenizer_from_file(const std::string& path, const std::string& at) {
   if (path == "bytes") return TextTokenizer::bytes();
+  std::error_code ec;
+  if (std::filesystem::exists(path, ec) && !std::filesystem::is_regular_file(path, ec))
+    throw InputError(at + ": not a regular file (a directory?); expected a tokenizer.json, or \"bytes\"");
   std::ifstream in(path, std::ios::binary);
   if (!in) throw InputError(at + ": no such file (a tokenizer.json, or \"bytes\")");
   std::ostringstream text;

@@ -69,6 +69,16 @@ void wait_for_stream(cudaStream_t stream, const char* what) {
 
 void wait_for_compute_stream(const char* what) { wait_for_stream(context().compute, what); }
 
+bool event_completed(cudaEvent_t event) {
+  const cudaError_t q = cudaEventQuery(event);
+  if (q == cudaErrorNotReady) {
+    (void)cudaGetLastError();
+    return false;
+  }
+  CUDA_CHECK(q);
+  return true;
+}
+
 void sync_and_check() {
   Context& ctx = context();
   wait_for_compute_stream("a synchronisation, a host copy or a reduction's result");

@@ -46,6 +46,10 @@ void sync_and_check();
 void wait_for_compute_stream(const char* what);
 // The same bound for any other stream.
 void wait_for_stream(cudaStream_t stream, const char* what);
+// Whether the work before `event` has finished (cudaEventQuery, for polls):
+// "not ready" is cleared from the runtime's last error so that the next
+// launch check does not see it; any other failure throws.
+bool event_completed(cudaEvent_t event);
 
 // Registers the Device::CUDA hooks of pipetrain/tensor/tensor.hpp (device_memory.cpp).
 void install_memory_hooks();

@@ -280,7 +280,8 @@ class CudaConvKernels final : public ConvKernels {
         p.fwd_algo = algo;
         return;
       }
-      if (status != CUDNN_STATUS_NOT_SUPPORTED) CUDNN_CHECK(status);
+      // cuDNN 9 reports "not supported" in sub-codes (3001-3009): the category decides.
+      if (CUDNN_STATUS_CATEGORY(status) != CUDNN_STATUS_NOT_SUPPORTED) CUDNN_CHECK(status);
     }
     PT_FAIL("cuDNN supports no implicit-GEMM forward convolution for x " + shape_string(x) +
             " and w " + shape_string(w));

@@ -66,7 +66,8 @@ __global__ void final_sum_kernel(const double* partials, int count, double* out)
   if (threadIdx.x == 0) *out = s;
 }
 
-// Leaves the sum in device memory at `out`, in stream order; nothing waits.
+// Leaves the sum in device memory at `out`, in stream order; nothing waits
+// (on the compute stream).
 template <class Term>
 void reduce_into(int64_t n, Term term, double* out, cudaStream_t s) {
   if (n == 0) {
@@ -79,6 +80,9 @@ void reduce_into(int64_t n, Term term, double* out, cudaStream_t s) {
   PT_LAUNCH_CHECK();
   final_sum_kernel<<<1, kThreads, 0, s>>>(partials.as<double>(), static_cast<int>(blocks), out);
   PT_LAUNCH_CHECK();
+  // The cache hands blocks out again in the compute stream's order: on any
+  // other stream the partials must be read before they go back to it.
+  if (s != context().compute) wait_for_stream(s, "a reduction on its own stream");
 }
 
 // The same sum, waited for and returned.

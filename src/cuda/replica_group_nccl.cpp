@@ -99,13 +99,11 @@ class NcclGroupOp final : public PendingTransfer {
   }
   bool test() override {
     if (done_) return true;
-    const cudaError_t q = cudaEventQuery(done_event_);
-    if (q == cudaSuccess) {
+    if (event_completed(done_event_)) {
       done_ = true;
       comms_->ledger.completed();
       return true;
     }
-    if (q != cudaErrorNotReady) CUDA_CHECK(q);
     PT_CHECK(!comms_->ledger.is_aborted(), "the replica group's NCCL communicators were aborted");
     check_nccl_wait(comm_, posted_, comms_->timeout_s, what_,
                     ": a replica dead or stuck, or the replicas started their reductions in "
@@ -120,7 +118,7 @@ class NcclGroupOp final : public PendingTransfer {
   cudaEvent_t done_event_;
   std::string what_;
   Clock::time_point posted_;
-  Tensor send_, recv_;
+  Tensor send_, recv_;  // (numel) flat buffers of the all-to-all or all-gather, alive while it runs
   bool done_ = false;
 };
 

@@ -222,13 +222,11 @@ class NcclTransfer final : public PendingTransfer {
   }
   bool test() override {
     if (finished_) return true;
-    const cudaError_t q = cudaEventQuery(done_);
-    if (q == cudaSuccess) {
+    if (event_completed(done_)) {
       finished_ = true;
       engine_->ledger().completed();
       return true;
     }
-    if (q != cudaErrorNotReady) CUDA_CHECK(q);
     PT_CHECK(ch_.comm != nullptr, "NCCL communicator already aborted");
     engine_->check_health(ch_, posted_, what_);
     return false;

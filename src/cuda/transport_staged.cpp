@@ -135,12 +135,7 @@ class Engine {
     CUDA_CHECK(cudaEventRecord(op.copied, stream_));
   }
 
-  static bool copy_done(StagedOp& op) {
-    const cudaError_t q = cudaEventQuery(op.copied);
-    if (q == cudaErrorNotReady) return false;
-    CUDA_CHECK(q);
-    return true;
-  }
+  static bool copy_done(StagedOp& op) { return event_completed(op.copied); }
 
   bool message_done(StagedOp& op) {
     int flag = 0;

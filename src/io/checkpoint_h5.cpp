@@ -70,24 +70,6 @@ uint32_t crc32_of(const void* data, size_t bytes, uint32_t crc) {
 
 // ---- HDF5 ------------------------------------------------------------------
 
-H5Id& H5Id::operator=(H5Id&& other) noexcept {
-  if (this != &other) {
-    reset();
-    id_ = other.id_;
-    close_ = other.close_;
-    other.id_ = -1;
-  }
-  return *this;
-}
-
-herr_t H5Id::reset() {
-  herr_t rc = 0;
-  if (id_ >= 0 && close_ != nullptr) rc = close_(id_);
-  id_ = -1;
-  return rc;
-}
-
-
 namespace {
 
 void write_attr_raw(hid_t obj, const std::string& name, hid_t file_type, hid_t mem_type,

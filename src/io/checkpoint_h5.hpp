@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "pipetrain/base/h5_id.hpp"
 #include "pipetrain/base/quiet_hdf5.hpp"
 #include "pipetrain/tensor/tensor.hpp"
 
@@ -31,25 +32,8 @@ std::string list_names(const std::vector<std::string>& names);
 // zlib's CRC-32 (the same as Python's zlib.crc32), continued from `crc`.
 uint32_t crc32_of(const void* data, size_t bytes, uint32_t crc = 0);
 
-// Owns an HDF5 identifier and closes it with the matching H5?close.
-class H5Id {
- public:
-  using Closer = herr_t (*)(hid_t);
-  H5Id() = default;
-  H5Id(hid_t id, Closer close) : id_(id), close_(close) {}
-  H5Id(H5Id&& other) noexcept : id_(other.id_), close_(other.close_) { other.id_ = -1; }
-  H5Id& operator=(H5Id&& other) noexcept;
-  H5Id(const H5Id&) = delete;
-  H5Id& operator=(const H5Id&) = delete;
-  ~H5Id() { reset(); }
-  hid_t get() const { return id_; }
-  bool valid() const { return id_ >= 0; }
-  herr_t reset();  // closes now; returns the close status (0 when nothing open)
-
- private:
-  hid_t id_ = -1;
-  Closer close_ = nullptr;
-};
+// H5Id, the owner of one HDF5 identifier: pipetrain/base/h5_id.hpp.
+using pt::H5Id;
 
 
 

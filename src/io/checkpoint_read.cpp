@@ -15,6 +15,7 @@
 // together) is skipped for the next older one when resolving "latest";
 // anything else is an InputError with the same message on every rank.
 #include <algorithm>
+#include <filesystem>
 #include <chrono>
 #include <cstdio>
 #include <functional>
@@ -126,6 +127,9 @@ Candidates resolve(const std::string& spec, const Deck& deck) {
   if (is_regular_file(join_path(spec, kLatest)) || (is_directory(spec) && !step_directories(spec).empty()))
     return resolve_root(spec);
   if (is_directory(spec)) broken(spec, "no " + std::string(kManifest) + " (not a checkpoint, or its write never finished)");
+  if (std::filesystem::exists(spec))
+    unusable(spec, "not a checkpoint: give a checkpoint directory (step_NNNNNNNN, holding " +
+                       std::string(kManifest) + "), its " + kManifest + ", or a checkpoint root");
   unusable(spec, "no such file or directory");
 }
 

@@ -35,7 +35,7 @@ struct SaveTarget {
 // "state1", "state2" when present; each on the host.
 struct StagedTensor {
   std::string name;
-  Tensor tensor;
+  Tensor tensor;  // the parameter's shape, e.g. (out, in) or (out); on the host
 };
 struct StagedParam {
   std::string name;

@@ -4,6 +4,7 @@
 #include <cerrno>
 #include <cstring>
 #include <algorithm>
+#include <filesystem>
 #include <fstream>
 #include <numeric>
 #include <string>
@@ -33,11 +34,21 @@ std::string plural(int64_t n, const std::string& word, const std::string& many =
   return std::to_string(n) + " " + (n == 1 ? word : many.empty() ? word + "s" : many);
 }
 
-void check_stages(const Deck& deck, int num_ranks) {
+// "the job has 4 MPI ranks", or with D replicas "each of the 2 pipelines has
+// 2 MPI ranks (the job's 4 ranks / data_parallel.replicas = 2)": the ranks
+// one pipeline's checks count.
+std::string pipeline_ranks_text(int num_ranks, int replicas) {
+  if (replicas <= 1) return "the job has " + plural(num_ranks, "MPI rank");
+  return "each of the " + std::to_string(replicas) + " pipelines has " + plural(num_ranks, "MPI rank") +
+         " (the job's " + std::to_string(num_ranks * replicas) + " ranks / data_parallel.replicas = " +
+         std::to_string(replicas) + ")";
+}
+
+void check_stages(const Deck& deck, int num_ranks, int replicas) {
   int64_t stages = deck.pipeline.stages;
   if (stages == 0 || stages == num_ranks) return;
-  throw InputError(deck.where("pipeline.stages") + " = " + std::to_string(stages) +
-                   " but the job has " + plural(num_ranks, "MPI rank") +
+  throw InputError(deck.where("pipeline.stages") + " = " + std::to_string(stages) + " but " +
+                   pipeline_ranks_text(num_ranks, replicas) +
                    "; pipetrain runs one stage per rank (use pipeline.stages = 0 to"
                    " take the rank count)");
 }
@@ -96,6 +107,9 @@ void check_schedule_file(const Deck& deck, int stages) {
                      " = \"file\": needs pipeline.schedule_file (the schedule text file)");
   }
   std::string head = deck.where("pipeline.schedule_file") + " = \"" + path + "\": ";
+  std::error_code ec;
+  if (std::filesystem::exists(path, ec) && !std::filesystem::is_regular_file(path, ec))
+    throw InputError(head + "not a regular file (a directory, FIFO or device); expected the schedule text file");
   std::ifstream probe(path);
   if (!probe) throw InputError(head + "cannot open the schedule file: " + std::strerror(errno));
   int micro_batches = static_cast<int>(deck.pipeline.micro_batches);
@@ -143,17 +157,16 @@ void check_generated_schedule(const Deck& deck, int ranks) {
 
 // Rebalancing moves units between ranks of one stage each; the slowed rank
 // of the fault injection must exist.
-void check_rebalance_layout(const Deck& deck, int num_ranks, int per_rank) {
+void check_rebalance_layout(const Deck& deck, int num_ranks, int per_rank, int replicas) {
   if (deck.rebalance.enabled && per_rank > 1)
     throw InputError(deck.where("rebalance.enabled") + " = true moves units between ranks of one " +
                      "stage each, but " +
                      deck.described("pipeline.schedule", "\"" + std::string(kind_name(deck.pipeline.schedule)) + "\"") +
                      " puts " + std::to_string(per_rank) + " stages on each rank");
   if (deck.slowdown.rank >= num_ranks)
-    throw InputError(deck.where("slowdown.rank") + " = " +
-                     std::to_string(deck.slowdown.rank) + ": the job has " +
-                     std::to_string(num_ranks) + " ranks (0-" + std::to_string(num_ranks - 1) +
-                     "); give one of them, or -1 for none");
+    throw InputError(deck.where("slowdown.rank") + " = " + std::to_string(deck.slowdown.rank) + ": " +
+                     pipeline_ranks_text(num_ranks, replicas) + ", numbered 0-" +
+                     std::to_string(num_ranks - 1) + " in a pipeline; give one of them, or -1 for none");
 }
 
 // D replicas of a pipeline: D divides the ranks, and the global batch splits
@@ -210,7 +223,7 @@ DeckLayout resolve_deck_layout(const Deck& deck, int world_ranks) {
   DeckLayout layout;
   layout.data_parallel = resolve_data_parallel(deck, world_ranks);
   layout.pipeline_ranks = world_ranks / layout.data_parallel;
-  check_layout_of_pipeline(deck, layout.pipeline_ranks);
+  check_layout_of_pipeline(deck, layout.pipeline_ranks, layout.data_parallel);
   check_ordered_reduction(deck, layout.pipeline_ranks);
   return layout;
 }
@@ -219,9 +232,9 @@ int check_deck_layout(const Deck& deck, int world_ranks) {
   return resolve_deck_layout(deck, world_ranks).pipeline_ranks;
 }
 
-int check_layout_of_pipeline(const Deck& deck, int num_ranks) {
+int check_layout_of_pipeline(const Deck& deck, int num_ranks, int replicas) {
   PT_CHECK(num_ranks >= 1, "num_ranks = " + std::to_string(num_ranks));
-  check_stages(deck, num_ranks);
+  check_stages(deck, num_ranks, replicas);
   const int per_rank = stages_per_rank(deck.pipeline.schedule,
                                        static_cast<int>(deck.pipeline.virtual_stages));
   const int stages = num_ranks * per_rank;
@@ -231,12 +244,12 @@ int check_layout_of_pipeline(const Deck& deck, int num_ranks) {
   const size_t overrides = deck.pipeline.recompute_stages.size();
   if (overrides != 0 && overrides != static_cast<size_t>(stages))
     throw InputError(deck.where("pipeline.recompute_stages") + " has " + std::to_string(overrides) +
-                     " entries but the job has " + std::to_string(stages) +
-                     " stages; give one policy per stage or leave it empty");
+                     " entries but " + (replicas > 1 ? "each pipeline" : "the job") + " has " +
+                     std::to_string(stages) + " stages; give one policy per stage or leave it empty");
   check_recompute_per_rank(deck, per_rank);
   if (deck.pipeline.schedule == ScheduleKind::File) check_schedule_file(deck, stages);
   else check_generated_schedule(deck, num_ranks);
-  check_rebalance_layout(deck, num_ranks, per_rank);
+  check_rebalance_layout(deck, num_ranks, per_rank, replicas);
   return num_ranks;
 }
 

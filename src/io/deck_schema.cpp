@@ -140,7 +140,7 @@ const std::vector<KeySpec> kDeckKeys = {
     {"pipeline", "auto", PT_FIELD(pipeline.auto_plan), any(), nullptr, "choose at start, from brief profiles, the fastest plan within the memory budget for what the deck leaves open: schedule, micro_batches, recompute, partition, weight_grad and the P x D grid (docs/planner.md); keys the deck sets are kept", PT_ALWAYS},
     {"pipeline", "auto_replan_every", PT_FIELD(pipeline.auto_replan_every), between(0, 1 << 30), nullptr, "with pipeline.auto: every k steps compare the measured step time (median of the steps since the last check) with the prediction; past auto_replan_margin, plan again at the measured stage speeds and switch plans at the step boundary when the new one is predicted faster by more than the margin (docs/planner.md); 0 = off", is_auto, "pipeline.auto = true"},
     {"pipeline", "auto_replan_margin", PT_FIELD(pipeline.auto_replan_margin), Range{0.0, 1.0, true, true}, nullptr, "re-planning: the measured step must leave the prediction by more than this fraction before the run plans again, and a new plan must be predicted this fraction faster than the one in force before the run switches", is_replanning, "pipeline.auto_replan_every > 0"},
-    {"pipeline", "timeout_s", PT_FIELD(pipeline.timeout_s), above(0), nullptr, "seconds a rank waits for a peer before aborting", PT_ALWAYS},
+    {"pipeline", "timeout_s", PT_FIELD(pipeline.timeout_s), between(0.1, 1e6), nullptr, "seconds a rank waits for a peer before aborting (0.1 s to 1e6 s, about 11 days)", PT_ALWAYS},
     {"pipeline", "check_messages", PT_FIELD(pipeline.check_messages), any(), nullptr, "every activation and gradient sent between ranks carries an envelope (step, micro-batch, stages, kind, element count, checksum) that the receiver verifies, and every stage output is checked for inf/NaN; a mismatch ends the run naming the link and the message (docs/reliability.md)", PT_ALWAYS},
     {"data_parallel", "replicas", PT_FIELD(data_parallel.replicas), between(0, 1 << 16), nullptr, "data-parallel replicas D of the pipeline (ranks = pipeline ranks x D, docs/data-parallel.md); 0 = ranks / pipeline.stages, or 1 when pipeline.stages = 0", PT_ALWAYS},
     {"data_parallel", "reduction", PT_FIELD(data_parallel.reduction), any(), nullptr, "how the replicas' gradients are summed: replica (each replica's sum, added in replica order: bitwise across P at one D) or ordered (each micro-batch's gradient, added in global micro-batch order: bitwise across every P x D with the same micro-batch size; costs micro-batch copies of the gradients)", PT_ALWAYS},
@@ -151,7 +151,7 @@ const std::vector<KeySpec> kDeckKeys = {
     {"rebalance", "every", PT_FIELD(rebalance.every), between(1, 1 << 30), nullptr, "steps between rebalancing checks; each check uses the medians over those steps", is_rebalancing, "rebalance.enabled = true"},
     {"rebalance", "margin", PT_FIELD(rebalance.margin), fraction(), nullptr, "smallest predicted gain (fraction of the slowest stage's time) worth a move", is_rebalancing, "rebalance.enabled = true"},
     {"slowdown", "rank", PT_FIELD(slowdown.rank), between(-1, 1 << 16), nullptr, "fault injection: this rank's F and B take slowdown.factor times as long; -1 = none", PT_ALWAYS},
-    {"slowdown", "factor", PT_FIELD(slowdown.factor), at_least(1), nullptr, "fault injection: how many times as long the slowed rank computes", is_slowed, "slowdown.rank >= 0"},
+    {"slowdown", "factor", PT_FIELD(slowdown.factor), between(1, 1000), nullptr, "fault injection: how many times as long the slowed rank computes", is_slowed, "slowdown.rank >= 0"},
     {"slowdown", "from_step", PT_FIELD(slowdown.from_step), at_least(0), nullptr, "fault injection: the first (0-based) step the rank is slowed", is_slowed, "slowdown.rank >= 0"},
     {"output", "dir", PT_FIELD(output.dir), any(), nullptr, "run directory: metrics.h5, deck.resolved.toml, ...", PT_ALWAYS},
     {"output", "log_every", PT_FIELD(output.log_every), at_least(1), nullptr, "print a step line every k steps", PT_ALWAYS},
@@ -414,9 +414,16 @@ bool in_range(double x, const Range& r) {
   return lo_ok && hi_ok;
 }
 
+// A range's bound as a reader writes it: whole numbers in full (1000000,
+// not 1e+06), others at their shortest.
+std::string bound_text(double x) {
+  if (x == std::floor(x) && std::fabs(x) < 1e15) return std::to_string(static_cast<long long>(x));
+  return shortest(x);
+}
+
 std::string range_text(const Range& r) {
-  if (r.hi == kInf) return std::string(r.lo_open ? "> " : ">= ") + shortest(r.lo);
-  return std::string("in ") + (r.lo_open ? "(" : "[") + shortest(r.lo) + ", " + shortest(r.hi) +
+  if (r.hi == kInf) return std::string(r.lo_open ? "> " : ">= ") + bound_text(r.lo);
+  return std::string("in ") + (r.lo_open ? "(" : "[") + bound_text(r.lo) + ", " + bound_text(r.hi) +
          (r.hi_open ? ")" : "]");
 }
 

@@ -261,7 +261,47 @@ std::vector<std::pair<std::string, const toml::value*>> in_file_order(const toml
   return entries;
 }
 
+// TOML nests arrays and inline tables without a limit, and the parser
+// recurses once per level: a deck (or --set value) nested thousands deep
+// would overflow the stack. Nothing a deck needs nests deeper than a few
+// levels, so past kMaxNesting the text is refused, naming the line. Strings
+// and comments are skipped, so brackets inside them do not count.
+constexpr int kMaxNesting = 64;
+
+// The line where `text` first nests past kMaxNesting; 0 when it never does.
+int line_nested_too_deep(const std::string& text) {
+  int depth = 0, line = 1;
+  for (size_t i = 0; i < text.size(); ++i) {
+    const char c = text[i];
+    if (c == '\n') {
+      ++line;
+    } else if (c == '#') {
+      while (i + 1 < text.size() && text[i + 1] != '\n') ++i;
+    } else if (c == '"' || c == '\'') {
+      const bool multi = text.compare(i, 3, std::string(3, c)) == 0;
+      const std::string close = multi ? std::string(3, c) : std::string(1, c);
+      for (i += close.size(); i < text.size() && text.compare(i, close.size(), close) != 0; ++i) {
+        if (text[i] == '\n') ++line;
+        if (c == '"' && text[i] == '\\') ++i;  // an escaped character, in basic strings only
+      }
+      i += close.size() - 1;
+    } else if (c == '[' || c == '{') {
+      if (++depth > kMaxNesting) return line;
+    } else if (c == ']' || c == '}') {
+      depth = std::max(0, depth - 1);
+    }
+  }
+  return 0;
+}
+
+std::string nested_too_deep() {
+  return "arrays or inline tables nested over " + std::to_string(kMaxNesting) +
+         " deep; a deck needs a few levels at most";
+}
+
 toml::value parse_toml(const std::string& text, const std::string& source_name) {
+  if (const int line = line_nested_too_deep(text))
+    throw InputError(source_name + ":" + std::to_string(line) + ": " + nested_too_deep());
   std::istringstream in(text);
   try {
     return toml::parse(in, source_name);
@@ -329,6 +369,7 @@ void apply_override(const std::string& arg, Reading& r) {
   std::string section = dotted.substr(0, dot), name = dotted.substr(dot + 1);
   if (!is_section(section)) unknown_section(origin, section);
   const KeyName key = key_named(section, name, origin);
+  if (line_nested_too_deep(raw)) throw InputError("--set " + dotted + "=...: the value has " + nested_too_deep());
   toml::value v = override_value(raw);
   // A string key takes the text as written (e.g. output.dir=2024 is "2024").
   const Field field = key.spec->field(r.deck);
@@ -358,6 +399,10 @@ Deck parse_deck_file(const std::string& path, const std::vector<std::string>& ov
                      const DeckNotice& notice) {
   std::error_code ec;
   if (std::filesystem::is_directory(path, ec)) throw InputError(path + ": is a directory, not a deck file");
+  // A FIFO would block the open for ever, a device never end: only regular
+  // files (or links to them) are read.
+  if (std::filesystem::exists(path, ec) && !std::filesystem::is_regular_file(path, ec))
+    throw InputError(path + ": not a regular file (a FIFO, device or socket); expected a TOML deck file");
   std::ifstream in(path, std::ios::binary);
   if (!in) throw InputError(path + ": cannot open the deck file: " + std::strerror(errno));
   std::ostringstream text;

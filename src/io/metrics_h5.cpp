@@ -1,6 +1,6 @@
-// metrics_h5.cpp: metrics.h5 (per-step series + run attributes), the
-// checks that the output directories can take the run's files, and the
-// atomic file helpers used for every output.
+// metrics_h5.cpp: metrics.h5 (per-step series + run attributes) and the
+// atomic file helpers used for every output. The output directories'
+// checks are in output_dirs.cpp.
 #include "pipetrain/io/metrics.hpp"
 #include "pipetrain/base/hdf5_lock.hpp"
 
@@ -17,88 +17,11 @@
 #include <type_traits>
 
 #include "pipetrain/base/error.hpp"
+#include "pipetrain/base/h5_id.hpp"
 #include "pipetrain/base/quiet_hdf5.hpp"
 #include "pipetrain/io/checkpoint.hpp"
 
 namespace pt {
-
-namespace {
-
-// mkdir -p; `head` ("file:line: key = value: ") starts every message.
-void make_directories(const std::string& path, const std::string& head) {
-  std::string partial;
-  for (size_t i = 0; i <= path.size(); ++i) {
-    if (i < path.size() && path[i] != '/') continue;
-    partial = path.substr(0, i);
-    if (partial.empty()) continue;
-    if (mkdir(partial.c_str(), 0755) != 0 && errno != EEXIST)
-      throw InputError(head + "cannot create directory '" + partial + "': " + std::strerror(errno));
-  }
-  struct stat st {};
-  if (stat(path.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) throw InputError(head + "not a directory");
-}
-
-// A file is created in `dir` and removed again: the directory takes new files.
-void check_writable(const std::string& dir, const std::string& head) {
-  const std::string probe = dir + "/.pipetrain_write_probe." + std::to_string(getpid());
-  const int fd = open(probe.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-  if (fd < 0)
-    throw InputError(head + "cannot create files in '" + dir + "': " + std::strerror(errno));
-  close(fd);
-  if (unlink(probe.c_str()) != 0)
-    throw InputError(head + "cannot remove files from '" + dir + "': " + std::strerror(errno));
-}
-
-// Where the run will write the file `path`, nothing but a file may stand.
-void check_not_directory(const std::string& path, const std::string& head, const std::string& what) {
-  struct stat st {};
-  if (stat(path.c_str(), &st) != 0 || S_ISREG(st.st_mode)) return;
-  throw InputError(head + "'" + path + "' is " + (S_ISDIR(st.st_mode) ? "a directory" : "not a regular file") +
-                   ", but the run writes " + what + " there; remove or rename it");
-}
-
-std::string key_head(const Deck& deck, const std::string& key, const std::string& value) {
-  return deck.where(key) + " = \"" + value + "\": ";
-}
-
-}  // namespace
-
-void prepare_output_directories(const Deck& deck) {
-  const std::string& dir = deck.output.dir;
-  const std::string head = key_head(deck, "output.dir", dir);
-  make_directories(dir, head);
-  check_writable(dir, head);
-  for (const char* name : {"metrics.h5", "deck.resolved.toml", "trace.h5", "profile.h5"})
-    check_not_directory(dir + "/" + name, head, std::string("its ") + name);
-  if (deck.output.checkpoint_every <= 0) return;
-  const std::string root = checkpoint_root(deck);
-  const std::string root_head = deck.output.checkpoint_dir.empty()
-                                    ? head + "checkpoint directory '" + root + "': "
-                                    : key_head(deck, "output.checkpoint_dir", root);
-  make_directories(root, root_head);
-  check_writable(root, root_head);
-  check_not_directory(root + "/latest", root_head, "the checkpoint pointer file `latest`");
-}
-
-std::string prepare_profile_output(const Deck& deck, const std::string& out) {
-  if (out.empty()) {
-    const std::string& dir = deck.output.dir;
-    const std::string head = key_head(deck, "output.dir", dir);
-    make_directories(dir, head);
-    check_writable(dir, head);
-    check_not_directory(dir + "/profile.h5", head, "the profile");
-    return dir + "/profile.h5";
-  }
-  const std::string head = "--out " + out + ": ";
-  const size_t slash = out.find_last_of('/');
-  const std::string dir = slash == std::string::npos ? "." : (slash == 0 ? "/" : out.substr(0, slash));
-  struct stat st {};
-  if (stat(dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode))
-    throw InputError(head + "directory '" + dir + "' does not exist");
-  check_writable(dir, head);
-  check_not_directory(out, head, "the profile");
-  return out;
-}
 
 namespace {
 
@@ -374,30 +297,46 @@ std::string ranges_text(const std::vector<int64_t>& pairs) {
 
 }  // namespace
 
-// Reads every series of an earlier metrics.h5 in place of this one's; a
-// series the file lacks (or holds with another length) reads as NaN.
+// Reads every series of an earlier metrics.h5 in place of this one's. A
+// series the file lacks (an older file) reads as NaN; one it holds in
+// another shape, or that cannot be read, makes the whole file unreadable
+// (an Error: the caller moves it aside), never NaN in place of its rows.
+// Nothing is replaced unless the whole file reads.
 void MetricsFile::load(const std::string& path) {
   Hdf5Lock lock;  // see hdf5_lock.hpp
   QuietHdf5 quiet;
-  hid_t file = H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT);
-  if (file < 0) throw Error("not an HDF5 file");
+  H5Id file(H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT), H5Fclose);
+  if (!file.valid()) throw Error("not an HDF5 file");
+  auto present = [&](const std::string& name) { return H5Lexists(file.get(), name.c_str(), H5P_DEFAULT) > 0; };
   std::vector<hsize_t> dims;
-  const bool has_steps = read_all(file, "step", H5T_NATIVE_INT64, step_, dims) && dims.size() == 1;
-  const size_t n = step_.size();
-  for (auto& [name, values] : series_)
-    if (!has_steps || !read_all(file, name, H5T_NATIVE_DOUBLE, values, dims) || dims.size() != 1 ||
-        values.size() != n)
+  std::vector<int64_t> steps;
+  if (!read_all(file.get(), "step", H5T_NATIVE_INT64, steps, dims) || dims.size() != 1)
+    throw Error("no 1-D integer dataset 'step'");
+  const size_t n = steps.size();
+  auto series = series_;
+  for (auto& [name, values] : series) {
+    if (!present(name)) {
       values.assign(n, kNaN);
-  for (auto& [name, rows] : stage_series_) {
-    std::vector<double> flat;
+      continue;
+    }
+    if (!read_all(file.get(), name, H5T_NATIVE_DOUBLE, values, dims) || dims.size() != 1 || values.size() != n)
+      throw Error("dataset '" + name + "' is not a 1-D number series of the " + std::to_string(n) +
+                  " rows of 'step'");
+  }
+  auto stage_series = stage_series_;
+  for (auto& [name, rows] : stage_series) {
     rows.assign(n, {});
-    if (!has_steps || !read_all(file, name, H5T_NATIVE_DOUBLE, flat, dims) || dims.size() != 2 || dims[0] != n)
-      continue;  // empty rows: written as NaN
+    if (!present(name)) continue;  // empty rows: written as NaN
+    std::vector<double> flat;
+    if (!read_all(file.get(), name, H5T_NATIVE_DOUBLE, flat, dims) || dims.size() != 2 || dims[0] != n)
+      throw Error("dataset '" + name + "' is not a (steps, stages) number array of the " + std::to_string(n) +
+                  " rows of 'step'");
     for (size_t t = 0; t < n; ++t) rows[t].assign(flat.begin() + t * dims[1], flat.begin() + (t + 1) * dims[1]);
   }
-  int_attrs_["resumed_at_steps"] = read_int_attr(file, "resumed_at_steps");
-  H5Fclose(file);
-  if (!has_steps) throw Error("no 1-D dataset 'step'");
+  int_attrs_["resumed_at_steps"] = read_int_attr(file.get(), "resumed_at_steps");
+  step_.swap(steps);
+  series_.swap(series);
+  stage_series_.swap(stage_series);
 }
 
 // One row per step in 0..first_step-1, in step order; of two rows of one

@@ -279,6 +279,7 @@ void check_format(hid_t file, const std::string& path) {
 }
 
 H5Id open_hdf5(const std::string& path, const std::string& expected) {
+  if (ckpt::is_directory(path)) throw InputError(path + ": is a directory; " + expected);
   if (!ckpt::is_regular_file(path)) throw InputError(path + ": no such file; " + expected);
   H5Id file(H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT), H5Fclose);
   if (!file.valid()) throw InputError(path + ": not an HDF5 file (damaged or of another kind); " + expected);

@@ -5,12 +5,14 @@
 #include <hdf5.h>
 
 #include <algorithm>
+#include <cmath>
 #include <filesystem>
 #include <numeric>
 #include <string>
 #include <vector>
 
 #include "pipetrain/base/error.hpp"
+#include "pipetrain/base/h5_id.hpp"
 #include "pipetrain/base/hdf5_lock.hpp"
 #include "pipetrain/base/quiet_hdf5.hpp"
 #include "pipetrain/base/rng.hpp"
@@ -22,26 +24,9 @@ namespace {
 
 constexpr uint64_t kImageOrderStream = 15;  // the order samples are served in (data.shuffle)
 
-// An open HDF5 identifier, closed by `close` when it goes.
-class H5Id {
- public:
-  H5Id(hid_t id, herr_t (*close)(hid_t)) : id_(id), close_(close) {}
-  ~H5Id() {
-    if (id_ >= 0) close_(id_);
-  }
-  H5Id(const H5Id&) = delete;
-  H5Id& operator=(const H5Id&) = delete;
-  hid_t get() const { return id_; }
-  bool ok() const { return id_ >= 0; }
-
- private:
-  hid_t id_;
-  herr_t (*close_)(hid_t);
-};
-
 std::vector<hsize_t> dims_of(hid_t dset) {
   H5Id space(H5Dget_space(dset), H5Sclose);
-  const int rank = space.ok() ? H5Sget_simple_extent_ndims(space.get()) : -1;
+  const int rank = space.valid() ? H5Sget_simple_extent_ndims(space.get()) : -1;
   std::vector<hsize_t> dims(static_cast<size_t>(std::max(rank, 0)));
   if (rank > 0) H5Sget_simple_extent_dims(space.get(), dims.data(), nullptr);
   return dims;
@@ -80,11 +65,11 @@ ImageFile read_image_file(const std::string& path, const std::string& at, const 
   Hdf5Lock lock;
   QuietHdf5 quiet;
   H5Id file(H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT), H5Fclose);
-  if (!file.ok()) throw InputError(prefix + "cannot open as an HDF5 file");
+  if (!file.valid()) throw InputError(prefix + "cannot open as an HDF5 file");
   H5Id images(H5Dopen2(file.get(), "images", H5P_DEFAULT), H5Dclose);
   H5Id labels(H5Dopen2(file.get(), "labels", H5P_DEFAULT), H5Dclose);
-  if (!images.ok() || !labels.ok())
-    throw InputError(prefix + "has no dataset '" + (images.ok() ? "labels" : "images") +
+  if (!images.valid() || !labels.valid())
+    throw InputError(prefix + "has no dataset '" + (images.valid() ? "labels" : "images") +
                      "' (an image file holds images (N, C, H, W) and labels (N), docs/data.md)");
   H5Id image_type(H5Dget_type(images.get()), H5Tclose), label_type(H5Dget_type(labels.get()), H5Tclose);
   const H5T_class_t image_class = H5Tget_class(image_type.get());
@@ -120,6 +105,12 @@ ImageFile read_image_file(const std::string& path, const std::string& at, const 
     throw InputError(prefix + "cannot read its datasets (damaged file?)");
   if (integer_pixels)
     for (float& v : f.pixels) v *= 1.f / 255.f;
+  const int64_t per_image = f.shape.pixels();
+  for (size_t k = 0; k < f.pixels.size(); ++k)
+    if (!std::isfinite(f.pixels[k]))
+      throw InputError(prefix + "value " + std::to_string(static_cast<int64_t>(k) % per_image) + " of image " +
+                       std::to_string(static_cast<int64_t>(k) / per_image) + " is " +
+                       (std::isnan(f.pixels[k]) ? "nan" : "infinite") + "; images must hold finite numbers");
   for (int64_t i = 0; i < f.count; ++i) {
     const int32_t label = f.labels[static_cast<size_t>(i)];
     if (label < 0 || label >= model_classes)

@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "pipetrain/base/error.hpp"
+#include "pipetrain/base/h5_id.hpp"
 #include "pipetrain/base/hdf5_lock.hpp"
 #include "pipetrain/base/quiet_hdf5.hpp"
 #include "pipetrain/base/rng.hpp"
@@ -49,45 +50,40 @@ struct IntType {
 // nullopt when there is none or it is not a string.
 std::optional<std::string> string_attribute(hid_t obj, const char* name) {
   if (H5Aexists(obj, name) <= 0) return std::nullopt;
-  hid_t attr = H5Aopen(obj, name, H5P_DEFAULT);
-  if (attr < 0) return std::nullopt;
-  hid_t type = H5Aget_type(attr);
-  std::optional<std::string> out;
-  if (H5Tget_class(type) == H5T_STRING) {
-    hid_t mem = H5Tcopy(H5T_C_S1);
-    if (H5Tis_variable_str(type) > 0) {
-      H5Tset_size(mem, H5T_VARIABLE);
-      H5Tset_cset(mem, H5Tget_cset(type));
-      char* text = nullptr;
-      if (H5Aread(attr, mem, &text) >= 0 && text) {
-        out = std::string(text);
-        H5free_memory(text);
-      }
-    } else {
-      const size_t size = H5Tget_size(type);
-      H5Tset_size(mem, size);
-      std::string text(size, '\0');
-      if (H5Aread(attr, mem, text.data()) >= 0) out = text.substr(0, text.find('\0'));
-    }
-    H5Tclose(mem);
+  H5Id attr(H5Aopen(obj, name, H5P_DEFAULT), H5Aclose);
+  if (!attr.valid()) return std::nullopt;
+  H5Id type(H5Aget_type(attr.get()), H5Tclose);
+  if (!type.valid() || H5Tget_class(type.get()) != H5T_STRING) return std::nullopt;
+  H5Id mem(H5Tcopy(H5T_C_S1), H5Tclose);
+  if (!mem.valid()) return std::nullopt;
+  if (H5Tis_variable_str(type.get()) > 0) {
+    if (H5Tset_size(mem.get(), H5T_VARIABLE) < 0 ||
+        H5Tset_cset(mem.get(), H5Tget_cset(type.get())) < 0)
+      return std::nullopt;
+    char* text = nullptr;
+    if (H5Aread(attr.get(), mem.get(), &text) < 0 || !text) return std::nullopt;
+    std::string out(text);
+    H5free_memory(text);
+    return out;
   }
-  H5Tclose(type);
-  H5Aclose(attr);
-  return out;
+  const size_t size = H5Tget_size(type.get());
+  if (size == 0 || H5Tset_size(mem.get(), size) < 0) return std::nullopt;
+  std::string text(size, '\0');
+  if (H5Aread(attr.get(), mem.get(), text.data()) < 0) return std::nullopt;
+  return text.substr(0, text.find('\0'));
 }
 
 // The integer attribute `name` of `obj`; nullopt when there is none.
 std::optional<int64_t> int_attribute(hid_t obj, const char* name) {
   if (H5Aexists(obj, name) <= 0) return std::nullopt;
-  hid_t attr = H5Aopen(obj, name, H5P_DEFAULT);
-  if (attr < 0) return std::nullopt;
-  hid_t type = H5Aget_type(attr);
-  std::optional<int64_t> out;
+  H5Id attr(H5Aopen(obj, name, H5P_DEFAULT), H5Aclose);
+  if (!attr.valid()) return std::nullopt;
+  H5Id type(H5Aget_type(attr.get()), H5Tclose);
   int64_t value = 0;
-  if (H5Tget_class(type) == H5T_INTEGER && H5Aread(attr, H5T_NATIVE_INT64, &value) >= 0) out = value;
-  H5Tclose(type);
-  H5Aclose(attr);
-  return out;
+  if (!type.valid() || H5Tget_class(type.get()) != H5T_INTEGER ||
+      H5Aread(attr.get(), H5T_NATIVE_INT64, &value) < 0)
+    return std::nullopt;
+  return value;
 }
 
 // What a token file records about its tokenizer (attributes of its dataset
@@ -118,34 +114,40 @@ std::string describe_tokenizer(const std::string& key) {
 // (`data.path = "a.h5"`), without the ": " that follows.
 class TokenFile {
  public:
-  TokenFile(const std::string& path, const std::string& dataset, const std::string& at) : path_(path) {
+  TokenFile(const std::string& path, const std::string& dataset, const std::string& at)
+      : path_(path), at_(at) {
     Hdf5Lock lock;  // token reads go on while an asynchronous checkpoint writes (hdf5_lock.hpp)
     QuietHdf5 quiet;
     const std::string prefix = at + ": ";
     check_is_file(path, prefix);
-    file_ = H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT);
-    if (file_ < 0) throw InputError(prefix + "cannot open as an HDF5 file (missing or not HDF5)");
-    dset_ = H5Dopen2(file_, dataset.c_str(), H5P_DEFAULT);
-    if (dset_ < 0) {
-      H5Fclose(file_);
+    file_ = H5Id(H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT), H5Fclose);
+    if (!file_.valid()) throw InputError(prefix + "cannot open as an HDF5 file (missing or not HDF5)");
+    dset_ = H5Id(H5Dopen2(file_.get(), dataset.c_str(), H5P_DEFAULT), H5Dclose);
+    if (!dset_.valid()) {
+      close_locked();
       throw InputError(prefix + "has no dataset '" + dataset + "' (see data.dataset)");
     }
-    hid_t space = H5Dget_space(dset_), type = H5Dget_type(dset_);
-    const int rank = H5Sget_simple_extent_ndims(space);
-    const bool integer = H5Tget_class(type) == H5T_INTEGER;
-    type_.is_unsigned = integer && H5Tget_sign(type) == H5T_SGN_NONE;
-    type_.bytes = integer ? H5Tget_size(type) : 0;
+    int rank = -1;
+    bool integer = false;
     hsize_t dims[1] = {0};
-    if (rank == 1) H5Sget_simple_extent_dims(space, dims, nullptr);
-    H5Sclose(space);
-    H5Tclose(type);
+    {
+      H5Id space(H5Dget_space(dset_.get()), H5Sclose), type(H5Dget_type(dset_.get()), H5Tclose);
+      rank = space.valid() ? H5Sget_simple_extent_ndims(space.get()) : -1;
+      integer = type.valid() && H5Tget_class(type.get()) == H5T_INTEGER;
+      type_.is_unsigned = integer && H5Tget_sign(type.get()) == H5T_SGN_NONE;
+      type_.bytes = integer ? H5Tget_size(type.get()) : 0;
+      if (rank == 1 && H5Sget_simple_extent_dims(space.get(), dims, nullptr) < 0) rank = -1;
+    }
     if (rank != 1 || !integer) {
-      close();
+      close_locked();
       throw InputError(prefix + "dataset '" + dataset + "' must be a 1-D integer array of token ids");
     }
     length_ = static_cast<int64_t>(dims[0]);
   }
-  ~TokenFile() { close(); }
+  ~TokenFile() {
+    Hdf5Lock lock;
+    close_locked();
+  }
   TokenFile(const TokenFile&) = delete;
   TokenFile& operator=(const TokenFile&) = delete;
 
@@ -159,8 +161,8 @@ class TokenFile {
   int64_t newer_format() const {
     Hdf5Lock lock;
     QuietHdf5 quiet;
-    const std::optional<std::string> format = string_attribute(file_, "format");
-    const std::optional<int64_t> version = int_attribute(file_, "format_version");
+    const std::optional<std::string> format = string_attribute(file_.get(), "format");
+    const std::optional<int64_t> version = int_attribute(file_.get(), "format_version");
     return format && *format == "pipetrain-tokens" && version && *version > kFormatVersion ? *version : 0;
   }
 
@@ -168,9 +170,9 @@ class TokenFile {
     Hdf5Lock lock;
     QuietHdf5 quiet;
     TokenizerTag tag;
-    tag.kind = string_attribute(dset_, "tokenizer");
-    tag.sha256 = string_attribute(dset_, "tokenizer_sha256");
-    tag.vocab_size = int_attribute(dset_, "vocab_size");
+    tag.kind = string_attribute(dset_.get(), "tokenizer");
+    tag.sha256 = string_attribute(dset_.get(), "tokenizer_sha256");
+    tag.vocab_size = int_attribute(dset_.get(), "vocab_size");
     if (const std::optional<std::string> bytes = tokenizer_json()) tag.stored_sha256 = sha256_hex(*bytes);
     return tag;
   }
@@ -180,18 +182,16 @@ class TokenFile {
   std::optional<std::string> tokenizer_json() const {
     Hdf5Lock lock;
     QuietHdf5 quiet;
-    if (H5Lexists(file_, "tokenizer_json", H5P_DEFAULT) <= 0) return std::nullopt;
-    hid_t json = H5Dopen2(file_, "tokenizer_json", H5P_DEFAULT);
-    if (json < 0) return std::nullopt;
-    std::optional<std::string> out;
-    hid_t space = H5Dget_space(json);
-    const hssize_t n = H5Sget_simple_extent_npoints(space);
-    std::string bytes(static_cast<size_t>(std::max<hssize_t>(n, 0)), '\0');
-    if (n >= 0 && (n == 0 || H5Dread(json, H5T_NATIVE_UINT8, H5S_ALL, H5S_ALL, H5P_DEFAULT, bytes.data()) >= 0))
-      out = std::move(bytes);
-    H5Sclose(space);
-    H5Dclose(json);
-    return out;
+    if (H5Lexists(file_.get(), "tokenizer_json", H5P_DEFAULT) <= 0) return std::nullopt;
+    H5Id json(H5Dopen2(file_.get(), "tokenizer_json", H5P_DEFAULT), H5Dclose);
+    if (!json.valid()) return std::nullopt;
+    H5Id space(H5Dget_space(json.get()), H5Sclose);
+    const hssize_t n = space.valid() ? H5Sget_simple_extent_npoints(space.get()) : -1;
+    if (n < 0) return std::nullopt;
+    std::string bytes(static_cast<size_t>(n), '\0');
+    if (n > 0 && H5Dread(json.get(), H5T_NATIVE_UINT8, H5S_ALL, H5S_ALL, H5P_DEFAULT, bytes.data()) < 0)
+      return std::nullopt;
+    return bytes;
   }
 
   void read(int64_t start, int64_t count, int32_t* out) const { read_as(start, count, H5T_NATIVE_INT32, out); }
@@ -207,27 +207,31 @@ class TokenFile {
     if (!std::filesystem::is_regular_file(status)) throw InputError(prefix + "not a regular file");
   }
 
+  // A damaged file (a chunk that does not decompress, a truncated one) is the
+  // user's input: one InputError naming the key and the file, no HDF5 trace.
   void read_as(int64_t start, int64_t count, hid_t mem_type, void* out) const {
     Hdf5Lock lock;
+    QuietHdf5 quiet;
     hsize_t offset[1] = {static_cast<hsize_t>(start)}, size[1] = {static_cast<hsize_t>(count)};
-    hid_t file_space = H5Dget_space(dset_);
-    H5_CHECK(H5Sselect_hyperslab(file_space, H5S_SELECT_SET, offset, nullptr, size, nullptr));
-    hid_t mem_space = H5Screate_simple(1, size, nullptr);
-    herr_t rc = H5Dread(dset_, mem_type, mem_space, file_space, H5P_DEFAULT, out);
-    H5Sclose(mem_space);
-    H5Sclose(file_space);
-    if (rc < 0) throw Error(path_ + ": reading tokens " + std::to_string(start) + ".." +
-                            std::to_string(start + count - 1) + " failed");
+    H5Id file_space(H5Dget_space(dset_.get()), H5Sclose);
+    H5_CHECK(file_space.get());
+    H5_CHECK(H5Sselect_hyperslab(file_space.get(), H5S_SELECT_SET, offset, nullptr, size, nullptr));
+    H5Id mem_space(H5Screate_simple(1, size, nullptr), H5Sclose);
+    H5_CHECK(mem_space.get());
+    const herr_t rc = H5Dread(dset_.get(), mem_type, mem_space.get(), file_space.get(), H5P_DEFAULT, out);
+    if (rc < 0)
+      throw InputError(at_ + ": cannot read tokens " + std::to_string(start) + ".." +
+                       std::to_string(start + count - 1) + " of its dataset (a damaged file?)");
   }
 
-  void close() {
-    Hdf5Lock lock;
-    if (dset_ >= 0) H5Dclose(dset_);
-    if (file_ >= 0) H5Fclose(file_);
-    dset_ = file_ = -1;
+  // Closes the dataset, then the file; the caller holds the Hdf5Lock.
+  void close_locked() {
+    dset_.reset();
+    file_.reset();
   }
   std::string path_;
-  hid_t file_ = -1, dset_ = -1;
+  std::string at_;  // `data.path = "a.h5"` (with the deck's file and line), for messages
+  H5Id file_, dset_;
   int64_t length_ = 0;
   IntType type_;
 };

@@ -28,13 +28,7 @@ int node_cores() {
 
 BlasThreadsChoice choose_blas_threads(int64_t requested, MPI_Comm comm) {
   BlasThreadsChoice c;
-  MPI_Comm node = MPI_COMM_NULL;
-  {
-    DeadlineScope deadline("the node-local communicator split (BLAS threads)");
-    MPI_CHECK(MPI_Comm_split_type(comm, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node));
-  }
-  MPI_CHECK(MPI_Comm_size(node, &c.ranks_on_node));
-  MPI_CHECK(MPI_Comm_free(&node));
+  c.ranks_on_node = node_local_size(comm, "the node-local communicator split (BLAS threads)");
   c.node_cores = node_cores();
   c.automatic = requested == 0;
   c.threads = c.automatic ? std::max(1, c.node_cores / c.ranks_on_node) : static_cast<int>(requested);

@@ -25,7 +25,7 @@ class MpiGather final : public MpiRequestTransfer {
   }
 
  private:
-  Tensor send_, recv_;
+  Tensor send_, recv_;  // (numel) flat buffers of the all-to-all or all-gather, alive while it runs
 };
 
 class MpiReplicaGroup final : public ReplicaGroup {

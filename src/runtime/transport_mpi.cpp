@@ -23,7 +23,7 @@ class MpiTransfer final : public MpiRequestTransfer {
   }
 
  private:
-  Tensor buf_;  // keeps the storage alive while MPI may use it
+  Tensor buf_;  // (rows, width) the message's payload; keeps the storage alive while MPI may use it
   bool send_;
 };
 

@@ -59,7 +59,7 @@ bool drop_request(MPI_Request& req, bool send) {
 
 // One posted send or receive: its payload and the (tag, bytes) that travels with it.
 struct Transfer {
-  Tensor buf;  // keeps the payload's storage alive while MPI may use it
+  Tensor buf;  // (rows, width) the payload; keeps its storage alive while MPI may use it
   bool send = false;
   long long position = 0;    // k: the k-th transfer of its channel
   long long header[2] = {};  // (executor tag, bytes); a receive's arrives here

@@ -24,7 +24,7 @@ int owner_of(const std::vector<int64_t>& counts, int64_t u) {
 // for a device tensor lands before it is copied to `target`.
 struct Transfer {
   MPI_Request request = MPI_REQUEST_NULL;
-  Tensor host;
+  Tensor host;  // (numel) flat host copy of the moved tensor, sent or received
   Tensor* target = nullptr;  // receives into a device tensor: the new stage's tensor
   std::string what;
 };

@@ -207,5 +207,19 @@ PY
   check "weights-only checkpoint cannot resume" output_has "has no state1: the checkpoint lacks the optimizer state"
 fi
 
+# A fresh run (no --resume) into the directory of an earlier run with
+# checkpoints moves that run's checkpoints and files aside before it writes:
+# nothing of the earlier run is overwritten, and a later --resume finds only
+# the new run's checkpoints.
+cp -r "$tmp/straight" "$tmp/again"
+run 2 train $deck --set training.steps=4 --set output.checkpoint_every=2 --set output.dir=\"$tmp/again\"
+check "a fresh run into an earlier run's directory succeeds" status_is 0
+check "it says where the earlier run went" output_has "held checkpoints of an earlier run ($tmp/again/checkpoints)"
+aside=$(ls -d "$tmp"/again/previous_* 2> /dev/null | head -1)
+check "the earlier checkpoints are kept whole" grep -qx step_00000008 "${aside:-none}/checkpoints/latest"
+check "the earlier metrics.h5 is kept" test -s "${aside:-none}/metrics.h5"
+check "latest names the new run's checkpoint" grep -qx step_00000004 "$tmp/again/checkpoints/latest"
+check "no earlier step directory is left beside the new ones" test ! -e "$tmp/again/checkpoints/step_00000008"
+
 echo "checkpoint cli: $passed passed, $failed failed"
 [ "$failed" -eq 0 ]

@@ -121,5 +121,30 @@ check "unreadable: resume succeeds" status_is 0
 check "unreadable: said" output_has "has no rows for steps 0..5 (before the resume step 6): the earlier file could not be read (not an HDF5 file) and was moved to $tmp/garbled/metrics.unreadable_6.h5"
 check "unreadable: kept aside" grep -qx "not HDF5" "$tmp/garbled/metrics.unreadable_6.h5"
 
+# A metrics.h5 whose series disagree with its steps (here 'step' has a row
+# more than 'loss') is unreadable as a whole: moved aside, its rows never
+# replaced by NaN, and no row invented.
+cp -r "$tmp/straight" "$tmp/uneven"
+"$py" -c "
+import h5py, sys
+with h5py.File(sys.argv[1], 'a') as f:
+    steps = list(f['step'][:])
+    del f['step']
+    f['step'] = steps + [len(steps)]
+" "$tmp/uneven/metrics.h5"
+run 2 train $deck "${common[@]}" --set output.dir=\"$tmp/uneven\" --resume "$tmp/uneven/checkpoints/step_00000006"
+check "uneven: resume succeeds" status_is 0
+check "uneven: said, naming the series" output_has "is not a 1-D number series of the 9 rows of 'step') and was moved to $tmp/uneven/metrics.unreadable_6.h5"
+check "uneven: kept aside whole" "$py" -c "
+import h5py, sys, numpy as np
+f = h5py.File(sys.argv[1])
+assert len(f['step']) == 9 and len(f['loss']) == 8 and np.isfinite(f['loss'][:]).all()
+" "$tmp/uneven/metrics.unreadable_6.h5"
+check "uneven: no row invented" "$py" -c "
+import h5py, sys
+f = h5py.File(sys.argv[1])
+assert list(f['step'][:]) == [6, 7] and list(f.attrs['missing_steps']) == [0, 5], (f['step'][:], dict(f.attrs))
+" "$tmp/uneven/metrics.h5"
+
 echo "metrics resume cli: $passed passed, $failed failed"
 [ "$failed" -eq 0 ]

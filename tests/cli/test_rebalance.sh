@@ -113,7 +113,7 @@ bad() {  # bad NAME EXPECTED ARGS...
   check "$name: refused" status_not
   check "$name: the message names the key" output_has "$expected"
 }
-bad "slowed rank beyond the job" "pipeline.slowdown_rank = 2: the job has 2 ranks (0-1)" \
+bad "slowed rank beyond the job" "pipeline.slowdown_rank = 2: the job has 2 MPI ranks, numbered 0-1 in a pipeline" \
   --set pipeline.slowdown_rank=2
 bad "threshold of 1" "pipeline.rebalance_threshold" --set pipeline.rebalance=true \
   --set pipeline.rebalance_threshold=1.0

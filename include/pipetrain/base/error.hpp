@@ -4,8 +4,12 @@
 //   - pt::InputError  : the user's input is wrong (deck, command line, data
 //                       file, checkpoint). The message names the file, the key
 //                       or line, and what was expected. No source location.
-//   - pt::Error       : an internal or library failure; carries file:line of
-//                       the check that fired.
+//   - pt::Error       : an internal or library failure. Raised by a check
+//                       macro (PT_CHECK, PT_FAIL, MPI_CHECK, ...), it carries
+//                       file:line of the check that fired; thrown directly,
+//                       for a condition of the run rather than of the code (a
+//                       file that cannot be written, a peer that failed), its
+//                       message names what failed and where instead.
 // The driver (src/app/driver.cpp) catches both, prints one line per rank and ends
 // the job with a non-zero status (MPI_Abort once ranks can no longer agree).
 // One check macro per library: PT_CHECK (our invariants), MPI_CHECK, H5_CHECK;

@@ -49,8 +49,9 @@ struct DeckLayout {
   int data_parallel = 1;   // replicas D of the pipeline (resolved data_parallel.replicas)
 };
 DeckLayout resolve_deck_layout(const Deck& deck, int world_ranks);
-// The checks of one pipeline of `num_ranks` ranks (no data parallelism).
-int check_layout_of_pipeline(const Deck& deck, int num_ranks);
+// The checks of one pipeline of `num_ranks` ranks; `replicas` (D) only
+// words the messages ("each of the D pipelines has ...").
+int check_layout_of_pipeline(const Deck& deck, int num_ranks, int replicas = 1);
 
 // The resolved deck as commented TOML; parse_deck_text of it gives the same Deck.
 std::string deck_to_toml(const Deck& deck);

@@ -26,6 +26,14 @@ void prepare_output_directories(const Deck& deck);
 // <output.dir>/profile.h5 when empty, output.dir made if missing) takes a new
 // file. Returns the path; one InputError naming --out or output.dir otherwise.
 std::string prepare_profile_output(const Deck& deck, const std::string& out);
+// Before step 0 of a fresh `train` (no --resume): when the checkpoint
+// directory holds checkpoints of an earlier run, they and that run's files
+// in output.dir (metrics.h5, deck.resolved.toml, trace.h5, profile.h5) are
+// moved to <output.dir>/previous_<UTC time>/ (checkpoints kept in
+// output.checkpoint_dir go to <that dir>.previous_<UTC time>), so a fresh
+// run never overwrites them and a later --resume cannot mix two runs.
+// Returns the warning to print; "" when there was nothing to move.
+std::string set_aside_earlier_run(const Deck& deck);
 // Writes `text` to path via a temporary file, fsync and rename.
 void write_file_atomic(const std::string& path, const std::string& text);
 

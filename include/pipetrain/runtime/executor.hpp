@@ -81,7 +81,7 @@ class Executor {
     Tensor forward_envelope_buf, backward_envelope_buf;  // (16) int32: 64 bytes
   };
   struct Send {
-    Tensor buffer;
+    Tensor buffer;  // (rows, width) the stage output or input gradient sent, alive until the send completes
     Pending pending;
   };
   // Which send each compute action waits for first (sends_finished_before),
