@@ -27,12 +27,14 @@
 #include <algorithm>
 #include <cmath>
 #include <csignal>
+#include <chrono>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <iostream>
 #include <map>
 #include <sstream>
+#include <thread>
 #include <utility>
 
 #include "pipetrain/base/fault_injection.hpp"
@@ -374,10 +376,31 @@ void announce_fault_hooks() {
   std::fflush(stdout);
 }
 
-[[noreturn]] void abort_job(const World& w, const char* what) {
+// Exit statuses (docs/cluster.md): 2 for bad input, 1 for any other failure.
+constexpr int kBadInputStatus = 2;
+constexpr int kFailureStatus = 1;
+
+[[noreturn]] void abort_job(const World& w, const char* what, int status) {
+  // The job is ending: a SIGTERM (mpirun's, after another rank's MPI_Abort)
+  // ends this rank now instead of being kept for a clean stop.
+  unblock_stop_signals();
+  if (status == kBadInputStatus) {
+    // Bad input found after start-up (a data file, a checkpoint, a budget
+    // too small) is usually found by every rank alike: rank 0 says it in the
+    // start-up errors' form, naming the deck's own file and line, and ends
+    // the job; the others speak only if it has not done so within a second
+    // (the input was theirs alone).
+    if (w.rank == 0) {
+      std::fprintf(stderr, "pipetrain: error: %s\n", what);
+      std::fflush(stderr);
+      MPI_Abort(w.comm, status);
+      std::abort();
+    }
+    std::this_thread::sleep_for(std::chrono::seconds(1));
+  }
   std::fprintf(stderr, "pipetrain: rank %d: error: %s\n", w.rank, what);
   std::fflush(stderr);
-  MPI_Abort(w.comm, 1);
+  MPI_Abort(w.comm, status);
   std::abort();
 }
 
@@ -397,8 +420,10 @@ int run_command(const World& w, const CommandLine& cli) {
     if (cli.command == "plan") return run_plan(w.comm, cli, deck, w.blas_note);
     if (cli.command == "sample") return run_sample(w, cli, deck);
     return run_train(w, cli, deck);
+  } catch (const InputError& e) {
+    abort_job(w, e.what(), kBadInputStatus);
   } catch (const std::exception& e) {
-    abort_job(w, e.what());
+    abort_job(w, e.what(), kFailureStatus);
   }
 }
 
@@ -425,14 +450,14 @@ int run_main(int argc, char** argv, MPI_Comm comm, const std::string& blas_note)
     set_wait_phase("at start-up");
     start_wait_watch(comm);
   } catch (const std::exception& e) {
-    abort_job(w, e.what());
+    abort_job(w, e.what(), kFailureStatus);
   }
   const int status = run_command(w, cli);
   try {
     set_wait_phase("at the end of the run");
     stop_wait_watch();
   } catch (const std::exception& e) {
-    abort_job(w, e.what());
+    abort_job(w, e.what(), kFailureStatus);
   }
   return status;
 }

@@ -11,6 +11,14 @@ check "bad deck exits non-zero" status_not
 check "bad deck names file, line and key" output_has "bad_batch.toml:"
 check "bad deck says what was expected" output_has "must be divisible by pipeline.micro_batches"
 
+# Bad input found after start-up, by every rank alike (a memory budget no
+# recomputation policy fits): status 2, as for a bad deck, and one line,
+# rank 0's, in the start-up errors' form.
+run 2 train inputs/mlp_small.toml --set pipeline.recompute=\"auto\" --set pipeline.memory_budget_mb=0.001
+check "bad input after start-up exits with status 2" status_is 2
+check "... said once, by rank 0" [ "$(grep -c 'error:' "$tmp/out")" -eq 1 ]
+check "... in the start-up errors' form" output_has "pipetrain: error: "
+
 # A bad --set override.
 run 2 train inputs/mlp_small.toml --set pipeline.micro_batch=3
 check "unknown override key exits non-zero" status_not
