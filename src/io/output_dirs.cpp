@@ -53,6 +53,9 @@ void check_not_directory(const std::string& path, const std::string& head, const
                    ", but the run writes " + what + " there; remove or rename it");
 }
 
+// The files a run writes into output.dir (besides its checkpoints).
+constexpr const char* kRunFiles[] = {"metrics.h5", "deck.resolved.toml", "trace.h5", "profile.h5"};
+
 std::string key_head(const Deck& deck, const std::string& key, const std::string& value) {
   return deck.where(key) + " = \"" + value + "\": ";
 }
@@ -64,7 +67,7 @@ void prepare_output_directories(const Deck& deck) {
   const std::string head = key_head(deck, "output.dir", dir);
   make_directories(dir, head);
   check_writable(dir, head);
-  for (const char* name : {"metrics.h5", "deck.resolved.toml", "trace.h5", "profile.h5"})
+  for (const char* name : kRunFiles)
     check_not_directory(dir + "/" + name, head, std::string("its ") + name);
   if (deck.output.checkpoint_every <= 0) return;
   const std::string root = checkpoint_root(deck);
@@ -125,11 +128,12 @@ std::string set_aside_earlier_run(const Deck& deck) {
   namespace fs = std::filesystem;
   const std::string& dir = deck.output.dir;
   const std::string head = key_head(deck, "output.dir", dir);
-  std::string aside = dir + "/previous_" + utc_stamp();
-  for (int k = 2; fs::exists(aside); ++k) aside = dir + "/previous_" + utc_stamp() + "_" + std::to_string(k);
+  const std::string stamp = utc_stamp();  // one time for every name it moves
+  std::string aside = dir + "/previous_" + stamp;
+  for (int k = 2; fs::exists(aside); ++k) aside = dir + "/previous_" + stamp + "_" + std::to_string(k);
   make_directories(aside, head);
   std::string moved;
-  for (const char* name : {"metrics.h5", "deck.resolved.toml", "trace.h5", "profile.h5"}) {
+  for (const char* name : kRunFiles) {
     const std::string path = dir + "/" + name;
     if (!fs::exists(path)) continue;
     move_or_refuse(path, aside + "/" + name, head);
@@ -138,7 +142,7 @@ std::string set_aside_earlier_run(const Deck& deck) {
   // The checkpoints: into the same directory when they are output.dir's own,
   // beside themselves when output.checkpoint_dir puts them elsewhere.
   const bool own = deck.output.checkpoint_dir.empty();
-  const std::string checkpoints_to = own ? aside + "/checkpoints" : root + ".previous_" + utc_stamp();
+  const std::string checkpoints_to = own ? aside + "/checkpoints" : root + ".previous_" + stamp;
   move_or_refuse(root, checkpoints_to, head);
   return "output.dir " + dir + " held checkpoints of an earlier run (" + root + "), and this run starts "
          "at step 0 without --resume: they were moved to " + checkpoints_to +
