@@ -53,8 +53,13 @@ void toy_end(const ModelConfig& m, StageModel& sm) {
 std::vector<CostUnitInfo> toy_costs(const ModelConfig& m) {
   std::vector<CostUnitInfo> units;
   const double square = 2.0 * static_cast<double>(m.mlp.input_dim * m.mlp.input_dim);
-  for (int64_t u = 0; u < m.mlp.depth; ++u) units.push_back({"toy" + std::to_string(u), true, square});
-  units.push_back({"head", false, 2.0 * static_cast<double>(m.mlp.input_dim * m.mlp.output_dim)});
+  const double d = static_cast<double>(m.mlp.input_dim), out = static_cast<double>(m.mlp.output_dim);
+  for (int64_t u = 0; u < m.mlp.depth; ++u) {
+    units.push_back({"toy" + std::to_string(u), true, square});
+    units.back().parameters = (d + 1.0) * d;  // weight and bias
+  }
+  units.push_back({"head", false, 2.0 * d * out});
+  units.back().parameters = (d + 1.0) * out;
   return units;
 }
 

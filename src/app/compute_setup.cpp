@@ -117,6 +117,7 @@ ComputeResources make_compute_resources(const Deck& deck, MPI_Comm comm) {
   c.kernels = cuda::versions().describe() + "; GEMM operands " + kind_name(deck.training.precision);
   c.setup.device_memory_stats = [] { return cuda::device_memory_stats(); };
   c.setup.reset_device_memory_peaks = [] { cuda::reset_device_memory_peaks(); };
+  c.free_device_memory = [] { return cuda::device_free_memory_bytes(); };
 #else
   (void)comm;
   PT_FAIL("training.device = \"cuda\" in a build without the CUDA backend");

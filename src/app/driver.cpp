@@ -14,6 +14,7 @@
 // checkpoints, every replica loads them (docs/data-parallel.md).
 #include "pipetrain/app/driver.hpp"
 #include "pipetrain/app/auto_plan.hpp"
+#include "pipetrain/app/memory_check.hpp"
 #include "pipetrain/app/blas_report.hpp"
 #include "pipetrain/app/deck_load.hpp"
 #include "pipetrain/app/run_plan.hpp"
@@ -60,6 +61,13 @@ namespace pt {
 namespace {
 
 
+// The partition `validate` reports memory for: the deck's counts, else
+// uniform (a partition chosen from a profile is known only when a run has one).
+std::vector<int64_t> validate_partition(const Deck& deck, int stages) {
+  const bool given = deck.pipeline.partition_strategy == PartitionStrategy::Explicit;
+  return partition_units(model_units(deck.model), stages, given ? deck.pipeline.partition : std::vector<int64_t>{});
+}
+
 int run_validate(const World& w, const CommandLine& cli, const Deck& deck) {
   if (w.rank != 0) return 0;
   const DeckLayout layout = resolve_deck_layout(deck, cli.ranks > 0 ? cli.ranks : w.size);
@@ -69,6 +77,7 @@ int run_validate(const World& w, const CommandLine& cli, const Deck& deck) {
   std::printf("%s\n", deck_to_toml(deck).c_str());
   if (cli.print_schedule) std::printf("%s\n%s\n", format_schedule(s).c_str(), format_grid(s).c_str());
   std::printf("%s\n", schedule_summary(s, report).c_str());
+  std::printf("%s\n", persistent_state_summary(deck, validate_partition(deck, s.num_stages)).c_str());
   if (places_at_measured_times(deck))
     std::printf("schedule %s: this is its unit-time placement; with pipeline.schedule_times = "
                 "\"%s\" a run places it again at the F, B and W times it measures in its "
@@ -234,6 +243,8 @@ int run_train(const World& w, const CommandLine& cli, const Deck& written) {
   choose_wait_mode();
   const BlasReport blas_report = gather_blas_report(w.comm, w.blas_note);
   ComputeResources compute = make_compute_resources(written, w.comm);
+  const MemoryOnHand memory = memory_on_hand(compute);
+  check_model_fits_job(written, data_parallel_size(written), w.comm, memory);  // before the profile builds a unit
   ProcessGrid written_grid(w.comm, static_cast<int>(data_parallel_size(written)));
   AutoRecord auto_record;
   Deck deck = deck_to_run(w, cli, written, written_grid, compute, auto_record);  // a re-planning switch changes it
@@ -242,6 +253,7 @@ int run_train(const World& w, const CommandLine& cli, const Deck& written) {
   RunPlan plan = prepare_run_plan(deck, grid.pipeline(), grid.world(), compute, auto_record.profile_for(deck));
   // A named strategy's counts, the same in every replica (the deck keeps the name).
   const std::vector<int64_t> partition = share_partition(grid, starting_partition(deck, plan));
+  check_stages_fit(deck, partition, grid, memory);
   auto trainer = std::make_unique<Trainer>(deck, partition, grid, compute.setup);
   predict_run(plan, deck, *trainer);
   if (deck.rebalance.enabled) trainer->enable_rebalance(plan.profile);

@@ -152,6 +152,15 @@ DeviceBuffer& DeviceBuffer::operator=(DeviceBuffer&& other) noexcept {
 MemoryStats device_memory_stats() { return cache().stats(); }
 size_t device_bytes_reserved() { return cache().reserved(); }
 void reset_device_memory_peaks() { cache().reset_peaks(); }
+
+double device_free_memory_bytes() {
+  size_t free_bytes = 0, total = 0;
+  if (cudaMemGetInfo(&free_bytes, &total) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return 0.0;
+  }
+  return static_cast<double>(free_bytes);
+}
 void release_cached_device_memory() { cache().release_cached(); }
 void trim_cached_device_memory() { cache().trim(); }
 

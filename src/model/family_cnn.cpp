@@ -80,16 +80,35 @@ double conv_flops(int64_t in, int64_t out, int64_t k, int64_t side) {
   return 2.0 * static_cast<double>(in * out * k * k * side * side);
 }
 
+// Adds to `unit` the parameters of a K x K convolution without bias from
+// `in` to `out` channels, and of the normalisation after it: gamma and beta,
+// and batch normalisation's running mean and variance.
+void add_conv_and_norm(CostUnitInfo& unit, const ModelConfig& m, int64_t in, int64_t out, int64_t k) {
+  const double channels = static_cast<double>(out);
+  unit.parameters += static_cast<double>(in * out * k * k) + 2.0 * channels;
+  if (m.cnn.norm == NormKind::Batch) {
+    unit.parameters += 2.0 * channels;
+    unit.statistics += 2.0 * channels;
+  }
+}
+
 std::vector<CostUnitInfo> stem_and_block_costs(const ModelConfig& m) {
   const CnnConfig& c = m.cnn;
   std::vector<CostUnitInfo> out;
   out.push_back({"stem", false, conv_flops(c.in_channels, c.width, 3, c.image_size)});
+  add_conv_and_norm(out.back(), m, c.in_channels, c.width, 3);
   for (int64_t u = 0; u < blocks(m); ++u) {
     const int64_t in = width_before(m, u), width = width_of_stage(m, stage_of(m, u));
     const int64_t side = side_before(m, u + 1);
-    double flops = conv_flops(in, width, 3, side) + conv_flops(width, width, 3, side);
-    if (in != width || downsamples(m, u)) flops += conv_flops(in, width, 1, side);
-    out.push_back({"block" + std::to_string(u), true, flops});
+    CostUnitInfo unit{"block" + std::to_string(u), true,
+                      conv_flops(in, width, 3, side) + conv_flops(width, width, 3, side)};
+    add_conv_and_norm(unit, m, in, width, 3);
+    add_conv_and_norm(unit, m, width, width, 3);
+    if (in != width || downsamples(m, u)) {  // the projection skip
+      unit.forward_flops += conv_flops(in, width, 1, side);
+      add_conv_and_norm(unit, m, in, width, 1);
+    }
+    out.push_back(unit);
   }
   return out;
 }
@@ -139,8 +158,10 @@ void end_stage(const ModelConfig& m, StageModel& sm) {
 
 std::vector<CostUnitInfo> costs(const ModelConfig& m) {
   std::vector<CostUnitInfo> out = cnn_net::stem_and_block_costs(m);
-  out.push_back({"head", false,
-                 2.0 * static_cast<double>(cnn_net::width_before(m, units(m)) * m.cnn.classes)});
+  const double channels = static_cast<double>(cnn_net::width_before(m, units(m)));
+  const double classes = static_cast<double>(m.cnn.classes);
+  out.push_back({"head", false, 2.0 * channels * classes});
+  out.back().parameters = (channels + 1.0) * classes;  // Linear with bias
   return out;
 }
 

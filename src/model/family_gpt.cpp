@@ -55,14 +55,20 @@ double block_flops(const GptDims& g) {
 CostUnitInfo head_cost(const GptDims& g) {
   const double per_column = 2.0 * static_cast<double>(g.seq_len * g.d_model);
   const double padded = static_cast<double>(g.padded_vocab() - g.vocab_size);
-  return {"head", false, per_column * static_cast<double>(g.vocab_size), per_column * padded};
+  CostUnitInfo head{"head", false, per_column * static_cast<double>(g.vocab_size), per_column * padded};
+  head.parameters = gpt_head_parameters(g);
+  return head;
 }
 
 std::vector<CostUnitInfo> costs(const ModelConfig& m) {
   const GptDims& g = m.gpt;
   std::vector<CostUnitInfo> out;
   out.push_back({"embedding", false, 0.0});  // a gather, no matmul
-  for (int64_t b = 0; b < g.blocks; ++b) out.push_back({"block" + std::to_string(b), true, block_flops(g)});
+  out.back().parameters = gpt_embedding_parameters(g);
+  for (int64_t b = 0; b < g.blocks; ++b) {
+    out.push_back({"block" + std::to_string(b), true, block_flops(g)});
+    out.back().parameters = gpt_block_parameters(g);
+  }
   out.push_back(head_cost(g));
   return out;
 }

@@ -81,10 +81,18 @@ double token_flops(const ModelConfig& m) {
 std::vector<CostUnitInfo> costs(const ModelConfig& m) {
   std::vector<CostUnitInfo> out = cnn_net::stem_and_block_costs(m);
   const double block = block_weight_flops(m) + block_attention_flops(m);
-  for (int64_t u = conv_blocks(m); u < units(m); ++u)
-    out.push_back({"block" + std::to_string(u), true,
-                   block + (u == conv_blocks(m) ? token_flops(m) : 0.0)});
-  out.push_back({"head", false, 2.0 * static_cast<double>(m.gpt.d_model * m.cnn.classes)});
+  const double d = static_cast<double>(m.gpt.d_model), classes = static_cast<double>(m.cnn.classes);
+  for (int64_t u = conv_blocks(m); u < units(m); ++u) {
+    const bool with_tokens = u == conv_blocks(m);
+    out.push_back({"block" + std::to_string(u), true, block + (with_tokens ? token_flops(m) : 0.0)});
+    out.back().parameters = gpt_block_parameters(dims(m));
+    // The patch tokens: a Linear (d, channels) with bias, positions (T, d).
+    if (with_tokens)
+      out.back().parameters += (static_cast<double>(feature_channels(m)) + 1.0) * d +
+                               static_cast<double>(tokens(m)) * d;
+  }
+  out.push_back({"head", false, 2.0 * d * classes});
+  out.back().parameters = 2.0 * d + (d + 1.0) * classes;  // LayerNorm, Linear with bias
   return out;
 }
 

@@ -45,12 +45,16 @@ void end_stage(const ModelConfig& m, StageModel& sm) {
   sm.loss_terms_per_sample = m.mlp.loss == LossKind::Mse ? m.mlp.output_dim : 1;
 }
 
-// Matmul FLOPs of each Linear layer's forward, 2 per multiply-add.
+// Matmul FLOPs of each Linear layer's forward, 2 per multiply-add; its
+// weight (out, in) and bias (out).
 std::vector<CostUnitInfo> costs(const ModelConfig& m) {
   std::vector<CostUnitInfo> out;
-  for (int64_t u = 0; u < m.mlp.depth; ++u)
-    out.push_back({"linear" + std::to_string(u), true,
-                   2.0 * static_cast<double>(width_before(m, u) * width_after(m, u))});
+  for (int64_t u = 0; u < m.mlp.depth; ++u) {
+    const double in = static_cast<double>(width_before(m, u)), width = static_cast<double>(width_after(m, u));
+    CostUnitInfo unit{"linear" + std::to_string(u), true, 2.0 * in * width};
+    unit.parameters = (in + 1.0) * width;
+    out.push_back(unit);
+  }
   return out;
 }
 

@@ -496,4 +496,21 @@ std::unique_ptr<Layer> make_gpt_head(const GptDims& dims, uint64_t seed) {
   return std::make_unique<GptHead>(dims, seed);
 }
 
+double gpt_embedding_parameters(const GptDims& dims) {
+  return static_cast<double>(dims.padded_vocab() + dims.seq_len) * static_cast<double>(dims.d_model);
+}
+
+double gpt_block_parameters(const GptDims& dims) {
+  const double c = static_cast<double>(dims.d_model), hidden = static_cast<double>(dims.mlp_ratio) * c;
+  const double norms = 2.0 * 2.0 * c;
+  const double attention = (c + 1.0) * 3.0 * c + (c + 1.0) * c;
+  const double mlp = (c + 1.0) * hidden + (hidden + 1.0) * c;
+  return norms + attention + mlp;
+}
+
+double gpt_head_parameters(const GptDims& dims) {
+  const double c = static_cast<double>(dims.d_model);
+  return 2.0 * c + static_cast<double>(dims.padded_vocab()) * c;
+}
+
 }  // namespace pt

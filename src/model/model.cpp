@@ -33,6 +33,38 @@ int64_t tokens_per_sample(const ModelConfig& model) { return model_family(model)
 
 std::vector<CostUnitInfo> cost_units(const ModelConfig& model) { return model_family(model).cost_units(model); }
 
+double persistent_state_bytes(const CostUnitInfo& unit, OptimizerKind optimizer) {
+  constexpr double kFloat = 4.0;
+  const double state_tensors = optimizer == OptimizerKind::AdamW ? 2.0 : 1.0;
+  return unit.parameters * 2.0 * kFloat + (unit.parameters - unit.statistics) * state_tensors * kFloat;
+}
+
+std::vector<double> stage_persistent_state_bytes(const ModelConfig& model, OptimizerKind optimizer,
+                                                 const std::vector<int64_t>& units_per_stage) {
+  const ModelFamily& family = model_family(model);
+  const std::vector<CostUnitInfo> units = cost_units(model);
+  const int64_t partitioned = std::accumulate(units_per_stage.begin(), units_per_stage.end(), int64_t{0});
+  PT_CHECK(!units_per_stage.empty() &&
+               family.pinned_front + partitioned + family.pinned_back == static_cast<int64_t>(units.size()),
+           "a partition of " + std::to_string(partitioned) + " units for a model of " +
+               std::to_string(family.units(model)));
+  std::vector<double> bytes(units_per_stage.size(), 0.0);
+  size_t unit = 0;
+  for (size_t s = 0; s < units_per_stage.size(); ++s) {
+    size_t end = unit + static_cast<size_t>(units_per_stage[s]);
+    if (s == 0) end += static_cast<size_t>(family.pinned_front);
+    if (s + 1 == units_per_stage.size()) end = units.size();  // with the pinned back units
+    for (; unit < end; ++unit) bytes[s] += persistent_state_bytes(units[unit], optimizer);
+  }
+  return bytes;
+}
+
+double model_parameters(const ModelConfig& model) {
+  double parameters = 0.0;
+  for (const CostUnitInfo& unit : cost_units(model)) parameters += unit.parameters;
+  return parameters;
+}
+
 // Matmul FLOPs: 2 per multiply-add; training = 3 x forward (the backward
 // computes two products per forward product).
 double model_train_flops_per_sample(const ModelConfig& m) {

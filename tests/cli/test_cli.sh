@@ -19,6 +19,19 @@ check "bad input after start-up exits with status 2" status_is 2
 check "... said once, by rank 0" [ "$(grep -c 'error:' "$tmp/out")" -eq 1 ]
 check "... in the start-up errors' form" output_has "pipetrain: error: "
 
+# A model too large for the job's memory (62 TiB of parameters, gradients
+# and AdamW moments, whatever the machine): refused before anything is
+# built, by every rank, with status 2, its figures and the key that sizes it.
+run 2 train inputs/mlp_small.toml --set model.hidden_dim=65536 --set model.depth=1000 --set output.dir=\"$tmp/huge\"
+check "a model too large for the job's memory exits with status 2" status_is 2
+check "... saying so with its figures" output_has "the model does not fit in this job's memory: its 4.29e+12 parameters"
+check "... naming the key that sizes it" output_has "model.depth = 1000 (--set model.depth=1000)"
+check "... and the memory it was given" output_has "of host memory available (MemAvailable)"
+check "... before a stage was built or an output written" [ ! -e "$tmp/huge/metrics.h5" ]
+run 2 profile inputs/mlp_small.toml --set model.hidden_dim=65536 --set model.depth=1000 --out "$tmp/huge_profile"
+check "... and so is its profile, before a unit is built" output_has "the model does not fit in this job's memory"
+check "... with status 2" status_is 2
+
 # A bad --set override.
 run 2 train inputs/mlp_small.toml --set pipeline.micro_batch=3
 check "unknown override key exits non-zero" status_not

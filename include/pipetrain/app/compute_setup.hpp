@@ -5,6 +5,7 @@
 
 #include <mpi.h>
 
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -18,6 +19,8 @@ struct ComputeResources {
   std::string kernels;               // GPU: CUDA and cuBLAS versions ("" on the CPU)
   std::string device_name;           // GPU: this rank's device ("NVIDIA H100 80GB HBM3")
   bool device_shared = false;        // GPU: some ranks of comm share a device
+  // GPU: the bytes free on this rank's device (null on the CPU; memory_check.hpp).
+  std::function<double()> free_device_memory;
 };
 
 bool cuda_available_in_build();

@@ -179,6 +179,9 @@ std::unique_ptr<ReplicaGroup> make_nccl_replica_group(MPI_Comm replicas, double 
 MemoryStats device_memory_stats();
 size_t device_bytes_reserved();
 void reset_device_memory_peaks();
+// Bytes free on this rank's device now, cudaMemGetInfo's (0 when it fails),
+// for the memory check before a run builds its stages (app/memory_check.hpp).
+double device_free_memory_bytes();
 // Returns cached, unused device blocks to the driver: all of them (before a
 // rebalancing move), or those no allocation reused since the previous trim
 // (at step boundaries). Both synchronise the device, under a DeadlineScope,

@@ -61,4 +61,11 @@ std::unique_ptr<Layer> make_gpt_block(const GptDims& dims, int64_t index, uint64
 // (mb, T, C) -> logits (mb, T, Vp): ln_f then lm_head (no bias).
 std::unique_ptr<Layer> make_gpt_head(const GptDims& dims, uint64_t seed);
 
+// Parameter elements of each, as stored: wte (Vp, C) + wpe (T, C); two
+// LayerNorms (C, C) and qkv, attention projection, MLP fc and projection
+// with their biases; ln_f (C, C) + lm_head (Vp, C).
+double gpt_embedding_parameters(const GptDims& dims);
+double gpt_block_parameters(const GptDims& dims);
+double gpt_head_parameters(const GptDims& dims);
+
 }  // namespace pt

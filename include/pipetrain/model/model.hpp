@@ -83,9 +83,27 @@ struct CostUnitInfo {
   bool partitionable = true;
   double forward_flops = 0.0;  // matmul FLOPs of the forward, per sample
   double padding_flops = 0.0;  // matmul FLOPs of the forward's padding, per sample
+  // Elements of the unit's parameters as its layers store them (padded
+  // vocabulary rows included), counted from the widths without building
+  // anything; `statistics` of them are running statistics (batch
+  // normalisation's), which get no optimizer state.
+  double parameters = 0.0;
+  double statistics = 0.0;
   double computed_flops() const { return forward_flops + padding_flops; }
 };
 std::vector<CostUnitInfo> cost_units(const ModelConfig& model);
+// The bytes a unit holds from start to end of a run whatever the micro-batch
+// size: every parameter's fp32 value and gradient (new_param) and the
+// optimizer's fp32 state (one tensor for SGD, two for AdamW; not for running
+// statistics). Low-precision weight copies, activations, workspaces and
+// messages come on top, so a stage needs at least the sum over its units.
+double persistent_state_bytes(const CostUnitInfo& unit, OptimizerKind optimizer);
+// The sum of persistent_state_bytes over each stage's cost units, for the
+// stages of `units_per_stage` (partition units; the family's pinned units go
+// to the first and last stage), and the parameters of the whole model.
+std::vector<double> stage_persistent_state_bytes(const ModelConfig& model, OptimizerKind optimizer,
+                                                 const std::vector<int64_t>& units_per_stage);
+double model_parameters(const ModelConfig& model);
 // A stage holding cost unit `index` alone, placed as the unit sits in any
 // pipeline: first (input from the data) when nothing precedes it, last (with
 // the loss) when nothing follows it, a middle stage otherwise.

@@ -1,0 +1,205 @@
+// memory_check.cpp: a model too large for the job's memory is refused before
+// anything is built (app/memory_check.hpp). The figures are lower bounds:
+// a stage holds at least its parameters' fp32 values, gradients and the
+// optimizer's state (model.hpp, persistent_state_bytes, checked against the
+// built layers by tests/test_unit_parameters.cpp), so a refusal is never
+// wrong; a model that passes may still run short of memory for its
+// activations, which the planner predicts (docs/memory.md).
+#include "pipetrain/app/memory_check.hpp"
+
+#include <algorithm>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <sstream>
+
+#include "pipetrain/base/error.hpp"
+#include "pipetrain/base/timed_wait.hpp"
+#include "pipetrain/model/family.hpp"
+#include "pipetrain/model/model.hpp"
+#include "pipetrain/runtime/run_builder.hpp"
+
+namespace pt {
+
+namespace {
+
+constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
+
+// "62.4 TiB", "12.3 GiB", "512.0 MiB", "52.0 KiB": the largest unit in
+// which it is at least 1, one decimal.
+std::string bytes_text(double bytes) {
+  const char* const units[] = {"TiB", "GiB", "MiB", "KiB"};
+  double scale = 1024.0 * kGiB;
+  size_t u = 0;
+  for (; u + 1 < sizeof units / sizeof units[0] && bytes < scale; ++u) scale /= 1024.0;
+  char text[48];
+  std::snprintf(text, sizeof text, "%.1f %s", bytes / scale, units[u]);
+  return text;
+}
+
+std::string count_text(double n) {
+  char text[32];
+  std::snprintf(text, sizeof text, "%.3g", n);
+  return text;
+}
+
+// "fp32 values, gradients and AdamW's two moments"
+std::string state_text(OptimizerKind optimizer) {
+  return std::string("fp32 values, gradients and ") +
+         (optimizer == OptimizerKind::AdamW ? "AdamW's two moments" : "SGD's momentum");
+}
+
+// "model.blocks = 96 (inputs/gpt.toml:19)": the key counting the model's units.
+std::string size_key(const Deck& deck) {
+  const ModelFamily& family = model_family(deck.model);
+  return deck.described("model." + family.units_key, std::to_string(family.units(deck.model)));
+}
+
+// MemAvailable of /proc/meminfo in bytes; 0 when it cannot be read.
+double mem_available_bytes() {
+  std::ifstream meminfo("/proc/meminfo");
+  std::string line;
+  while (std::getline(meminfo, line)) {
+    if (line.rfind("MemAvailable:", 0) != 0) continue;
+    std::istringstream fields(line.substr(std::strlen("MemAvailable:")));
+    double kib = 0.0;
+    return (fields >> kib) ? kib * 1024.0 : 0.0;
+  }
+  return 0.0;
+}
+
+// The ranks that share this rank's memory: its node's, or itself alone.
+// Freed by the caller unless it is MPI_COMM_SELF.
+MPI_Comm memory_domain(MPI_Comm world, const MemoryOnHand& on_hand) {
+  if (!on_hand.per_node) return MPI_COMM_SELF;
+  MPI_Comm node = MPI_COMM_NULL;
+  DeadlineScope deadline("the node-local communicator split (memory check)");
+  MPI_CHECK(MPI_Comm_split_type(world, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node));
+  return node;
+}
+
+void free_domain(MPI_Comm& domain) {
+  if (domain != MPI_COMM_SELF) MPI_CHECK(MPI_Comm_free(&domain));
+}
+
+// Whether every rank of `world` knows its memory (the checks run on all or none).
+bool all_checked(MPI_Comm world, const MemoryOnHand& on_hand) {
+  int mine = on_hand.checked ? 1 : 0, all = 0;
+  timed_allreduce(&mine, &all, 1, MPI_INT, MPI_MIN, world, "the memory check's all-reduce");
+  return all == 1;
+}
+
+std::string host_name() {
+  char name[MPI_MAX_PROCESSOR_NAME] = {0};
+  int length = 0;
+  MPI_CHECK(MPI_Get_processor_name(name, &length));
+  return std::string(name, static_cast<size_t>(std::max(0, length)));
+}
+
+// Every rank throws InputError with the text of rank `root`.
+[[noreturn]] void refuse_from(int root, const std::string& text, MPI_Comm world) {
+  char buffer[2048] = {0};
+  std::snprintf(buffer, sizeof buffer, "%s", text.c_str());
+  timed_bcast(buffer, static_cast<int>(sizeof buffer), MPI_CHAR, root, world,
+              "the memory check's message broadcast");
+  throw InputError(buffer);
+}
+
+}  // namespace
+
+MemoryOnHand memory_on_hand(const ComputeResources& compute) {
+  MemoryOnHand on_hand;
+  if (compute.free_device_memory) {
+    if (compute.device_shared) return on_hand;  // ranks sharing a GPU: not modelled
+    on_hand.per_node = false;
+    on_hand.bytes = compute.free_device_memory();
+    on_hand.source = "GPU memory free (cudaMemGetInfo)";
+  } else {
+    on_hand.bytes = mem_available_bytes();
+    on_hand.source = "host memory available (MemAvailable)";
+  }
+  on_hand.checked = on_hand.bytes > 0.0;
+  return on_hand;
+}
+
+void check_model_fits_job(const Deck& deck, int64_t copies, MPI_Comm world, const MemoryOnHand& on_hand) {
+  if (!all_checked(world, on_hand)) return;
+  MPI_Comm domain = memory_domain(world, on_hand);
+  int domain_rank = 0;
+  MPI_CHECK(MPI_Comm_rank(domain, &domain_rank));
+  free_domain(domain);
+  const double mine[2] = {domain_rank == 0 ? on_hand.bytes : 0.0, domain_rank == 0 ? 1.0 : 0.0};
+  double job[2] = {0.0, 0.0};  // bytes available, domains
+  timed_allreduce(mine, job, 2, MPI_DOUBLE, MPI_SUM, world, "the memory check's all-reduce");
+  const OptimizerKind optimizer = deck.training.optimizer;
+  double model_bytes = 0.0;
+  for (const CostUnitInfo& unit : cost_units(deck.model)) model_bytes += persistent_state_bytes(unit, optimizer);
+  const double need = model_bytes * static_cast<double>(copies);
+  if (need <= job[0]) return;
+  const int domains = static_cast<int>(job[1]);
+  const std::string where = on_hand.per_node ? std::to_string(domains) + (domains == 1 ? " node has " : " nodes have ")
+                                             : std::to_string(domains) + (domains == 1 ? " GPU has " : " GPUs have ");
+  throw InputError(
+      "the model does not fit in this job's memory: its " + count_text(model_parameters(deck.model)) +
+      " parameters (" + size_key(deck) + ") need at least " + bytes_text(model_bytes) + " for their " +
+      state_text(optimizer) + (copies > 1 ? ", " + bytes_text(need) + " for its " + std::to_string(copies) +
+                                                " data-parallel replicas"
+                                          : std::string()) +
+      ", but the job's " + where + bytes_text(job[0]) + " of " + on_hand.source +
+      "; run it on more " + (on_hand.per_node ? "nodes" : "GPUs") + ", or make the model smaller");
+}
+
+void check_stages_fit(const Deck& deck, const std::vector<int64_t>& partition, const ProcessGrid& grid,
+                      const MemoryOnHand& on_hand) {
+  MPI_Comm world = grid.world();
+  if (!all_checked(world, on_hand)) return;
+  const Schedule schedule = schedule_for_deck(deck, grid.pipeline_ranks());
+  const std::vector<int64_t> counts = partition_units(model_units(deck.model), schedule.num_stages, partition);
+  const std::vector<double> stage_bytes = stage_persistent_state_bytes(deck.model, deck.training.optimizer, counts);
+  std::string stages;
+  double mine = 0.0;
+  for (int stage : rank_stages(schedule, grid.pipeline_rank())) {
+    mine += stage_bytes[static_cast<size_t>(stage)];
+    stages += (stages.empty() ? "" : ", ") + std::to_string(stage);
+  }
+  MPI_Comm domain = memory_domain(world, on_hand);
+  int ranks = 1;
+  MPI_CHECK(MPI_Comm_size(domain, &ranks));
+  double need = 0.0, available = 0.0;
+  timed_allreduce(&mine, &need, 1, MPI_DOUBLE, MPI_SUM, domain, "the memory check's node all-reduce");
+  timed_allreduce(&on_hand.bytes, &available, 1, MPI_DOUBLE, MPI_MIN, domain,
+                  "the memory check's node all-reduce");
+  free_domain(domain);
+  struct { double ratio; int rank; } local{need / available, 0}, worst{0.0, 0};
+  MPI_CHECK(MPI_Comm_rank(world, &local.rank));
+  timed_allreduce(&local, &worst, 1, MPI_DOUBLE_INT, MPI_MAXLOC, world, "the memory check's all-reduce");
+  if (worst.ratio <= 1.0) return;
+  std::string text;
+  if (worst.rank == local.rank) {
+    const std::string holder = on_hand.per_node
+        ? "the " + std::to_string(ranks) + (ranks == 1 ? " rank" : " ranks") + " on node " + host_name() +
+              " (this one with stage" + (stages.find(',') == std::string::npos ? " " : "s ") + stages + ")"
+        : "rank " + std::to_string(local.rank) + " (stage" +
+              (stages.find(',') == std::string::npos ? " " : "s ") + stages + ")";
+    text = "the model does not fit in memory: " + holder + (on_hand.per_node ? " need" : " needs") +
+           " at least " + bytes_text(need) +
+           " for their parameters' " + state_text(deck.training.optimizer) + " (" + size_key(deck) +
+           " over " + std::to_string(schedule.num_stages) + " stages), but " +
+           (on_hand.per_node ? "the node has " : "its GPU has ") + bytes_text(available) + " of " + on_hand.source +
+           "; " + (on_hand.per_node ? "put fewer ranks on each node, " : "use more stages, ") +
+           "or make the model smaller";
+  }
+  refuse_from(worst.rank, text, world);
+}
+
+std::string persistent_state_summary(const Deck& deck, const std::vector<int64_t>& units_per_stage) {
+  const std::vector<double> bytes =
+      stage_persistent_state_bytes(deck.model, deck.training.optimizer, units_per_stage);
+  std::string per_stage;
+  for (size_t s = 0; s < bytes.size(); ++s) per_stage += (s ? ", " : "") + bytes_text(bytes[s]);
+  return "memory: " + count_text(model_parameters(deck.model)) + " parameters; the stages hold at least " +
+         per_stage + " for their parameters' " + state_text(deck.training.optimizer) +
+         ", before activations and workspaces (docs/memory.md)";
+}
+
+}  // namespace pt
