@@ -367,6 +367,12 @@ void patch_bytes(const std::string& file, const std::string& from, const std::st
 
 void truncate_half(const std::string& file) { fs::resize_file(file, fs::file_size(file) / 2); }
 
+// The checkpoint in `dir` as one written before the whole-file checksums
+// (manifest.crc32 and each stage file's file_crc32, checkpoint_verify.cpp):
+// loaded without them, so that the checks inside the files are what a
+// damage meets first.
+void without_whole_file_checks(const std::string& dir) { fs::remove(fs::path(dir) / "manifest.crc32"); }
+
 bool has(const std::string& text, const std::string& part) {
   return text.find(part) != std::string::npos;
 }
@@ -393,10 +399,52 @@ TEST_F(BadCheckpoint, TruncatedFile) {
   EXPECT_TRUE(has(e, last_stage_file() + ": truncated:")) << e;
 }
 
-TEST_F(BadCheckpoint, ChecksumMismatch) {
+// A flipped byte is found in the whole file's bytes before HDF5 reads it
+// (HDF5 can crash on damaged metadata before a dataset's own CRC is read).
+TEST_F(BadCheckpoint, WholeFileChecksumMismatch) {
   on_root([&] { flip_data_byte(last_stage_file(), "params/unit7.linear.weight/state2"); });
   const std::string e = load_error(mlp_deck(), tmp / "bad");
+  EXPECT_TRUE(has(e, last_stage_file() + ": damaged or edited: its bytes have CRC-32 ")) << e;
+  EXPECT_TRUE(has(e, ", but manifest.h5 records ")) << e;
+}
+
+// In a checkpoint without the whole-file checksums, each dataset's own CRC.
+TEST_F(BadCheckpoint, ChecksumMismatch) {
+  on_root([&] {
+    without_whole_file_checks(tmp / "bad");
+    flip_data_byte(last_stage_file(), "params/unit7.linear.weight/state2");
+  });
+  const std::string e = load_error(mlp_deck(), tmp / "bad");
   EXPECT_TRUE(has(e, last_stage_file() + ": params/unit7.linear.weight/state2 checksum mismatch")) << e;
+}
+
+// Any byte of the manifest, wherever it falls (a name's length field made
+// the HDF5 library crash inside H5Dread), is refused before HDF5 opens it.
+TEST_F(BadCheckpoint, DamagedManifestBytesAreRefusedBeforeHdf5ReadsThem) {
+  const std::string manifest = tmp / "bad/manifest.h5";
+  for (const double where : {0.1, 0.3, 0.5, 0.7, 0.9}) {
+    on_root([&] {
+      fs::copy_file(tmp / "good/step_00000002/manifest.h5", manifest, fs::copy_options::overwrite_existing);
+      std::fstream io(manifest, std::ios::in | std::ios::out | std::ios::binary);
+      const auto at = static_cast<std::streamoff>(where * static_cast<double>(fs::file_size(manifest)));
+      char c = 0;
+      io.seekg(at);
+      io.read(&c, 1);
+      c = static_cast<char>(c ^ 0x5a);
+      io.seekp(at);
+      io.write(&c, 1);
+    });
+    const std::string e = load_error(mlp_deck(), tmp / "bad");
+    EXPECT_TRUE(has(e, manifest + ": damaged or edited: its bytes have CRC-32 ")) << where << ": " << e;
+    EXPECT_TRUE(has(e, ", but manifest.crc32 records ")) << e;
+  }
+}
+
+TEST_F(BadCheckpoint, DamagedManifestCrcFile) {
+  on_root([&] { std::ofstream(tmp / "bad/manifest.crc32") << "not a checksum\n"; });
+  const std::string e = load_error(mlp_deck(), tmp / "bad");
+  EXPECT_TRUE(has(e, tmp / "bad/manifest.h5: manifest.crc32 is damaged (expected one line: the CRC-32 of "
+                           "manifest.h5 as 8 hex digits and its size in bytes)")) << e;
 }
 
 TEST_F(BadCheckpoint, ShapeDiffersFromDeck) {
@@ -415,7 +463,10 @@ TEST_F(BadCheckpoint, MissingLayer) {
 }
 
 TEST_F(BadCheckpoint, NewerFormatVersion) {
-  on_root([&] { set_format_version(tmp / "bad/manifest.h5", kCheckpointFormatVersion + 1); });
+  on_root([&] {
+    without_whole_file_checks(tmp / "bad");  // as a newer writer's checksums would pass
+    set_format_version(tmp / "bad/manifest.h5", kCheckpointFormatVersion + 1);
+  });
   const std::string e = load_error(mlp_deck(), tmp / "bad");
   const std::string newer = std::to_string(kCheckpointFormatVersion + 1);
   EXPECT_TRUE(has(e, tmp / "bad/manifest.h5: format_version " + newer +
@@ -424,7 +475,10 @@ TEST_F(BadCheckpoint, NewerFormatVersion) {
 
 // Version 1 had nothing that binds the files to the manifest: refused.
 TEST_F(BadCheckpoint, VersionOneIsRefused) {
-  on_root([&] { set_format_version(tmp / "bad/manifest.h5", 1); });
+  on_root([&] {
+    without_whole_file_checks(tmp / "bad");  // version 1 had none
+    set_format_version(tmp / "bad/manifest.h5", 1);
+  });
   const std::string e = load_error(mlp_deck(), tmp / "bad");
   EXPECT_TRUE(has(e, tmp / "bad/manifest.h5: format_version 1 was written by an older pipetrain")) << e;
 }
@@ -482,7 +536,8 @@ TEST(Checkpoint, LatestFallsBackToPreviousGood) {
   EXPECT_EQ(load_error(deck, tmp / "root", &step), "") << "a root directory means its latest";
   on_root([&] { flip_data_byte(tmp / "root/step_00000002/stage_000.h5", "params/unit0.linear.weight/value"); });
   const std::string e = load_error(deck, "latest");
-  EXPECT_TRUE(has(e, "checksum mismatch") && has(e, "no older good checkpoint")) << e;
+  EXPECT_TRUE(has(e, "stage_000.h5: damaged or edited: its bytes have CRC-32 ") && has(e, "no older good checkpoint"))
+      << e;
 }
 
 // ---- files that were not saved together -------------------------------------
@@ -525,6 +580,19 @@ TEST_F(MismatchedCheckpoint, StageFileOfAnOlderCheckpoint) {
                   fs::copy_options::overwrite_existing);
   });
   expect_refused_and_skipped(newest(last_stage()) +
+                             ": written by another save: it does not hold the checkpoint_id ");
+  const std::string e = load_error(deck, tmp / "root/step_00000004");
+  EXPECT_TRUE(has(e, "the files of this checkpoint were not saved together")) << e;
+}
+
+// Without the whole-file checksums, the stage file's own records say which save it is of.
+TEST_F(MismatchedCheckpoint, StageFileOfAnOlderCheckpointWithoutWholeFileChecks) {
+  on_root([&] {
+    without_whole_file_checks(newest(""));
+    fs::copy_file(tmp / ("root/step_00000002/" + last_stage()), newest(last_stage()),
+                  fs::copy_options::overwrite_existing);
+  });
+  expect_refused_and_skipped(newest(last_stage()) +
                              ": written for step 2, but manifest.h5 says step 4; the files of "
                              "this checkpoint were not saved together");
 }
@@ -538,14 +606,19 @@ TEST_F(MismatchedCheckpoint, StageFileOfAnotherRun) {
     fs::copy_file(tmp / ("other/step_00000004/" + last_stage()), newest(last_stage()),
                   fs::copy_options::overwrite_existing);
   });
-  expect_refused_and_skipped(newest(last_stage()) + ": written by another save (checkpoint_id ");
+  expect_refused_and_skipped(newest(last_stage()) + ": written by another save: it does not hold the checkpoint_id ");
 }
 
-// An edited manifest is named as the damaged file (its manifest_crc32, #44)
+// The checks inside the files, met first in a checkpoint without the
+// whole-file checksums (older, or written by tools/checkpoint_io.py): an
+// edited manifest is named as the damaged file (its manifest_crc32, #44)
 // before the stage files it now misdescribes are blamed; a stage file of
-// another step is still named (StageFileOfAnOlderCheckpoint).
+// another step is still named (StageFileOfAnOlderCheckpointWithoutWholeFileChecks).
 TEST_F(MismatchedCheckpoint, EditedManifestStep) {
-  on_root([&] { set_root_attr(newest("manifest.h5"), "step", int64_t{6}); });
+  on_root([&] {
+    without_whole_file_checks(newest(""));
+    set_root_attr(newest("manifest.h5"), "step", int64_t{6});
+  });
   expect_refused_and_skipped(newest("manifest.h5") + ": its contents have crc32 0x",
                              "written for step");
 }
@@ -553,25 +626,35 @@ TEST_F(MismatchedCheckpoint, EditedManifestStep) {
 // The byte damage of the review (#44): a dataset name in the manifest's list
 // used to be reported as the stage file holding an unlisted dataset.
 TEST_F(MismatchedCheckpoint, DamagedNameInTheManifestBlamesTheManifest) {
-  on_root([&] { patch_bytes(newest("manifest.h5"), "unit7.linear.weight", "unit7.linear.weigXt"); });
+  on_root([&] {
+    without_whole_file_checks(newest(""));
+    patch_bytes(newest("manifest.h5"), "unit7.linear.weight", "unit7.linear.weigXt");
+  });
   expect_refused_and_skipped(newest("manifest.h5") + ": its contents have crc32 0x",
                              "holds dataset");
 }
 
 // The resolved deck stored in the manifest is covered too.
 TEST_F(MismatchedCheckpoint, DamagedDeckTextInTheManifest) {
-  on_root([&] { patch_bytes(newest("manifest.h5"), "batch_size", "batch_sizf"); });
+  on_root([&] {
+    without_whole_file_checks(newest(""));
+    patch_bytes(newest("manifest.h5"), "batch_size", "batch_sizf");
+  });
   expect_refused_and_skipped(newest("manifest.h5") + ": its contents have crc32 0x");
 }
 
 TEST_F(MismatchedCheckpoint, ManifestWithoutItsChecksum) {
-  on_root([&] { delete_root_attr(newest("manifest.h5"), "manifest_crc32"); });
+  on_root([&] {
+    without_whole_file_checks(newest(""));
+    delete_root_attr(newest("manifest.h5"), "manifest_crc32");
+  });
   expect_refused_and_skipped(newest("manifest.h5") + ": attribute manifest_crc32 is damaged or missing");
 }
 
 // format_version 2 (before the manifest checked itself) still loads.
 TEST_F(MismatchedCheckpoint, VersionTwoWithoutTheChecksumLoads) {
   on_root([&] {
+    without_whole_file_checks(newest(""));  // version 2 had none
     delete_root_attr(newest("manifest.h5"), "manifest_crc32");
     set_format_version(newest("manifest.h5"), 2);
     for (int s = 0; s < stages_here(); ++s) set_format_version(newest(stage_name(s)), 2);
@@ -584,7 +667,10 @@ TEST_F(MismatchedCheckpoint, VersionTwoWithoutTheChecksumLoads) {
 // A damaged name is damage to that file, not a model that differs
 // (tests/cli/test_checkpoint.sh renames one with h5py).
 TEST_F(MismatchedCheckpoint, RenamedDataset) {
-  on_root([&] { patch_bytes(newest(last_stage()), "unit7.linear.weight", "unit7.linear.weigXt"); });
+  on_root([&] {
+    without_whole_file_checks(newest(""));
+    patch_bytes(newest(last_stage()), "unit7.linear.weight", "unit7.linear.weigXt");
+  });
   expect_refused_and_skipped(newest(last_stage()) + ": holds dataset(s) params/unit7.linear.weigXt/",
                              "missing layer");
   const std::string e = load_error(deck, tmp / "root/step_00000004");
@@ -592,12 +678,18 @@ TEST_F(MismatchedCheckpoint, RenamedDataset) {
 }
 
 TEST_F(MismatchedCheckpoint, DamagedManifestFormat) {
-  on_root([&] { set_root_attr(newest("manifest.h5"), "format", std::string("pipetrain-checkpoinX")); });
+  on_root([&] {
+    without_whole_file_checks(newest(""));
+    set_root_attr(newest("manifest.h5"), "format", std::string("pipetrain-checkpoinX"));
+  });
   expect_refused_and_skipped(newest("manifest.h5") + ": attribute format is \"pipetrain-checkpoinX\"");
 }
 
 TEST_F(MismatchedCheckpoint, DamagedManifestFormatVersion) {
-  on_root([&] { set_root_attr(newest("manifest.h5"), "format_version", std::string("2\x7f?")); });
+  on_root([&] {
+    without_whole_file_checks(newest(""));
+    set_root_attr(newest("manifest.h5"), "format_version", std::string("2\x7f?"));
+  });
   expect_refused_and_skipped(newest("manifest.h5") + ": attribute format_version is damaged", "newer");
 }
 

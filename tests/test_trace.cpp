@@ -450,7 +450,10 @@ TEST(ComputeTiming, TheSlowdownStretchesTheActionsOwnKernelsOnly) {
   ASSERT_EQ(compute_kinds(schedule, 0).size(), 4u);
   ASSERT_GT(be.gemm_ms, 0.0);
   EXPECT_GE(compute_ms, 0.95 * stretched_ms) << "the GEMMs' time was not waited for or stretched";
-  EXPECT_LT(compute_ms, stretched_ms + 2.0 * kQueuedMs) << "work queued before an action was stretched";
+  // The two outcomes are 3 x 75 ms apart; the bound is half-way, so that a
+  // loaded machine's late wake-ups from the sleeps (23 ms seen with both
+  // cores busy) cannot fail it while stretched queued work still does.
+  EXPECT_LT(compute_ms, stretched_ms + 0.5 * 3.0 * 3.0 * kQueuedMs) << "work queued before an action was stretched";
 }
 
 }  // namespace

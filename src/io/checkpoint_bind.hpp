@@ -61,4 +61,25 @@ std::string dataset_mismatch(hid_t stage_file, const std::map<std::string, int64
 void write_manifest_digest(hid_t manifest);
 std::string manifest_digest_mismatch(hid_t manifest);
 
+// ---- whole-file checksums (checkpoint_verify.cpp), checked on the raw bytes
+// before HDF5 opens a file, whose damaged metadata can crash the library ----
+
+// manifest.crc32, beside manifest.h5: its CRC-32 and size, one line of text.
+constexpr const char* kManifestCrc = "manifest.crc32";
+// The CRC-32 of a whole file; false when it cannot be read to the end.
+bool whole_file_crc32(const std::string& path, uint32_t& crc);
+// The same, throwing pt::Error naming the file.
+uint32_t checked_file_crc32(const std::string& path);
+// Writes <dir>/manifest.crc32 for <dir>/manifest.h5 (closed and fsynced), fsynced.
+void write_manifest_crc(const std::string& dir);
+// "" when <dir> has no manifest.crc32 (an older checkpoint, or one written
+// by tools/checkpoint_io.py) or manifest.h5's bytes match it; else what differs.
+std::string manifest_bytes_mismatch(const std::string& dir);
+// "" when the file's bytes have CRC-32 `recorded` (as `recorder` records
+// it); else what differs.
+std::string file_bytes_mismatch(const std::string& path, uint32_t recorded, const std::string& recorder);
+// Whether the file's bytes hold `text` somewhere (a checkpoint_id, which a
+// stage file stores verbatim as an attribute).
+bool file_holds_text(const std::string& path, const std::string& text);
+
 }  // namespace pt::ckpt

@@ -234,6 +234,7 @@ void read_manifest_state(hid_t m, const std::string& path, Inspection& ins) {
 // What manifest.h5 records about one stage file.
 struct FileRecord {
   int64_t bytes = -1;
+  int64_t file_crc = -1;  // the whole file's CRC-32; -1: not recorded (an older save)
   std::map<std::string, int64_t> crc_by_path;  // every dataset the file holds
 };
 
@@ -255,6 +256,18 @@ void index_params(hid_t file, const std::string& path, const std::string& name, 
   }
 }
 
+// Before HDF5 opens a stage file whose whole-file CRC-32 the (verified)
+// manifest records: its bytes are the ones saved. A file from another save
+// does not hold this checkpoint's id anywhere in its bytes.
+void check_stage_file_bytes(const std::string& path, uint32_t recorded, const std::string& id) {
+  const std::string why = file_bytes_mismatch(path, recorded, kManifest);
+  if (why.empty()) return;
+  if (!file_holds_text(path, id))
+    broken(path, "written by another save: it does not hold the checkpoint_id " + id + " that " + kManifest +
+                     " records; the files of this checkpoint were not saved together");
+  broken(path, why);
+}
+
 // One stage file: present, saved together with the manifest, of the
 // recorded size, and its parameters. A file from another save is named as
 // such even when its size differs.
@@ -266,6 +279,7 @@ void index_file(const std::string& dir, const std::string& name, const FileRecor
   if (actual < record.bytes)
     broken(path, "truncated: " + std::to_string(actual) + " bytes on disk, " + kManifest +
                      " records " + std::to_string(record.bytes));
+  if (record.file_crc >= 0) check_stage_file_bytes(path, static_cast<uint32_t>(record.file_crc), ins.binding.id);
   H5Id file = open_file(path);
   std::string why = binding_mismatch(file.get(), ins.binding);
   if (why.empty()) why = dataset_mismatch(file.get(), record.crc_by_path);
@@ -356,6 +370,9 @@ Inspection inspect(const std::string& dir, LoadMode mode, const Deck& deck,
   QuietHdf5 quiet;
   const std::string path = join_path(dir, kManifest);
   if (!is_regular_file(path)) broken(path, "missing (the checkpoint was never completed)");
+  const std::string damage = manifest_bytes_mismatch(dir);  // before HDF5 parses it
+  if (!damage.empty()) broken(path, damage);
+  const bool whole_file_checks = file_bytes(join_path(dir, kManifestCrc)) >= 0;
   Inspection ins;
   H5Id m = open_file(path);
   read_manifest_state(m.get(), path, ins);
@@ -375,6 +392,9 @@ Inspection inspect(const std::string& dir, LoadMode mode, const Deck& deck,
       broken(path, "files/" + name + " has no bytes attribute");
     if (!read_file_record(g.get(), record.crc_by_path))
       broken(path, "files/" + name + ": its datasets and crc32 lists are missing or damaged");
+    // Without manifest.crc32 (an older checkpoint) nothing is checked whole.
+    if (whole_file_checks && !read_attr(g.get(), "file_crc32", record.file_crc))
+      broken(path, "files/" + name + " has no file_crc32 attribute");
     index_file(dir, name, record, ins);
   }
   match_model(dir, ins, want, mode, deck);

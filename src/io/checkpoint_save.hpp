@@ -57,6 +57,7 @@ int64_t staged_bytes(const std::vector<StagedParam>& staged);
 // This rank's stage file: its size and the CRC-32 of every dataset.
 struct StageFile {
   int64_t bytes = 0;
+  uint32_t file_crc = 0;  // CRC-32 of the whole file as written (checkpoint_verify.cpp)
   std::vector<DatasetCrc> datasets;  // per parameter: value, then state1, state2 when present
 };
 

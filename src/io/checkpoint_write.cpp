@@ -3,10 +3,12 @@
 // 1. rank 0 makes <root>/step_N.tmp/ (removing a stale one) and draws the
 //    save's random checkpoint_id;
 // 2. every rank writes its stage file there (parameters keyed by global name,
-//    each dataset with its CRC-32; the step and checkpoint_id) and fsyncs it;
+//    each dataset with its CRC-32; the step and checkpoint_id), fsyncs it
+//    and reads it back for the CRC-32 of the whole file;
 // 3. rank 0 writes manifest.h5 (global state, resolved deck, checkpoint_id,
-//    each file's size and list of datasets with their CRC-32s),
-//    fsyncs it and the directory, renames step_N.tmp to step_N, fsyncs the
+//    each file's size, whole-file CRC-32 and list of datasets with their
+//    CRC-32s), fsyncs it, writes manifest.crc32 (the manifest's own size and
+//    CRC-32, checkpoint_verify.cpp), fsyncs the directory, renames step_N.tmp to step_N, fsyncs the
 //    root, then replaces `latest` (temp + fsync + rename);
 // 4. a thread of rank 0 deletes old checkpoints while training goes on (the
 //    next save, or the end of the process, waits for it).
@@ -178,6 +180,7 @@ StageFile write_stage_file(const Where& w, const std::vector<StagedParam>& param
   if (at_phase) at_phase("written");
   fsync_path(path);
   out.bytes = file_bytes(path);
+  out.file_crc = checked_file_crc32(path);  // read back from the page cache
   if (at_phase) at_phase("fsynced");
   return out;
 }
@@ -194,7 +197,7 @@ std::string utc_now() {
 // The global state and the stage files: sizes, datasets and CRC-32s.
 void write_manifest(const Where& w, const Deck& deck, const std::string& resolved_deck,
                     const std::vector<int64_t>& partition, int64_t step, const TrainingCounters& counters,
-                    const std::vector<int64_t>& bytes,
+                    const std::vector<int64_t>& bytes, const std::vector<int64_t>& file_crcs,
                     const std::vector<std::vector<DatasetCrc>>& lists) {
   Hdf5Lock lock;
   const std::string path = join_path(w.tmp_dir, kManifest);
@@ -230,6 +233,7 @@ void write_manifest(const Where& w, const Deck& deck, const std::string& resolve
   for (int r = 0; r < w.size; ++r) {
     H5Id g = create_group(files.get(), stage_file_name(r));
     write_attr(g.get(), "bytes", bytes[static_cast<size_t>(r)]);
+    write_attr(g.get(), "file_crc32", file_crcs[static_cast<size_t>(r)]);
     write_attr(g.get(), "stage", static_cast<int64_t>(r));
     write_file_record(g.get(), lists[static_cast<size_t>(r)]);
   }
@@ -302,12 +306,20 @@ Pruner& pruner() {
   return p;
 }
 
-// Rank 0: every rank's file size and datasets with their CRCs, in stage order.
+// Rank 0: every rank's file size, whole-file CRC-32 and datasets with their
+// CRCs, in stage order.
 void gather_results(const Where& w, const StageFile& mine, std::vector<int64_t>& bytes,
-                    std::vector<std::vector<DatasetCrc>>& lists) {
-  bytes.assign(static_cast<size_t>(w.size), 0);
-  timed_gather(&mine.bytes, 1, MPI_INT64_T, bytes.data(), 0, w.comm,
+                    std::vector<int64_t>& file_crcs, std::vector<std::vector<DatasetCrc>>& lists) {
+  const int64_t figures[2] = {mine.bytes, static_cast<int64_t>(mine.file_crc)};
+  std::vector<int64_t> all_figures(2 * static_cast<size_t>(w.size), 0);
+  timed_gather(figures, 2, MPI_INT64_T, all_figures.data(), 0, w.comm,
                "the checkpoint file sizes gather");
+  bytes.assign(static_cast<size_t>(w.size), 0);
+  file_crcs.assign(static_cast<size_t>(w.size), 0);
+  for (size_t r = 0; r < bytes.size(); ++r) {
+    bytes[r] = all_figures[2 * r];
+    file_crcs[r] = all_figures[2 * r + 1];
+  }
   const std::string text = list_text(mine.datasets);
   int count = static_cast<int>(text.size());
   std::vector<int> counts(static_cast<size_t>(w.size)), offsets(static_cast<size_t>(w.size), 0);
@@ -322,11 +334,18 @@ void gather_results(const Where& w, const StageFile& mine, std::vector<int64_t>&
                                                static_cast<size_t>(counts[r]))));
 }
 
-// CRC-32 of every dataset's CRC-32 (little-endian uint32) in global order.
+// CRC-32 of every dataset's CRC-32 (little-endian uint32) in the order of
+// their paths (/params/<global parameter name>/<value|state1|state2>): the
+// same for the same state whatever the layout, also when a rank holds
+// several stages (interleaved, zb-v), whose file lists its stages' datasets
+// together.
 uint32_t digest_of(const std::vector<std::vector<DatasetCrc>>& lists) {
-  std::vector<uint32_t> crcs;
+  std::vector<const DatasetCrc*> all;
   for (const auto& list : lists)
-    for (const DatasetCrc& d : list) crcs.push_back(d.crc);
+    for (const DatasetCrc& d : list) all.push_back(&d);
+  std::sort(all.begin(), all.end(), [](const DatasetCrc* a, const DatasetCrc* b) { return a->path < b->path; });
+  std::vector<uint32_t> crcs;
+  for (const DatasetCrc* d : all) crcs.push_back(d->crc);
   return crc32_of(crcs.data(), crcs.size() * sizeof(uint32_t));
 }
 
@@ -353,14 +372,15 @@ CheckpointWrite finish_save(const Where& w, const Deck& deck, const std::string&
                             const std::vector<int64_t>& partition, const Problem& mine_problem,
                             const StageFile& mine, const PhaseHook& at_phase) {
   agree_or_throw(w.comm, mine_problem);
-  std::vector<int64_t> bytes;
+  std::vector<int64_t> bytes, file_crcs;
   std::vector<std::vector<DatasetCrc>> lists;
-  gather_results(w, mine, bytes, lists);
+  gather_results(w, mine, bytes, file_crcs, lists);
   if (at_phase && w.rank != 0) at_phase("bound");
   double summary[3] = {0.0, 0.0, 0.0};  // bytes, seconds, digest
   agree_or_throw(w.comm, w.rank != 0 ? Problem{} : attempt([&] {
     write_manifest(w, deck, resolved_deck, partition.empty() ? deck.pipeline.partition : partition, step,
-                   counters, bytes, lists);
+                   counters, bytes, file_crcs, lists);
+    write_manifest_crc(w.tmp_dir);  // after the manifest is closed and fsynced
     summary[0] = static_cast<double>(file_bytes(join_path(w.tmp_dir, kManifest)));
     for (int64_t b : bytes) summary[0] += static_cast<double>(b);
     if (at_phase) at_phase("bound");

@@ -60,6 +60,13 @@ for np in 4 1; do
   check "2 -> $np stages: bitwise the same final state" [ "$(digest 8 "$tmp/out")" = "$want" ]
 done
 
+# Several stages per rank (ZB-V: 4 stages on 2 ranks, each rank's file holds
+# two stages): the same state gives the same digest.
+run 2 train $deck "${common[@]}" --set pipeline.schedule=\"zb-v\" --set output.dir=\"$tmp/zbv\" \
+  --resume "$tmp/straight/checkpoints/step_00000004"
+check "2 stages -> ZB-V's 2 stages per rank: resume succeeds" status_is 0
+check "... bitwise the same final state, with the same digest" [ "$(digest 8 "$tmp/out")" = "$want" ]
+
 # A broken latest: fall back to the previous good checkpoint, with a warning.
 cp -r "$tmp/straight" "$tmp/fallback"
 truncate -s 1000 "$tmp/fallback/checkpoints/step_00000008/stage_000.h5"
@@ -102,10 +109,12 @@ import h5py, sys
 with h5py.File(sys.argv[1], 'r+') as f:
     d = f['params/unit7.linear.weight/state1']; v = d[...]; v.flat[3] += 1.0; d[...] = v
 " "$tmp/flip/stage_001.h5"
-  bad_case "checksum mismatch" "checkpoint $tmp/flip/stage_001.h5: params/unit7.linear.weight/state1 checksum mismatch" \
+  # Caught in the whole file's bytes, before HDF5 reads the file.
+  bad_case "checksum mismatch" "checkpoint $tmp/flip/stage_001.h5: damaged or edited: its bytes have CRC-32 " \
     --resume "$tmp/flip"
   # A newer format version.
   cp -r "$ck/step_00000006" "$tmp/newer"
+  rm "$tmp/newer/manifest.crc32"  # the whole-file checksum a newer writer would have written anew
   "$py" -c "
 import h5py, sys
 with h5py.File(sys.argv[1], 'r+') as f: f.attrs['format_version'] = 99
@@ -135,28 +144,46 @@ with h5py.File(sys.argv[1], 'r+') as f: f.attrs['format_version'] = 99
     "$py" -c "import h5py, sys
 with h5py.File(sys.argv[1], 'r+') as f: $2" "$1"
   }
-  not_together="the files of this checkpoint were not saved together"
+  h5edit_older() {  # the same, on a checkpoint without whole-file checksums (as an older one): the checks inside the files
+    rm "$(dirname "$1")/manifest.crc32"
+    h5edit "$@"
+  }
+  overwrite_bytes() {  # overwrite_bytes FILE OFFSET: 4 bytes there (the review's crash of HDF5 at 4608)
+    printf '\xde\xad\xbe\xef' | dd of="$1" bs=1 seek="$2" conv=notrunc status=none
+  }
   mismatch_case "stage file of an older checkpoint" \
-    "$mm/step_00000008/stage_001.h5: written for step 6, but manifest.h5 says step 8; $not_together" \
+    "$mm/step_00000008/stage_001.h5: written by another save: it does not hold the checkpoint_id " \
     cp "$mm/step_00000006/stage_001.h5" "$mm/step_00000008/stage_001.h5"
   mismatch_case "stage file of another run" \
-    "$mm/step_00000008/stage_001.h5: written by another save (checkpoint_id " \
+    "$mm/step_00000008/stage_001.h5: written by another save: it does not hold the checkpoint_id " \
     cp "$tmp/other/checkpoints/step_00000008/stage_001.h5" "$mm/step_00000008/stage_001.h5"
-  # The manifest checks itself (manifest_crc32, #44): its edit is named as such.
+  # Any change to a file's bytes is found before HDF5 parses it (its CRC-32
+  # is in manifest.crc32 or the manifest): an edit, and bytes overwritten
+  # where they once crashed the HDF5 library.
   mismatch_case "edited manifest step" \
-    "$mm/step_00000008/manifest.h5: its contents have crc32 0x" \
+    "$mm/step_00000008/manifest.h5: damaged or edited: its size is " \
     h5edit "$mm/step_00000008/manifest.h5" "f.attrs['step'] = 10"
+  for offset in 3000 4608 5120; do
+    mismatch_case "manifest bytes overwritten at $offset" \
+      "$mm/step_00000008/manifest.h5: damaged or edited: its bytes have CRC-32 " \
+      overwrite_bytes "$mm/step_00000008/manifest.h5" $offset
+  done
+  # In a checkpoint without the whole-file checksums, the manifest checks
+  # itself (manifest_crc32, #44): its edit is named as such.
+  mismatch_case "edited manifest step, older checkpoint" \
+    "$mm/step_00000008/manifest.h5: its contents have crc32 0x" \
+    h5edit_older "$mm/step_00000008/manifest.h5" "f.attrs['step'] = 10"
   mismatch_case "renamed dataset" \
     "$mm/step_00000008/stage_001.h5: holds dataset(s) params/unit7.linear.weigXt/state1" \
-    h5edit "$mm/step_00000008/stage_001.h5" "f.move('params/unit7.linear.weight', 'params/unit7.linear.weigXt')"
+    h5edit_older "$mm/step_00000008/stage_001.h5" "f.move('params/unit7.linear.weight', 'params/unit7.linear.weigXt')"
   check "renamed dataset: not reported as a model that differs" \
     bash -c "! grep -q 'missing layer' '$tmp/refused.log' '$tmp/out'"
   mismatch_case "damaged manifest format" \
     "$mm/step_00000008/manifest.h5: attribute format is \"pipetrain-chec\"" \
-    h5edit "$mm/step_00000008/manifest.h5" "f.attrs['format'] = 'pipetrain-chec'"
+    h5edit_older "$mm/step_00000008/manifest.h5" "f.attrs['format'] = 'pipetrain-chec'"
   mismatch_case "damaged manifest format_version" \
     "$mm/step_00000008/manifest.h5: attribute format_version is damaged" \
-    h5edit "$mm/step_00000008/manifest.h5" "f.attrs['format_version'] = '#2'"
+    h5edit_older "$mm/step_00000008/manifest.h5" "f.attrs['format_version'] = '#2'"
 
   # An h5py user reads a checkpoint (checking the CRCs) and writes a new one
   # from scratch, as format_version 2 (without the manifest's own checksum,
