@@ -21,6 +21,7 @@
 #include <iterator>
 
 #include "pipetrain/io/checkpoint.hpp"
+#include "pipetrain/io/data_files.hpp"
 #include "pipetrain/io/deck_io.hpp"
 #include "pipetrain/base/error.hpp"
 #include "pipetrain/runtime/trainer.hpp"
@@ -94,6 +95,13 @@ struct Segment {
   int64_t loaded_step = -1;   // step of the checkpoint loaded, if any
 };
 
+// What the application gives a Trainer to read its data with (token files too).
+ComputeSetup data_files_setup() {
+  ComputeSetup setup;
+  setup.open_dataset = make_dataset;
+  return setup;
+}
+
 // Steps [from, to) on the first `stages` ranks: optionally loading `load`
 // first (Resume or WeightsOnly) and saving into `save_dir` at the end.
 Segment train(Deck deck, int stages, int64_t from, int64_t to, const std::string& load = "",
@@ -104,7 +112,7 @@ Segment train(Deck deck, int stages, int64_t from, int64_t to, const std::string
   if (comm == MPI_COMM_NULL) return run;
   deck.pipeline.stages = stages;
   {
-    Trainer trainer(deck, comm);
+    Trainer trainer(deck, comm, data_files_setup());
     const std::string text = deck_to_toml(deck);
     if (!load.empty())
       run.loaded_step = load_checkpoint(load, mode, deck, text, trainer, comm).step;
@@ -274,7 +282,7 @@ std::string load_error(const Deck& deck, const std::string& spec, int64_t* step 
   if (comm != MPI_COMM_NULL) {
     Deck d = deck;
     d.pipeline.stages = p;
-    Trainer trainer(d, comm);
+    Trainer trainer(d, comm, data_files_setup());
     try {
       const auto r = load_checkpoint(spec, LoadMode::Resume, d, deck_to_toml(d), trainer, comm);
       if (step) *step = r.step;

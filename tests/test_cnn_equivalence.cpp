@@ -314,12 +314,12 @@ TEST(CnnEquivalence, BatchNormResumesBitwise) {
 
 TEST(CnnEquivalence, ImageLossFloorIsTheTeachersEntropy) {
   DataSetConfig config = data_set_config_for(tiny_cnn());
-  const auto floor = make_dataset(config, Split::Eval)->loss_floor();
+  const auto floor = make_generated_dataset(config, Split::Eval)->loss_floor();
   ASSERT_TRUE(floor.has_value());
   EXPECT_GT(floor->window, 0.0);
   EXPECT_LT(floor->window, std::log(3.0));
   // Labels are the teacher's draws: each in range, the same for any request size.
-  const auto data = make_dataset(config, Split::Train);
+  const auto data = make_generated_dataset(config, Split::Train);
   Tensor all = data->targets(0, 16), part = data->targets(5, 3);
   for (int64_t i = 0; i < 16; ++i) EXPECT_TRUE(all.i32()[i] >= 0 && all.i32()[i] < 3);
   for (int64_t i = 0; i < 3; ++i) EXPECT_EQ(part.i32()[i], all.i32()[5 + i]);

@@ -23,7 +23,7 @@
 #include <string>
 #include <vector>
 
-#include "pipetrain/model/data.hpp"
+#include "pipetrain/io/data_files.hpp"
 #include "pipetrain/runtime/data_set_config.hpp"
 #include "pipetrain/base/error.hpp"
 #include "pipetrain/base/sha256.hpp"
@@ -498,7 +498,7 @@ TEST(Hdf5BadData, MissingFile) {
   TempDir dir;
   const std::string path = dir.file("nope.h5");
   Deck deck = hdf5_deck(path, 256, 4);
-  EXPECT_HAS(check_message(deck, path), "\": no such file");
+  EXPECT_HAS(check_message(deck, path), "\": '" + path + "': no such file; expected an HDF5 token file");
   // The data set itself says the same (and names the eval key for the eval split).
   EXPECT_HAS(input_error([&] { dataset_of(deck, Split::Train); }), "data.path = \"" + path + "\"");
   deck.data.eval_path = dir.file("eval_nope.h5");
@@ -511,8 +511,28 @@ TEST(Hdf5BadData, DirectoryIsNotATokenFile) {
   const std::string path = dir.file("tokens.h5");
   std::filesystem::create_directory(path);
   Deck deck = hdf5_deck(path, 256, 4);
-  EXPECT_HAS(check_message(deck, path), "\": is a directory, not an HDF5 token file");
-  EXPECT_HAS(input_error([&] { dataset_of(deck, Split::Train); }), "is a directory");
+  EXPECT_HAS(check_message(deck, path), "\": '" + path + "': a directory, not a regular file; expected an HDF5 token file");
+  EXPECT_HAS(input_error([&] { dataset_of(deck, Split::Train); }), "': a directory, not a regular file");
+}
+
+// The runtime opens its data through the DatasetOpener the application gives
+// it (io's make_dataset). Given none, a file type is an internal error naming
+// the missing opener, not a crash, and generated data still opens.
+TEST(DatasetOpener, FileTypeWithoutOpenerIsAnInternalError) {
+  TempDir dir;
+  const DataSetConfig files = data_set_config_for(hdf5_deck(dir.file("t.h5"), 256, 4));
+  std::string msg;
+  try {
+    open_dataset(nullptr, files, Split::Train);
+  } catch (const InputError& e) {
+    ADD_FAILURE() << "an input error: " << e.what();
+  } catch (const Error& e) {
+    msg = e.what();
+  }
+  EXPECT_HAS(msg, "data.type = \"hdf5\" reads files, and no DatasetOpener was given");
+  EXPECT_NE(open_dataset(nullptr, data_set_config_for(markov_deck(16, 1, 4, 0.5)), Split::Train), nullptr);
+  const DatasetOpener opener = make_dataset;  // what the application gives
+  EXPECT_HAS(input_error([&] { open_dataset(opener, files, Split::Train); }), "': no such file");
 }
 
 TEST(Hdf5BadData, NotAnHdf5File) {
@@ -800,8 +820,9 @@ TEST_F(Hdf5BadShards, GoodShardsPassWithAndWithoutTheDeckTokenizer) {
 
 TEST_F(Hdf5BadShards, MissingShard) {
   std::filesystem::remove(paths[1]);
-  EXPECT_EQ(data_error(deck), "deck: data.path entry 1 = \"" + paths[1] + "\": no such file");
-  EXPECT_HAS(input_error([&] { dataset_of(deck, Split::Train); }), "data.path entry 1 = \"" + paths[1] + "\": no such file");
+  const std::string missing = "data.path entry 1 = \"" + paths[1] + "\": '" + paths[1] + "': no such file; expected an HDF5 token file";
+  EXPECT_EQ(data_error(deck), "deck: " + missing);
+  EXPECT_HAS(input_error([&] { dataset_of(deck, Split::Train); }), missing);
 }
 
 TEST_F(Hdf5BadShards, PatternMatchingNothingAndEmptyList) {
@@ -854,7 +875,8 @@ TEST_F(Hdf5BadShards, TokenizerDiffersFromTheDecks) {
   deck.data.tokenizer = "bytes";
   EXPECT_HAS(data_error(deck), "but d.toml:9: data.tokenizer = \"bytes\" is the byte tokenizer");
   deck.data.tokenizer = dir.file("missing.json");
-  EXPECT_HAS(data_error(deck), "d.toml:9: data.tokenizer = \"" + dir.file("missing.json") + "\": no such file");
+  EXPECT_HAS(data_error(deck), "d.toml:9: data.tokenizer = \"" + dir.file("missing.json") + "\": '" +
+                                   dir.file("missing.json") + "': no such file; expected a tokenizer.json file");
 }
 
 TEST_F(Hdf5BadShards, VocabularyLargerThanTheModel) {

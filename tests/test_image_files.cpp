@@ -15,8 +15,8 @@
 #include <vector>
 
 #include "error_of.hpp"
+#include "pipetrain/io/data_files.hpp"
 #include "pipetrain/io/deck_io.hpp"
-#include "pipetrain/model/data.hpp"
 #include "pipetrain/runtime/data_set_config.hpp"
 
 namespace pt {
@@ -138,7 +138,9 @@ TEST_F(ImageFiles, ShuffleIsASeededPermutationTheSameEveryTime) {
 
 TEST_F(ImageFiles, EveryBadFileHasItsMessage) {
   const std::string at = "deck.toml:9: data.path = \"";
-  EXPECT_NE(error_for(temp_path("missing.h5")).find("\": no such file"), std::string::npos);
+  EXPECT_NE(error_for(temp_path("missing.h5"))
+                .find("\": '" + temp_path("missing.h5") + "': no such file; expected an HDF5 file of images and labels"),
+            std::string::npos);
   const std::string text = temp_path("text.h5");
   std::FILE* f = std::fopen(text.c_str(), "w");
   std::fputs("not hdf5\n", f);

@@ -397,7 +397,7 @@ void check_stage(const Deck& d, const ModelProfile& p, const std::vector<int64_t
   EXPECT_EQ(grew(MemCategory::Parameters), sum_of(p.units, b, e, &UnitCost::param_bytes)) << label;
   EXPECT_EQ(grew(MemCategory::Gradients), sum_of(p.units, b, e, &UnitCost::grad_bytes)) << label;
   EXPECT_EQ(grew(MemCategory::OptimizerState), sum_of(p.units, b, e, &UnitCost::optimizer_bytes)) << label;
-  auto data = make_dataset(data_set_config_for(d), Split::Train);
+  auto data = make_generated_dataset(data_set_config_for(d), Split::Train);
   const auto probe = [&](const char* policy) {
     StageProbe ex(stage, cpu_backend(), parse_recompute_policy(policy, "test"), executor_config_for(d));
     return ex.probe_micro_batch(*data, [] { return memory_stats(); }, {});

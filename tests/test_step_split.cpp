@@ -57,7 +57,7 @@ TEST(StepSplitProbe, LeavesTheGradientsOfFusedBackwards) {
   StageModel stage = build_stage(d.model, {d.model.gpt.blocks}, 0);  // the whole model
   Optimizer optimizer(d.training, stage.params());
   optimizer.zero_grad(cpu_backend());
-  auto data = make_dataset(data_set_config_for(d), Split::Train);
+  auto data = make_generated_dataset(data_set_config_for(d), Split::Train);
   const ExecutorConfig config = executor_config_for(batch_split_of(d), d.pipeline.timeout_s);
   StageProbe probe(stage, cpu_backend(), parse_recompute_policy("none", "test"), config);
   const StepSplitProbe step = probe.probe_step_split(*data, n);

@@ -321,7 +321,7 @@ TEST(ComputeTiming, EachFBAndWIsOneTimerRegionReadOncePerStep) {
   const std::vector<int64_t> parts = partition_units(model_units(d.model), size, {});
   StageModel stage = build_stage(d.model, parts, rank);
   auto transport = make_mpi_transport(MPI_COMM_WORLD);
-  auto data = make_dataset(data_set_config_for(d), Split::Train);
+  auto data = make_generated_dataset(data_set_config_for(d), Split::Train);
   FakeClockBackend be;
   Executor ex(executor_config_for(d), {&stage}, {parse_recompute_policy("none", "test")}, *transport,
               be);
@@ -380,7 +380,7 @@ TEST(ComputeTiming, TheSlowdownSynchronisesOnlyTheSlowedSteps) {
   const Schedule schedule = schedule_for_deck(d, 1);
   StageModel stage = build_stage(d.model, {model_units(d.model)}, 0);
   auto transport = make_mpi_transport(MPI_COMM_SELF);
-  auto data = make_dataset(data_set_config_for(d), Split::Train);
+  auto data = make_generated_dataset(data_set_config_for(d), Split::Train);
   FakeClockBackend be;
   ExecutorConfig config = executor_config_for(d);
   config.slowdown = {1, 1.5};
@@ -437,7 +437,7 @@ TEST(ComputeTiming, TheSlowdownStretchesTheActionsOwnKernelsOnly) {
   const Schedule schedule = schedule_for_deck(d, 1);
   StageModel stage = build_stage(d.model, {model_units(d.model)}, 0);
   auto transport = make_mpi_transport(MPI_COMM_SELF);
-  auto data = make_dataset(data_set_config_for(d), Split::Train);
+  auto data = make_generated_dataset(data_set_config_for(d), Split::Train);
   QueuedWorkBackend be;
   constexpr double kQueuedMs = 25.0;
   ExecutorConfig config = executor_config_for(d);

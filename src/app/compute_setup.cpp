@@ -1,7 +1,8 @@
 // compute_setup.cpp: where each rank computes, from training.device. The CPU
 // needs nothing; CUDA selects this rank's GPU (node-local rank mod visible
 // devices), logs it on every rank, and hands the trainer the CUDA backend, a
-// GPU transport (NCCL or host-staged MPI) and device memory statistics. The
+// GPU transport (NCCL or host-staged MPI) and device memory statistics. On
+// every device the trainer also gets io's make_dataset to open its data. The
 // only file of the runtime's callers that knows about CUDA. Also how a
 // rank's waits spend the core (yield or sleep).
 #include "pipetrain/app/compute_setup.hpp"
@@ -11,6 +12,7 @@
 
 #include "pipetrain/base/error.hpp"
 #include "pipetrain/base/timed_wait.hpp"
+#include "pipetrain/io/data_files.hpp"
 
 #ifdef PIPETRAIN_HAVE_CUDA
 #include "pipetrain/cuda/cuda.hpp"
@@ -70,6 +72,7 @@ void log_links(MPI_Comm comm, const cuda::TransportPlan& plan) {
 
 ComputeResources make_compute_resources(const Deck& deck, MPI_Comm comm) {
   ComputeResources c;
+  c.setup.open_dataset = make_dataset;  // every data.type, files included (io/data_files.hpp)
   if (deck.training.device != DeviceKind::Cuda) {
     if (deck.training.precision != Precision::Fp32) {
       c.backend = make_cpu_backend(deck.training.precision);

@@ -13,9 +13,9 @@
 #include "pipetrain/app/compute_setup.hpp"
 #include "pipetrain/base/error.hpp"
 #include "pipetrain/base/timed_wait.hpp"
+#include "pipetrain/io/data_files.hpp"
 #include "pipetrain/io/deck_io.hpp"
 #include "pipetrain/io/metrics.hpp"
-#include "pipetrain/model/data.hpp"
 #include "pipetrain/runtime/data_set_config.hpp"
 #include "pipetrain/runtime/run_builder.hpp"
 

@@ -33,6 +33,7 @@ ProfileOptions options_on(const ComputeResources& compute, ProfileOptions o) {
   o.reset_memory_peaks = compute.setup.reset_device_memory_peaks;
   o.make_transport = compute.setup.make_transport;
   o.make_replica_group = compute.setup.make_replica_group;
+  o.open_dataset = compute.setup.open_dataset;
   o.kernels = compute.kernels;
   return o;
 }

@@ -9,18 +9,20 @@
 #include "pipetrain/app/sample_command.hpp"
 
 #include <algorithm>
+#include <cerrno>
 #include <cstdio>
-#include <filesystem>
+#include <cstring>
 #include <fstream>
 #include <functional>
 #include <sstream>
 
 #include "pipetrain/app/compute_setup.hpp"
 #include "pipetrain/base/error.hpp"
+#include "pipetrain/base/input_file.hpp"
 #include "pipetrain/base/timed_wait.hpp"
 #include "pipetrain/io/checkpoint.hpp"
+#include "pipetrain/io/data_files.hpp"
 #include "pipetrain/io/deck_io.hpp"
-#include "pipetrain/model/data.hpp"
 #include "pipetrain/model/model.hpp"
 #include "pipetrain/runtime/blas_threads.hpp"
 #include "pipetrain/runtime/data_set_config.hpp"
@@ -33,11 +35,9 @@ std::string quoted(const std::string& s) { return "\"" + s + "\""; }
 
 TextTokenizer tokenizer_from_file(const std::string& path, const std::string& at) {
   if (path == "bytes") return TextTokenizer::bytes();
-  std::error_code ec;
-  if (std::filesystem::exists(path, ec) && !std::filesystem::is_regular_file(path, ec))
-    throw InputError(at + ": not a regular file (a directory?); expected a tokenizer.json, or \"bytes\"");
+  require_regular_file(path, "a tokenizer.json, or \"bytes\"", at);
   std::ifstream in(path, std::ios::binary);
-  if (!in) throw InputError(at + ": no such file (a tokenizer.json, or \"bytes\")");
+  if (!in) throw InputError(at + ": cannot open it: " + std::strerror(errno));
   std::ostringstream text;
   text << in.rdbuf();
   return TextTokenizer::from_json(text.str(), at);

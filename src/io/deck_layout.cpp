@@ -4,7 +4,6 @@
 #include <cerrno>
 #include <cstring>
 #include <algorithm>
-#include <filesystem>
 #include <fstream>
 #include <numeric>
 #include <string>
@@ -12,6 +11,7 @@
 #include "pipetrain/base/deck.hpp"
 #include "pipetrain/io/deck_io.hpp"
 #include "pipetrain/base/error.hpp"
+#include "pipetrain/base/input_file.hpp"
 #include "pipetrain/model/family.hpp"
 #include "pipetrain/model/model.hpp"
 #include "pipetrain/schedule/recompute.hpp"
@@ -106,10 +106,9 @@ void check_schedule_file(const Deck& deck, int stages) {
     throw InputError(deck.where("pipeline.schedule") +
                      " = \"file\": needs pipeline.schedule_file (the schedule text file)");
   }
-  std::string head = deck.where("pipeline.schedule_file") + " = \"" + path + "\": ";
-  std::error_code ec;
-  if (std::filesystem::exists(path, ec) && !std::filesystem::is_regular_file(path, ec))
-    throw InputError(head + "not a regular file (a directory, FIFO or device); expected the schedule text file");
+  const std::string at = deck.where("pipeline.schedule_file") + " = \"" + path + "\"";
+  std::string head = at + ": ";
+  require_regular_file(path, "the schedule text file", at);
   std::ifstream probe(path);
   if (!probe) throw InputError(head + "cannot open the schedule file: " + std::strerror(errno));
   int micro_batches = static_cast<int>(deck.pipeline.micro_batches);

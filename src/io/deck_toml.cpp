@@ -16,7 +16,6 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <filesystem>
 #include <fstream>
 #include <limits>
 #include <set>
@@ -26,6 +25,7 @@
 #include "deck_schema.hpp"
 #include "pipetrain/io/deck_io.hpp"
 #include "pipetrain/base/error.hpp"
+#include "pipetrain/base/input_file.hpp"
 
 namespace pt {
 namespace {
@@ -397,12 +397,9 @@ Deck parse_deck_text(const std::string& text, const std::string& source_name,
 
 Deck parse_deck_file(const std::string& path, const std::vector<std::string>& overrides,
                      const DeckNotice& notice) {
-  std::error_code ec;
-  if (std::filesystem::is_directory(path, ec)) throw InputError(path + ": is a directory, not a deck file");
   // A FIFO would block the open for ever, a device never end: only regular
   // files (or links to them) are read.
-  if (std::filesystem::exists(path, ec) && !std::filesystem::is_regular_file(path, ec))
-    throw InputError(path + ": not a regular file (a FIFO, device or socket); expected a TOML deck file");
+  require_regular_file(path, "a TOML deck file");
   std::ifstream in(path, std::ios::binary);
   if (!in) throw InputError(path + ": cannot open the deck file: " + std::strerror(errno));
   std::ostringstream text;

@@ -13,6 +13,7 @@
 #include <string>
 
 #include "pipetrain/base/error.hpp"
+#include "pipetrain/base/input_file.hpp"
 #include "pipetrain/io/checkpoint.hpp"
 #include "pipetrain/io/metrics.hpp"
 
@@ -45,12 +46,14 @@ void check_writable(const std::string& dir, const std::string& head) {
     throw InputError(head + "cannot remove files from '" + dir + "': " + std::strerror(errno));
 }
 
-// Where the run will write the file `path`, nothing but a file may stand.
+// Where the run will write the file `path`, nothing but a file may stand
+// (nothing at all is fine: the run makes it).
 void check_not_directory(const std::string& path, const std::string& head, const std::string& what) {
-  struct stat st {};
-  if (stat(path.c_str(), &st) != 0 || S_ISREG(st.st_mode)) return;
-  throw InputError(head + "'" + path + "' is " + (S_ISDIR(st.st_mode) ? "a directory" : "not a regular file") +
-                   ", but the run writes " + what + " there; remove or rename it");
+  const FileKind kind = file_kind(path);
+  if (kind == FileKind::Missing || kind == FileKind::Regular || kind == FileKind::Unknown) return;
+  const std::string at = head.size() >= 2 ? head.substr(0, head.size() - 2) : head;  // without its ": "
+  throw InputError(
+      not_a_regular_file_message(path, kind, what + ", which the run writes there (remove or rename it)", at));
 }
 
 // The files a run writes into output.dir (besides its checkpoints).

@@ -1,4 +1,5 @@
-// data.cpp: the synthetic teacher data set (MLP) and the data-set factory.
+// data.cpp: the synthetic teacher data set (MLP), the factory of generated data sets and
+// the opener the runtime calls.
 #include "pipetrain/model/data.hpp"
 
 #include <algorithm>
@@ -129,15 +130,31 @@ void fill_data_cache(const Dataset& data, int64_t rows, bool first_stage, bool l
   if (last_stage) data.targets(0, rows);
 }
 
-std::unique_ptr<Dataset> make_dataset(const DataSetConfig& config, Split split) {
+bool is_generated_data(DataKind type) {
+  return type == DataKind::Synthetic || type == DataKind::Markov || type == DataKind::Images;
+}
+
+std::unique_ptr<Dataset> make_generated_dataset(const DataSetConfig& config, Split split) {
+  PT_CHECK(is_generated_data(config.data.type),
+           "data.type = \"" + std::string(kind_name(config.data.type)) +
+               "\" reads files, which the model layer does not: open it with io's make_dataset "
+               "(a DatasetOpener given to the runtime)");
   switch (config.data.type) {
     case DataKind::Synthetic: return std::make_unique<TeacherData>(config, split);
     case DataKind::Markov: return make_markov_dataset(config, split);
-    case DataKind::Hdf5: return make_hdf5_dataset(config, split);
-    case DataKind::ImageFiles: return make_image_file_dataset(config, split);
     case DataKind::Images: return make_image_dataset(config, split);
+    default: break;
   }
   PT_FAIL("unknown data type");
+}
+
+std::unique_ptr<Dataset> open_dataset(const DatasetOpener& open, const DataSetConfig& config, Split split) {
+  if (open) return open(config, split);
+  PT_CHECK(is_generated_data(config.data.type),
+           "data.type = \"" + std::string(kind_name(config.data.type)) +
+               "\" reads files, and no DatasetOpener was given (ComputeSetup::open_dataset, "
+               "ProfileOptions::open_dataset: the application passes io's make_dataset)");
+  return make_generated_dataset(config, split);
 }
 
 }  // namespace pt

@@ -149,7 +149,9 @@ ModelFamily gpt_family() {
   f.summary = "decoder-only transformer (Markov or HDF5 token data)";
   f.keys = {"vocab_size", "vocab_multiple", "seq_len", "d_model", "heads", "blocks", "mlp_ratio", "attention"};
   f.data_types = {DataKind::Markov, DataKind::Hdf5};
-  f.data_rule = "needs token data, data.type = \"markov\" or \"hdf5\"";
+  // The names from data.type's one table (deck_kinds.hpp).
+  f.data_rule = std::string("needs token data, data.type = \"") + kind_name(DataKind::Markov) + "\" or \"" +
+                kind_name(DataKind::Hdf5) + "\"";
   f.check = check;
   f.check_backend = check_backend;
   f.describe = describe;

@@ -1,6 +1,6 @@
 // token_data.cpp: token data for the GPT model: a seeded random Markov chain
-// with a known entropy floor. Token files (data.type = "hdf5") are in
-// token_files.cpp.
+// with a known entropy floor. Token files are read by the io layer
+// (io/token_files.cpp).
 #include <algorithm>
 #include <cmath>
 #include <numeric>

@@ -128,7 +128,7 @@ void time_chain_pass(const Deck& deck, const BatchSplit& split, Backend& be, con
   move_parameters(model, be.device());
   if (deck.training.weight_copies) make_weight_copies(be, model.params());  // as the run keeps them
   set_activation_copies(model, deck.training.activation_copies);
-  std::unique_ptr<Dataset> data = make_dataset(data_set_config_for(deck), Split::Train);
+  std::unique_ptr<Dataset> data = open_dataset(options.open_dataset, data_set_config_for(deck), Split::Train);
   const auto stats = options.memory_stats ? options.memory_stats : [] { return memory_stats(); };
   const ExecutorConfig config = executor_config_for(split, deck.pipeline.timeout_s);
   StageProbe none(model, be, parse_recompute_policy("none", "the profiler"), config);

@@ -122,7 +122,7 @@ struct Context {
       : model(d.model), training(d.training), timeout_s(d.pipeline.timeout_s), split(s), be(b),
         stats(o.memory_stats ? o.memory_stats : [] { return memory_stats(); }),
         reset_peaks(o.reset_memory_peaks),
-        data(make_dataset(data_set_config_for(d), Split::Train)),
+        data(open_dataset(o.open_dataset, data_set_config_for(d), Split::Train)),
         rows(s.rows()) {}
 };
 
@@ -307,14 +307,15 @@ struct DataBytes {
   double every_stage = 0.0, inputs = 0.0, targets = 0.0;
 };
 
-DataBytes measure_data_bytes(const DataSetConfig& config, bool evaluates, int64_t rows) {
+DataBytes measure_data_bytes(const DatasetOpener& open, const DataSetConfig& config, bool evaluates,
+                             int64_t rows) {
   const auto live = [] { return static_cast<double>(memory_stats().live_total); };
   DataBytes d;
   std::vector<Split> splits = {Split::Train};
   if (evaluates) splits.push_back(Split::Eval);
   for (Split split : splits) {
     const double start = live();
-    std::unique_ptr<Dataset> data = make_dataset(config, split);
+    std::unique_ptr<Dataset> data = open_dataset(open, config, split);
     const double made = live();
     data->inputs(0, rows);
     const double with_inputs = live();
@@ -414,7 +415,7 @@ ModelProfile profile_memory_at(const Deck& deck, const BatchSplit& split, Backen
   p.units.back().stash_always_bytes = p.units.back().output_bytes;
   if (!options.memory_stats) {
     const DataBytes data =
-        measure_data_bytes(data_set_config_for(deck), deck.training.eval_every > 0, c.rows);
+        measure_data_bytes(options.open_dataset, data_set_config_for(deck), deck.training.eval_every > 0, c.rows);
     p.stage_data_bytes = data.every_stage;
     p.units.front().data_bytes += data.inputs;
     p.units.back().data_bytes += data.targets;

@@ -125,8 +125,8 @@ void build_stages(RunParts& run, const std::vector<int64_t>& partition) {
   for (int st : rank_stages(run.schedules.train, run.place.rank))
     run.stages.push_back(build_stage(s.model, run.partition, st));
   check_family_backend(s.model, run.backend);
-  run.data = make_dataset(s.data, Split::Train);
-  if (s.training.eval_every > 0) run.eval_data = make_dataset(s.data, Split::Eval);
+  run.data = open_dataset(run.setup.open_dataset, s.data, Split::Train);
+  if (s.training.eval_every > 0) run.eval_data = open_dataset(run.setup.open_dataset, s.data, Split::Eval);
   fill_data_caches(run);
   run.transport = run.setup.make_transport ? run.setup.make_transport(run.place.pipeline)
                                            : make_mpi_transport(run.place.pipeline);

@@ -66,16 +66,16 @@ check "GPT partition over blocks accepted" status_is 0
 mkdir -p "$tmp/latestdir/checkpoints/latest"
 run 2 train inputs/mlp_small.toml --set output.dir=\"$tmp/latestdir\" --set output.checkpoint_every=2
 check "latest as a directory exits non-zero" status_not
-check "latest as a directory named with its key" output_has "output.dir = \"$tmp/latestdir\": checkpoint directory '$tmp/latestdir/checkpoints': '$tmp/latestdir/checkpoints/latest' is a directory"
+check "latest as a directory named with its key" output_has "output.dir = \"$tmp/latestdir\": checkpoint directory '$tmp/latestdir/checkpoints': '$tmp/latestdir/checkpoints/latest': a directory, not a regular file; expected the checkpoint pointer file \`latest\`, which the run writes there"
 check "latest as a directory refused before step 0" bash -c "! grep -q '^step ' '$tmp/out'"
 mkdir -p "$tmp/ckdir/latest"
 run 2 train inputs/mlp_small.toml --set output.dir=\"$tmp/ckrun\" --set output.checkpoint_every=2 \
   --set output.checkpoint_dir=\"$tmp/ckdir\"
 check "latest in output.checkpoint_dir named with that key" \
-  output_has "output.checkpoint_dir = \"$tmp/ckdir\": '$tmp/ckdir/latest' is a directory"
+  output_has "output.checkpoint_dir = \"$tmp/ckdir\": '$tmp/ckdir/latest': a directory, not a regular file"
 mkdir -p "$tmp/m5/metrics.h5"
 run 2 train inputs/mlp_small.toml --set output.dir=\"$tmp/m5\"
-check "metrics.h5 as a directory refused" output_has "output.dir = \"$tmp/m5\": '$tmp/m5/metrics.h5' is a directory"
+check "metrics.h5 as a directory refused" output_has "output.dir = \"$tmp/m5\": '$tmp/m5/metrics.h5': a directory, not a regular file; expected its metrics.h5"
 check "metrics.h5 as a directory refused before step 0" bash -c "! grep -q '^step ' '$tmp/out'"
 # Root writes into any mode, so as root a directory nobody may write (/proc) stands in.
 if [ "$(id -u)" -ne 0 ]; then ro=$tmp/ro; mkdir -p "$ro"; chmod 555 "$ro"; else ro=/proc; fi

@@ -73,7 +73,7 @@ check "the resumed history equals the uninterrupted one bit for bit" status_is 0
 # Bad inputs: one message each, before step 0, every rank exits.
 run 2 train "$tmp/deck.toml" --set "data.path=[\"$tmp/c/train_00000.h5\", \"$tmp/c/train_00009.h5\"]"
 check "missing shard exits non-zero" status_not
-check "missing shard named with its list entry" output_has "data.path entry 1 = \"$tmp/c/train_00009.h5\": no such file"
+check "missing shard named with its list entry" output_has "data.path entry 1 = \"$tmp/c/train_00009.h5\": '$tmp/c/train_00009.h5': no such file; expected an HDF5 token file"
 
 run 2 train "$tmp/deck.toml" --set "data.eval_path=$tmp/c/held_*.h5"
 check "pattern matching nothing exits non-zero" status_not

@@ -1,6 +1,6 @@
 // compute_setup.hpp: the backend, transport and memory statistics a rank
 // trains with, chosen from training.device (cpu, or cuda when built with
-// -DPIPETRAIN_CUDA=ON).
+// -DPIPETRAIN_CUDA=ON), and the opener of its data sets (io's make_dataset).
 #pragma once
 
 #include <mpi.h>

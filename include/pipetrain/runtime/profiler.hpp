@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "pipetrain/base/deck.hpp"
+#include "pipetrain/model/data.hpp"
 #include "pipetrain/plan/cost.hpp"
 #include "pipetrain/runtime/executor_config.hpp"
 #include "pipetrain/runtime/replica_group.hpp"
@@ -40,6 +41,9 @@ struct ProfileOptions {
   // The replica group data-parallel reductions are timed through (NCCL on
   // GPUs, profile_reduction.hpp); null: MPI.
   std::function<std::unique_ptr<ReplicaGroup>(MPI_Comm)> make_replica_group;
+  // Opens the deck's training data (io's make_dataset, from the
+  // application); null: generated data only (model/data.hpp open_dataset).
+  DatasetOpener open_dataset;
   std::string kernels;  // GEMM library and kernels; "" = this process's BLAS
   // Correct the unit times by whole stages run as the executor runs them
   // (calibrate_with_stage_chains); off only to test the calibration itself.

@@ -53,10 +53,15 @@ Schedule make_schedule(const ScheduleSettings& settings, int ranks);
 // make_schedule(schedule_settings_for(deck), ranks).
 Schedule schedule_for_deck(const Deck& deck, int ranks);
 
-// Where a rank computes. The defaults are the CPU backend and MPI; the driver
-// fills in the CUDA backend, a GPU transport and device memory statistics
-// when training.device = "cuda" (the runtime itself has no CUDA dependency).
+// Where a rank computes, and what it reads. The defaults are the CPU backend
+// and MPI; the driver fills in the CUDA backend, a GPU transport and device
+// memory statistics when training.device = "cuda" (the runtime itself has no
+// CUDA dependency), and always io's make_dataset as open_dataset (the
+// runtime reads no files itself).
 struct ComputeSetup {
+  // Opens the run's data sets; null: generated data only (model/data.hpp
+  // open_dataset; a file data.type is then an internal error).
+  DatasetOpener open_dataset;
   Backend* backend = nullptr;  // null: cpu_backend()
   std::function<std::unique_ptr<Transport>(MPI_Comm)> make_transport;  // null: MPI
   // The data-parallel replica group of this rank's stages; null: MPI.

@@ -1,4 +1,4 @@
-// image_files.cpp: labelled images from an HDF5 file (data.type = "images"):
+// image_files.cpp: labelled images from an HDF5 file (data.type = "image_files"):
 // the file's layout checked before step 0 with one message per problem, the
 // whole split read into host memory once, and samples served by global index
 // in a seeded order. The layout is in docs/data.md ("Image files").
@@ -6,7 +6,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <filesystem>
 #include <numeric>
 #include <string>
 #include <vector>
@@ -14,9 +13,10 @@
 #include "pipetrain/base/error.hpp"
 #include "pipetrain/base/h5_id.hpp"
 #include "pipetrain/base/hdf5_lock.hpp"
+#include "pipetrain/base/input_file.hpp"
 #include "pipetrain/base/quiet_hdf5.hpp"
 #include "pipetrain/base/rng.hpp"
-#include "pipetrain/model/data.hpp"
+#include "pipetrain/io/data_files.hpp"
 
 namespace pt {
 
@@ -60,8 +60,7 @@ struct ImageFile {
 ImageFile read_image_file(const std::string& path, const std::string& at, const ImageInput& want) {
   const int64_t model_classes = want.classes;
   const std::string prefix = at + ": ";
-  std::error_code ec;
-  if (!std::filesystem::is_regular_file(path, ec)) throw InputError(prefix + "no such file");
+  require_regular_file(path, "an HDF5 file of images and labels", at);
   Hdf5Lock lock;
   QuietHdf5 quiet;
   H5Id file(H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT), H5Fclose);

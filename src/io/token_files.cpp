@@ -6,6 +6,8 @@
 #include <hdf5.h>
 
 #include <algorithm>
+#include <cerrno>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
@@ -20,10 +22,11 @@
 #include "pipetrain/base/error.hpp"
 #include "pipetrain/base/h5_id.hpp"
 #include "pipetrain/base/hdf5_lock.hpp"
+#include "pipetrain/base/input_file.hpp"
 #include "pipetrain/base/quiet_hdf5.hpp"
 #include "pipetrain/base/rng.hpp"
 #include "pipetrain/base/sha256.hpp"
-#include "pipetrain/model/data.hpp"
+#include "pipetrain/io/data_files.hpp"
 
 namespace pt {
 
@@ -119,7 +122,7 @@ class TokenFile {
     Hdf5Lock lock;  // token reads go on while an asynchronous checkpoint writes (hdf5_lock.hpp)
     QuietHdf5 quiet;
     const std::string prefix = at + ": ";
-    check_is_file(path, prefix);
+    require_regular_file(path, "an HDF5 token file", at);
     file_ = H5Id(H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT), H5Fclose);
     if (!file_.valid()) throw InputError(prefix + "cannot open as an HDF5 file (missing or not HDF5)");
     dset_ = H5Id(H5Dopen2(file_.get(), dataset.c_str(), H5P_DEFAULT), H5Dclose);
@@ -199,14 +202,6 @@ class TokenFile {
   void read(int64_t start, int64_t count, uint64_t* out) const { read_as(start, count, H5T_NATIVE_UINT64, out); }
 
  private:
-  static void check_is_file(const std::string& path, const std::string& prefix) {
-    std::error_code ec;
-    const auto status = std::filesystem::status(path, ec);
-    if (std::filesystem::is_directory(status)) throw InputError(prefix + "is a directory, not an HDF5 token file");
-    if (!std::filesystem::exists(status)) throw InputError(prefix + "no such file");
-    if (!std::filesystem::is_regular_file(status)) throw InputError(prefix + "not a regular file");
-  }
-
   // A damaged file (a chunk that does not decompress, a truncated one) is the
   // user's input: one InputError naming the key and the file, no HDF5 trace.
   void read_as(int64_t start, int64_t count, hid_t mem_type, void* out) const {
@@ -384,11 +379,9 @@ std::optional<TokenizerReference> deck_tokenizer(const DataSetConfig& config) {
   if (value.empty()) return std::nullopt;
   const std::string at = config.tokenizer_at + " = " + quoted(value);
   if (value == "bytes") return TokenizerReference{"bytes", at, true};
-  std::error_code ec;
-  if (std::filesystem::is_directory(value, ec))
-    throw InputError(at + ": is a directory; give a tokenizer.json file, or \"bytes\"");
+  require_regular_file(value, "a tokenizer.json file, or \"bytes\" for byte tokens", at);
   std::ifstream in(value, std::ios::binary);
-  if (!in) throw InputError(at + ": no such file (a tokenizer.json, or \"bytes\" for byte tokens)");
+  if (!in) throw InputError(at + ": cannot open it: " + std::strerror(errno));
   const std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
   return TokenizerReference{"sha256:" + sha256_hex(bytes), at, true};
 }
