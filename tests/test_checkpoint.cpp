@@ -463,6 +463,22 @@ TEST_F(BadCheckpoint, ShapeDiffersFromDeck) {
                      "needs (32, 12)")) << e;
 }
 
+// Shapes that agree do not make the same model: a resume with another
+// activation is refused with the key, its origin and both values; the
+// attention kernels and the initialisation seed may differ.
+TEST_F(BadCheckpoint, ResumeRefusesAnotherModelOfTheSameShapes) {
+  Deck relu = mlp_deck();
+  relu.model.activation = ActivationKind::Relu;
+  relu.source_file = "deck.toml";
+  relu.key_origin["model.activation"] = "deck.toml:6";
+  const std::string e = load_error(relu, tmp / "bad");
+  EXPECT_TRUE(has(e, "saved with another model: model.activation = \"relu\" (deck.toml:6), the checkpoint's "
+                     "\"gelu\"; a resume continues the model it saved")) << e;
+  Deck reseeded = mlp_deck();
+  reseeded.model.init_seed += 1;
+  EXPECT_EQ(load_error(reseeded, tmp / "bad"), "");
+}
+
 TEST_F(BadCheckpoint, MissingLayer) {
   Deck deeper = mlp_deck();
   deeper.model.mlp.depth = 9;

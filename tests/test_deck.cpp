@@ -270,7 +270,8 @@ TEST(DeckErrors, OtherInconsistencies) {
   EXPECT_EQ(text_error("[model]\nloss = \"cross_entropy\"\noutput_dim = 1\n"),
             "t.toml:2: model.loss = \"cross_entropy\": needs at least 2 classes, but model.output_dim = 1 (t.toml:3)");
   EXPECT_EQ(text_error("[training]\nsteps = 10\nwarmup_steps = 10\n"),
-            "t.toml:3: training.warmup_steps = 10: must be < training.steps = 10 (t.toml:2)");
+            "t.toml:3: training.warmup_steps = 10: must be < training.steps = 10 (t.toml:2) (a shorter run "
+            "needs a shorter warm-up too, e.g. --set training.warmup_steps=1)");
   EXPECT_EQ(text_error("[output]\ndir = \"\"\n"), "t.toml:2: output.dir = \"\": must name a directory");
 }
 

@@ -156,8 +156,13 @@ TEST(Trace, EventsAreCompleteOrderedAndFollowTheSchedule) {
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   for (const char* schedule : {"gpipe", "1f1b"}) {
     Deck deck = traced_deck(schedule);
+    // An evaluation of 2 batches after the steps: its events must not count
+    // as steps 0 and 1's (an evaluation records EVAL_F only).
+    deck.training.eval_every = deck.training.steps;
+    deck.training.eval_batches = 2;
     Trainer trainer(deck, MPI_COMM_WORLD);
     for (int64_t s = 0; s < deck.training.steps; ++s) trainer.train_step(s);
+    trainer.evaluate();
     const auto events = trainer.gather_trace();
     if (rank != 0) continue;
     // The estimate's size is the host's (its round trips), so only its

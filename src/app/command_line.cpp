@@ -21,7 +21,7 @@ const char* const kUsage =
     "       pipetrain validate DECK [--set section.key=value]... [--ranks N] [--print-schedule]\n"
     "       pipetrain profile DECK [--set section.key=value]... [--ranks P] [--out FILE] [--reps K]\n"
     "       pipetrain plan DECK [--set section.key=value]... [--ranks P] [--profile FILE | --device h200]\n"
-    "                      [--micro-batches N,...] [--reps K] [--top K]\n"
+    "                      [--micro-batches N,...] [--schedules NAME,...] [--reps K] [--top K]\n"
     "       pipetrain sample DECK [--set section.key=value]... [--resume PATH] [--prompt TEXT]\n"
     "                      [--tokens N] [--temperature T] [--top-k K] [--seed S] [--tokenizer FILE|bytes] [--ids]\n"
     "       pipetrain --help";
@@ -141,6 +141,9 @@ CommandLine parse_command_line(int argc, char** argv) {
     throw InputError("unknown command '" + first +
                      "'; expected train, validate, profile, plan or sample\n" + kUsage);
   }
+  if (first[0] == '-' && first != "-h" && first != "--help" && first != "--help-all")
+    throw InputError("unknown option '" + first + "' before the command; expected the command first " +
+                     "(train, validate, profile, plan or sample), e.g. pipetrain train DECK, or --help\n" + kUsage);
   if (first == "help") {
     cl.command = "help";
     cl.help_text = app.help();

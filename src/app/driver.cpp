@@ -275,7 +275,6 @@ int run_train(const World& w, const CommandLine& cli, const Deck& written) {
     metrics.set_attribute("blas_best_core", blas_report.rank0.best_core);
     metrics.set_attribute("cpu", blas_report.rank0.cpu);
     metrics.set_attribute("gemm", blas_report.rank0.gemm);
-    write_file_atomic(deck.output.dir + "/deck.resolved.toml", resolved);
     metrics.set_attribute("schedule", format_schedule(trainer->schedule()));
     const auto& peaks = trainer->schedule_report().peak_in_flight;
     metrics.set_attribute("peak_in_flight", std::vector<int64_t>(peaks.begin(), peaks.end()));
@@ -290,7 +289,6 @@ int run_train(const World& w, const CommandLine& cli, const Deck& written) {
     }
     print_run_plan(plan, deck);
     record_run_plan(plan, deck, trainer->partition(), metrics);
-    save_run_profile(plan, deck, resolved);
     if (auto floor = trainer->loss_floor()) {
       metrics.set_attribute("loss_floor", floor->window);
       metrics.set_attribute("entropy_rate", floor->entropy_rate);
@@ -304,6 +302,7 @@ int run_train(const World& w, const CommandLine& cli, const Deck& written) {
                 "(%.1f ms) assumes a core per rank, so the step lines do not compare with it\n",
                 blas.ranks_on_node, blas.node_cores, blas.node_cores == 1 ? "" : "s",
                 plan.prediction.step_time_s * 1e3);
+  const std::string profiled_deck = resolved;  // the deck the start-up profile measured
   CheckpointRead loaded;
   progress.first_step = restore(w, grid, cli, deck, resolved, *trainer, &loaded);
   if (progress.first_step < 0) return 2;
@@ -319,6 +318,12 @@ int run_train(const World& w, const CommandLine& cli, const Deck& written) {
                                  static_cast<long long>(progress.first_step),
                                  static_cast<long long>(deck.training.steps));
     return 0;
+  }
+  // Only now, with the checkpoint loaded and steps to run: a refused resume,
+  // or one with nothing left to train, leaves the run's files as they were.
+  if (w.rank == 0) {
+    write_file_atomic(deck.output.dir + "/deck.resolved.toml", resolved);
+    save_run_profile(plan, deck, profiled_deck);
   }
   if (progress.first_step > 0 && w.rank == 0) continue_metrics(progress.first_step, metrics);
   std::unique_ptr<AsyncCheckpointer> async = make_async_checkpointer(grid, deck, resolved);
@@ -396,6 +401,18 @@ constexpr int kFailureStatus = 1;
   // The job is ending: a SIGTERM (mpirun's, after another rank's MPI_Abort)
   // ends this rank now instead of being kept for a clean stop.
   unblock_stop_signals();
+  if (w.size == 1) {
+    // Nobody else to end: one line and the status, without MPI_Abort's banner.
+    std::fprintf(stderr, status == kBadInputStatus ? "pipetrain: error: %s\n" : "pipetrain: rank 0: error: %s\n",
+                 what);
+    std::fflush(stderr);
+    try {
+      stop_wait_watch();
+    } catch (const std::exception&) {  // the watch's own failure: the message above stands
+    }
+    MPI_Finalize();
+    std::exit(status);
+  }
   if (status == kBadInputStatus) {
     // Bad input found after start-up (a data file, a checkpoint, a budget
     // too small) is usually found by every rank alike: rank 0 says it in the

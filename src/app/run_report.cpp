@@ -73,7 +73,11 @@ std::string schedule_summary(const Schedule& s, const ScheduleReport& r) {
                 s.step_weight_grads ? "2(P-1)/(3N+2(P-1)) for gpipe and 1f1b with weight_grad: step, "
                                       "whose W run after the fill and drain"
                                     : "(P-1)/(N+P-1) for gpipe and 1f1b");
-  return buf;
+  std::string text = buf;
+  if (s.name == "interleaved" && s.num_stages == s.num_ranks)
+    text += "; with one stage per rank (pipeline.virtual_stages = 1) nothing is interleaved: set "
+            "pipeline.virtual_stages >= 2 for the interleaved schedule's smaller bubble";
+  return text;
 }
 
 void print_step(const Deck& deck, const StepRecord& rec, double samples_per_s,

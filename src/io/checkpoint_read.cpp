@@ -23,6 +23,7 @@
 #include <sstream>
 
 #include "checkpoint_bind.hpp"
+#include "checkpoint_deck.hpp"
 #include "pipetrain/base/hdf5_lock.hpp"
 #include "checkpoint_h5.hpp"
 #include "pipetrain/io/checkpoint.hpp"
@@ -290,39 +291,6 @@ void index_file(const std::string& dir, const std::string& name, const FileRecor
   index_params(file.get(), path, name, ins);
 }
 
-// "section.key" -> value text of the [model], [data] and [training] lines of
-// a resolved deck (a manifest's deck attribute).
-std::map<std::string, std::string> deck_values(const std::string& text) {
-  std::map<std::string, std::string> out;
-  std::string section;
-  std::istringstream lines(text);
-  for (std::string line; std::getline(lines, line);) {
-    if (!line.empty() && line[0] == '[') section = line.substr(1, line.find(']') - 1);
-    const size_t eq = line.find(" = ");
-    if (eq == std::string::npos || line[0] == '#') continue;
-    if (section != "model" && section != "data" && section != "training") continue;
-    std::string value = line.substr(eq + 3);
-    value = value.substr(0, value.find(" #"));
-    while (!value.empty() && value.back() == ' ') value.pop_back();
-    out[section + "." + line.substr(0, eq)] = value;
-  }
-  return out;
-}
-
-// When the checkpoint was saved with another model.vocab_multiple than the
-// deck's (absent: 1, no padding), why its vocabulary tables have other
-// shapes; else "". A checkpoint is not re-padded on load: the padded rows
-// are part of its shapes, and the deck must pad as it did.
-std::string padding_note(const std::string& saved_deck, const Deck& deck) {
-  const auto saved = deck_values(saved_deck);
-  const auto it = saved.find("model.vocab_multiple");
-  const std::string before = it == saved.end() ? "1" : it->second;
-  const std::string now = std::to_string(deck.model.gpt.vocab_multiple);
-  if (before == now) return "";
-  return ": it was saved with model.vocab_multiple = " + before + ", the deck has " + now +
-         "; a checkpoint loads only with the vocabulary padding it was saved with";
-}
-
 // The checkpoint's parameters against the model the deck builds here.
 void match_model(const std::string& dir, const Inspection& ins, const std::vector<ParamShape>& want,
                  LoadMode mode, const Deck& deck) {
@@ -398,6 +366,11 @@ Inspection inspect(const std::string& dir, LoadMode mode, const Deck& deck,
     index_file(dir, name, record, ins);
   }
   match_model(dir, ins, want, mode, deck);
+  const std::string model_keys = mode == LoadMode::Resume ? model_key_differences(ins.deck_text, deck) : "";
+  if (!model_keys.empty())
+    unusable(dir, "saved with another model: " + model_keys +
+                      "; a resume continues the model it saved (use the checkpoint's values, or start a new "
+                      "run from its weights with training.init_from)");
   return ins;
 }
 
@@ -500,18 +473,6 @@ std::map<std::string, std::string> parse_index(const std::string& text) {
     if (tab != std::string::npos) where[line.substr(0, tab)] = line.substr(tab + 1);
   }
   return where;
-}
-
-// Deck lines of [model], [data] and [training] that differ, for a warning.
-std::string deck_differences(const std::string& saved, const std::string& current) {
-  const auto before = deck_values(saved), now = deck_values(current);
-  std::string diff;
-  for (const auto& [key, value] : now) {
-    auto it = before.find(key);
-    if (key == "training.init_from" || it == before.end() || it->second == value) continue;
-    diff += (diff.empty() ? "" : ", ") + key + " = " + value + " (checkpoint: " + it->second + ")";
-  }
-  return diff;
 }
 
 }  // namespace

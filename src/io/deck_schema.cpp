@@ -622,7 +622,9 @@ void check_consistency(const Deck& deck) {
   }
   if (t.warmup_steps >= t.steps) {
     throw InputError(deck.where("training.warmup_steps") + " = " + std::to_string(t.warmup_steps) +
-                     ": must be < " + deck.described("training.steps", std::to_string(t.steps)));
+                     ": must be < " + deck.described("training.steps", std::to_string(t.steps)) +
+                     " (a shorter run needs a shorter warm-up too, e.g. --set training.warmup_steps=" +
+                     std::to_string(std::max<int64_t>(0, t.steps / 10)) + ")");
   }
   if (t.min_lr > t.lr) {
     throw InputError(deck.where("training.min_lr") + " = " + toml_float(t.min_lr) + ": must be <= " +
@@ -693,7 +695,7 @@ std::string deck_to_toml(const Deck& deck) {
   using namespace deck_schema;
   Deck copy = deck;  // the schema hands out non-const field pointers
   std::ostringstream out;
-  out << "# pipetrain input deck, resolved: every key, defaults included.\n"
+  out << "# pipetrain input deck, resolved: every key that applies, defaults included.\n"
          "# Run it with: mpirun -np <ranks> pipetrain train <this file>\n";
   for (const std::string& section : sections()) {
     out << "\n[" << section << "]\n";

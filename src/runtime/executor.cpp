@@ -349,7 +349,7 @@ bool Executor::poll(Pending& p) {
   if (p.done) return true;
   if (!p.transfer->test()) return false;
   p.done = true;
-  if (tracer_ && p.traced) {
+  if (traces_communication() && p.traced) {
     const bool send = p.action.kind == ActionKind::SEND_F || p.action.kind == ActionKind::SEND_B;
     tracer_->record(send ? EventKind::Send : EventKind::Recv, pass_.step, p.action.stage,
                     p.action.mb, p.posted_us, tracer_->now_us());
@@ -447,9 +447,15 @@ void Executor::wait_for(Pending& p) {
   if (!reaping_) reap_sends(false);
   const double end_us = clock().now_us();
   last_end_us_ = std::max(last_end_us_, end_us);
-  if (tracer_)
+  if (traces_communication())
     tracer_->record(EventKind::Wait, pass_.step, p.action.stage, p.action.mb, start_us, end_us);
 }
+
+// An evaluation pass is traced as its EVAL_F events only: its step is the
+// evaluation batch, not a training step, and its messages and waits would
+// otherwise stretch the span of the training step of that number
+// (docs/outputs.md, "Measured bubble").
+bool Executor::traces_communication() const { return tracer_ && pass_.pass == Pass::Train; }
 
 std::string Executor::describe(const Action& a) const {
   const bool is_send = a.kind == ActionKind::SEND_F || a.kind == ActionKind::SEND_B;

@@ -93,6 +93,21 @@ bad_case "shape differs" "params/unit0.linear.weight/value has shape (32, 16) bu
   --set model.hidden_dim=48 --resume "$ck/step_00000006"
 bad_case "missing layer" "missing layer(s) unit8.linear.weight, unit8.linear.bias" \
   --set model.depth=9 --resume "$ck/step_00000006"
+# Another model of the same shapes (the activation): refused on resume.
+bad_case "another model, same shapes" \
+  "saved with another model: model.activation = \"relu\" (--set model.activation=\"relu\"), the checkpoint's \"gelu\"" \
+  --set model.activation=\"relu\" --resume "$ck/step_00000006"
+# A refused resume, and one with nothing left to train, leave the run's
+# deck.resolved.toml and profile.h5 as they were.
+cp -r "$tmp/straight" "$tmp/kept"
+run 2 train $deck "${common[@]}" --set model.hidden_dim=48 --set output.dir=\"$tmp/kept\" --resume
+check "refused resume: exits with status 2" status_is 2
+check "... deck.resolved.toml as it was" cmp -s "$tmp/straight/deck.resolved.toml" "$tmp/kept/deck.resolved.toml"
+check "... profile.h5 as it was" cmp -s "$tmp/straight/profile.h5" "$tmp/kept/profile.h5"
+run 2 train $deck "${common[@]}" --set pipeline.schedule=\"gpipe\" --set output.dir=\"$tmp/kept\" --resume
+check "nothing to train: says so" output_has "nothing to train: the checkpoint is at step 8"
+check "... deck.resolved.toml as it was" cmp -s "$tmp/straight/deck.resolved.toml" "$tmp/kept/deck.resolved.toml"
+check "... profile.h5 as it was" cmp -s "$tmp/straight/profile.h5" "$tmp/kept/profile.h5"
 bad_case "no such checkpoint" "checkpoint $tmp/nowhere: no such file or directory" --resume "$tmp/nowhere"
 bad_case "bad training.init_from" "checkpoint $tmp/nowhere: no such file or directory" \
   --set training.init_from=\"$tmp/nowhere\"

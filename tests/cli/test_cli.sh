@@ -32,6 +32,20 @@ run 2 profile inputs/mlp_small.toml --set model.hidden_dim=65536 --set model.dep
 check "... and so is its profile, before a unit is built" output_has "the model does not fit in this job's memory"
 check "... with status 2" status_is 2
 
+# An option before the command, and a bad input on a single process (no
+# mpirun): one line, status 2, no MPI_ABORT banner.
+"$build/pipetrain" --version > "$tmp/out" 2>&1; status=$?
+check "an option before the command exits with status 2" status_is 2
+check "... naming it and what comes first" output_has "unknown option '--version' before the command; expected the command first"
+"$build/pipetrain" plan inputs/mlp_small.toml --device foo > "$tmp/out" 2>&1; status=$?
+check "bad input on one process: status 2" status_is 2
+check "... the message" output_has "pipetrain: error: plan --device foo: unknown device; expected one of: h200"
+check "... and no MPI_ABORT banner" bash -c "! grep -q MPI_ABORT '$tmp/out'"
+# interleaved without virtual_stages says it runs as 1F1B.
+run 1 validate inputs/mlp_small.toml --ranks 2 --set pipeline.schedule=\"interleaved\"
+check "interleaved at one stage per rank says that nothing is interleaved" \
+  output_has "with one stage per rank (pipeline.virtual_stages = 1) nothing is interleaved"
+
 # A bad --set override.
 run 2 train inputs/mlp_small.toml --set pipeline.micro_batch=3
 check "unknown override key exits non-zero" status_not

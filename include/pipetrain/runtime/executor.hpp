@@ -126,6 +126,7 @@ class Executor {
   int64_t await_receive(Pending& p);
   bool orders_receives_on_device() const;  // not while computes are synchronised
   void wait_for_ordered_receives();        // at the end of the pass, bounded
+  bool traces_communication() const;
   void wait_for(Pending& p);
   bool poll(Pending& p);      // true once complete; records the transfer window
   void poll_receives();       // progress on every posted receive
