@@ -6,6 +6,7 @@
 // refused before that; room enough passes. On 2 ranks.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <string>
 #include <vector>
 
@@ -86,6 +87,30 @@ TEST(MemoryCheck, AModelTooLargeForTheJobIsRefusedBeforeThePartition) {
   MemoryOnHand unknown = gpu_with(0.0);
   unknown.checked = test::world_rank() != 1;
   EXPECT_EQ(test::error_of([&] { check_model_fits_job(deck, 1, MPI_COMM_WORLD, unknown); }), "");
+}
+
+// validate's check of a balanced partition's budget: just below the least
+// largest stage over every contiguous partition (found here by trying them
+// all) it is refused with the key, just above it passes.
+TEST(MemoryCheck, ABalancedBudgetBelowEveryPartitionsParametersIsRefused) {
+  Deck deck = lopsided_mlp();
+  deck.pipeline.partition_strategy = PartitionStrategy::Balanced;
+  deck.pipeline.partition.clear();
+  deck.key_origin["pipeline.memory_budget_mb"] = "deck.toml:9";
+  double least = 1e300;
+  for (int64_t first = 1; first < 8; ++first) {
+    const std::vector<double> b = stage_persistent_state_bytes(deck.model, deck.training.optimizer, {first, 8 - first});
+    least = std::min(least, std::max(b[0], b[1]));
+  }
+  deck.pipeline.memory_budget_mb = 0.999 * least / (1024.0 * 1024.0);
+  const std::string message = test::error_of([&] { check_budget_holds_parameters(deck, 2); });
+  EXPECT_NE(message.find("deck.toml:9: pipeline.memory_budget_mb = "), std::string::npos) << message;
+  EXPECT_NE(message.find("that the largest of 2 stages holds for its parameters' fp32 values, gradients and "
+                         "AdamW's two moments alone, whatever the partition"),
+            std::string::npos)
+      << message;
+  deck.pipeline.memory_budget_mb = 1.001 * least / (1024.0 * 1024.0);
+  EXPECT_EQ(test::error_of([&] { check_budget_holds_parameters(deck, 2); }), "");
 }
 
 }  // namespace

@@ -73,6 +73,7 @@ int run_validate(const World& w, const CommandLine& cli, const Deck& deck) {
   const DeckLayout layout = resolve_deck_layout(deck, cli.ranks > 0 ? cli.ranks : w.size);
   const int stages = layout.pipeline_ranks;
   Schedule s = schedule_for_deck(deck, stages);
+  check_budget_holds_parameters(deck, s.num_stages);
   ScheduleReport report = validate_schedule(s, comm_semantics_of(deck.pipeline.transport, deck.training.device));
   std::printf("%s\n", deck_to_toml(deck).c_str());
   if (cli.print_schedule) std::printf("%s\n%s\n", format_schedule(s).c_str(), format_grid(s).c_str());

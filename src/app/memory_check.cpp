@@ -192,6 +192,58 @@ void check_stages_fit(const Deck& deck, const std::vector<int64_t>& partition, c
   refuse_from(worst.rank, text, world);
 }
 
+namespace {
+
+// The least, over the contiguous partitions of the units into `stages`
+// stages (the pinned units on the end stages), of the largest stage's
+// persistent bytes: a binary search on that largest stage with a greedy fill.
+double least_largest_stage_bytes(const Deck& deck, int stages) {
+  const ModelFamily& family = model_family(deck.model);
+  std::vector<double> bytes;
+  for (const CostUnitInfo& unit : cost_units(deck.model))
+    bytes.push_back(persistent_state_bytes(unit, deck.training.optimizer));
+  // The pinned units join their end stage's first (last) partition unit.
+  for (int i = 0; i < family.pinned_front; ++i) bytes[static_cast<size_t>(family.pinned_front)] += bytes[static_cast<size_t>(i)];
+  for (int i = 0; i < family.pinned_back; ++i) bytes[bytes.size() - 2 - static_cast<size_t>(i)] += bytes[bytes.size() - 1 - static_cast<size_t>(i)];
+  bytes = std::vector<double>(bytes.begin() + family.pinned_front, bytes.end() - family.pinned_back);
+  const auto stages_needed = [&](double limit) {
+    int used = 1;
+    double fill = 0.0;
+    for (double b : bytes) {
+      if (b > limit) return stages + 1;
+      if (fill + b > limit) {
+        ++used;
+        fill = 0.0;
+      }
+      fill += b;
+    }
+    return used;
+  };
+  double low = *std::max_element(bytes.begin(), bytes.end()), high = 0.0;
+  for (double b : bytes) high += b;
+  for (int i = 0; i < 60 && high - low > 1.0; ++i) {
+    const double mid = 0.5 * (low + high);
+    (stages_needed(mid) <= stages ? high : low) = mid;
+  }
+  return high;
+}
+
+}  // namespace
+
+void check_budget_holds_parameters(const Deck& deck, int stages) {
+  const double budget = deck.pipeline.memory_budget_mb * 1024.0 * 1024.0;
+  if (deck.pipeline.partition_strategy != PartitionStrategy::Balanced || budget <= 0.0) return;
+  const double least = least_largest_stage_bytes(deck, stages);
+  if (least <= budget) return;
+  char budget_text[32];
+  std::snprintf(budget_text, sizeof budget_text, "%g", deck.pipeline.memory_budget_mb);
+  throw InputError(deck.where("pipeline.memory_budget_mb") + " = " + budget_text +
+                   ": below the " + bytes_text(least) + " that the largest of " + std::to_string(stages) +
+                   " stages holds for its parameters' " + state_text(deck.training.optimizer) +
+                   " alone, whatever the partition; pipeline.partition = \"balanced\" needs a budget above "
+                   "that (and room for the activations), or more stages");
+}
+
 std::string persistent_state_summary(const Deck& deck, const std::vector<int64_t>& units_per_stage) {
   const std::vector<double> bytes =
       stage_persistent_state_bytes(deck.model, deck.training.optimizer, units_per_stage);

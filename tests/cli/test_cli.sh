@@ -41,6 +41,12 @@ check "... naming it and what comes first" output_has "unknown option '--version
 check "bad input on one process: status 2" status_is 2
 check "... the message" output_has "pipetrain: error: plan --device foo: unknown device; expected one of: h200"
 check "... and no MPI_ABORT banner" bash -c "! grep -q MPI_ABORT '$tmp/out'"
+# A balanced partition's budget below what any partition's largest stage
+# holds for its parameters: refused by validate, which measures nothing.
+run 1 validate inputs/mlp_small.toml --ranks 2 --set pipeline.partition=\"balanced\" --set pipeline.memory_budget_mb=0.01
+check "validate refuses a balanced budget below every partition's parameters" status_is 2
+check "... naming the key and the least largest stage" \
+  output_has "pipeline.memory_budget_mb = 0.01: below the "
 # interleaved without virtual_stages says it runs as 1F1B.
 run 1 validate inputs/mlp_small.toml --ranks 2 --set pipeline.schedule=\"interleaved\"
 check "interleaved at one stage per rank says that nothing is interleaved" \

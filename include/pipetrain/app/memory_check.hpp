@@ -47,6 +47,14 @@ void check_model_fits_job(const Deck& deck, int64_t copies, MPI_Comm world, cons
 void check_stages_fit(const Deck& deck, const std::vector<int64_t>& partition, const ProcessGrid& grid,
                       const MemoryOnHand& on_hand);
 
+// `validate` of a deck whose pipeline.partition = "balanced" partitions
+// within pipeline.memory_budget_mb: InputError when the budget is below what
+// the largest stage of every contiguous partition over `stages` stages holds
+// for its parameters alone (the least of it over all partitions), so no
+// partition can meet it whatever its activations (train refuses it after
+// its profile; validate measures nothing).
+void check_budget_holds_parameters(const Deck& deck, int stages);
+
 // One line for `validate`: the model's parameters and each stage's persistent
 // state under `partition` (units per stage).
 std::string persistent_state_summary(const Deck& deck, const std::vector<int64_t>& units_per_stage);
