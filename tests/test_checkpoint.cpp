@@ -20,6 +20,7 @@
 #include <functional>
 #include <iterator>
 
+#include "../src/io/checkpoint_bind.hpp"  // the checksums, recomputed by reseal
 #include "pipetrain/io/checkpoint.hpp"
 #include "pipetrain/io/data_files.hpp"
 #include "pipetrain/io/deck_io.hpp"
@@ -375,11 +376,48 @@ void patch_bytes(const std::string& file, const std::string& from, const std::st
 
 void truncate_half(const std::string& file) { fs::resize_file(file, fs::file_size(file) / 2); }
 
-// The checkpoint in `dir` as one written before the whole-file checksums
-// (manifest.crc32 and each stage file's file_crc32, checkpoint_verify.cpp):
-// loaded without them, so that the checks inside the files are what a
-// damage meets first.
+// The checkpoint in `dir` without manifest.crc32 (as one copied without
+// it): the manifest is read without its whole-file check, so that the checks
+// inside it are what an edit of the manifest meets first.
 void without_whole_file_checks(const std::string& dir) { fs::remove(fs::path(dir) / "manifest.crc32"); }
+
+// Replaces the int64 attribute `name` of group `group` of `file` (absent: removed).
+void set_group_attr(hid_t file, const std::string& group, const char* name, const int64_t* value) {
+  hid_t g = H5Gopen2(file, group.c_str(), H5P_DEFAULT);
+  if (H5Aexists(g, name) > 0) H5Adelete(g, name);
+  if (value) {
+    hid_t s = H5Screate(H5S_SCALAR);
+    hid_t a = H5Acreate2(g, name, H5T_STD_I64LE, s, H5P_DEFAULT, H5P_DEFAULT);
+    H5Awrite(a, H5T_NATIVE_INT64, value);
+    H5Aclose(a);
+    H5Sclose(s);
+  }
+  H5Gclose(g);
+}
+
+std::vector<std::string> stage_files_in(const std::string& dir) {
+  std::vector<std::string> names;
+  for (const auto& e : fs::directory_iterator(dir))
+    if (e.path().filename().string().rfind("stage_", 0) == 0) names.push_back(e.path().filename());
+  return names;
+}
+
+// After an edit of a stage file: every checksum recomputed over the edited
+// bytes as a save would have written them (each stage file's file_crc32, the
+// manifest's manifest_crc32, manifest.crc32), so that the checks inside the
+// stage file are what the edit meets.
+void reseal(const std::string& dir) {
+  const std::string manifest = dir + "/manifest.h5";
+  hid_t f = H5Fopen(manifest.c_str(), H5F_ACC_RDWR, H5P_DEFAULT);
+  for (const std::string& name : stage_files_in(dir)) {
+    const int64_t crc = ckpt::checked_file_crc32(dir + "/" + name);
+    set_group_attr(f, "files/" + name, "file_crc32", &crc);
+  }
+  H5Adelete(f, "manifest_crc32");
+  ckpt::write_manifest_digest(f);
+  H5Fclose(f);
+  ckpt::write_manifest_crc(dir);
+}
 
 bool has(const std::string& text, const std::string& part) {
   return text.find(part) != std::string::npos;
@@ -416,11 +454,11 @@ TEST_F(BadCheckpoint, WholeFileChecksumMismatch) {
   EXPECT_TRUE(has(e, ", but manifest.h5 records ")) << e;
 }
 
-// In a checkpoint without the whole-file checksums, each dataset's own CRC.
+// With the whole-file checksums recomputed after the edit, each dataset's own CRC.
 TEST_F(BadCheckpoint, ChecksumMismatch) {
   on_root([&] {
-    without_whole_file_checks(tmp / "bad");
     flip_data_byte(last_stage_file(), "params/unit7.linear.weight/state2");
+    reseal(tmp / "bad");
   });
   const std::string e = load_error(mlp_deck(), tmp / "bad");
   EXPECT_TRUE(has(e, last_stage_file() + ": params/unit7.linear.weight/state2 checksum mismatch")) << e;
@@ -604,17 +642,18 @@ TEST_F(MismatchedCheckpoint, StageFileOfAnOlderCheckpoint) {
                   fs::copy_options::overwrite_existing);
   });
   expect_refused_and_skipped(newest(last_stage()) +
-                             ": written by another save: it does not hold the checkpoint_id ");
+                             ": written by another save, or damaged where it records its checkpoint_id: its bytes do not hold the checkpoint_id ");
   const std::string e = load_error(deck, tmp / "root/step_00000004");
   EXPECT_TRUE(has(e, "the files of this checkpoint were not saved together")) << e;
 }
 
-// Without the whole-file checksums, the stage file's own records say which save it is of.
-TEST_F(MismatchedCheckpoint, StageFileOfAnOlderCheckpointWithoutWholeFileChecks) {
+// With the whole-file checksums recomputed after the copy, the stage file's
+// own records say which save it is of.
+TEST_F(MismatchedCheckpoint, StageFileOfAnOlderCheckpointResealed) {
   on_root([&] {
-    without_whole_file_checks(newest(""));
     fs::copy_file(tmp / ("root/step_00000002/" + last_stage()), newest(last_stage()),
                   fs::copy_options::overwrite_existing);
+    reseal(newest(""));
   });
   expect_refused_and_skipped(newest(last_stage()) +
                              ": written for step 2, but manifest.h5 says step 4; the files of "
@@ -630,14 +669,14 @@ TEST_F(MismatchedCheckpoint, StageFileOfAnotherRun) {
     fs::copy_file(tmp / ("other/step_00000004/" + last_stage()), newest(last_stage()),
                   fs::copy_options::overwrite_existing);
   });
-  expect_refused_and_skipped(newest(last_stage()) + ": written by another save: it does not hold the checkpoint_id ");
+  expect_refused_and_skipped(newest(last_stage()) + ": written by another save, or damaged where it records its checkpoint_id: its bytes do not hold the checkpoint_id ");
 }
 
 // The checks inside the files, met first in a checkpoint without the
 // whole-file checksums (older, or written by tools/checkpoint_io.py): an
 // edited manifest is named as the damaged file (its manifest_crc32, #44)
 // before the stage files it now misdescribes are blamed; a stage file of
-// another step is still named (StageFileOfAnOlderCheckpointWithoutWholeFileChecks).
+// another step is still named (StageFileOfAnOlderCheckpointResealed).
 TEST_F(MismatchedCheckpoint, EditedManifestStep) {
   on_root([&] {
     without_whole_file_checks(newest(""));
@@ -680,6 +719,9 @@ TEST_F(MismatchedCheckpoint, VersionTwoWithoutTheChecksumLoads) {
   on_root([&] {
     without_whole_file_checks(newest(""));  // version 2 had none
     delete_root_attr(newest("manifest.h5"), "manifest_crc32");
+    hid_t m = H5Fopen(newest("manifest.h5").c_str(), H5F_ACC_RDWR, H5P_DEFAULT);
+    for (const std::string& name : stage_files_in(newest(""))) set_group_attr(m, "files/" + name, "file_crc32", nullptr);
+    H5Fclose(m);
     set_format_version(newest("manifest.h5"), 2);
     for (int s = 0; s < stages_here(); ++s) set_format_version(newest(stage_name(s)), 2);
   });
@@ -692,8 +734,8 @@ TEST_F(MismatchedCheckpoint, VersionTwoWithoutTheChecksumLoads) {
 // (tests/cli/test_checkpoint.sh renames one with h5py).
 TEST_F(MismatchedCheckpoint, RenamedDataset) {
   on_root([&] {
-    without_whole_file_checks(newest(""));
     patch_bytes(newest(last_stage()), "unit7.linear.weight", "unit7.linear.weigXt");
+    reseal(newest(""));
   });
   expect_refused_and_skipped(newest(last_stage()) + ": holds dataset(s) params/unit7.linear.weigXt/",
                              "missing layer");

@@ -171,8 +171,25 @@ TEST(Trace, EventsAreCompleteOrderedAndFollowTheSchedule) {
       EXPECT_TRUE(std::isfinite(err));
       EXPECT_GE(err, 0.0);
     }
-    for (size_t r = 0; r < events.size(); ++r)
+    for (size_t r = 0; r < events.size(); ++r) {
       check_rank(trainer.schedule(), static_cast<int>(r), events[r], deck.training.steps);
+      // The evaluation: an EVAL_F per batch, micro-batch and stage of the
+      // rank, and no WAIT (nor SEND or RECV, above) of its own.
+      size_t eval_forwards = 0;
+      double first_us = 1e300, last_us = -1e300;
+      for (const TraceEvent& e : events[r]) {
+        if (e.kind != static_cast<int32_t>(EventKind::EvalF)) continue;
+        ++eval_forwards;
+        first_us = std::min(first_us, e.start_us);
+        last_us = std::max(last_us, e.end_us);
+      }
+      const size_t stages_here = rank_stages(trainer.schedule(), static_cast<int>(r)).size();
+      EXPECT_EQ(eval_forwards, static_cast<size_t>(deck.training.eval_batches * deck.pipeline.micro_batches) * stages_here)
+          << "rank " << r;
+      for (const TraceEvent& e : events[r])
+        EXPECT_FALSE(e.kind == static_cast<int32_t>(EventKind::Wait) && e.start_us >= first_us && e.end_us <= last_us)
+            << "rank " << r << ": a WAIT inside the evaluation";
+    }
   }
 }
 

@@ -59,6 +59,20 @@ CLI::Validator no_minus_sign() {
       "UINT");
 }
 
+// A rank count: a whole number from 1 to 2^16 (CLI::Range alone says "not
+// in range" for a word).
+CLI::Validator rank_count() {
+  return CLI::Validator(
+      [](std::string& text) {
+        char* end = nullptr;
+        const long v = std::strtol(text.c_str(), &end, 10);
+        if (end == text.c_str() || *end != '\0' || v < 1 || v > (1L << 16))
+          return "expected a whole number of ranks from 1 to 65536, got '" + text + "'";
+        return std::string();
+      },
+      "RANKS");
+}
+
 }  // namespace
 
 CommandLine parse_command_line(int argc, char** argv) {
@@ -69,21 +83,21 @@ CommandLine parse_command_line(int argc, char** argv) {
   CLI::App* train = add_deck_command(app, "train", "train the model described by DECK (one MPI rank per stage)", cl);
   CLI::App* validate = add_deck_command(app, "validate", "check DECK and its schedule without training", cl);
   validate->add_option("--ranks", cl.ranks, "check against N ranks (default: the MPI world size)")
-      ->check(CLI::Range(1, 1 << 16));
+      ->check(rank_count());
   validate->add_flag("--print-schedule", cl.print_schedule, "print the schedule as a rank x step grid");
   CLI::App* profile = add_deck_command(
       app, "profile", "measure the cost of every unit of DECK's model and the link between ranks", cl);
   profile->add_option("--ranks", cl.ranks,
                       "profile for a run on P ranks per node: the deck is checked against P and "
                       "BLAS threads are cores / P (default: the MPI world size)")
-      ->check(CLI::Range(1, 1 << 16));
+      ->check(rank_count());
   profile->add_option("--out", cl.out, "the profile file (default: <output.dir>/profile.h5)");
   profile->add_option("--reps", cl.reps, "timed repetitions of each measurement; times are medians")
       ->check(CLI::Range(1, 1000));
   CLI::App* plan = add_deck_command(
       app, "plan", "predict step time, bubble and memory of DECK and its alternatives, ranked", cl);
   plan->add_option("--ranks", cl.ranks, "plan for P stages (default: the MPI world size)")
-      ->check(CLI::Range(1, 1 << 16));
+      ->check(rank_count());
   CLI::Option* from_file =
       plan->add_option("--profile", cl.profile_path,
                        "costs from a profile.h5 (pipetrain profile) or a trace.h5 instead of "
@@ -141,7 +155,7 @@ CommandLine parse_command_line(int argc, char** argv) {
     throw InputError("unknown command '" + first +
                      "'; expected train, validate, profile, plan or sample\n" + kUsage);
   }
-  if (first[0] == '-' && first != "-h" && first != "--help" && first != "--help-all")
+  if (first[0] == '-' && first != "-h" && first != "--help")
     throw InputError("unknown option '" + first + "' before the command; expected the command first " +
                      "(train, validate, profile, plan or sample), e.g. pipetrain train DECK, or --help\n" + kUsage);
   if (first == "help") {

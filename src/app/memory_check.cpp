@@ -11,6 +11,7 @@
 #include <cstdio>
 #include <cstring>
 #include <fstream>
+#include <functional>
 #include <sstream>
 
 #include "pipetrain/base/error.hpp"
@@ -105,6 +106,33 @@ std::string host_name() {
   throw InputError(buffer);
 }
 
+int world_rank(MPI_Comm comm) {
+  int rank = 0;
+  MPI_CHECK(MPI_Comm_rank(comm, &rank));
+  return rank;
+}
+
+// Collective over `world`: each rank's `mine` bytes summed over its memory
+// domain (its node's ranks, or itself on a GPU) against that domain's memory.
+// When one is over, every rank throws InputError with the text `describe`
+// (need, available, ranks of the domain) makes on the rank of the domain
+// most over its memory.
+void refuse_if_a_domain_is_over(MPI_Comm world, const MemoryOnHand& on_hand, double mine,
+                                const std::function<std::string(double, double, int)>& describe) {
+  MPI_Comm domain = memory_domain(world, on_hand);
+  int ranks = 1;
+  MPI_CHECK(MPI_Comm_size(domain, &ranks));
+  double need = 0.0, available = 0.0;
+  timed_allreduce(&mine, &need, 1, MPI_DOUBLE, MPI_SUM, domain, "the memory check's node all-reduce");
+  timed_allreduce(&on_hand.bytes, &available, 1, MPI_DOUBLE, MPI_MIN, domain,
+                  "the memory check's node all-reduce");
+  free_domain(domain);
+  struct { double ratio; int rank; } local{need / available, world_rank(world)}, worst{0.0, 0};
+  timed_allreduce(&local, &worst, 1, MPI_DOUBLE_INT, MPI_MAXLOC, world, "the memory check's all-reduce");
+  if (worst.ratio <= 1.0) return;
+  refuse_from(worst.rank, worst.rank == local.rank ? describe(need, available, ranks) : "", world);
+}
+
 }  // namespace
 
 MemoryOnHand memory_on_hand(const ComputeResources& compute) {
@@ -162,34 +190,42 @@ void check_stages_fit(const Deck& deck, const std::vector<int64_t>& partition, c
     mine += stage_bytes[static_cast<size_t>(stage)];
     stages += (stages.empty() ? "" : ", ") + std::to_string(stage);
   }
-  MPI_Comm domain = memory_domain(world, on_hand);
-  int ranks = 1;
-  MPI_CHECK(MPI_Comm_size(domain, &ranks));
-  double need = 0.0, available = 0.0;
-  timed_allreduce(&mine, &need, 1, MPI_DOUBLE, MPI_SUM, domain, "the memory check's node all-reduce");
-  timed_allreduce(&on_hand.bytes, &available, 1, MPI_DOUBLE, MPI_MIN, domain,
-                  "the memory check's node all-reduce");
-  free_domain(domain);
-  struct { double ratio; int rank; } local{need / available, 0}, worst{0.0, 0};
-  MPI_CHECK(MPI_Comm_rank(world, &local.rank));
-  timed_allreduce(&local, &worst, 1, MPI_DOUBLE_INT, MPI_MAXLOC, world, "the memory check's all-reduce");
-  if (worst.ratio <= 1.0) return;
-  std::string text;
-  if (worst.rank == local.rank) {
+  const std::string which = "stage" + std::string(stages.find(',') == std::string::npos ? " " : "s ") + stages;
+  refuse_if_a_domain_is_over(world, on_hand, mine, [&](double need, double available, int ranks) {
     const std::string holder = on_hand.per_node
         ? "the " + std::to_string(ranks) + (ranks == 1 ? " rank" : " ranks") + " on node " + host_name() +
-              " (this one with stage" + (stages.find(',') == std::string::npos ? " " : "s ") + stages + ")"
-        : "rank " + std::to_string(local.rank) + " (stage" +
-              (stages.find(',') == std::string::npos ? " " : "s ") + stages + ")";
-    text = "the model does not fit in memory: " + holder + (on_hand.per_node ? " need" : " needs") +
-           " at least " + bytes_text(need) +
-           " for their parameters' " + state_text(deck.training.optimizer) + " (" + size_key(deck) +
-           " over " + std::to_string(schedule.num_stages) + " stages), but " +
-           (on_hand.per_node ? "the node has " : "its GPU has ") + bytes_text(available) + " of " + on_hand.source +
-           "; " + (on_hand.per_node ? "put fewer ranks on each node, " : "use more stages, ") +
+              " (this one with " + which + ")"
+        : "rank " + std::to_string(world_rank(world)) + " (" + which + ")";
+    return "the model does not fit in memory: " + holder + (on_hand.per_node ? " need" : " needs") +
+           " at least " + bytes_text(need) + (on_hand.per_node ? " for their" : " for its") +
+           " parameters' " + state_text(deck.training.optimizer) + " (" + size_key(deck) + " over " +
+           std::to_string(schedule.num_stages) + " stages), but " +
+           (on_hand.per_node ? "the node has " : "its GPU has ") + bytes_text(available) + " of " +
+           on_hand.source + "; " + (on_hand.per_node ? "put fewer ranks on each node, " : "use more stages, ") +
            "or make the model smaller";
-  }
-  refuse_from(worst.rank, text, world);
+  });
+}
+
+void check_profile_fits(const Deck& deck, MPI_Comm comm, const MemoryOnHand& on_hand) {
+  if (!all_checked(comm, on_hand)) return;
+  int ranks = 1;
+  MPI_CHECK(MPI_Comm_size(comm, &ranks));
+  const int stages = static_cast<int>(std::min<int64_t>(ranks, model_units(deck.model)));
+  const std::vector<int64_t> counts = partition_units(model_units(deck.model), stages, {});
+  const std::vector<double> bytes = stage_persistent_state_bytes(deck.model, deck.training.optimizer, counts);
+  const double largest = *std::max_element(bytes.begin(), bytes.end());
+  refuse_if_a_domain_is_over(comm, on_hand, largest, [&](double need, double available, int on_node) {
+    const std::string holder = on_hand.per_node
+        ? "the " + std::to_string(on_node) + (on_node == 1 ? " rank" : " ranks") + " on node " + host_name()
+        : "rank " + std::to_string(world_rank(comm));
+    return "the model's profile does not fit in memory: " + holder +
+           (on_hand.per_node ? " need" : " needs") + " at least " + bytes_text(need) +
+           ", each building in turn the largest of the " + std::to_string(stages) +
+           " stages of the uniform partition that its stage chains time, for its parameters' " +
+           state_text(deck.training.optimizer) + " (" + size_key(deck) + "), but " +
+           (on_hand.per_node ? "the node has " : "its GPU has ") + bytes_text(available) + " of " +
+           on_hand.source + "; profile on more ranks, or with fewer ranks on each node";
+  });
 }
 
 namespace {

@@ -154,11 +154,11 @@ int run_plan(MPI_Comm comm, const CommandLine& cli, const Deck& deck, const std:
     choose_wait_mode();
     const BlasReport report = gather_blas_report(comm, blas_note);
     ComputeResources compute = make_compute_resources(deck, comm);
-    check_model_fits_job(deck, 1, comm, memory_on_hand(compute));  // before a unit is built
     Backend& be = compute.setup.backend ? *compute.setup.backend : cpu_backend();
     if (request.memory_budget_bytes == 0.0) request.memory_budget_bytes = plan_budget_bytes(deck, stages);
     if (!cli.profile_path.empty() && request.data_parallel == 0) request.data_parallel = 1;
     if (cli.profile_path.empty()) {
+      check_profile_fits(deck, comm, memory_on_hand(compute));  // before a unit is built
       table = measure_plans(deck, request, comm, comm, compute,
                             options_for(cli, compute, ProfileOptions::brief()),
                             auto_plan && weight_grad_open(open));

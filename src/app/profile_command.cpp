@@ -143,7 +143,7 @@ int run_profile(MPI_Comm comm, const CommandLine& cli, const Deck& deck,
   choose_wait_mode();
   const BlasReport report = gather_blas_report(comm, blas_note);
   ComputeResources compute = make_compute_resources(deck, comm);
-  check_model_fits_job(deck, 1, comm, memory_on_hand(compute));  // before a unit is built
+  check_profile_fits(deck, comm, memory_on_hand(compute));  // before a unit is built
   Backend& be = compute.setup.backend ? *compute.setup.backend : cpu_backend();
   ProfileOptions options = options_for(cli, compute, ProfileOptions{});
   // The step's split backward, for a plan that may weigh weight_grad = "step".

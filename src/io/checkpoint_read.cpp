@@ -264,7 +264,8 @@ void check_stage_file_bytes(const std::string& path, uint32_t recorded, const st
   const std::string why = file_bytes_mismatch(path, recorded, kManifest);
   if (why.empty()) return;
   if (!file_holds_text(path, id))
-    broken(path, "written by another save: it does not hold the checkpoint_id " + id + " that " + kManifest +
+    broken(path, "written by another save, or damaged where it records its checkpoint_id: its bytes do not "
+                 "hold the checkpoint_id " + id + " that " + kManifest +
                      " records; the files of this checkpoint were not saved together");
   broken(path, why);
 }
@@ -360,9 +361,13 @@ Inspection inspect(const std::string& dir, LoadMode mode, const Deck& deck,
       broken(path, "files/" + name + " has no bytes attribute");
     if (!read_file_record(g.get(), record.crc_by_path))
       broken(path, "files/" + name + ": its datasets and crc32 lists are missing or damaged");
-    // Without manifest.crc32 (an older checkpoint) nothing is checked whole.
-    if (whole_file_checks && !read_attr(g.get(), "file_crc32", record.file_crc))
-      broken(path, "files/" + name + " has no file_crc32 attribute");
+    // A stage file's bytes are checked before HDF5 opens it whenever the
+    // manifest records their CRC-32 (also when manifest.crc32 was lost);
+    // with manifest.crc32 the record is required.
+    if (!read_attr(g.get(), "file_crc32", record.file_crc)) {
+      record.file_crc = -1;
+      if (whole_file_checks) broken(path, "files/" + name + " has no file_crc32 attribute");
+    }
     index_file(dir, name, record, ins);
   }
   match_model(dir, ins, want, mode, deck);

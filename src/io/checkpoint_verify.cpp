@@ -8,6 +8,8 @@
 //   file_crc32      an attribute of each /files/<stage file> group of the manifest.
 // A checkpoint without them (written before they were, or by
 // tools/checkpoint_io.py) is read without these checks.
+#include <algorithm>
+#include <cctype>
 #include <cstdio>
 #include <fstream>
 #include <sstream>
@@ -64,8 +66,11 @@ std::string manifest_bytes_mismatch(const std::string& dir) {
   std::string crc_text, extra;
   int64_t bytes = -1;
   unsigned long long recorded = 0;
-  if (!(in >> crc_text >> bytes) || (in >> extra) || crc_text.size() != 8 ||
-      std::sscanf(crc_text.c_str(), "%8llx", &recorded) != 1 || bytes < 0)
+  const bool read = static_cast<bool>(in >> crc_text >> bytes) && !(in >> extra);
+  const bool hex = crc_text.size() == 8 && std::all_of(crc_text.begin(), crc_text.end(), [](char c) {
+    return std::isxdigit(static_cast<unsigned char>(c)) != 0;
+  });
+  if (!read || !hex || std::sscanf(crc_text.c_str(), "%8llx", &recorded) != 1 || bytes < 0)
     return std::string(kManifestCrc) + " is damaged (expected one line: the CRC-32 of " + kManifest +
            " as 8 hex digits and its size in bytes)";
   const std::string manifest = join_path(dir, kManifest);

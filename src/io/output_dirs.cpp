@@ -92,6 +92,10 @@ std::string prepare_profile_output(const Deck& deck, const std::string& out) {
     return dir + "/profile.h5";
   }
   const std::string head = "--out " + out + ": ";
+  if (file_kind(out) == FileKind::Directory) {
+    const std::string inside = out.back() == '/' ? out + "profile.h5" : out + "/profile.h5";
+    throw InputError(head + "a directory; --out names the file the profile is written to, e.g. --out " + inside);
+  }
   const size_t slash = out.find_last_of('/');
   const std::string dir = slash == std::string::npos ? "." : (slash == 0 ? "/" : out.substr(0, slash));
   struct stat st {};

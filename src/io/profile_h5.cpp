@@ -11,6 +11,7 @@
 
 #include "checkpoint_h5.hpp"
 #include "pipetrain/base/error.hpp"
+#include "pipetrain/base/input_file.hpp"
 #include "pipetrain/base/quiet_hdf5.hpp"
 #include "pipetrain/io/deck_io.hpp"
 #include "pipetrain/io/trace_io.hpp"
@@ -279,8 +280,7 @@ void check_format(hid_t file, const std::string& path) {
 }
 
 H5Id open_hdf5(const std::string& path, const std::string& expected) {
-  if (ckpt::is_directory(path)) throw InputError(path + ": is a directory; " + expected);
-  if (!ckpt::is_regular_file(path)) throw InputError(path + ": no such file; " + expected);
+  require_regular_file(path, expected.rfind("expected ", 0) == 0 ? expected.substr(9) : expected);
   H5Id file(H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT), H5Fclose);
   if (!file.valid()) throw InputError(path + ": not an HDF5 file (damaged or of another kind); " + expected);
   return file;

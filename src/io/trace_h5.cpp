@@ -10,6 +10,7 @@
 #include "checkpoint_h5.hpp"
 #include "pipetrain/base/hdf5_lock.hpp"
 #include "pipetrain/base/error.hpp"
+#include "pipetrain/base/input_file.hpp"
 #include "pipetrain/base/quiet_hdf5.hpp"
 #include "pipetrain/io/trace_io.hpp"
 #include "pipetrain/plan/simulate.hpp"
@@ -185,7 +186,7 @@ std::vector<TraceEvent> read_events(hid_t group, const std::string& name, const 
 RunTrace read_trace_file(const std::string& path) {
   Hdf5Lock lock;  // see hdf5_lock.hpp
   QuietHdf5 quiet;
-  if (!ckpt::is_regular_file(path)) refuse_trace(path, "no such file");
+  require_regular_file(path, std::string(kTraceExpected).substr(9));
   H5Id file(H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT), H5Fclose);
   if (!file.valid()) refuse_trace(path, "not an HDF5 file (damaged or of another kind)");
   RunTrace trace;

@@ -159,7 +159,7 @@ with h5py.File(sys.argv[1], 'r+') as f: f.attrs['format_version'] = 99
     "$py" -c "import h5py, sys
 with h5py.File(sys.argv[1], 'r+') as f: $2" "$1"
   }
-  h5edit_older() {  # the same, on a checkpoint without whole-file checksums (as an older one): the checks inside the files
+  h5edit_older() {  # the same, without manifest.crc32 (as one copied without it): the manifest's own checks
     rm "$(dirname "$1")/manifest.crc32"
     h5edit "$@"
   }
@@ -167,16 +167,16 @@ with h5py.File(sys.argv[1], 'r+') as f: $2" "$1"
     printf '\xde\xad\xbe\xef' | dd of="$1" bs=1 seek="$2" conv=notrunc status=none
   }
   mismatch_case "stage file of an older checkpoint" \
-    "$mm/step_00000008/stage_001.h5: written by another save: it does not hold the checkpoint_id " \
+    "$mm/step_00000008/stage_001.h5: written by another save, or damaged where it records its checkpoint_id: its bytes do not hold the checkpoint_id " \
     cp "$mm/step_00000006/stage_001.h5" "$mm/step_00000008/stage_001.h5"
   mismatch_case "stage file of another run" \
-    "$mm/step_00000008/stage_001.h5: written by another save: it does not hold the checkpoint_id " \
+    "$mm/step_00000008/stage_001.h5: written by another save, or damaged where it records its checkpoint_id: its bytes do not hold the checkpoint_id " \
     cp "$tmp/other/checkpoints/step_00000008/stage_001.h5" "$mm/step_00000008/stage_001.h5"
   # Any change to a file's bytes is found before HDF5 parses it (its CRC-32
   # is in manifest.crc32 or the manifest): an edit, and bytes overwritten
   # where they once crashed the HDF5 library.
   mismatch_case "edited manifest step" \
-    "$mm/step_00000008/manifest.h5: damaged or edited: its size is " \
+    "$mm/step_00000008/manifest.h5: damaged or edited: its " \
     h5edit "$mm/step_00000008/manifest.h5" "f.attrs['step'] = 10"
   for offset in 3000 4608 5120; do
     mismatch_case "manifest bytes overwritten at $offset" \
@@ -188,8 +188,10 @@ with h5py.File(sys.argv[1], 'r+') as f: $2" "$1"
   mismatch_case "edited manifest step, older checkpoint" \
     "$mm/step_00000008/manifest.h5: its contents have crc32 0x" \
     h5edit_older "$mm/step_00000008/manifest.h5" "f.attrs['step'] = 10"
+  # A stage file is checked whole whenever the manifest records its CRC-32,
+  # also without manifest.crc32.
   mismatch_case "renamed dataset" \
-    "$mm/step_00000008/stage_001.h5: holds dataset(s) params/unit7.linear.weigXt/state1" \
+    "$mm/step_00000008/stage_001.h5: damaged or edited: its bytes have CRC-32 " \
     h5edit_older "$mm/step_00000008/stage_001.h5" "f.move('params/unit7.linear.weight', 'params/unit7.linear.weigXt')"
   check "renamed dataset: not reported as a model that differs" \
     bash -c "! grep -q 'missing layer' '$tmp/refused.log' '$tmp/out'"

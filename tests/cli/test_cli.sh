@@ -27,9 +27,11 @@ check "a model too large for the job's memory exits with status 2" status_is 2
 check "... saying so with its figures" output_has "the model does not fit in this job's memory: its 4.29e+12 parameters"
 check "... naming the key that sizes it" output_has "model.depth = 1000 (--set model.depth=1000)"
 check "... and the memory it was given" output_has "of host memory available (MemAvailable)"
-check "... before a stage was built or an output written" [ ! -e "$tmp/huge/metrics.h5" ]
+check "... before the start-up report or any output" \
+  bash -c "! grep -Eq '^plan: |^stage 0: ' '$tmp/out' && [ ! -e '$tmp/huge/profile.h5' ] && [ ! -e '$tmp/huge/deck.resolved.toml' ]"
 run 2 profile inputs/mlp_small.toml --set model.hidden_dim=65536 --set model.depth=1000 --out "$tmp/huge_profile"
-check "... and so is its profile, before a unit is built" output_has "the model does not fit in this job's memory"
+check "... and so is its profile, before a unit is built" \
+  output_has "the model's profile does not fit in memory: the 2 ranks on node "
 check "... with status 2" status_is 2
 
 # An option before the command, and a bad input on a single process (no
@@ -47,6 +49,9 @@ run 1 validate inputs/mlp_small.toml --ranks 2 --set pipeline.partition=\"balanc
 check "validate refuses a balanced budget below every partition's parameters" status_is 2
 check "... naming the key and the least largest stage" \
   output_has "pipeline.memory_budget_mb = 0.01: below the "
+run 1 validate inputs/mlp_small.toml --ranks abc
+check "--ranks abc: status 2" status_is 2
+check "... says what a rank count is" output_has "expected a whole number of ranks from 1 to 65536, got 'abc'"
 # interleaved without virtual_stages says it runs as 1F1B.
 run 1 validate inputs/mlp_small.toml --ranks 2 --set pipeline.schedule=\"interleaved\"
 check "interleaved at one stage per rank says that nothing is interleaved" \

@@ -119,7 +119,11 @@ check "a device plan of an MLP is refused" output_has "plan --device h200 models
 run 1 plan inputs/gpt_markov.toml --micro-batches 5
 check "a micro-batch count that does not divide the batch is refused" output_has "plan --micro-batches 5: does not divide"
 run 1 plan inputs/gpt_markov.toml --profile "$tmp/nothing.h5"
-check "a missing profile is refused" output_has "$tmp/nothing.h5: no such file"
+check "a missing profile is refused" output_has "'$tmp/nothing.h5': no such file; expected a profile.h5"
+mkfifo "$tmp/fifo.h5"
+run 1 plan inputs/gpt_markov.toml --profile "$tmp/fifo.h5"
+check "a FIFO as the profile is refused as such, without opening it" \
+  output_has "'$tmp/fifo.h5': a FIFO, not a regular file; expected a profile.h5"
 run 1 plan inputs/gpt_markov.toml --profile "$tmp/gpt.h5" --device h200
 check "--profile and --device together are refused" status_not
 run 1 plan inputs/gpt_markov.toml --ranks 8 --set pipeline.stages=8

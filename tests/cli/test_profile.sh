@@ -47,7 +47,8 @@ check "--out in a missing directory refused" status_not
 check "--out in a missing directory explained" output_has "--out $tmp/missing/dir/p.h5: directory '$tmp/missing/dir' does not exist"
 mkdir -p "$tmp/isdir.h5"
 run 1 profile inputs/mlp_small.toml --out "$tmp/isdir.h5"
-check "--out naming a directory refused" output_has "--out $tmp/isdir.h5: '$tmp/isdir.h5': a directory, not a regular file; expected the profile"
+check "--out naming a directory refused" \
+  output_has "--out $tmp/isdir.h5: a directory; --out names the file the profile is written to, e.g. --out $tmp/isdir.h5/profile.h5"
 run 2 profile tests/decks/bad_batch.toml
 check "a bad deck is refused with its message" output_has "must be divisible by pipeline.micro_batches"
 run 1 profile

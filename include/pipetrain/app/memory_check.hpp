@@ -32,13 +32,19 @@ struct MemoryOnHand {
 // memory on a GPU of its own (ComputeResources::free_device_memory).
 MemoryOnHand memory_on_hand(const ComputeResources& compute);
 
-// Collective over `world`, before the profile and the plan build anything:
+// Collective over `world`, before a training run's profile builds anything:
 // the memory of the whole job (every node's, or GPU's, summed) against the
-// persistent state of `copies` copies of the model (a training run's
-// data-parallel replicas; 1 for a profile, which builds one stage at a time
-// on each rank). InputError on every rank, with the same message, when it
+// persistent state of `copies` copies of the model (the run's data-parallel
+// replicas). InputError on every rank, with the same message, when it
 // cannot fit.
 void check_model_fits_job(const Deck& deck, int64_t copies, MPI_Comm world, const MemoryOnHand& on_hand);
+
+// Collective over `comm`, before `profile` (or `plan` measuring) builds a
+// unit: each rank builds, one at a time, every stage of the uniform
+// partition over comm's ranks (the stage chains), so each node (or GPU)
+// needs its ranks times the largest of those stages. InputError on every
+// rank when one cannot hold that.
+void check_profile_fits(const Deck& deck, MPI_Comm comm, const MemoryOnHand& on_hand);
 
 // Collective over grid.world(), before the stages are built: the persistent
 // state of the stages each node (or GPU) holds under `partition` (units per
