@@ -70,6 +70,7 @@
 #include <cstdio>
 
 #include "pipetrain/base/error.hpp"
+#include "pipetrain/model/gpt.hpp"
 
 namespace pt {
 
@@ -102,9 +103,6 @@ void check_gpt(const GptSpec& g, int64_t micro_batch_sequences) {
                      "and the micro-batch size must be >= 1 and heads must divide d_model");
 }
 
-double block_params(const Dims& d) { return (4.0 + 2.0 * d.r) * d.c * d.c + (9.0 + d.r) * d.c; }
-double embedding_params(const Dims& d) { return (d.v + d.t) * d.c; }
-double head_params(const Dims& d) { return d.v * d.c + 2.0 * d.c; }
 
 // Persistent bytes of `params` parameters, and the optimizer step's time.
 void set_parameters(UnitCost& u, double params, const GptSpec& g, const DeviceSpec& dev) {
@@ -141,7 +139,7 @@ UnitCost embedding_unit(const GptSpec& g, const Dims& d, const DeviceSpec& dev) 
   u.stash_none_bytes = u.input_bytes;  // the token ids
   u.stash_selective_bytes = u.input_bytes;
   u.workspace_bytes = u.output_bytes;
-  set_parameters(u, embedding_params(d), g, dev);
+  set_parameters(u, gpt_embedding_parameters(g.dims), g, dev);
   return u;
 }
 
@@ -165,7 +163,7 @@ UnitCost block_unit(const GptSpec& g, const Dims& d, const DeviceSpec& dev, int6
   u.stash_none_bytes = d.e * d.b * (8.0 + 2.0 * d.r) * d.t * d.c + softmax + 4.0 * kFp32 * d.b * d.t;
   u.stash_selective_bytes = u.stash_none_bytes - (d.fused ? 0.0 : softmax);
   u.workspace_bytes = (d.fused ? 0.0 : softmax) + 4.0 * u.input_bytes;
-  set_parameters(u, block_params(d), g, dev);
+  set_parameters(u, gpt_block_parameters(g.dims), g, dev);
   return u;
 }
 
@@ -182,7 +180,7 @@ UnitCost head_unit(const GptSpec& g, const Dims& d, const DeviceSpec& dev) {
   u.stash_selective_bytes = u.stash_none_bytes;
   u.stash_always_bytes = logits_grad;
   u.workspace_bytes = logits_grad;  // the logits before they turn into the loss gradient
-  set_parameters(u, head_params(d), g, dev);
+  set_parameters(u, gpt_head_parameters(g.dims), g, dev);
   return u;
 }
 
@@ -225,14 +223,17 @@ GptSpec gpt3_175b() {
 
 GptParameterCount gpt_parameter_count(const GptSpec& gpt) {
   check_gpt(gpt, 1);
-  Dims d = dims_of(gpt, 1);
-  const auto total = [&] {
-    return embedding_params(d) + static_cast<double>(gpt.dims.blocks) * block_params(d) + head_params(d);
+  // The model layer's counts of the layers as built (model/gpt.hpp): the
+  // stored ones with the padded vocabulary, the model's own without it.
+  const auto total = [&](const GptDims& dims) {
+    return gpt_embedding_parameters(dims) + static_cast<double>(dims.blocks) * gpt_block_parameters(dims) +
+           gpt_head_parameters(dims);
   };
+  GptDims unpadded = gpt.dims;
+  unpadded.vocab_multiple = 1;
   GptParameterCount count;
-  count.stored = total();
-  d.v = static_cast<double>(gpt.dims.vocab_size);
-  count.model = total();
+  count.stored = total(gpt.dims);
+  count.model = total(unpadded);
   return count;
 }
 
